@@ -1,0 +1,124 @@
+//! Developer tasks: `cargo xtask vm | test | demo`.
+
+mod host;
+mod kernels;
+mod test;
+mod vm;
+
+use anyhow::{bail, Context, Result};
+use clap::{Parser, Subcommand};
+use std::path::PathBuf;
+use std::time::Duration;
+
+#[derive(Parser)]
+#[command(name = "cargo xtask", about = "kprobe-perf developer tasks")]
+struct Cli {
+    #[command(subcommand)]
+    task: Task,
+}
+
+#[derive(Subcommand)]
+enum Task {
+    /// Run a command inside a VM booted from a Debian kernel with kprobes.
+    ///
+    /// The host's root file system is visible read-only, /tmp is a tmpfs,
+    /// the current directory is kept, and /proc, /sys, debugfs and tracefs
+    /// are mounted. Exits with the command's exit status.
+    Vm {
+        /// Kernel: a series of the matrix (6.1, 6.12) or a path to a vmlinuz.
+        #[arg(long, default_value = "6.12")]
+        kernel: String,
+        /// Give up after this many seconds (boot included).
+        #[arg(long, default_value_t = 600)]
+        timeout: u64,
+        /// The command and its arguments.
+        #[arg(last = true, required = true)]
+        command: Vec<String>,
+    },
+    /// The one test command: fmt, clippy, native tests, then the tests/
+    /// crate inside the VM on every kernel of the matrix.
+    Test {
+        /// Only these kernels (repeatable); default: the whole matrix.
+        #[arg(long)]
+        kernel: Vec<String>,
+        /// Skip cargo fmt and clippy.
+        #[arg(long)]
+        no_lint: bool,
+    },
+    /// Boot the VM and record a kprobe and a kretprobe on a workload.
+    Demo {
+        #[arg(long, default_value = "6.12")]
+        kernel: String,
+    },
+}
+
+/// The workspace root (the parent of this crate).
+pub fn workspace_root() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from("."))
+}
+
+/// Where kernels, initramfs images and other VM state are cached.
+pub fn vm_cache() -> PathBuf {
+    let target = std::env::var_os("CARGO_TARGET_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| workspace_root().join("target"));
+    target.join("vm")
+}
+
+fn main() -> Result<()> {
+    let cli = Cli::parse();
+    match cli.task {
+        Task::Vm {
+            kernel,
+            timeout,
+            command,
+        } => {
+            host::ensure_packages(&[])?;
+            let kernel = kernels::resolve(&kernel, &vm_cache().join("kernels"))?;
+            let outcome = vm::run(&vm::VmRun {
+                kernel: &kernel,
+                command: &command,
+                cwd: std::env::current_dir().context("current directory")?,
+                env: passthrough_env(),
+                timeout: Duration::from_secs(timeout),
+                echo: true,
+                work_dir: vm_cache(),
+            })?;
+            report_problems(&outcome);
+            if let Some(b) = outcome.boot_secs {
+                eprintln!("xtask: {} booted to the command in {b:.1} s", kernel.label);
+            }
+            if !outcome.problems.is_empty() {
+                bail!("the VM run failed");
+            }
+            std::process::exit(outcome.status.unwrap_or(125));
+        }
+        Task::Test { kernel, no_lint } => test::run(&kernel, no_lint),
+        Task::Demo { kernel } => test::demo(&kernel),
+    }
+}
+
+/// Environment variables carried into the guest.
+pub fn passthrough_env() -> Vec<(String, String)> {
+    ["RUST_BACKTRACE", "RUST_LOG", "KPROBE_PERF_LOG"]
+        .iter()
+        .filter_map(|k| std::env::var(k).ok().map(|v| (k.to_string(), v)))
+        .collect()
+}
+
+/// Prints a failed run's problems and the console lines leading up to them.
+pub fn report_problems(outcome: &vm::VmOutcome) {
+    if outcome.problems.is_empty() {
+        return;
+    }
+    for p in &outcome.problems {
+        eprintln!("xtask: VM problem: {p}");
+    }
+    eprintln!("xtask: last console lines:");
+    for l in &outcome.console_tail {
+        eprintln!("  | {l}");
+    }
+}

@@ -1,0 +1,415 @@
+//! Boots a kernel under QEMU with a busybox initramfs, shows the host's root
+//! file system read-only inside (9p), runs one command in it and reports the
+//! command's output and exit status.
+
+use anyhow::{bail, Context, Result};
+use std::io::{BufRead, BufReader, Write};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+use crate::kernels::Kernel;
+
+const READY: &str = "KPROBE_PERF_VM_READY";
+const EXIT: &str = "KPROBE_PERF_VM_EXIT";
+const DMESG: &str = "KPROBE_PERF_VM_DMESG";
+
+/// Modules needed for the 9p root, roots of a dependency closure.
+const ROOT_MODULES: &[&str] = &["virtio_pci", "9pnet_virtio", "9p"];
+
+/// Options of one VM run.
+pub struct VmRun<'a> {
+    pub kernel: &'a Kernel,
+    pub command: &'a [String],
+    pub cwd: PathBuf,
+    pub env: Vec<(String, String)>,
+    pub timeout: Duration,
+    /// Print the command's output as it arrives.
+    pub echo: bool,
+    pub work_dir: PathBuf,
+}
+
+/// What came back from the guest.
+#[derive(Debug)]
+pub struct VmOutcome {
+    /// The command's exit status; `None` when the guest never reported one.
+    pub status: Option<i32>,
+    /// The command's output (stdout and stderr interleaved, as on the console).
+    pub output: String,
+    /// Seconds from QEMU start to the guest being ready to run the command.
+    pub boot_secs: Option<f64>,
+    /// Kernel warnings, oopses, panics or a timeout: any of them is a failure.
+    pub problems: Vec<String>,
+    /// The last console lines, for diagnosing a failure.
+    pub console_tail: Vec<String>,
+}
+
+impl VmOutcome {
+    /// True when the command ran, exited 0, and the kernel stayed healthy.
+    pub fn success(&self) -> bool {
+        self.status == Some(0) && self.problems.is_empty()
+    }
+}
+
+/// Boots the VM and runs the command.
+pub fn run(opts: &VmRun) -> Result<VmOutcome> {
+    std::fs::create_dir_all(&opts.work_dir)?;
+    let initramfs = opts
+        .work_dir
+        .join(format!("initramfs-{}.cpio", std::process::id()));
+    build_initramfs(opts, &initramfs)?;
+    let result = boot(opts, &initramfs);
+    let _ = std::fs::remove_file(&initramfs);
+    result
+}
+
+fn shell_quote(s: &str) -> String {
+    format!("'{}'", s.replace('\'', r"'\''"))
+}
+
+fn init_script(modules: &[String]) -> String {
+    let mut s = String::from(
+        r#"#!/bin/busybox sh
+/bin/busybox mkdir -p /bin /sbin /proc /sys /dev /mnt
+/bin/busybox --install -s /bin
+export PATH=/bin
+mount -t proc proc /proc
+mount -t sysfs sysfs /sys
+mount -t devtmpfs devtmpfs /dev
+"#,
+    );
+    for m in modules {
+        s.push_str(&format!(
+            "insmod /modules/{m} || echo 'kprobe-perf-vm: insmod {m} failed'\n"
+        ));
+    }
+    s.push_str(&format!(
+        r#"fail() {{ echo "kprobe-perf-vm: $*"; echo "{EXIT} 125"; echo o > /proc/sysrq-trigger; sleep 10; }}
+mount -t 9p -o trans=virtio,version=9p2000.L,ro,msize=524288 hostroot /mnt || fail "cannot mount the host file system over 9p"
+mount -t tmpfs -o mode=1777 tmpfs /mnt/tmp || fail "cannot mount /tmp"
+mount -t proc proc /mnt/proc
+mount -t sysfs sysfs /mnt/sys
+mount -t devtmpfs devtmpfs /mnt/dev
+mkdir -p /mnt/dev/shm /mnt/dev/pts
+mount -t tmpfs tmpfs /mnt/dev/shm
+mount -t devpts devpts /mnt/dev/pts
+mount -t debugfs debugfs /mnt/sys/kernel/debug
+mount -t tracefs tracefs /mnt/sys/kernel/tracing
+mount -t cgroup2 cgroup2 /mnt/sys/fs/cgroup 2>/dev/null
+mkdir -p /mnt/tmp/.kprobe-perf-vm
+cp /cmd.sh /mnt/tmp/.kprobe-perf-vm/cmd.sh
+echo "{READY} $(cut -d' ' -f1 /proc/uptime)"
+chroot /mnt /bin/sh /tmp/.kprobe-perf-vm/cmd.sh </dev/null 2>&1
+rc=$?
+dmesg | grep -E 'Oops|BUG:|WARNING:|Kernel panic|general protection|Call Trace' | sed 's/^/{DMESG} /'
+echo "{EXIT} $rc"
+echo o > /proc/sysrq-trigger
+sleep 10
+"#
+    ));
+    s
+}
+
+fn command_script(opts: &VmRun) -> String {
+    let mut s = String::from("export PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin\nexport HOME=/tmp TMPDIR=/tmp\n");
+    s.push_str(&format!(
+        "export KPROBE_PERF_IN_VM={}\n",
+        shell_quote(&opts.kernel.label)
+    ));
+    for (k, v) in &opts.env {
+        s.push_str(&format!("export {k}={}\n", shell_quote(v)));
+    }
+    s.push_str(&format!(
+        "cd {} || exit 126\n",
+        shell_quote(&opts.cwd.to_string_lossy())
+    ));
+    let argv: Vec<String> = opts.command.iter().map(|a| shell_quote(a)).collect();
+    s.push_str(&format!("exec {}\n", argv.join(" ")));
+    s
+}
+
+/// Module files in load order (dependencies first), skipping built-ins.
+fn module_closure(modules_dir: &Path) -> Result<Vec<PathBuf>> {
+    let dep_file = modules_dir.join("modules.dep");
+    if !dep_file.exists() {
+        let release = modules_dir
+            .file_name()
+            .and_then(|n| n.to_str())
+            .context("module directory has no release name")?;
+        let base = modules_dir
+            .parent()
+            .and_then(|p| p.parent())
+            .and_then(|p| p.parent())
+            .context("module directory is not <root>/lib/modules/<release>")?;
+        crate::host::run_status(
+            Command::new("depmod").arg("-b").arg(base).arg(release),
+            "depmod",
+        )?;
+    }
+    let deps = std::fs::read_to_string(&dep_file)
+        .with_context(|| format!("reading {}", dep_file.display()))?;
+    let mut table = std::collections::HashMap::new();
+    for line in deps.lines() {
+        if let Some((m, rest)) = line.split_once(':') {
+            table.insert(
+                m.to_string(),
+                rest.split_whitespace()
+                    .map(str::to_string)
+                    .collect::<Vec<_>>(),
+            );
+        }
+    }
+    let name_of = |p: &str| {
+        let file = p.rsplit('/').next().unwrap_or(p);
+        file.split(".ko").next().unwrap_or(file).replace('-', "_")
+    };
+    let mut order: Vec<String> = Vec::new();
+    fn visit(
+        m: &str,
+        table: &std::collections::HashMap<String, Vec<String>>,
+        order: &mut Vec<String>,
+    ) {
+        if order.iter().any(|o| o == m) {
+            return;
+        }
+        if let Some(deps) = table.get(m) {
+            for d in deps {
+                visit(d, table, order);
+            }
+        }
+        order.push(m.to_string());
+    }
+    for root in ROOT_MODULES {
+        if let Some(path) = table.keys().find(|k| name_of(k) == *root) {
+            let path = path.clone();
+            visit(&path, &table, &mut order);
+        }
+        // Absent from modules.dep: built into this kernel.
+    }
+    Ok(order.iter().map(|m| modules_dir.join(m)).collect())
+}
+
+fn build_initramfs(opts: &VmRun, out: &Path) -> Result<()> {
+    let mut cpio = Cpio::default();
+    cpio.dir("bin");
+    cpio.dir("modules");
+    let busybox = std::fs::read("/bin/busybox").context("reading /bin/busybox (busybox-static)")?;
+    cpio.file("bin/busybox", 0o755, &busybox);
+    let mut names = Vec::new();
+    if let Some(modules_dir) = &opts.kernel.modules {
+        for path in module_closure(modules_dir)? {
+            let file = path
+                .file_name()
+                .and_then(|n| n.to_str())
+                .context("bad module file name")?;
+            let (name, bytes) = if let Some(stem) = file.strip_suffix(".xz") {
+                let out = Command::new("xz")
+                    .arg("-dc")
+                    .arg(&path)
+                    .output()
+                    .context("running xz")?;
+                if !out.status.success() {
+                    bail!("xz -dc {} failed", path.display());
+                }
+                (stem.to_string(), out.stdout)
+            } else {
+                (
+                    file.to_string(),
+                    std::fs::read(&path).with_context(|| format!("reading {}", path.display()))?,
+                )
+            };
+            cpio.file(&format!("modules/{name}"), 0o644, &bytes);
+            names.push(name);
+        }
+    }
+    cpio.file("init", 0o755, init_script(&names).as_bytes());
+    cpio.file("cmd.sh", 0o644, command_script(opts).as_bytes());
+    std::fs::write(out, cpio.finish()).with_context(|| format!("writing {}", out.display()))
+}
+
+fn boot(opts: &VmRun, initramfs: &Path) -> Result<VmOutcome> {
+    let smp = std::thread::available_parallelism().map_or(2, |n| n.get().min(4));
+    let start = Instant::now();
+    let mut child = Command::new("qemu-system-x86_64")
+        .args(["-accel", "tcg,thread=multi", "-cpu", "max"])
+        .args(["-smp", &smp.to_string(), "-m", "2048"])
+        .args(["-nodefaults", "-display", "none", "-no-reboot"])
+        .args(["-serial", "stdio", "-monitor", "none"])
+        .arg("-kernel")
+        .arg(&opts.kernel.image)
+        .arg("-initrd")
+        .arg(initramfs)
+        .args([
+            "-append",
+            "console=ttyS0 quiet loglevel=3 panic=-1 rdinit=/init",
+        ])
+        .args([
+            "-virtfs",
+            "local,path=/,mount_tag=hostroot,security_model=none,readonly=on,multidevs=remap",
+        ])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .context("starting qemu-system-x86_64")?;
+    let stdout = child.stdout.take().context("qemu stdout")?;
+    let stderr = child.stderr.take().context("qemu stderr")?;
+    let (tx, rx) = mpsc::channel::<String>();
+    let tx2 = tx.clone();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stdout).split(b'\n').map_while(|l| l.ok()) {
+            let text = String::from_utf8_lossy(&line)
+                .trim_end_matches('\r')
+                .to_string();
+            if tx.send(text).is_err() {
+                break;
+            }
+        }
+    });
+    std::thread::spawn(move || {
+        for line in BufReader::new(stderr).lines().map_while(|l| l.ok()) {
+            if tx2.send(format!("qemu: {line}")).is_err() {
+                break;
+            }
+        }
+    });
+
+    let deadline = start + opts.timeout;
+    let mut outcome = VmOutcome {
+        status: None,
+        output: String::new(),
+        boot_secs: None,
+        problems: Vec::new(),
+        console_tail: Vec::new(),
+    };
+    let mut in_command = false;
+    let stdout = std::io::stdout();
+    loop {
+        let now = Instant::now();
+        if now >= deadline {
+            outcome.problems.push(format!(
+                "timeout: the guest did not finish within {} s",
+                opts.timeout.as_secs()
+            ));
+            break;
+        }
+        let line = match rx.recv_timeout(deadline - now) {
+            Ok(l) => l,
+            Err(mpsc::RecvTimeoutError::Timeout) => continue,
+            Err(mpsc::RecvTimeoutError::Disconnected) => break,
+        };
+        outcome.console_tail.push(line.clone());
+        if outcome.console_tail.len() > 40 {
+            outcome.console_tail.remove(0);
+        }
+        if line.contains("Kernel panic") {
+            outcome.problems.push(line.clone());
+        }
+        if let Some(rest) = line.strip_prefix(READY) {
+            outcome.boot_secs = Some(start.elapsed().as_secs_f64());
+            let _ = rest;
+            in_command = true;
+            continue;
+        }
+        if let Some(rest) = line.strip_prefix(DMESG) {
+            outcome.problems.push(format!("kernel log:{rest}"));
+            continue;
+        }
+        if let Some(rest) = line.strip_prefix(EXIT) {
+            outcome.status = rest.trim().parse().ok();
+            in_command = false;
+            continue;
+        }
+        if in_command {
+            outcome.output.push_str(&line);
+            outcome.output.push('\n');
+            if opts.echo {
+                let mut out = stdout.lock();
+                let _ = writeln!(out, "{line}");
+            }
+        }
+    }
+    let _ = child.kill();
+    let _ = child.wait();
+    if outcome.status.is_none() && outcome.problems.is_empty() {
+        outcome
+            .problems
+            .push("the guest stopped without reporting the command's exit status".into());
+    }
+    Ok(outcome)
+}
+
+/// A minimal writer of the "newc" cpio format the kernel unpacks.
+#[derive(Default)]
+struct Cpio {
+    buf: Vec<u8>,
+    ino: u32,
+}
+
+impl Cpio {
+    fn entry(&mut self, name: &str, mode: u32, data: &[u8]) {
+        self.ino += 1;
+        let header = format!(
+            "070701{:08x}{:08x}{:08x}{:08x}{:08x}{:08x}{:08x}{:08x}{:08x}{:08x}{:08x}{:08x}{:08x}",
+            self.ino,
+            mode,
+            0,
+            0,
+            1,
+            0,
+            data.len(),
+            0,
+            0,
+            0,
+            0,
+            name.len() + 1,
+            0
+        );
+        self.buf.extend_from_slice(header.as_bytes());
+        self.buf.extend_from_slice(name.as_bytes());
+        self.buf.push(0);
+        self.pad();
+        self.buf.extend_from_slice(data);
+        self.pad();
+    }
+
+    fn pad(&mut self) {
+        while self.buf.len() % 4 != 0 {
+            self.buf.push(0);
+        }
+    }
+
+    fn dir(&mut self, name: &str) {
+        self.entry(name, 0o040755, &[]);
+    }
+
+    fn file(&mut self, name: &str, perm: u32, data: &[u8]) {
+        self.entry(name, 0o100000 | perm, data);
+    }
+
+    fn finish(mut self) -> Vec<u8> {
+        self.entry("TRAILER!!!", 0, &[]);
+        self.buf
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn quoting_survives_single_quotes() {
+        assert_eq!(shell_quote("it's"), r"'it'\''s'");
+    }
+
+    #[test]
+    fn cpio_entries_are_aligned_and_terminated() {
+        let mut c = Cpio::default();
+        c.file("init", 0o755, b"#!/bin/sh\n");
+        let bytes = c.finish();
+        assert_eq!(&bytes[..6], b"070701");
+        assert_eq!(bytes.len() % 4, 0);
+        assert!(bytes.windows(10).any(|w| w == b"TRAILER!!!"));
+    }
+}
