@@ -180,8 +180,9 @@ impl Arch {
     }
 }
 
-/// Levenshtein distance over bytes; names here are short ASCII.
-fn edit_distance(a: &str, b: &str) -> usize {
+/// Levenshtein distance over bytes, for "did you mean" hints on short
+/// ASCII names (registers here, symbols in the engine).
+pub fn edit_distance(a: &str, b: &str) -> usize {
     let (a, b) = (a.as_bytes(), b.as_bytes());
     let mut prev: Vec<usize> = (0..=b.len()).collect();
     for (i, ca) in a.iter().enumerate() {

@@ -1,1 +1,204 @@
-fn main() {}
+//! `kprobe-perf`: dynamic kernel probes through perf_event_open.
+
+mod text;
+
+use std::io::{self, Write};
+use std::process::ExitCode;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result};
+use clap::{Parser, Subcommand};
+use kprobe_perf_engine::sys::HeldChild;
+use kprobe_perf_engine::{
+    plan_probes, Arch, KernelSymbols, ProbeSpec, RecordTarget, Session, SessionOptions,
+};
+
+#[derive(Parser)]
+#[command(
+    name = "kprobe-perf",
+    version,
+    about = "Dynamic kernel probes (kprobes, kretprobes) through perf_event_open",
+    after_help = "Probe definitions use the kprobe_events language, e.g.\n  \
+                  'p:do_sys_openat2 dfd=%di'        entry probe with a register\n  \
+                  'r:do_sys_openat2 ret=$retval'    return probe with the return value\n  \
+                  'p:myprobe do_sys_open+5 %si:u32' named probe at an offset"
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Cmd,
+}
+
+#[derive(Subcommand)]
+enum Cmd {
+    /// Attach probes and print one line per hit, in ftrace's layout:
+    /// `comm-tid [cpu] seconds.micros: event: (sym+off/size) name=value ...`.
+    ///
+    /// With `-- CMD`, records CMD and its children and stops when CMD exits;
+    /// without it (or with -a) records every CPU until Ctrl-C or --duration.
+    /// A summary with per-probe counts and lost events goes to stderr.
+    Record {
+        /// A probe definition (repeatable).
+        #[arg(short = 'e', long = "event", value_name = "SPEC", required = true)]
+        events: Vec<String>,
+        /// Record every task on every CPU, even when a command is given.
+        #[arg(short = 'a', long)]
+        all_cpus: bool,
+        /// Ring buffer size per CPU, in pages (a power of two).
+        #[arg(short = 'm', long, value_name = "PAGES", default_value_t = kprobe_perf_engine::session::DEFAULT_MMAP_PAGES)]
+        mmap_pages: usize,
+        /// Stop after this many seconds.
+        #[arg(short = 'd', long, value_name = "SECS")]
+        duration: Option<f64>,
+        /// The command to run and record.
+        #[arg(last = true, value_name = "CMD")]
+        command: Vec<String>,
+    },
+    /// Check probe definitions without touching the kernel.
+    Probe {
+        /// Print each definition's canonical form, or its error with a caret
+        /// under the mistake; exit 0 only if all parse.
+        #[arg(long, required = true)]
+        parse: bool,
+        /// The definitions.
+        #[arg(value_name = "SPEC", required = true)]
+        specs: Vec<String>,
+    },
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let result = match cli.command {
+        Cmd::Record {
+            events,
+            all_cpus,
+            mmap_pages,
+            duration,
+            command,
+        } => record(&events, all_cpus, mmap_pages, duration, &command),
+        Cmd::Probe { specs, .. } => probe_parse(&specs),
+    };
+    match result {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("kprobe-perf: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn probe_parse(specs: &[String]) -> Result<ExitCode> {
+    let arch = Arch::host().context("kprobe-perf supports x86_64 and aarch64 only")?;
+    let mut ok = true;
+    for s in specs {
+        match ProbeSpec::parse(s, arch) {
+            Ok(spec) => println!("{spec}"),
+            Err(e) => {
+                ok = false;
+                eprintln!("kprobe-perf: {e}");
+            }
+        }
+    }
+    Ok(if ok {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    })
+}
+
+fn record(
+    specs: &[String],
+    all_cpus: bool,
+    mmap_pages: usize,
+    duration: Option<f64>,
+    command: &[String],
+) -> Result<ExitCode> {
+    // kallsyms may be unreadable or hide addresses; probes then go by name
+    // and output shows raw addresses.
+    let symbols = KernelSymbols::load().unwrap_or_default();
+    let plans = plan_probes(specs, &symbols)?;
+
+    let stop = Arc::new(AtomicBool::new(false));
+    for sig in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
+        signal_hook::flag::register(sig, Arc::clone(&stop)).context("installing a signal handler")?;
+    }
+    // A SIGCHLD handler makes the poll return as soon as the command exits.
+    signal_hook::flag::register(signal_hook::consts::SIGCHLD, Arc::new(AtomicBool::new(false)))
+        .context("installing a signal handler")?;
+
+    let mut child = match command.split_first() {
+        Some((prog, args)) => {
+            Some(HeldChild::spawn(prog, args).with_context(|| format!("cannot start {prog}"))?)
+        }
+        None => None,
+    };
+    let target = match &child {
+        Some(c) if !all_cpus => RecordTarget::Process {
+            pid: c.pid(),
+            enable_on_exec: true,
+        },
+        _ => RecordTarget::AllCpus,
+    };
+    let mut session = Session::open(plans, SessionOptions { target, mmap_pages })?;
+    session.enable()?;
+    if let Some(c) = child.as_mut() {
+        let prog = command.first().map_or("", String::as_str);
+        c.release().with_context(|| format!("cannot run {prog}"))?;
+    }
+    let deadline = duration.map(|d| Instant::now() + Duration::from_secs_f64(d.max(0.0)));
+
+    let plans = session.plans().to_vec();
+    let stdout = io::stdout();
+    let mut out = io::BufWriter::new(stdout.lock());
+    let mut command_status = None;
+    let mut reader_gone = false;
+    loop {
+        if !emit(&mut session, Duration::from_millis(100), &plans, &symbols, &mut out)? {
+            reader_gone = true;
+            break;
+        }
+        if stop.load(Ordering::Relaxed) || deadline.is_some_and(|d| Instant::now() >= d) {
+            break;
+        }
+        if let Some(c) = child.as_mut() {
+            if let Some(status) = c.try_wait().context("waiting for the command")? {
+                command_status = Some(status);
+                break;
+            }
+        }
+    }
+    session.disable()?;
+    if !reader_gone {
+        emit(&mut session, Duration::ZERO, &plans, &symbols, &mut out)?;
+    }
+    eprintln!("{}", text::summary(&session));
+    if let Some(status) = command_status {
+        if !status.success() {
+            eprintln!("kprobe-perf: the command exited with {status}");
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// Prints whatever events are ready. Returns false when stdout's reader
+/// has gone away (a closed pipe), which ends the recording quietly.
+fn emit(
+    session: &mut Session,
+    timeout: Duration,
+    plans: &[kprobe_perf_engine::ProbePlan],
+    symbols: &KernelSymbols,
+    out: &mut impl Write,
+) -> Result<bool> {
+    let mut result = Ok(());
+    session.poll(Some(timeout), |e| {
+        if result.is_ok() {
+            result = writeln!(out, "{}", text::line(e, &plans[e.probe], symbols));
+        }
+    })?;
+    match result.and_then(|()| out.flush()) {
+        Ok(()) => Ok(true),
+        Err(e) if e.kind() == io::ErrorKind::BrokenPipe => Ok(false),
+        Err(e) => Err(e).context("writing events"),
+    }
+}

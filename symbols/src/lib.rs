@@ -168,6 +168,11 @@ impl KernelSymbols {
         self.by_address.is_empty()
     }
 
+    /// Every distinct symbol name, in no particular order.
+    pub fn names(&self) -> impl Iterator<Item = &str> {
+        self.by_name.keys().map(String::as_str)
+    }
+
     /// Every symbol with this name (core and modules), in address order.
     pub fn lookup(&self, name: &str) -> Vec<&Symbol> {
         self.by_name

@@ -1,0 +1,67 @@
+//! The text output: one line per event in ftrace's layout, and the summary.
+
+use kprobe_perf_engine::{Event, KernelSymbols, ProbePlan, Session};
+
+/// `sym+0xoff/0xsize`, or the bare address when no symbol holds it.
+fn location(symbols: &KernelSymbols, addr: u64) -> String {
+    match symbols.symbolize(addr) {
+        Some(l) => format!("{}+0x{:x}/0x{:x}", l.symbol.name, l.offset, l.size),
+        None => format!("0x{addr:x}"),
+    }
+}
+
+/// The name of the function holding `addr` (ftrace's `%ps`: no offset,
+/// so an entry moved past ENDBR64 still prints as the function), or the
+/// bare address.
+fn function(symbols: &KernelSymbols, addr: u64) -> String {
+    match symbols.symbolize(addr) {
+        Some(l) => l.symbol.name.clone(),
+        None => format!("0x{addr:x}"),
+    }
+}
+
+/// One event as ftrace prints it:
+/// `comm-tid [cpu] seconds.micros: event: (where) name=value ...`, where
+/// `where` is `sym+off/size` for a kprobe and `caller+off/size <- func`
+/// for a kretprobe.
+pub fn line(e: &Event, plan: &ProbePlan, symbols: &KernelSymbols) -> String {
+    let place = match e.ret_addr {
+        Some(ret) => format!("{} <- {}", location(symbols, ret), function(symbols, e.probe_addr)),
+        None => location(symbols, e.probe_addr),
+    };
+    let mut s = format!(
+        "{:>16}-{:<7} [{:03}] {}.{:06}: {}: ({})",
+        e.comm,
+        e.tid,
+        e.cpu,
+        e.time_ns / 1_000_000_000,
+        (e.time_ns % 1_000_000_000) / 1_000,
+        plan.event,
+        place
+    );
+    for (a, v) in plan.args.iter().zip(&e.args) {
+        s.push_str(&format!(" {}={}", a.name, v));
+    }
+    s
+}
+
+/// The closing summary: events per probe and losses, never omitted.
+pub fn summary(session: &Session) -> String {
+    let stats = session.stats();
+    let total: u64 = stats.hits.iter().sum();
+    let per_probe: Vec<String> = session
+        .plans()
+        .iter()
+        .zip(&stats.hits)
+        .map(|(p, n)| format!("{}: {n}", p.event))
+        .collect();
+    let mut s = format!(
+        "kprobe-perf: {total} events ({}), {} lost",
+        per_probe.join(", "),
+        stats.lost
+    );
+    if stats.undecodable > 0 {
+        s.push_str(&format!(", {} undecodable records", stats.undecodable));
+    }
+    s
+}

@@ -1,0 +1,418 @@
+//! A recording session: armed probes, one ring buffer per CPU polled with
+//! mio, and decoded events handed to the caller in time order.
+
+use std::collections::HashMap;
+use std::ffi::CString;
+use std::os::fd::{AsRawFd, OwnedFd};
+use std::sync::Arc;
+use std::time::Duration;
+
+use byteorder::NativeEndian;
+use linux_perf_event_reader::{
+    get_record_identifier, Endianness, EventRecord, PerfEventAttr, RawData, RawEventRecord,
+    RecordParseInfo, RecordType,
+};
+use mio::unix::SourceFd;
+use mio::{Events, Interest, Poll, Token};
+use perf_event_open_sys::bindings::{
+    PERF_SAMPLE_CPU, PERF_SAMPLE_IDENTIFIER, PERF_SAMPLE_IP, PERF_SAMPLE_RAW,
+    PERF_SAMPLE_REGS_INTR, PERF_SAMPLE_TID, PERF_SAMPLE_TIME,
+};
+
+use crate::decode::{decode_sample, Event};
+use crate::error::{explain_open_errno, Error};
+use crate::plan::{AttachPoint, ProbePlan};
+use crate::pmu::{ProbePmu, SYSFS_PMUS};
+use crate::ring::{RingBuffer, RingRecord};
+use crate::sys;
+
+/// Default ring size per CPU in data pages (512 KiB with 4 KiB pages).
+pub const DEFAULT_MMAP_PAGES: usize = 128;
+
+/// Whose probe hits are recorded.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RecordTarget {
+    /// Every task on every online CPU.
+    AllCpus,
+    /// One process and the children it creates afterwards.
+    Process {
+        /// The process id.
+        pid: i32,
+        /// Arm the probes only when the process calls exec (for a command
+        /// started held before exec).
+        enable_on_exec: bool,
+    },
+}
+
+/// Session settings.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SessionOptions {
+    /// Whose hits to record.
+    pub target: RecordTarget,
+    /// Data pages per CPU ring (a power of two).
+    pub mmap_pages: usize,
+}
+
+impl Default for SessionOptions {
+    fn default() -> Self {
+        SessionOptions {
+            target: RecordTarget::AllCpus,
+            mmap_pages: DEFAULT_MMAP_PAGES,
+        }
+    }
+}
+
+/// Counters a session keeps; none of them is ever silently dropped.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct SessionStats {
+    /// Events decoded per probe.
+    pub hits: Vec<u64>,
+    /// Samples the kernel dropped because a ring was full
+    /// (`PERF_RECORD_LOST`), summed over CPUs.
+    pub lost: u64,
+    /// Records that could not be decoded.
+    pub undecodable: u64,
+}
+
+struct CpuStream {
+    ring: RingBuffer,
+    /// All fds of this CPU; the first owns the ring.
+    fds: Vec<OwnedFd>,
+}
+
+/// Thread id -> command name, from COMM records and /proc.
+#[derive(Default)]
+struct CommTable {
+    names: HashMap<i32, Arc<str>>,
+}
+
+impl CommTable {
+    fn get(&mut self, pid: i32, tid: i32) -> Arc<str> {
+        self.names
+            .entry(tid)
+            .or_insert_with(|| {
+                std::fs::read_to_string(format!("/proc/{pid}/task/{tid}/comm"))
+                    .map(|s| Arc::from(s.trim_end()))
+                    .unwrap_or_else(|_| Arc::from("<...>"))
+            })
+            .clone()
+    }
+
+    fn set(&mut self, tid: i32, name: &[u8]) {
+        self.names
+            .insert(tid, Arc::from(String::from_utf8_lossy(name).as_ref()));
+    }
+}
+
+/// Armed probes and their ring buffers.
+pub struct Session {
+    plans: Vec<ProbePlan>,
+    streams: Vec<CpuStream>,
+    probe_of_id: HashMap<u64, usize>,
+    parse_info: Vec<RecordParseInfo>,
+    poll: Poll,
+    events: Events,
+    comms: CommTable,
+    stats: SessionStats,
+    enabled: bool,
+}
+
+/// The CPUs listed in a sysfs cpu list such as `0-3,5`.
+fn parse_cpu_list(text: &str) -> Option<Vec<u32>> {
+    let mut cpus = Vec::new();
+    for part in text.trim().split(',').filter(|p| !p.is_empty()) {
+        match part.split_once('-') {
+            Some((a, b)) => cpus.extend(a.parse::<u32>().ok()?..=b.parse::<u32>().ok()?),
+            None => cpus.push(part.parse().ok()?),
+        }
+    }
+    Some(cpus)
+}
+
+/// The online CPUs.
+pub fn online_cpus() -> Result<Vec<u32>, Error> {
+    let path = "/sys/devices/system/cpu/online";
+    let text = std::fs::read_to_string(path).map_err(|e| Error::io(format!("reading {path}"), e))?;
+    parse_cpu_list(&text).ok_or_else(|| {
+        Error::io(
+            format!("parsing {path}"),
+            std::io::Error::new(std::io::ErrorKind::InvalidData, text.trim().to_string()),
+        )
+    })
+}
+
+/// Checks what a newcomer hits first: a kernel without the kprobe PMU, or
+/// a process without the capability to use it.
+pub fn preflight() -> Result<ProbePmu, Error> {
+    let pmu = ProbePmu::discover("kprobe")
+        .map_err(|e| Error::io("reading the kprobe PMU from sysfs", e))?
+        .ok_or_else(|| Error::NoKprobePmu {
+            dir: format!("{SYSFS_PMUS}/kprobe"),
+        })?;
+    let caps = sys::effective_capabilities().map_err(|e| Error::io("reading capabilities", e))?;
+    let has = |cap: u32| caps & (1u64 << cap) != 0;
+    if !has(sys::CAP_PERFMON) && !has(sys::CAP_SYS_ADMIN) {
+        let exe = std::env::current_exe()
+            .map(|p| p.display().to_string())
+            .unwrap_or_else(|_| "kprobe-perf".into());
+        return Err(Error::NotPermitted { exe });
+    }
+    Ok(pmu)
+}
+
+fn base_attr(pmu: &ProbePmu, plan: &ProbePlan, opts: &SessionOptions, first_on_cpu: bool) -> sys::perf_event_attr {
+    let mut attr = sys::perf_event_attr {
+        type_: pmu.type_,
+        size: sys::ATTR_SIZE,
+        ..Default::default()
+    };
+    if plan.is_return() {
+        attr.config |= 1u64 << pmu.retprobe_bit;
+    }
+    // config2 is kprobe_addr (no name) or probe_offset (with a name).
+    let (AttachPoint::Address(config2) | AttachPoint::Symbol { offset: config2, .. }) = plan.attach;
+    attr.__bindgen_anon_4.config2 = config2;
+    attr.__bindgen_anon_1.sample_period = 1;
+    let mut sample_type = PERF_SAMPLE_IDENTIFIER
+        | PERF_SAMPLE_IP
+        | PERF_SAMPLE_TID
+        | PERF_SAMPLE_TIME
+        | PERF_SAMPLE_CPU
+        | PERF_SAMPLE_RAW;
+    if plan.regs_mask != 0 {
+        sample_type |= PERF_SAMPLE_REGS_INTR;
+        attr.sample_regs_intr = plan.regs_mask;
+    }
+    attr.sample_type = u64::from(sample_type);
+    attr.set_disabled(1);
+    attr.set_sample_id_all(1);
+    // Wake the reader once a quarter of the ring is full; callers also poll
+    // with a timeout, so sparse events are never held back for long.
+    attr.set_watermark(1);
+    let ring_bytes = opts.mmap_pages.saturating_mul(sys::page_size());
+    attr.__bindgen_anon_2.wakeup_watermark = u32::try_from(ring_bytes / 4).unwrap_or(u32::MAX);
+    if first_on_cpu {
+        attr.set_comm(1);
+        attr.set_comm_exec(1);
+    }
+    if let RecordTarget::Process { enable_on_exec, .. } = opts.target {
+        attr.set_inherit(1);
+        attr.set_enable_on_exec(u64::from(enable_on_exec));
+    }
+    attr
+}
+
+impl Session {
+    /// Opens every probe on every online CPU (or for one process), maps one
+    /// ring per CPU and leaves the probes disabled until [`Session::enable`].
+    pub fn open(plans: Vec<ProbePlan>, opts: SessionOptions) -> Result<Session, Error> {
+        let pmu = preflight()?;
+        let cpus = online_cpus()?;
+        let pid = match opts.target {
+            RecordTarget::AllCpus => -1,
+            RecordTarget::Process { pid, .. } => pid,
+        };
+        let names: Vec<Option<CString>> = plans
+            .iter()
+            .map(|p| match &p.attach {
+                AttachPoint::Symbol { name, .. } => CString::new(name.as_bytes()).ok(),
+                AttachPoint::Address(_) => None,
+            })
+            .collect();
+        let mut parse_info = Vec::with_capacity(plans.len());
+        for plan in &plans {
+            let attr = base_attr(&pmu, plan, &opts, false);
+            let (parsed, _) = PerfEventAttr::parse::<_, NativeEndian>(&sys::attr_bytes(&attr)[..])
+                .map_err(|e| Error::io("describing the sample layout", e))?;
+            parse_info.push(RecordParseInfo::new(&parsed, Endianness::LittleEndian));
+        }
+        let poll = Poll::new().map_err(|e| Error::io("creating the poller", e))?;
+        let mut streams = Vec::with_capacity(cpus.len());
+        let mut probe_of_id = HashMap::new();
+        for &cpu in &cpus {
+            let mut fds: Vec<OwnedFd> = Vec::with_capacity(plans.len());
+            let mut ring = None;
+            for (i, plan) in plans.iter().enumerate() {
+                let attr = base_attr(&pmu, plan, &opts, fds.is_empty());
+                let cpu_arg = i32::try_from(cpu).unwrap_or(-1);
+                let fd = sys::perf_event_open(&attr, names[i].as_deref(), pid, cpu_arg).map_err(|source| {
+                    let target = match &plan.attach {
+                        AttachPoint::Symbol { name, offset: 0 } => name.clone(),
+                        AttachPoint::Symbol { name, offset } => format!("{name}+{offset}"),
+                        AttachPoint::Address(a) => format!("0x{a:x}"),
+                    };
+                    Error::Open {
+                        probe: plan.spec.to_string(),
+                        where_: if pid >= 0 { format!("pid {pid}, CPU {cpu}") } else { format!("CPU {cpu}") },
+                        reason: explain_open_errno(source.raw_os_error().unwrap_or(0), &target),
+                        source,
+                    }
+                })?;
+                let id = sys::event_id(&fd).map_err(|e| Error::io("reading a perf event id", e))?;
+                probe_of_id.insert(id, i);
+                match &ring {
+                    None => {
+                        ring = Some(RingBuffer::new(&fd, opts.mmap_pages).map_err(|e| {
+                            Error::io(format!("mapping a {}-page ring buffer on CPU {cpu}", opts.mmap_pages), e)
+                        })?);
+                        poll.registry()
+                            .register(&mut SourceFd(&fd.as_raw_fd()), Token(streams.len()), Interest::READABLE)
+                            .map_err(|e| Error::io("registering a ring with the poller", e))?;
+                    }
+                    Some(_) => {
+                        sys::set_output(&fd, &fds[0])
+                            .map_err(|e| Error::io(format!("sharing CPU {cpu}'s ring buffer"), e))?;
+                    }
+                }
+                fds.push(fd);
+            }
+            if let Some(ring) = ring {
+                streams.push(CpuStream { ring, fds });
+            }
+        }
+        let enabled = matches!(opts.target, RecordTarget::Process { enable_on_exec: true, .. });
+        Ok(Session {
+            stats: SessionStats {
+                hits: vec![0; plans.len()],
+                ..Default::default()
+            },
+            plans,
+            streams,
+            probe_of_id,
+            parse_info,
+            poll,
+            events: Events::with_capacity(64),
+            comms: CommTable::default(),
+            enabled,
+        })
+    }
+
+    /// Arms every probe (not needed when the target enables on exec).
+    pub fn enable(&mut self) -> Result<(), Error> {
+        if self.enabled {
+            return Ok(());
+        }
+        for s in &self.streams {
+            for fd in &s.fds {
+                sys::enable(fd).map_err(|e| Error::io("enabling a probe", e))?;
+            }
+        }
+        self.enabled = true;
+        Ok(())
+    }
+
+    /// Disarms every probe; buffered events can still be read.
+    pub fn disable(&mut self) -> Result<(), Error> {
+        for s in &self.streams {
+            for fd in &s.fds {
+                sys::disable(fd).map_err(|e| Error::io("disabling a probe", e))?;
+            }
+        }
+        self.enabled = false;
+        Ok(())
+    }
+
+    /// The probes of this session, in the order events refer to them.
+    pub fn plans(&self) -> &[ProbePlan] {
+        &self.plans
+    }
+
+    /// Counters so far.
+    pub fn stats(&self) -> &SessionStats {
+        &self.stats
+    }
+
+    /// Number of perf event fds this session holds.
+    pub fn fd_count(&self) -> usize {
+        self.streams.iter().map(|s| s.fds.len()).sum()
+    }
+
+    /// Waits up to `timeout` (forever with `None`) for data, then hands
+    /// every available event to `f` in timestamp order. A signal ends the
+    /// wait early without error. Returns the number of events delivered.
+    pub fn poll(&mut self, timeout: Option<Duration>, mut f: impl FnMut(&Event)) -> Result<usize, Error> {
+        match self.poll.poll(&mut self.events, timeout) {
+            Ok(()) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(Error::io("waiting for ring buffers", e)),
+        }
+        let mut out = Vec::new();
+        let Session {
+            plans,
+            streams,
+            probe_of_id,
+            parse_info,
+            comms,
+            stats,
+            ..
+        } = self;
+        for stream in streams.iter_mut() {
+            stream.ring.drain(|rec| {
+                handle_record(rec, plans, probe_of_id, parse_info, comms, stats, &mut out);
+            });
+        }
+        out.sort_by_key(|e| e.time_ns);
+        for e in &out {
+            f(e);
+        }
+        Ok(out.len())
+    }
+}
+
+fn handle_record(
+    rec: RingRecord<'_>,
+    plans: &[ProbePlan],
+    probe_of_id: &HashMap<u64, usize>,
+    parse_info: &[RecordParseInfo],
+    comms: &mut CommTable,
+    stats: &mut SessionStats,
+    out: &mut Vec<Event>,
+) {
+    let data = if rec.body.1.is_empty() {
+        RawData::Single(rec.body.0)
+    } else {
+        RawData::Split(rec.body.0, rec.body.1)
+    };
+    let kind = RecordType(rec.kind);
+    if kind.is_user_type() {
+        return;
+    }
+    let Some(probe) = get_record_identifier::<NativeEndian>(kind, data, true)
+        .and_then(|id| probe_of_id.get(&id).copied())
+    else {
+        stats.undecodable += 1;
+        return;
+    };
+    let (Some(plan), Some(info)) = (plans.get(probe), parse_info.get(probe)) else {
+        stats.undecodable += 1;
+        return;
+    };
+    match RawEventRecord::new(kind, rec.misc, data, *info).parse() {
+        Ok(EventRecord::Sample(s)) => {
+            let comm = comms.get(s.pid.unwrap_or(-1), s.tid.unwrap_or(-1));
+            match decode_sample(probe, plan, &s, comm) {
+                Ok(e) => {
+                    stats.hits[probe] += 1;
+                    out.push(e);
+                }
+                Err(_) => stats.undecodable += 1,
+            }
+        }
+        Ok(EventRecord::Comm(c)) => comms.set(c.tid, &c.name.as_slice()),
+        Ok(EventRecord::Lost(l)) => stats.lost += l.count,
+        Ok(_) => {}
+        Err(_) => stats.undecodable += 1,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn cpu_lists() {
+        assert_eq!(parse_cpu_list("0-3,5\n"), Some(vec![0, 1, 2, 3, 5]));
+        assert_eq!(parse_cpu_list("0"), Some(vec![0]));
+        assert_eq!(parse_cpu_list("x"), None);
+    }
+}

@@ -1,0 +1,327 @@
+//! Every system call the engine makes that needs `unsafe`: perf_event_open,
+//! its ioctls, mmap of ring buffers, and starting a command held before exec.
+//! One function per call, returning `io::Result`, so the rest of the engine
+//! stays safe and testable with recorded data.
+
+use std::ffi::{CStr, CString};
+use std::io;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::os::unix::process::ExitStatusExt;
+use std::process::ExitStatus;
+
+pub use perf_event_open_sys::bindings::perf_event_attr;
+use perf_event_open_sys::bindings::{PERF_ATTR_SIZE_VER5, PERF_FLAG_FD_CLOEXEC};
+
+/// The size we declare in `attr.size`: it covers `config2` and
+/// `sample_regs_intr`, and every kernel since 4.1 knows it.
+pub const ATTR_SIZE: u32 = PERF_ATTR_SIZE_VER5;
+
+/// Opens one perf event.
+///
+/// `pid`/`cpu` follow perf_event_open(2): `(-1, N)` is system-wide on CPU N,
+/// `(P, -1)` follows task P on every CPU, `(P, N)` follows P on CPU N.
+/// `attr.size` must be [`ATTR_SIZE`]; the pointers in `config1` (if any)
+/// must stay valid for the call, which the caller guarantees by keeping the
+/// `CStr` alive: it is passed here for that reason.
+pub fn perf_event_open(
+    attr: &perf_event_attr,
+    name: Option<&CStr>,
+    pid: i32,
+    cpu: i32,
+) -> io::Result<OwnedFd> {
+    let mut attr = *attr;
+    attr.size = ATTR_SIZE;
+    if let Some(name) = name {
+        attr.__bindgen_anon_3.config1 = name.as_ptr() as u64;
+    }
+    // SAFETY: `attr` is a fully initialised perf_event_attr on our stack; the
+    // kernel reads at most `attr.size` bytes of it. `config1`, when set, points
+    // at `name`, a NUL-terminated string borrowed for the whole call.
+    let fd = unsafe {
+        perf_event_open_sys::perf_event_open(&mut attr, pid, cpu, -1, PERF_FLAG_FD_CLOEXEC as _)
+    };
+    if fd < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: the kernel returned a new descriptor that nothing else owns.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+}
+
+fn check(rc: libc::c_int) -> io::Result<()> {
+    if rc < 0 {
+        Err(io::Error::last_os_error())
+    } else {
+        Ok(())
+    }
+}
+
+/// `PERF_EVENT_IOC_ENABLE`.
+pub fn enable(fd: &OwnedFd) -> io::Result<()> {
+    // SAFETY: `fd` is a live perf event descriptor; ENABLE takes no pointer.
+    check(unsafe { perf_event_open_sys::ioctls::ENABLE(fd.as_raw_fd(), 0) })
+}
+
+/// `PERF_EVENT_IOC_DISABLE`.
+pub fn disable(fd: &OwnedFd) -> io::Result<()> {
+    // SAFETY: `fd` is a live perf event descriptor; DISABLE takes no pointer.
+    check(unsafe { perf_event_open_sys::ioctls::DISABLE(fd.as_raw_fd(), 0) })
+}
+
+/// `PERF_EVENT_IOC_SET_OUTPUT`: send `fd`'s records to `target`'s ring.
+pub fn set_output(fd: &OwnedFd, target: &OwnedFd) -> io::Result<()> {
+    // SAFETY: both descriptors are live perf events; the argument is an fd.
+    check(unsafe { perf_event_open_sys::ioctls::SET_OUTPUT(fd.as_raw_fd(), target.as_raw_fd()) })
+}
+
+/// `PERF_EVENT_IOC_ID`: the id samples of this event carry.
+pub fn event_id(fd: &OwnedFd) -> io::Result<u64> {
+    let mut id = 0u64;
+    // SAFETY: ID writes one u64 through the pointer, which points at `id`.
+    check(unsafe { perf_event_open_sys::ioctls::ID(fd.as_raw_fd(), &mut id) })?;
+    Ok(id)
+}
+
+/// The bytes of an attr as the kernel reads them (its first [`ATTR_SIZE`]
+/// bytes), for parsers that describe records from an attr.
+pub fn attr_bytes(attr: &perf_event_attr) -> Vec<u8> {
+    let len = (ATTR_SIZE as usize).min(std::mem::size_of::<perf_event_attr>());
+    // SAFETY: perf_event_attr is a plain-old-data C struct without padding
+    // holes that could be uninitialised (bindgen pads explicitly), and `len`
+    // does not exceed its size; the slice lives only for this copy.
+    unsafe { std::slice::from_raw_parts((attr as *const perf_event_attr).cast::<u8>(), len) }
+        .to_vec()
+}
+
+/// A shared, read-write mapping of a perf ring buffer.
+pub struct Mapping {
+    ptr: *mut u8,
+    len: usize,
+}
+
+// SAFETY: the mapping is plain memory shared with the kernel; all access
+// goes through `RingBuffer`, which is used from one thread at a time.
+unsafe impl Send for Mapping {}
+
+impl Mapping {
+    /// Maps `1 + data_pages` pages of a perf event fd (metadata page first).
+    pub fn new(fd: &OwnedFd, data_pages: usize) -> io::Result<Mapping> {
+        let page = page_size();
+        let len = page
+            .checked_mul(data_pages + 1)
+            .ok_or_else(|| io::Error::from(io::ErrorKind::InvalidInput))?;
+        // SAFETY: a fresh shared mapping of a perf fd; the kernel validates
+        // the length (1 + 2^n pages) and we check the result below.
+        let ptr = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                len,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_SHARED,
+                fd.as_raw_fd(),
+                0,
+            )
+        };
+        if ptr == libc::MAP_FAILED {
+            return Err(io::Error::last_os_error());
+        }
+        Ok(Mapping {
+            ptr: ptr.cast(),
+            len,
+        })
+    }
+
+    /// Start of the mapping.
+    pub fn as_ptr(&self) -> *mut u8 {
+        self.ptr
+    }
+
+    /// Length in bytes.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// True for an empty mapping (never, once created).
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+}
+
+impl Drop for Mapping {
+    fn drop(&mut self) {
+        // SAFETY: `ptr`/`len` are exactly what mmap returned; nothing refers
+        // to the mapping after drop (RingBuffer borrows end before).
+        unsafe {
+            libc::munmap(self.ptr.cast(), self.len);
+        }
+    }
+}
+
+/// The system page size.
+pub fn page_size() -> usize {
+    // SAFETY: sysconf has no memory-safety preconditions.
+    let v = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
+    usize::try_from(v).unwrap_or(4096)
+}
+
+/// The calling thread's id.
+pub fn gettid() -> i32 {
+    // SAFETY: gettid has no preconditions.
+    unsafe { libc::gettid() }
+}
+
+/// A child process started with fork(2) that waits before exec(2) until
+/// [`HeldChild::release`], so perf events can be attached to its pid first.
+/// (std's `Command::spawn` waits for exec to happen, so it cannot hold.)
+pub struct HeldChild {
+    pid: i32,
+    gate: Option<OwnedFd>,
+    exec_error: Option<OwnedFd>,
+    status: Option<ExitStatus>,
+}
+
+fn pipe_cloexec() -> io::Result<(OwnedFd, OwnedFd)> {
+    let mut fds = [0 as RawFd; 2];
+    // SAFETY: pipe2 writes two descriptors into the array we pass.
+    check(unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) })?;
+    // SAFETY: pipe2 succeeded, so both descriptors are new and ours.
+    Ok(unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) })
+}
+
+impl HeldChild {
+    /// Forks a child that will run `program` (searched in PATH) with `args`
+    /// once released.
+    pub fn spawn(program: &str, args: &[String]) -> io::Result<HeldChild> {
+        let invalid = || io::Error::new(io::ErrorKind::InvalidInput, "a NUL byte in the command line");
+        let prog = CString::new(program).map_err(|_| invalid())?;
+        let mut argv_owned = vec![prog.clone()];
+        for a in args {
+            argv_owned.push(CString::new(a.as_str()).map_err(|_| invalid())?);
+        }
+        let mut argv: Vec<*const libc::c_char> = argv_owned.iter().map(|a| a.as_ptr()).collect();
+        argv.push(std::ptr::null());
+        let (gate_r, gate_w) = pipe_cloexec()?;
+        let (err_r, err_w) = pipe_cloexec()?;
+        let (gr, gw, er, ew) = (gate_r.as_raw_fd(), gate_w.as_raw_fd(), err_r.as_raw_fd(), err_w.as_raw_fd());
+        // SAFETY: after fork the child only calls async-signal-safe functions
+        // (close, read, write, execvp, _exit) on memory prepared before the
+        // fork (`prog`, `argv`), and never returns into Rust code.
+        let pid = unsafe { libc::fork() };
+        if pid < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        if pid == 0 {
+            // SAFETY: see above; this is the child and ends in exec or _exit.
+            unsafe {
+                libc::close(gw);
+                libc::close(er);
+                let mut byte = 0u8;
+                loop {
+                    let n = libc::read(gr, (&mut byte as *mut u8).cast(), 1);
+                    if n == 1 {
+                        break;
+                    }
+                    if n == 0 || *libc::__errno_location() != libc::EINTR {
+                        // The parent gave up before releasing us.
+                        libc::_exit(127);
+                    }
+                }
+                libc::execvp(prog.as_ptr(), argv.as_ptr());
+                let errno = *libc::__errno_location();
+                libc::write(ew, (&errno as *const i32).cast(), std::mem::size_of::<i32>());
+                libc::_exit(127);
+            }
+        }
+        drop(gate_r);
+        drop(err_w);
+        Ok(HeldChild {
+            pid,
+            gate: Some(gate_w),
+            exec_error: Some(err_r),
+            status: None,
+        })
+    }
+
+    /// The child's pid.
+    pub fn pid(&self) -> i32 {
+        self.pid
+    }
+
+    /// Lets the child exec, and reports exec's failure (e.g. command not found).
+    pub fn release(&mut self) -> io::Result<()> {
+        if let Some(gate) = self.gate.take() {
+            let byte = [1u8];
+            // SAFETY: writes one byte from a live buffer to our pipe end.
+            let n = unsafe { libc::write(gate.as_raw_fd(), byte.as_ptr().cast(), 1) };
+            if n != 1 {
+                return Err(io::Error::last_os_error());
+            }
+        }
+        if let Some(err) = self.exec_error.take() {
+            let mut errno = [0u8; 4];
+            // SAFETY: reads at most 4 bytes into a live 4-byte buffer. The
+            // write end closes at exec (CLOEXEC), so EOF means exec worked.
+            let n = unsafe { libc::read(err.as_raw_fd(), errno.as_mut_ptr().cast(), 4) };
+            if n == 4 {
+                return Err(io::Error::from_raw_os_error(i32::from_ne_bytes(errno)));
+            }
+        }
+        Ok(())
+    }
+
+    /// The exit status if the child has ended (does not block).
+    pub fn try_wait(&mut self) -> io::Result<Option<ExitStatus>> {
+        if self.status.is_some() {
+            return Ok(self.status);
+        }
+        let mut status = 0;
+        // SAFETY: waitpid writes the status into our local integer.
+        let rc = unsafe { libc::waitpid(self.pid, &mut status, libc::WNOHANG) };
+        if rc < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        if rc == self.pid {
+            self.status = Some(ExitStatus::from_raw(status));
+        }
+        Ok(self.status)
+    }
+
+    /// Sends SIGKILL (if still running) and reaps the child.
+    pub fn kill(&mut self) -> io::Result<()> {
+        if self.status.is_none() {
+            // SAFETY: kill has no memory-safety preconditions; the pid is our
+            // unreaped child, so it cannot have been reused.
+            unsafe { libc::kill(self.pid, libc::SIGKILL) };
+            let mut status = 0;
+            // SAFETY: as in try_wait, but blocking.
+            if unsafe { libc::waitpid(self.pid, &mut status, 0) } == self.pid {
+                self.status = Some(ExitStatus::from_raw(status));
+            }
+        }
+        Ok(())
+    }
+}
+
+impl Drop for HeldChild {
+    fn drop(&mut self) {
+        // Closing the gate unreleased makes the child exit; reap it so no
+        // zombie is left. A released child is left running on its own.
+        if self.gate.take().is_some() {
+            let _ = self.kill();
+        }
+    }
+}
+
+/// Effective capabilities of this process (bit mask of `CAP_*`).
+pub fn effective_capabilities() -> io::Result<u64> {
+    let status = std::fs::read_to_string("/proc/self/status")?;
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("CapEff:"))
+        .and_then(|v| u64::from_str_radix(v.trim(), 16).ok())
+        .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidData, "no CapEff in /proc/self/status"))
+}
+
+/// `CAP_SYS_ADMIN`.
+pub const CAP_SYS_ADMIN: u32 = 21;
+/// `CAP_PERFMON` (Linux 5.8+).
+pub const CAP_PERFMON: u32 = 38;
