@@ -121,11 +121,15 @@ fn record(
 
     let stop = Arc::new(AtomicBool::new(false));
     for sig in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
-        signal_hook::flag::register(sig, Arc::clone(&stop)).context("installing a signal handler")?;
+        signal_hook::flag::register(sig, Arc::clone(&stop))
+            .context("installing a signal handler")?;
     }
     // A SIGCHLD handler makes the poll return as soon as the command exits.
-    signal_hook::flag::register(signal_hook::consts::SIGCHLD, Arc::new(AtomicBool::new(false)))
-        .context("installing a signal handler")?;
+    signal_hook::flag::register(
+        signal_hook::consts::SIGCHLD,
+        Arc::new(AtomicBool::new(false)),
+    )
+    .context("installing a signal handler")?;
 
     let mut child = match command.split_first() {
         Some((prog, args)) => {
@@ -154,7 +158,13 @@ fn record(
     let mut command_status = None;
     let mut reader_gone = false;
     loop {
-        if !emit(&mut session, Duration::from_millis(100), &plans, &symbols, &mut out)? {
+        if !emit(
+            &mut session,
+            Duration::from_millis(100),
+            &plans,
+            &symbols,
+            &mut out,
+        )? {
             reader_gone = true;
             break;
         }

@@ -26,7 +26,11 @@ fn function(symbols: &KernelSymbols, addr: u64) -> String {
 /// for a kretprobe.
 pub fn line(e: &Event, plan: &ProbePlan, symbols: &KernelSymbols) -> String {
     let place = match e.ret_addr {
-        Some(ret) => format!("{} <- {}", location(symbols, ret), function(symbols, e.probe_addr)),
+        Some(ret) => format!(
+            "{} <- {}",
+            location(symbols, ret),
+            function(symbols, e.probe_addr)
+        ),
         None => location(symbols, e.probe_addr),
     };
     let mut s = format!(

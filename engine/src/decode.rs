@@ -111,8 +111,7 @@ pub fn decode_sample(
 ) -> Result<Event, DecodeError> {
     let raw = sample.raw.ok_or(DecodeError::Missing("raw data"))?;
     let raw = raw.as_slice();
-    let probe_addr =
-        read_u64(&raw, TRACE_ENTRY_SIZE).ok_or(DecodeError::ShortRaw(raw.len()))?;
+    let probe_addr = read_u64(&raw, TRACE_ENTRY_SIZE).ok_or(DecodeError::ShortRaw(raw.len()))?;
     let ip = sample.ip.ok_or(DecodeError::Missing("ip"))?;
     // The raw record of a kretprobe also holds a return address, but seen on
     // Debian 6.1 and 6.12: when a kprobe sits on the same function it holds
@@ -156,9 +155,18 @@ mod tests {
     #[test]
     fn values_print_like_ftrace() {
         let at_fdcwd = 0xffff_ff9c_u64;
-        assert_eq!(Value::new(at_fdcwd, ArgType::Hex(64)).to_string(), "0xffffff9c");
-        assert_eq!(Value::new(at_fdcwd, ArgType::Signed(32)).to_string(), "-100");
-        assert_eq!(Value::new(at_fdcwd, ArgType::Unsigned(32)).to_string(), "4294967196");
+        assert_eq!(
+            Value::new(at_fdcwd, ArgType::Hex(64)).to_string(),
+            "0xffffff9c"
+        );
+        assert_eq!(
+            Value::new(at_fdcwd, ArgType::Signed(32)).to_string(),
+            "-100"
+        );
+        assert_eq!(
+            Value::new(at_fdcwd, ArgType::Unsigned(32)).to_string(),
+            "4294967196"
+        );
         assert_eq!(Value::new(u64::MAX - 1, ArgType::Signed(64)).as_i64(), -2);
         assert_eq!(Value::new(0x1234, ArgType::Hex(8)).to_string(), "0x34");
         assert_eq!(Value::new(0x80, ArgType::Signed(8)).to_string(), "-128");

@@ -1,5 +1,6 @@
 //! The engine's errors: each says what failed, for which probe, why, and
-//! what to do instead.
+//! what to do instead. The OS error, where there is one, is the error's
+//! `source()`, so a caller printing the chain (anyhow's `{:#}`) shows it once.
 
 use std::io;
 
@@ -11,10 +12,10 @@ use crate::spec::SpecError;
 #[non_exhaustive]
 pub enum Error {
     /// The probe definition is malformed.
-    #[error("{0}")]
+    #[error(transparent)]
     Spec(#[from] SpecError),
     /// The probe cannot go where it asks to.
-    #[error("{0}")]
+    #[error(transparent)]
     Plan(#[from] PlanError),
     /// The running kernel offers no kprobe PMU.
     #[error("this kernel has no kprobe PMU ({dir} is missing): it was built without CONFIG_KPROBE_EVENTS or is older than 4.17; run `cargo xtask demo` to see kprobe-perf on a kernel that has one")]
@@ -29,7 +30,7 @@ pub enum Error {
         exe: String,
     },
     /// perf_event_open refused a probe.
-    #[error("cannot attach {probe} on {where_}: {reason} ({source})")]
+    #[error("cannot attach {probe} on {where_}: {reason}")]
     Open {
         /// The probe, in canonical syntax.
         probe: String,
@@ -41,7 +42,7 @@ pub enum Error {
         source: io::Error,
     },
     /// Another system call failed.
-    #[error("{what}: {source}")]
+    #[error("{what}")]
     Io {
         /// What was being done.
         what: String,

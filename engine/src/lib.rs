@@ -29,11 +29,17 @@ pub use spec::ProbeSpec;
 ///
 /// `symbols` may be empty (kallsyms unreadable); names are then left for
 /// the kernel to check.
-pub fn plan_probes<S: AsRef<str>>(specs: &[S], symbols: &KernelSymbols) -> Result<Vec<ProbePlan>, Error> {
+pub fn plan_probes<S: AsRef<str>>(
+    specs: &[S],
+    symbols: &KernelSymbols,
+) -> Result<Vec<ProbePlan>, Error> {
     let arch = Arch::host().ok_or_else(|| {
         Error::io(
             "choosing the register table",
-            std::io::Error::new(std::io::ErrorKind::Unsupported, "kprobe-perf supports x86_64 and aarch64"),
+            std::io::Error::new(
+                std::io::ErrorKind::Unsupported,
+                "kprobe-perf supports x86_64 and aarch64",
+            ),
         )
     })?;
     specs

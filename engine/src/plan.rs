@@ -22,7 +22,9 @@ pub enum PlanError {
         suggestion: Option<String>,
     },
     /// The probe needs something only a tracefs-defined event provides.
-    #[error("{what} needs a dynamic_events definition, which this build cannot make yet; {instead}")]
+    #[error(
+        "{what} needs a dynamic_events definition, which this build cannot make yet; {instead}"
+    )]
     NeedsTracefs {
         /// The feature asked for.
         what: String,
@@ -40,7 +42,9 @@ pub enum PlanError {
 }
 
 fn module_suffix(m: &Option<String>) -> String {
-    m.as_ref().map(|m| format!(" in module {m}")).unwrap_or_default()
+    m.as_ref()
+        .map(|m| format!(" in module {m}"))
+        .unwrap_or_default()
 }
 
 fn hint(s: &Option<String>) -> String {
@@ -99,7 +103,11 @@ impl ProbePlan {
 
 /// Plans a parsed probe against the kernel's symbols. When `symbols` is
 /// empty (kallsyms unreadable), names are left for the kernel to check.
-pub fn resolve(spec: ProbeSpec, symbols: &KernelSymbols, arch: Arch) -> Result<ProbePlan, PlanError> {
+pub fn resolve(
+    spec: ProbeSpec,
+    symbols: &KernelSymbols,
+    arch: Arch,
+) -> Result<ProbePlan, PlanError> {
     if let ProbeKind::Return { maxactive: Some(n) } = spec.kind {
         return Err(PlanError::NeedsTracefs {
             what: format!("maxactive (r{n}:)"),
@@ -154,7 +162,11 @@ pub fn resolve(spec: ProbeSpec, symbols: &KernelSymbols, arch: Arch) -> Result<P
     })
 }
 
-fn check_symbol(symbols: &KernelSymbols, module: Option<&str>, name: &str) -> Result<(), PlanError> {
+fn check_symbol(
+    symbols: &KernelSymbols,
+    module: Option<&str>,
+    name: &str,
+) -> Result<(), PlanError> {
     let found = symbols.lookup(name);
     let in_scope: Vec<_> = found
         .iter()
@@ -203,14 +215,28 @@ mod tests {
     }
 
     fn plan(text: &str) -> Result<ProbePlan, PlanError> {
-        resolve(ProbeSpec::parse(text, Arch::X86_64).unwrap(), &syms(), Arch::X86_64)
+        resolve(
+            ProbeSpec::parse(text, Arch::X86_64).unwrap(),
+            &syms(),
+            Arch::X86_64,
+        )
     }
 
     #[test]
     fn registers_and_mask() {
         let p = plan("p:do_sys_openat2 dfd=%di $arg2 sp=$stack").unwrap();
-        assert_eq!(p.attach, AttachPoint::Symbol { name: "do_sys_openat2".into(), offset: 0 });
-        let regs: Vec<_> = p.args.iter().map(|a| (a.name.as_str(), a.register.name)).collect();
+        assert_eq!(
+            p.attach,
+            AttachPoint::Symbol {
+                name: "do_sys_openat2".into(),
+                offset: 0
+            }
+        );
+        let regs: Vec<_> = p
+            .args
+            .iter()
+            .map(|a| (a.name.as_str(), a.register.name))
+            .collect();
         assert_eq!(regs, vec![("dfd", "di"), ("arg2", "si"), ("sp", "sp")]);
         assert_eq!(p.regs_mask, (1 << 5) | (1 << 4) | (1 << 7));
         let r = plan("r:do_sys_openat2 ret=$retval:s32").unwrap();
@@ -227,11 +253,18 @@ mod tests {
             "unknown symbol do_sys_opnat2: it is not in /proc/kallsyms; did you mean do_sys_openat2?"
         );
         let e = plan("p:ext4:do_sys_open").unwrap_err();
-        assert!(e.to_string().starts_with("unknown symbol do_sys_open in module ext4"), "{e}");
+        assert!(
+            e.to_string()
+                .starts_with("unknown symbol do_sys_open in module ext4"),
+            "{e}"
+        );
         assert!(plan("p:ext4:ext4_file_open").is_ok());
         assert_eq!(
             plan("p:jiffies").unwrap_err(),
-            PlanError::NotText { name: "jiffies".into(), kind: 'D' }
+            PlanError::NotText {
+                name: "jiffies".into(),
+                kind: 'D'
+            }
         );
     }
 }

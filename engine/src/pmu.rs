@@ -40,7 +40,10 @@ impl ProbePmu {
             .ok()
             .and_then(|f| parse_config_bit(&f))
             .unwrap_or(0);
-        Ok(Some(ProbePmu { type_, retprobe_bit }))
+        Ok(Some(ProbePmu {
+            type_,
+            retprobe_bit,
+        }))
     }
 }
 
@@ -61,7 +64,13 @@ mod tests {
         std::fs::write(root.join("kprobe/type"), "6\n").unwrap();
         std::fs::write(dir.join("retprobe"), "config:0\n").unwrap();
         let pmu = ProbePmu::discover_in(&root, "kprobe").unwrap();
-        assert_eq!(pmu, Some(ProbePmu { type_: 6, retprobe_bit: 0 }));
+        assert_eq!(
+            pmu,
+            Some(ProbePmu {
+                type_: 6,
+                retprobe_bit: 0
+            })
+        );
         assert_eq!(ProbePmu::discover_in(&root, "uprobe").unwrap(), None);
         std::fs::remove_dir_all(&root).unwrap();
     }

@@ -132,7 +132,8 @@ fn parse_cpu_list(text: &str) -> Option<Vec<u32>> {
 /// The online CPUs.
 pub fn online_cpus() -> Result<Vec<u32>, Error> {
     let path = "/sys/devices/system/cpu/online";
-    let text = std::fs::read_to_string(path).map_err(|e| Error::io(format!("reading {path}"), e))?;
+    let text =
+        std::fs::read_to_string(path).map_err(|e| Error::io(format!("reading {path}"), e))?;
     parse_cpu_list(&text).ok_or_else(|| {
         Error::io(
             format!("parsing {path}"),
@@ -160,7 +161,12 @@ pub fn preflight() -> Result<ProbePmu, Error> {
     Ok(pmu)
 }
 
-fn base_attr(pmu: &ProbePmu, plan: &ProbePlan, opts: &SessionOptions, first_on_cpu: bool) -> sys::perf_event_attr {
+fn base_attr(
+    pmu: &ProbePmu,
+    plan: &ProbePlan,
+    opts: &SessionOptions,
+    first_on_cpu: bool,
+) -> sys::perf_event_attr {
     let mut attr = sys::perf_event_attr {
         type_: pmu.type_,
         size: sys::ATTR_SIZE,
@@ -170,7 +176,10 @@ fn base_attr(pmu: &ProbePmu, plan: &ProbePlan, opts: &SessionOptions, first_on_c
         attr.config |= 1u64 << pmu.retprobe_bit;
     }
     // config2 is kprobe_addr (no name) or probe_offset (with a name).
-    let (AttachPoint::Address(config2) | AttachPoint::Symbol { offset: config2, .. }) = plan.attach;
+    let (AttachPoint::Address(config2)
+    | AttachPoint::Symbol {
+        offset: config2, ..
+    }) = plan.attach;
     attr.__bindgen_anon_4.config2 = config2;
     attr.__bindgen_anon_1.sample_period = 1;
     let mut sample_type = PERF_SAMPLE_IDENTIFIER
@@ -235,33 +244,50 @@ impl Session {
             for (i, plan) in plans.iter().enumerate() {
                 let attr = base_attr(&pmu, plan, &opts, fds.is_empty());
                 let cpu_arg = i32::try_from(cpu).unwrap_or(-1);
-                let fd = sys::perf_event_open(&attr, names[i].as_deref(), pid, cpu_arg).map_err(|source| {
-                    let target = match &plan.attach {
-                        AttachPoint::Symbol { name, offset: 0 } => name.clone(),
-                        AttachPoint::Symbol { name, offset } => format!("{name}+{offset}"),
-                        AttachPoint::Address(a) => format!("0x{a:x}"),
-                    };
-                    Error::Open {
-                        probe: plan.spec.to_string(),
-                        where_: if pid >= 0 { format!("pid {pid}, CPU {cpu}") } else { format!("CPU {cpu}") },
-                        reason: explain_open_errno(source.raw_os_error().unwrap_or(0), &target),
-                        source,
-                    }
-                })?;
+                let fd = sys::perf_event_open(&attr, names[i].as_deref(), pid, cpu_arg).map_err(
+                    |source| {
+                        let target = match &plan.attach {
+                            AttachPoint::Symbol { name, offset: 0 } => name.clone(),
+                            AttachPoint::Symbol { name, offset } => format!("{name}+{offset}"),
+                            AttachPoint::Address(a) => format!("0x{a:x}"),
+                        };
+                        Error::Open {
+                            probe: plan.spec.to_string(),
+                            where_: if pid >= 0 {
+                                format!("pid {pid}, CPU {cpu}")
+                            } else {
+                                format!("CPU {cpu}")
+                            },
+                            reason: explain_open_errno(source.raw_os_error().unwrap_or(0), &target),
+                            source,
+                        }
+                    },
+                )?;
                 let id = sys::event_id(&fd).map_err(|e| Error::io("reading a perf event id", e))?;
                 probe_of_id.insert(id, i);
                 match &ring {
                     None => {
                         ring = Some(RingBuffer::new(&fd, opts.mmap_pages).map_err(|e| {
-                            Error::io(format!("mapping a {}-page ring buffer on CPU {cpu}", opts.mmap_pages), e)
+                            Error::io(
+                                format!(
+                                    "mapping a {}-page ring buffer on CPU {cpu}",
+                                    opts.mmap_pages
+                                ),
+                                e,
+                            )
                         })?);
                         poll.registry()
-                            .register(&mut SourceFd(&fd.as_raw_fd()), Token(streams.len()), Interest::READABLE)
+                            .register(
+                                &mut SourceFd(&fd.as_raw_fd()),
+                                Token(streams.len()),
+                                Interest::READABLE,
+                            )
                             .map_err(|e| Error::io("registering a ring with the poller", e))?;
                     }
                     Some(_) => {
-                        sys::set_output(&fd, &fds[0])
-                            .map_err(|e| Error::io(format!("sharing CPU {cpu}'s ring buffer"), e))?;
+                        sys::set_output(&fd, &fds[0]).map_err(|e| {
+                            Error::io(format!("sharing CPU {cpu}'s ring buffer"), e)
+                        })?;
                     }
                 }
                 fds.push(fd);
@@ -270,7 +296,13 @@ impl Session {
                 streams.push(CpuStream { ring, fds });
             }
         }
-        let enabled = matches!(opts.target, RecordTarget::Process { enable_on_exec: true, .. });
+        let enabled = matches!(
+            opts.target,
+            RecordTarget::Process {
+                enable_on_exec: true,
+                ..
+            }
+        );
         Ok(Session {
             stats: SessionStats {
                 hits: vec![0; plans.len()],
@@ -330,7 +362,11 @@ impl Session {
     /// Waits up to `timeout` (forever with `None`) for data, then hands
     /// every available event to `f` in timestamp order. A signal ends the
     /// wait early without error. Returns the number of events delivered.
-    pub fn poll(&mut self, timeout: Option<Duration>, mut f: impl FnMut(&Event)) -> Result<usize, Error> {
+    pub fn poll(
+        &mut self,
+        timeout: Option<Duration>,
+        mut f: impl FnMut(&Event),
+    ) -> Result<usize, Error> {
         match self.poll.poll(&mut self.events, timeout) {
             Ok(()) => {}
             Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}

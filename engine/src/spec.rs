@@ -229,7 +229,11 @@ impl ProbeSpec {
         let cur = Cursor { input };
         let toks = tokens(input);
         let Some(&(head_at, head)) = toks.first() else {
-            return Err(cur.err(0, 0, "empty probe definition; expected e.g. p:do_sys_openat2"));
+            return Err(cur.err(
+                0,
+                0,
+                "empty probe definition; expected e.g. p:do_sys_openat2",
+            ));
         };
         let (kind_text, name_part) = match head.split_once(':') {
             Some((k, n)) => (k, Some(n)),
@@ -251,8 +255,8 @@ impl ProbeSpec {
                                 head_at + 1,
                                 digits.len(),
                                 format!(
-                                    "maxactive must be a number from 1 to {MAX_MAXACTIVE}, as in r100:"
-                                ),
+                                "maxactive must be a number from 1 to {MAX_MAXACTIVE}, as in r100:"
+                            ),
                             ))
                         }
                     }
@@ -284,8 +288,8 @@ impl ProbeSpec {
         // an event name (it has a module prefix or an offset) or nothing
         // but fetch args follows it, it is the target.
         let next_is_arg = toks.get(1).is_none_or(|&(_, t)| looks_like_fetch_arg(t));
-        let short_form = name_part
-            .is_some_and(|n| !n.is_empty() && (n.contains([':', '+']) || next_is_arg));
+        let short_form =
+            name_part.is_some_and(|n| !n.is_empty() && (n.contains([':', '+']) || next_is_arg));
         let (group, event, target_at, target_text, args_from) = if short_form {
             let at = head_at + kind_text.len() + 1;
             (None, None, at, name_part.unwrap_or_default(), 1)
@@ -304,7 +308,11 @@ impl ProbeSpec {
                         }
                     }
                     if !is_identifier(e) {
-                        return Err(cur.err(e_at, e.len().max(1), "event names are letters, digits and _, starting with a letter or _"));
+                        return Err(cur.err(
+                            e_at,
+                            e.len().max(1),
+                            "event names are letters, digits and _, starting with a letter or _",
+                        ));
                     }
                     (g.map(str::to_string), Some(e.to_string()))
                 }
@@ -338,15 +346,26 @@ impl ProbeSpec {
         let arg_toks = &toks[args_from.min(toks.len())..];
         if arg_toks.len() > MAX_ARGS {
             let (at, t) = arg_toks[MAX_ARGS];
-            return Err(cur.err(at, t.len(), format!("at most {MAX_ARGS} arguments per probe")));
+            return Err(cur.err(
+                at,
+                t.len(),
+                format!("at most {MAX_ARGS} arguments per probe"),
+            ));
         }
         for (i, &(at, text)) in arg_toks.iter().enumerate() {
             let arg = parse_arg(&cur, &spec, arch, at, text)?;
             let name = arg.name.clone().unwrap_or_else(|| format!("arg{}", i + 1));
-            if spec.args.iter().enumerate().any(|(j, a)| {
-                a.name.clone().unwrap_or_else(|| format!("arg{}", j + 1)) == name
-            }) {
-                return Err(cur.err(at, text.len(), format!("argument name {name} is used twice; names must be unique")));
+            if spec
+                .args
+                .iter()
+                .enumerate()
+                .any(|(j, a)| a.name.clone().unwrap_or_else(|| format!("arg{}", j + 1)) == name)
+            {
+                return Err(cur.err(
+                    at,
+                    text.len(),
+                    format!("argument name {name} is used twice; names must be unique"),
+                ));
             }
             spec.args.push(arg);
         }
@@ -374,7 +393,13 @@ impl ProbeSpec {
             Target::Address(a) => format!("{prefix}_0x{a:x}"),
         };
         raw.chars()
-            .map(|c| if c.is_ascii_alphanumeric() || c == '_' { c } else { '_' })
+            .map(|c| {
+                if c.is_ascii_alphanumeric() || c == '_' {
+                    c
+                } else {
+                    '_'
+                }
+            })
             .collect()
     }
 
@@ -395,7 +420,11 @@ impl ProbeSpec {
 fn parse_target(cur: &Cursor, at: usize, text: &str) -> Result<Target, SpecError> {
     if text.starts_with("0x") || text.starts_with(|c: char| c.is_ascii_digit()) {
         return parse_number(text).map(Target::Address).ok_or_else(|| {
-            cur.err(at, text.len(), "not a valid address: write it in hex, as in 0xffffffff81234560")
+            cur.err(
+                at,
+                text.len(),
+                "not a valid address: write it in hex, as in 0xffffffff81234560",
+            )
         });
     }
     let (module, rest, rest_at) = match text.split_once(':') {
@@ -404,7 +433,11 @@ fn parse_target(cur: &Cursor, at: usize, text: &str) -> Result<Target, SpecError
     };
     if let Some(m) = module {
         if m.starts_with('/') {
-            return Err(cur.err(at, text.len(), "uprobe targets (PATH:SYMBOL) are not supported yet"));
+            return Err(cur.err(
+                at,
+                text.len(),
+                "uprobe targets (PATH:SYMBOL) are not supported yet",
+            ));
         }
         if !is_identifier(m) {
             return Err(cur.err(at, m.len().max(1), "module names are letters, digits and _"));
@@ -414,10 +447,18 @@ fn parse_target(cur: &Cursor, at: usize, text: &str) -> Result<Target, SpecError
         Some(i) => {
             let off_text = &rest[i + 1..];
             if rest.as_bytes()[i] == b'-' {
-                return Err(cur.err(rest_at + i, rest.len() - i, "offsets into a symbol are positive: SYM+OFFS"));
+                return Err(cur.err(
+                    rest_at + i,
+                    rest.len() - i,
+                    "offsets into a symbol are positive: SYM+OFFS",
+                ));
             }
             let off = parse_number(off_text).ok_or_else(|| {
-                cur.err(rest_at + i + 1, off_text.len().max(1), "not a valid offset: write SYM+0x10 or SYM+16")
+                cur.err(
+                    rest_at + i + 1,
+                    off_text.len().max(1),
+                    "not a valid offset: write SYM+0x10 or SYM+16",
+                )
             })?;
             (&rest[..i], off)
         }
@@ -429,7 +470,11 @@ fn parse_target(cur: &Cursor, at: usize, text: &str) -> Result<Target, SpecError
         || name.is_empty()
         || name.starts_with('.')
     {
-        return Err(cur.err(rest_at, name.len().max(1), "not a symbol name: symbols are letters, digits, _ and ."));
+        return Err(cur.err(
+            rest_at,
+            name.len().max(1),
+            "not a symbol name: symbols are letters, digits, _ and .",
+        ));
     }
     Ok(Target::Symbol {
         module: module.map(str::to_string),
@@ -440,7 +485,10 @@ fn parse_target(cur: &Cursor, at: usize, text: &str) -> Result<Target, SpecError
 
 fn parse_type(cur: &Cursor, at: usize, text: &str) -> Result<ArgType, SpecError> {
     let bad = || {
-        let hint = if matches!(text, "string" | "ustring" | "symbol") || text.starts_with('b') || text.contains('[') {
+        let hint = if matches!(text, "string" | "ustring" | "symbol")
+            || text.starts_with('b')
+            || text.contains('[')
+        {
             format!("type {text} needs the kernel to fetch memory, which is not supported yet; use u8..u64, s8..s64 or x8..x64")
         } else {
             format!("unknown type {text}: use u8/u16/u32/u64, s8..s64 or x8..x64")
@@ -460,11 +508,21 @@ fn parse_type(cur: &Cursor, at: usize, text: &str) -> Result<ArgType, SpecError>
     }
 }
 
-fn parse_arg(cur: &Cursor, spec: &ProbeSpec, arch: Arch, at: usize, text: &str) -> Result<FetchArg, SpecError> {
+fn parse_arg(
+    cur: &Cursor,
+    spec: &ProbeSpec,
+    arch: Arch,
+    at: usize,
+    text: &str,
+) -> Result<FetchArg, SpecError> {
     let (name, body, body_at) = match text.split_once('=') {
         Some((n, b)) => {
             if !is_identifier(n) {
-                return Err(cur.err(at, n.len().max(1), "argument names are letters, digits and _, starting with a letter or _"));
+                return Err(cur.err(
+                    at,
+                    n.len().max(1),
+                    "argument names are letters, digits and _, starting with a letter or _",
+                ));
             }
             (Some(n.to_string()), b, at + n.len() + 1)
         }
@@ -510,10 +568,16 @@ fn parse_arg(cur: &Cursor, spec: &ProbeSpec, arch: Arch, at: usize, text: &str) 
         FetchSource::Retval
     } else if source_text == "$stack" {
         FetchSource::StackPointer
-    } else if source_text == "$comm" || source_text.starts_with("$stack") || source_text.starts_with('@') || source_text.contains('(') {
+    } else if source_text == "$comm"
+        || source_text.starts_with("$stack")
+        || source_text.starts_with('@')
+        || source_text.contains('(')
+    {
         return err(format!("{source_text} needs a kernel memory fetch, which is not supported yet; use %REG, $argN, $retval or $stack"));
     } else {
-        return err(format!("unknown fetch argument {source_text}: use %REG, $argN, $retval or $stack"));
+        return err(format!(
+            "unknown fetch argument {source_text}: use %REG, $argN, $retval or $stack"
+        ));
     };
     Ok(FetchArg { name, source, ty })
 }
@@ -546,7 +610,11 @@ impl fmt::Display for ProbeSpec {
         }
         write!(f, ":{}/{} ", self.group_name(), self.event_name())?;
         match &self.target {
-            Target::Symbol { module, name, offset } => {
+            Target::Symbol {
+                module,
+                name,
+                offset,
+            } => {
                 if let Some(m) = module {
                     write!(f, "{m}:")?;
                 }
@@ -579,15 +647,31 @@ mod tests {
         assert_eq!(s.event_name(), "p_do_sys_openat2_0");
         assert_eq!(
             s.target,
-            Target::Symbol { module: None, name: "do_sys_openat2".into(), offset: 0 }
+            Target::Symbol {
+                module: None,
+                name: "do_sys_openat2".into(),
+                offset: 0
+            }
         );
-        assert_eq!(s.args, vec![FetchArg { name: Some("dfd".into()), source: FetchSource::Register("di".into()), ty: None }]);
+        assert_eq!(
+            s.args,
+            vec![FetchArg {
+                name: Some("dfd".into()),
+                source: FetchSource::Register("di".into()),
+                ty: None
+            }]
+        );
     }
 
     #[test]
     fn return_probe_with_maxactive_and_group() {
         let s = parse("r100:mygrp/myret do_sys_openat2 $retval").unwrap();
-        assert_eq!(s.kind, ProbeKind::Return { maxactive: Some(100) });
+        assert_eq!(
+            s.kind,
+            ProbeKind::Return {
+                maxactive: Some(100)
+            }
+        );
         assert_eq!(s.group_name(), "mygrp");
         assert_eq!(s.arg_name(0), "arg1");
         assert_eq!(s.to_string(), "r100:mygrp/myret do_sys_openat2 $retval");
@@ -595,9 +679,18 @@ mod tests {
 
     #[test]
     fn generated_names_follow_the_kernel() {
-        assert_eq!(parse("p do_sys_open+16").unwrap().event_name(), "p_do_sys_open_16");
-        assert_eq!(parse("p 0xffffffff81000000").unwrap().event_name(), "p_0xffffffff81000000");
-        assert_eq!(parse("r ext4:ext4_file_open").unwrap().event_name(), "r_ext4_ext4_file_open_0");
+        assert_eq!(
+            parse("p do_sys_open+16").unwrap().event_name(),
+            "p_do_sys_open_16"
+        );
+        assert_eq!(
+            parse("p 0xffffffff81000000").unwrap().event_name(),
+            "p_0xffffffff81000000"
+        );
+        assert_eq!(
+            parse("r ext4:ext4_file_open").unwrap().event_name(),
+            "r_ext4_ext4_file_open_0"
+        );
     }
 
     #[test]
@@ -621,16 +714,30 @@ mod tests {
             "unknown register %rx on x86_64; did you mean %r8?\n  p:do_sys_openat2 dfd=%rx\n                       ^^^"
         );
         let e = parse("p:do_sys_openat2 ret=$retval").unwrap_err();
-        assert_eq!(e.message, "$retval is only available at a return probe: use r: instead of p:");
+        assert_eq!(
+            e.message,
+            "$retval is only available at a return probe: use r: instead of p:"
+        );
         assert_eq!(e.span, Span { start: 21, len: 7 });
         let e = parse("r:x do_sys_openat2+5").unwrap_err();
         assert_eq!(e.span, Span { start: 4, len: 16 });
         let e = parse("r5000 do_sys_open").unwrap_err();
-        assert_eq!(e.message, "maxactive must be a number from 1 to 4096, as in r100:");
+        assert_eq!(
+            e.message,
+            "maxactive must be a number from 1 to 4096, as in r100:"
+        );
         let e = parse("p:do_sys_open+4 $arg1").unwrap_err();
-        assert!(e.message.starts_with("$arg1 is only meaningful at a function's entry"), "{}", e.message);
+        assert!(
+            e.message
+                .starts_with("$arg1 is only meaningful at a function's entry"),
+            "{}",
+            e.message
+        );
         let e = parse("p:a do_sys_open x=%di x=%si").unwrap_err();
-        assert_eq!(e.message, "argument name x is used twice; names must be unique");
+        assert_eq!(
+            e.message,
+            "argument name x is used twice; names must be unique"
+        );
         let e = parse("p:a do_sys_open +8(%di)").unwrap_err();
         assert!(e.message.contains("kernel memory fetch"), "{}", e.message);
         assert!(parse("").is_err());

@@ -191,7 +191,12 @@ impl HeldChild {
     /// Forks a child that will run `program` (searched in PATH) with `args`
     /// once released.
     pub fn spawn(program: &str, args: &[String]) -> io::Result<HeldChild> {
-        let invalid = || io::Error::new(io::ErrorKind::InvalidInput, "a NUL byte in the command line");
+        let invalid = || {
+            io::Error::new(
+                io::ErrorKind::InvalidInput,
+                "a NUL byte in the command line",
+            )
+        };
         let prog = CString::new(program).map_err(|_| invalid())?;
         let mut argv_owned = vec![prog.clone()];
         for a in args {
@@ -201,7 +206,12 @@ impl HeldChild {
         argv.push(std::ptr::null());
         let (gate_r, gate_w) = pipe_cloexec()?;
         let (err_r, err_w) = pipe_cloexec()?;
-        let (gr, gw, er, ew) = (gate_r.as_raw_fd(), gate_w.as_raw_fd(), err_r.as_raw_fd(), err_w.as_raw_fd());
+        let (gr, gw, er, ew) = (
+            gate_r.as_raw_fd(),
+            gate_w.as_raw_fd(),
+            err_r.as_raw_fd(),
+            err_w.as_raw_fd(),
+        );
         // SAFETY: after fork the child only calls async-signal-safe functions
         // (close, read, write, execvp, _exit) on memory prepared before the
         // fork (`prog`, `argv`), and never returns into Rust code.
@@ -227,7 +237,11 @@ impl HeldChild {
                 }
                 libc::execvp(prog.as_ptr(), argv.as_ptr());
                 let errno = *libc::__errno_location();
-                libc::write(ew, (&errno as *const i32).cast(), std::mem::size_of::<i32>());
+                libc::write(
+                    ew,
+                    (&errno as *const i32).cast(),
+                    std::mem::size_of::<i32>(),
+                );
                 libc::_exit(127);
             }
         }

@@ -90,7 +90,7 @@ fn newest_package(series: &str) -> Result<String> {
         )?;
         names = apt_search(regex)?;
     }
-    names.sort_by(|a, b| version_key(a).cmp(&version_key(b)));
+    names.sort_by_key(|n| version_key(n));
     names.pop().with_context(|| {
         format!("apt knows no package matching {regex}; is a Debian bookworm (or newer) source configured?")
     })
@@ -149,12 +149,12 @@ mod tests {
 
     #[test]
     fn newest_by_numeric_runs() {
-        let mut v = vec![
+        let mut v = [
             "linux-image-6.1.0-9-amd64-unsigned".to_string(),
             "linux-image-6.1.0-56-amd64-unsigned".to_string(),
             "linux-image-6.1.0-10-amd64-unsigned".to_string(),
         ];
-        v.sort_by(|a, b| version_key(a).cmp(&version_key(b)));
+        v.sort_by_key(|n| version_key(n));
         assert_eq!(v.last().unwrap(), "linux-image-6.1.0-56-amd64-unsigned");
     }
 

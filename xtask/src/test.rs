@@ -1,8 +1,285 @@
-//! `cargo xtask test` and `cargo xtask demo`.
-use anyhow::Result;
-pub fn run(_k: &[String], _n: bool) -> Result<()> {
+//! `cargo xtask test`: the one test command, and `cargo xtask demo`.
+
+use anyhow::{bail, Context, Result};
+use std::io::{BufRead, BufReader};
+use std::path::PathBuf;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use crate::kernels::{self, MATRIX};
+use crate::vm::{self, VmRun};
+use crate::{host, passthrough_env, report_problems, vm_cache, workspace_root};
+
+/// Passed and failed counts, summed over libtest's `test result:` lines.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+struct Counts {
+    passed: u64,
+    failed: u64,
+}
+
+impl Counts {
+    fn add(&mut self, other: Counts) {
+        self.passed += other.passed;
+        self.failed += other.failed;
+    }
+}
+
+/// Sums `test result: ok. 5 passed; 1 failed; ...` lines.
+fn parse_counts(output: &str) -> Counts {
+    let mut c = Counts::default();
+    for line in output.lines().filter(|l| l.contains("test result:")) {
+        let num_before = |word: &str| -> u64 {
+            line.split(';')
+                .find_map(|part| part.trim().strip_suffix(word))
+                .and_then(|n| n.split_whitespace().last())
+                .and_then(|n| n.parse().ok())
+                .unwrap_or(0)
+        };
+        c.passed += num_before(" passed");
+        c.failed += num_before(" failed");
+    }
+    c
+}
+
+fn cargo() -> Command {
+    let mut c = Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()));
+    c.current_dir(workspace_root());
+    c
+}
+
+/// Runs a command, echoing its output, and returns (success, output).
+fn run_echo(cmd: &mut Command) -> Result<(bool, String)> {
+    let mut child = cmd
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .context("starting cargo")?;
+    let stderr = child.stderr.take().context("stderr")?;
+    let err_thread = std::thread::spawn(move || {
+        let mut text = String::new();
+        for line in BufReader::new(stderr).lines().map_while(|l| l.ok()) {
+            eprintln!("{line}");
+            text.push_str(&line);
+            text.push('\n');
+        }
+        text
+    });
+    let mut text = String::new();
+    if let Some(stdout) = child.stdout.take() {
+        for line in BufReader::new(stdout).lines().map_while(|l| l.ok()) {
+            println!("{line}");
+            text.push_str(&line);
+            text.push('\n');
+        }
+    }
+    let status = child.wait()?;
+    text.push_str(&err_thread.join().unwrap_or_default());
+    Ok((status.success(), text))
+}
+
+/// The test executables of the `tests/` crate (built, not run).
+fn build_vm_tests() -> Result<Vec<PathBuf>> {
+    let out = cargo()
+        .args([
+            "test",
+            "--package",
+            "kprobe-perf-tests",
+            "--no-run",
+            "--message-format=json",
+        ])
+        .stderr(Stdio::inherit())
+        .output()
+        .context("running cargo test --no-run")?;
+    if !out.status.success() {
+        bail!("building the VM tests failed");
+    }
+    let text = String::from_utf8_lossy(&out.stdout);
+    let mut exes = Vec::new();
+    for line in text.lines() {
+        if !line.contains("\"reason\":\"compiler-artifact\"") || !line.contains("\"test\":true") {
+            continue;
+        }
+        if let Some(rest) = line.split("\"executable\":\"").nth(1) {
+            if let Some(path) = rest.split('"').next() {
+                exes.push(PathBuf::from(path));
+            }
+        }
+    }
+    if exes.is_empty() {
+        bail!("cargo reported no test executables for kprobe-perf-tests");
+    }
+    Ok(exes)
+}
+
+/// fmt, clippy, native tests, then the VM matrix. Ends with `N passed, N failed`.
+pub fn run(kernel_args: &[String], no_lint: bool) -> Result<()> {
+    let started = Instant::now();
+    let mut total = Counts::default();
+    let mut summary: Vec<String> = Vec::new();
+
+    if !no_lint {
+        let (fmt_ok, _) = run_echo(cargo().args(["fmt", "--all", "--check"]))?;
+        let (clippy_ok, _) = run_echo(cargo().args([
+            "clippy",
+            "--workspace",
+            "--all-targets",
+            "--",
+            "-D",
+            "warnings",
+        ]))?;
+        for (name, ok) in [("cargo fmt --check", fmt_ok), ("cargo clippy", clippy_ok)] {
+            summary.push(format!("{name}: {}", if ok { "clean" } else { "FAILED" }));
+            total.add(Counts {
+                passed: u64::from(ok),
+                failed: u64::from(!ok),
+            });
+        }
+    }
+
+    // The tests/ crate runs the kprobe-perf binary, which `cargo test`
+    // does not build by itself.
+    let (build_ok, _) = run_echo(cargo().args(["build", "--package", "kprobe-perf"]))?;
+    if !build_ok {
+        bail!("building kprobe-perf failed");
+    }
+    let (native_ok, native_out) = run_echo(cargo().args(["test", "--workspace"]))?;
+    let mut native = parse_counts(&native_out);
+    if !native_ok && native.failed == 0 {
+        native.failed = 1; // a build failure runs no test but must count
+    }
+    summary.push(format!(
+        "native: {} passed, {} failed",
+        native.passed, native.failed
+    ));
+    total.add(native);
+
+    host::ensure_packages(&[])?;
+    let exes = build_vm_tests()?;
+    let kernels: Vec<String> = if kernel_args.is_empty() {
+        MATRIX.iter().map(|s| s.to_string()).collect()
+    } else {
+        kernel_args.to_vec()
+    };
+    let script = {
+        let list: Vec<String> = exes.iter().map(|e| format!("'{}'", e.display())).collect();
+        format!(
+            "rc=0; for t in {}; do \"$t\" --test-threads=1 --color never || rc=1; done; exit $rc",
+            list.join(" ")
+        )
+    };
+    for k in &kernels {
+        let t0 = Instant::now();
+        let kernel = kernels::resolve(k, &vm_cache().join("kernels"))?;
+        println!("xtask: running the VM tests on kernel {k}");
+        let outcome = vm::run(&VmRun {
+            kernel: &kernel,
+            command: &["sh".to_string(), "-c".to_string(), script.clone()],
+            cwd: workspace_root(),
+            env: passthrough_env(),
+            timeout: Duration::from_secs(900),
+            echo: true,
+            work_dir: vm_cache(),
+        })?;
+        report_problems(&outcome);
+        let mut c = parse_counts(&outcome.output);
+        if !outcome.success() && c.failed == 0 {
+            c.failed = 1; // the guest failed outside any test
+        }
+        let image = kernel
+            .image
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_default();
+        summary.push(format!(
+            "kernel {k} ({image}): {} passed, {} failed, boot {:.1} s, {:.0} s in all{}",
+            c.passed,
+            c.failed,
+            outcome.boot_secs.unwrap_or(f64::NAN),
+            t0.elapsed().as_secs_f64(),
+            if outcome.problems.is_empty() {
+                String::new()
+            } else {
+                format!(", problems: {}", outcome.problems.join("; "))
+            }
+        ));
+        total.add(c);
+    }
+
+    println!();
+    println!(
+        "xtask test summary ({:.0} s):",
+        started.elapsed().as_secs_f64()
+    );
+    for s in &summary {
+        println!("  {s}");
+    }
+    println!("{} passed, {} failed", total.passed, total.failed);
+    if total.failed > 0 {
+        std::process::exit(1);
+    }
     Ok(())
 }
-pub fn demo(_k: &str) -> Result<()> {
+
+/// Boots the VM and records a kprobe and a kretprobe on a small workload.
+pub fn demo(kernel: &str) -> Result<()> {
+    host::ensure_packages(&[])?;
+    let (ok, _) = run_echo(cargo().args(["build", "--package", "kprobe-perf"]))?;
+    if !ok {
+        bail!("building kprobe-perf failed");
+    }
+    let bin = workspace_root().join("target/debug/kprobe-perf");
+    let kernel = kernels::resolve(kernel, &vm_cache().join("kernels"))?;
+    let command: Vec<String> = [
+        bin.to_string_lossy().as_ref(),
+        "record",
+        "-e",
+        "p:do_sys_openat2 dfd=%di:s32",
+        "-e",
+        "r:do_sys_openat2 ret=$retval:s64",
+        "--",
+        "sh",
+        "-c",
+        "cat /etc/hostname; cat /no/such/file",
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect();
+    println!(
+        "xtask: booting kernel {} and running: kprobe-perf {}",
+        kernel.label,
+        command[1..].join(" ")
+    );
+    let outcome = vm::run(&VmRun {
+        kernel: &kernel,
+        command: &command,
+        cwd: workspace_root(),
+        env: passthrough_env(),
+        timeout: Duration::from_secs(300),
+        echo: true,
+        work_dir: vm_cache(),
+    })?;
+    report_problems(&outcome);
+    if !outcome.success() {
+        bail!("the demo failed");
+    }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn counts_sum_libtest_lines() {
+        let out = "test result: ok. 5 passed; 0 failed; 0 ignored; 0 measured\n\
+                   noise\n\
+                   test result: FAILED. 3 passed; 2 failed; 1 ignored; 0 measured\n";
+        assert_eq!(
+            parse_counts(out),
+            Counts {
+                passed: 8,
+                failed: 2
+            }
+        );
+    }
 }

@@ -1,0 +1,31 @@
+//! Embedding kprobe-perf: count the return values of do_sys_openat2 on all
+//! CPUs for a few seconds. Run as root on a kernel with the kprobe PMU:
+//! `cargo run -p kprobe-perf-engine --example record -- 3`.
+
+use std::collections::BTreeMap;
+use std::time::{Duration, Instant};
+
+use kprobe_perf_engine::{plan_probes, KernelSymbols, Session, SessionOptions};
+
+fn main() -> Result<(), Box<dyn std::error::Error>> {
+    let secs: u64 = std::env::args()
+        .nth(1)
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(3);
+    let symbols = KernelSymbols::load()?;
+    let plans = plan_probes(&["r:do_sys_openat2 ret=$retval:s64"], &symbols)?;
+    let mut session = Session::open(plans, SessionOptions::default())?;
+    session.enable()?;
+    let mut by_value: BTreeMap<i64, u64> = BTreeMap::new();
+    let end = Instant::now() + Duration::from_secs(secs);
+    while Instant::now() < end {
+        session.poll(Some(Duration::from_millis(100)), |e| {
+            *by_value.entry(e.args[0].as_i64()).or_default() += 1;
+        })?;
+    }
+    for (ret, n) in by_value {
+        println!("ret={ret}: {n}");
+    }
+    println!("lost: {}", session.stats().lost);
+    Ok(())
+}
