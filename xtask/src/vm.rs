@@ -68,7 +68,16 @@ fn shell_quote(s: &str) -> String {
     format!("'{}'", s.replace('\'', r"'\''"))
 }
 
-fn init_script(modules: &[String]) -> String {
+/// The first path component of `cwd` under `/tmp`, if any: the guest's
+/// `/tmp` is a tmpfs, so that directory of the host is bound back into it.
+fn tmp_component(cwd: &Path) -> Option<String> {
+    let rest = cwd.strip_prefix("/tmp").ok()?;
+    rest.components()
+        .next()
+        .map(|c| c.as_os_str().to_string_lossy().into_owned())
+}
+
+fn init_script(modules: &[String], keep_tmp: Option<&str>) -> String {
     let mut s = String::from(
         r#"#!/bin/busybox sh
 /bin/busybox mkdir -p /bin /sbin /proc /sys /dev /mnt
@@ -87,8 +96,10 @@ mount -t devtmpfs devtmpfs /dev
     s.push_str(&format!(
         r#"fail() {{ echo "kprobe-perf-vm: $*"; echo "{EXIT} 125"; echo o > /proc/sysrq-trigger; sleep 10; }}
 mount -t 9p -o trans=virtio,version=9p2000.L,ro,msize=524288 hostroot /mnt || fail "cannot mount the host file system over 9p"
+mkdir -p /hosttmp
+mount -o bind /mnt/tmp /hosttmp
 mount -t tmpfs -o mode=1777 tmpfs /mnt/tmp || fail "cannot mount /tmp"
-mount -t proc proc /mnt/proc
+{keep}mount -t proc proc /mnt/proc
 mount -t sysfs sysfs /mnt/sys
 mount -t devtmpfs devtmpfs /mnt/dev
 mkdir -p /mnt/dev/shm /mnt/dev/pts
@@ -106,7 +117,13 @@ dmesg | grep -E 'Oops|BUG:|WARNING:|Kernel panic|general protection|Call Trace' 
 echo "{EXIT} $rc"
 echo o > /proc/sysrq-trigger
 sleep 10
-"#
+"#,
+        keep = keep_tmp
+            .map(|c| {
+                let q = shell_quote(c);
+                format!("mkdir -p /mnt/tmp/{q} && mount -o bind /hosttmp/{q} /mnt/tmp/{q}\n")
+            })
+            .unwrap_or_default()
     ));
     s
 }
@@ -223,7 +240,12 @@ fn build_initramfs(opts: &VmRun, out: &Path) -> Result<()> {
             names.push(name);
         }
     }
-    cpio.file("init", 0o755, init_script(&names).as_bytes());
+    let keep = tmp_component(&opts.cwd);
+    cpio.file(
+        "init",
+        0o755,
+        init_script(&names, keep.as_deref()).as_bytes(),
+    );
     cpio.file("cmd.sh", 0o644, command_script(opts).as_bytes());
     std::fs::write(out, cpio.finish()).with_context(|| format!("writing {}", out.display()))
 }
@@ -397,6 +419,20 @@ impl Cpio {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_workspace_under_tmp_is_bound_back() {
+        assert_eq!(
+            tmp_component(Path::new("/tmp/fresh/sub")),
+            Some("fresh".into())
+        );
+        assert_eq!(tmp_component(Path::new("/work/main")), None);
+        let init = init_script(&[], Some("fresh"));
+        assert!(
+            init.contains("mount -o bind /hosttmp/'fresh' /mnt/tmp/'fresh'"),
+            "{init}"
+        );
+    }
 
     #[test]
     fn quoting_survives_single_quotes() {
