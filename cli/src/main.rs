@@ -12,7 +12,7 @@ use anyhow::{Context, Result};
 use clap::{Parser, Subcommand};
 use kprobe_perf_engine::sys::HeldChild;
 use kprobe_perf_engine::{
-    plan_probes, Arch, KernelSymbols, ProbeSpec, RecordTarget, Session, SessionOptions,
+    plan_probes, spec::Definition, Arch, KernelSymbols, RecordTarget, Session, SessionOptions,
 };
 
 #[derive(Parser)]
@@ -61,8 +61,8 @@ enum Cmd {
         /// under the mistake; exit 0 only if all parse.
         #[arg(long, required = true)]
         parse: bool,
-        /// The definitions.
-        #[arg(value_name = "SPEC", required = true)]
+        /// The definitions (`-:EVENT` deletions included).
+        #[arg(value_name = "SPEC", required = true, allow_hyphen_values = true)]
         specs: Vec<String>,
     },
 }
@@ -92,8 +92,9 @@ fn probe_parse(specs: &[String]) -> Result<ExitCode> {
     let arch = Arch::host().context("kprobe-perf supports x86_64 and aarch64 only")?;
     let mut ok = true;
     for s in specs {
-        match ProbeSpec::parse(s, arch) {
-            Ok(spec) => println!("{spec}"),
+        match Definition::parse(s, arch) {
+            Ok(Definition::Probe(spec)) => println!("{}", spec.qualified()),
+            Ok(delete) => println!("{delete}"),
             Err(e) => {
                 ok = false;
                 eprintln!("kprobe-perf: {e}");

@@ -1,5 +1,6 @@
 //! The text output: one line per event in ftrace's layout, and the summary.
 
+use kprobe_perf_engine::spec::BaseType;
 use kprobe_perf_engine::{Event, KernelSymbols, ProbePlan, Session};
 
 /// `sym+0xoff/0xsize`, or the bare address when no symbol holds it.
@@ -44,7 +45,11 @@ pub fn line(e: &Event, plan: &ProbePlan, symbols: &KernelSymbols) -> String {
         place
     );
     for (a, v) in plan.args.iter().zip(&e.args) {
-        s.push_str(&format!(" {}={}", a.name, v));
+        if v.ty == BaseType::Symbol {
+            s.push_str(&format!(" {}={}", a.name, location(symbols, v.raw)));
+        } else {
+            s.push_str(&format!(" {}={}", a.name, v));
+        }
     }
     s
 }

@@ -7,7 +7,7 @@ use std::sync::Arc;
 use linux_perf_event_reader::SampleRecord;
 
 use crate::plan::ProbePlan;
-use crate::spec::ArgType;
+use crate::spec::BaseType;
 
 /// Size of `struct trace_entry` at the start of a kprobe's raw data.
 const TRACE_ENTRY_SIZE: usize = 8;
@@ -44,22 +44,36 @@ pub struct Event {
 pub struct Value {
     /// The value, truncated to the type's width (sign-extended for sN).
     pub raw: u64,
-    /// Its type.
-    pub ty: ArgType,
+    /// Its type (a type that fits in a register).
+    pub ty: BaseType,
 }
 
 impl Value {
-    /// Truncates (and for signed types sign-extends) a 64-bit register.
-    pub fn new(reg: u64, ty: ArgType) -> Value {
-        let bits = u32::from(ty.bits());
-        let raw = if bits >= 64 {
-            reg
-        } else {
-            let masked = reg & ((1u64 << bits) - 1);
-            match ty {
-                ArgType::Signed(_) => (((masked << (64 - bits)) as i64) >> (64 - bits)) as u64,
-                _ => masked,
+    /// Applies a type to a 64-bit register: truncation to the width (with
+    /// sign extension for sN), or extraction of a bitfield.
+    pub fn new(reg: u64, ty: BaseType) -> Value {
+        let low_bits = |v: u64, bits: u32| {
+            if bits >= 64 {
+                v
+            } else {
+                v & ((1u64 << bits) - 1)
             }
+        };
+        let raw = match ty {
+            BaseType::Unsigned(b) | BaseType::Hex(b) => low_bits(reg, u32::from(b)),
+            BaseType::Signed(b) if b < 64 => {
+                let shift = 64 - u32::from(b);
+                (((reg << shift) as i64) >> shift) as u64
+            }
+            BaseType::Bitfield {
+                width,
+                offset,
+                container,
+            } => {
+                let in_container = low_bits(reg, u32::from(container));
+                low_bits(in_container >> offset, u32::from(width))
+            }
+            _ => reg,
         };
         Value { raw, ty }
     }
@@ -71,12 +85,14 @@ impl Value {
 }
 
 impl fmt::Display for Value {
-    /// As ftrace prints it: decimal for uN/sN, `0x`-prefixed hex for xN.
+    /// As ftrace prints it: decimal for uN/sN and bitfields, `0x`-prefixed
+    /// hex for xN (and for `symbol`, which a caller with the kernel's
+    /// symbols prints as `sym+off/size` instead).
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self.ty {
-            ArgType::Unsigned(_) => write!(f, "{}", self.raw),
-            ArgType::Signed(_) => write!(f, "{}", self.raw as i64),
-            ArgType::Hex(_) => write!(f, "0x{:x}", self.raw),
+            BaseType::Unsigned(_) | BaseType::Bitfield { .. } => write!(f, "{}", self.raw),
+            BaseType::Signed(_) => write!(f, "{}", self.raw as i64),
+            _ => write!(f, "0x{:x}", self.raw),
         }
     }
 }
@@ -156,19 +172,26 @@ mod tests {
     fn values_print_like_ftrace() {
         let at_fdcwd = 0xffff_ff9c_u64;
         assert_eq!(
-            Value::new(at_fdcwd, ArgType::Hex(64)).to_string(),
+            Value::new(at_fdcwd, BaseType::Hex(64)).to_string(),
             "0xffffff9c"
         );
         assert_eq!(
-            Value::new(at_fdcwd, ArgType::Signed(32)).to_string(),
+            Value::new(at_fdcwd, BaseType::Signed(32)).to_string(),
             "-100"
         );
         assert_eq!(
-            Value::new(at_fdcwd, ArgType::Unsigned(32)).to_string(),
+            Value::new(at_fdcwd, BaseType::Unsigned(32)).to_string(),
             "4294967196"
         );
-        assert_eq!(Value::new(u64::MAX - 1, ArgType::Signed(64)).as_i64(), -2);
-        assert_eq!(Value::new(0x1234, ArgType::Hex(8)).to_string(), "0x34");
-        assert_eq!(Value::new(0x80, ArgType::Signed(8)).to_string(), "-128");
+        assert_eq!(Value::new(u64::MAX - 1, BaseType::Signed(64)).as_i64(), -2);
+        assert_eq!(Value::new(0x1234, BaseType::Hex(8)).to_string(), "0x34");
+        assert_eq!(Value::new(0x80, BaseType::Signed(8)).to_string(), "-128");
+        let bf = BaseType::Bitfield {
+            width: 4,
+            offset: 2,
+            container: 8,
+        };
+        assert_eq!(Value::new(0xff_b6, bf).to_string(), "13"); // 0xb6 = 1011_0110
+        assert_eq!(Value::new(u64::MAX, BaseType::Signed(64)).to_string(), "-1");
     }
 }

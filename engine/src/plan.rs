@@ -5,7 +5,7 @@
 use kprobe_perf_arch::{Arch, Register};
 use kprobe_perf_symbols::KernelSymbols;
 
-use crate::spec::{ArgType, FetchSource, ProbeKind, ProbeSpec, Target};
+use crate::spec::{BaseType, FetchBase, ProbeKind, ProbeSpec, Target};
 
 /// Why a probe cannot be planned.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -26,6 +26,14 @@ pub enum PlanError {
         "{what} needs a dynamic_events definition, which this build cannot make yet; {instead}"
     )]
     NeedsTracefs {
+        /// The feature asked for.
+        what: String,
+        /// What to write instead.
+        instead: String,
+    },
+    /// A feature this build does not have yet.
+    #[error("{what} is not supported yet; {instead}")]
+    Unsupported {
         /// The feature asked for.
         what: String,
         /// What to write instead.
@@ -76,7 +84,7 @@ pub struct ArgPlan {
     /// The sampled register holding the value.
     pub register: Register,
     /// Type used for printing (default x64).
-    pub ty: ArgType,
+    pub ty: BaseType,
 }
 
 /// A probe ready to be attached.
@@ -133,24 +141,26 @@ pub fn resolve(
             }
         }
         Target::Address(a) => AttachPoint::Address(*a),
+        Target::User { .. } => {
+            return Err(PlanError::Unsupported {
+                what: "uprobes (PATH:SYMBOL targets)".into(),
+                instead: "probe a kernel function".into(),
+            })
+        }
     };
     let mut args = Vec::with_capacity(spec.args.len());
     let mut regs_mask = 0u64;
     for (i, a) in spec.args.iter().enumerate() {
-        // The spec parser has already refused what `arch` cannot provide,
-        // so these lookups succeed; fall back defensively all the same.
-        let register = match &a.source {
-            FetchSource::Register(r) => arch.register(r),
-            FetchSource::Arg(n) => arch.arg_register(*n),
-            FetchSource::Retval => Some(arch.retval_register()),
-            FetchSource::StackPointer => Some(arch.stack_register()),
-        }
-        .unwrap_or_else(|| arch.retval_register());
+        let register = register_of(&spec, i, arch)?;
         regs_mask |= 1u64 << register.perf_index;
+        let ty = a.effective_type();
+        if ty.array.is_some() || ty.base.is_string() {
+            return Err(needs_kernel_fetch(&a.to_string()));
+        }
         args.push(ArgPlan {
             name: spec.arg_name(i),
             register,
-            ty: a.ty.unwrap_or(ArgType::Hex(64)),
+            ty: ty.base,
         });
     }
     Ok(ProbePlan {
@@ -160,6 +170,54 @@ pub fn resolve(
         args,
         regs_mask,
     })
+}
+
+fn needs_kernel_fetch(arg: &str) -> PlanError {
+    PlanError::NeedsTracefs {
+        what: format!("{arg} (a fetch from kernel memory at hit time)"),
+        instead: "fetch registers (%REG, $argN, $retval, $stack) for now".into(),
+    }
+}
+
+/// The sampled register argument `i` of `spec` is read from.
+fn register_of(spec: &ProbeSpec, i: usize, arch: Arch) -> Result<Register, PlanError> {
+    let a = &spec.args[i];
+    if a.fetch.reads_memory() {
+        return Err(needs_kernel_fetch(&a.to_string()));
+    }
+    let found = match &a.fetch.base {
+        FetchBase::Register(r) => arch.register(r),
+        FetchBase::Arg(n) => match arch.arg_register(*n) {
+            Some(r) => Some(r),
+            None => {
+                return Err(PlanError::NeedsTracefs {
+                    what: format!("$arg{n} (passed on the stack on {})", arch.name()),
+                    instead: "only the register arguments ($arg1..$arg6) can be read until kernel-side fetches are supported".to_string(),
+                })
+            }
+        },
+        FetchBase::Retval => Some(arch.retval_register()),
+        FetchBase::Stack => Some(arch.stack_register()),
+        FetchBase::Name(n) => {
+            return Err(PlanError::Unsupported {
+                what: format!("the argument name {n} (resolved from BTF)"),
+                instead: "name the argument with $argN, as in dfd=$arg1".into(),
+            })
+        }
+        FetchBase::Comm => {
+            return Err(PlanError::Unsupported {
+                what: "$comm as an argument".into(),
+                instead: "every event line already starts with the command name".into(),
+            })
+        }
+        FetchBase::StackEntry(_)
+        | FetchBase::Immediate(_)
+        | FetchBase::Address(_)
+        | FetchBase::Symbol { .. }
+        | FetchBase::FileOffset(_) => return Err(needs_kernel_fetch(&a.to_string())),
+    };
+    // The spec parser refused registers `arch` does not have.
+    found.ok_or_else(|| needs_kernel_fetch(&a.to_string()))
 }
 
 fn check_symbol(
@@ -242,7 +300,7 @@ mod tests {
         let r = plan("r:do_sys_openat2 ret=$retval:s32").unwrap();
         assert!(r.is_return());
         assert_eq!(r.args[0].register.name, "ax");
-        assert_eq!(r.args[0].ty, ArgType::Signed(32));
+        assert_eq!(r.args[0].ty, BaseType::Signed(32));
     }
 
     #[test]

@@ -45,6 +45,21 @@ enum Task {
         #[arg(long)]
         no_lint: bool,
     },
+    /// Run a fuzz target in release mode: `spec` (the probe parser).
+    Fuzz {
+        /// What to fuzz.
+        #[arg(value_parser = ["spec"])]
+        target: String,
+        /// Number of inputs.
+        #[arg(default_value_t = 1_000_000)]
+        inputs: u64,
+    },
+    /// Print benchmark figures in release mode: `spec` (parse speed).
+    Bench {
+        /// What to measure.
+        #[arg(value_parser = ["spec"], default_value = "spec")]
+        what: String,
+    },
     /// Boot the VM and record a kprobe and a kretprobe on a workload.
     Demo {
         #[arg(long, default_value = "6.12")]
@@ -98,7 +113,35 @@ fn main() -> Result<()> {
         }
         Task::Test { kernel, no_lint } => test::run(&kernel, no_lint),
         Task::Demo { kernel } => test::demo(&kernel),
+        Task::Fuzz { target, inputs } => {
+            run_example(&format!("{target}_fuzz"), &[inputs.to_string()])
+        }
+        Task::Bench { what } => run_example(&format!("{what}_bench"), &[]),
     }
+}
+
+/// Runs an example of the engine crate in release mode.
+fn run_example(name: &str, args: &[String]) -> Result<()> {
+    let status =
+        std::process::Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()))
+            .current_dir(workspace_root())
+            .args([
+                "run",
+                "--quiet",
+                "--release",
+                "--package",
+                "kprobe-perf-engine",
+                "--example",
+                name,
+                "--",
+            ])
+            .args(args)
+            .status()
+            .context("running cargo")?;
+    if !status.success() {
+        bail!("{name} failed ({status})");
+    }
+    Ok(())
 }
 
 /// Environment variables carried into the guest.

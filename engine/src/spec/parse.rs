@@ -1,0 +1,876 @@
+//! The kprobe_events parser and its validation rules.
+
+use std::fmt;
+
+use kprobe_perf_arch::Arch;
+
+use super::{
+    proto, ArgType, BaseType, Definition, Deref, Fetch, FetchArg, FetchBase, Immediate, ProbeKind,
+    ProbeSpec, Span, Target, UserLocation, MAX_ARGS, MAX_ARRAY_LEN, MAX_MAXACTIVE, RESERVED_NAMES,
+};
+
+/// A refused probe definition: the input, where, and why.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SpecError {
+    /// The whole definition as given.
+    pub input: String,
+    /// The offending token.
+    pub span: Span,
+    /// What is wrong and what would be right.
+    pub message: String,
+}
+
+impl std::error::Error for SpecError {}
+
+impl fmt::Display for SpecError {
+    /// Three lines: the message, the input, and carets under the token.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let start = self.span.start.min(self.input.len());
+        let pad = self.input.get(..start).map_or(start, |s| s.chars().count());
+        let width = self
+            .input
+            .get(start..(start + self.span.len).min(self.input.len()))
+            .map_or(1, |s| s.chars().count().max(1));
+        write!(
+            f,
+            "{}\n  {}\n  {}{}",
+            self.message,
+            self.input,
+            " ".repeat(pad),
+            "^".repeat(width)
+        )
+    }
+}
+
+/// Builds errors against one input.
+pub(crate) struct Cursor<'a> {
+    pub(crate) input: &'a str,
+}
+
+impl Cursor<'_> {
+    pub(crate) fn err(&self, start: usize, len: usize, message: impl Into<String>) -> SpecError {
+        SpecError {
+            input: self.input.to_string(),
+            span: Span { start, len },
+            message: message.into(),
+        }
+    }
+}
+
+/// Splits on ASCII whitespace, keeping byte offsets.
+fn tokens(input: &str) -> Vec<(usize, &str)> {
+    let mut out = Vec::new();
+    let mut start = None;
+    for (i, c) in input.char_indices() {
+        if c.is_ascii_whitespace() {
+            if let Some(s) = start.take() {
+                out.push((s, &input[s..i]));
+            }
+        } else if start.is_none() {
+            start = Some(i);
+        }
+    }
+    if let Some(s) = start {
+        out.push((s, &input[s..]));
+    }
+    out
+}
+
+/// True for a token that can only be a fetch argument, never a target.
+fn looks_like_fetch_arg(t: &str) -> bool {
+    t.contains('=') || t.starts_with(['%', '$', '@', '+', '-', '\\'])
+}
+
+pub(crate) fn is_identifier(s: &str) -> bool {
+    let mut chars = s.chars();
+    matches!(chars.next(), Some(c) if c.is_ascii_alphabetic() || c == '_')
+        && chars.all(|c| c.is_ascii_alphanumeric() || c == '_')
+}
+
+/// A decimal or `0x` hexadecimal unsigned number.
+pub(crate) fn parse_number(s: &str) -> Option<u64> {
+    if let Some(hex) = s.strip_prefix("0x").or_else(|| s.strip_prefix("0X")) {
+        if hex.is_empty() || !hex.bytes().all(|b| b.is_ascii_hexdigit()) {
+            return None;
+        }
+        u64::from_str_radix(hex, 16).ok()
+    } else if !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit()) {
+        s.parse().ok()
+    } else {
+        None
+    }
+}
+
+/// `+N`/`-N` as a signed offset.
+fn parse_signed(sign: u8, digits: &str) -> Option<i64> {
+    let v = parse_number(digits)?;
+    if sign == b'-' {
+        0i64.checked_sub_unsigned(v)
+    } else {
+        i64::try_from(v).ok()
+    }
+}
+
+impl Definition {
+    /// Parses one line: a probe (any form) or a `-:` deletion.
+    pub fn parse(input: &str, arch: Arch) -> Result<Definition, SpecError> {
+        let cur = Cursor { input };
+        let toks = tokens(input);
+        if let Some(&(at, head)) = toks.first() {
+            if let Some(rest) = head.strip_prefix("-:") {
+                if let Some(&(extra_at, extra)) = toks.get(1) {
+                    return Err(cur.err(
+                        extra_at,
+                        extra.len(),
+                        "-:[GRP/]EVENT takes nothing after the event name",
+                    ));
+                }
+                let (group, event, ev_at) = match rest.split_once('/') {
+                    Some((g, e)) => (Some(g), e, at + 3 + g.len()),
+                    None => (None, rest, at + 2),
+                };
+                if let Some(g) = group {
+                    if !is_identifier(g) {
+                        return Err(cur.err(
+                            at + 2,
+                            g.len().max(1),
+                            "group names are letters, digits and _, starting with a letter or _",
+                        ));
+                    }
+                }
+                if !is_identifier(event) {
+                    return Err(cur.err(
+                        ev_at,
+                        event.len().max(1),
+                        "name the event to delete: -:EVENT or -:GRP/EVENT",
+                    ));
+                }
+                return Ok(Definition::Delete {
+                    group: group.map(str::to_string),
+                    event: event.to_string(),
+                });
+            }
+        }
+        ProbeSpec::parse(input, arch).map(Definition::Probe)
+    }
+}
+
+impl ProbeSpec {
+    /// Parses and validates one probe definition for `arch`.
+    pub fn parse(input: &str, arch: Arch) -> Result<ProbeSpec, SpecError> {
+        if proto::looks_like_prototype(input) {
+            return proto::parse(input, arch);
+        }
+        let cur = Cursor { input };
+        let toks = tokens(input);
+        let Some(&(head_at, head)) = toks.first() else {
+            return Err(cur.err(
+                0,
+                0,
+                "empty probe definition; expected e.g. p:do_sys_openat2",
+            ));
+        };
+        let (kind_text, name_part) = match head.split_once(':') {
+            Some((k, n)) => (k, Some(n)),
+            None => (head, None),
+        };
+        let mut kind = parse_kind(&cur, head_at, kind_text)?;
+
+        // Short form `p:SYM [ARGS]`: what follows the colon is the target
+        // when it cannot be an event name, or only fetch args follow it.
+        let next_is_arg = toks.get(1).is_none_or(|&(_, t)| looks_like_fetch_arg(t));
+        let short_form = name_part.is_some_and(|n| {
+            !n.is_empty()
+                && (n.contains([':', '+', '%'])
+                    || n.starts_with(|c: char| c.is_ascii_digit())
+                    || next_is_arg)
+        });
+        let name_at = head_at + kind_text.len() + 1;
+        let (group, event, target_at, target_text, args_from) = if short_form {
+            (None, None, name_at, name_part.unwrap_or_default(), 1)
+        } else {
+            let (group, event) = match name_part {
+                None => (None, None),
+                Some(n) => parse_group_event(&cur, name_at, n)?,
+            };
+            let Some(&(target_at, target_text)) = toks.get(1) else {
+                return Err(cur.err(
+                    input.len(),
+                    1,
+                    "missing probe target: give a symbol (do_sys_openat2), symbol+offset, or address",
+                ));
+            };
+            (group, event, target_at, target_text, 2)
+        };
+        let (target, returns) = parse_target(&cur, target_at, target_text)?;
+        if returns {
+            if kind != ProbeKind::Entry {
+                return Err(cur.err(
+                    target_at,
+                    target_text.len(),
+                    "%return makes a return probe of a p: definition; with r: leave it out",
+                ));
+            }
+            kind = ProbeKind::Return { maxactive: None };
+        }
+        if let ProbeKind::Return { maxactive } = kind {
+            if !target.at_entry() {
+                return Err(cur.err(target_at, target_text.len(), "a return probe goes on a function's entry: remove the offset (r:SYM or r:SYM+0)"));
+            }
+            if maxactive.is_some() && target.is_user() {
+                return Err(cur.err(
+                    head_at + 1,
+                    kind_text.len() - 1,
+                    "maxactive applies to kernel return probes only; uretprobes have no such limit",
+                ));
+            }
+        }
+        let mut spec = ProbeSpec {
+            kind,
+            group,
+            event,
+            target,
+            args: Vec::new(),
+        };
+        let arg_toks = &toks[args_from.min(toks.len())..];
+        if arg_toks.len() > MAX_ARGS {
+            let (at, t) = arg_toks[MAX_ARGS];
+            return Err(cur.err(
+                at,
+                t.len(),
+                format!("at most {MAX_ARGS} arguments per probe"),
+            ));
+        }
+        for &(at, text) in arg_toks {
+            let arg = parse_arg(&cur, &spec, arch, at, text)?;
+            spec.args.push(arg);
+            check_names(&cur, &spec, at, text)?;
+        }
+        Ok(spec)
+    }
+}
+
+fn parse_kind(cur: &Cursor, at: usize, kind_text: &str) -> Result<ProbeKind, SpecError> {
+    match kind_text.as_bytes().first() {
+        Some(b'p') if kind_text.len() == 1 => Ok(ProbeKind::Entry),
+        Some(b'r') => {
+            let digits = &kind_text[1..];
+            if digits.is_empty() {
+                return Ok(ProbeKind::Return { maxactive: None });
+            }
+            match digits.parse::<u32>() {
+                Ok(n)
+                    if (1..=MAX_MAXACTIVE).contains(&n)
+                        && digits.bytes().all(|b| b.is_ascii_digit()) =>
+                {
+                    Ok(ProbeKind::Return { maxactive: Some(n) })
+                }
+                _ => Err(cur.err(
+                    at + 1,
+                    digits.len(),
+                    format!("maxactive must be a number from 1 to {MAX_MAXACTIVE}, as in r100:"),
+                )),
+            }
+        }
+        Some(b'p') => Err(cur.err(
+            at + 1,
+            kind_text.len() - 1,
+            "maxactive applies only to return probes: write r100:, not p100:",
+        )),
+        Some(b'-') => Err(cur.err(
+            at,
+            kind_text.len(),
+            "-:EVENT deletes a probe; it takes a colon and a name, as in -:myprobe",
+        )),
+        _ => Err(cur.err(
+            at,
+            kind_text.len().max(1),
+            "a probe starts with p (entry) or r (return), as in p:do_sys_openat2",
+        )),
+    }
+}
+
+type GroupEvent = (Option<String>, Option<String>);
+
+fn parse_group_event(cur: &Cursor, at: usize, n: &str) -> Result<GroupEvent, SpecError> {
+    let (g, e, e_at) = match n.split_once('/') {
+        Some((g, e)) => (Some(g), e, at + g.len() + 1),
+        None => (None, n, at),
+    };
+    if let Some(g) = g {
+        if !is_identifier(g) {
+            return Err(cur.err(
+                at,
+                g.len().max(1),
+                "group names are letters, digits and _, starting with a letter or _",
+            ));
+        }
+    }
+    if e.is_empty() {
+        if g.is_some() {
+            return Ok((g.map(str::to_string), None));
+        }
+        return Err(cur.err(
+            e_at,
+            1,
+            "missing event name after the colon: write p:NAME SYM, or p SYM",
+        ));
+    }
+    if !is_identifier(e) {
+        return Err(cur.err(
+            e_at,
+            e.len(),
+            "event names are letters, digits and _, starting with a letter or _",
+        ));
+    }
+    Ok((g.map(str::to_string), Some(e.to_string())))
+}
+
+/// `SYM[+offs]` (shared by kernel and user symbols).
+fn parse_sym_offset<'t>(
+    cur: &Cursor,
+    at: usize,
+    text: &'t str,
+) -> Result<(&'t str, u64), SpecError> {
+    let (name, offset) = match text.find(['+', '-']) {
+        Some(i) => {
+            let off_text = &text[i + 1..];
+            if text.as_bytes()[i] == b'-' {
+                return Err(cur.err(
+                    at + i,
+                    text.len() - i,
+                    "offsets into a symbol are positive: SYM+OFFS",
+                ));
+            }
+            let off = parse_number(off_text).ok_or_else(|| {
+                cur.err(
+                    at + i + 1,
+                    off_text.len().max(1),
+                    "not a valid offset: write SYM+0x10 or SYM+16",
+                )
+            })?;
+            (&text[..i], off)
+        }
+        None => (text, 0),
+    };
+    if name.is_empty()
+        || name.starts_with(['.', '0', '1', '2', '3', '4', '5', '6', '7', '8', '9'])
+        || !name
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '.')
+    {
+        return Err(cur.err(
+            at,
+            name.len().max(1),
+            "not a symbol name: symbols are letters, digits, _ and .",
+        ));
+    }
+    Ok((name, offset))
+}
+
+/// The target, and whether it carried `%return`.
+fn parse_target(cur: &Cursor, at: usize, text: &str) -> Result<(Target, bool), SpecError> {
+    let (text, returns) = match text.strip_suffix("%return") {
+        Some(t) => (t, true),
+        None => (text, false),
+    };
+    if text.starts_with('/') {
+        let Some(colon) = text.rfind(':') else {
+            return Err(cur.err(
+                at,
+                text.len(),
+                "a uprobe target is PATH:SYMBOL[+offs] or PATH:0xOFFSET",
+            ));
+        };
+        let (path, loc) = (&text[..colon], &text[colon + 1..]);
+        let loc_at = at + colon + 1;
+        if loc.is_empty() {
+            return Err(cur.err(
+                loc_at,
+                1,
+                "missing symbol or offset after the path: PATH:SYMBOL or PATH:0xOFFSET",
+            ));
+        }
+        if loc.contains('(') {
+            return Err(cur.err(
+                loc_at,
+                loc.len(),
+                "reference counter offsets (PATH:OFFS(CTR)) are not supported",
+            ));
+        }
+        let location = if loc.starts_with(|c: char| c.is_ascii_digit()) {
+            UserLocation::Offset(parse_number(loc).ok_or_else(|| {
+                cur.err(
+                    loc_at,
+                    loc.len(),
+                    "not a valid file offset: write PATH:0x1234",
+                )
+            })?)
+        } else {
+            let (name, offset) = parse_sym_offset(cur, loc_at, loc)?;
+            UserLocation::Symbol {
+                name: name.to_string(),
+                offset,
+            }
+        };
+        return Ok((
+            Target::User {
+                path: path.to_string(),
+                location,
+            },
+            returns,
+        ));
+    }
+    if text.starts_with(|c: char| c.is_ascii_digit()) {
+        let addr = parse_number(text).ok_or_else(|| {
+            cur.err(
+                at,
+                text.len(),
+                "not a valid address: write it in hex, as in 0xffffffff81234560",
+            )
+        })?;
+        return Ok((Target::Address(addr), returns));
+    }
+    let (module, rest, rest_at) = match text.split_once(':') {
+        Some((m, r)) => (Some(m), r, at + m.len() + 1),
+        None => (None, text, at),
+    };
+    if let Some(m) = module {
+        if !is_identifier(m) {
+            return Err(cur.err(at, m.len().max(1), "module names are letters, digits and _"));
+        }
+    }
+    let (name, offset) = parse_sym_offset(cur, rest_at, rest)?;
+    Ok((
+        Target::Symbol {
+            module: module.map(str::to_string),
+            name: name.to_string(),
+            offset,
+        },
+        returns,
+    ))
+}
+
+fn parse_type(cur: &Cursor, at: usize, text: &str) -> Result<ArgType, SpecError> {
+    let (base_text, array) = match text.strip_suffix(']').and_then(|t| t.split_once('[')) {
+        Some((b, n)) => {
+            let n_at = at + b.len() + 1;
+            let len = match n.parse::<u32>() {
+                Ok(v)
+                    if (1..=MAX_ARRAY_LEN).contains(&v)
+                        && n.bytes().all(|c| c.is_ascii_digit()) =>
+                {
+                    v
+                }
+                _ => {
+                    return Err(cur.err(
+                        n_at,
+                        n.len().max(1),
+                        format!("array length must be a number from 1 to {MAX_ARRAY_LEN}"),
+                    ))
+                }
+            };
+            (b, Some(len))
+        }
+        None => (text, None),
+    };
+    let unknown = || {
+        cur.err(at, base_text.len().max(1), format!("unknown type {base_text}: use u8..u64, s8..s64, x8..x64, string, ustring, symbol or b<width>@<offset>/<container>"))
+    };
+    let base = match base_text {
+        "string" => BaseType::String,
+        "ustring" => BaseType::UString,
+        "symbol" => BaseType::Symbol,
+        t if t.starts_with('b') && t.contains('@') => parse_bitfield(cur, at, t)?,
+        t => {
+            let mut chars = t.chars();
+            let k = chars.next().map_or("", |c| match c {
+                'u' => "u",
+                's' => "s",
+                'x' => "x",
+                _ => "?",
+            });
+            let bits = chars.as_str();
+            let bits: u8 = match bits.parse() {
+                Ok(b @ (8 | 16 | 32 | 64)) if bits.bytes().all(|c| c.is_ascii_digit()) => b,
+                Ok(_) if matches!(k, "u" | "s" | "x") => {
+                    return Err(cur.err(
+                        at,
+                        t.len(),
+                        format!("{t} is not a size: integer types are 8, 16, 32 or 64 bits"),
+                    ))
+                }
+                _ => return Err(unknown()),
+            };
+            match k {
+                "u" => BaseType::Unsigned(bits),
+                "s" => BaseType::Signed(bits),
+                "x" => BaseType::Hex(bits),
+                _ => return Err(unknown()),
+            }
+        }
+    };
+    Ok(ArgType { base, array })
+}
+
+fn parse_bitfield(cur: &Cursor, at: usize, t: &str) -> Result<BaseType, SpecError> {
+    let bad = |msg: &str| cur.err(at, t.len(), msg.to_string());
+    let syntax = "a bitfield is b<width>@<offset>/<container>, as in b4@2/32";
+    let (width, rest) = t[1..].split_once('@').ok_or_else(|| bad(syntax))?;
+    let (offset, container) = rest.split_once('/').ok_or_else(|| bad(syntax))?;
+    let num = |s: &str| {
+        s.parse::<u8>()
+            .ok()
+            .filter(|_| s.bytes().all(|c| c.is_ascii_digit()))
+    };
+    let (Some(width), Some(offset), Some(container)) = (num(width), num(offset), num(container))
+    else {
+        return Err(bad(syntax));
+    };
+    if !matches!(container, 8 | 16 | 32 | 64) {
+        return Err(bad("a bitfield's container is 8, 16, 32 or 64 bits"));
+    }
+    if width == 0 || u16::from(width) + u16::from(offset) > u16::from(container) {
+        return Err(cur.err(at, t.len(), format!("a bitfield of {width} bits at bit {offset} does not fit in a container of {container} bits")));
+    }
+    Ok(BaseType::Bitfield {
+        width,
+        offset,
+        container,
+    })
+}
+
+/// Splits `NAME=BODY`; the name is present when the text before the first
+/// `=` is made of name characters (an immediate string may contain `=`).
+fn split_name(text: &str) -> (Option<&str>, &str, usize) {
+    match text.split_once('=') {
+        Some((n, b))
+            if !n.starts_with('\\')
+                && n.bytes().all(|c| c.is_ascii_alphanumeric() || c == b'_') =>
+        {
+            (Some(n), b, n.len() + 1)
+        }
+        _ => (None, text, 0),
+    }
+}
+
+/// Splits `FETCH:TYPE`, ignoring colons inside an immediate string.
+fn split_type(body: &str) -> (&str, Option<&str>) {
+    if let Some(rest) = body.strip_prefix("\\\"") {
+        return match rest.find('"') {
+            Some(q) => {
+                let end = 2 + q + 1;
+                match body[end..].strip_prefix(':') {
+                    Some(t) => (&body[..end], Some(t)),
+                    None => (body, None),
+                }
+            }
+            None => (body, None),
+        };
+    }
+    match body.rsplit_once(':') {
+        Some((s, t)) => (s, Some(t)),
+        None => (body, None),
+    }
+}
+
+fn parse_fetch(
+    cur: &Cursor,
+    spec: &ProbeSpec,
+    arch: Arch,
+    at: usize,
+    text: &str,
+) -> Result<Fetch, SpecError> {
+    let bytes = text.as_bytes();
+    let mut pos = 0;
+    let mut opened: Vec<Deref> = Vec::new();
+    // `+|-[u]OFFS(` prefixes, outermost first.
+    while pos < bytes.len() && (bytes[pos] == b'+' || bytes[pos] == b'-') {
+        let Some(paren) = text[pos..].find('(') else {
+            if text[pos..].contains(')') {
+                return Err(cur.err(
+                    at + pos,
+                    text.len() - pos,
+                    "a dereference is +OFFS(FETCHARG), as in +8(%di)",
+                ));
+            }
+            break;
+        };
+        let sign = bytes[pos];
+        let mut digits = &text[pos + 1..pos + paren];
+        let user = digits.starts_with('u');
+        if user {
+            digits = &digits[1..];
+        }
+        let offset = parse_signed(sign, digits).ok_or_else(|| {
+            cur.err(at + pos, paren + 1, "a dereference is +OFFS(FETCHARG) with a number for OFFS, as in +8(%di) or -0x10(%si)")
+        })?;
+        opened.push(Deref { offset, user });
+        pos += paren + 1;
+    }
+    let base_end = text[pos..].find(')').map_or(text.len(), |i| pos + i);
+    let closers = &text[base_end..];
+    if closers.len() != opened.len() || !closers.bytes().all(|b| b == b')') {
+        return Err(cur.err(
+            at + base_end.min(text.len().saturating_sub(1)),
+            closers.len().max(1),
+            format!(
+                "unbalanced parentheses: {} opened, {} closed",
+                opened.len(),
+                closers.bytes().filter(|&b| b == b')').count()
+            ),
+        ));
+    }
+    let base_text = &text[pos..base_end];
+    let base_at = at + pos;
+    let base = parse_base(cur, spec, arch, base_at, base_text)?;
+    if !opened.is_empty() && matches!(base, FetchBase::Comm | FetchBase::Immediate(_)) {
+        return Err(cur.err(
+            base_at,
+            base_text.len(),
+            format!("{base_text} cannot be dereferenced"),
+        ));
+    }
+    opened.reverse();
+    Ok(Fetch {
+        base,
+        derefs: opened,
+    })
+}
+
+fn parse_base(
+    cur: &Cursor,
+    spec: &ProbeSpec,
+    arch: Arch,
+    at: usize,
+    text: &str,
+) -> Result<FetchBase, SpecError> {
+    let err = |msg: String| Err(cur.err(at, text.len().max(1), msg));
+    if text.is_empty() {
+        return err("missing fetch argument: use %REG, $argN, $retval, $stack, $stackN, $comm, @ADDR, @SYM or +OFFS(...)".into());
+    }
+    if let Some(reg) = text.strip_prefix('%') {
+        if arch.register(reg).is_none() {
+            let hint = arch
+                .closest_register(reg)
+                .map(|r| format!("; did you mean %{r}?"))
+                .unwrap_or_default();
+            return err(format!("unknown register %{reg} on {}{hint}", arch.name()));
+        }
+        return Ok(FetchBase::Register(reg.to_string()));
+    }
+    if let Some(var) = text.strip_prefix('$') {
+        return match var {
+            "retval" => {
+                if !spec.is_return() {
+                    return err(
+                        "$retval is only available at a return probe: use r: instead of p:".into(),
+                    );
+                }
+                Ok(FetchBase::Retval)
+            }
+            "stack" => Ok(FetchBase::Stack),
+            "comm" | "COMM" => Ok(FetchBase::Comm),
+            v if v.starts_with("stack") => match v[5..].parse::<u32>() {
+                Ok(n) if v[5..].bytes().all(|b| b.is_ascii_digit()) => Ok(FetchBase::StackEntry(n)),
+                _ => err("$stack takes a number from 0, as in $stack0".into()),
+            },
+            v if v.starts_with("arg") => {
+                let n = match v[3..].parse::<u32>() {
+                    Ok(n) if v[3..].bytes().all(|b| b.is_ascii_digit()) => n,
+                    _ => return err("$arg takes a number from 1, as in $arg1".into()),
+                };
+                if n == 0 {
+                    return err("arguments count from 1: $arg1 is the first".into());
+                }
+                if spec.is_return() {
+                    return err(format!("$arg{n} is not available at a return probe: the argument registers are overwritten by then"));
+                }
+                if !spec.target.at_entry() {
+                    return err(format!("$arg{n} is only meaningful at a function's entry (offset 0); fetch the register instead"));
+                }
+                Ok(FetchBase::Arg(n))
+            }
+            _ => err(format!(
+                "unknown variable ${var}: use $argN, $retval, $stack, $stackN or $comm"
+            )),
+        };
+    }
+    if let Some(mem) = text.strip_prefix('@') {
+        if let Some(off) = mem.strip_prefix('+') {
+            if !spec.target.is_user() {
+                return err("@+OFFS reads a file offset of a uprobe's binary; for kernel memory use @ADDR or @SYM".into());
+            }
+            return match parse_number(off) {
+                Some(o) => Ok(FetchBase::FileOffset(o)),
+                None => err("not a valid file offset: write @+0x1234".into()),
+            };
+        }
+        if mem.starts_with(|c: char| c.is_ascii_digit()) {
+            return match parse_number(mem) {
+                Some(a) => Ok(FetchBase::Address(a)),
+                None => err("not a valid address: write @0xffffffff82000000".into()),
+            };
+        }
+        if spec.target.is_user() {
+            return err("@SYM reads kernel memory; in a uprobe use @+OFFS (a file offset)".into());
+        }
+        let (name, offset) = match mem.find(['+', '-']) {
+            Some(i) => match parse_signed(mem.as_bytes()[i], &mem[i + 1..]) {
+                Some(o) => (&mem[..i], o),
+                None => return err("not a valid offset: write @SYM+8 or @SYM-0x10".into()),
+            },
+            None => (mem, 0),
+        };
+        if name.is_empty()
+            || !name
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '.')
+            || name.starts_with(|c: char| c.is_ascii_digit())
+        {
+            return err("not a symbol name after @: write @jiffies or @SYM+OFFS".into());
+        }
+        return Ok(FetchBase::Symbol {
+            name: name.to_string(),
+            offset,
+        });
+    }
+    if let Some(imm) = text.strip_prefix('\\') {
+        if let Some(s) = imm.strip_prefix('"') {
+            return match s.strip_suffix('"') {
+                Some(body) if !body.contains('"') => {
+                    Ok(FetchBase::Immediate(Immediate::String(body.to_string())))
+                }
+                _ => err("an immediate string is \\\"text\" with one pair of quotes".into()),
+            };
+        }
+        let value = match imm.strip_prefix('-') {
+            Some(d) => parse_signed(b'-', d),
+            None => parse_signed(b'+', imm),
+        };
+        return match value {
+            Some(v) => Ok(FetchBase::Immediate(Immediate::Number(v))),
+            None => err("an immediate is \\NUMBER or \\\"text\"".into()),
+        };
+    }
+    if is_identifier(text) {
+        return Ok(FetchBase::Name(text.to_string()));
+    }
+    err(format!("unknown fetch argument {text}: use %REG, $argN, $retval, $stack, $stackN, $comm, @ADDR, @SYM, +OFFS(...) or a BTF argument name"))
+}
+
+fn parse_arg(
+    cur: &Cursor,
+    spec: &ProbeSpec,
+    arch: Arch,
+    at: usize,
+    text: &str,
+) -> Result<FetchArg, SpecError> {
+    let (name, body, body_off) = split_name(text);
+    if name == Some("") {
+        return Err(cur.err(at, 1, "missing argument name before =: write NAME=FETCHARG"));
+    }
+    if let Some(n) = name {
+        if !is_identifier(n) {
+            return Err(cur.err(
+                at,
+                n.len().max(1),
+                "argument names are letters, digits and _, starting with a letter or _",
+            ));
+        }
+        if RESERVED_NAMES.contains(&n) {
+            return Err(cur.err(
+                at,
+                n.len(),
+                format!("{n} is a field name the kernel reserves; pick another name"),
+            ));
+        }
+    }
+    let body_at = at + body_off;
+    let (fetch_text, type_text) = split_type(body);
+    let ty = match type_text {
+        Some(t) => Some(parse_type(cur, body_at + fetch_text.len() + 1, t)?),
+        None => None,
+    };
+    let fetch = parse_fetch(cur, spec, arch, body_at, fetch_text)?;
+    let arg = FetchArg {
+        name: name.map(str::to_string),
+        fetch,
+        ty,
+    };
+    check_type(cur, &arg, body_at, fetch_text, type_text)?;
+    Ok(arg)
+}
+
+/// Rules that tie a type to where the value comes from.
+fn check_type(
+    cur: &Cursor,
+    arg: &FetchArg,
+    at: usize,
+    fetch_text: &str,
+    type_text: Option<&str>,
+) -> Result<(), SpecError> {
+    let ty_at = at + fetch_text.len() + 1;
+    let ty_len = type_text.map_or(1, str::len);
+    let Some(ty) = arg.ty else {
+        return Ok(());
+    };
+    let memory = arg.fetch.reads_memory();
+    match &arg.fetch.base {
+        FetchBase::Comm
+            if arg.fetch.derefs.is_empty()
+                && !(ty.base == BaseType::String && ty.array.is_none()) =>
+        {
+            return Err(cur.err(
+                ty_at,
+                ty_len,
+                "$comm is a string: leave out the type or write $comm:string",
+            ));
+        }
+        FetchBase::Immediate(Immediate::String(_))
+            if !(ty.base == BaseType::String && ty.array.is_none()) =>
+        {
+            return Err(cur.err(ty_at, ty_len, "an immediate string has type string"));
+        }
+        _ => {}
+    }
+    let string_source = memory
+        || matches!(
+            arg.fetch.base,
+            FetchBase::Comm | FetchBase::Immediate(Immediate::String(_))
+        );
+    if ty.base.is_string() && !string_source {
+        return Err(cur.err(
+            ty_at,
+            ty_len,
+            format!(
+                "{} reads memory at an address: write +0({fetch_text}):{}, not {fetch_text}:{}",
+                ty.base, ty.base, ty.base
+            ),
+        ));
+    }
+    if ty.array.is_some() && !memory {
+        return Err(cur.err(
+            ty_at,
+            ty_len,
+            format!(
+                "arrays are read from memory: write +0({fetch_text}):{ty}, not {fetch_text}:{ty}"
+            ),
+        ));
+    }
+    Ok(())
+}
+
+/// Argument names (given or generated) must be unique.
+fn check_names(cur: &Cursor, spec: &ProbeSpec, at: usize, text: &str) -> Result<(), SpecError> {
+    let last = spec.args.len() - 1;
+    let name = spec.arg_name(last);
+    if (0..last).any(|j| spec.arg_name(j) == name) {
+        return Err(cur.err(
+            at,
+            text.len(),
+            format!("argument name {name} is used twice; names must be unique"),
+        ));
+    }
+    Ok(())
+}

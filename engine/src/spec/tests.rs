@@ -1,0 +1,628 @@
+//! Tests of the probe language: the seed documents' examples, a table of
+//! bad inputs with their exact messages, round trips and robustness.
+
+use super::*;
+use kprobe_perf_arch::Arch;
+use proptest::prelude::*;
+
+fn parse(s: &str) -> Result<ProbeSpec, SpecError> {
+    ProbeSpec::parse(s, Arch::X86_64)
+}
+
+fn reg(r: &str) -> Fetch {
+    Fetch {
+        base: FetchBase::Register(r.into()),
+        derefs: vec![],
+    }
+}
+
+fn named(name: &str, fetch: Fetch, ty: Option<ArgType>) -> FetchArg {
+    FetchArg {
+        name: Some(name.into()),
+        fetch,
+        ty,
+    }
+}
+
+fn sym(name: &str, offset: u64) -> Target {
+    Target::Symbol {
+        module: None,
+        name: name.into(),
+        offset,
+    }
+}
+
+/// kprobetrace.rst (seed 000) and the blog posts (seeds 002, 004):
+/// `p:myprobe do_sys_open dfd=%ax filename=%dx flags=%cx mode=+4($stack)`.
+#[test]
+fn seed_myprobe_with_four_arguments() {
+    let s = parse("p:myprobe do_sys_open dfd=%ax filename=%dx flags=%cx mode=+4($stack)").unwrap();
+    assert_eq!(s.kind, ProbeKind::Entry);
+    assert_eq!(
+        (s.group_name(), s.event_name().as_str()),
+        ("kprobes", "myprobe")
+    );
+    assert_eq!(s.target, sym("do_sys_open", 0));
+    assert_eq!(
+        s.args,
+        vec![
+            named("dfd", reg("ax"), None),
+            named("filename", reg("dx"), None),
+            named("flags", reg("cx"), None),
+            named(
+                "mode",
+                Fetch {
+                    base: FetchBase::Stack,
+                    derefs: vec![Deref {
+                        offset: 4,
+                        user: false
+                    }]
+                },
+                None
+            ),
+        ]
+    );
+    assert_eq!(s.args[3].effective_type(), ArgType::DEFAULT);
+}
+
+/// Seed 002: the same probe at +260 and +263, and a second event myprobe2.
+#[test]
+fn seed_probes_at_offsets() {
+    for (text, event, off) in [
+        (
+            "p:myprobe do_sys_open+260 dfd=%ax filename=%dx flags=%cx mode=+4($stack)",
+            "myprobe",
+            260,
+        ),
+        (
+            "p:myprobe do_sys_open+263 dfd=%ax filename=%dx flags=%cx mode=+4($stack)",
+            "myprobe",
+            263,
+        ),
+        (
+            "p:myprobe2 do_sys_open+260 dfd=%ax filename=%dx flags=%cx mode=+4($stack)",
+            "myprobe2",
+            260,
+        ),
+    ] {
+        let s = parse(text).unwrap();
+        assert_eq!(s.event_name(), event);
+        assert_eq!(s.target, sym("do_sys_open", off));
+        assert_eq!(s.args.len(), 4);
+    }
+}
+
+/// `r:myretprobe do_sys_open $retval`: a return probe whose one argument
+/// the kernel names arg1.
+#[test]
+fn seed_myretprobe() {
+    let s = parse("r:myretprobe do_sys_open $retval").unwrap();
+    assert_eq!(s.kind, ProbeKind::Return { maxactive: None });
+    assert_eq!(s.event_name(), "myretprobe");
+    assert_eq!(s.args[0].fetch.base, FetchBase::Retval);
+    assert_eq!(s.arg_name(0), "arg1");
+}
+
+/// `-:myprobe` deletes; `p:myprobe blk_start_request` (seed 004) has no args.
+#[test]
+fn seed_delete_and_bare_probe() {
+    assert_eq!(
+        Definition::parse("-:myprobe", Arch::X86_64).unwrap(),
+        Definition::Delete {
+            group: None,
+            event: "myprobe".into()
+        }
+    );
+    let s = parse("p:myprobe blk_start_request").unwrap();
+    assert_eq!((s.event_name().as_str(), s.args.len()), ("myprobe", 0));
+    assert_eq!(s.target, sym("blk_start_request", 0));
+    let b = parse("p:blkprobe blk_account_io_completion req=%di bytes=%si").unwrap();
+    assert_eq!(
+        b.args,
+        vec![
+            named("req", reg("di"), None),
+            named("bytes", reg("si"), None)
+        ]
+    );
+}
+
+/// The synopsis forms of kprobetrace.rst.
+#[test]
+fn synopsis_forms() {
+    let r = parse("r100:mygrp/myret do_sys_openat2 $retval").unwrap();
+    assert_eq!(
+        r.kind,
+        ProbeKind::Return {
+            maxactive: Some(100)
+        }
+    );
+    assert_eq!(r.group_name(), "mygrp");
+    let m = parse("p ext4:ext4_file_open").unwrap();
+    assert_eq!(
+        m.target,
+        Target::Symbol {
+            module: Some("ext4".into()),
+            name: "ext4_file_open".into(),
+            offset: 0
+        }
+    );
+    assert_eq!(m.event_name(), "p_ext4_ext4_file_open_0");
+    let a = parse("p 0xffffffff81000000").unwrap();
+    assert_eq!(
+        (a.target.clone(), a.event_name()),
+        (
+            Target::Address(0xffffffff81000000),
+            "p_0xffffffff81000000".to_string()
+        )
+    );
+    let pr = parse("p:mygrp/ do_sys_open%return $retval").unwrap();
+    assert_eq!(pr.kind, ProbeKind::Return { maxactive: None });
+    assert_eq!(
+        (pr.group.as_deref(), pr.event_name().as_str()),
+        (Some("mygrp"), "r_do_sys_open_0")
+    );
+    let all = parse("p:e do_sys_open %di @jiffies @jiffies-8 @0xffffffff82000000 $stack $stack3 $comm +u8(%si):ustring \\42 \\\"hi\"").unwrap();
+    let bases: Vec<_> = all.args.iter().map(|a| a.fetch.base.clone()).collect();
+    assert_eq!(
+        bases,
+        vec![
+            FetchBase::Register("di".into()),
+            FetchBase::Symbol {
+                name: "jiffies".into(),
+                offset: 0
+            },
+            FetchBase::Symbol {
+                name: "jiffies".into(),
+                offset: -8
+            },
+            FetchBase::Address(0xffffffff82000000),
+            FetchBase::Stack,
+            FetchBase::StackEntry(3),
+            FetchBase::Comm,
+            FetchBase::Register("si".into()),
+            FetchBase::Immediate(Immediate::Number(42)),
+            FetchBase::Immediate(Immediate::String("hi".into())),
+        ]
+    );
+    assert_eq!(
+        all.args[6].effective_type(),
+        ArgType::scalar(BaseType::String)
+    );
+    assert_eq!(
+        all.args[7].fetch.derefs,
+        vec![Deref {
+            offset: 8,
+            user: true
+        }]
+    );
+}
+
+#[test]
+fn types_bitfields_and_arrays() {
+    let s = parse("p:e f a=%di:u8 b=%di:s16 c=%di:x32 d=%di:symbol e=+0(%di):string f=%di:b4@2/32 g=+8(%di):x16[4] h=+0(%di):string[2]").unwrap();
+    let tys: Vec<_> = s.args.iter().map(|a| a.ty.unwrap()).collect();
+    assert_eq!(
+        tys,
+        vec![
+            ArgType::scalar(BaseType::Unsigned(8)),
+            ArgType::scalar(BaseType::Signed(16)),
+            ArgType::scalar(BaseType::Hex(32)),
+            ArgType::scalar(BaseType::Symbol),
+            ArgType::scalar(BaseType::String),
+            ArgType::scalar(BaseType::Bitfield {
+                width: 4,
+                offset: 2,
+                container: 32
+            }),
+            ArgType {
+                base: BaseType::Hex(16),
+                array: Some(4)
+            },
+            ArgType {
+                base: BaseType::String,
+                array: Some(2)
+            },
+        ]
+    );
+}
+
+/// Dereferences nest to any depth without recursion.
+#[test]
+fn deep_nesting() {
+    let depth = 10_000;
+    let text = format!("p:e f {}%di{}", "+8(".repeat(depth), ")".repeat(depth));
+    let s = parse(&text).unwrap();
+    assert_eq!(s.args[0].fetch.derefs.len(), depth);
+    assert_eq!(s.args[0].fetch.to_string().len(), text.len() - 6);
+    let neg = parse("p:e f -0x10(+u4($stack0)):s32").unwrap();
+    assert_eq!(
+        neg.args[0].fetch.derefs,
+        vec![
+            Deref {
+                offset: 4,
+                user: true
+            },
+            Deref {
+                offset: -16,
+                user: false
+            }
+        ]
+    );
+    assert_eq!(neg.args[0].to_string(), "-16(+u4($stack0)):s32");
+}
+
+#[test]
+fn uprobes() {
+    let s = parse("p:/usr/bin/bash:readline+4 %di").unwrap();
+    assert_eq!(
+        s.target,
+        Target::User {
+            path: "/usr/bin/bash".into(),
+            location: UserLocation::Symbol {
+                name: "readline".into(),
+                offset: 4
+            }
+        }
+    );
+    assert_eq!(
+        (s.group_name(), s.event_name().as_str()),
+        ("uprobes", "p_bash_readline_4")
+    );
+    let o = parse("r:myu /lib/x86_64-linux-gnu/libc.so.6:0x1234 $retval").unwrap();
+    assert_eq!(
+        o.target,
+        Target::User {
+            path: "/lib/x86_64-linux-gnu/libc.so.6".into(),
+            location: UserLocation::Offset(0x1234)
+        }
+    );
+    assert!(o.is_return());
+    assert_eq!(
+        parse("p /lib/libc.so.6:0x10").unwrap().event_name(),
+        "p_libc_0x10"
+    );
+    let f = parse("p:u /bin/true:0x10 @+0x20").unwrap();
+    assert_eq!(f.args[0].fetch.base, FetchBase::FileOffset(0x20));
+}
+
+/// The function-based-events proposal (seed 001).
+#[test]
+fn prototype_form() {
+    let s = parse("SyS_openat(int dfd, string path, x32 flags, x16 mode)").unwrap();
+    assert_eq!(s.event_name(), "SyS_openat");
+    assert_eq!(s.target, sym("SyS_openat", 0));
+    let arg = |n| Fetch {
+        base: FetchBase::Arg(n),
+        derefs: vec![],
+    };
+    assert_eq!(
+        s.args,
+        vec![
+            named("dfd", arg(1), Some(ArgType::scalar(BaseType::Signed(32)))),
+            named(
+                "path",
+                Fetch {
+                    base: FetchBase::Arg(2),
+                    derefs: vec![Deref {
+                        offset: 0,
+                        user: false
+                    }]
+                },
+                Some(ArgType::scalar(BaseType::String))
+            ),
+            named("flags", arg(3), Some(ArgType::scalar(BaseType::Hex(32)))),
+            named("mode", arg(4), Some(ArgType::scalar(BaseType::Hex(16)))),
+        ]
+    );
+    let t = parse("do_sys_openat2(int dfd, const char __user *filename, struct open_how *how)")
+        .unwrap();
+    assert_eq!(t.args[1].ty, Some(ArgType::DEFAULT));
+    assert_eq!(t.args[2].fetch.base, FetchBase::Arg(3));
+    let skip = parse("f(NULL, unsigned long len)").unwrap();
+    assert_eq!(
+        skip.args,
+        vec![named(
+            "len",
+            arg(2),
+            Some(ArgType::scalar(BaseType::Unsigned(64)))
+        )]
+    );
+    // The proposal's indexing forms are refused, not misread.
+    for text in [
+        "do_IRQ(symbol ip[16] | x64[6] irq_stack[16])",
+        "__vfs_read(symbol read+40[0]+16)",
+    ] {
+        let e = parse(text).unwrap_err();
+        assert!(
+            e.message
+                .starts_with("indexing and offsets inside a prototype are not supported"),
+            "{}",
+            e.message
+        );
+    }
+}
+
+#[test]
+fn short_form_and_canonical_print() {
+    let s = parse("p:do_sys_openat2 dfd=%di").unwrap();
+    assert_eq!(
+        (s.event.as_deref(), s.event_name().as_str()),
+        (None, "p_do_sys_openat2_0")
+    );
+    assert_eq!(s.to_string(), "p do_sys_openat2 dfd=%di");
+    assert_eq!(
+        s.qualified().to_string(),
+        "p:kprobes/p_do_sys_openat2_0 do_sys_openat2 dfd=%di"
+    );
+    assert_eq!(
+        parse("p:do_sys_open+0x10 %si").unwrap().target,
+        sym("do_sys_open", 16)
+    );
+    assert_eq!(
+        parse("  p:e   do_sys_open\t%si:u32  ").unwrap().to_string(),
+        "p:e do_sys_open %si:u32"
+    );
+}
+
+#[test]
+fn aarch64_registers() {
+    let s = ProbeSpec::parse("p:e f a=%x0 b=%lr c=$arg8", Arch::Aarch64).unwrap();
+    assert_eq!(s.args[1].fetch.base, FetchBase::Register("lr".into()));
+    let e = ProbeSpec::parse("p:e f %di", Arch::Aarch64).unwrap_err();
+    assert_eq!(
+        e.message,
+        "unknown register %di on aarch64; did you mean %x0?"
+    );
+}
+
+#[test]
+fn at_most_128_arguments() {
+    let ok = format!("p:e f {}", vec!["%di"; 128].join(" "));
+    assert_eq!(parse(&ok).unwrap().args.len(), 128);
+    let e = parse(&format!("{ok} %si")).unwrap_err();
+    assert_eq!(e.message, "at most 128 arguments per probe");
+}
+
+/// Found by the fuzzer: a multi-byte character where a type starts.
+#[test]
+fn multibyte_type_is_refused_not_a_panic() {
+    let e = parse("p:e f +0(%si):\u{fffd}ustring").unwrap_err();
+    assert!(
+        e.message.starts_with("unknown type \u{fffd}ustring"),
+        "{}",
+        e.message
+    );
+    assert!(e.to_string().ends_with("^^^^^^^^"), "{e}");
+}
+
+#[test]
+fn error_display_has_a_caret_under_the_token() {
+    let e = parse("p:do_sys_openat2 dfd=%rx").unwrap_err();
+    assert_eq!(
+        e.to_string(),
+        "unknown register %rx on x86_64; did you mean %r8?\n  p:do_sys_openat2 dfd=%rx\n                       ^^^"
+    );
+}
+
+/// (input, message, span start, span length), asserted verbatim.
+const BAD: &[(&str, &str, usize, usize)] = &[
+    ("", "empty probe definition; expected e.g. p:do_sys_openat2", 0, 0),
+    ("q:foo do_sys_open", "a probe starts with p (entry) or r (return), as in p:do_sys_openat2", 0, 1),
+    ("p100:foo do_sys_open", "maxactive applies only to return probes: write r100:, not p100:", 1, 3),
+    ("r0:foo do_sys_open", "maxactive must be a number from 1 to 4096, as in r100:", 1, 1),
+    ("r5000 do_sys_open", "maxactive must be a number from 1 to 4096, as in r100:", 1, 4),
+    ("rx:foo do_sys_open", "maxactive must be a number from 1 to 4096, as in r100:", 1, 1),
+    ("p:", "missing event name after the colon: write p:NAME SYM, or p SYM", 2, 1),
+    ("p:1abc do_sys_open", "not a valid address: write it in hex, as in 0xffffffff81234560", 2, 4),
+    ("p:grp-x/ev do_sys_open", "group names are letters, digits and _, starting with a letter or _", 2, 5),
+    ("p:ev do_sys_open-8", "offsets into a symbol are positive: SYM+OFFS", 16, 2),
+    ("p:ev do_sys_open+zz", "not a valid offset: write SYM+0x10 or SYM+16", 17, 2),
+    ("p:ev 0xZZ", "not a valid address: write it in hex, as in 0xffffffff81234560", 5, 4),
+    ("p:ev 9abc", "not a valid address: write it in hex, as in 0xffffffff81234560", 5, 4),
+    ("p:ev mod-x:sym", "module names are letters, digits and _", 5, 5),
+    ("r:ev do_sys_open+5", "a return probe goes on a function's entry: remove the offset (r:SYM or r:SYM+0)", 5, 13),
+    ("r:ev do_sys_open+8%return", "%return makes a return probe of a p: definition; with r: leave it out", 5, 20),
+    ("r:ev do_sys_open%return", "%return makes a return probe of a p: definition; with r: leave it out", 5, 18),
+    ("p:ev do_sys_open+4 $arg1", "$arg1 is only meaningful at a function's entry (offset 0); fetch the register instead", 19, 5),
+    ("r:ev do_sys_open $arg1", "$arg1 is not available at a return probe: the argument registers are overwritten by then", 17, 5),
+    ("p:ev do_sys_open $arg0", "arguments count from 1: $arg1 is the first", 17, 5),
+    ("p:ev do_sys_open $argx", "$arg takes a number from 1, as in $arg1", 17, 5),
+    ("p:ev do_sys_open $retval", "$retval is only available at a return probe: use r: instead of p:", 17, 7),
+    ("p:ev do_sys_open $foo", "unknown variable $foo: use $argN, $retval, $stack, $stackN or $comm", 17, 4),
+    ("p:ev do_sys_open $stackx", "$stack takes a number from 0, as in $stack0", 17, 7),
+    ("p:ev do_sys_open dfd=%rx", "unknown register %rx on x86_64; did you mean %r8?", 21, 3),
+    ("p:ev do_sys_open dfd=%zzzzzz", "unknown register %zzzzzz on x86_64", 21, 7),
+    ("p:ev do_sys_open x=%di x=%si", "argument name x is used twice; names must be unique", 23, 5),
+    ("p:ev do_sys_open %di arg1=%si", "argument name arg1 is used twice; names must be unique", 21, 8),
+    ("p:ev do_sys_open 1x=%di", "argument names are letters, digits and _, starting with a letter or _", 17, 2),
+    ("p:ev do_sys_open common_pid=%di", "common_pid is a field name the kernel reserves; pick another name", 17, 10),
+    ("p:ev do_sys_open %di:u12", "u12 is not a size: integer types are 8, 16, 32 or 64 bits", 21, 3),
+    ("p:ev do_sys_open %di:float", "unknown type float: use u8..u64, s8..s64, x8..x64, string, ustring, symbol or b<width>@<offset>/<container>", 21, 5),
+    ("p:ev do_sys_open %di:string", "string reads memory at an address: write +0(%di):string, not %di:string", 21, 6),
+    ("p:ev do_sys_open $stack3:x8[8]", "arrays are read from memory: write +0($stack3):x8[8], not $stack3:x8[8]", 25, 5),
+    ("p:ev do_sys_open +0(%di):x8[0]", "array length must be a number from 1 to 64", 28, 1),
+    ("p:ev do_sys_open +0(%di):x8[65]", "array length must be a number from 1 to 64", 28, 2),
+    ("p:ev do_sys_open %di:b9@0/8", "a bitfield of 9 bits at bit 0 does not fit in a container of 8 bits", 21, 6),
+    ("p:ev do_sys_open %di:b0@0/32", "a bitfield of 0 bits at bit 0 does not fit in a container of 32 bits", 21, 7),
+    ("p:ev do_sys_open %di:b4@2/12", "a bitfield's container is 8, 16, 32 or 64 bits", 21, 7),
+    ("p:ev do_sys_open %di:b4@2", "a bitfield is b<width>@<offset>/<container>, as in b4@2/32", 21, 4),
+    ("p:ev do_sys_open $comm:u32", "$comm is a string: leave out the type or write $comm:string", 23, 3),
+    ("p:ev do_sys_open +8(%di", "unbalanced parentheses: 1 opened, 0 closed", 22, 1),
+    ("p:ev do_sys_open +8%di))", "a dereference is +OFFS(FETCHARG), as in +8(%di)", 17, 7),
+    ("p:ev do_sys_open +zz(%di)", "a dereference is +OFFS(FETCHARG) with a number for OFFS, as in +8(%di) or -0x10(%si)", 17, 4),
+    ("p:ev do_sys_open +0($comm)", "$comm cannot be dereferenced", 20, 5),
+    ("p:ev do_sys_open @", "not a symbol name after @: write @jiffies or @SYM+OFFS", 17, 1),
+    ("p:ev do_sys_open @0xZZ", "not a valid address: write @0xffffffff82000000", 17, 5),
+    ("p:ev do_sys_open @jiffies+zz", "not a valid offset: write @SYM+8 or @SYM-0x10", 17, 11),
+    ("p:ev do_sys_open @+10", "@+OFFS reads a file offset of a uprobe's binary; for kernel memory use @ADDR or @SYM", 17, 4),
+    ("p:ev /bin/true:0x10 @jiffies", "@SYM reads kernel memory; in a uprobe use @+OFFS (a file offset)", 20, 8),
+    ("p:ev /bin/true", "a uprobe target is PATH:SYMBOL[+offs] or PATH:0xOFFSET", 5, 9),
+    ("p:ev /bin/true:", "missing symbol or offset after the path: PATH:SYMBOL or PATH:0xOFFSET", 15, 1),
+    ("r100:ev /bin/true:main", "maxactive applies to kernel return probes only; uretprobes have no such limit", 1, 3),
+    ("p:ev do_sys_open \\\"abc", "an immediate string is \\\"text\" with one pair of quotes", 17, 5),
+    ("p:ev do_sys_open \\zz", "an immediate is \\NUMBER or \\\"text\"", 17, 3),
+    ("p:ev do_sys_open \\\"abc\":u32", "an immediate string has type string", 24, 3),
+    ("p:ev do_sys_open =%di", "missing argument name before =: write NAME=FETCHARG", 17, 1),
+    ("-:", "name the event to delete: -:EVENT or -:GRP/EVENT", 2, 1),
+    ("-:ev extra", "-:[GRP/]EVENT takes nothing after the event name", 5, 5),
+    ("do_sys_open(int)", "this parameter has a type but no name: write int NAME", 12, 3),
+    ("do_sys_open(float f)", "unknown type float: use a C integer type, a pointer, string, ustring, symbol, or u8..u64/s8..s64/x8..x64", 12, 6),
+    ("do_sys_open(int a, int a)", "argument name a is used twice; names must be unique", 19, 5),
+    ("do_sys_open(int a, , int b)", "empty parameter: write TYPE NAME, or NULL to skip one", 19, 1),
+    ("do_sys_open(x64[6] irq)", "indexing and offsets inside a prototype are not supported; use the kprobe_events form (+OFFS($argN))", 12, 10),
+];
+
+#[test]
+fn bad_inputs_are_refused_with_their_message() {
+    assert!(BAD.len() >= 40, "{} rows", BAD.len());
+    for &(input, message, start, len) in BAD {
+        let e = Definition::parse(input, Arch::X86_64).unwrap_err();
+        assert_eq!(
+            (e.message.as_str(), e.span.start, e.span.len),
+            (message, start, len),
+            "input {input:?}"
+        );
+    }
+}
+
+// ---- generated ASTs: print, parse back, compare ----
+
+fn ident() -> impl Strategy<Value = String> {
+    "[a-z_][a-z0-9_]{0,8}".prop_filter("reserved", |s| !RESERVED_NAMES.contains(&s.as_str()))
+}
+
+fn scalar_type() -> impl Strategy<Value = BaseType> {
+    let bits = prop::sample::select(vec![8u8, 16, 32, 64]);
+    prop_oneof![
+        bits.clone().prop_map(BaseType::Unsigned),
+        bits.clone().prop_map(BaseType::Signed),
+        bits.prop_map(BaseType::Hex),
+        Just(BaseType::Symbol),
+        (prop::sample::select(vec![8u8, 16, 32, 64]), 1u8..8, 0u8..8).prop_map(|(c, w, o)| {
+            BaseType::Bitfield {
+                width: w,
+                offset: o % (c - w + 1),
+                container: c,
+            }
+        }),
+    ]
+}
+
+fn register_arg(is_return: bool, entry: bool) -> impl Strategy<Value = FetchArg> {
+    let regs = prop::sample::select(
+        Arch::X86_64
+            .registers()
+            .iter()
+            .map(|r| r.name)
+            .collect::<Vec<_>>(),
+    );
+    let mut bases: Vec<BoxedStrategy<FetchBase>> = vec![
+        regs.prop_map(|r| FetchBase::Register(r.to_string()))
+            .boxed(),
+        Just(FetchBase::Stack).boxed(),
+        (0u32..20).prop_map(FetchBase::StackEntry).boxed(),
+        any::<i64>()
+            .prop_map(|n| FetchBase::Immediate(Immediate::Number(n)))
+            .boxed(),
+        any::<u64>().prop_map(FetchBase::Address).boxed(),
+        (ident(), any::<i64>())
+            .prop_map(|(name, offset)| FetchBase::Symbol { name, offset })
+            .boxed(),
+    ];
+    if is_return {
+        bases.push(Just(FetchBase::Retval).boxed());
+    } else if entry {
+        bases.push((1u32..7).prop_map(FetchBase::Arg).boxed());
+    }
+    let derefs = prop::collection::vec(
+        (any::<i64>(), any::<bool>()).prop_map(|(offset, user)| Deref { offset, user }),
+        0..4,
+    );
+    (
+        prop::option::of(ident()),
+        prop::strategy::Union::new(bases),
+        derefs,
+        prop::option::of(scalar_type()),
+        prop::option::of(1u32..=64),
+    )
+        .prop_map(|(name, base, derefs, ty, array)| {
+            let mut fetch = Fetch { base, derefs };
+            if matches!(fetch.base, FetchBase::Immediate(_)) {
+                fetch.derefs.clear();
+            }
+            let memory = fetch.reads_memory();
+            let ty = ty.map(|b| ArgType {
+                base: b,
+                array: if memory { array } else { None },
+            });
+            FetchArg { name, fetch, ty }
+        })
+}
+
+fn spec() -> impl Strategy<Value = ProbeSpec> {
+    (
+        any::<bool>(),
+        prop::option::of(1u32..=4096),
+        prop::option::of(ident()),
+        prop::option::of(ident()),
+        ident(),
+        0u64..64,
+        0usize..6,
+    )
+        .prop_flat_map(|(is_return, maxactive, group, event, func, off, nargs)| {
+            let offset = if is_return { 0 } else { off };
+            let kind = if is_return {
+                ProbeKind::Return { maxactive }
+            } else {
+                ProbeKind::Entry
+            };
+            prop::collection::vec(register_arg(is_return, offset == 0), nargs).prop_map(
+                move |args| {
+                    // Generated names must stay unique, as the parser requires.
+                    let args: Vec<FetchArg> = args
+                        .into_iter()
+                        .enumerate()
+                        .map(|(i, mut a)| {
+                            a.name = a.name.map(|n| format!("{n}_{i}"));
+                            a
+                        })
+                        .collect();
+                    ProbeSpec {
+                        kind,
+                        group: if event.is_some() { group.clone() } else { None },
+                        event: event.clone(),
+                        target: sym(&func, offset),
+                        args,
+                    }
+                },
+            )
+        })
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(2000))]
+
+    #[test]
+    fn print_then_parse_is_identity(s in spec()) {
+        let text = s.to_string();
+        let back = parse(&text).map_err(|e| TestCaseError::fail(format!("{text}\n{e}")))?;
+        prop_assert_eq!(back, s);
+    }
+
+    #[test]
+    fn arbitrary_bytes_never_panic(bytes in prop::collection::vec(any::<u8>(), 0..200)) {
+        let text = String::from_utf8_lossy(&bytes);
+        let _ = Definition::parse(&text, Arch::X86_64);
+    }
+
+    #[test]
+    fn mutated_specs_never_panic(s in spec(), cut in 0usize..200, junk in "[ -~]{0,6}") {
+        let mut text = s.to_string();
+        let at = (0..=cut.min(text.len())).rev().find(|&i| text.is_char_boundary(i)).unwrap_or(0);
+        text.insert_str(at, &junk);
+        if let Ok(Definition::Probe(p)) = Definition::parse(&text, Arch::X86_64) {
+            // Whatever parses must print to something that parses the same.
+            prop_assert_eq!(parse(&p.to_string()).ok(), Some(p));
+        }
+    }
+}
