@@ -12,7 +12,8 @@ use anyhow::{Context, Result};
 use clap::{Parser, Subcommand};
 use kprobe_perf_engine::sys::HeldChild;
 use kprobe_perf_engine::{
-    plan_probes, spec::Definition, Arch, KernelSymbols, RecordTarget, Session, SessionOptions,
+    plan::BackendChoice, plan_probes_with, spec::Definition, tracefs, Arch, KernelSymbols,
+    RecordTarget, Session, SessionOptions,
 };
 
 #[derive(Parser)]
@@ -38,23 +39,10 @@ enum Cmd {
     /// With `-- CMD`, records CMD and its children and stops when CMD exits;
     /// without it (or with -a) records every CPU until Ctrl-C or --duration.
     /// A summary with per-probe counts and lost events goes to stderr.
-    Record {
-        /// A probe definition (repeatable).
-        #[arg(short = 'e', long = "event", value_name = "SPEC", required = true)]
-        events: Vec<String>,
-        /// Record every task on every CPU, even when a command is given.
-        #[arg(short = 'a', long)]
-        all_cpus: bool,
-        /// Ring buffer size per CPU, in pages (a power of two).
-        #[arg(short = 'm', long, value_name = "PAGES", default_value_t = kprobe_perf_engine::session::DEFAULT_MMAP_PAGES)]
-        mmap_pages: usize,
-        /// Stop after this many seconds.
-        #[arg(short = 'd', long, value_name = "SECS")]
-        duration: Option<f64>,
-        /// The command to run and record.
-        #[arg(last = true, value_name = "CMD")]
-        command: Vec<String>,
-    },
+    Record(RecordArgs),
+    /// Remove tracefs events left by kprobe-perf processes (normally removed
+    /// at exit, and at the next start when a process was killed).
+    Cleanup,
     /// Check probe definitions without touching the kernel.
     Probe {
         /// Print each definition's canonical form, or its error with a caret
@@ -67,16 +55,43 @@ enum Cmd {
     },
 }
 
+#[derive(clap::Args)]
+struct RecordArgs {
+    /// A probe definition (repeatable).
+    #[arg(short = 'e', long = "event", value_name = "SPEC", required = true)]
+    events: Vec<String>,
+    /// Record every task on every CPU, even when a command is given.
+    #[arg(short = 'a', long)]
+    all_cpus: bool,
+    /// Ring buffer size per CPU, in pages (a power of two).
+    #[arg(short = 'm', long, value_name = "PAGES", default_value_t = kprobe_perf_engine::session::DEFAULT_MMAP_PAGES)]
+    mmap_pages: usize,
+    /// Stop after this many seconds.
+    #[arg(short = 'd', long, value_name = "SECS")]
+    duration: Option<f64>,
+    /// How probes reach the kernel: `pmu` (perf_event_open on the kprobe
+    /// PMU), `tracefs` (a dynamic_events definition opened as a tracepoint;
+    /// the kernel fetches memory arguments and honours maxactive), or
+    /// `auto` (the PMU unless the probe needs tracefs).
+    #[arg(long, value_enum, default_value_t = BackendArg::Auto)]
+    backend: BackendArg,
+    /// The command to run and record.
+    #[arg(last = true, value_name = "CMD")]
+    command: Vec<String>,
+}
+
+#[derive(Clone, Copy, clap::ValueEnum)]
+enum BackendArg {
+    Auto,
+    Pmu,
+    Tracefs,
+}
+
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
-        Cmd::Record {
-            events,
-            all_cpus,
-            mmap_pages,
-            duration,
-            command,
-        } => record(&events, all_cpus, mmap_pages, duration, &command),
+        Cmd::Record(args) => record(&args),
+        Cmd::Cleanup => cleanup(),
         Cmd::Probe { specs, .. } => probe_parse(&specs),
     };
     match result {
@@ -108,20 +123,47 @@ fn probe_parse(specs: &[String]) -> Result<ExitCode> {
     })
 }
 
-fn record(
-    specs: &[String],
-    all_cpus: bool,
-    mmap_pages: usize,
-    duration: Option<f64>,
-    command: &[String],
-) -> Result<ExitCode> {
+fn cleanup() -> Result<ExitCode> {
+    let fs = tracefs::Tracefs::find()?;
+    let (removed, busy) = tracefs::remove_all(&fs);
+    println!("kprobe-perf: removed {removed} tracefs events");
+    if !busy.is_empty() {
+        eprintln!(
+            "kprobe-perf: {} events are in use by running kprobe-perf processes and were kept: {}",
+            busy.len(),
+            busy.join(", ")
+        );
+        return Ok(ExitCode::FAILURE);
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+fn record(args: &RecordArgs) -> Result<ExitCode> {
+    let RecordArgs {
+        events: specs,
+        all_cpus,
+        mmap_pages,
+        duration,
+        backend,
+        command,
+    } = args;
+    let (all_cpus, mmap_pages, duration) = (*all_cpus, *mmap_pages, *duration);
     // kallsyms may be unreadable or hide addresses; probes then go by name
     // and output shows raw addresses.
     let symbols = KernelSymbols::load().unwrap_or_default();
-    let plans = plan_probes(specs, &symbols)?;
+    let choice = match backend {
+        BackendArg::Auto => BackendChoice::Auto,
+        BackendArg::Pmu => BackendChoice::Pmu,
+        BackendArg::Tracefs => BackendChoice::Tracefs,
+    };
+    let plans = plan_probes_with(specs, &symbols, choice)?;
 
     let stop = Arc::new(AtomicBool::new(false));
-    for sig in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
+    for sig in [
+        signal_hook::consts::SIGINT,
+        signal_hook::consts::SIGTERM,
+        signal_hook::consts::SIGHUP,
+    ] {
         signal_hook::flag::register(sig, Arc::clone(&stop))
             .context("installing a signal handler")?;
     }
@@ -184,6 +226,9 @@ fn record(
         emit(&mut session, Duration::ZERO, &plans, &symbols, &mut out)?;
     }
     eprintln!("{}", text::summary(&session));
+    for line in text::misses(&session) {
+        eprintln!("{line}");
+    }
     if let Some(status) = command_status {
         if !status.success() {
             eprintln!("kprobe-perf: the command exited with {status}");

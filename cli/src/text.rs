@@ -1,7 +1,7 @@
 //! The text output: one line per event in ftrace's layout, and the summary.
 
 use kprobe_perf_engine::spec::BaseType;
-use kprobe_perf_engine::{Event, KernelSymbols, ProbePlan, Session};
+use kprobe_perf_engine::{Event, KernelSymbols, ProbePlan, Session, Value};
 
 /// `sym+0xoff/0xsize`, or the bare address when no symbol holds it.
 fn location(symbols: &KernelSymbols, addr: u64) -> String {
@@ -45,13 +45,64 @@ pub fn line(e: &Event, plan: &ProbePlan, symbols: &KernelSymbols) -> String {
         place
     );
     for (a, v) in plan.args.iter().zip(&e.args) {
-        if v.ty == BaseType::Symbol {
-            s.push_str(&format!(" {}={}", a.name, location(symbols, v.raw)));
-        } else {
-            s.push_str(&format!(" {}={}", a.name, v));
+        match v {
+            Value::Int {
+                raw,
+                ty: BaseType::Symbol,
+            } => s.push_str(&format!(" {}={}", a.name, location(symbols, *raw))),
+            _ => s.push_str(&format!(" {}={v}", a.name)),
         }
     }
     s
+}
+
+/// The kernel's default kretprobe maxactive on 6.x:
+/// `max(10, 2 * num_possible_cpus())`.
+fn default_maxactive() -> u64 {
+    let possible = std::fs::read_to_string("/sys/devices/system/cpu/possible")
+        .ok()
+        .and_then(|t| {
+            t.trim()
+                .split(',')
+                .map(|r| match r.split_once('-') {
+                    Some((a, b)) => b
+                        .parse::<u64>()
+                        .ok()?
+                        .checked_sub(a.parse().ok()?)
+                        .map(|n| n + 1),
+                    None => r.parse::<u64>().ok().map(|_| 1),
+                })
+                .sum::<Option<u64>>()
+        })
+        .unwrap_or(1);
+    (2 * possible).max(10)
+}
+
+/// Lines about kernel-side misses: never silent, and for a kretprobe the
+/// maxactive that would have caught every return.
+pub fn misses(session: &Session) -> Vec<String> {
+    let mut out = Vec::new();
+    for (p, counts) in session.plans().iter().zip(session.kernel_counts()) {
+        let Some(c) = counts else { continue };
+        if c.misses == 0 {
+            continue;
+        }
+        let mut line = format!(
+            "kprobe-perf: {} missed {} of {} hits in the kernel",
+            p.event,
+            c.misses,
+            c.hits + c.misses
+        );
+        if let kprobe_perf_engine::spec::ProbeKind::Return { maxactive } = p.spec.kind {
+            let had = maxactive.map_or_else(default_maxactive, u64::from);
+            let want = (had + c.misses).min(4096);
+            line.push_str(&format!(
+                ": more calls were in flight than its {had} kretprobe instance(s); use r{want}: (maxactive)"
+            ));
+        }
+        out.push(line);
+    }
+    out
 }
 
 /// The closing summary: events per probe and losses, never omitted.

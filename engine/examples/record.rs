@@ -20,7 +20,9 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let end = Instant::now() + Duration::from_secs(secs);
     while Instant::now() < end {
         session.poll(Some(Duration::from_millis(100)), |e| {
-            *by_value.entry(e.args[0].as_i64()).or_default() += 1;
+            if let Some(ret) = e.args[0].as_i64() {
+                *by_value.entry(ret).or_default() += 1;
+            }
         })?;
     }
     for (ret, n) in by_value {

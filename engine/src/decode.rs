@@ -1,13 +1,14 @@
 //! Turning a perf sample into an [`Event`]: which probe, where, and the
-//! argument values fetched from the sampled registers.
+//! argument values, from the sampled registers (PMU probes) or from the
+//! fields the kernel fetched into the record (tracefs probes).
 
 use std::fmt;
 use std::sync::Arc;
 
 use linux_perf_event_reader::SampleRecord;
 
-use crate::plan::ProbePlan;
-use crate::spec::BaseType;
+use crate::plan::{ArgSource, ProbePlan};
+use crate::spec::{ArgType, BaseType};
 
 /// Size of `struct trace_entry` at the start of a kprobe's raw data.
 const TRACE_ENTRY_SIZE: usize = 8;
@@ -40,25 +41,33 @@ pub struct Event {
 }
 
 /// A fetched value and how to print it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Value {
-    /// The value, truncated to the type's width (sign-extended for sN).
-    pub raw: u64,
-    /// Its type (a type that fits in a register).
-    pub ty: BaseType,
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Value {
+    /// An integer-like value (u/s/x, symbol, bitfield).
+    Int {
+        /// The value, truncated to the type's width (sign-extended for sN).
+        raw: u64,
+        /// Its type.
+        ty: BaseType,
+    },
+    /// A string; `None` when the kernel could not read it (a fault).
+    Str(Option<String>),
+    /// An array of values.
+    Array(Vec<Value>),
+}
+
+fn low_bits(v: u64, bits: u32) -> u64 {
+    if bits >= 64 {
+        v
+    } else {
+        v & ((1u64 << bits) - 1)
+    }
 }
 
 impl Value {
     /// Applies a type to a 64-bit register: truncation to the width (with
     /// sign extension for sN), or extraction of a bitfield.
     pub fn new(reg: u64, ty: BaseType) -> Value {
-        let low_bits = |v: u64, bits: u32| {
-            if bits >= 64 {
-                v
-            } else {
-                v & ((1u64 << bits) - 1)
-            }
-        };
         let raw = match ty {
             BaseType::Unsigned(b) | BaseType::Hex(b) => low_bits(reg, u32::from(b)),
             BaseType::Signed(b) if b < 64 => {
@@ -75,24 +84,54 @@ impl Value {
             }
             _ => reg,
         };
-        Value { raw, ty }
+        Value::Int { raw, ty }
     }
 
-    /// The value as a signed integer (meaningful for sN).
-    pub fn as_i64(self) -> i64 {
-        self.raw as i64
+    /// The value as a signed integer, for integer values.
+    pub fn as_i64(&self) -> Option<i64> {
+        match self {
+            Value::Int { raw, .. } => Some(*raw as i64),
+            _ => None,
+        }
+    }
+
+    /// The string, for string values that were read.
+    pub fn as_str(&self) -> Option<&str> {
+        match self {
+            Value::Str(Some(s)) => Some(s),
+            _ => None,
+        }
     }
 }
 
 impl fmt::Display for Value {
     /// As ftrace prints it: decimal for uN/sN and bitfields, `0x`-prefixed
     /// hex for xN (and for `symbol`, which a caller with the kernel's
-    /// symbols prints as `sym+off/size` instead).
+    /// symbols prints as `sym+off/size` instead), strings in double quotes,
+    /// `(fault)` for an unreadable string, arrays as `{a,b,c}`.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self.ty {
-            BaseType::Unsigned(_) | BaseType::Bitfield { .. } => write!(f, "{}", self.raw),
-            BaseType::Signed(_) => write!(f, "{}", self.raw as i64),
-            _ => write!(f, "0x{:x}", self.raw),
+        match self {
+            Value::Int {
+                raw,
+                ty: BaseType::Unsigned(_) | BaseType::Bitfield { .. },
+            } => write!(f, "{raw}"),
+            Value::Int {
+                raw,
+                ty: BaseType::Signed(_),
+            } => write!(f, "{}", *raw as i64),
+            Value::Int { raw, .. } => write!(f, "0x{raw:x}"),
+            Value::Str(Some(s)) => write!(f, "\"{s}\""),
+            Value::Str(None) => f.write_str("(fault)"),
+            Value::Array(items) => {
+                f.write_str("{")?;
+                for (i, v) in items.iter().enumerate() {
+                    if i > 0 {
+                        f.write_str(",")?;
+                    }
+                    write!(f, "{v}")?;
+                }
+                f.write_str("}")
+            }
         }
     }
 }
@@ -110,6 +149,70 @@ pub enum DecodeError {
     /// A register the plan needs was not sampled.
     #[error("register {0} missing from the sample")]
     MissingRegister(&'static str),
+    /// A tracefs field lies outside the record.
+    #[error("field at byte {0} lies outside the {1}-byte record")]
+    FieldOutOfRange(usize, usize),
+}
+
+fn read_le(raw: &[u8], at: usize, size: usize) -> Result<u64, DecodeError> {
+    let bytes = at
+        .checked_add(size)
+        .and_then(|end| raw.get(at..end))
+        .ok_or(DecodeError::FieldOutOfRange(at, raw.len()))?;
+    let mut buf = [0u8; 8];
+    buf[..size.min(8)].copy_from_slice(&bytes[..size.min(8)]);
+    Ok(u64::from_le_bytes(buf))
+}
+
+/// A `__data_loc` string: a u32 of `(len << 16) | offset` from the record
+/// start; `len` counts the NUL and is 0 when the kernel faulted.
+fn read_data_loc(raw: &[u8], at: usize) -> Result<Value, DecodeError> {
+    let loc = read_le(raw, at, 4)?;
+    let (len, off) = ((loc >> 16) as usize, (loc & 0xffff) as usize);
+    if len == 0 {
+        return Ok(Value::Str(None));
+    }
+    let bytes = raw
+        .get(off..off + len)
+        .ok_or(DecodeError::FieldOutOfRange(off, raw.len()))?;
+    let text = bytes.split(|&b| b == 0).next().unwrap_or(bytes);
+    Ok(Value::Str(Some(String::from_utf8_lossy(text).into_owned())))
+}
+
+/// Size in the record of one element of a tracefs-fetched type.
+fn element_size(ty: BaseType) -> usize {
+    match ty {
+        BaseType::Unsigned(b) | BaseType::Signed(b) | BaseType::Hex(b) => usize::from(b / 8),
+        BaseType::Bitfield { container, .. } => usize::from(container / 8),
+        BaseType::Symbol => 8,
+        BaseType::String | BaseType::UString => 4,
+    }
+}
+
+fn decode_element(raw: &[u8], at: usize, ty: BaseType) -> Result<Value, DecodeError> {
+    match ty {
+        BaseType::String | BaseType::UString => read_data_loc(raw, at),
+        // The kernel has already extracted the bitfield into its container.
+        BaseType::Bitfield { container, .. } => Ok(Value::Int {
+            raw: read_le(raw, at, usize::from(container / 8))?,
+            ty: BaseType::Unsigned(container),
+        }),
+        other => Ok(Value::new(read_le(raw, at, element_size(other))?, other)),
+    }
+}
+
+/// Decodes one argument the kernel fetched into a tracefs event's record.
+pub fn decode_field(raw: &[u8], at: usize, ty: ArgType) -> Result<Value, DecodeError> {
+    match ty.array {
+        None => decode_element(raw, at, ty.base),
+        Some(n) => {
+            let size = element_size(ty.base);
+            (0..n as usize)
+                .map(|i| decode_element(raw, at + i * size, ty.base))
+                .collect::<Result<Vec<_>, _>>()
+                .map(Value::Array)
+        }
+    }
 }
 
 fn read_u64(raw: &[u8], at: usize) -> Option<u64> {
@@ -118,12 +221,14 @@ fn read_u64(raw: &[u8], at: usize) -> Option<u64> {
         .map(u64::from_ne_bytes)
 }
 
-/// Decodes a sample of probe `probe` (whose plan is `plan`).
+/// Decodes a sample of probe `probe` (whose plan is `plan`). For a tracefs
+/// probe, `field_offsets[i]` is where argument `i` lies in the record.
 pub fn decode_sample(
     probe: usize,
     plan: &ProbePlan,
     sample: &SampleRecord<'_>,
     comm: Arc<str>,
+    field_offsets: &[usize],
 ) -> Result<Event, DecodeError> {
     let raw = sample.raw.ok_or(DecodeError::Missing("raw data"))?;
     let raw = raw.as_slice();
@@ -142,13 +247,25 @@ pub fn decode_sample(
         None
     };
     let mut args = Vec::with_capacity(plan.args.len());
-    for a in &plan.args {
-        let v = sample
-            .intr_regs
-            .as_ref()
-            .and_then(|r| r.get(u64::from(a.register.perf_index)))
-            .ok_or(DecodeError::MissingRegister(a.register.name))?;
-        args.push(Value::new(v, a.ty));
+    for (i, a) in plan.args.iter().enumerate() {
+        let v = match a.source {
+            ArgSource::Register(reg) => {
+                let v = sample
+                    .intr_regs
+                    .as_ref()
+                    .and_then(|r| r.get(u64::from(reg.perf_index)))
+                    .ok_or(DecodeError::MissingRegister(reg.name))?;
+                Value::new(v, a.ty.base)
+            }
+            ArgSource::Comm => Value::Str(Some(comm.to_string())),
+            ArgSource::Field => {
+                let at = *field_offsets
+                    .get(i)
+                    .ok_or(DecodeError::Missing("a field offset for this argument"))?;
+                decode_field(&raw, at, a.ty)?
+            }
+        };
+        args.push(v);
     }
     Ok(Event {
         probe,
@@ -183,7 +300,10 @@ mod tests {
             Value::new(at_fdcwd, BaseType::Unsigned(32)).to_string(),
             "4294967196"
         );
-        assert_eq!(Value::new(u64::MAX - 1, BaseType::Signed(64)).as_i64(), -2);
+        assert_eq!(
+            Value::new(u64::MAX - 1, BaseType::Signed(64)).as_i64(),
+            Some(-2)
+        );
         assert_eq!(Value::new(0x1234, BaseType::Hex(8)).to_string(), "0x34");
         assert_eq!(Value::new(0x80, BaseType::Signed(8)).to_string(), "-128");
         let bf = BaseType::Bitfield {
@@ -193,5 +313,35 @@ mod tests {
         };
         assert_eq!(Value::new(0xff_b6, bf).to_string(), "13"); // 0xb6 = 1011_0110
         assert_eq!(Value::new(u64::MAX, BaseType::Signed(64)).to_string(), "-1");
+    }
+
+    #[test]
+    fn tracefs_fields() {
+        // 16-byte head, then: s32 -100, __data_loc "hi" (len 3 at 28),
+        // u16[2] {1, 2}, a faulted string; then the string bytes.
+        let mut raw = vec![0u8; 16];
+        raw.extend_from_slice(&(-100i32).to_le_bytes());
+        raw.extend_from_slice(&((3u32 << 16) | 32).to_le_bytes());
+        raw.extend_from_slice(&1u16.to_le_bytes());
+        raw.extend_from_slice(&2u16.to_le_bytes());
+        raw.extend_from_slice(&0u32.to_le_bytes());
+        raw.extend_from_slice(b"hi\0");
+        let s32 = ArgType::scalar(BaseType::Signed(32));
+        assert_eq!(decode_field(&raw, 16, s32).unwrap().to_string(), "-100");
+        let st = ArgType::scalar(BaseType::String);
+        assert_eq!(
+            decode_field(&raw, 20, st).unwrap(),
+            Value::Str(Some("hi".into()))
+        );
+        let arr = ArgType {
+            base: BaseType::Unsigned(16),
+            array: Some(2),
+        };
+        assert_eq!(decode_field(&raw, 24, arr).unwrap().to_string(), "{1,2}");
+        assert_eq!(decode_field(&raw, 28, st).unwrap().to_string(), "(fault)");
+        assert_eq!(
+            decode_field(&raw, 33, s32),
+            Err(DecodeError::FieldOutOfRange(33, 35))
+        );
     }
 }

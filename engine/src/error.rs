@@ -17,6 +17,9 @@ pub enum Error {
     /// The probe cannot go where it asks to.
     #[error(transparent)]
     Plan(#[from] PlanError),
+    /// The tracefs control path failed.
+    #[error(transparent)]
+    Tracefs(#[from] crate::tracefs::TracefsError),
     /// The running kernel offers no kprobe PMU.
     #[error("this kernel has no kprobe PMU ({dir} is missing): it was built without CONFIG_KPROBE_EVENTS or is older than 4.17; run `cargo xtask demo` to see kprobe-perf on a kernel that has one")]
     NoKprobePmu {

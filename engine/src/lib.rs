@@ -16,6 +16,7 @@ pub mod ring;
 pub mod session;
 pub mod spec;
 pub mod sys;
+pub mod tracefs;
 
 pub use decode::{Event, Value};
 pub use error::Error;
@@ -25,13 +26,24 @@ pub use plan::ProbePlan;
 pub use session::{RecordTarget, Session, SessionOptions, SessionStats};
 pub use spec::ProbeSpec;
 
-/// Parses and plans probe definitions for this machine's architecture.
+/// Parses and plans probe definitions for this machine's architecture,
+/// choosing the backend of each automatically (see [`plan_probes_with`]).
 ///
 /// `symbols` may be empty (kallsyms unreadable); names are then left for
 /// the kernel to check.
 pub fn plan_probes<S: AsRef<str>>(
     specs: &[S],
     symbols: &KernelSymbols,
+) -> Result<Vec<ProbePlan>, Error> {
+    plan_probes_with(specs, symbols, plan::BackendChoice::Auto)
+}
+
+/// As [`plan_probes`], with an explicit backend choice. Event names that
+/// repeat get a `_2`, `_3` ... suffix so each probe stays distinct.
+pub fn plan_probes_with<S: AsRef<str>>(
+    specs: &[S],
+    symbols: &KernelSymbols,
+    choice: plan::BackendChoice,
 ) -> Result<Vec<ProbePlan>, Error> {
     let arch = Arch::host().ok_or_else(|| {
         Error::io(
@@ -46,7 +58,18 @@ pub fn plan_probes<S: AsRef<str>>(
         .iter()
         .map(|s| {
             let spec = ProbeSpec::parse(s.as_ref(), arch)?;
-            Ok(plan::resolve(spec, symbols, arch)?)
+            Ok(plan::resolve(spec, symbols, arch, choice)?)
         })
-        .collect()
+        .collect::<Result<Vec<ProbePlan>, Error>>()
+        .map(|mut plans| {
+            let mut seen = std::collections::HashMap::<String, usize>::new();
+            for p in &mut plans {
+                let n = seen.entry(p.event.clone()).or_insert(0);
+                *n += 1;
+                if *n > 1 {
+                    p.event = format!("{}_{n}", p.event);
+                }
+            }
+            plans
+        })
 }

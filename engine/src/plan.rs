@@ -3,9 +3,10 @@
 //! Every mistake a user can make is reported here, before any fd is opened.
 
 use kprobe_perf_arch::{Arch, Register};
+
 use kprobe_perf_symbols::KernelSymbols;
 
-use crate::spec::{BaseType, FetchBase, ProbeKind, ProbeSpec, Target};
+use crate::spec::{ArgType, FetchBase, ProbeKind, ProbeSpec, Target};
 
 /// Why a probe cannot be planned.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -22,9 +23,7 @@ pub enum PlanError {
         suggestion: Option<String>,
     },
     /// The probe needs something only a tracefs-defined event provides.
-    #[error(
-        "{what} needs a dynamic_events definition, which this build cannot make yet; {instead}"
-    )]
+    #[error("{what} needs a dynamic_events definition, which --backend pmu rules out; {instead}")]
     NeedsTracefs {
         /// The feature asked for.
         what: String,
@@ -76,15 +75,51 @@ pub enum AttachPoint {
     Address(u64),
 }
 
+/// Which kernel interface carries a probe.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Backend {
+    /// perf_event_open on the kprobe PMU: a private kprobe per fd,
+    /// arguments read from sampled registers.
+    Pmu,
+    /// A `dynamic_events` definition opened as a tracepoint: the kernel
+    /// fetches the arguments; needed for maxactive and memory fetches.
+    Tracefs,
+}
+
+/// What the user asked for with `--backend`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum BackendChoice {
+    /// The PMU unless the probe needs tracefs.
+    #[default]
+    Auto,
+    /// Only the PMU; a probe that needs tracefs is refused.
+    Pmu,
+    /// Every probe through tracefs.
+    Tracefs,
+}
+
+/// Where an argument's value is found in a sample.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ArgSource {
+    /// A register of `PERF_SAMPLE_REGS_INTR` (PMU backend).
+    Register(Register),
+    /// The command name of the sampled thread, from the engine's own
+    /// pid-to-comm table (PMU backend).
+    Comm,
+    /// A field of the tracefs event's record, found by name in its
+    /// `format` file when the probe is attached (tracefs backend).
+    Field,
+}
+
 /// How one argument is fetched and shown.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ArgPlan {
     /// Display name (`NAME=` or `argN`).
     pub name: String,
-    /// The sampled register holding the value.
-    pub register: Register,
-    /// Type used for printing (default x64).
-    pub ty: BaseType,
+    /// Where the value comes from.
+    pub source: ArgSource,
+    /// Type used for decoding and printing.
+    pub ty: ArgType,
 }
 
 /// A probe ready to be attached.
@@ -96,6 +131,8 @@ pub struct ProbePlan {
     pub event: String,
     /// Where the probe goes.
     pub attach: AttachPoint,
+    /// The kernel interface used.
+    pub backend: Backend,
     /// Arguments in order.
     pub args: Vec<ArgPlan>,
     /// `sample_regs_intr`: the registers the arguments need.
@@ -107,6 +144,35 @@ impl ProbePlan {
     pub fn is_return(&self) -> bool {
         matches!(self.spec.kind, ProbeKind::Return { .. })
     }
+
+    /// The kprobe_events line that defines this probe in `group`.
+    pub fn tracefs_definition(&self, group: &str) -> String {
+        ProbeSpec {
+            group: Some(group.to_string()),
+            event: Some(self.event.clone()),
+            ..self.spec.clone()
+        }
+        .to_string()
+    }
+}
+
+/// Why a probe cannot go through the PMU, if it cannot.
+pub fn tracefs_reason(spec: &ProbeSpec, arch: Arch) -> Option<String> {
+    if let ProbeKind::Return { maxactive: Some(n) } = spec.kind {
+        return Some(format!("maxactive (r{n}:)"));
+    }
+    spec.args.iter().find_map(|a| {
+        let ty = a.effective_type();
+        let memory = a.fetch.reads_memory()
+            || ty.array.is_some()
+            || ty.base.is_string() && a.fetch.base != FetchBase::Comm
+            || match &a.fetch.base {
+                FetchBase::Arg(n) => arch.arg_register(*n).is_none(),
+                FetchBase::StackEntry(_) | FetchBase::Immediate(_) => true,
+                _ => false,
+            };
+        memory.then(|| format!("{a} (the kernel must fetch it at hit time)"))
+    })
 }
 
 /// Plans a parsed probe against the kernel's symbols. When `symbols` is
@@ -115,13 +181,8 @@ pub fn resolve(
     spec: ProbeSpec,
     symbols: &KernelSymbols,
     arch: Arch,
+    choice: BackendChoice,
 ) -> Result<ProbePlan, PlanError> {
-    if let ProbeKind::Return { maxactive: Some(n) } = spec.kind {
-        return Err(PlanError::NeedsTracefs {
-            what: format!("maxactive (r{n}:)"),
-            instead: "write r: to get the kernel's default number of instances".into(),
-        });
-    }
     let attach = match &spec.target {
         Target::Symbol {
             module,
@@ -148,76 +209,67 @@ pub fn resolve(
             })
         }
     };
+    for a in &spec.args {
+        if let FetchBase::Name(n) = &a.fetch.base {
+            return Err(PlanError::Unsupported {
+                what: format!("the argument name {n} (resolved from BTF)"),
+                instead: "name the argument with $argN, as in dfd=$arg1".into(),
+            });
+        }
+    }
+    let reason = tracefs_reason(&spec, arch);
+    let backend = match (choice, reason) {
+        (BackendChoice::Tracefs, _) | (BackendChoice::Auto, Some(_)) => Backend::Tracefs,
+        (BackendChoice::Pmu, Some(what)) => {
+            return Err(PlanError::NeedsTracefs {
+                what,
+                instead: "drop --backend pmu (auto defines such probes through tracefs)".into(),
+            })
+        }
+        (_, None) => Backend::Pmu,
+    };
     let mut args = Vec::with_capacity(spec.args.len());
     let mut regs_mask = 0u64;
     for (i, a) in spec.args.iter().enumerate() {
-        let register = register_of(&spec, i, arch)?;
-        regs_mask |= 1u64 << register.perf_index;
-        let ty = a.effective_type();
-        if ty.array.is_some() || ty.base.is_string() {
-            return Err(needs_kernel_fetch(&a.to_string()));
+        let source = match backend {
+            Backend::Tracefs => ArgSource::Field,
+            Backend::Pmu => match &a.fetch.base {
+                FetchBase::Comm => ArgSource::Comm,
+                FetchBase::Register(r) => {
+                    ArgSource::Register(arch.register(r).ok_or_else(|| bad_register(r, arch))?)
+                }
+                FetchBase::Arg(n) => ArgSource::Register(
+                    arch.arg_register(*n)
+                        .ok_or_else(|| bad_register(&format!("arg{n}"), arch))?,
+                ),
+                FetchBase::Retval => ArgSource::Register(arch.retval_register()),
+                _ => ArgSource::Register(arch.stack_register()),
+            },
+        };
+        if let ArgSource::Register(r) = source {
+            regs_mask |= 1u64 << r.perf_index;
         }
         args.push(ArgPlan {
             name: spec.arg_name(i),
-            register,
-            ty: ty.base,
+            source,
+            ty: a.effective_type(),
         });
     }
     Ok(ProbePlan {
         event: spec.event_name(),
         spec,
         attach,
+        backend,
         args,
         regs_mask,
     })
 }
 
-fn needs_kernel_fetch(arg: &str) -> PlanError {
-    PlanError::NeedsTracefs {
-        what: format!("{arg} (a fetch from kernel memory at hit time)"),
-        instead: "fetch registers (%REG, $argN, $retval, $stack) for now".into(),
+fn bad_register(name: &str, arch: Arch) -> PlanError {
+    PlanError::Unsupported {
+        what: format!("register {name} on {}", arch.name()),
+        instead: "use a register of this architecture".into(),
     }
-}
-
-/// The sampled register argument `i` of `spec` is read from.
-fn register_of(spec: &ProbeSpec, i: usize, arch: Arch) -> Result<Register, PlanError> {
-    let a = &spec.args[i];
-    if a.fetch.reads_memory() {
-        return Err(needs_kernel_fetch(&a.to_string()));
-    }
-    let found = match &a.fetch.base {
-        FetchBase::Register(r) => arch.register(r),
-        FetchBase::Arg(n) => match arch.arg_register(*n) {
-            Some(r) => Some(r),
-            None => {
-                return Err(PlanError::NeedsTracefs {
-                    what: format!("$arg{n} (passed on the stack on {})", arch.name()),
-                    instead: "only the register arguments ($arg1..$arg6) can be read until kernel-side fetches are supported".to_string(),
-                })
-            }
-        },
-        FetchBase::Retval => Some(arch.retval_register()),
-        FetchBase::Stack => Some(arch.stack_register()),
-        FetchBase::Name(n) => {
-            return Err(PlanError::Unsupported {
-                what: format!("the argument name {n} (resolved from BTF)"),
-                instead: "name the argument with $argN, as in dfd=$arg1".into(),
-            })
-        }
-        FetchBase::Comm => {
-            return Err(PlanError::Unsupported {
-                what: "$comm as an argument".into(),
-                instead: "every event line already starts with the command name".into(),
-            })
-        }
-        FetchBase::StackEntry(_)
-        | FetchBase::Immediate(_)
-        | FetchBase::Address(_)
-        | FetchBase::Symbol { .. }
-        | FetchBase::FileOffset(_) => return Err(needs_kernel_fetch(&a.to_string())),
-    };
-    // The spec parser refused registers `arch` does not have.
-    found.ok_or_else(|| needs_kernel_fetch(&a.to_string()))
 }
 
 fn check_symbol(
@@ -264,6 +316,7 @@ fn suggest(symbols: &KernelSymbols, name: &str) -> Option<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::spec::BaseType;
 
     fn syms() -> KernelSymbols {
         KernelSymbols::parse(
@@ -272,17 +325,30 @@ mod tests {
         .unwrap()
     }
 
-    fn plan(text: &str) -> Result<ProbePlan, PlanError> {
+    fn plan_with(text: &str, choice: BackendChoice) -> Result<ProbePlan, PlanError> {
         resolve(
             ProbeSpec::parse(text, Arch::X86_64).unwrap(),
             &syms(),
             Arch::X86_64,
+            choice,
         )
+    }
+
+    fn plan(text: &str) -> Result<ProbePlan, PlanError> {
+        plan_with(text, BackendChoice::Auto)
+    }
+
+    fn reg_name(a: &ArgPlan) -> &'static str {
+        match a.source {
+            ArgSource::Register(r) => r.name,
+            _ => "-",
+        }
     }
 
     #[test]
     fn registers_and_mask() {
-        let p = plan("p:do_sys_openat2 dfd=%di $arg2 sp=$stack").unwrap();
+        let p = plan("p:do_sys_openat2 dfd=%di $arg2 sp=$stack c=$comm").unwrap();
+        assert_eq!(p.backend, Backend::Pmu);
         assert_eq!(
             p.attach,
             AttachPoint::Symbol {
@@ -293,14 +359,55 @@ mod tests {
         let regs: Vec<_> = p
             .args
             .iter()
-            .map(|a| (a.name.as_str(), a.register.name))
+            .map(|a| (a.name.as_str(), reg_name(a)))
             .collect();
-        assert_eq!(regs, vec![("dfd", "di"), ("arg2", "si"), ("sp", "sp")]);
+        assert_eq!(
+            regs,
+            vec![("dfd", "di"), ("arg2", "si"), ("sp", "sp"), ("c", "-")]
+        );
+        assert_eq!(p.args[3].source, ArgSource::Comm);
         assert_eq!(p.regs_mask, (1 << 5) | (1 << 4) | (1 << 7));
         let r = plan("r:do_sys_openat2 ret=$retval:s32").unwrap();
         assert!(r.is_return());
-        assert_eq!(r.args[0].register.name, "ax");
-        assert_eq!(r.args[0].ty, BaseType::Signed(32));
+        assert_eq!(reg_name(&r.args[0]), "ax");
+        assert_eq!(r.args[0].ty, ArgType::scalar(BaseType::Signed(32)));
+    }
+
+    #[test]
+    fn backend_choice() {
+        for (text, reason) in [
+            ("r64:do_sys_openat2", "maxactive (r64:)"),
+            (
+                "p:do_sys_openat2 +0(%si):ustring",
+                "+0(%si):ustring (the kernel must fetch it at hit time)",
+            ),
+            (
+                "p:do_sys_openat2 $stack2",
+                "$stack2 (the kernel must fetch it at hit time)",
+            ),
+            (
+                "p:do_sys_openat2 $arg7",
+                "$arg7 (the kernel must fetch it at hit time)",
+            ),
+            (
+                "p:do_sys_openat2 @jiffies",
+                "@jiffies (the kernel must fetch it at hit time)",
+            ),
+        ] {
+            let p = plan(text).unwrap();
+            assert_eq!(p.backend, Backend::Tracefs, "{text}");
+            assert!(p.args.iter().all(|a| a.source == ArgSource::Field));
+            assert_eq!(
+                plan_with(text, BackendChoice::Pmu).unwrap_err().to_string(),
+                format!("{reason} needs a dynamic_events definition, which --backend pmu rules out; drop --backend pmu (auto defines such probes through tracefs)")
+            );
+        }
+        let forced = plan_with("p:do_sys_openat2 %di", BackendChoice::Tracefs).unwrap();
+        assert_eq!(forced.backend, Backend::Tracefs);
+        assert_eq!(
+            forced.tracefs_definition("kprobe_perf_7"),
+            "p:kprobe_perf_7/p_do_sys_openat2_0 do_sys_openat2 %di"
+        );
     }
 
     #[test]

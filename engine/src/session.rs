@@ -21,10 +21,11 @@ use perf_event_open_sys::bindings::{
 
 use crate::decode::{decode_sample, Event};
 use crate::error::{explain_open_errno, Error};
-use crate::plan::{AttachPoint, ProbePlan};
+use crate::plan::{AttachPoint, Backend, ProbePlan};
 use crate::pmu::{ProbePmu, SYSFS_PMUS};
 use crate::ring::{RingBuffer, RingRecord};
 use crate::sys;
+use crate::tracefs::{self, Tracefs, TracefsProbes};
 
 /// Default ring size per CPU in data pages (512 KiB with 4 KiB pages).
 pub const DEFAULT_MMAP_PAGES: usize = 128;
@@ -104,10 +105,24 @@ impl CommTable {
     }
 }
 
+/// Hits and misses the kernel counted for a tracefs probe.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct KernelCounts {
+    /// Times the probe fired.
+    pub hits: u64,
+    /// Times it could not run (for a kretprobe: no free instance, so the
+    /// return was not reported).
+    pub misses: u64,
+}
+
 /// Armed probes and their ring buffers.
 pub struct Session {
     plans: Vec<ProbePlan>,
+    // Field order matters: the perf fds in `streams` must close before
+    // `tracefs` removes the events they use.
     streams: Vec<CpuStream>,
+    tracefs: Option<TracefsProbes>,
+    field_offsets: Vec<Vec<usize>>,
     probe_of_id: HashMap<u64, usize>,
     parse_info: Vec<RecordParseInfo>,
     poll: Poll,
@@ -150,6 +165,12 @@ pub fn preflight() -> Result<ProbePmu, Error> {
         .ok_or_else(|| Error::NoKprobePmu {
             dir: format!("{SYSFS_PMUS}/kprobe"),
         })?;
+    check_capabilities()?;
+    Ok(pmu)
+}
+
+/// Fails unless this process has CAP_PERFMON or CAP_SYS_ADMIN.
+pub fn check_capabilities() -> Result<(), Error> {
     let caps = sys::effective_capabilities().map_err(|e| Error::io("reading capabilities", e))?;
     let has = |cap: u32| caps & (1u64 << cap) != 0;
     if !has(sys::CAP_PERFMON) && !has(sys::CAP_SYS_ADMIN) {
@@ -158,29 +179,48 @@ pub fn preflight() -> Result<ProbePmu, Error> {
             .unwrap_or_else(|_| "kprobe-perf".into());
         return Err(Error::NotPermitted { exe });
     }
-    Ok(pmu)
+    Ok(())
+}
+
+/// The attr of a tracefs-defined probe's tracepoint event.
+const PERF_TYPE_TRACEPOINT: u32 = 2;
+
+/// How a probe is opened: through the kprobe PMU, or as the tracepoint
+/// of a tracefs-defined event.
+#[derive(Clone, Copy)]
+enum Opener {
+    Pmu(ProbePmu),
+    Tracepoint(u64),
 }
 
 fn base_attr(
-    pmu: &ProbePmu,
+    opener: Opener,
     plan: &ProbePlan,
     opts: &SessionOptions,
     first_on_cpu: bool,
 ) -> sys::perf_event_attr {
     let mut attr = sys::perf_event_attr {
-        type_: pmu.type_,
         size: sys::ATTR_SIZE,
         ..Default::default()
     };
-    if plan.is_return() {
-        attr.config |= 1u64 << pmu.retprobe_bit;
+    match opener {
+        Opener::Pmu(pmu) => {
+            attr.type_ = pmu.type_;
+            if plan.is_return() {
+                attr.config |= 1u64 << pmu.retprobe_bit;
+            }
+            // config2 is kprobe_addr (no name) or probe_offset (with a name).
+            let (AttachPoint::Address(config2)
+            | AttachPoint::Symbol {
+                offset: config2, ..
+            }) = plan.attach;
+            attr.__bindgen_anon_4.config2 = config2;
+        }
+        Opener::Tracepoint(id) => {
+            attr.type_ = PERF_TYPE_TRACEPOINT;
+            attr.config = id;
+        }
     }
-    // config2 is kprobe_addr (no name) or probe_offset (with a name).
-    let (AttachPoint::Address(config2)
-    | AttachPoint::Symbol {
-        offset: config2, ..
-    }) = plan.attach;
-    attr.__bindgen_anon_4.config2 = config2;
     attr.__bindgen_anon_1.sample_period = 1;
     let mut sample_type = PERF_SAMPLE_IDENTIFIER
         | PERF_SAMPLE_IP
@@ -215,8 +255,64 @@ impl Session {
     /// Opens every probe on every online CPU (or for one process), maps one
     /// ring per CPU and leaves the probes disabled until [`Session::enable`].
     pub fn open(plans: Vec<ProbePlan>, opts: SessionOptions) -> Result<Session, Error> {
-        let pmu = preflight()?;
+        let needs_pmu = plans.iter().any(|p| p.backend == Backend::Pmu);
+        let pmu = if needs_pmu {
+            Some(preflight()?)
+        } else {
+            check_capabilities()?;
+            None
+        };
         let cpus = online_cpus()?;
+        // tracefs-defined probes: define them in our private group first.
+        let mut tracefs_guard = None;
+        let mut openers = Vec::with_capacity(plans.len());
+        let mut field_offsets = Vec::with_capacity(plans.len());
+        for plan in &plans {
+            match (plan.backend, pmu) {
+                (Backend::Pmu, Some(pmu)) => {
+                    openers.push(Opener::Pmu(pmu));
+                    field_offsets.push(Vec::new());
+                }
+                _ => {
+                    if tracefs_guard.is_none() {
+                        let fs = Tracefs::find()?;
+                        tracefs::remove_stale(&fs);
+                        tracefs_guard = Some(TracefsProbes::new(fs));
+                    }
+                    let Some(guard) = tracefs_guard.as_mut() else {
+                        return Err(Error::Tracefs(crate::tracefs::TracefsError::NotMounted));
+                    };
+                    let group = guard.group().to_string();
+                    guard.define(&plan.tracefs_definition(&group), &plan.event)?;
+                    let id = guard.tracefs().event_id(&group, &plan.event)?;
+                    let fields = guard.tracefs().format(&group, &plan.event)?;
+                    let offsets = plan
+                        .args
+                        .iter()
+                        .map(|a| {
+                            fields
+                                .iter()
+                                .find(|f| f.name == a.name)
+                                .map(|f| f.offset)
+                                .ok_or_else(|| {
+                                    Error::Tracefs(crate::tracefs::TracefsError::Format {
+                                        path: guard
+                                            .tracefs()
+                                            .root()
+                                            .join("events")
+                                            .join(&group)
+                                            .join(&plan.event)
+                                            .join("format"),
+                                        field: a.name.clone(),
+                                    })
+                                })
+                        })
+                        .collect::<Result<Vec<_>, _>>()?;
+                    openers.push(Opener::Tracepoint(id));
+                    field_offsets.push(offsets);
+                }
+            }
+        }
         let pid = match opts.target {
             RecordTarget::AllCpus => -1,
             RecordTarget::Process { pid, .. } => pid,
@@ -229,8 +325,8 @@ impl Session {
             })
             .collect();
         let mut parse_info = Vec::with_capacity(plans.len());
-        for plan in &plans {
-            let attr = base_attr(&pmu, plan, &opts, false);
+        for (plan, &opener) in plans.iter().zip(&openers) {
+            let attr = base_attr(opener, plan, &opts, false);
             let (parsed, _) = PerfEventAttr::parse::<_, NativeEndian>(&sys::attr_bytes(&attr)[..])
                 .map_err(|e| Error::io("describing the sample layout", e))?;
             parse_info.push(RecordParseInfo::new(&parsed, Endianness::LittleEndian));
@@ -242,27 +338,29 @@ impl Session {
             let mut fds: Vec<OwnedFd> = Vec::with_capacity(plans.len());
             let mut ring = None;
             for (i, plan) in plans.iter().enumerate() {
-                let attr = base_attr(&pmu, plan, &opts, fds.is_empty());
+                let attr = base_attr(openers[i], plan, &opts, fds.is_empty());
+                let name = match openers[i] {
+                    Opener::Pmu(_) => names[i].as_deref(),
+                    Opener::Tracepoint(_) => None,
+                };
                 let cpu_arg = i32::try_from(cpu).unwrap_or(-1);
-                let fd = sys::perf_event_open(&attr, names[i].as_deref(), pid, cpu_arg).map_err(
-                    |source| {
-                        let target = match &plan.attach {
-                            AttachPoint::Symbol { name, offset: 0 } => name.clone(),
-                            AttachPoint::Symbol { name, offset } => format!("{name}+{offset}"),
-                            AttachPoint::Address(a) => format!("0x{a:x}"),
-                        };
-                        Error::Open {
-                            probe: plan.spec.to_string(),
-                            where_: if pid >= 0 {
-                                format!("pid {pid}, CPU {cpu}")
-                            } else {
-                                format!("CPU {cpu}")
-                            },
-                            reason: explain_open_errno(source.raw_os_error().unwrap_or(0), &target),
-                            source,
-                        }
-                    },
-                )?;
+                let fd = sys::perf_event_open(&attr, name, pid, cpu_arg).map_err(|source| {
+                    let target = match &plan.attach {
+                        AttachPoint::Symbol { name, offset: 0 } => name.clone(),
+                        AttachPoint::Symbol { name, offset } => format!("{name}+{offset}"),
+                        AttachPoint::Address(a) => format!("0x{a:x}"),
+                    };
+                    Error::Open {
+                        probe: plan.spec.to_string(),
+                        where_: if pid >= 0 {
+                            format!("pid {pid}, CPU {cpu}")
+                        } else {
+                            format!("CPU {cpu}")
+                        },
+                        reason: explain_open_errno(source.raw_os_error().unwrap_or(0), &target),
+                        source,
+                    }
+                })?;
                 let id = sys::event_id(&fd).map_err(|e| Error::io("reading a perf event id", e))?;
                 probe_of_id.insert(id, i);
                 match &ring {
@@ -310,6 +408,8 @@ impl Session {
             },
             plans,
             streams,
+            tracefs: tracefs_guard,
+            field_offsets,
             probe_of_id,
             parse_info,
             poll,
@@ -354,6 +454,27 @@ impl Session {
         &self.stats
     }
 
+    /// Hits and misses the kernel counted, for tracefs probes (`None` for
+    /// PMU probes, whose counts the kernel does not expose).
+    pub fn kernel_counts(&self) -> Vec<Option<KernelCounts>> {
+        self.plans
+            .iter()
+            .map(|p| {
+                let fs = self.tracefs.as_ref()?;
+                if p.backend != Backend::Tracefs {
+                    return None;
+                }
+                let (hits, misses) = fs.tracefs().profile(&p.event)?;
+                Some(KernelCounts { hits, misses })
+            })
+            .collect()
+    }
+
+    /// The private tracefs group of this session's tracefs probes, if any.
+    pub fn tracefs_group(&self) -> Option<&str> {
+        self.tracefs.as_ref().map(|t| t.group())
+    }
+
     /// Number of perf event fds this session holds.
     pub fn fd_count(&self) -> usize {
         self.streams.iter().map(|s| s.fds.len()).sum()
@@ -376,6 +497,7 @@ impl Session {
         let Session {
             plans,
             streams,
+            field_offsets,
             probe_of_id,
             parse_info,
             comms,
@@ -384,7 +506,16 @@ impl Session {
         } = self;
         for stream in streams.iter_mut() {
             stream.ring.drain(|rec| {
-                handle_record(rec, plans, probe_of_id, parse_info, comms, stats, &mut out);
+                handle_record(
+                    rec,
+                    plans,
+                    field_offsets,
+                    probe_of_id,
+                    parse_info,
+                    comms,
+                    stats,
+                    &mut out,
+                );
             });
         }
         out.sort_by_key(|e| e.time_ns);
@@ -395,9 +526,11 @@ impl Session {
     }
 }
 
+#[allow(clippy::too_many_arguments)]
 fn handle_record(
     rec: RingRecord<'_>,
     plans: &[ProbePlan],
+    field_offsets: &[Vec<usize>],
     probe_of_id: &HashMap<u64, usize>,
     parse_info: &[RecordParseInfo],
     comms: &mut CommTable,
@@ -426,7 +559,8 @@ fn handle_record(
     match RawEventRecord::new(kind, rec.misc, data, *info).parse() {
         Ok(EventRecord::Sample(s)) => {
             let comm = comms.get(s.pid.unwrap_or(-1), s.tid.unwrap_or(-1));
-            match decode_sample(probe, plan, &s, comm) {
+            let offsets = field_offsets.get(probe).map_or(&[][..], Vec::as_slice);
+            match decode_sample(probe, plan, &s, comm, offsets) {
                 Ok(e) => {
                     stats.hits[probe] += 1;
                     out.push(e);

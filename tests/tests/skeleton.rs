@@ -57,8 +57,8 @@ fn openat_entry_and_return_values_of_a_known_thread() {
                     return;
                 }
                 match e.probe {
-                    0 => entries.push((e.args[0].as_i64(), e.probe_addr)),
-                    _ => returns.push((e.args[0].as_i64(), e.ret_addr)),
+                    0 => entries.push((e.args[0].as_i64().unwrap(), e.probe_addr)),
+                    _ => returns.push((e.args[0].as_i64().unwrap(), e.ret_addr)),
                 }
             })
             .expect("polling");

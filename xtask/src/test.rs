@@ -78,10 +78,17 @@ fn run_echo(cmd: &mut Command) -> Result<(bool, String)> {
 }
 
 /// The test executables of the `tests/` crate (built, not run).
+/// The VM tests run release builds: under TCG a debug build spends
+/// seconds just parsing /proc/kallsyms.
 fn build_vm_tests() -> Result<Vec<PathBuf>> {
+    let (ok, _) = run_echo(cargo().args(["build", "--release", "--package", "kprobe-perf"]))?;
+    if !ok {
+        bail!("building kprobe-perf (release) failed");
+    }
     let out = cargo()
         .args([
             "test",
+            "--release",
             "--package",
             "kprobe-perf-tests",
             "--no-run",
@@ -223,11 +230,11 @@ pub fn run(kernel_args: &[String], no_lint: bool) -> Result<()> {
 /// Boots the VM and records a kprobe and a kretprobe on a small workload.
 pub fn demo(kernel: &str) -> Result<()> {
     host::ensure_packages(&[])?;
-    let (ok, _) = run_echo(cargo().args(["build", "--package", "kprobe-perf"]))?;
+    let (ok, _) = run_echo(cargo().args(["build", "--release", "--package", "kprobe-perf"]))?;
     if !ok {
         bail!("building kprobe-perf failed");
     }
-    let bin = workspace_root().join("target/debug/kprobe-perf");
+    let bin = workspace_root().join("target/release/kprobe-perf");
     let kernel = kernels::resolve(kernel, &vm_cache().join("kernels"))?;
     let command: Vec<String> = [
         bin.to_string_lossy().as_ref(),

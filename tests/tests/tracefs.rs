@@ -1,0 +1,264 @@
+//! The tracefs route against a real kernel: fetch args the kernel reads at
+//! hit time, kretprobe maxactive and its misses, and nothing left behind.
+
+use std::process::{Command, Stdio};
+use std::sync::{Arc, Barrier};
+use std::time::{Duration, Instant};
+
+use kprobe_perf_engine::plan::Backend;
+use kprobe_perf_engine::{plan_probes, KernelSymbols, Session, SessionOptions};
+use kprobe_perf_tests::{kprobe_perf_bin, kprobes_available};
+
+const KPROBE_EVENTS: &str = "/sys/kernel/tracing/kprobe_events";
+
+fn our_event_lines() -> Vec<String> {
+    std::fs::read_to_string(KPROBE_EVENTS)
+        .unwrap_or_default()
+        .lines()
+        .filter(|l| l.contains(":kprobe_perf_"))
+        .map(str::to_string)
+        .collect()
+}
+
+/// The kernel reads the path string (a user pointer) at hit time; the
+/// event of our thread carries exactly the path we opened.
+#[test]
+fn kernel_fetched_string_is_exact() {
+    if !kprobes_available("kernel_fetched_string_is_exact") {
+        return;
+    }
+    let symbols = KernelSymbols::load().unwrap();
+    let plans = plan_probes(
+        &["p:do_sys_openat2 dfd=%di:s32 path=+0(%si):ustring j=@jiffies:u64 c=$comm"],
+        &symbols,
+    )
+    .unwrap();
+    assert_eq!(plans[0].backend, Backend::Tracefs);
+    let mut session = Session::open(plans, SessionOptions::default()).unwrap();
+    let group = session.tracefs_group().unwrap().to_string();
+    assert_eq!(group, format!("kprobe_perf_{}", std::process::id()));
+    assert_eq!(
+        our_event_lines(),
+        vec![format!("p:{group}/p_do_sys_openat2_0 do_sys_openat2 dfd=%di:s32 path=+0(%si):ustring j=@jiffies:u64 c=$comm")]
+    );
+    session.enable().unwrap();
+    let path = format!("/nonexistent/kprobe-perf-{}-string", std::process::id());
+    let p2 = path.clone();
+    let tid = std::thread::Builder::new()
+        .name("probe-me".into())
+        .spawn(move || {
+            let _ = std::fs::File::open(&p2);
+            kprobe_perf_engine::sys::gettid()
+        })
+        .unwrap()
+        .join()
+        .unwrap();
+    let mut seen = Vec::new();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while seen.is_empty() && Instant::now() < deadline {
+        session
+            .poll(Some(Duration::from_millis(100)), |e| {
+                if e.tid == tid {
+                    seen.push(e.args.clone());
+                }
+            })
+            .unwrap();
+    }
+    assert_eq!(seen.len(), 1, "one open by tid {tid}");
+    let args = &seen[0];
+    assert_eq!(args[0].as_i64(), Some(-100));
+    assert_eq!(args[1].as_str(), Some(path.as_str()));
+    assert!(
+        args[2].as_i64().unwrap() != 0,
+        "jiffies read from kernel memory"
+    );
+    assert_eq!(
+        args[3].as_str(),
+        Some("probe-me"),
+        "the kernel's current->comm"
+    );
+    drop(session);
+    assert_eq!(our_event_lines(), Vec::<String>::new(), "removed at drop");
+}
+
+/// Eight threads sleep at once inside hrtimer_nanosleep: a kretprobe with
+/// maxactive 1 reports one return and the kernel counts exactly 7 misses;
+/// with maxactive 16 all eight return and nothing is missed.
+#[test]
+fn maxactive_bounds_concurrent_returns_and_misses_are_counted() {
+    if !kprobes_available("maxactive_bounds_concurrent_returns_and_misses_are_counted") {
+        return;
+    }
+    let symbols = KernelSymbols::load().unwrap();
+    for (maxactive, want_returns, want_misses) in [(1u32, 1usize, 7u64), (16, 8, 0)] {
+        let spec = format!("r{maxactive}:hrtimer_nanosleep ret=$retval:s64");
+        let plans = plan_probes(&[spec.as_str()], &symbols).unwrap();
+        let mut session = Session::open(plans, SessionOptions::default()).unwrap();
+        session.enable().unwrap();
+        let barrier = Arc::new(Barrier::new(8));
+        let threads: Vec<_> = (0..8)
+            .map(|_| {
+                let b = Arc::clone(&barrier);
+                std::thread::spawn(move || {
+                    b.wait();
+                    std::thread::sleep(Duration::from_millis(800));
+                    kprobe_perf_engine::sys::gettid()
+                })
+            })
+            .collect();
+        let tids: Vec<i32> = threads.into_iter().map(|t| t.join().unwrap()).collect();
+        let mut returns = Vec::new();
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while Instant::now() < deadline && returns.len() < want_returns {
+            session
+                .poll(Some(Duration::from_millis(100)), |e| {
+                    if tids.contains(&e.tid) {
+                        returns.push(e.args[0].as_i64());
+                    }
+                })
+                .unwrap();
+        }
+        session
+            .poll(Some(Duration::from_millis(200)), |e| {
+                if tids.contains(&e.tid) {
+                    returns.push(e.args[0].as_i64());
+                }
+            })
+            .unwrap();
+        assert_eq!(
+            returns.len(),
+            want_returns,
+            "returns with maxactive {maxactive}"
+        );
+        assert!(returns.iter().all(|r| *r == Some(0)), "{returns:?}");
+        let counts = session.kernel_counts()[0].expect("tracefs counts");
+        assert_eq!(
+            counts.misses, want_misses,
+            "misses with maxactive {maxactive}"
+        );
+        assert_eq!(
+            counts.hits, want_returns as u64,
+            "hits with maxactive {maxactive}"
+        );
+    }
+}
+
+/// The CLI says how many returns were missed and which maxactive to use.
+#[test]
+fn cli_reports_misses_with_the_maxactive_to_use() {
+    if !kprobes_available("cli_reports_misses_with_the_maxactive_to_use") {
+        return;
+    }
+    let out = Command::new(kprobe_perf_bin())
+        .args(["record", "-e", "r1:hrtimer_nanosleep", "--", "sh", "-c"])
+        .arg("sleep 1 & sleep 1 & sleep 1 & sleep 1 & wait")
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    assert!(
+        stderr.lines().any(|l| l
+            == "kprobe-perf: r_hrtimer_nanosleep_0 missed 3 of 4 hits in the kernel: more calls were in flight than its 1 kretprobe instance(s); use r4: (maxactive)"),
+        "{stderr}"
+    );
+    assert_eq!(String::from_utf8_lossy(&out.stdout).lines().count(), 1);
+}
+
+/// xorshift64*, seeded and printed so a failure can be replayed.
+fn next(state: &mut u64) -> u64 {
+    *state ^= *state >> 12;
+    *state ^= *state << 25;
+    *state ^= *state >> 27;
+    state.wrapping_mul(0x2545_f491_4f6c_dd1d)
+}
+
+/// 50 recordings killed with SIGKILL at random moments during attach and
+/// recording; the next start removes what they left, so that afterwards
+/// kprobe_events holds none of ours.
+#[test]
+fn killed_sessions_leave_nothing_after_the_next_start() {
+    if !kprobes_available("killed_sessions_leave_nothing_after_the_next_start") {
+        return;
+    }
+    let bin = kprobe_perf_bin();
+    let record = |duration: &str| {
+        let mut c = Command::new(&bin);
+        c.args(["record", "-a", "-d", duration])
+            .args([
+                "-e",
+                "p:do_sys_openat2 path=+0(%si):ustring",
+                "-e",
+                "r4:do_sys_openat2",
+            ])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null());
+        c
+    };
+    // How long a run takes to define its events here (TCG is slow): kill
+    // times are drawn from twice that, to land in attach and in recording.
+    let start = Instant::now();
+    let mut probe_run = record("30").spawn().unwrap();
+    while our_event_lines().is_empty() && start.elapsed() < Duration::from_secs(60) {
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let define_ms = start.elapsed().as_millis() as u64;
+    probe_run.kill().unwrap();
+    probe_run.wait().unwrap();
+    let seed = 0x5eed_u64 ^ u64::from(std::process::id());
+    println!("kill test: seed {seed}, events defined {define_ms} ms after start");
+    let mut state = seed | 1;
+    let mut killed_with_events = 0;
+    for _ in 0..50 {
+        let mut child = record("30").spawn().unwrap();
+        std::thread::sleep(Duration::from_millis(
+            next(&mut state) % (2 * define_ms + 1),
+        ));
+        let own = format!(":kprobe_perf_{}/", child.id());
+        if our_event_lines().iter().any(|l| l.contains(&own)) {
+            killed_with_events += 1;
+        }
+        child.kill().unwrap();
+        child.wait().unwrap();
+    }
+    println!("kill test: {killed_with_events} of 50 runs were killed with their events defined");
+    assert!(
+        killed_with_events > 0,
+        "no kill landed after the definition; the test proved nothing"
+    );
+    let status = record("0.2").status().unwrap();
+    assert!(status.success());
+    assert_eq!(our_event_lines(), Vec::<String>::new());
+}
+
+/// `kprobe-perf cleanup` removes an event of a process that is gone.
+#[test]
+fn cleanup_removes_events_of_dead_processes() {
+    if !kprobes_available("cleanup_removes_events_of_dead_processes") {
+        return;
+    }
+    std::fs::OpenOptions::new()
+        .append(true)
+        .open(KPROBE_EVENTS)
+        .and_then(|mut f| {
+            std::io::Write::write_all(&mut f, b"p:kprobe_perf_999999/left do_sys_openat2\n")
+        })
+        .unwrap();
+    assert_eq!(
+        our_event_lines(),
+        vec!["p:kprobe_perf_999999/left do_sys_openat2".to_string()]
+    );
+    let out = Command::new(kprobe_perf_bin())
+        .arg("cleanup")
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout),
+        "kprobe-perf: removed 1 tracefs events\n"
+    );
+    assert_eq!(our_event_lines(), Vec::<String>::new());
+}
