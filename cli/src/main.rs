@@ -66,6 +66,21 @@ struct RecordArgs {
     /// Ring buffer size per CPU, in pages (a power of two).
     #[arg(short = 'm', long, value_name = "PAGES", default_value_t = kprobe_perf_engine::session::DEFAULT_MMAP_PAGES)]
     mmap_pages: usize,
+    /// Record only on these CPUs (a list such as 0-3,6).
+    #[arg(short = 'C', long = "cpu", value_name = "LIST", conflicts_with_all = ["pid", "tid"])]
+    cpus: Option<String>,
+    /// Record these processes (every thread of each; comma-separated pids).
+    #[arg(short = 'p', long, value_name = "PIDS", value_delimiter = ',', conflicts_with_all = ["tid", "command"])]
+    pid: Vec<i32>,
+    /// Record these threads only (comma-separated tids).
+    #[arg(
+        short = 't',
+        long,
+        value_name = "TIDS",
+        value_delimiter = ',',
+        conflicts_with = "command"
+    )]
+    tid: Vec<i32>,
     /// Stop after this many seconds.
     #[arg(short = 'd', long, value_name = "SECS")]
     duration: Option<f64>,
@@ -146,6 +161,7 @@ fn record(args: &RecordArgs) -> Result<ExitCode> {
         duration,
         backend,
         command,
+        ..
     } = args;
     let (all_cpus, mmap_pages, duration) = (*all_cpus, *mmap_pages, *duration);
     // kallsyms may be unreadable or hide addresses; probes then go by name
@@ -180,12 +196,20 @@ fn record(args: &RecordArgs) -> Result<ExitCode> {
         }
         None => None,
     };
-    let target = match &child {
-        Some(c) if !all_cpus => RecordTarget::Process {
-            pid: c.pid(),
-            enable_on_exec: true,
-        },
-        _ => RecordTarget::AllCpus,
+    let target = if !args.tid.is_empty() {
+        RecordTarget::Threads(args.tid.clone())
+    } else if !args.pid.is_empty() {
+        RecordTarget::Threads(threads_of(&args.pid)?)
+    } else if let Some(list) = &args.cpus {
+        RecordTarget::Cpus(parse_cpu_list(list)?)
+    } else {
+        match &child {
+            Some(c) if !all_cpus => RecordTarget::Process {
+                pid: c.pid(),
+                enable_on_exec: true,
+            },
+            _ => RecordTarget::AllCpus,
+        }
     };
     let mut session = Session::open(plans, SessionOptions { target, mmap_pages })?;
     session.enable()?;
@@ -235,6 +259,45 @@ fn record(args: &RecordArgs) -> Result<ExitCode> {
         }
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// Every thread of each process, from /proc/PID/task.
+fn threads_of(pids: &[i32]) -> Result<Vec<i32>> {
+    let mut tids = Vec::new();
+    for pid in pids {
+        let dir = format!("/proc/{pid}/task");
+        let entries =
+            std::fs::read_dir(&dir).with_context(|| format!("no process {pid} ({dir})"))?;
+        for e in entries.flatten() {
+            if let Some(t) = e.file_name().to_str().and_then(|n| n.parse().ok()) {
+                tids.push(t);
+            }
+        }
+    }
+    Ok(tids)
+}
+
+/// `0-3,6` -> [0, 1, 2, 3, 6].
+fn parse_cpu_list(text: &str) -> Result<Vec<u32>> {
+    let mut cpus = Vec::new();
+    for part in text.split(',').filter(|p| !p.is_empty()) {
+        let bad = || anyhow::anyhow!("not a CPU list: {text:?} (write e.g. 0-3,6)");
+        match part.split_once('-') {
+            Some((a, b)) => {
+                let (a, b): (u32, u32) =
+                    (a.parse().map_err(|_| bad())?, b.parse().map_err(|_| bad())?);
+                if a > b {
+                    return Err(bad());
+                }
+                cpus.extend(a..=b);
+            }
+            None => cpus.push(part.parse().map_err(|_| bad())?),
+        }
+    }
+    if cpus.is_empty() {
+        anyhow::bail!("not a CPU list: {text:?} (write e.g. 0-3,6)");
+    }
+    Ok(cpus)
 }
 
 /// Prints whatever events are ready. Returns false when stdout's reader

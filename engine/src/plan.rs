@@ -38,6 +38,15 @@ pub enum PlanError {
         /// What to write instead.
         instead: String,
     },
+    /// The name matches several functions (the kernel would answer
+    /// EADDRNOTAVAIL, or older kernels would silently pick one).
+    #[error("{name} names {} functions ({}); probe one by its address (p 0xADDR), or as MOD:{name} if one is in a module", instances.len(), instances.join(", "))]
+    Ambiguous {
+        /// The name.
+        name: String,
+        /// Each instance's address (and module).
+        instances: Vec<String>,
+    },
     /// The symbol exists but is not code.
     #[error("{name} is a data symbol (kallsyms type {kind}); kprobes go on functions")]
     NotText {
@@ -133,6 +142,9 @@ pub struct ProbePlan {
     pub attach: AttachPoint,
     /// The kernel interface used.
     pub backend: Backend,
+    /// The symbol's address from kallsyms, when known (used when a kernel
+    /// refuses a `MOD:SYM` name over perf_event_open).
+    pub resolved_address: Option<u64>,
     /// Arguments in order.
     pub args: Vec<ArgPlan>,
     /// `sample_regs_intr`: the registers the arguments need.
@@ -183,6 +195,7 @@ pub fn resolve(
     arch: Arch,
     choice: BackendChoice,
 ) -> Result<ProbePlan, PlanError> {
+    let mut resolved_address = None;
     let attach = match &spec.target {
         Target::Symbol {
             module,
@@ -190,7 +203,7 @@ pub fn resolve(
             offset,
         } => {
             if !symbols.is_empty() {
-                check_symbol(symbols, module.as_deref(), name)?;
+                resolved_address = check_symbol(symbols, module.as_deref(), name)?;
             }
             let kernel_name = match module {
                 Some(m) => format!("{m}:{name}"),
@@ -260,6 +273,7 @@ pub fn resolve(
         spec,
         attach,
         backend,
+        resolved_address,
         args,
         regs_mask,
     })
@@ -272,11 +286,13 @@ fn bad_register(name: &str, arch: Arch) -> PlanError {
     }
 }
 
+/// Checks that `name` is one function in scope and returns its address
+/// (`None` when kallsyms hides addresses).
 fn check_symbol(
     symbols: &KernelSymbols,
     module: Option<&str>,
     name: &str,
-) -> Result<(), PlanError> {
+) -> Result<Option<u64>, PlanError> {
     let found = symbols.lookup(name);
     let in_scope: Vec<_> = found
         .iter()
@@ -297,7 +313,23 @@ fn check_symbol(
             suggestion: suggest(symbols, name),
         });
     }
-    Ok(())
+    let text: Vec<_> = in_scope.iter().filter(|s| s.is_text()).collect();
+    if text.len() > 1 {
+        return Err(PlanError::Ambiguous {
+            name: name.to_string(),
+            instances: text
+                .iter()
+                .map(|s| match &s.module {
+                    Some(m) => format!("0x{:x} [{m}]", s.address),
+                    None => format!("0x{:x}", s.address),
+                })
+                .collect(),
+        });
+    }
+    Ok(text
+        .first()
+        .map(|s| s.address)
+        .filter(|_| !symbols.addresses_hidden()))
 }
 
 /// A text symbol one or two edits away, tried only on the error path.
@@ -423,7 +455,27 @@ mod tests {
                 .starts_with("unknown symbol do_sys_open in module ext4"),
             "{e}"
         );
-        assert!(plan("p:ext4:ext4_file_open").is_ok());
+        assert_eq!(
+            plan("p:ext4:ext4_file_open").unwrap().resolved_address,
+            Some(0xffffffffc0001000)
+        );
+        let dup = KernelSymbols::parse("ffffffff81000000 t init_once\nffffffff81000100 T x\nffffffffc0000000 t init_once\t[ext4]\n").unwrap();
+        let e = resolve(
+            ProbeSpec::parse("p:init_once", Arch::X86_64).unwrap(),
+            &dup,
+            Arch::X86_64,
+            BackendChoice::Auto,
+        )
+        .unwrap_err();
+        assert_eq!(e.to_string(), "init_once names 2 functions (0xffffffff81000000, 0xffffffffc0000000 [ext4]); probe one by its address (p 0xADDR), or as MOD:init_once if one is in a module");
+        let one = resolve(
+            ProbeSpec::parse("p:ext4:init_once", Arch::X86_64).unwrap(),
+            &dup,
+            Arch::X86_64,
+            BackendChoice::Auto,
+        )
+        .unwrap();
+        assert_eq!(one.resolved_address, Some(0xffffffffc0000000));
         assert_eq!(
             plan("p:jiffies").unwrap_err(),
             PlanError::NotText {

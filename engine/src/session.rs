@@ -31,10 +31,15 @@ use crate::tracefs::{self, Tracefs, TracefsProbes};
 pub const DEFAULT_MMAP_PAGES: usize = 128;
 
 /// Whose probe hits are recorded.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub enum RecordTarget {
     /// Every task on every online CPU.
     AllCpus,
+    /// Every task, on these CPUs only.
+    Cpus(Vec<u32>),
+    /// These threads (tids), on any CPU; children are not followed.
+    Threads(Vec<i32>),
+
     /// One process and the children it creates afterwards.
     Process {
         /// The process id.
@@ -46,7 +51,7 @@ pub enum RecordTarget {
 }
 
 /// Session settings.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SessionOptions {
     /// Whose hits to record.
     pub target: RecordTarget,
@@ -113,6 +118,24 @@ pub struct KernelCounts {
     /// Times it could not run (for a kretprobe: no free instance, so the
     /// return was not reported).
     pub misses: u64,
+}
+
+/// Where one ring's events are opened: perf_event_open's pid and cpu, and
+/// how to name it in messages.
+struct Slot {
+    pid: i32,
+    cpu: i32,
+    label: String,
+}
+
+impl Slot {
+    fn cpu(c: u32) -> Slot {
+        Slot {
+            pid: -1,
+            cpu: c as i32,
+            label: format!("CPU {c}"),
+        }
+    }
 }
 
 /// Armed probes and their ring buffers.
@@ -244,7 +267,8 @@ fn base_attr(
         attr.set_comm(1);
         attr.set_comm_exec(1);
     }
-    if let RecordTarget::Process { enable_on_exec, .. } = opts.target {
+    if let RecordTarget::Process { enable_on_exec, .. } = &opts.target {
+        let enable_on_exec = *enable_on_exec;
         attr.set_inherit(1);
         attr.set_enable_on_exec(u64::from(enable_on_exec));
     }
@@ -313,10 +337,46 @@ impl Session {
                 }
             }
         }
-        let pid = match opts.target {
-            RecordTarget::AllCpus => -1,
-            RecordTarget::Process { pid, .. } => pid,
+        // One ring per slot: (pid, cpu) as perf_event_open takes them.
+        let slots: Vec<Slot> = match &opts.target {
+            RecordTarget::AllCpus => cpus.iter().map(|&c| Slot::cpu(c)).collect(),
+            RecordTarget::Cpus(list) => {
+                if let Some(bad) = list.iter().find(|c| !cpus.contains(c)) {
+                    return Err(Error::io(
+                        format!("CPU {bad} is not online (online: {cpus:?})"),
+                        std::io::Error::from(std::io::ErrorKind::NotFound),
+                    ));
+                }
+                list.iter().map(|&c| Slot::cpu(c)).collect()
+            }
+            RecordTarget::Process { pid, .. } => cpus
+                .iter()
+                .map(|&c| Slot {
+                    pid: *pid,
+                    cpu: c as i32,
+                    label: format!("pid {pid}, CPU {c}"),
+                })
+                .collect(),
+            RecordTarget::Threads(tids) => tids
+                .iter()
+                .map(|&t| Slot {
+                    pid: t,
+                    cpu: -1,
+                    label: format!("tid {t}"),
+                })
+                .collect(),
         };
+        sys::raise_fd_limit(slots.len() * plans.len() + 64).map_err(|e| {
+            Error::io(
+                format!(
+                    "{} probes on {} CPUs/threads need {} file descriptors; raise the hard limit (ulimit -Hn)",
+                    plans.len(),
+                    slots.len(),
+                    slots.len() * plans.len()
+                ),
+                e,
+            )
+        })?;
         let names: Vec<Option<CString>> = plans
             .iter()
             .map(|p| match &p.attach {
@@ -332,9 +392,9 @@ impl Session {
             parse_info.push(RecordParseInfo::new(&parsed, Endianness::LittleEndian));
         }
         let poll = Poll::new().map_err(|e| Error::io("creating the poller", e))?;
-        let mut streams = Vec::with_capacity(cpus.len());
+        let mut streams = Vec::with_capacity(slots.len());
         let mut probe_of_id = HashMap::new();
-        for &cpu in &cpus {
+        for slot in &slots {
             let mut fds: Vec<OwnedFd> = Vec::with_capacity(plans.len());
             let mut ring = None;
             for (i, plan) in plans.iter().enumerate() {
@@ -343,8 +403,24 @@ impl Session {
                     Opener::Pmu(_) => names[i].as_deref(),
                     Opener::Tracepoint(_) => None,
                 };
-                let cpu_arg = i32::try_from(cpu).unwrap_or(-1);
-                let fd = sys::perf_event_open(&attr, name, pid, cpu_arg).map_err(|source| {
+                let mut opened = sys::perf_event_open(&attr, name, slot.pid, slot.cpu, 0);
+                // Some kernels refuse MOD:SYM names over perf_event_open
+                // (ENOENT on some 6.1/5.10 stables, EINVAL before ~5.3):
+                // retry by the address kallsyms gives.
+                if let (Err(e), Opener::Pmu(_), Some(addr)) =
+                    (&opened, openers[i], plan.resolved_address)
+                {
+                    let refused_name =
+                        matches!(e.raw_os_error(), Some(libc::ENOENT | libc::EINVAL));
+                    if refused_name && plan.spec.target_module().is_some() {
+                        let mut by_addr = attr;
+                        if let AttachPoint::Symbol { offset, .. } = plan.attach {
+                            by_addr.__bindgen_anon_4.config2 = addr.wrapping_add(offset);
+                        }
+                        opened = sys::perf_event_open(&by_addr, None, slot.pid, slot.cpu, 0);
+                    }
+                }
+                let fd = opened.map_err(|source| {
                     let target = match &plan.attach {
                         AttachPoint::Symbol { name, offset: 0 } => name.clone(),
                         AttachPoint::Symbol { name, offset } => format!("{name}+{offset}"),
@@ -352,11 +428,7 @@ impl Session {
                     };
                     Error::Open {
                         probe: plan.spec.to_string(),
-                        where_: if pid >= 0 {
-                            format!("pid {pid}, CPU {cpu}")
-                        } else {
-                            format!("CPU {cpu}")
-                        },
+                        where_: slot.label.clone(),
                         reason: explain_open_errno(source.raw_os_error().unwrap_or(0), &target),
                         source,
                     }
@@ -368,8 +440,8 @@ impl Session {
                         ring = Some(RingBuffer::new(&fd, opts.mmap_pages).map_err(|e| {
                             Error::io(
                                 format!(
-                                    "mapping a {}-page ring buffer on CPU {cpu}",
-                                    opts.mmap_pages
+                                    "mapping a {}-page ring buffer for {}",
+                                    opts.mmap_pages, slot.label
                                 ),
                                 e,
                             )
@@ -384,7 +456,7 @@ impl Session {
                     }
                     Some(_) => {
                         sys::set_output(&fd, &fds[0]).map_err(|e| {
-                            Error::io(format!("sharing CPU {cpu}'s ring buffer"), e)
+                            Error::io(format!("sharing the ring buffer of {}", slot.label), e)
                         })?;
                     }
                 }

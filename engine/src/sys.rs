@@ -28,6 +28,7 @@ pub fn perf_event_open(
     name: Option<&CStr>,
     pid: i32,
     cpu: i32,
+    flags: u64,
 ) -> io::Result<OwnedFd> {
     let mut attr = *attr;
     attr.size = ATTR_SIZE;
@@ -38,7 +39,13 @@ pub fn perf_event_open(
     // kernel reads at most `attr.size` bytes of it. `config1`, when set, points
     // at `name`, a NUL-terminated string borrowed for the whole call.
     let fd = unsafe {
-        perf_event_open_sys::perf_event_open(&mut attr, pid, cpu, -1, PERF_FLAG_FD_CLOEXEC as _)
+        perf_event_open_sys::perf_event_open(
+            &mut attr,
+            pid,
+            cpu,
+            -1,
+            (u64::from(PERF_FLAG_FD_CLOEXEC) | flags) as _,
+        )
     };
     if fd < 0 {
         return Err(io::Error::last_os_error());
@@ -53,6 +60,30 @@ fn check(rc: libc::c_int) -> io::Result<()> {
     } else {
         Ok(())
     }
+}
+
+/// Raises the soft RLIMIT_NOFILE to at least `needed` (up to the hard
+/// limit); fails when the hard limit is lower.
+pub fn raise_fd_limit(needed: usize) -> io::Result<()> {
+    let mut lim = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: getrlimit writes one rlimit into our local struct.
+    check(unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) })?;
+    let needed = needed as libc::rlim_t;
+    if lim.rlim_cur >= needed {
+        return Ok(());
+    }
+    if lim.rlim_max < needed {
+        return Err(io::Error::new(
+            io::ErrorKind::OutOfMemory,
+            format!("the hard limit on open files is {}", lim.rlim_max),
+        ));
+    }
+    lim.rlim_cur = needed;
+    // SAFETY: setrlimit reads one rlimit from our local struct.
+    check(unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, &lim) })
 }
 
 /// `PERF_EVENT_IOC_ENABLE`.

@@ -404,6 +404,16 @@ impl ProbeSpec {
         }
     }
 
+    /// The module of a `MOD:SYM` target.
+    pub fn target_module(&self) -> Option<&str> {
+        match &self.target {
+            Target::Symbol {
+                module: Some(m), ..
+            } => Some(m),
+            _ => None,
+        }
+    }
+
     /// True for a return probe.
     pub fn is_return(&self) -> bool {
         matches!(self.kind, ProbeKind::Return { .. })

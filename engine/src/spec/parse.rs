@@ -421,7 +421,7 @@ fn parse_target(cur: &Cursor, at: usize, text: &str) -> Result<(Target, bool), S
             returns,
         ));
     }
-    if text.starts_with(|c: char| c.is_ascii_digit()) {
+    if text.starts_with(|c: char| c.is_ascii_digit()) && !text.contains(':') {
         let addr = parse_number(text).ok_or_else(|| {
             cur.err(
                 at,
@@ -436,7 +436,8 @@ fn parse_target(cur: &Cursor, at: usize, text: &str) -> Result<(Target, bool), S
         None => (None, text, at),
     };
     if let Some(m) = module {
-        if !is_identifier(m) {
+        // Module names may start with a digit (9pnet, 8021q).
+        if m.is_empty() || !m.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_') {
             return Err(cur.err(at, m.len().max(1), "module names are letters, digits and _"));
         }
     }

@@ -147,6 +147,15 @@ fn synopsis_forms() {
         }
     );
     assert_eq!(m.event_name(), "p_ext4_ext4_file_open_0");
+    let digit_module = parse("p:9pnet:p9_client_walk").unwrap();
+    assert_eq!(
+        digit_module.target,
+        Target::Symbol {
+            module: Some("9pnet".into()),
+            name: "p9_client_walk".into(),
+            offset: 0
+        }
+    );
     let a = parse("p 0xffffffff81000000").unwrap();
     assert_eq!(
         (a.target.clone(), a.event_name()),
