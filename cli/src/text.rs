@@ -102,17 +102,39 @@ pub fn misses(session: &Session) -> Vec<String> {
         }
         out.push(line);
     }
+    for (i, p) in session.plans().iter().enumerate() {
+        if !p.is_return() || p.backend != kprobe_perf_engine::plan::Backend::Pmu {
+            continue;
+        }
+        let n = session.stats().unreturned(i);
+        if n == 0 {
+            continue;
+        }
+        let had = default_maxactive();
+        out.push(format!(
+            "kprobe-perf: {}: {n} calls entered without a reported return: missed for lack of kretprobe instances (the kernel's default is {had}) or still running at the end; if missed, use r{}: (maxactive)",
+            p.event,
+            (had + n).min(4096)
+        ));
+    }
     out
 }
 
 /// The closing summary: events per probe and losses, never omitted.
 pub fn summary(session: &Session) -> String {
     let stats = session.stats();
-    let total: u64 = stats.hits.iter().sum();
+    let total: u64 = session
+        .plans()
+        .iter()
+        .zip(&stats.hits)
+        .filter(|(p, _)| p.companion_of.is_none())
+        .map(|(_, n)| n)
+        .sum();
     let per_probe: Vec<String> = session
         .plans()
         .iter()
         .zip(&stats.hits)
+        .filter(|(p, _)| p.companion_of.is_none())
         .map(|(p, n)| format!("{}: {n}", p.event))
         .collect();
     let mut s = format!(

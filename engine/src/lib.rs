@@ -39,7 +39,10 @@ pub fn plan_probes<S: AsRef<str>>(
 }
 
 /// As [`plan_probes`], with an explicit backend choice. Event names that
-/// repeat get a `_2`, `_3` ... suffix so each probe stays distinct.
+/// repeat get a `_2`, `_3` ... suffix so each probe stays distinct. Each
+/// PMU kretprobe gets a companion entry probe, appended after the user's
+/// probes, so that returns the kernel never reported can be counted
+/// ([`SessionStats::unreturned`]).
 pub fn plan_probes_with<S: AsRef<str>>(
     specs: &[S],
     symbols: &KernelSymbols,
@@ -70,6 +73,13 @@ pub fn plan_probes_with<S: AsRef<str>>(
                     p.event = format!("{}_{n}", p.event);
                 }
             }
+            let companions: Vec<ProbePlan> = plans
+                .iter()
+                .enumerate()
+                .filter(|(_, p)| p.is_return() && p.backend == plan::Backend::Pmu)
+                .map(|(i, p)| p.companion(i))
+                .collect();
+            plans.extend(companions);
             plans
         })
 }

@@ -78,6 +78,21 @@ pub struct SessionStats {
     pub lost: u64,
     /// Records that could not be decoded.
     pub undecodable: u64,
+    /// Per (probe, tid): entries seen by a kretprobe's companion entry
+    /// probe, and returns seen by the kretprobe.
+    pub pairing: HashMap<(usize, i32), (u64, u64)>,
+}
+
+impl SessionStats {
+    /// For a PMU kretprobe, calls whose entry was seen and whose return was
+    /// not: missed for lack of a kretprobe instance, or still running.
+    pub fn unreturned(&self, probe: usize) -> u64 {
+        self.pairing
+            .iter()
+            .filter(|((p, _), _)| *p == probe)
+            .map(|(_, (entries, returns))| entries.saturating_sub(*returns))
+            .sum()
+    }
 }
 
 struct CpuStream {
@@ -635,6 +650,13 @@ fn handle_record(
             match decode_sample(probe, plan, &s, comm, offsets) {
                 Ok(e) => {
                     stats.hits[probe] += 1;
+                    if let Some(ret_probe) = plan.companion_of {
+                        stats.pairing.entry((ret_probe, e.tid)).or_default().0 += 1;
+                        return;
+                    }
+                    if plan.is_return() {
+                        stats.pairing.entry((probe, e.tid)).or_default().1 += 1;
+                    }
                     out.push(e);
                 }
                 Err(_) => stats.undecodable += 1,

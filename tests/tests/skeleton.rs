@@ -31,8 +31,8 @@ fn openat_entry_and_return_values_of_a_known_thread() {
     let mut session = Session::open(plans, SessionOptions::default()).expect("opening probes");
     assert_eq!(
         session.fd_count(),
-        2 * kprobe_perf_engine::session::online_cpus().unwrap().len(),
-        "one fd per probe per online CPU"
+        3 * kprobe_perf_engine::session::online_cpus().unwrap().len(),
+        "one fd per probe per online CPU: the two probes and the kretprobe's companion"
     );
     session.enable().expect("enabling");
 

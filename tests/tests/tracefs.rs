@@ -262,3 +262,61 @@ fn cleanup_removes_events_of_dead_processes() {
     );
     assert_eq!(our_event_lines(), Vec::<String>::new());
 }
+
+/// A PMU kretprobe has the kernel's default instances (max(10, 2 x CPUs),
+/// so 10 on this 2-CPU VM): with 16 threads asleep in hrtimer_nanosleep at
+/// once, 10 returns are reported, and the companion entry probe shows the
+/// 6 calls whose return never came.
+#[test]
+fn pmu_kretprobe_misses_are_inferred_from_entries() {
+    if !kprobes_available("pmu_kretprobe_misses_are_inferred_from_entries") {
+        return;
+    }
+    let possible = std::fs::read_to_string("/sys/devices/system/cpu/possible").unwrap();
+    assert_eq!(possible.trim(), "0-1", "the VM has 2 possible CPUs");
+    let symbols = KernelSymbols::load().unwrap();
+    let plans = plan_probes(&["r:hrtimer_nanosleep"], &symbols).unwrap();
+    assert_eq!(plans.len(), 2);
+    assert_eq!(plans[0].backend, Backend::Pmu);
+    assert_eq!(plans[1].companion_of, Some(0));
+    let mut session = Session::open(plans, SessionOptions::default()).unwrap();
+    session.enable().unwrap();
+    let barrier = Arc::new(Barrier::new(16));
+    let threads: Vec<_> = (0..16)
+        .map(|_| {
+            let b = Arc::clone(&barrier);
+            std::thread::spawn(move || {
+                b.wait();
+                std::thread::sleep(Duration::from_millis(1500));
+                kprobe_perf_engine::sys::gettid()
+            })
+        })
+        .collect();
+    let tids: Vec<i32> = threads.into_iter().map(|t| t.join().unwrap()).collect();
+    let mut returns = 0;
+    for _ in 0..10 {
+        session
+            .poll(Some(Duration::from_millis(100)), |e| {
+                if tids.contains(&e.tid) {
+                    returns += 1;
+                }
+            })
+            .unwrap();
+    }
+    let stats = session.stats();
+    let entries: u64 = tids
+        .iter()
+        .map(|t| stats.pairing.get(&(0, *t)).map_or(0, |p| p.0))
+        .sum();
+    assert_eq!((entries, returns), (16, 10));
+    let ours: u64 = tids
+        .iter()
+        .map(|t| {
+            stats
+                .pairing
+                .get(&(0, *t))
+                .map_or(0, |(e, r)| e.saturating_sub(*r))
+        })
+        .sum();
+    assert_eq!(ours, 6);
+}
