@@ -1,5 +1,6 @@
 //! `kprobe-perf`: dynamic kernel probes through perf_event_open.
 
+mod json;
 mod text;
 
 use std::io::{self, Write};
@@ -90,6 +91,10 @@ struct RecordArgs {
     /// `auto` (the PMU unless the probe needs tracefs).
     #[arg(long, value_enum, default_value_t = BackendArg::Auto)]
     backend: BackendArg,
+    /// Print JSON Lines instead of text: one object per event (typed
+    /// fields), then one summary object with counts, losses and misses.
+    #[arg(long)]
+    json: bool,
     /// The command to run and record.
     #[arg(last = true, value_name = "CMD")]
     command: Vec<String>,
@@ -219,19 +224,17 @@ fn record(args: &RecordArgs) -> Result<ExitCode> {
     }
     let deadline = duration.map(|d| Instant::now() + Duration::from_secs_f64(d.max(0.0)));
 
-    let plans = session.plans().to_vec();
+    let printer = Printer {
+        plans: session.plans().to_vec(),
+        symbols: &symbols,
+        json: args.json,
+    };
     let stdout = io::stdout();
     let mut out = io::BufWriter::new(stdout.lock());
     let mut command_status = None;
     let mut reader_gone = false;
     loop {
-        if !emit(
-            &mut session,
-            Duration::from_millis(100),
-            &plans,
-            &symbols,
-            &mut out,
-        )? {
+        if !emit(&mut session, Duration::from_millis(100), &printer, &mut out)? {
             reader_gone = true;
             break;
         }
@@ -247,7 +250,12 @@ fn record(args: &RecordArgs) -> Result<ExitCode> {
     }
     session.disable()?;
     if !reader_gone {
-        emit(&mut session, Duration::ZERO, &plans, &symbols, &mut out)?;
+        emit(&mut session, Duration::ZERO, &printer, &mut out)?;
+        if args.json {
+            writeln!(out, "{}", json::summary(&session))
+                .and_then(|()| out.flush())
+                .context("writing the summary")?;
+        }
     }
     eprintln!("{}", text::summary(&session));
     for line in text::misses(&session) {
@@ -300,19 +308,38 @@ fn parse_cpu_list(text: &str) -> Result<Vec<u32>> {
     Ok(cpus)
 }
 
+/// How events are written: ftrace-style text or JSON Lines.
+struct Printer<'a> {
+    plans: Vec<kprobe_perf_engine::ProbePlan>,
+    symbols: &'a KernelSymbols,
+    json: bool,
+}
+
+impl Printer<'_> {
+    fn format(&self, e: &kprobe_perf_engine::Event) -> String {
+        let Some(plan) = self.plans.get(e.probe) else {
+            return String::new();
+        };
+        if self.json {
+            json::event(e, plan, self.symbols)
+        } else {
+            text::line(e, plan, self.symbols)
+        }
+    }
+}
+
 /// Prints whatever events are ready. Returns false when stdout's reader
 /// has gone away (a closed pipe), which ends the recording quietly.
 fn emit(
     session: &mut Session,
     timeout: Duration,
-    plans: &[kprobe_perf_engine::ProbePlan],
-    symbols: &KernelSymbols,
+    printer: &Printer,
     out: &mut impl Write,
 ) -> Result<bool> {
     let mut result = Ok(());
     session.poll(Some(timeout), |e| {
         if result.is_ok() {
-            result = writeln!(out, "{}", text::line(e, &plans[e.probe], symbols));
+            result = writeln!(out, "{}", printer.format(e));
         }
     })?;
     match result.and_then(|()| out.flush()) {

@@ -4,7 +4,7 @@ use kprobe_perf_engine::spec::BaseType;
 use kprobe_perf_engine::{Event, KernelSymbols, ProbePlan, Session, Value};
 
 /// `sym+0xoff/0xsize`, or the bare address when no symbol holds it.
-fn location(symbols: &KernelSymbols, addr: u64) -> String {
+pub fn location(symbols: &KernelSymbols, addr: u64) -> String {
     match symbols.symbolize(addr) {
         Some(l) => format!("{}+0x{:x}/0x{:x}", l.symbol.name, l.offset, l.size),
         None => format!("0x{addr:x}"),
@@ -14,7 +14,7 @@ fn location(symbols: &KernelSymbols, addr: u64) -> String {
 /// The name of the function holding `addr` (ftrace's `%ps`: no offset,
 /// so an entry moved past ENDBR64 still prints as the function), or the
 /// bare address.
-fn function(symbols: &KernelSymbols, addr: u64) -> String {
+pub fn function(symbols: &KernelSymbols, addr: u64) -> String {
     match symbols.symbolize(addr) {
         Some(l) => l.symbol.name.clone(),
         None => format!("0x{addr:x}"),
@@ -120,28 +120,42 @@ pub fn misses(session: &Session) -> Vec<String> {
     out
 }
 
-/// The closing summary: events per probe and losses, never omitted.
+/// The closing summary: events per probe and losses, never omitted. The
+/// loss of each probe is exact: the kernel's hit count for it minus the
+/// events decoded (`PERF_RECORD_LOST` records can stay unsent when a ring
+/// is still full at the end, so they are only a floor).
 pub fn summary(session: &Session) -> String {
     let stats = session.stats();
-    let total: u64 = session
-        .plans()
-        .iter()
-        .zip(&stats.hits)
-        .filter(|(p, _)| p.companion_of.is_none())
-        .map(|(_, n)| n)
-        .sum();
-    let per_probe: Vec<String> = session
-        .plans()
-        .iter()
-        .zip(&stats.hits)
-        .filter(|(p, _)| p.companion_of.is_none())
-        .map(|(p, n)| format!("{}: {n}", p.event))
-        .collect();
-    let mut s = format!(
-        "kprobe-perf: {total} events ({}), {} lost",
-        per_probe.join(", "),
+    let lost = session.lost_per_probe().ok();
+    let mut total = 0;
+    let mut total_lost = 0;
+    let mut per_probe = Vec::new();
+    for (i, p) in session.plans().iter().enumerate() {
+        if p.companion_of.is_some() {
+            continue;
+        }
+        let n = stats.hits.get(i).copied().unwrap_or(0);
+        total += n;
+        match lost.as_ref().and_then(|l| l.get(i)).copied() {
+            Some(l) if l > 0 => {
+                total_lost += l;
+                per_probe.push(format!("{}: {n}, {l} lost", p.event));
+            }
+            _ => per_probe.push(format!("{}: {n}", p.event)),
+        }
+    }
+    let total_lost = if lost.is_some() {
+        total_lost
+    } else {
         stats.lost
+    };
+    let mut s = format!(
+        "kprobe-perf: {total} events ({}), {total_lost} lost",
+        per_probe.join("; ")
     );
+    if lost.is_none() {
+        s.push_str(" (from PERF_RECORD_LOST; the kernel's counts could not be read)");
+    }
     if stats.undecodable > 0 {
         s.push_str(&format!(", {} undecodable records", stats.undecodable));
     }

@@ -541,6 +541,32 @@ impl Session {
         &self.stats
     }
 
+    /// Hits the kernel counted for each probe, summed over its fds: every
+    /// hit, including those whose samples were lost to a full ring.
+    pub fn kernel_hits(&self) -> Result<Vec<u64>, Error> {
+        let mut hits = vec![0u64; self.plans.len()];
+        for s in &self.streams {
+            // fds of a stream are in plan order.
+            for (i, fd) in s.fds.iter().enumerate() {
+                hits[i] +=
+                    sys::read_count(fd).map_err(|e| Error::io("reading a probe's count", e))?;
+            }
+        }
+        Ok(hits)
+    }
+
+    /// Samples lost per probe: hits the kernel counted minus events decoded.
+    /// Exact once the rings are drained (after [`Session::disable`] and a
+    /// last [`Session::poll`]).
+    pub fn lost_per_probe(&self) -> Result<Vec<u64>, Error> {
+        Ok(self
+            .kernel_hits()?
+            .iter()
+            .zip(&self.stats.hits)
+            .map(|(k, got)| k.saturating_sub(*got))
+            .collect())
+    }
+
     /// Hits and misses the kernel counted, for tracefs probes (`None` for
     /// PMU probes, whose counts the kernel does not expose).
     pub fn kernel_counts(&self) -> Vec<Option<KernelCounts>> {

@@ -104,6 +104,25 @@ pub fn set_output(fd: &OwnedFd, target: &OwnedFd) -> io::Result<()> {
     check(unsafe { perf_event_open_sys::ioctls::SET_OUTPUT(fd.as_raw_fd(), target.as_raw_fd()) })
 }
 
+/// The event's count (read(2) with the default read_format). For a probe
+/// with a sample period of 1 it is the number of hits, including the ones
+/// whose samples were lost because the ring was full.
+pub fn read_count(fd: &OwnedFd) -> io::Result<u64> {
+    let mut buf = [0u8; 8];
+    // SAFETY: read(2) writes at most 8 bytes into our 8-byte buffer.
+    let n = unsafe { libc::read(fd.as_raw_fd(), buf.as_mut_ptr().cast(), buf.len()) };
+    if n < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    if n != 8 {
+        return Err(io::Error::new(
+            io::ErrorKind::UnexpectedEof,
+            format!("read {n} of 8 bytes"),
+        ));
+    }
+    Ok(u64::from_ne_bytes(buf))
+}
+
 /// `PERF_EVENT_IOC_ID`: the id samples of this event carry.
 pub fn event_id(fd: &OwnedFd) -> io::Result<u64> {
     let mut id = 0u64;

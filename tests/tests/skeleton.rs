@@ -185,7 +185,7 @@ fn record_a_command_prints_ftrace_lines() {
             .find(|l| l.starts_with("kprobe-perf: ") && l.contains(" events ")),
         Some(
             format!(
-                "kprobe-perf: {} events (p_do_sys_openat2_0: {n}, r_do_sys_openat2_0: {n}), 0 lost",
+                "kprobe-perf: {} events (p_do_sys_openat2_0: {n}; r_do_sys_openat2_0: {n}), 0 lost",
                 2 * n
             )
             .as_str()

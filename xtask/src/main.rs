@@ -54,11 +54,19 @@ enum Task {
         #[arg(default_value_t = 1_000_000)]
         inputs: u64,
     },
-    /// Print benchmark figures in release mode: `spec` (parse speed).
+    /// Print benchmark figures in release mode: `spec` (parse speed on
+    /// the host) or `attach` (attach and detach N kprobes in the VM, against
+    /// perf probe + perf record and bpftrace in the same VM).
     Bench {
         /// What to measure.
-        #[arg(value_parser = ["spec"], default_value = "spec")]
+        #[arg(value_parser = ["spec", "attach"], default_value = "spec")]
         what: String,
+        /// For attach: how many functions.
+        #[arg(long, default_value_t = 1000)]
+        functions: usize,
+        /// For attach: the kernel series (6.1, 6.12) or a vmlinuz path.
+        #[arg(long, default_value = "6.1")]
+        kernel: String,
     },
     /// Boot the VM and record a kprobe and a kretprobe on a workload.
     Demo {
@@ -116,8 +124,52 @@ fn main() -> Result<()> {
         Task::Fuzz { target, inputs } => {
             run_example(&format!("{target}_fuzz"), &[inputs.to_string()])
         }
-        Task::Bench { what } => run_example(&format!("{what}_bench"), &[]),
+        Task::Bench { what, .. } if what == "spec" => run_example("spec_bench", &[]),
+        Task::Bench {
+            functions, kernel, ..
+        } => bench_attach(functions, &kernel),
     }
+}
+
+/// Boots the VM and runs the attach benchmark there, peers included.
+fn bench_attach(functions: usize, kernel: &str) -> Result<()> {
+    host::ensure_packages(&[
+        ("linux-perf", "/usr/bin/perf"),
+        ("bpftrace", "/usr/bin/bpftrace"),
+    ])?;
+    let status =
+        std::process::Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()))
+            .current_dir(workspace_root())
+            .args([
+                "build",
+                "--quiet",
+                "--release",
+                "--package",
+                "kprobe-perf-engine",
+                "--example",
+                "attach_bench",
+            ])
+            .status()
+            .context("running cargo")?;
+    if !status.success() {
+        bail!("building attach_bench failed");
+    }
+    let kernel = kernels::resolve(kernel, &vm_cache().join("kernels"))?;
+    let exe = workspace_root().join("target/release/examples/attach_bench");
+    let outcome = vm::run(&vm::VmRun {
+        kernel: &kernel,
+        command: &[exe.to_string_lossy().into_owned(), functions.to_string()],
+        cwd: workspace_root(),
+        env: passthrough_env(),
+        timeout: Duration::from_secs(3600),
+        echo: true,
+        work_dir: vm_cache(),
+    })?;
+    report_problems(&outcome);
+    if !outcome.success() {
+        bail!("the attach benchmark failed");
+    }
+    Ok(())
 }
 
 /// Runs an example of the engine crate in release mode.

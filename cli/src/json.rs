@@ -1,0 +1,98 @@
+//! `--json`: one JSON object per event (JSON Lines), typed: numbers as
+//! numbers, strings as strings, an unreadable string as null, arrays as
+//! arrays; then one closing summary object.
+
+use kprobe_perf_engine::plan::Backend;
+use kprobe_perf_engine::spec::BaseType;
+use kprobe_perf_engine::{Event, KernelSymbols, ProbePlan, Session, Value};
+use serde_json::{json, Map, Value as Json};
+
+use crate::text::{function, location};
+
+fn value(v: &Value, symbols: &KernelSymbols) -> Json {
+    match v {
+        Value::Int {
+            raw,
+            ty: BaseType::Signed(_),
+        } => json!(*raw as i64),
+        Value::Int {
+            raw,
+            ty: BaseType::Symbol,
+        } => json!(location(symbols, *raw)),
+        Value::Int { raw, .. } => json!(raw),
+        Value::Str(s) => json!(s),
+        Value::Array(items) => Json::Array(items.iter().map(|i| value(i, symbols)).collect()),
+    }
+}
+
+/// One event as a JSON object on one line.
+pub fn event(e: &Event, plan: &ProbePlan, symbols: &KernelSymbols) -> String {
+    let mut args = Map::new();
+    for (a, v) in plan.args.iter().zip(&e.args) {
+        args.insert(a.name.clone(), value(v, symbols));
+    }
+    let mut obj = json!({
+        "type": "event",
+        "event": plan.event,
+        "comm": e.comm.as_ref(),
+        "pid": e.pid,
+        "tid": e.tid,
+        "cpu": e.cpu,
+        "time_ns": e.time_ns,
+        "probe_addr": e.probe_addr,
+        "args": args,
+    });
+    if let Json::Object(m) = &mut obj {
+        match e.ret_addr {
+            Some(r) => {
+                m.insert("function".into(), json!(function(symbols, e.probe_addr)));
+                m.insert("ret_addr".into(), json!(r));
+                m.insert("ret_location".into(), json!(location(symbols, r)));
+            }
+            None => {
+                m.insert("location".into(), json!(location(symbols, e.probe_addr)));
+            }
+        }
+    }
+    obj.to_string()
+}
+
+/// The closing object: counts per probe, losses, and misses.
+pub fn summary(session: &Session) -> String {
+    let stats = session.stats();
+    let kernel = session.kernel_counts();
+    let lost = session.lost_per_probe().ok();
+    let mut probes = Vec::new();
+    for (i, p) in session.plans().iter().enumerate() {
+        if p.companion_of.is_some() {
+            continue;
+        }
+        let mut o = json!({
+            "event": p.event,
+            "backend": match p.backend { Backend::Pmu => "pmu", Backend::Tracefs => "tracefs" },
+            "events": stats.hits.get(i).copied().unwrap_or(0),
+            "lost": lost.as_ref().and_then(|l| l.get(i)).copied(),
+        });
+        if let Json::Object(m) = &mut o {
+            if let Some(Some(c)) = kernel.get(i) {
+                m.insert("kernel_hits".into(), json!(c.hits));
+                m.insert("kernel_misses".into(), json!(c.misses));
+            }
+            if p.is_return() && p.backend == Backend::Pmu {
+                m.insert("unreturned".into(), json!(stats.unreturned(i)));
+            }
+        }
+        probes.push(o);
+    }
+    let total: u64 = probes.iter().filter_map(|p| p["events"].as_u64()).sum();
+    let total_lost: u64 = probes.iter().filter_map(|p| p["lost"].as_u64()).sum();
+    json!({
+        "type": "summary",
+        "events": total,
+        "lost": if lost.is_some() { total_lost } else { stats.lost },
+        "lost_records": stats.lost,
+        "undecodable": stats.undecodable,
+        "probes": probes,
+    })
+    .to_string()
+}

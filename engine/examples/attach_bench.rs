@@ -1,0 +1,258 @@
+//! Attach and detach N kprobes on distinct functions, system-wide, and do
+//! the same with perf (perf probe + perf record) and bpftrace when they are
+//! installed, in the same kernel. Run inside the VM by `cargo xtask bench
+//! attach [N]`; needs root and a kernel with kprobes.
+//!
+//! The functions are drawn (seeded, printed) from the ftrace-able functions
+//! that are unique text symbols in kallsyms, not on the kprobe blacklist,
+//! and not in families known to be fragile or recursive under probes.
+
+use std::collections::HashSet;
+use std::process::{Command, Stdio};
+use std::time::Instant;
+
+use kprobe_perf_engine::plan::BackendChoice;
+use kprobe_perf_engine::{plan_probes_with, KernelSymbols, Session, SessionOptions};
+
+/// Families kept out of bulk sets: the probe and tracing machinery itself,
+/// locking, RCU, scheduler and interrupt paths, and early/low-level code.
+const FRAGILE: &[&str] = &[
+    "kprobe",
+    "ftrace",
+    "trace",
+    "perf_",
+    "rcu",
+    "lock",
+    "spin",
+    "mutex",
+    "sched",
+    "preempt",
+    "irq",
+    "nmi",
+    "idle",
+    "entry",
+    "exit_to",
+    "syscall_enter",
+    "arch_",
+    "native_",
+    "x86_",
+    "text_poke",
+    "ring_buffer",
+    "bpf",
+    "stack",
+    "unwind",
+    "kallsyms",
+    "mcount",
+    "fentry",
+    "do_int3",
+    "debug",
+    "printk",
+    "console",
+    "hrtimer",
+    "tick",
+    "clock",
+    "cpuidle",
+    "smp_",
+    "page_fault",
+    "switch",
+    "__schedule",
+    "context",
+    "lockdep",
+    "kasan",
+    "kcsan",
+    "kmsan",
+];
+
+fn xorshift(state: &mut u64) -> u64 {
+    *state ^= *state >> 12;
+    *state ^= *state << 25;
+    *state ^= *state >> 27;
+    state.wrapping_mul(0x2545_f491_4f6c_dd1d)
+}
+
+fn pick(n: usize, seed: u64) -> Vec<String> {
+    let symbols = KernelSymbols::load().expect("reading /proc/kallsyms");
+    let filter = std::fs::read_to_string("/sys/kernel/tracing/available_filter_functions")
+        .expect("reading available_filter_functions");
+    let blacklist: HashSet<String> = std::fs::read_to_string("/sys/kernel/debug/kprobes/blacklist")
+        .unwrap_or_default()
+        .lines()
+        .filter_map(|l| l.split_whitespace().nth(1).map(str::to_string))
+        .collect();
+    let mut seen = HashSet::new();
+    let mut names: Vec<String> = filter
+        .lines()
+        .filter(|l| !l.contains('['))
+        .map(|l| l.trim().to_string())
+        .filter(|n| !n.contains('.') && !n.starts_with("__"))
+        .filter(|n| !FRAGILE.iter().any(|f| n.contains(f)))
+        .filter(|n| !blacklist.contains(n))
+        .filter(|n| {
+            let inst = symbols.lookup(n);
+            inst.len() == 1 && inst[0].is_text() && inst[0].module.is_none()
+        })
+        .filter(|n| seen.insert(n.clone()))
+        .collect();
+    names.sort();
+    let mut state = seed | 1;
+    for i in (1..names.len()).rev() {
+        let j = (xorshift(&mut state) % (i as u64 + 1)) as usize;
+        names.swap(i, j);
+    }
+    names.truncate(n);
+    names
+}
+
+fn secs(t: Instant) -> f64 {
+    t.elapsed().as_secs_f64()
+}
+
+fn have(tool: &str) -> bool {
+    Command::new(tool)
+        .arg("--version")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success())
+}
+
+fn ours(funcs: &[String], choice: BackendChoice) -> (f64, f64) {
+    let symbols = KernelSymbols::load().expect("kallsyms");
+    let specs: Vec<String> = funcs.iter().map(|f| format!("p:{f}")).collect();
+    let t = Instant::now();
+    let plans = plan_probes_with(&specs, &symbols, choice).expect("planning");
+    let mut s = Session::open(plans, SessionOptions::default()).expect("attaching");
+    s.enable().expect("enabling");
+    let attach = secs(t);
+    let t = Instant::now();
+    drop(s);
+    (attach, secs(t))
+}
+
+fn perf(funcs: &[String]) -> Option<(f64, f64)> {
+    if !have("perf") {
+        println!("perf: not installed (apt-get install linux-perf), skipped");
+        return None;
+    }
+    let _ = Command::new("perf")
+        .args(["probe", "-q", "-d", "probe:*"])
+        .stderr(Stdio::null())
+        .status();
+    let t = Instant::now();
+    for chunk in funcs.chunks(100) {
+        let mut c = Command::new("perf");
+        c.args(["probe", "-q"]);
+        for f in chunk {
+            c.args(["-a", f]);
+        }
+        let st = c.stdout(Stdio::null()).status().ok()?;
+        if !st.success() {
+            println!("perf probe failed ({st}), skipped");
+            return None;
+        }
+    }
+    let define = secs(t);
+    // perf record arms every event on every CPU, runs `true`, and disarms.
+    let t = Instant::now();
+    let st = Command::new("perf")
+        .args([
+            "record",
+            "-q",
+            "-a",
+            "-o",
+            "/tmp/kprobe-perf-bench.data",
+            "-e",
+            "probe:*",
+            "--",
+            "true",
+        ])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .ok()?;
+    let record = secs(t);
+    let t = Instant::now();
+    let _ = Command::new("perf")
+        .args(["probe", "-q", "-d", "probe:*"])
+        .status();
+    let delete = secs(t);
+    if !st.success() {
+        println!("perf record failed ({st})");
+        return None;
+    }
+    println!(
+        "perf: define {define:.1} s, record (arm + disarm) {record:.1} s, delete {delete:.1} s"
+    );
+    Some((define + record, delete))
+}
+
+fn bpftrace(funcs: &[String]) -> Option<(f64, f64)> {
+    if !have("bpftrace") {
+        println!("bpftrace: not installed (apt-get install bpftrace), skipped");
+        return None;
+    }
+    let probes: Vec<String> = funcs.iter().map(|f| format!("kprobe:{f}")).collect();
+    let prog = format!("{} {{ }}", probes.join(","));
+    let t = Instant::now();
+    let st = Command::new("bpftrace")
+        .args(["-e", &prog, "-c", "true"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .ok()?;
+    let total = secs(t);
+    if !st.success() {
+        println!("bpftrace failed ({st}), skipped");
+        return None;
+    }
+    println!("bpftrace: attach + run + detach {total:.1} s");
+    Some((total, 0.0))
+}
+
+fn main() {
+    let n: usize = std::env::args()
+        .nth(1)
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(1000);
+    let seed: u64 = std::env::args()
+        .nth(2)
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(42);
+    let skip_peers = std::env::args().any(|a| a == "--no-peers");
+    let funcs = pick(n, seed);
+    let cpus = std::thread::available_parallelism().map_or(1, |c| c.get());
+    println!(
+        "attach bench: {} functions (seed {seed}) on {cpus} CPUs; first: {}",
+        funcs.len(),
+        funcs.iter().take(5).cloned().collect::<Vec<_>>().join(", ")
+    );
+    let tracefs = std::env::args().any(|a| a == "--tracefs");
+    let choice = if tracefs {
+        BackendChoice::Tracefs
+    } else {
+        BackendChoice::Auto
+    };
+    let (a, d) = ours(&funcs, choice);
+    println!(
+        "kprobe-perf ({}): attach {a:.1} s, detach {d:.1} s, total {:.1} s",
+        if tracefs { "tracefs" } else { "pmu" },
+        a + d
+    );
+    if skip_peers {
+        return;
+    }
+    let mut best: Option<(&str, f64)> = None;
+    for (name, r) in [("perf", perf(&funcs)), ("bpftrace", bpftrace(&funcs))] {
+        if let Some((x, y)) = r {
+            if best.is_none_or(|(_, b)| x + y < b) {
+                best = Some((name, x + y));
+            }
+        }
+    }
+    if let Some((name, total)) = best {
+        println!(
+            "ratio: kprobe-perf total / fastest peer ({name}) total = {:.2}",
+            (a + d) / total
+        );
+    }
+}
