@@ -26,6 +26,12 @@ pub enum Error {
         /// The sysfs directory looked for.
         dir: String,
     },
+    /// The running kernel offers no uprobe PMU.
+    #[error("this kernel has no uprobe PMU ({dir} is missing): it was built without CONFIG_UPROBE_EVENTS or is older than 4.17")]
+    NoUprobePmu {
+        /// The sysfs directory looked for.
+        dir: String,
+    },
     /// The process lacks the capability to open kprobes.
     #[error("opening kprobes needs CAP_PERFMON (or CAP_SYS_ADMIN), which this process lacks: run as root, or grant it with `setcap cap_perfmon+ep {exe}`")]
     NotPermitted {

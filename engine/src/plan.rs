@@ -6,7 +6,7 @@ use kprobe_perf_arch::{Arch, Register};
 
 use kprobe_perf_symbols::KernelSymbols;
 
-use crate::spec::{ArgType, FetchBase, ProbeKind, ProbeSpec, Target};
+use crate::spec::{ArgType, FetchBase, ProbeKind, ProbeSpec, Target, UserLocation};
 
 /// Why a probe cannot be planned.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -47,6 +47,9 @@ pub enum PlanError {
         /// Each instance's address (and module).
         instances: Vec<String>,
     },
+    /// A uprobe target could not be resolved in its binary.
+    #[error("{0}")]
+    User(String),
     /// The symbol exists but is not code.
     #[error("{name} is a data symbol (kallsyms type {kind}); kprobes go on functions")]
     NotText {
@@ -82,6 +85,14 @@ pub enum AttachPoint {
     },
     /// By absolute address (`kprobe_addr` in config2).
     Address(u64),
+    /// A uprobe: binary path (`uprobe_path` in config1) and file offset
+    /// (`probe_offset` in config2).
+    User {
+        /// The binary or library.
+        path: String,
+        /// The file offset of the probed instruction.
+        offset: u64,
+    },
 }
 
 /// Which kernel interface carries a probe.
@@ -238,13 +249,36 @@ pub fn resolve(
             }
         }
         Target::Address(a) => AttachPoint::Address(*a),
-        Target::User { .. } => {
-            return Err(PlanError::Unsupported {
-                what: "uprobes (PATH:SYMBOL targets)".into(),
-                instead: "probe a kernel function".into(),
-            })
+        Target::User { path, location } => {
+            let offset = match location {
+                UserLocation::Offset(o) => *o,
+                UserLocation::Symbol { name, offset } => {
+                    let f =
+                        kprobe_perf_symbols::elf::find_function(std::path::Path::new(path), name)
+                            .map_err(|e| PlanError::User(e.to_string()))?;
+                    f.file_offset + offset
+                }
+            };
+            AttachPoint::User {
+                path: path.clone(),
+                offset,
+            }
         }
     };
+    if matches!(attach, AttachPoint::User { .. }) {
+        if let Some(what) = tracefs_reason(&spec, arch) {
+            return Err(PlanError::Unsupported {
+                what: format!("{what} in a uprobe"),
+                instead: "fetch registers in uprobes for now".into(),
+            });
+        }
+        if choice == BackendChoice::Tracefs {
+            return Err(PlanError::Unsupported {
+                what: "uprobes through tracefs".into(),
+                instead: "leave --backend at auto or pmu".into(),
+            });
+        }
+    }
     for a in &spec.args {
         if let FetchBase::Name(n) = &a.fetch.base {
             return Err(PlanError::Unsupported {

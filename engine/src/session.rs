@@ -168,6 +168,11 @@ pub struct Session {
     comms: CommTable,
     stats: SessionStats,
     enabled: bool,
+    /// Events read but not yet handed over (see [`Session::poll`]).
+    pending: Vec<Event>,
+    /// Every event up to this time has been read: it is the newest time
+    /// of an earlier poll round.
+    complete_before: u64,
 }
 
 /// The CPUs listed in a sysfs cpu list such as `0-3,5`.
@@ -247,12 +252,12 @@ fn base_attr(
             if plan.is_return() {
                 attr.config |= 1u64 << pmu.retprobe_bit;
             }
-            // config2 is kprobe_addr (no name) or probe_offset (with a name).
-            let (AttachPoint::Address(config2)
-            | AttachPoint::Symbol {
-                offset: config2, ..
-            }) = plan.attach;
-            attr.__bindgen_anon_4.config2 = config2;
+            // config2 is kprobe_addr (no name) or probe_offset (with a name
+            // or a uprobe path).
+            attr.__bindgen_anon_4.config2 = match &plan.attach {
+                AttachPoint::Address(a) => *a,
+                AttachPoint::Symbol { offset, .. } | AttachPoint::User { offset, .. } => *offset,
+            };
         }
         Opener::Tracepoint(id) => {
             attr.type_ = PERF_TYPE_TRACEPOINT;
@@ -294,11 +299,25 @@ impl Session {
     /// Opens every probe on every online CPU (or for one process), maps one
     /// ring per CPU and leaves the probes disabled until [`Session::enable`].
     pub fn open(plans: Vec<ProbePlan>, opts: SessionOptions) -> Result<Session, Error> {
-        let needs_pmu = plans.iter().any(|p| p.backend == Backend::Pmu);
-        let pmu = if needs_pmu {
+        let is_user = |p: &ProbePlan| matches!(p.attach, AttachPoint::User { .. });
+        let needs_kprobe_pmu = plans
+            .iter()
+            .any(|p| p.backend == Backend::Pmu && !is_user(p));
+        let pmu = if needs_kprobe_pmu {
             Some(preflight()?)
         } else {
             check_capabilities()?;
+            None
+        };
+        let uprobe_pmu = if plans.iter().any(is_user) {
+            Some(
+                ProbePmu::discover("uprobe")
+                    .map_err(|e| Error::io("reading the uprobe PMU from sysfs", e))?
+                    .ok_or_else(|| Error::NoUprobePmu {
+                        dir: format!("{SYSFS_PMUS}/uprobe"),
+                    })?,
+            )
+        } else {
             None
         };
         let cpus = online_cpus()?;
@@ -308,6 +327,15 @@ impl Session {
         let mut field_offsets = Vec::with_capacity(plans.len());
         for plan in &plans {
             match (plan.backend, pmu) {
+                (Backend::Pmu, _) if is_user(plan) => {
+                    let Some(up) = uprobe_pmu else {
+                        return Err(Error::NoUprobePmu {
+                            dir: format!("{SYSFS_PMUS}/uprobe"),
+                        });
+                    };
+                    openers.push(Opener::Pmu(up));
+                    field_offsets.push(Vec::new());
+                }
                 (Backend::Pmu, Some(pmu)) => {
                     openers.push(Opener::Pmu(pmu));
                     field_offsets.push(Vec::new());
@@ -396,6 +424,7 @@ impl Session {
             .iter()
             .map(|p| match &p.attach {
                 AttachPoint::Symbol { name, .. } => CString::new(name.as_bytes()).ok(),
+                AttachPoint::User { path, .. } => CString::new(path.as_bytes()).ok(),
                 AttachPoint::Address(_) => None,
             })
             .collect();
@@ -440,6 +469,7 @@ impl Session {
                         AttachPoint::Symbol { name, offset: 0 } => name.clone(),
                         AttachPoint::Symbol { name, offset } => format!("{name}+{offset}"),
                         AttachPoint::Address(a) => format!("0x{a:x}"),
+                        AttachPoint::User { path, offset } => format!("{path}:0x{offset:x}"),
                     };
                     Error::Open {
                         probe: plan.spec.to_string(),
@@ -503,6 +533,8 @@ impl Session {
             events: Events::with_capacity(64),
             comms: CommTable::default(),
             enabled,
+            pending: Vec::new(),
+            complete_before: 0,
         })
     }
 
@@ -593,9 +625,13 @@ impl Session {
         self.streams.iter().map(|s| s.fds.len()).sum()
     }
 
-    /// Waits up to `timeout` (forever with `None`) for data, then hands
-    /// every available event to `f` in timestamp order. A signal ends the
-    /// wait early without error. Returns the number of events delivered.
+    /// Waits up to `timeout` (forever with `None`) for data, reads every
+    /// ring, and hands events to `f` in timestamp order across all CPUs.
+    /// An event is handed over once a later poll round has passed its time
+    /// (a CPU may still be writing an older event when another's ring is
+    /// read), so events come one round late; after [`Session::disable`],
+    /// a poll hands over everything. A signal ends the wait early without
+    /// error. Returns the number of events delivered.
     pub fn poll(
         &mut self,
         timeout: Option<Duration>,
@@ -631,11 +667,23 @@ impl Session {
                 );
             });
         }
-        out.sort_by_key(|e| e.time_ns);
-        for e in &out {
+        let round_max = out.iter().map(|e| e.time_ns).max();
+        self.pending.append(&mut out);
+        self.pending.sort_by_key(|e| e.time_ns);
+        let ready = if self.enabled {
+            self.pending
+                .partition_point(|e| e.time_ns <= self.complete_before)
+        } else {
+            self.pending.len()
+        };
+        if let Some(m) = round_max {
+            self.complete_before = self.complete_before.max(m);
+        }
+        let delivered: Vec<Event> = self.pending.drain(..ready).collect();
+        for e in &delivered {
             f(e);
         }
-        Ok(out.len())
+        Ok(delivered.len())
     }
 }
 

@@ -15,6 +15,8 @@
 
 #![deny(missing_docs)]
 
+pub mod elf;
+
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
