@@ -63,12 +63,9 @@ const FRAGILE: &[&str] = &[
     "kmsan",
 ];
 
-fn xorshift(state: &mut u64) -> u64 {
-    *state ^= *state >> 12;
-    *state ^= *state << 25;
-    *state ^= *state >> 27;
-    state.wrapping_mul(0x2545_f491_4f6c_dd1d)
-}
+#[path = "common/rng.rs"]
+mod rng;
+use rng::xorshift;
 
 fn pick(n: usize, seed: u64) -> Vec<String> {
     let symbols = KernelSymbols::load().expect("reading /proc/kallsyms");

@@ -20,15 +20,14 @@ const CORPUS: &[&str] = &[
     "p 0xffffffff81000000 $stack3 $arg2:u8",
 ];
 
-/// xorshift64*: small, fast and reproducible.
+#[path = "common/rng.rs"]
+mod rng;
+
 struct Rng(u64);
 
 impl Rng {
     fn next(&mut self) -> u64 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
+        rng::xorshift(&mut self.0)
     }
 
     fn below(&mut self, n: usize) -> usize {

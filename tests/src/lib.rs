@@ -47,3 +47,12 @@ pub fn kprobe_perf_bin() -> PathBuf {
     );
     bin
 }
+
+/// xorshift64*: seeded randomness for tests (print the seed so a failure
+/// can be replayed).
+pub fn xorshift(state: &mut u64) -> u64 {
+    *state ^= *state >> 12;
+    *state ^= *state << 25;
+    *state ^= *state >> 27;
+    state.wrapping_mul(0x2545_f491_4f6c_dd1d)
+}

@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 
 use kprobe_perf_engine::plan::Backend;
 use kprobe_perf_engine::{plan_probes, KernelSymbols, Session, SessionOptions};
-use kprobe_perf_tests::{kprobe_perf_bin, kprobes_available};
+use kprobe_perf_tests::{kprobe_perf_bin, kprobes_available, xorshift};
 
 const KPROBE_EVENTS: &str = "/sys/kernel/tracing/kprobe_events";
 
@@ -164,14 +164,6 @@ fn cli_reports_misses_with_the_maxactive_to_use() {
     assert_eq!(String::from_utf8_lossy(&out.stdout).lines().count(), 1);
 }
 
-/// xorshift64*, seeded and printed so a failure can be replayed.
-fn next(state: &mut u64) -> u64 {
-    *state ^= *state >> 12;
-    *state ^= *state << 25;
-    *state ^= *state >> 27;
-    state.wrapping_mul(0x2545_f491_4f6c_dd1d)
-}
-
 /// 50 recordings killed with SIGKILL at random moments during attach and
 /// recording; the next start removes what they left, so that afterwards
 /// kprobe_events holds none of ours.
@@ -211,7 +203,7 @@ fn killed_sessions_leave_nothing_after_the_next_start() {
     for _ in 0..50 {
         let mut child = record("30").spawn().unwrap();
         std::thread::sleep(Duration::from_millis(
-            next(&mut state) % (2 * define_ms + 1),
+            xorshift(&mut state) % (2 * define_ms + 1),
         ));
         let own = format!(":kprobe_perf_{}/", child.id());
         if our_event_lines().iter().any(|l| l.contains(&own)) {
