@@ -436,6 +436,7 @@ impl Session {
             parse_info.push(RecordParseInfo::new(&parsed, Endianness::LittleEndian));
         }
         let poll = Poll::new().map_err(|e| Error::io("creating the poller", e))?;
+        let inherit = matches!(opts.target, RecordTarget::Process { .. });
         let mut streams = Vec::with_capacity(slots.len());
         let mut probe_of_id = HashMap::new();
         for slot in &slots {
@@ -443,10 +444,42 @@ impl Session {
             let mut ring = None;
             for (i, plan) in plans.iter().enumerate() {
                 let attr = base_attr(openers[i], plan, &opts, fds.is_empty());
-                let name = match openers[i] {
+                let mut attr = attr;
+                let mut name = match openers[i] {
                     Opener::Pmu(_) => names[i].as_deref(),
                     Opener::Tracepoint(_) => None,
                 };
+                // An inherited event is re-created at every fork of the
+                // recorded command, and the kernel then reads config1 (the
+                // name or path) as a user pointer of the forking process,
+                // which is not ours: the fork fails. So inherited kprobes go
+                // by address, and inherited uprobes are refused.
+                if inherit && name.is_some() {
+                    match (&plan.attach, plan.resolved_address) {
+                        (AttachPoint::Symbol { offset, .. }, Some(addr)) => {
+                            name = None;
+                            attr.__bindgen_anon_4.config2 = addr.wrapping_add(*offset);
+                        }
+                        (AttachPoint::User { .. }, _) => {
+                            return Err(Error::io(
+                                format!("following a command's children with the uprobe {}", plan.spec),
+                                std::io::Error::new(
+                                    std::io::ErrorKind::Unsupported,
+                                    "the kernel re-reads the binary's path at each fork; record the command's pid (-p) or system-wide (-a) instead",
+                                ),
+                            ))
+                        }
+                        _ => {
+                            return Err(Error::io(
+                                format!("following a command's children with {}", plan.spec),
+                                std::io::Error::new(
+                                    std::io::ErrorKind::Unsupported,
+                                    "this needs the symbol's address, which /proc/kallsyms hides from this process; run as root",
+                                ),
+                            ))
+                        }
+                    }
+                }
                 let mut opened = sys::perf_event_open(&attr, name, slot.pid, slot.cpu, 0);
                 // Some kernels refuse MOD:SYM names over perf_event_open
                 // (ENOENT on some 6.1/5.10 stables, EINVAL before ~5.3):

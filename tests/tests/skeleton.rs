@@ -265,3 +265,37 @@ fn kernel_without_kprobe_pmu_is_explained() {
          run `cargo xtask demo` to see kprobe-perf on a kernel that has one\n"
     );
 }
+
+/// The children of the recorded command are followed (inherit): a shell
+/// runs two cats, and both are seen, each with its own pid. (At every fork
+/// the kernel re-reads an inherited kprobe's name as a pointer into the
+/// forking process; opened by name, the shell could not fork at all.)
+#[test]
+fn record_follows_children_of_the_command() {
+    if !kprobes_available("record_follows_children_of_the_command") {
+        return;
+    }
+    let out = Command::new(kprobe_perf_bin())
+        .args([
+            "record",
+            "-e",
+            "p:do_sys_openat2 dfd=%di:s32",
+            "--",
+            "sh",
+            "-c",
+        ])
+        .arg("cat /etc/hostname; cat /etc/hostname")
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    assert!(!stderr.contains("fork"), "{stderr}");
+    let cats: std::collections::BTreeSet<i32> = stdout
+        .lines()
+        .filter_map(parse_line)
+        .filter(|e| e.0 == "cat")
+        .map(|e| e.1)
+        .collect();
+    assert_eq!(cats.len(), 2, "two cat processes:\n{stdout}");
+}
