@@ -312,3 +312,82 @@ fn pmu_kretprobe_misses_are_inferred_from_entries() {
         .sum();
     assert_eq!(ours, 6);
 }
+
+/// A panic while a session is open still removes its tracefs events
+/// (the guard's Drop runs during unwinding).
+#[test]
+fn a_panic_removes_the_events() {
+    if !kprobes_available("a_panic_removes_the_events") {
+        return;
+    }
+    let symbols = KernelSymbols::load().unwrap();
+    let result = std::panic::catch_unwind(|| {
+        let plans = plan_probes(&["r4:do_sys_openat2 ret=$retval"], &symbols).unwrap();
+        let _session = Session::open(plans, SessionOptions::default()).unwrap();
+        assert_eq!(
+            our_event_lines().len(),
+            1,
+            "defined while the session lives"
+        );
+        panic!("deliberate panic with a session open");
+    });
+    assert!(result.is_err());
+    assert_eq!(our_event_lines(), Vec::<String>::new());
+}
+
+/// `$comm` on the PMU route comes from the engine's own pid-to-comm table
+/// (COMM records and /proc); it must equal what the kernel reads from
+/// current->comm at the same hit (a tracefs probe fetching $comm), before
+/// and after the thread renames itself (the write to /proc/.../comm is
+/// the kernel's set_task_comm, as prctl(PR_SET_NAME) is).
+#[test]
+fn pmu_comm_matches_the_kernels_current_comm() {
+    if !kprobes_available("pmu_comm_matches_the_kernels_current_comm") {
+        return;
+    }
+    let symbols = KernelSymbols::load().unwrap();
+    let plans = plan_probes(
+        &[
+            "p:do_sys_openat2 c=$comm",
+            "p:kernel_comm do_sys_openat2 c=$comm k=\\1",
+        ],
+        &symbols,
+    )
+    .unwrap();
+    assert_eq!(plans[0].backend, Backend::Pmu);
+    assert_eq!(plans[1].backend, Backend::Tracefs);
+    let mut session = Session::open(plans, SessionOptions::default()).unwrap();
+    session.enable().unwrap();
+    let tid = std::thread::Builder::new()
+        .name("kpp-before".into())
+        .spawn(|| {
+            let tid = kprobe_perf_engine::sys::gettid();
+            let _ = std::fs::File::open("/nonexistent/kprobe-perf-comm-1");
+            std::fs::write(format!("/proc/self/task/{tid}/comm"), "kpp-after").unwrap();
+            let _ = std::fs::File::open("/nonexistent/kprobe-perf-comm-2");
+            tid
+        })
+        .unwrap()
+        .join()
+        .unwrap();
+    let mut pmu = Vec::new();
+    let mut kernel = Vec::new();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while (pmu.len() < 3 || kernel.len() < 3) && Instant::now() < deadline {
+        session
+            .poll(Some(Duration::from_millis(100)), |e| {
+                if e.tid == tid {
+                    let c = e.args[0].as_str().unwrap_or("?").to_string();
+                    if e.probe == 0 {
+                        pmu.push(c)
+                    } else {
+                        kernel.push(c)
+                    }
+                }
+            })
+            .unwrap();
+    }
+    // The thread opens three files: two probes and /proc/.../comm.
+    assert_eq!(kernel, vec!["kpp-before", "kpp-before", "kpp-after"]);
+    assert_eq!(pmu, kernel);
+}
