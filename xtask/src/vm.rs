@@ -251,10 +251,19 @@ fn build_initramfs(opts: &VmRun, out: &Path) -> Result<()> {
 }
 
 fn boot(opts: &VmRun, initramfs: &Path) -> Result<VmOutcome> {
-    let smp = std::thread::available_parallelism().map_or(2, |n| n.get().min(4));
+    // KPROBE_PERF_VM_SMP and KPROBE_PERF_VM_TCG (multi|single) let a
+    // developer tell kernel behaviour from emulation artefacts.
+    let smp = std::env::var("KPROBE_PERF_VM_SMP")
+        .ok()
+        .and_then(|v| v.parse::<usize>().ok())
+        .unwrap_or_else(|| std::thread::available_parallelism().map_or(2, |n| n.get().min(4)));
+    let tcg = match std::env::var("KPROBE_PERF_VM_TCG").as_deref() {
+        Ok("single") => "tcg,thread=single",
+        _ => "tcg,thread=multi",
+    };
     let start = Instant::now();
     let mut child = Command::new("qemu-system-x86_64")
-        .args(["-accel", "tcg,thread=multi", "-cpu", "max"])
+        .args(["-accel", tcg, "-cpu", "max"])
         .args(["-smp", &smp.to_string(), "-m", "2048"])
         .args(["-nodefaults", "-display", "none", "-no-reboot"])
         .args(["-serial", "stdio", "-monitor", "none"])
