@@ -1,7 +1,8 @@
 //! Per-architecture facts kprobe-perf needs and no I/O: the names
 //! kprobe_events gives registers, the `perf_regs` index the kernel uses for
 //! each in `PERF_SAMPLE_REGS_INTR`, and the calling convention that maps
-//! `$argN` and `$retval` to registers.
+//! `$argN` and `$retval` to registers; and, in [`boundary`], where inside a
+//! function the kernel accepts a probe, decided from the function's bytes.
 //!
 //! ```
 //! use kprobe_perf_arch::Arch;
@@ -12,6 +13,9 @@
 //! ```
 
 #![deny(missing_docs)]
+#![forbid(unsafe_code)]
+
+pub mod boundary;
 
 /// A machine register as kprobe_events names it and perf samples it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]

@@ -1,0 +1,423 @@
+//! Where a kprobe may go inside a function, decided from the function's
+//! bytes alone: no I/O, no kernel. This predicts the answer
+//! `perf_event_open` would give for `SYM+OFFSET` before asking it.
+//!
+//! The caller supplies the bytes of one function (from `/proc/kcore`, which
+//! shows the live text, or from vmlinux) and its start address; the module
+//! decodes them once into a sorted table ([`FunctionLayout`]) and answers
+//! each offset by binary search.
+//!
+//! ```
+//! use kprobe_perf_arch::Arch;
+//! use kprobe_perf_arch::boundary::{verdict, FunctionText, ProbeSite};
+//!
+//! // ftrace NOP, push %rbp, mov %rsp,%rbp, pop %rbp, ret
+//! let bytes = [0x0f, 0x1f, 0x44, 0x00, 0x00, 0x55, 0x48, 0x89, 0xe5, 0x5d, 0xc3];
+//! let text = FunctionText { start: 0xffff_ffff_8120_5c20, bytes: &bytes };
+//! let v = verdict(Arch::X86_64, &text, 3, ProbeSite::Entry);
+//! assert_eq!(
+//!     v.describe("do_sys_openat2").to_string(),
+//!     "do_sys_openat2+3 falls inside the 5-byte ftrace NOP at +0; valid nearby: +0, +5"
+//! );
+//! assert!(verdict(Arch::X86_64, &text, 5, ProbeSite::Entry).is_accepted());
+//! ```
+//!
+//! # The kernel's rules, as modelled here
+//!
+//! Read from `kernel/kprobes.c`, `arch/x86/kernel/kprobes/core.c` and
+//! `arch/arm64/kernel/probes/kprobes.c` (6.x trees); the function names
+//! below are the kernel's.
+//!
+//! 1. `_kprobe_addr` re-bases `sym+off` to (containing symbol, offset) and
+//!    calls `arch_adjust_kprobe_addr`. On x86 that function asks `is_endbr`
+//!    whether the symbol starts with ENDBR64 (`f3 0f 1e fa`; ENDBR32 and the
+//!    4-byte "poison" NOPs that IBT/FineIBT write over sealed ENDBRs,
+//!    `66 0f 1f 00` and later `0f 1f 40 d6`, count too). If so, offset 0 is
+//!    moved to +4 and "on function entry" means offset 0 or 4; otherwise it
+//!    means offset 0. Offsets 1..3 stay where they are and fail below.
+//! 2. Return probes: `register_kretprobe` calls `kprobe_on_func_entry`,
+//!    which returns EINVAL for any offset that is not the entry. This comes
+//!    first, so `r` at a mid-instruction offset is EINVAL, not EILSEQ.
+//! 3. `check_kprobe_address_safe` → `check_ftrace_location`: an address that
+//!    is exactly an ftrace site (the 5-byte `nopl 0x0(%rax,%rax,1)` at the
+//!    entry, or the `call` ftrace patches into it while tracing) becomes an
+//!    ftrace-based kprobe, and `arch_prepare_kprobe` is never called for it.
+//!    (Without CONFIG_KPROBES_ON_FTRACE it would be EINVAL; every x86_64
+//!    distribution kernel has that option.) The same function returns EINVAL
+//!    for blacklisted, jump-label, static-call, BUG (`find_bug`) and
+//!    `__cfi_`/`__pfx_` addresses, and `arch_prepare_kprobe` does for
+//!    alternatives (`alternatives_text_reserved`); those need tables this
+//!    module does not have, so the planner checks them elsewhere.
+//! 4. `arch_prepare_kprobe` → `can_probe` decodes from the symbol start
+//!    (`insn_decode_kernel`, with `recover_probed_instruction` reading the
+//!    ftrace site as the ideal NOP) and returns false, which
+//!    `arch_prepare_kprobe` turns into **EILSEQ**, when: the offset is not an
+//!    instruction start (this is what offsets inside the ftrace NOP get);
+//!    an instruction before it or at it does not decode; the instruction is
+//!    INT3/INT n/INTO/INT1/UD0/UD1/UD2 (`is_exception_insn`, which looks at
+//!    the first opcode byte after prefixes, so VEX/EVEX instructions whose
+//!    opcode byte is `cc`/`cd`/`ce`/`f1` are refused too); or, on clang kCFI
+//!    kernels, it is the `movl`/`addl` of a kCFI type check (`is_cfi_trap`).
+//! 5. `arch_copy_kprobe` → `__copy_instruction` fails, giving **EINVAL**, for
+//!    an instruction with a Xen/KVM emulate prefix (`ud2; .ascii "xen"` or
+//!    `"kvm"` before it: `insn_has_emulate_prefix`) and for `mov` to `%ss`
+//!    (`insn_masking_exception`).
+//! 6. `prepare_emulation` returns **EOPNOTSUPP** for far call/jmp (`9a`,
+//!    `ea`, `ff /3`, `ff /5`), `iret` (`cf`), VMX `0f 01` with reg 0 and
+//!    mod 3 (`vmcall`, `vmlaunch`, ...), and indirect `call`/`jmp` (`ff /2`,
+//!    `ff /4`) through memory or with a 32-bit address size.
+//! 7. arm64 `arch_prepare_kprobe`: an address that is not 4-byte aligned is
+//!    **EINVAL**. Instructions `arm_kprobe_decode_insn` rejects (also
+//!    EINVAL) are not modelled: arm64 text is not decoded here.
+//!
+//! What the bytes cannot tell: the tables named in point 3, `notrace`
+//! (`within_notrace_func` in `trace_kprobe.c` refuses, with EINVAL, any
+//! function that has no ftrace site when CONFIG_KPROBE_EVENTS_ON_NOTRACE is
+//! off; [`FunctionLayout::ftrace_site`] gives the bytes' hint), and live
+//! text patched by other probes (an armed kprobe shows as `int3`, an
+//! optimized one as a 5-byte `jmp`; the kernel undoes both before decoding,
+//! this module cannot).
+
+mod verdict;
+mod x86;
+
+#[cfg(test)]
+mod tests;
+
+use crate::Arch;
+
+pub use verdict::{DescribedVerdict, Errno, Insn, Nearby, Refusal, RefuseReason, Verdict};
+
+/// The machine code of one function and the address it starts at.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct FunctionText<'a> {
+    /// Address of the first byte (the symbol's address).
+    pub start: u64,
+    /// The function's bytes, from the symbol to its end (on arm64 only the
+    /// length matters).
+    pub bytes: &'a [u8],
+}
+
+/// Which kind of probe is asked about.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum ProbeSite {
+    /// A `p` probe: fires when the instruction at the offset runs.
+    Entry,
+    /// An `r` probe (kretprobe): only accepted at the function entry.
+    Return,
+}
+
+/// One line of a function listing (`kprobe-perf probe --lines FUNC`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct InsnInfo {
+    /// Offset from the function start.
+    pub offset: u64,
+    /// Length in bytes.
+    pub len: usize,
+    /// The bytes.
+    pub bytes: Vec<u8>,
+    /// AT&T text as objdump prints it (`(bad)` for bytes that do not
+    /// decode, `.inst 0x...` for arm64 words, which are not decoded).
+    pub text: String,
+    /// The verdict for an entry probe at this offset.
+    pub verdict: Verdict,
+}
+
+/// Where the kernel stands on every offset of one function: its bytes
+/// decoded once into a sorted table.
+#[derive(Debug, Clone)]
+pub struct FunctionLayout<'a> {
+    arch: Arch,
+    text: FunctionText<'a>,
+    /// x86: the decoded instructions in offset order (empty on arm64).
+    slots: Vec<x86::Slot>,
+    /// x86: offsets where an entry probe is accepted, ascending.
+    accepted: Vec<u64>,
+    /// x86: for each slot, how many accepted offsets are <= its offset, so a
+    /// refusal finds its neighbours without searching again.
+    ranks: Vec<u32>,
+    endbr: bool,
+    ftrace_site: Option<u64>,
+    undecodable: Option<u64>,
+}
+
+impl<'a> FunctionLayout<'a> {
+    /// Decodes `text` (x86-64) or just measures it (arm64).
+    pub fn new(arch: Arch, text: &FunctionText<'a>) -> FunctionLayout<'a> {
+        match arch {
+            Arch::X86_64 => {
+                let d = x86::decode(text);
+                let mut accepted = Vec::with_capacity(d.slots.len() + 1);
+                if d.endbr {
+                    accepted.push(0);
+                }
+                accepted.extend(
+                    d.slots
+                        .iter()
+                        .filter(|s| s.class.accepted())
+                        .map(|s| s.offset),
+                );
+                let mut ranks = Vec::with_capacity(d.slots.len());
+                let mut seen = 0usize;
+                for slot in &d.slots {
+                    while accepted.get(seen).is_some_and(|&o| o <= slot.offset) {
+                        seen += 1;
+                    }
+                    ranks.push(u32::try_from(seen).unwrap_or(u32::MAX));
+                }
+                FunctionLayout {
+                    arch,
+                    text: *text,
+                    slots: d.slots,
+                    accepted,
+                    ranks,
+                    endbr: d.endbr,
+                    ftrace_site: d.ftrace_site,
+                    undecodable: d.undecodable,
+                }
+            }
+            Arch::Aarch64 => FunctionLayout {
+                arch,
+                text: *text,
+                slots: Vec::new(),
+                accepted: Vec::new(),
+                ranks: Vec::new(),
+                endbr: false,
+                ftrace_site: None,
+                undecodable: None,
+            },
+        }
+    }
+
+    /// The architecture the text was read as.
+    pub fn arch(&self) -> Arch {
+        self.arch
+    }
+
+    /// The function's size in bytes.
+    pub fn size(&self) -> u64 {
+        self.text.bytes.len() as u64
+    }
+
+    /// True when the function starts with ENDBR (or a poisoned ENDBR), so
+    /// the kernel moves `sym+0` to +4.
+    pub fn has_endbr(&self) -> bool {
+        self.endbr
+    }
+
+    /// The offset where the kernel puts `sym+0` and where return probes go.
+    pub fn entry(&self) -> u64 {
+        if self.endbr {
+            4
+        } else {
+            0
+        }
+    }
+
+    /// Offset of the 5-byte ftrace site at the entry, if the bytes show one.
+    /// `None` hints at a `notrace` function, which kprobe events refuse
+    /// unless CONFIG_KPROBE_EVENTS_ON_NOTRACE is set.
+    pub fn ftrace_site(&self) -> Option<u64> {
+        self.ftrace_site
+    }
+
+    /// What the kernel does with a probe of `kind` at `offset`.
+    pub fn verdict(&self, offset: u64, kind: ProbeSite) -> Verdict {
+        let size = self.size();
+        if offset >= size {
+            return Verdict::OutsideFunction { offset, size };
+        }
+        let on_entry = offset == 0 || (self.endbr && offset == 4);
+        if kind == ProbeSite::Return && !on_entry {
+            return Verdict::Refuse(Refusal {
+                offset,
+                reason: RefuseReason::NotFunctionEntry { endbr: self.endbr },
+                nearby: Nearby::default(),
+            });
+        }
+        match self.arch {
+            Arch::X86_64 => self.verdict_x86(offset),
+            Arch::Aarch64 => {
+                if offset % 4 == 0 {
+                    Verdict::Accept { offset, at: offset }
+                } else {
+                    self.refuse(offset, RefuseReason::Misaligned)
+                }
+            }
+        }
+    }
+
+    fn refuse(&self, offset: u64, reason: RefuseReason) -> Verdict {
+        Verdict::Refuse(Refusal {
+            offset,
+            reason,
+            nearby: self.nearest_valid(offset),
+        })
+    }
+
+    fn verdict_x86(&self, offset: u64) -> Verdict {
+        use x86::Class;
+        let at = if self.endbr && offset == 0 { 4 } else { offset };
+        let size = self.size();
+        if at >= size {
+            return Verdict::OutsideFunction { offset: at, size };
+        }
+        let idx = self.slots.partition_point(|s| s.offset <= at);
+        let found = idx
+            .checked_sub(1)
+            .and_then(|i| Some((i, *self.slots.get(i)?)))
+            .filter(|(_, s)| at < s.end());
+        let Some((i, slot)) = found else {
+            let first_bad = self.undecodable.unwrap_or(at);
+            return self.refuse(offset, RefuseReason::Undecodable { at: first_bad });
+        };
+        let insn = Insn::new(&self.text, slot.offset, slot.len);
+        let reason = if slot.offset != at {
+            match slot.class {
+                Class::FtraceSite => RefuseReason::InsideFtraceSite { site: insn },
+                Class::Endbr => RefuseReason::InsideEndbr { endbr: insn },
+                _ => RefuseReason::InsideInstruction { containing: insn },
+            }
+        } else {
+            match slot.class {
+                Class::Plain | Class::Endbr => return Verdict::Accept { offset, at },
+                Class::FtraceSite => return Verdict::AcceptFtraceSite { offset, at },
+                Class::Exception => RefuseReason::ExceptionInstruction { insn },
+                Class::KcfiCheck => RefuseReason::KcfiCheck { insn },
+                Class::EmulatePrefix => RefuseReason::EmulatePrefix { insn },
+                Class::MasksExceptions => RefuseReason::MasksExceptions { insn },
+                Class::CannotEmulate => RefuseReason::CannotEmulate { insn },
+            }
+        };
+        let nearby = if offset == at {
+            self.nearby_in_slot(i, slot, offset)
+        } else {
+            self.nearest_valid(offset)
+        };
+        Verdict::Refuse(Refusal {
+            offset,
+            reason,
+            nearby,
+        })
+    }
+
+    /// [`Self::nearest_valid`] for an offset inside slot `i`, from its rank.
+    fn nearby_in_slot(&self, i: usize, slot: x86::Slot, offset: u64) -> Nearby {
+        let Some(&rank) = self.ranks.get(i) else {
+            return self.nearest_valid(offset);
+        };
+        let le = usize::try_from(rank).unwrap_or(usize::MAX);
+        let own = slot.class.accepted() || (self.endbr && slot.offset == 0);
+        let lt = if offset == slot.offset && own {
+            le.saturating_sub(1)
+        } else {
+            le
+        };
+        Nearby {
+            before: lt
+                .checked_sub(1)
+                .and_then(|j| self.accepted.get(j).copied()),
+            after: self.accepted.get(le).copied(),
+        }
+    }
+
+    /// The nearest offsets strictly before and after `offset` where an entry
+    /// probe is accepted.
+    pub fn nearest_valid(&self, offset: u64) -> Nearby {
+        let size = self.size();
+        match self.arch {
+            Arch::X86_64 => {
+                let below = self.accepted.partition_point(|&o| o < offset);
+                let above = self.accepted.partition_point(|&o| o <= offset);
+                Nearby {
+                    before: below
+                        .checked_sub(1)
+                        .and_then(|i| self.accepted.get(i).copied()),
+                    after: self.accepted.get(above).copied(),
+                }
+            }
+            Arch::Aarch64 => {
+                // The last aligned offset inside the function.
+                let last = size.checked_sub(1).map(|l| l - l % 4);
+                let before = match offset.checked_sub(1) {
+                    Some(b) => last.map(|l| (b - b % 4).min(l)),
+                    None => None,
+                };
+                let after = offset.checked_add(4 - offset % 4).filter(|&a| a < size);
+                Nearby { before, after }
+            }
+        }
+    }
+
+    /// Every instruction with its text and entry-probe verdict. On arm64,
+    /// every 4-byte word, undecoded.
+    pub fn instructions(&self) -> Vec<InsnInfo> {
+        match self.arch {
+            Arch::X86_64 => self.instructions_x86(),
+            Arch::Aarch64 => self
+                .text
+                .bytes
+                .chunks_exact(4)
+                .zip((0u64..).step_by(4))
+                .map(|(w, offset)| {
+                    let word = u32::from_le_bytes([w[0], w[1], w[2], w[3]]);
+                    InsnInfo {
+                        offset,
+                        len: 4,
+                        bytes: w.to_vec(),
+                        text: format!(".inst 0x{word:08x}"),
+                        verdict: self.verdict(offset, ProbeSite::Entry),
+                    }
+                })
+                .collect(),
+        }
+    }
+
+    fn instructions_x86(&self) -> Vec<InsnInfo> {
+        let mut printer = x86::AttPrinter::new();
+        let mut out = Vec::with_capacity(self.slots.len() + 1);
+        for slot in &self.slots {
+            let insn = Insn::new(&self.text, slot.offset, slot.len);
+            out.push(InsnInfo {
+                offset: slot.offset,
+                len: insn.size(),
+                bytes: insn.bytes().to_vec(),
+                text: printer.text(insn.bytes(), insn.address()),
+                verdict: self.verdict(slot.offset, ProbeSite::Entry),
+            });
+        }
+        if let Some(bad) = self.undecodable {
+            let rest = usize::try_from(bad)
+                .ok()
+                .and_then(|b| self.text.bytes.get(b..))
+                .unwrap_or(&[]);
+            out.push(InsnInfo {
+                offset: bad,
+                len: rest.len(),
+                bytes: rest.to_vec(),
+                text: "(bad)".to_string(),
+                verdict: self.verdict(bad, ProbeSite::Entry),
+            });
+        }
+        out
+    }
+}
+
+/// What the kernel does with a probe of `kind` at `offset` of `text`.
+/// Decodes the whole function; to ask about many offsets, build a
+/// [`FunctionLayout`] once.
+pub fn verdict(arch: Arch, text: &FunctionText<'_>, offset: u64, kind: ProbeSite) -> Verdict {
+    FunctionLayout::new(arch, text).verdict(offset, kind)
+}
+
+/// Every instruction of an x86-64 function, with its AT&T text and the
+/// verdict for an entry probe at its offset.
+pub fn instructions(text: &FunctionText<'_>) -> Vec<InsnInfo> {
+    FunctionLayout::new(Arch::X86_64, text).instructions()
+}
+
+/// The nearest offsets before and after `offset` where an entry probe is
+/// accepted, to suggest when it is refused.
+pub fn nearest_valid(arch: Arch, text: &FunctionText<'_>, offset: u64) -> Nearby {
+    FunctionLayout::new(arch, text).nearest_valid(offset)
+}
