@@ -1,7 +1,9 @@
 //! `kprobe-perf`: dynamic kernel probes through perf_event_open.
 
+mod inspect;
 mod json;
 mod text;
+mod text_source;
 
 use std::io::{self, Write};
 use std::process::ExitCode;
@@ -44,15 +46,39 @@ enum Cmd {
     /// Remove tracefs events left by kprobe-perf processes (normally removed
     /// at exit, and at the next start when a process was killed).
     Cleanup,
-    /// Check probe definitions without touching the kernel.
+    /// Check probe definitions, or show where a probe may go in a
+    /// function, without opening a probe.
     Probe {
         /// Print each definition's canonical form, or its error with a caret
-        /// under the mistake; exit 0 only if all parse.
-        #[arg(long, required = true)]
+        /// under the mistake; exit 0 only if all parse. Touches nothing.
+        #[arg(long, required_unless_present = "lines", requires = "specs")]
         parse: bool,
+        /// List every instruction of FUNC (`NAME` or `MOD:NAME`) in AT&T
+        /// syntax with the kernel's predicted answer at its offset: `p` a
+        /// kprobe is accepted, `r` a kretprobe too, `-` refused with the
+        /// errno and the reason (ftrace site, mid-instruction, INT/UD, BUG
+        /// site, jump label, notrace, blacklist). Reads /proc/kcore (root).
+        #[arg(long, value_name = "FUNC", conflicts_with = "parse")]
+        lines: Option<String>,
         /// The definitions (`-:EVENT` deletions included).
-        #[arg(value_name = "SPEC", required = true, allow_hyphen_values = true)]
+        #[arg(value_name = "SPEC", allow_hyphen_values = true)]
         specs: Vec<String>,
+    },
+    /// List the functions that globs select for probing (`tcp_v4_*`,
+    /// `ext4:*`, `*:*_open`, `vmlinux:do_sys_open*`), leaving out what the
+    /// kernel would refuse (blacklist, entry/noinstr/kprobes text, padding,
+    /// notrace) and, by default, families fragile under bulk probing.
+    /// Names shared by several functions are shown as NAME@0xADDR.
+    List {
+        /// Shell-style globs; `MOD:GLOB` limits to modules matching MOD.
+        #[arg(value_name = "PATTERN", required = true)]
+        patterns: Vec<String>,
+        /// Show every candidate, `kept` or `excluded` with the reason.
+        #[arg(long)]
+        why: bool,
+        /// Keep the fragile families (tracing, locking, RCU, scheduler ...).
+        #[arg(long)]
+        include_fragile: bool,
     },
 }
 
@@ -112,7 +138,15 @@ fn main() -> ExitCode {
     let result = match cli.command {
         Cmd::Record(args) => record(&args),
         Cmd::Cleanup => cleanup(),
+        Cmd::Probe {
+            lines: Some(func), ..
+        } => inspect::lines(&func),
         Cmd::Probe { specs, .. } => probe_parse(&specs),
+        Cmd::List {
+            patterns,
+            why,
+            include_fragile,
+        } => inspect::list(&patterns, why, include_fragile),
     };
     match result {
         Ok(code) => code,
@@ -171,13 +205,17 @@ fn record(args: &RecordArgs) -> Result<ExitCode> {
     let (all_cpus, mmap_pages, duration) = (*all_cpus, *mmap_pages, *duration);
     // kallsyms may be unreadable or hide addresses; probes then go by name
     // and output shows raw addresses.
-    let symbols = KernelSymbols::load().unwrap_or_default();
+    let mut symbols = KernelSymbols::load().unwrap_or_default();
+    if let Ok(b) = kprobe_perf_symbols::Blacklist::load() {
+        symbols.set_blacklist(b);
+    }
     let choice = match backend {
         BackendArg::Auto => BackendChoice::Auto,
         BackendArg::Pmu => BackendChoice::Pmu,
         BackendArg::Tracefs => BackendChoice::Tracefs,
     };
     let plans = plan_probes_with(specs, &symbols, choice)?;
+    inspect::check_plans(&plans, &symbols)?;
 
     let stop = Arc::new(AtomicBool::new(false));
     for sig in [

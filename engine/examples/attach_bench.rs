@@ -12,56 +12,8 @@ use std::process::{Command, Stdio};
 use std::time::Instant;
 
 use kprobe_perf_engine::plan::BackendChoice;
+use kprobe_perf_engine::select::FRAGILE_FAMILIES;
 use kprobe_perf_engine::{plan_probes_with, KernelSymbols, Session, SessionOptions};
-
-/// Families kept out of bulk sets: the probe and tracing machinery itself,
-/// locking, RCU, scheduler and interrupt paths, and early/low-level code.
-const FRAGILE: &[&str] = &[
-    "kprobe",
-    "ftrace",
-    "trace",
-    "perf_",
-    "rcu",
-    "lock",
-    "spin",
-    "mutex",
-    "sched",
-    "preempt",
-    "irq",
-    "nmi",
-    "idle",
-    "entry",
-    "exit_to",
-    "syscall_enter",
-    "arch_",
-    "native_",
-    "x86_",
-    "text_poke",
-    "ring_buffer",
-    "bpf",
-    "stack",
-    "unwind",
-    "kallsyms",
-    "mcount",
-    "fentry",
-    "do_int3",
-    "debug",
-    "printk",
-    "console",
-    "hrtimer",
-    "tick",
-    "clock",
-    "cpuidle",
-    "smp_",
-    "page_fault",
-    "switch",
-    "__schedule",
-    "context",
-    "lockdep",
-    "kasan",
-    "kcsan",
-    "kmsan",
-];
 
 #[path = "common/rng.rs"]
 mod rng;
@@ -82,7 +34,7 @@ fn pick(n: usize, seed: u64) -> Vec<String> {
         .filter(|l| !l.contains('['))
         .map(|l| l.trim().to_string())
         .filter(|n| !n.contains('.') && !n.starts_with("__"))
-        .filter(|n| !FRAGILE.iter().any(|f| n.contains(f)))
+        .filter(|n| !FRAGILE_FAMILIES.iter().any(|f| n.contains(f)))
         .filter(|n| !blacklist.contains(n))
         .filter(|n| {
             let inst = symbols.lookup(n);

@@ -10,8 +10,11 @@
 
 pub mod decode;
 pub mod error;
+pub mod kcore;
 pub mod plan;
 pub mod pmu;
+pub mod preflight;
+pub mod select;
 pub mod ring;
 pub mod session;
 pub mod spec;

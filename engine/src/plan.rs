@@ -50,6 +50,15 @@ pub enum PlanError {
     /// A uprobe target could not be resolved in its binary.
     #[error("{0}")]
     User(String),
+    /// The kernel would refuse the probe: predicted from its symbols and
+    /// the function's bytes ([`crate::preflight`]).
+    #[error("{probe} {reason}")]
+    Preflight {
+        /// `SYM+OFF`.
+        probe: String,
+        /// Why, and what the kernel would answer.
+        reason: String,
+    },
     /// The symbol exists but is not code.
     #[error("{name} is a data symbol (kallsyms type {kind}); kprobes go on functions")]
     NotText {

@@ -1,0 +1,200 @@
+//! `kprobe-perf list` and `kprobe-perf probe --lines`: what a glob selects
+//! and where in a function a probe may go, answered without opening a
+//! probe.
+
+use std::io::Write;
+use std::process::ExitCode;
+
+use anyhow::{bail, Context, Result};
+use kprobe_perf_engine::preflight::{KernelTextSource, Prediction, Preflight};
+use kprobe_perf_engine::select::{self, SelectOptions};
+use kprobe_perf_engine::{Arch, KernelSymbols};
+use kprobe_perf_symbols::Blacklist;
+
+/// The running kernel's symbols with the debugfs blacklist when readable;
+/// says on stderr what could not be read.
+pub fn kernel_symbols() -> Result<KernelSymbols> {
+    let mut symbols = KernelSymbols::load().context("reading the kernel's symbols")?;
+    if symbols.addresses_hidden() {
+        eprintln!(
+            "kprobe-perf: /proc/kallsyms hides addresses from this process (kernel.kptr_restrict, or no CAP_SYSLOG): run as root or lower kernel.kptr_restrict; section and address checks are skipped"
+        );
+    }
+    match Blacklist::load() {
+        Ok(b) => symbols.set_blacklist(b),
+        Err(e) => eprintln!("kprobe-perf: the kprobe blacklist is not checked: {e}"),
+    }
+    Ok(symbols)
+}
+
+/// The live kernel text, if this process may read it.
+pub fn kernel_text() -> Option<Box<dyn KernelTextSource>> {
+    crate::text_source::open()
+}
+
+fn release() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/osrelease")
+        .map(|r| r.trim().to_string())
+        .unwrap_or_default()
+}
+
+fn host_arch() -> Result<Arch> {
+    Arch::host().context("kprobe-perf supports x86_64 and aarch64 only")
+}
+
+/// Refuses, before anything is opened, a probe the kernel would refuse
+/// (a mid-instruction offset, a notrace or blacklisted function ...),
+/// when the kernel's text is readable; otherwise the kernel decides.
+pub fn check_plans(plans: &[kprobe_perf_engine::ProbePlan], symbols: &KernelSymbols) -> Result<()> {
+    let Some(text) = kernel_text() else {
+        return Ok(());
+    };
+    let rel = release();
+    let pre = Preflight::new(symbols, text.as_ref(), host_arch()?).with_release(&rel);
+    for p in plans.iter().filter(|p| p.companion_of.is_none()) {
+        pre.check(p)?;
+    }
+    Ok(())
+}
+
+/// `kprobe-perf list PATTERN... [--why] [--include-fragile]`.
+pub fn list(patterns: &[String], why: bool, include_fragile: bool) -> Result<ExitCode> {
+    let symbols = kernel_symbols()?;
+    let arch = host_arch()?;
+    let text = kernel_text();
+    let rel = release();
+    let preflight = text
+        .as_deref()
+        .map(|t| Preflight::new(&symbols, t, arch).with_release(&rel));
+    let traceable = match &preflight {
+        Some(_) => None,
+        None => select::traceable_functions().ok(),
+    };
+    let notrace_by = match (&preflight, &traceable) {
+        (Some(p), _) => format!("notrace judged from the function bytes ({})", p.text_source()),
+        (None, Some(_)) => "notrace judged from available_filter_functions".to_string(),
+        (None, None) => {
+            "notrace NOT checked (neither /proc/kcore nor available_filter_functions is readable)"
+                .to_string()
+        }
+    };
+    let opts = SelectOptions {
+        preflight: preflight.as_ref(),
+        traceable: traceable.as_ref(),
+        include_fragile,
+    };
+    let stdout = std::io::stdout();
+    let mut out = std::io::BufWriter::new(stdout.lock());
+    let mut any = false;
+    for pattern in patterns {
+        let found = select::candidates(&symbols, pattern, &opts);
+        let kept = found.iter().filter(|c| c.excluded.is_none()).count();
+        for c in &found {
+            let name = if c.duplicate {
+                c.symbol.label()
+            } else {
+                match &c.symbol.module {
+                    Some(m) => format!("{m}:{}", c.symbol.name),
+                    None => c.symbol.name.clone(),
+                }
+            };
+            let line = match (&c.excluded, why) {
+                (None, false) => name,
+                (Some(_), false) => continue,
+                (None, true) if c.duplicate => {
+                    format!("kept      {name}: one of several with this name, probed by address")
+                }
+                (None, true) => format!("kept      {name}"),
+                (Some(x), true) => format!("excluded  {name}: {x}"),
+            };
+            writeln!(out, "{line}").context("writing the list")?;
+        }
+        any |= kept > 0;
+        out.flush().context("writing the list")?;
+        eprintln!(
+            "kprobe-perf: {pattern}: {} matched, {kept} kept, {} excluded; {notrace_by}",
+            found.len(),
+            found.len() - kept
+        );
+    }
+    Ok(if any {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    })
+}
+
+/// `kprobe-perf probe --lines FUNC`: every instruction of FUNC with the
+/// kernel's predicted answer for a kprobe there.
+pub fn lines(func: &str) -> Result<ExitCode> {
+    let symbols = kernel_symbols()?;
+    let arch = host_arch()?;
+    if symbols.addresses_hidden() {
+        bail!("--lines needs kernel addresses, which /proc/kallsyms hides from this process: run as root");
+    }
+    let Some(text) = kernel_text() else {
+        bail!("--lines needs the kernel's text: /proc/kcore is not readable here (run as root on a kernel with CONFIG_PROC_KCORE)");
+    };
+    let (module, name) = match func.split_once(':') {
+        Some((m, n)) => (Some(m), n),
+        None => (None, func),
+    };
+    let found: Vec<_> = symbols
+        .lookup(name)
+        .into_iter()
+        .filter(|s| s.is_text() && (module.is_none() || s.module.as_deref() == module))
+        .collect();
+    let sym = match found.as_slice() {
+        [one] => *one,
+        [] => bail!("{func} is not a function in /proc/kallsyms"),
+        many => bail!(
+            "{func} names {} functions ({}); give MOD:{name} for a module's",
+            many.len(),
+            many.iter().map(|s| s.label()).collect::<Vec<_>>().join(", ")
+        ),
+    };
+    let rel = release();
+    let pre = Preflight::new(&symbols, text.as_ref(), arch).with_release(&rel);
+    let f = pre
+        .function(sym)
+        .map_err(|e| anyhow::anyhow!("{e}"))?;
+    let listing = pre.listing(&f);
+    let stdout = std::io::stdout();
+    let mut out = std::io::BufWriter::new(stdout.lock());
+    writeln!(
+        out,
+        "{} at 0x{:x}, {} bytes (bytes from {})",
+        listing.name, listing.address, listing.size, listing.source
+    )?;
+    if let Some(r) = &listing.refusal {
+        writeln!(out, "the kernel refuses every probe here: {r}")?;
+    }
+    writeln!(out, "  offset  probes  instruction")?;
+    for l in &listing.lines {
+        let marks = match (&l.entry, l.ret) {
+            (Prediction::Accept, true) => "p r",
+            (Prediction::Accept, false) => "p  ",
+            (Prediction::Refuse { .. }, _) => "-  ",
+        };
+        let bytes: Vec<String> = l.insn.bytes.iter().map(|b| format!("{b:02x}")).collect();
+        let why = match &l.entry {
+            Prediction::Refuse { errno, reason } if listing.refusal.is_none() => {
+                format!("   ; {errno}: {reason}")
+            }
+            _ => String::new(),
+        };
+        writeln!(
+            out,
+            "  +{:<6} {marks}    {:<24} {}{why}",
+            l.insn.offset,
+            bytes.join(" "),
+            l.insn.text
+        )?;
+    }
+    writeln!(
+        out,
+        "p: a kprobe (p:{name}+OFFSET) is accepted; r: a kretprobe is too; -: refused, with the errno the kernel would answer"
+    )?;
+    out.flush()?;
+    Ok(ExitCode::SUCCESS)
+}
