@@ -40,11 +40,21 @@ pub enum PlanError {
     },
     /// The name matches several functions (the kernel would answer
     /// EADDRNOTAVAIL, or older kernels would silently pick one).
-    #[error("{name} names {} functions ({}); probe one by its address (p 0xADDR), or as MOD:{name} if one is in a module", instances.len(), instances.join(", "))]
+    #[error("{name} names {} functions ({}); pick one as written there ({name}@0xADDR), or as MOD:{name} for a module's", instances.len(), instances.join(", "))]
     Ambiguous {
         /// The name.
         name: String,
         /// Each instance's address (and module).
+        instances: Vec<String>,
+    },
+    /// `NAME@0xADDR` names no function called NAME.
+    #[error("no function {name} starts at 0x{address:x}; the functions of that name are {}", instances.join(", "))]
+    NoSuchInstance {
+        /// The name.
+        name: String,
+        /// The address given.
+        address: u64,
+        /// The instances that exist.
         instances: Vec<String>,
     },
     /// A uprobe target could not be resolved in its binary.
@@ -202,9 +212,17 @@ impl ProbePlan {
 
     /// The kprobe_events line that defines this probe in `group`.
     pub fn tracefs_definition(&self, group: &str) -> String {
+        // kprobe_events knows no NAME@ADDR: give it the address.
+        let target = match (&self.spec.target, &self.attach) {
+            (Target::Symbol { instance: Some(_), .. }, AttachPoint::Address(a)) => {
+                Target::Address(*a)
+            }
+            (t, _) => t.clone(),
+        };
         ProbeSpec {
             group: Some(group.to_string()),
             event: Some(self.event.clone()),
+            target,
             ..self.spec.clone()
         }
         .to_string()
@@ -243,7 +261,22 @@ pub fn resolve(
         Target::Symbol {
             module,
             name,
+            instance: Some(addr),
             offset,
+        } => {
+            // One of several functions sharing the name: the kernel cannot
+            // tell them apart by name, so the probe goes by address.
+            if !symbols.is_empty() {
+                check_instance(symbols, module.as_deref(), name, *addr)?;
+            }
+            resolved_address = Some(*addr);
+            AttachPoint::Address(addr.wrapping_add(*offset))
+        }
+        Target::Symbol {
+            module,
+            name,
+            offset,
+            ..
         } => {
             if !symbols.is_empty() {
                 resolved_address = check_symbol(symbols, module.as_deref(), name)?;
@@ -384,19 +417,42 @@ fn check_symbol(
     if text.len() > 1 {
         return Err(PlanError::Ambiguous {
             name: name.to_string(),
-            instances: text
-                .iter()
-                .map(|s| match &s.module {
-                    Some(m) => format!("0x{:x} [{m}]", s.address),
-                    None => format!("0x{:x}", s.address),
-                })
-                .collect(),
+            instances: text.iter().map(|s| s.label()).collect(),
         });
     }
     Ok(text
         .first()
         .map(|s| s.address)
         .filter(|_| !symbols.addresses_hidden()))
+}
+
+/// Checks that `name@addr` is one of the functions called `name`.
+fn check_instance(
+    symbols: &KernelSymbols,
+    module: Option<&str>,
+    name: &str,
+    addr: u64,
+) -> Result<(), PlanError> {
+    let text: Vec<_> = symbols
+        .lookup(name)
+        .into_iter()
+        .filter(|s| s.is_text() && (module.is_none() || s.module.as_deref() == module))
+        .collect();
+    if symbols.addresses_hidden() || text.iter().any(|s| s.address == addr) {
+        return Ok(());
+    }
+    if text.is_empty() {
+        return Err(PlanError::UnknownSymbol {
+            name: name.to_string(),
+            module: module.map(str::to_string),
+            suggestion: suggest(symbols, name),
+        });
+    }
+    Err(PlanError::NoSuchInstance {
+        name: name.to_string(),
+        address: addr,
+        instances: text.iter().map(|s| s.label()).collect(),
+    })
 }
 
 /// A text symbol one or two edits away, tried only on the error path.
@@ -534,7 +590,29 @@ mod tests {
             BackendChoice::Auto,
         )
         .unwrap_err();
-        assert_eq!(e.to_string(), "init_once names 2 functions (0xffffffff81000000, 0xffffffffc0000000 [ext4]); probe one by its address (p 0xADDR), or as MOD:init_once if one is in a module");
+        assert_eq!(e.to_string(), "init_once names 2 functions (init_once@0xffffffff81000000, init_once@0xffffffffc0000000 [ext4]); pick one as written there (init_once@0xADDR), or as MOD:init_once for a module's");
+        let picked = resolve(
+            ProbeSpec::parse("p:init_once@0xffffffffc0000000+4 %di", Arch::X86_64).unwrap(),
+            &dup,
+            Arch::X86_64,
+            BackendChoice::Auto,
+        )
+        .unwrap();
+        assert_eq!(picked.attach, AttachPoint::Address(0xffffffffc0000004));
+        assert_eq!(picked.resolved_address, Some(0xffffffffc0000000));
+        assert_eq!(picked.event, "p_init_once_4");
+        assert_eq!(
+            picked.tracefs_definition("g"),
+            "p:g/p_init_once_4 0xffffffffc0000004 %di"
+        );
+        let wrong = resolve(
+            ProbeSpec::parse("p:init_once@0xffffffff81000004", Arch::X86_64).unwrap(),
+            &dup,
+            Arch::X86_64,
+            BackendChoice::Auto,
+        )
+        .unwrap_err();
+        assert_eq!(wrong.to_string(), "no function init_once starts at 0xffffffff81000004; the functions of that name are init_once@0xffffffff81000000, init_once@0xffffffffc0000000 [ext4]");
         let one = resolve(
             ProbeSpec::parse("p:ext4:init_once", Arch::X86_64).unwrap(),
             &dup,

@@ -332,14 +332,18 @@ impl<'a> Preflight<'a> {
     }
 
     /// Refuses `plan` if the kernel would: the function, then the offset.
-    /// Probes by raw address, uprobes and probes whose address kallsyms
-    /// hides are left to the kernel.
+    /// Uprobes, addresses outside any function and probes whose address
+    /// kallsyms hides are left to the kernel.
     pub fn check(&self, plan: &ProbePlan) -> Result<(), PlanError> {
-        let (AttachPoint::Symbol { offset, .. }, Some(address)) =
-            (&plan.attach, plan.resolved_address)
-        else {
-            return Ok(());
+        let (address, offset) = match (&plan.attach, plan.resolved_address) {
+            (AttachPoint::Symbol { offset, .. }, Some(address)) => (address, *offset),
+            (AttachPoint::Address(a), _) => match self.symbols.symbolize(*a) {
+                Some(loc) => (loc.symbol.address, loc.offset),
+                None => return Ok(()),
+            },
+            _ => return Ok(()),
         };
+        let offset = &offset;
         let Some(loc) = self.symbols.symbolize(address).filter(|l| l.offset == 0) else {
             return Ok(());
         };

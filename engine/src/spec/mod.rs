@@ -112,12 +112,14 @@ pub enum UserLocation {
 /// Where the probe goes.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Target {
-    /// `[MOD:]SYM[+offs]`.
+    /// `[MOD:]SYM[@0xADDR][+offs]`.
     Symbol {
         /// Module, for `MOD:SYM`.
         module: Option<String>,
         /// Symbol name.
         name: String,
+        /// `SYM@0xADDR`: which of several functions sharing the name.
+        instance: Option<u64>,
         /// Offset into the symbol.
         offset: u64,
     },
@@ -351,6 +353,7 @@ impl ProbeSpec {
                 module: Some(m),
                 name,
                 offset,
+                ..
             } => format!("{prefix}_{m}_{name}_{offset}"),
             Target::Symbol { name, offset, .. } => format!("{prefix}_{name}_{offset}"),
             Target::Address(a) => format!("{prefix}_0x{a:x}"),
@@ -514,12 +517,16 @@ impl fmt::Display for Target {
             Target::Symbol {
                 module,
                 name,
+                instance,
                 offset,
             } => {
                 if let Some(m) = module {
                     write!(f, "{m}:")?;
                 }
                 f.write_str(name)?;
+                if let Some(a) = instance {
+                    write!(f, "@0x{a:x}")?;
+                }
                 if *offset != 0 {
                     write!(f, "+{offset}")?;
                 }

@@ -441,11 +441,44 @@ fn parse_target(cur: &Cursor, at: usize, text: &str) -> Result<(Target, bool), S
             return Err(cur.err(at, m.len().max(1), "module names are letters, digits and _"));
         }
     }
-    let (name, offset) = parse_sym_offset(cur, rest_at, rest)?;
+    // `NAME@0xADDR[+offs]` picks one of several functions sharing NAME.
+    let (name, instance, offset) = match rest.split_once('@') {
+        Some((name, tail)) => {
+            let tail_at = rest_at + name.len() + 1;
+            let (addr_text, off_text) = match tail.split_once('+') {
+                Some((a, o)) => (a, Some(o)),
+                None => (tail, None),
+            };
+            let addr = parse_number(addr_text).filter(|_| addr_text.starts_with("0x")).ok_or_else(|| {
+                cur.err(
+                    tail_at,
+                    addr_text.len().max(1),
+                    "not an instance address: write NAME@0xffffffff81234560 (from kprobe-perf list)",
+                )
+            })?;
+            let offset = match off_text {
+                Some(o) => parse_number(o).ok_or_else(|| {
+                    cur.err(
+                        tail_at + addr_text.len() + 1,
+                        o.len().max(1),
+                        "not a valid offset: write SYM+0x10 or SYM+16",
+                    )
+                })?,
+                None => 0,
+            };
+            let (name, _) = parse_sym_offset(cur, rest_at, name)?;
+            (name, Some(addr), offset)
+        }
+        None => {
+            let (name, offset) = parse_sym_offset(cur, rest_at, rest)?;
+            (name, None, offset)
+        }
+    };
     Ok((
         Target::Symbol {
             module: module.map(str::to_string),
             name: name.to_string(),
+            instance,
             offset,
         },
         returns,

@@ -201,6 +201,7 @@ pub fn parse(input: &str, _arch: Arch) -> Result<ProbeSpec, SpecError> {
         target: Target::Symbol {
             module: None,
             name: func.to_string(),
+            instance: None,
             offset: 0,
         },
         args,

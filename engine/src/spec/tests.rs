@@ -28,6 +28,7 @@ fn sym(name: &str, offset: u64) -> Target {
     Target::Symbol {
         module: None,
         name: name.into(),
+        instance: None,
         offset,
     }
 }
@@ -143,6 +144,7 @@ fn synopsis_forms() {
         Target::Symbol {
             module: Some("ext4".into()),
             name: "ext4_file_open".into(),
+            instance: None,
             offset: 0
         }
     );
@@ -153,6 +155,7 @@ fn synopsis_forms() {
         Target::Symbol {
             module: Some("9pnet".into()),
             name: "p9_client_walk".into(),
+            instance: None,
             offset: 0
         }
     );
@@ -634,4 +637,26 @@ proptest! {
             prop_assert_eq!(parse(&p.to_string()).ok(), Some(p));
         }
     }
+}
+
+/// `NAME@0xADDR` picks one function of a duplicated name.
+#[test]
+fn instance_of_a_duplicate_name() {
+    let s = parse("p:ext4:init_once@0xffffffffc0a01000+8 %di").unwrap();
+    assert_eq!(
+        s.target,
+        Target::Symbol {
+            module: Some("ext4".into()),
+            name: "init_once".into(),
+            instance: Some(0xffffffffc0a01000),
+            offset: 8
+        }
+    );
+    assert_eq!(s.to_string(), "p ext4:init_once@0xffffffffc0a01000+8 %di");
+    assert_eq!(s.event_name(), "p_ext4_init_once_8");
+    let e = parse("p init_once@12").unwrap_err();
+    assert_eq!(
+        e.to_string(),
+        "not an instance address: write NAME@0xffffffff81234560 (from kprobe-perf list)\n  p init_once@12\n              ^^"
+    );
 }
