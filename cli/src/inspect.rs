@@ -57,6 +57,44 @@ pub fn check_plans(plans: &[kprobe_perf_engine::ProbePlan], symbols: &KernelSymb
     Ok(())
 }
 
+/// Expands globs in the definitions (`p:tcp_v4_*`) into one definition
+/// per function `list` would keep, and says on stderr how many each made.
+pub fn expand_globs(specs: &[String], symbols: &KernelSymbols) -> Result<Vec<String>> {
+    let arch = host_arch()?;
+    // The target is the first or second word (`p:tcp_*`, `p:ev tcp_*`);
+    // skip reading kernel text when no definition has a glob there.
+    let has_glob = |s: &String| s.split_whitespace().take(2).any(kprobe_perf_symbols::is_glob);
+    if !specs.iter().any(has_glob) {
+        return Ok(specs.to_vec());
+    }
+    let text = kernel_text();
+    let rel = release();
+    let preflight = text
+        .as_deref()
+        .map(|t| Preflight::new(symbols, t, arch).with_release(&rel));
+    let traceable = match &preflight {
+        Some(_) => None,
+        None => select::traceable_functions().ok(),
+    };
+    let opts = SelectOptions {
+        preflight: preflight.as_ref(),
+        traceable: traceable.as_ref(),
+        include_fragile: false,
+    };
+    let mut out = Vec::new();
+    for s in specs {
+        let expanded = select::expand_globs(std::slice::from_ref(s), symbols, arch, &opts)?;
+        if expanded.len() != 1 || expanded[0] != *s {
+            eprintln!(
+                "kprobe-perf: {s}: {} probes (what was left out and why: kprobe-perf list --why PATTERN)",
+                expanded.len()
+            );
+        }
+        out.extend(expanded);
+    }
+    Ok(out)
+}
+
 /// `kprobe-perf list PATTERN... [--why] [--include-fragile]`.
 pub fn list(patterns: &[String], why: bool, include_fragile: bool) -> Result<ExitCode> {
     let symbols = kernel_symbols()?;

@@ -214,7 +214,8 @@ fn record(args: &RecordArgs) -> Result<ExitCode> {
         BackendArg::Pmu => BackendChoice::Pmu,
         BackendArg::Tracefs => BackendChoice::Tracefs,
     };
-    let plans = plan_probes_with(specs, &symbols, choice)?;
+    let specs = inspect::expand_globs(specs, &symbols)?;
+    let plans = plan_probes_with(&specs, &symbols, choice)?;
     inspect::check_plans(&plans, &symbols)?;
 
     let stop = Arc::new(AtomicBool::new(false));

@@ -47,6 +47,14 @@ pub enum PlanError {
         /// Each instance's address (and module).
         instances: Vec<String>,
     },
+    /// A glob of functions that cannot be expanded as written.
+    #[error("{pattern}: {reason}")]
+    Glob {
+        /// The glob.
+        pattern: String,
+        /// Why, and what to do.
+        reason: String,
+    },
     /// `NAME@0xADDR` names no function called NAME.
     #[error("no function {name} starts at 0x{address:x}; the functions of that name are {}", instances.join(", "))]
     NoSuchInstance {

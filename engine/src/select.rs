@@ -163,6 +163,77 @@ fn judge(symbols: &KernelSymbols, sym: &Symbol, opts: &SelectOptions<'_>) -> Opt
     None
 }
 
+/// Expands each definition whose target is a glob (`p:tcp_v4_* %di`,
+/// `r:ext4:ext4_file_*`) into one definition per function the glob keeps
+/// (see [`candidates`]), in address order; a function sharing its name
+/// with others is written `NAME@0xADDR`. Other definitions pass through
+/// unchanged. A glob with an event name or an offset, or one that keeps
+/// nothing, is an error saying what to do.
+pub fn expand_globs<S: AsRef<str>>(
+    specs: &[S],
+    symbols: &KernelSymbols,
+    arch: kprobe_perf_arch::Arch,
+    opts: &SelectOptions<'_>,
+) -> Result<Vec<String>, crate::Error> {
+    use crate::plan::PlanError;
+    use crate::spec::{Definition, ProbeSpec, Target};
+    let mut out = Vec::with_capacity(specs.len());
+    for text in specs {
+        let text = text.as_ref();
+        let spec = match Definition::parse(text, arch)? {
+            Definition::Probe(spec) => spec,
+            _ => {
+                out.push(text.to_string());
+                continue;
+            }
+        };
+        let Target::Symbol { module, name, .. } = &spec.target else {
+            out.push(text.to_string());
+            continue;
+        };
+        let pattern = match module {
+            Some(m) => format!("{m}:{name}"),
+            None => name.clone(),
+        };
+        if !kprobe_perf_symbols::is_glob(&pattern) {
+            out.push(text.to_string());
+            continue;
+        }
+        let glob_error = |reason: String| {
+            crate::Error::from(PlanError::Glob {
+                pattern: pattern.clone(),
+                reason,
+            })
+        };
+        if spec.event.is_some() {
+            return Err(glob_error(
+                "a glob makes one probe per function, each named after its function; leave out the event name".into(),
+            ));
+        }
+        let found = candidates(symbols, &pattern, opts);
+        let kept: Vec<&Candidate<'_>> = found.iter().filter(|c| c.excluded.is_none()).collect();
+        if kept.is_empty() {
+            return Err(glob_error(format!(
+                "matches no function that can be probed ({} matched, all excluded); see why with: kprobe-perf list --why '{pattern}'",
+                found.len()
+            )));
+        }
+        for c in kept {
+            let one = ProbeSpec {
+                target: Target::Symbol {
+                    module: c.symbol.module.clone(),
+                    name: c.symbol.name.clone(),
+                    instance: c.duplicate.then_some(c.symbol.address),
+                    offset: 0,
+                },
+                ..spec.clone()
+            };
+            out.push(one.to_string());
+        }
+    }
+    Ok(out)
+}
+
 /// Reads `available_filter_functions` from tracefs: the names the kernel
 /// can trace (modules' as `name [module]`, kept by name).
 pub fn traceable_functions(
@@ -183,6 +254,41 @@ pub fn traceable_functions(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn globs_in_definitions_expand_to_each_kept_function() {
+        let syms = KernelSymbols::parse(
+            "ffffffff81000000 T _stext\n\
+             ffffffff81000110 T tcp_v4_rcv\n\
+             ffffffff81000200 t tcp_v4_spin\n\
+             ffffffff81000300 t init_once\n\
+             ffffffff81000400 t init_once\n\
+             ffffffff81000500 T _etext\n",
+        )
+        .unwrap();
+        let arch = kprobe_perf_arch::Arch::X86_64;
+        let opts = SelectOptions::default();
+        let out = expand_globs(
+            &["r:tcp_v4_* ret=$retval", "p:init_onc? %di", "p:do_sys_open"],
+            &syms,
+            arch,
+            &opts,
+        )
+        .unwrap();
+        assert_eq!(
+            out,
+            [
+                "r tcp_v4_rcv ret=$retval",
+                "p init_once@0xffffffff81000300 %di",
+                "p init_once@0xffffffff81000400 %di",
+                "p:do_sys_open"
+            ]
+        );
+        let e = expand_globs(&["p:x tcp_*"], &syms, arch, &opts).unwrap_err();
+        assert_eq!(e.to_string(), "tcp_*: a glob makes one probe per function, each named after its function; leave out the event name");
+        let e = expand_globs(&["p:*spin*"], &syms, arch, &opts).unwrap_err();
+        assert_eq!(e.to_string(), "*spin*: matches no function that can be probed (1 matched, all excluded); see why with: kprobe-perf list --why '*spin*'");
+    }
 
     #[test]
     fn globs_keep_plain_functions_and_say_why_others_go() {

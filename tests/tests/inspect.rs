@@ -68,6 +68,18 @@ fn list_names_every_instance_and_explains_exclusions() {
         "{out}"
     );
     assert!(out.lines().any(|l| l == "kept      tcp_v4_connect"), "{out}");
+
+    // A glob in a definition makes one probe per function list keeps.
+    let (ok, kept, _) = run(&["list", "tcp_v4_*"]);
+    assert!(ok);
+    let n = kept.lines().count();
+    let (ok, _, err) = run(&["record", "-e", "p:tcp_v4_*", "-d", "0.2"]);
+    assert!(ok, "{err}");
+    assert!(
+        err.starts_with(&format!("kprobe-perf: p:tcp_v4_*: {n} probes (")),
+        "{err}"
+    );
+    assert!(err.contains("(p_tcp_v4_connect_0: 0;") || err.contains("; p_tcp_v4_connect_0: 0"), "{err}");
 }
 
 #[test]

@@ -327,11 +327,30 @@ fn parse_group_event(cur: &Cursor, at: usize, n: &str) -> Result<GroupEvent, Spe
 }
 
 /// `SYM[+offs]` (shared by kernel and user symbols).
+/// Glob metacharacters allowed in kernel function and module names.
+const GLOB_CHARS: &[u8] = b"*?[]!";
+
 fn parse_sym_offset<'t>(
     cur: &Cursor,
     at: usize,
     text: &'t str,
 ) -> Result<(&'t str, u64), SpecError> {
+    // A glob (`tcp_v4_*`) stands for a set of functions; it takes no
+    // offset.
+    if text.bytes().any(|b| GLOB_CHARS.contains(&b)) {
+        let valid = !text.starts_with(['.', '0', '1', '2', '3', '4', '5', '6', '7', '8', '9'])
+            && text
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'.' || GLOB_CHARS.contains(&b));
+        if !valid {
+            return Err(cur.err(
+                at,
+                text.len(),
+                "a glob of functions is letters, digits, _ and . with * ? [...], and takes no offset",
+            ));
+        }
+        return Ok((text, 0));
+    }
     let (name, offset) = match text.find(['+', '-']) {
         Some(i) => {
             let off_text = &text[i + 1..];
@@ -398,6 +417,13 @@ fn parse_target(cur: &Cursor, at: usize, text: &str) -> Result<(Target, bool), S
                 "reference counter offsets (PATH:OFFS(CTR)) are not supported",
             ));
         }
+        if loc.bytes().any(|b| GLOB_CHARS.contains(&b)) {
+            return Err(cur.err(
+                loc_at,
+                loc.len(),
+                "globs select kernel functions only; name one symbol of the binary",
+            ));
+        }
         let location = if loc.starts_with(|c: char| c.is_ascii_digit()) {
             UserLocation::Offset(parse_number(loc).ok_or_else(|| {
                 cur.err(
@@ -436,9 +462,18 @@ fn parse_target(cur: &Cursor, at: usize, text: &str) -> Result<(Target, bool), S
         None => (None, text, at),
     };
     if let Some(m) = module {
-        // Module names may start with a digit (9pnet, 8021q).
-        if m.is_empty() || !m.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_') {
-            return Err(cur.err(at, m.len().max(1), "module names are letters, digits and _"));
+        // Module names may start with a digit (9pnet, 8021q); a glob
+        // (`*:ext4_*`) selects modules.
+        if m.is_empty()
+            || !m
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b == b'_' || GLOB_CHARS.contains(&b))
+        {
+            return Err(cur.err(
+                at,
+                m.len().max(1),
+                "module names are letters, digits and _ (or a glob: * ? [...])",
+            ));
         }
     }
     // `NAME@0xADDR[+offs]` picks one of several functions sharing NAME.
