@@ -127,8 +127,13 @@ pub fn list(patterns: &[String], why: bool, include_fragile: bool) -> Result<Exi
     for pattern in patterns {
         let found = select::candidates(&symbols, pattern, &opts);
         let kept = found.iter().filter(|c| c.excluded.is_none()).count();
+        let mut shown = std::collections::HashSet::new();
         for c in &found {
-            let name = if c.duplicate {
+            // Hidden addresses are zeros: never show them as labels.
+            if symbols.addresses_hidden() && !shown.insert((&c.symbol.name, &c.symbol.module)) {
+                continue;
+            }
+            let name = if c.duplicate && !symbols.addresses_hidden() {
                 c.symbol.label()
             } else {
                 match &c.symbol.module {

@@ -266,7 +266,8 @@ impl<'a> Preflight<'a> {
     /// What `check_kprobe_address_safe` refuses (EINVAL) before the
     /// instruction is looked at, recognised from the bytes: BUG()/WARN()
     /// sites (`ud2`, `find_bug`), jump-label and static-call NOPs (a 2- or
-    /// 5-byte NOP away from the entry; `jump_label_text_reserved` and
+    /// 5-byte NOP away from the entry that is not alignment padding;
+    /// `jump_label_text_reserved` and
     /// `static_call_text_reserved` refuse any byte of them), calls through a
     /// static-call trampoline (`__SCT__*`); and on kernels before 6.9, whose
     /// `__copy_instruction` refuses an `int3` as another subsystem's
@@ -300,6 +301,14 @@ impl<'a> Preflight<'a> {
             })
         };
         let entry_site = layout.ftrace_site() == Some(insn_offset);
+        // The assembler's alignment padding uses the same NOPs; it ends on
+        // a 16-byte boundary (a loop or branch target), which a jump label
+        // does only by chance.
+        let padding = f
+            .symbol
+            .address
+            .wrapping_add(insn_offset + insn_len as u64)
+            .is_multiple_of(16);
         match bytes {
             [0x0f, 0x0b] => einval(
                 "is a ud2 of a BUG()/WARN() site, which the kernel refuses (find_bug)".into(),
@@ -307,7 +316,7 @@ impl<'a> Preflight<'a> {
             [0xcc] if self.release.is_some_and(|r| r < (6, 9)) => einval(
                 "is an int3, which this kernel refuses as another subsystem's breakpoint".into(),
             ),
-            [0x66, 0x90] | [0x0f, 0x1f, 0x44, 0x00, 0x00] if !entry_site => einval(format!(
+            [0x66, 0x90] | [0x0f, 0x1f, 0x44, 0x00, 0x00] if !entry_site && !padding => einval(format!(
                 "is inside the {}-byte NOP at +{insn_offset} of a jump label or static call, whose sites the kernel reserves",
                 bytes.len()
             )),

@@ -20,6 +20,8 @@ use kprobe_perf_tests::{kprobes_available, xorshift};
 
 /// How many functions are measured.
 const FUNCTIONS: usize = 200;
+/// Probes closed together (see `close_in_parallel`).
+const CLOSE_BATCH: usize = 256;
 /// Offsets inside instructions sampled per function.
 const MID_SAMPLES: usize = 3;
 
@@ -68,7 +70,7 @@ fn close_in_parallel(fds: Vec<OwnedFd>) {
     let threads = std::env::var("KPROBE_PERF_CLOSE_THREADS")
         .ok()
         .and_then(|s| s.parse().ok())
-        .unwrap_or(16usize)
+        .unwrap_or(32usize)
         .max(1);
     let mut groups: Vec<Vec<OwnedFd>> = (0..threads).map(|_| Vec::new()).collect();
     for (i, fd) in fds.into_iter().enumerate() {
@@ -126,8 +128,10 @@ fn preflight_agrees_with_the_kernel() {
         }
         picked.push(f);
     }
+    kprobe_perf_engine::sys::raise_fd_limit(4096).unwrap();
     let started = Instant::now();
     let (mut open_time, mut close_time) = (Duration::ZERO, Duration::ZERO);
+    let mut pending = Vec::new();
     let (mut agree, mut total) = (0usize, 0usize);
     let mut by_class: BTreeMap<String, usize> = BTreeMap::new();
     let mut mismatches = Vec::new();
@@ -199,10 +203,16 @@ fn preflight_agrees_with_the_kernel() {
                 fds.push(fd);
             }
         }
-        let t = Instant::now();
-        close_in_parallel(fds);
-        close_time += t.elapsed();
+        pending.extend(fds);
+        if pending.len() >= CLOSE_BATCH {
+            let t = Instant::now();
+            close_in_parallel(std::mem::take(&mut pending));
+            close_time += t.elapsed();
+        }
     }
+    let t = Instant::now();
+    close_in_parallel(pending);
+    close_time += t.elapsed();
     for m in &mismatches {
         println!("MISMATCH {m}");
     }
