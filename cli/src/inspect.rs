@@ -63,7 +63,11 @@ pub fn expand_globs(specs: &[String], symbols: &KernelSymbols) -> Result<Vec<Str
     let arch = host_arch()?;
     // The target is the first or second word (`p:tcp_*`, `p:ev tcp_*`);
     // skip reading kernel text when no definition has a glob there.
-    let has_glob = |s: &String| s.split_whitespace().take(2).any(kprobe_perf_symbols::is_glob);
+    let has_glob = |s: &String| {
+        s.split_whitespace()
+            .take(2)
+            .any(kprobe_perf_symbols::is_glob)
+    };
     if !specs.iter().any(has_glob) {
         return Ok(specs.to_vec());
     }
@@ -109,7 +113,10 @@ pub fn list(patterns: &[String], why: bool, include_fragile: bool) -> Result<Exi
         None => select::traceable_functions().ok(),
     };
     let notrace_by = match (&preflight, &traceable) {
-        (Some(p), _) => format!("notrace judged from the function bytes ({})", p.text_source()),
+        (Some(p), _) => format!(
+            "notrace judged from the function bytes ({})",
+            p.text_source()
+        ),
         (None, Some(_)) => "notrace judged from available_filter_functions".to_string(),
         (None, None) => {
             "notrace NOT checked (neither /proc/kcore nor available_filter_functions is readable)"
@@ -193,14 +200,15 @@ pub fn lines(func: &str) -> Result<ExitCode> {
         many => bail!(
             "{func} names {} functions ({}); give MOD:{name} for a module's",
             many.len(),
-            many.iter().map(|s| s.label()).collect::<Vec<_>>().join(", ")
+            many.iter()
+                .map(|s| s.label())
+                .collect::<Vec<_>>()
+                .join(", ")
         ),
     };
     let rel = release();
     let pre = Preflight::new(&symbols, text.as_ref(), arch).with_release(&rel);
-    let f = pre
-        .function(sym)
-        .map_err(|e| anyhow::anyhow!("{e}"))?;
+    let f = pre.function(sym).map_err(|e| anyhow::anyhow!("{e}"))?;
     let listing = pre.listing(&f);
     let stdout = std::io::stdout();
     let mut out = std::io::BufWriter::new(stdout.lock());

@@ -222,9 +222,12 @@ impl ProbePlan {
     pub fn tracefs_definition(&self, group: &str) -> String {
         // kprobe_events knows no NAME@ADDR: give it the address.
         let target = match (&self.spec.target, &self.attach) {
-            (Target::Symbol { instance: Some(_), .. }, AttachPoint::Address(a)) => {
-                Target::Address(*a)
-            }
+            (
+                Target::Symbol {
+                    instance: Some(_), ..
+                },
+                AttachPoint::Address(a),
+            ) => Target::Address(*a),
             (t, _) => t.clone(),
         };
         ProbeSpec {

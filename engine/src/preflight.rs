@@ -252,7 +252,9 @@ impl<'a> Preflight<'a> {
                 let text = v.describe("").to_string();
                 Prediction::Refuse {
                     errno: r.errno(),
-                    reason: text.split_once(' ').map_or(text.clone(), |(_, why)| why.to_string()),
+                    reason: text
+                        .split_once(' ')
+                        .map_or(text.clone(), |(_, why)| why.to_string()),
                 }
             }
             Verdict::OutsideFunction { size, .. } => Prediction::Refuse {
@@ -304,11 +306,7 @@ impl<'a> Preflight<'a> {
         // The assembler's alignment padding uses the same NOPs; it ends on
         // a 16-byte boundary (a loop or branch target), which a jump label
         // does only by chance.
-        let padding = f
-            .symbol
-            .address
-            .wrapping_add(insn_offset + insn_len as u64)
-            .is_multiple_of(16);
+        let padding = f.symbol.address.wrapping_add(insn_offset + insn_len as u64) % 16 == 0;
         match bytes {
             [0x0f, 0x0b] => einval(
                 "is a ud2 of a BUG()/WARN() site, which the kernel refuses (find_bug)".into(),
@@ -557,7 +555,10 @@ mod tests {
         let Prediction::Refuse { reason, .. } = p else {
             unreachable!()
         };
-        assert!(reason.starts_with("is refused: untraced has no ftrace site"), "{reason}");
+        assert!(
+            reason.starts_with("is refused: untraced has no ftrace site"),
+            "{reason}"
+        );
         let Prediction::Refuse { reason, .. } = predict("untraced.isra.0", 0, ProbeSite::Entry)
         else {
             panic!("clone of a notrace function accepted")

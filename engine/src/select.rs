@@ -134,7 +134,12 @@ pub fn candidates<'a>(
         .map(|symbol| Candidate {
             symbol,
             excluded: judge(symbols, symbol, opts),
-            duplicate: symbols.lookup(&symbol.name).iter().filter(|s| s.is_text()).count() > 1,
+            duplicate: symbols
+                .lookup(&symbol.name)
+                .iter()
+                .filter(|s| s.is_text())
+                .count()
+                > 1,
         })
         .collect()
 }
@@ -240,10 +245,11 @@ pub fn traceable_functions(
 ) -> Result<std::collections::HashSet<String>, crate::tracefs::TracefsError> {
     let fs = crate::tracefs::Tracefs::find()?;
     let path = fs.root().join("available_filter_functions");
-    let text = std::fs::read_to_string(&path).map_err(|source| crate::tracefs::TracefsError::Io {
-        path: path.clone(),
-        source,
-    })?;
+    let text =
+        std::fs::read_to_string(&path).map_err(|source| crate::tracefs::TracefsError::Io {
+            path: path.clone(),
+            source,
+        })?;
     Ok(text
         .lines()
         .filter_map(|l| l.split_whitespace().next())
@@ -317,7 +323,9 @@ mod tests {
             vec![
                 (
                     "__pfx_tcp_v4_rcv".into(),
-                    Some(Excluded::Kernel(FunctionRefusal::Excluded(Exclusion::Padding)))
+                    Some(Excluded::Kernel(FunctionRefusal::Excluded(
+                        Exclusion::Padding
+                    )))
                 ),
                 ("tcp_v4_rcv".into(), None),
                 ("tcp_v4_fill_cb.cold".into(), Some(Excluded::Fragment)),

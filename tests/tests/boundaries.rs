@@ -97,7 +97,8 @@ fn preflight_agrees_with_the_kernel() {
     let mut symbols = KernelSymbols::load().unwrap();
     assert!(!symbols.addresses_hidden());
     symbols.set_blacklist(Blacklist::load().unwrap());
-    let text = kprobe_perf_engine::kcore::Kcore::open().expect("/proc/kcore must be readable in the VM");
+    let text =
+        kprobe_perf_engine::kcore::Kcore::open().expect("/proc/kcore must be readable in the VM");
     let release = std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap();
     let pre = Preflight::new(&symbols, &text, Arch::X86_64).with_release(release.trim());
     // Each accepted probe is armed and disarmed; the jump optimizer would
@@ -123,7 +124,10 @@ fn preflight_agrees_with_the_kernel() {
     while picked.len() < functions {
         let s = candidates[(xorshift(&mut state) % candidates.len() as u64) as usize];
         let Ok(f) = pre.function(s) else { continue };
-        if picked.iter().any(|p: &kprobe_perf_engine::preflight::KernelFunction| p.symbol.address == s.address) {
+        if picked
+            .iter()
+            .any(|p: &kprobe_perf_engine::preflight::KernelFunction| p.symbol.address == s.address)
+        {
             continue;
         }
         picked.push(f);
@@ -143,7 +147,10 @@ fn preflight_agrees_with_the_kernel() {
         let multi: Vec<_> = insns.iter().filter(|i| i.len > 1).collect();
         for _ in 0..MID_SAMPLES.min(multi.len()) {
             let i = multi[(xorshift(&mut state) % multi.len() as u64) as usize];
-            asks.push((i.offset + 1 + xorshift(&mut state) % (i.len as u64 - 1), ProbeSite::Entry));
+            asks.push((
+                i.offset + 1 + xorshift(&mut state) % (i.len as u64 - 1),
+                ProbeSite::Entry,
+            ));
         }
         asks.push((0, ProbeSite::Return));
         if let Some(i) = insns.get(2) {
@@ -178,7 +185,10 @@ fn preflight_agrees_with_the_kernel() {
                 Prediction::Accept => "",
             };
             *by_class
-                .entry(format!("{real_class} predicted {} {tag}", class(&predicted)))
+                .entry(format!(
+                    "{real_class} predicted {} {tag}",
+                    class(&predicted)
+                ))
                 .or_default() += 1;
             if ok {
                 agree += 1;
@@ -195,7 +205,11 @@ fn preflight_agrees_with_the_kernel() {
                 mismatches.push(format!(
                     "{}{}+{offset} ({kind:?}): kernel {real_class}, predicted {}{why}; insn {insn}",
                     f.symbol.name,
-                    f.symbol.module.as_deref().map(|m| format!(" [{m}]")).unwrap_or_default(),
+                    f.symbol
+                        .module
+                        .as_deref()
+                        .map(|m| format!(" [{m}]"))
+                        .unwrap_or_default(),
                     class(&predicted)
                 ));
             }

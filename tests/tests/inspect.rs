@@ -53,7 +53,10 @@ fn list_names_every_instance_and_explains_exclusions() {
     let (ok, _, err) = run(&["record", "-e", "p:init_once", "-d", "0.1"]);
     assert!(!ok);
     assert!(
-        err.starts_with(&format!("kprobe-perf: init_once names {} functions (", want.len())),
+        err.starts_with(&format!(
+            "kprobe-perf: init_once names {} functions (",
+            want.len()
+        )),
         "{err}"
     );
     let (ok, _, err) = run(&["record", "-e", &format!("p:{}", got[0]), "-d", "0.5"]);
@@ -67,7 +70,10 @@ fn list_names_every_instance_and_explains_exclusions() {
             == "excluded  tcp_v4_init: it is __init code (between _sinittext and _einittext), freed after boot"),
         "{out}"
     );
-    assert!(out.lines().any(|l| l == "kept      tcp_v4_connect"), "{out}");
+    assert!(
+        out.lines().any(|l| l == "kept      tcp_v4_connect"),
+        "{out}"
+    );
 
     // A glob in a definition makes one probe per function list keeps.
     let (ok, kept, _) = run(&["list", "tcp_v4_*"]);
@@ -79,7 +85,10 @@ fn list_names_every_instance_and_explains_exclusions() {
         err.starts_with(&format!("kprobe-perf: p:tcp_v4_*: {n} probes (")),
         "{err}"
     );
-    assert!(err.contains("(p_tcp_v4_connect_0: 0;") || err.contains("; p_tcp_v4_connect_0: 0"), "{err}");
+    assert!(
+        err.contains("(p_tcp_v4_connect_0: 0;") || err.contains("; p_tcp_v4_connect_0: 0"),
+        "{err}"
+    );
 }
 
 #[test]
@@ -105,14 +114,23 @@ fn lines_and_record_refuse_what_the_kernel_refuses() {
     let kernel = ask_kernel(pmu, "do_sys_openat2", inside, ProbeSite::Entry)
         .map(|_| ())
         .map_err(|e| e.raw_os_error());
-    assert_eq!(kernel, Err(Some(libc::EILSEQ)), "the kernel's answer at +{inside}");
+    assert_eq!(
+        kernel,
+        Err(Some(libc::EILSEQ)),
+        "the kernel's answer at +{inside}"
+    );
     let spec = format!("p:do_sys_openat2+{inside}");
     let (ok, out, err) = run(&["record", "-e", &spec, "--", "true"]);
     assert!(!ok, "{out}");
     assert!(out.is_empty(), "{out}");
     assert!(
-        err.starts_with(&format!("kprobe-perf: do_sys_openat2+{inside} falls inside the ")),
+        err.starts_with(&format!(
+            "kprobe-perf: do_sys_openat2+{inside} falls inside the "
+        )),
         "{err}"
     );
-    assert!(err.contains("(the kernel would answer EILSEQ; bytes from /proc/kcore"), "{err}");
+    assert!(
+        err.contains("(the kernel would answer EILSEQ; bytes from /proc/kcore"),
+        "{err}"
+    );
 }

@@ -49,6 +49,9 @@ fn hidden_addresses_are_reported_and_names_still_work() {
             "record",
             "-e",
             "p:do_sys_openat2 dfd=%di:s32",
+            // Following a command's children needs addresses; every CPU
+            // does not.
+            "-a",
             "--",
             "cat",
             "/proc/sys/kernel/kptr_restrict",

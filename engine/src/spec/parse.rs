@@ -339,9 +339,9 @@ fn parse_sym_offset<'t>(
     // offset.
     if text.bytes().any(|b| GLOB_CHARS.contains(&b)) {
         let valid = !text.starts_with(['.', '0', '1', '2', '3', '4', '5', '6', '7', '8', '9'])
-            && text
-                .bytes()
-                .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'.' || GLOB_CHARS.contains(&b));
+            && text.bytes().all(|b| {
+                b.is_ascii_alphanumeric() || b == b'_' || b == b'.' || GLOB_CHARS.contains(&b)
+            });
         if !valid {
             return Err(cur.err(
                 at,

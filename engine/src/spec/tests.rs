@@ -431,7 +431,7 @@ const BAD: &[(&str, &str, usize, usize)] = &[
     ("p:ev do_sys_open+zz", "not a valid offset: write SYM+0x10 or SYM+16", 17, 2),
     ("p:ev 0xZZ", "not a valid address: write it in hex, as in 0xffffffff81234560", 5, 4),
     ("p:ev 9abc", "not a valid address: write it in hex, as in 0xffffffff81234560", 5, 4),
-    ("p:ev mod-x:sym", "module names are letters, digits and _", 5, 5),
+    ("p:ev mod-x:sym", "module names are letters, digits and _ (or a glob: * ? [...])", 5, 5),
     ("r:ev do_sys_open+5", "a return probe goes on a function's entry: remove the offset (r:SYM or r:SYM+0)", 5, 13),
     ("r:ev do_sys_open+8%return", "%return makes a return probe of a p: definition; with r: leave it out", 5, 20),
     ("r:ev do_sys_open%return", "%return makes a return probe of a p: definition; with r: leave it out", 5, 18),
