@@ -2,6 +2,8 @@
 
 mod inspect;
 mod json;
+mod output;
+mod script;
 mod text;
 mod text_source;
 
@@ -46,6 +48,10 @@ enum Cmd {
     /// Remove tracefs events left by kprobe-perf processes (normally removed
     /// at exit, and at the next start when a process was killed).
     Cleanup,
+    /// Print the events of a perf.data file written by `record -o`, exactly
+    /// as the recording printed them (text, or JSON Lines with --json).
+    /// The closing summary of the recording goes to stderr.
+    Script(script::ScriptArgs),
     /// Check probe definitions, or show where a probe may go in a
     /// function, without opening a probe.
     Probe {
@@ -121,6 +127,14 @@ struct RecordArgs {
     /// fields), then one summary object with counts, losses and misses.
     #[arg(long)]
     json: bool,
+    /// Also write the records to FILE in perf.data format (as `perf record`
+    /// writes it): Debian's `perf script -i FILE` reads it, and
+    /// `kprobe-perf script -i FILE` prints it as this run printed it.
+    #[arg(short = 'o', long = "output", value_name = "FILE")]
+    output: Option<std::path::PathBuf>,
+    /// Print no events (only the summary); useful with -o.
+    #[arg(short = 'q', long)]
+    quiet: bool,
     /// The command to run and record.
     #[arg(last = true, value_name = "CMD")]
     command: Vec<String>,
@@ -138,6 +152,7 @@ fn main() -> ExitCode {
     let result = match cli.command {
         Cmd::Record(args) => record(&args),
         Cmd::Cleanup => cleanup(),
+        Cmd::Script(args) => script::run(&args),
         Cmd::Probe {
             lines: Some(func), ..
         } => inspect::lines(&func),
@@ -256,6 +271,10 @@ fn record(args: &RecordArgs) -> Result<ExitCode> {
         }
     };
     let mut session = Session::open(plans, SessionOptions { target, mmap_pages })?;
+    let file = match &args.output {
+        Some(path) => Some(output::FileOutput::start(path, &mut session, &symbols)?),
+        None => None,
+    };
     session.enable()?;
     if let Some(c) = child.as_mut() {
         let prog = command.first().map_or("", String::as_str);
@@ -263,17 +282,24 @@ fn record(args: &RecordArgs) -> Result<ExitCode> {
     }
     let deadline = duration.map(|d| Instant::now() + Duration::from_secs_f64(d.max(0.0)));
 
-    let printer = Printer {
+    let mut printer = Printer {
         plans: session.plans().to_vec(),
         symbols: &symbols,
         json: args.json,
+        quiet: args.quiet,
+        addresses: file.as_ref().map(|_| std::collections::HashSet::new()),
     };
     let stdout = io::stdout();
     let mut out = io::BufWriter::new(stdout.lock());
     let mut command_status = None;
     let mut reader_gone = false;
     loop {
-        if !emit(&mut session, Duration::from_millis(100), &printer, &mut out)? {
+        if !emit(
+            &mut session,
+            Duration::from_millis(100),
+            &mut printer,
+            &mut out,
+        )? {
             reader_gone = true;
             break;
         }
@@ -289,16 +315,23 @@ fn record(args: &RecordArgs) -> Result<ExitCode> {
     }
     session.disable()?;
     if !reader_gone {
-        emit(&mut session, Duration::ZERO, &printer, &mut out)?;
-        if args.json {
-            writeln!(out, "{}", json::summary(&session))
-                .and_then(|()| out.flush())
-                .context("writing the summary")?;
-        }
+        emit(&mut session, Duration::ZERO, &mut printer, &mut out)?;
     }
-    eprintln!("{}", text::summary(&session));
-    for line in text::misses(&session) {
+    // Computed once: a file stores the very text printed.
+    let json_summary = json::summary(&session);
+    if !reader_gone && args.json && !args.quiet {
+        writeln!(out, "{json_summary}")
+            .and_then(|()| out.flush())
+            .context("writing the summary")?;
+    }
+    let mut summary = vec![text::summary(&session)];
+    summary.extend(text::misses(&session));
+    for line in &summary {
         eprintln!("{line}");
+    }
+    if let Some(file) = file {
+        let addresses = printer.addresses.take().unwrap_or_default();
+        file.finish(&mut session, &symbols, addresses, &json_summary, &summary)?;
     }
     if let Some(status) = command_status {
         if !status.success() {
@@ -352,6 +385,11 @@ struct Printer<'a> {
     plans: Vec<kprobe_perf_engine::ProbePlan>,
     symbols: &'a KernelSymbols,
     json: bool,
+    /// Print no events (`--quiet`).
+    quiet: bool,
+    /// With -o: the kernel addresses the output symbolizes, whose symbols
+    /// the file stores.
+    addresses: Option<std::collections::HashSet<u64>>,
 }
 
 impl Printer<'_> {
@@ -372,12 +410,15 @@ impl Printer<'_> {
 fn emit(
     session: &mut Session,
     timeout: Duration,
-    printer: &Printer,
+    printer: &mut Printer,
     out: &mut impl Write,
 ) -> Result<bool> {
     let mut result = Ok(());
     session.poll(Some(timeout), |e| {
-        if result.is_ok() {
+        if let Some(a) = printer.addresses.as_mut() {
+            output::note_addresses(a, e);
+        }
+        if result.is_ok() && !printer.quiet {
             result = writeln!(out, "{}", printer.format(e));
         }
     })?;

@@ -1,5 +1,7 @@
 //! The text output: one line per event in ftrace's layout, and the summary.
 
+use std::io::Write as _;
+
 use kprobe_perf_engine::spec::BaseType;
 use kprobe_perf_engine::{Event, KernelSymbols, ProbePlan, Session, Value};
 
@@ -26,34 +28,265 @@ pub fn function(symbols: &KernelSymbols, addr: u64) -> String {
 /// `where` is `sym+off/size` for a kprobe and `caller+off/size <- func`
 /// for a kretprobe.
 pub fn line(e: &Event, plan: &ProbePlan, symbols: &KernelSymbols) -> String {
-    let place = match e.ret_addr {
-        Some(ret) => format!(
-            "{} <- {}",
-            location(symbols, ret),
-            function(symbols, e.probe_addr)
-        ),
-        None => location(symbols, e.probe_addr),
+    let mut s = Vec::with_capacity(128);
+    write_line(&mut s, e, plan, symbols, &mut Places::none());
+    // Every piece written is a str or ASCII.
+    String::from_utf8(s).unwrap_or_else(|e| String::from_utf8_lossy(e.as_bytes()).into_owned())
+}
+
+/// Two-digit decimal pairs, `00` to `99`.
+const PAIRS: &[u8; 200] = b"0001020304050607080910111213141516171819\
+    2021222324252627282930313233343536373839\
+    4041424344454647484950515253545556575859\
+    6061626364656667686970717273747576777879\
+    8081828384858687888990919293949596979899";
+
+/// Appends `v` in decimal, at least `width` digits (zero-padded): the
+/// room is made once, then filled from the end two digits at a time.
+fn push_dec(s: &mut Vec<u8>, mut v: u64, width: usize) {
+    let digits = v.checked_ilog10().map_or(1, |l| l as usize + 1).max(width);
+    let start = s.len();
+    s.resize(start + digits, b'0');
+    let out = &mut s[start..];
+    let mut i = out.len();
+    while v >= 10 && i >= 2 {
+        let p = (v % 100) as usize * 2;
+        out[i - 1] = PAIRS[p + 1];
+        out[i - 2] = PAIRS[p];
+        i -= 2;
+        v /= 100;
+    }
+    if v > 0 && i >= 1 {
+        out[i - 1] = b'0' + (v % 10) as u8;
+    }
+}
+
+/// The start of a line, built on the stack.
+struct Head {
+    buf: [u8; 96],
+    len: usize,
+    /// Something did not fit: the line is formatted the slow way.
+    overflow: bool,
+}
+
+impl Default for Head {
+    fn default() -> Self {
+        Head {
+            buf: [0; 96],
+            len: 0,
+            overflow: false,
+        }
+    }
+}
+
+impl Head {
+    fn push(&mut self, b: u8) {
+        match self.buf.get_mut(self.len) {
+            Some(slot) => {
+                *slot = b;
+                self.len += 1;
+            }
+            None => self.overflow = true,
+        }
+    }
+
+    fn extend(&mut self, bytes: &[u8]) {
+        match self.buf.get_mut(self.len..self.len + bytes.len()) {
+            Some(dst) => {
+                dst.copy_from_slice(bytes);
+                self.len += bytes.len();
+            }
+            None => self.overflow = true,
+        }
+    }
+
+    /// `v` in decimal, at least `width` digits.
+    fn dec(&mut self, mut v: u64, width: usize) {
+        let mut tmp = [b'0'; 20];
+        let mut i = tmp.len();
+        while v >= 10 {
+            let p = (v % 100) as usize * 2;
+            tmp[i - 1] = PAIRS[p + 1];
+            tmp[i - 2] = PAIRS[p];
+            i -= 2;
+            v /= 100;
+        }
+        if v > 0 || i == tmp.len() {
+            i -= 1;
+            tmp[i] = b'0' + v as u8;
+        }
+        let start = i.min(tmp.len().saturating_sub(width));
+        self.extend(&tmp[start..]);
+    }
+}
+
+/// Appends `v` in decimal with a sign.
+fn push_signed(s: &mut Vec<u8>, v: i64) {
+    if v < 0 {
+        s.push(b'-');
+    }
+    push_dec(s, v.unsigned_abs(), 1);
+}
+
+/// Appends `0x` and `v` in lowercase hex.
+fn push_hex(s: &mut Vec<u8>, mut v: u64) {
+    const HEX: &[u8; 16] = b"0123456789abcdef";
+    let digits = ((64 - v.leading_zeros() as usize).div_ceil(4)).max(1);
+    let start = s.len();
+    s.resize(start + 2 + digits, b'0');
+    let out = &mut s[start..];
+    out[1] = b'x';
+    for d in out[2..].iter_mut().rev() {
+        *d = HEX[(v & 0xf) as usize];
+        v >>= 4;
+    }
+}
+
+/// `sym+0xoff/0xsize` or the bare address, appended to `s`.
+fn write_location(s: &mut Vec<u8>, symbols: &KernelSymbols, addr: u64) {
+    match symbols.symbolize(addr) {
+        Some(l) => {
+            s.extend_from_slice(l.symbol.name.as_bytes());
+            s.push(b'+');
+            push_hex(s, l.offset);
+            s.push(b'/');
+            push_hex(s, l.size);
+        }
+        None => push_hex(s, addr),
+    }
+}
+
+/// The `: event: (sym+off/size)` of the kprobes seen so far, by probe and
+/// address: a kprobe's place is the same at every hit.
+#[derive(Default)]
+pub struct Places {
+    known: Vec<(usize, u64, Vec<u8>)>,
+    /// Remember nothing (a one-off line).
+    off: bool,
+}
+
+impl Places {
+    /// At most this many places are remembered.
+    const MAX: usize = 64;
+
+    /// A cache that remembers nothing, for a single line.
+    pub fn none() -> Places {
+        Places {
+            known: Vec::new(),
+            off: true,
+        }
+    }
+
+    /// Appends `: event: (place)` of a kprobe hit.
+    fn write(&mut self, s: &mut Vec<u8>, e: &Event, plan: &ProbePlan, symbols: &KernelSymbols) {
+        let key = (e.probe, e.probe_addr);
+        if let Some((_, _, text)) = self.known.iter().find(|(p, a, _)| (*p, *a) == key) {
+            s.extend_from_slice(text);
+            return;
+        }
+        let start = s.len();
+        s.extend_from_slice(b": ");
+        s.extend_from_slice(plan.event.as_bytes());
+        s.extend_from_slice(b": (");
+        write_location(s, symbols, e.probe_addr);
+        s.push(b')');
+        if !self.off && self.known.len() < Self::MAX {
+            self.known.push((key.0, key.1, s[start..].to_vec()));
+        }
+    }
+}
+
+/// Appends [`line`]'s text to `s` (without a newline), allocating nothing
+/// when `s` has room: the formatter of `script` and the benchmarks.
+/// `places` remembers kprobe places across calls.
+pub fn write_line(
+    s: &mut Vec<u8>,
+    e: &Event,
+    plan: &ProbePlan,
+    symbols: &KernelSymbols,
+    places: &mut Places,
+) {
+    // `{:>16}-{:<7} [{:03}] {}.{:06}`, without the cost of fmt: built in
+    // a stack buffer, then copied once.
+    let mut head = Head::default();
+    let comm_chars = if e.comm.is_ascii() {
+        e.comm.len()
+    } else {
+        e.comm.chars().count()
     };
-    let mut s = format!(
-        "{:>16}-{:<7} [{:03}] {}.{:06}: {}: ({})",
-        e.comm,
-        e.tid,
-        e.cpu,
-        e.time_ns / 1_000_000_000,
-        (e.time_ns % 1_000_000_000) / 1_000,
-        plan.event,
-        place
-    );
+    for _ in comm_chars..16 {
+        head.push(b' ');
+    }
+    head.extend(e.comm.as_bytes());
+    head.push(b'-');
+    let before = head.len;
+    if e.tid < 0 {
+        head.push(b'-');
+    }
+    head.dec(u64::from(e.tid.unsigned_abs()), 1);
+    for _ in head.len - before..7 {
+        head.push(b' ');
+    }
+    head.extend(b" [");
+    head.dec(u64::from(e.cpu), 3);
+    head.extend(b"] ");
+    head.dec(e.time_ns / 1_000_000_000, 1);
+    head.push(b'.');
+    head.dec((e.time_ns % 1_000_000_000) / 1_000, 6);
+    match head.overflow {
+        false => s.extend_from_slice(&head.buf[..head.len]),
+        // A name too long for the buffer (only in a crafted file).
+        true => {
+            let _ = write!(
+                s,
+                "{:>16}-{:<7} [{:03}] {}.{:06}",
+                e.comm,
+                e.tid,
+                e.cpu,
+                e.time_ns / 1_000_000_000,
+                (e.time_ns % 1_000_000_000) / 1_000
+            );
+        }
+    }
+    match e.ret_addr {
+        Some(ret) => {
+            s.extend_from_slice(b": ");
+            s.extend_from_slice(plan.event.as_bytes());
+            s.extend_from_slice(b": (");
+            write_location(s, symbols, ret);
+            s.extend_from_slice(b" <- ");
+            match symbols.symbolize(e.probe_addr) {
+                Some(l) => s.extend_from_slice(l.symbol.name.as_bytes()),
+                None => push_hex(s, e.probe_addr),
+            }
+            s.push(b')');
+        }
+        None => places.write(s, e, plan, symbols),
+    }
     for (a, v) in plan.args.iter().zip(&e.args) {
+        s.push(b' ');
+        s.extend_from_slice(a.name.as_bytes());
+        s.push(b'=');
         match v {
             Value::Int {
                 raw,
                 ty: BaseType::Symbol,
-            } => s.push_str(&format!(" {}={}", a.name, location(symbols, *raw))),
-            _ => s.push_str(&format!(" {}={v}", a.name)),
+            } => write_location(s, symbols, *raw),
+            Value::Int {
+                raw,
+                ty: BaseType::Unsigned(_) | BaseType::Bitfield { .. },
+            } => push_dec(s, *raw, 1),
+            Value::Int {
+                raw,
+                ty: BaseType::Signed(_),
+            } => push_signed(s, *raw as i64),
+            Value::Int { raw, .. } => push_hex(s, *raw),
+            _ => {
+                // Writing to a Vec cannot fail.
+                let _ = write!(s, "{v}");
+            }
         }
     }
-    s
 }
 
 /// The kernel's default kretprobe maxactive on 6.x:
@@ -160,4 +393,30 @@ pub fn summary(session: &Session) -> String {
         s.push_str(&format!(", {} undecodable records", stats.undecodable));
     }
     s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn hand_formatting_matches_fmt() {
+        let text = |s: &Vec<u8>| String::from_utf8(s.clone()).unwrap();
+        for v in [0u64, 1, 9, 10, 99, 1000, 123_456_789, u64::MAX] {
+            let mut s = Vec::new();
+            push_dec(&mut s, v, 1);
+            assert_eq!(text(&s), v.to_string());
+            s.clear();
+            push_dec(&mut s, v, 6);
+            assert_eq!(text(&s), format!("{v:06}"));
+            s.clear();
+            push_hex(&mut s, v);
+            assert_eq!(text(&s), format!("0x{v:x}"));
+        }
+        for v in [0i64, -1, -100, i64::MIN, i64::MAX] {
+            let mut s = Vec::new();
+            push_signed(&mut s, v);
+            assert_eq!(text(&s), v.to_string());
+        }
+    }
 }

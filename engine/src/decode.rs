@@ -232,7 +232,55 @@ pub fn decode_sample(
 ) -> Result<Event, DecodeError> {
     let raw = sample.raw.ok_or(DecodeError::Missing("raw data"))?;
     let raw = raw.as_slice();
-    let probe_addr = read_u64(&raw, TRACE_ENTRY_SIZE).ok_or(DecodeError::ShortRaw(raw.len()))?;
+    let parts = SampleParts {
+        ip: sample.ip,
+        pid: sample.pid,
+        tid: sample.tid,
+        time: sample.timestamp,
+        cpu: sample.cpu,
+        raw: &raw,
+    };
+    let regs = sample.intr_regs.as_ref();
+    decode_parts(
+        probe,
+        plan,
+        &parts,
+        |i| regs.and_then(|r| r.get(i)),
+        comm,
+        field_offsets,
+    )
+}
+
+/// The fields of a sample that decoding reads, however the sample was
+/// parsed (`None` for a field the sample lacks).
+#[derive(Debug, Clone, Copy)]
+pub struct SampleParts<'a> {
+    /// `PERF_SAMPLE_IP`.
+    pub ip: Option<u64>,
+    /// `PERF_SAMPLE_TID`: pid.
+    pub pid: Option<i32>,
+    /// `PERF_SAMPLE_TID`: tid.
+    pub tid: Option<i32>,
+    /// `PERF_SAMPLE_TIME`.
+    pub time: Option<u64>,
+    /// `PERF_SAMPLE_CPU`.
+    pub cpu: Option<u32>,
+    /// `PERF_SAMPLE_RAW`.
+    pub raw: &'a [u8],
+}
+
+/// As [`decode_sample`], from parts: `reg(i)` is the sampled register of
+/// perf_regs index `i`, if sampled.
+pub fn decode_parts(
+    probe: usize,
+    plan: &ProbePlan,
+    sample: &SampleParts<'_>,
+    reg_of: impl Fn(u64) -> Option<u64>,
+    comm: Arc<str>,
+    field_offsets: &[usize],
+) -> Result<Event, DecodeError> {
+    let raw = sample.raw;
+    let probe_addr = read_u64(raw, TRACE_ENTRY_SIZE).ok_or(DecodeError::ShortRaw(raw.len()))?;
     let ip = sample.ip.ok_or(DecodeError::Missing("ip"))?;
     // The raw record of a kretprobe also holds a return address, but seen on
     // Debian 6.1 and 6.12: when a kprobe sits on the same function it holds
@@ -250,10 +298,7 @@ pub fn decode_sample(
     for (i, a) in plan.args.iter().enumerate() {
         let v = match a.source {
             ArgSource::Register(reg) => {
-                let v = sample
-                    .intr_regs
-                    .as_ref()
-                    .and_then(|r| r.get(u64::from(reg.perf_index)))
+                let v = (reg_of)(u64::from(reg.perf_index))
                     .ok_or(DecodeError::MissingRegister(reg.name))?;
                 Value::new(v, a.ty.base)
             }
@@ -262,7 +307,7 @@ pub fn decode_sample(
                 let at = *field_offsets
                     .get(i)
                     .ok_or(DecodeError::Missing("a field offset for this argument"))?;
-                decode_field(&raw, at, a.ty)?
+                decode_field(raw, at, a.ty)?
             }
         };
         args.push(v);
@@ -273,7 +318,7 @@ pub fn decode_sample(
         pid: sample.pid.ok_or(DecodeError::Missing("pid"))?,
         tid: sample.tid.ok_or(DecodeError::Missing("tid"))?,
         comm,
-        time_ns: sample.timestamp.ok_or(DecodeError::Missing("time"))?,
+        time_ns: sample.time.ok_or(DecodeError::Missing("time"))?,
         ip,
         probe_addr,
         ret_addr,

@@ -11,11 +11,13 @@
 pub mod decode;
 pub mod error;
 pub mod kcore;
+pub mod perfdata;
 pub mod plan;
 pub mod pmu;
 pub mod preflight;
-pub mod select;
+pub mod records;
 pub mod ring;
+pub mod select;
 pub mod session;
 pub mod spec;
 pub mod sys;

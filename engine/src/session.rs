@@ -4,26 +4,18 @@
 use std::collections::HashMap;
 use std::ffi::CString;
 use std::os::fd::{AsRawFd, OwnedFd};
-use std::sync::Arc;
 use std::time::Duration;
 
-use byteorder::NativeEndian;
-use linux_perf_event_reader::{
-    get_record_identifier, Endianness, EventRecord, PerfEventAttr, RawData, RawEventRecord,
-    RecordParseInfo, RecordType,
-};
 use mio::unix::SourceFd;
 use mio::{Events, Interest, Poll, Token};
-use perf_event_open_sys::bindings::{
-    PERF_SAMPLE_CPU, PERF_SAMPLE_IDENTIFIER, PERF_SAMPLE_IP, PERF_SAMPLE_RAW,
-    PERF_SAMPLE_REGS_INTR, PERF_SAMPLE_TID, PERF_SAMPLE_TIME,
-};
+use perf_event_open_sys::bindings::PERF_SAMPLE_REGS_INTR;
 
-use crate::decode::{decode_sample, Event};
+use crate::decode::Event;
 use crate::error::{explain_open_errno, Error};
 use crate::plan::{AttachPoint, Backend, ProbePlan};
 use crate::pmu::{ProbePmu, SYSFS_PMUS};
-use crate::ring::{RingBuffer, RingRecord};
+use crate::records::{self, RecordDecoder, RecordSink, RoundOrder};
+use crate::ring::RingBuffer;
 use crate::sys;
 use crate::tracefs::{self, Tracefs, TracefsProbes};
 
@@ -101,30 +93,6 @@ struct CpuStream {
     fds: Vec<OwnedFd>,
 }
 
-/// Thread id -> command name, from COMM records and /proc.
-#[derive(Default)]
-struct CommTable {
-    names: HashMap<i32, Arc<str>>,
-}
-
-impl CommTable {
-    fn get(&mut self, pid: i32, tid: i32) -> Arc<str> {
-        self.names
-            .entry(tid)
-            .or_insert_with(|| {
-                std::fs::read_to_string(format!("/proc/{pid}/task/{tid}/comm"))
-                    .map(|s| Arc::from(s.trim_end()))
-                    .unwrap_or_else(|_| Arc::from("<...>"))
-            })
-            .clone()
-    }
-
-    fn set(&mut self, tid: i32, name: &[u8]) {
-        self.names
-            .insert(tid, Arc::from(String::from_utf8_lossy(name).as_ref()));
-    }
-}
-
 /// Hits and misses the kernel counted for a tracefs probe.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct KernelCounts {
@@ -155,24 +123,23 @@ impl Slot {
 
 /// Armed probes and their ring buffers.
 pub struct Session {
-    plans: Vec<ProbePlan>,
     // Field order matters: the perf fds in `streams` must close before
     // `tracefs` removes the events they use.
     streams: Vec<CpuStream>,
     tracefs: Option<TracefsProbes>,
-    field_offsets: Vec<Vec<usize>>,
-    probe_of_id: HashMap<u64, usize>,
-    parse_info: Vec<RecordParseInfo>,
+    /// Plans, attrs, ids, thread names and counters.
+    decoder: RecordDecoder,
+    /// Where raw records are copied (see [`Session::set_record_sink`]).
+    sink: Option<Box<dyn RecordSink>>,
+    /// The first error of the sink, returned by the next poll.
+    sink_error: Option<std::io::Error>,
+    /// Canonical paths of the uprobes' binaries.
+    user_binaries: Vec<std::path::PathBuf>,
     poll: Poll,
     events: Events,
-    comms: CommTable,
-    stats: SessionStats,
     enabled: bool,
     /// Events read but not yet handed over (see [`Session::poll`]).
-    pending: Vec<Event>,
-    /// Every event up to this time has been read: it is the newest time
-    /// of an earlier poll round.
-    complete_before: u64,
+    order: RoundOrder,
 }
 
 /// The CPUs listed in a sysfs cpu list such as `0-3,5`.
@@ -241,6 +208,7 @@ fn base_attr(
     plan: &ProbePlan,
     opts: &SessionOptions,
     first_on_cpu: bool,
+    mmaps: bool,
 ) -> sys::perf_event_attr {
     let mut attr = sys::perf_event_attr {
         size: sys::ATTR_SIZE,
@@ -265,17 +233,10 @@ fn base_attr(
         }
     }
     attr.__bindgen_anon_1.sample_period = 1;
-    let mut sample_type = PERF_SAMPLE_IDENTIFIER
-        | PERF_SAMPLE_IP
-        | PERF_SAMPLE_TID
-        | PERF_SAMPLE_TIME
-        | PERF_SAMPLE_CPU
-        | PERF_SAMPLE_RAW;
-    if plan.regs_mask != 0 {
-        sample_type |= PERF_SAMPLE_REGS_INTR;
+    attr.sample_type = records::sample_type(plan);
+    if attr.sample_type & u64::from(PERF_SAMPLE_REGS_INTR) != 0 {
         attr.sample_regs_intr = plan.regs_mask;
     }
-    attr.sample_type = u64::from(sample_type);
     attr.set_disabled(1);
     attr.set_sample_id_all(1);
     // Wake the reader once a quarter of the ring is full; callers also poll
@@ -286,6 +247,8 @@ fn base_attr(
     if first_on_cpu {
         attr.set_comm(1);
         attr.set_comm_exec(1);
+        // Executable mappings, for perf to name uprobe samples' functions.
+        attr.set_mmap(u64::from(mmaps));
     }
     if let RecordTarget::Process { enable_on_exec, .. } = &opts.target {
         let enable_on_exec = *enable_on_exec;
@@ -428,22 +391,21 @@ impl Session {
                 AttachPoint::Address(_) => None,
             })
             .collect();
-        let mut parse_info = Vec::with_capacity(plans.len());
-        for (plan, &opener) in plans.iter().zip(&openers) {
-            let attr = base_attr(opener, plan, &opts, false);
-            let (parsed, _) = PerfEventAttr::parse::<_, NativeEndian>(&sys::attr_bytes(&attr)[..])
-                .map_err(|e| Error::io("describing the sample layout", e))?;
-            parse_info.push(RecordParseInfo::new(&parsed, Endianness::LittleEndian));
-        }
+        let attrs: Vec<Vec<u8>> = plans
+            .iter()
+            .zip(&openers)
+            .map(|(plan, &opener)| sys::attr_bytes(&base_attr(opener, plan, &opts, false, false)))
+            .collect();
         let poll = Poll::new().map_err(|e| Error::io("creating the poller", e))?;
         let inherit = matches!(opts.target, RecordTarget::Process { .. });
+        let any_user = plans.iter().any(is_user);
         let mut streams = Vec::with_capacity(slots.len());
         let mut probe_of_id = HashMap::new();
         for slot in &slots {
             let mut fds: Vec<OwnedFd> = Vec::with_capacity(plans.len());
             let mut ring = None;
             for (i, plan) in plans.iter().enumerate() {
-                let attr = base_attr(openers[i], plan, &opts, fds.is_empty());
+                let attr = base_attr(openers[i], plan, &opts, fds.is_empty(), any_user);
                 let mut attr = attr;
                 let mut name = match openers[i] {
                     Opener::Pmu(_) => names[i].as_deref(),
@@ -474,7 +436,7 @@ impl Session {
                                 format!("following a command's children with {}", plan.spec),
                                 std::io::Error::new(
                                     std::io::ErrorKind::Unsupported,
-                                    "this needs the symbol's address, which /proc/kallsyms hides from this process; run as root",
+                                    "this needs the symbol's address, which /proc/kallsyms hides from this process (kernel.kptr_restrict=2 hides it even from root): lower kernel.kptr_restrict, or record system-wide with -a",
                                 ),
                             ))
                         }
@@ -551,23 +513,32 @@ impl Session {
                 ..
             }
         );
+        let decoder =
+            RecordDecoder::new(plans, field_offsets, attrs, probe_of_id, true).map_err(|e| {
+                Error::io(
+                    "describing the sample layout",
+                    std::io::Error::new(std::io::ErrorKind::InvalidData, e),
+                )
+            })?;
+        let user_binaries = decoder
+            .plans()
+            .iter()
+            .filter_map(|p| match &p.attach {
+                AttachPoint::User { path, .. } => std::fs::canonicalize(path).ok(),
+                _ => None,
+            })
+            .collect();
         Ok(Session {
-            stats: SessionStats {
-                hits: vec![0; plans.len()],
-                ..Default::default()
-            },
-            plans,
             streams,
             tracefs: tracefs_guard,
-            field_offsets,
-            probe_of_id,
-            parse_info,
+            decoder,
+            sink: None,
+            sink_error: None,
+            user_binaries,
             poll,
             events: Events::with_capacity(64),
-            comms: CommTable::default(),
             enabled,
-            pending: Vec::new(),
-            complete_before: 0,
+            order: RoundOrder::default(),
         })
     }
 
@@ -598,18 +569,56 @@ impl Session {
 
     /// The probes of this session, in the order events refer to them.
     pub fn plans(&self) -> &[ProbePlan] {
-        &self.plans
+        self.decoder.plans()
     }
 
     /// Counters so far.
     pub fn stats(&self) -> &SessionStats {
-        &self.stats
+        self.decoder.stats()
+    }
+
+    /// The decoder of this session's records: its plans, attrs and event
+    /// ids, which a perf.data writer stores.
+    pub fn decoder(&self) -> &RecordDecoder {
+        &self.decoder
+    }
+
+    /// Copies every record read from the rings from now on to `sink`,
+    /// before decoding it; thread names the decoder learns from /proc are
+    /// given to it as COMM records just before the record that needed
+    /// them. A sink error ends the next [`Session::poll`].
+    /// When the session has uprobes, the sink first gets MMAP records of
+    /// their binaries in every running process (as `perf record`
+    /// synthesizes them), and the kernel's MMAP records follow.
+    pub fn set_record_sink(&mut self, mut sink: Box<dyn RecordSink>) {
+        if !self.user_binaries.is_empty() {
+            let pids = std::fs::read_dir("/proc")
+                .into_iter()
+                .flatten()
+                .flatten()
+                .filter_map(|e| e.file_name().to_str().and_then(|n| n.parse::<i32>().ok()));
+            for pid in pids {
+                for body in records::user_mmap_bodies(pid, pid, &self.user_binaries, 0, 0, 0) {
+                    if let Err(e) =
+                        sink.record(records::RECORD_MMAP, records::MISC_USER, (&body, &[]))
+                    {
+                        self.sink_error.get_or_insert(e);
+                    }
+                }
+            }
+        }
+        self.sink = Some(sink);
+    }
+
+    /// Takes the record sink back (to finish a file, say).
+    pub fn take_record_sink(&mut self) -> Option<Box<dyn RecordSink>> {
+        self.sink.take()
     }
 
     /// Hits the kernel counted for each probe, summed over its fds: every
     /// hit, including those whose samples were lost to a full ring.
     pub fn kernel_hits(&self) -> Result<Vec<u64>, Error> {
-        let mut hits = vec![0u64; self.plans.len()];
+        let mut hits = vec![0u64; self.plans().len()];
         for s in &self.streams {
             // fds of a stream are in plan order.
             for (i, fd) in s.fds.iter().enumerate() {
@@ -627,7 +636,7 @@ impl Session {
         Ok(self
             .kernel_hits()?
             .iter()
-            .zip(&self.stats.hits)
+            .zip(&self.stats().hits)
             .map(|(k, got)| k.saturating_sub(*got))
             .collect())
     }
@@ -635,7 +644,7 @@ impl Session {
     /// Hits and misses the kernel counted, for tracefs probes (`None` for
     /// PMU probes, whose counts the kernel does not expose).
     pub fn kernel_counts(&self) -> Vec<Option<KernelCounts>> {
-        self.plans
+        self.plans()
             .iter()
             .map(|p| {
                 let fs = self.tracefs.as_ref()?;
@@ -677,102 +686,46 @@ impl Session {
         }
         let mut out = Vec::new();
         let Session {
-            plans,
             streams,
-            field_offsets,
-            probe_of_id,
-            parse_info,
-            comms,
-            stats,
+            decoder,
+            sink,
+            sink_error,
             ..
         } = self;
         for stream in streams.iter_mut() {
             stream.ring.drain(|rec| {
-                handle_record(
-                    rec,
-                    plans,
-                    field_offsets,
-                    probe_of_id,
-                    parse_info,
-                    comms,
-                    stats,
-                    &mut out,
-                );
-            });
-        }
-        let round_max = out.iter().map(|e| e.time_ns).max();
-        self.pending.append(&mut out);
-        self.pending.sort_by_key(|e| e.time_ns);
-        let ready = if self.enabled {
-            self.pending
-                .partition_point(|e| e.time_ns <= self.complete_before)
-        } else {
-            self.pending.len()
-        };
-        if let Some(m) = round_max {
-            self.complete_before = self.complete_before.max(m);
-        }
-        let delivered: Vec<Event> = self.pending.drain(..ready).collect();
-        for e in &delivered {
-            f(e);
-        }
-        Ok(delivered.len())
-    }
-}
-
-#[allow(clippy::too_many_arguments)]
-fn handle_record(
-    rec: RingRecord<'_>,
-    plans: &[ProbePlan],
-    field_offsets: &[Vec<usize>],
-    probe_of_id: &HashMap<u64, usize>,
-    parse_info: &[RecordParseInfo],
-    comms: &mut CommTable,
-    stats: &mut SessionStats,
-    out: &mut Vec<Event>,
-) {
-    let data = if rec.body.1.is_empty() {
-        RawData::Single(rec.body.0)
-    } else {
-        RawData::Split(rec.body.0, rec.body.1)
-    };
-    let kind = RecordType(rec.kind);
-    if kind.is_user_type() {
-        return;
-    }
-    let Some(probe) = get_record_identifier::<NativeEndian>(kind, data, true)
-        .and_then(|id| probe_of_id.get(&id).copied())
-    else {
-        stats.undecodable += 1;
-        return;
-    };
-    let (Some(plan), Some(info)) = (plans.get(probe), parse_info.get(probe)) else {
-        stats.undecodable += 1;
-        return;
-    };
-    match RawEventRecord::new(kind, rec.misc, data, *info).parse() {
-        Ok(EventRecord::Sample(s)) => {
-            let comm = comms.get(s.pid.unwrap_or(-1), s.tid.unwrap_or(-1));
-            let offsets = field_offsets.get(probe).map_or(&[][..], Vec::as_slice);
-            match decode_sample(probe, plan, &s, comm, offsets) {
-                Ok(e) => {
-                    stats.hits[probe] += 1;
-                    if let Some(ret_probe) = plan.companion_of {
-                        stats.pairing.entry((ret_probe, e.tid)).or_default().0 += 1;
+                // An undecodable record is counted in the stats.
+                let _ = decoder.record(rec.kind, rec.misc, rec.body, &mut out);
+                let learned = decoder.take_learned();
+                let Some(sink) = sink.as_mut() else { return };
+                if sink_error.is_some() {
+                    return;
+                }
+                for l in learned {
+                    let body =
+                        records::comm_record_body(l.pid, l.tid, &l.name, l.time_ns, l.cpu, l.id);
+                    if let Err(e) = sink.record(records::RECORD_COMM, 0, (&body, &[])) {
+                        *sink_error = Some(e);
                         return;
                     }
-                    if plan.is_return() {
-                        stats.pairing.entry((probe, e.tid)).or_default().1 += 1;
-                    }
-                    out.push(e);
                 }
-                Err(_) => stats.undecodable += 1,
+                if let Err(e) = sink.record(rec.kind, rec.misc, rec.body) {
+                    *sink_error = Some(e);
+                }
+            });
+        }
+        if let Some(sink) = self.sink.as_mut() {
+            if self.sink_error.is_none() {
+                if let Err(e) = sink.round_end() {
+                    self.sink_error = Some(e);
+                }
             }
         }
-        Ok(EventRecord::Comm(c)) => comms.set(c.tid, &c.name.as_slice()),
-        Ok(EventRecord::Lost(l)) => stats.lost += l.count,
-        Ok(_) => {}
-        Err(_) => stats.undecodable += 1,
+        if let Some(e) = self.sink_error.take() {
+            return Err(Error::io("writing records to the output file", e));
+        }
+        let all = !self.enabled;
+        Ok(self.order.round(&mut out, all, &mut f))
     }
 }
 

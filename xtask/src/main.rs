@@ -45,22 +45,29 @@ enum Task {
         #[arg(long)]
         no_lint: bool,
     },
-    /// Run a fuzz target in release mode: `spec` (the probe parser).
+    /// Run a fuzz target in release mode: `spec` (the probe parser) or
+    /// `record` (the sample decoder and the perf.data reader, on mutated
+    /// samples and files).
     Fuzz {
         /// What to fuzz.
-        #[arg(value_parser = ["spec"])]
+        #[arg(value_parser = ["spec", "record"])]
         target: String,
         /// Number of inputs.
         #[arg(default_value_t = 1_000_000)]
         inputs: u64,
     },
     /// Print benchmark figures in release mode: `spec` (parse speed on
-    /// the host) or `attach` (attach and detach N kprobes in the VM, against
-    /// perf probe + perf record and bpftrace in the same VM).
+    /// the host), `attach` (attach and detach N kprobes in the VM, against
+    /// perf probe + perf record and bpftrace in the same VM) or `decode`
+    /// (decoding and text formatting of recorded samples on one core on the
+    /// host, against `perf script` on the same perf.data file).
     Bench {
         /// What to measure.
-        #[arg(value_parser = ["spec", "attach"], default_value = "spec")]
+        #[arg(value_parser = ["spec", "attach", "decode"], default_value = "spec")]
         what: String,
+        /// For decode: how many samples.
+        #[arg(long, default_value_t = 2_000_000)]
+        samples: usize,
         /// For attach: how many functions.
         #[arg(long, default_value_t = 1000)]
         functions: usize,
@@ -125,6 +132,7 @@ fn main() -> Result<()> {
             run_example(&format!("{target}_fuzz"), &[inputs.to_string()])
         }
         Task::Bench { what, .. } if what == "spec" => run_example("spec_bench", &[]),
+        Task::Bench { what, samples, .. } if what == "decode" => bench_decode(samples),
         Task::Bench {
             functions, kernel, ..
         } => bench_attach(functions, &kernel),
@@ -169,6 +177,80 @@ fn bench_attach(functions: usize, kernel: &str) -> Result<()> {
     if !outcome.success() {
         bail!("the attach benchmark failed");
     }
+    Ok(())
+}
+
+/// Decoding speed: the engine's decode_bench example (binary sink, and a
+/// perf.data file of the same samples), then `kprobe-perf script` and
+/// `perf script` on that file, each to /dev/null, timed here.
+fn bench_decode(samples: usize) -> Result<()> {
+    host::ensure_packages(&[("linux-perf", "/usr/bin/perf")])?;
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+    let status = std::process::Command::new(&cargo)
+        .current_dir(workspace_root())
+        .args(["build", "--quiet", "--release", "--package", "kprobe-perf"])
+        .status()
+        .context("running cargo")?;
+    if !status.success() {
+        bail!("building kprobe-perf failed");
+    }
+    let dir = vm_cache()
+        .parent()
+        .map(PathBuf::from)
+        .unwrap_or_else(|| workspace_root().join("target"))
+        .join("bench");
+    std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
+    let file = dir.join("decode.data");
+    run_example(
+        "decode_bench",
+        &[samples.to_string(), file.to_string_lossy().into_owned()],
+    )?;
+    let target = vm_cache()
+        .parent()
+        .map(PathBuf::from)
+        .unwrap_or_else(|| workspace_root().join("target"));
+    let exe = target.join("release/kprobe-perf");
+    let time = |program: &std::path::Path, args: &[&std::ffi::OsStr]| -> Result<f64> {
+        let devnull = std::fs::File::create("/dev/null").context("opening /dev/null")?;
+        let start = std::time::Instant::now();
+        let status = std::process::Command::new(program)
+            .args(args)
+            .stdout(devnull)
+            .stderr(std::process::Stdio::null())
+            .status()
+            .with_context(|| format!("running {}", program.display()))?;
+        let secs = start.elapsed().as_secs_f64();
+        if !status.success() {
+            bail!("{} failed ({status})", program.display());
+        }
+        Ok(secs)
+    };
+    let script = [
+        std::ffi::OsStr::new("script"),
+        "-i".as_ref(),
+        file.as_os_str(),
+    ];
+    // Best of 3 for ours; perf script once (it takes several seconds).
+    let mut ours = f64::MAX;
+    for _ in 0..3 {
+        ours = ours.min(time(&exe, &script)?);
+    }
+    let perf = time(std::path::Path::new("perf"), &script)?;
+    let rate = |secs: f64| samples as f64 / secs;
+    println!(
+        "text: kprobe-perf script -i decode.data > /dev/null: {samples} lines in {:.1} ms (best of 3): {:.2} M lines/s",
+        ours * 1e3,
+        rate(ours) / 1e6
+    );
+    println!(
+        "peer: perf script -i decode.data > /dev/null: {samples} samples in {:.1} ms: {:.2} M events/s",
+        perf * 1e3,
+        rate(perf) / 1e6
+    );
+    println!(
+        "ratio: kprobe-perf script is {:.1}x the event rate of perf script (goal: 10x)",
+        perf / ours
+    );
     Ok(())
 }
 

@@ -1,0 +1,187 @@
+//! `record -o FILE`: the perf.data file written beside the live output.
+
+use std::cell::RefCell;
+use std::collections::HashSet;
+use std::fs::File;
+use std::io::BufWriter;
+use std::path::{Path, PathBuf};
+use std::rc::Rc;
+
+use anyhow::{Context, Result};
+use kprobe_perf_engine::perfdata::{self, symbol_subset, Metadata, StoredProbe, Writer};
+use kprobe_perf_engine::plan::Backend;
+use kprobe_perf_engine::spec::BaseType;
+use kprobe_perf_engine::tracefs;
+use kprobe_perf_engine::{Arch, Event, KernelSymbols, Session, Value};
+
+/// Note keys of the closing summaries, which `script` prints again.
+pub const NOTE_JSON_SUMMARY: &str = "json_summary";
+/// The stderr summary lines, joined by newlines.
+pub const NOTE_SUMMARY: &str = "summary";
+
+/// A perf.data file being written.
+pub struct FileOutput {
+    path: PathBuf,
+    /// perf's tracing data, when some probes are tracefs events.
+    tracing_data: Option<Vec<u8>>,
+    writer: Rc<RefCell<Writer<BufWriter<File>>>>,
+}
+
+/// Records the kernel addresses `e`'s text or JSON line symbolizes.
+pub fn note_addresses(set: &mut HashSet<u64>, e: &Event) {
+    set.insert(e.probe_addr);
+    if let Some(r) = e.ret_addr {
+        set.insert(r);
+    }
+    for v in &e.args {
+        if let Value::Int {
+            raw,
+            ty: BaseType::Symbol,
+        } = v
+        {
+            set.insert(*raw);
+        }
+    }
+}
+
+impl FileOutput {
+    /// Creates `path` and has `session` copy every record into it.
+    pub fn start(
+        path: &Path,
+        session: &mut Session,
+        symbols: &KernelSymbols,
+    ) -> Result<FileOutput> {
+        let file =
+            File::create(path).with_context(|| format!("cannot create {}", path.display()))?;
+        let mut writer = Writer::new(BufWriter::with_capacity(1 << 20, file))
+            .with_context(|| format!("writing {}", path.display()))?;
+        // perf resolves kernel samples through the kernel's MMAP record.
+        if !symbols.addresses_hidden() {
+            if let Some(text) = symbols.lookup("_text").first() {
+                writer
+                    .kernel_mmap(text.address)
+                    .with_context(|| format!("writing {}", path.display()))?;
+            }
+        }
+        let tracing_data = tracing_data(session)?;
+        let writer = Rc::new(RefCell::new(writer));
+        session.set_record_sink(Box::new(Rc::clone(&writer)));
+        Ok(FileOutput {
+            path: path.to_path_buf(),
+            tracing_data,
+            writer,
+        })
+    }
+
+    /// Writes the probes, the symbols of `addresses`, the summaries and
+    /// the host description, and closes the file.
+    pub fn finish(
+        self,
+        session: &mut Session,
+        symbols: &KernelSymbols,
+        addresses: HashSet<u64>,
+        json_summary: &str,
+        summary: &[String],
+    ) -> Result<()> {
+        drop(session.take_record_sink());
+        let d = session.decoder();
+        let read = |p: &str| {
+            std::fs::read_to_string(p)
+                .map(|s| s.trim().to_string())
+                .unwrap_or_default()
+        };
+        let count = |p: &str| {
+            read(p)
+                .split(',')
+                .filter_map(|r| match r.split_once('-') {
+                    Some((a, b)) => b
+                        .parse::<u32>()
+                        .ok()?
+                        .checked_sub(a.parse().ok()?)
+                        .map(|n| n + 1),
+                    None => r.parse::<u32>().ok().map(|_| 1),
+                })
+                .sum::<u32>()
+        };
+        let meta = Metadata {
+            arch: Arch::host().unwrap_or(Arch::X86_64),
+            probes: d
+                .plans()
+                .iter()
+                .zip(d.field_offsets())
+                .map(|(p, o)| StoredProbe::from_plan(p, o))
+                .collect(),
+            attrs: d.attrs().to_vec(),
+            ids: d.ids(),
+            symbols: symbol_subset(symbols, addresses),
+            hostname: read("/proc/sys/kernel/hostname"),
+            osrelease: read("/proc/sys/kernel/osrelease"),
+            nr_cpus: (
+                count("/sys/devices/system/cpu/possible"),
+                count("/sys/devices/system/cpu/online"),
+            ),
+            cmdline: std::env::args().collect(),
+            notes: vec![
+                (NOTE_JSON_SUMMARY.into(), json_summary.into()),
+                (NOTE_SUMMARY.into(), summary.join("\n")),
+            ],
+            tracing_data: self.tracing_data,
+        };
+        let writer = Rc::try_unwrap(self.writer)
+            .map_err(|_| anyhow::anyhow!("the perf.data writer is still in use"))?
+            .into_inner();
+        writer
+            .finish(&meta)
+            .with_context(|| format!("writing {}", self.path.display()))?;
+        Ok(())
+    }
+}
+
+/// The event formats perf needs to read the samples of tracefs-defined
+/// probes (tracepoint events), read while the session's events exist.
+fn tracing_data(session: &Session) -> Result<Option<Vec<u8>>> {
+    let Some(group) = session.tracefs_group() else {
+        return Ok(None);
+    };
+    let fs = tracefs::Tracefs::find()?;
+    // One large read first: header_page and header_event answer only the
+    // first read() call (a later one at a nonzero offset gets nothing), so
+    // read_to_string's small first probe would truncate them.
+    let read = |rel: &str| -> Result<String> {
+        let path = fs.root().join(rel);
+        let mut f = File::open(&path).with_context(|| format!("reading {}", path.display()))?;
+        let mut buf = vec![0u8; 1 << 16];
+        let mut len = 0;
+        loop {
+            if len == buf.len() {
+                buf.resize(len * 2, 0);
+            }
+            let n = std::io::Read::read(&mut f, &mut buf[len..])
+                .with_context(|| format!("reading {}", path.display()))?;
+            if n == 0 {
+                break;
+            }
+            len += n;
+        }
+        buf.truncate(len);
+        String::from_utf8(buf).with_context(|| format!("{} is not UTF-8", path.display()))
+    };
+    let events = session
+        .plans()
+        .iter()
+        .filter(|p| p.backend == Backend::Tracefs)
+        .map(|p| {
+            Ok((
+                group.to_string(),
+                read(&format!("events/{group}/{}/format", p.event))?,
+            ))
+        })
+        .collect::<Result<Vec<_>>>()?;
+    let page = u32::try_from(kprobe_perf_engine::sys::page_size()).unwrap_or(4096);
+    Ok(Some(perfdata::tracing_data(
+        page,
+        &read("events/header_page")?,
+        &read("events/header_event")?,
+        &events,
+    )))
+}

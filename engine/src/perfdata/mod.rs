@@ -1,0 +1,130 @@
+//! perf.data files, as `perf record` writes them and `perf script` reads
+//! them: a header, the records exactly as the rings held them, the attrs
+//! with their event ids, and feature sections (event names, host
+//! description). kprobe-perf adds a private feature section holding the
+//! probe definitions and the kernel symbols its output used, so that a
+//! replay ([`Replay`]) decodes and prints the events as the live run did.
+//!
+//! Layout written ([`Writer`]):
+//!
+//! ```text
+//! 0      perf_file_header (104 bytes): magic PERFILE2, attrs, data, features bitmap
+//! 104    data: records (kernel MMAP for [kernel.kallsyms], COMM, SAMPLE, LOST,
+//!        FINISHED_ROUND after each poll round)
+//! end    feature section table, then the features in bit order
+//!        ids of each attr, then the attrs (perf_event_attr + ids section)
+//! ```
+
+mod meta;
+mod reader;
+mod replay;
+mod writer;
+
+pub use meta::{symbol_subset, Metadata, StoredProbe};
+pub use reader::{FileAttr, FileRecord, Reader};
+pub use replay::Replay;
+pub use writer::{tracing_data, Writer};
+
+/// `PERFILE2`, little-endian.
+pub const MAGIC: u64 = 0x3245_4c49_4652_4550;
+/// Size of `struct perf_file_header`.
+pub const HEADER_SIZE: u64 = 104;
+/// Bits of the features bitmap.
+pub const FEATURE_BITS: u32 = 256;
+
+/// `HEADER_TRACING_DATA`: event formats of tracepoint attrs.
+pub const FEAT_TRACING_DATA: u32 = 1;
+/// `HEADER_HOSTNAME`.
+pub const FEAT_HOSTNAME: u32 = 3;
+/// `HEADER_OSRELEASE`.
+pub const FEAT_OSRELEASE: u32 = 4;
+/// `HEADER_VERSION`.
+pub const FEAT_VERSION: u32 = 5;
+/// `HEADER_ARCH`.
+pub const FEAT_ARCH: u32 = 6;
+/// `HEADER_NRCPUS`.
+pub const FEAT_NRCPUS: u32 = 7;
+/// `HEADER_CMDLINE`.
+pub const FEAT_CMDLINE: u32 = 11;
+/// `HEADER_EVENT_DESC`: each attr with its name and ids.
+pub const FEAT_EVENT_DESC: u32 = 12;
+/// kprobe-perf's own section ([`Metadata`]); perf skips bits it does not
+/// know.
+pub const FEAT_KPROBE_PERF: u32 = 200;
+
+/// `PERF_RECORD_MMAP`.
+pub const RECORD_MMAP: u32 = 1;
+/// `PERF_RECORD_LOST`.
+pub const RECORD_LOST: u32 = 2;
+/// `PERF_RECORD_FINISHED_ROUND` (a perf-only record type).
+pub const RECORD_FINISHED_ROUND: u32 = 68;
+/// `PERF_RECORD_MISC_KERNEL`.
+pub const MISC_KERNEL: u16 = 1;
+
+/// Why a perf.data file cannot be read. Every variant names the byte
+/// offset where the problem is.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum PerfDataError {
+    /// Reading or writing the file failed.
+    #[error("{what} at byte {offset}: {source}")]
+    Io {
+        /// What was being read or written.
+        what: String,
+        /// Where.
+        offset: u64,
+        /// The I/O error.
+        source: std::io::Error,
+    },
+    /// The file header or a section table is wrong.
+    #[error("bad perf.data header at byte {offset}: {reason}")]
+    Header {
+        /// Where.
+        offset: u64,
+        /// What is wrong.
+        reason: String,
+    },
+    /// A record of the data section is truncated or corrupt.
+    #[error("record #{index} (type {kind}) at byte {offset}: {reason}")]
+    Record {
+        /// Index of the record in the data section (from 0).
+        index: u64,
+        /// Its `perf_event_header.type`.
+        kind: u32,
+        /// Byte offset of its header in the file.
+        offset: u64,
+        /// What is wrong.
+        reason: String,
+    },
+    /// A feature section is truncated or corrupt.
+    #[error("feature section {feature} at byte {offset}: {reason}")]
+    Feature {
+        /// The feature bit.
+        feature: u32,
+        /// Where.
+        offset: u64,
+        /// What is wrong.
+        reason: String,
+    },
+}
+
+/// `perf_file_section`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Section {
+    /// Byte offset in the file.
+    pub offset: u64,
+    /// Size in bytes.
+    pub size: u64,
+}
+
+/// perf's string encoding in feature sections: a u32 length (padded to 64
+/// bytes, NUL included), then the bytes, NUL-padded.
+pub(crate) fn put_string(out: &mut Vec<u8>, s: &str) {
+    let len = (s.len() + 1).div_ceil(64) * 64;
+    out.extend_from_slice(&(len as u32).to_le_bytes());
+    out.extend_from_slice(s.as_bytes());
+    out.resize(out.len() + len - s.len(), 0);
+}
+
+#[cfg(test)]
+mod tests;

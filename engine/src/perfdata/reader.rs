@@ -1,0 +1,415 @@
+//! Reading a perf.data file: header, attrs and ids, feature sections, then
+//! the records one by one. Every size and offset is checked against the
+//! file before it is used; a problem is an error naming the byte offset
+//! (and, in the data section, the record's index and type), never a panic.
+
+use std::io::{self, Read, Seek, SeekFrom};
+
+use super::{
+    Metadata, PerfDataError, Section, FEATURE_BITS, FEAT_CMDLINE, FEAT_HOSTNAME, FEAT_KPROBE_PERF,
+    FEAT_NRCPUS, FEAT_OSRELEASE, HEADER_SIZE, MAGIC,
+};
+
+/// Size of `perf_event_attr` version 0, the smallest perf accepts.
+const ATTR_SIZE_VER0: u64 = 64;
+/// Bounds that keep a corrupt file from asking for absurd allocations.
+const MAX_ATTRS: u64 = 65_536;
+const MAX_ATTR_SIZE: u64 = 4096;
+const MAX_FEATURE: u64 = 256 << 20;
+
+/// One attr of the file and the event ids that use it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FileAttr {
+    /// The perf_event_attr bytes (its `size` field says how many count).
+    pub attr: Vec<u8>,
+    /// Event ids.
+    pub ids: Vec<u64>,
+}
+
+/// One record of the data section, borrowed until the next read.
+#[derive(Debug, Clone, Copy)]
+pub struct FileRecord<'a> {
+    /// Index in the data section, from 0.
+    pub index: u64,
+    /// Byte offset of its header in the file.
+    pub offset: u64,
+    /// `perf_event_header.type`.
+    pub kind: u32,
+    /// `perf_event_header.misc`.
+    pub misc: u16,
+    /// The bytes after the header.
+    pub body: &'a [u8],
+}
+
+/// A perf.data file open for reading.
+pub struct Reader<R> {
+    r: R,
+    attrs: Vec<FileAttr>,
+    features: Vec<(u32, Section, Vec<u8>)>,
+    data: Section,
+    /// Offset of the next record.
+    pos: u64,
+    index: u64,
+    /// Data read ahead: `buf[start..end]` are the bytes at `pos`.
+    buf: Vec<u8>,
+    start: usize,
+    end: usize,
+}
+
+/// Bytes of the data section read at a time.
+const CHUNK: usize = 1 << 20;
+
+fn u64_at(b: &[u8], at: usize) -> u64 {
+    let mut w = [0u8; 8];
+    if let Some(s) = b.get(at..at + 8) {
+        w.copy_from_slice(s);
+    }
+    u64::from_le_bytes(w)
+}
+
+fn u32_at(b: &[u8], at: usize) -> u32 {
+    let mut w = [0u8; 4];
+    if let Some(s) = b.get(at..at + 4) {
+        w.copy_from_slice(s);
+    }
+    u32::from_le_bytes(w)
+}
+
+fn header_err(offset: u64, reason: impl Into<String>) -> PerfDataError {
+    PerfDataError::Header {
+        offset,
+        reason: reason.into(),
+    }
+}
+
+/// Checks that `s` (described at `at`) lies inside a file of `len` bytes.
+fn check_section(s: Section, len: u64, what: &str, at: u64) -> Result<(), PerfDataError> {
+    match s.offset.checked_add(s.size) {
+        Some(end) if end <= len => Ok(()),
+        _ => Err(header_err(
+            at,
+            format!(
+                "the {what} ({} bytes at byte {}) runs past the end of the file ({len} bytes)",
+                s.size, s.offset
+            ),
+        )),
+    }
+}
+
+impl<R: Read + Seek> Reader<R> {
+    /// Reads the header, attrs, ids and feature sections, and stands at
+    /// the first record.
+    pub fn new(mut r: R) -> Result<Self, PerfDataError> {
+        let io_at = |what: &'static str, offset: u64| {
+            move |source: io::Error| PerfDataError::Io {
+                what: what.into(),
+                offset,
+                source,
+            }
+        };
+        let len = r
+            .seek(SeekFrom::End(0))
+            .map_err(io_at("finding the file size", 0))?;
+        if len < HEADER_SIZE {
+            return Err(header_err(
+                len,
+                format!("the file ends after {len} bytes, inside the {HEADER_SIZE}-byte header"),
+            ));
+        }
+        let mut h = [0u8; HEADER_SIZE as usize];
+        r.seek(SeekFrom::Start(0))
+            .and_then(|_| r.read_exact(&mut h))
+            .map_err(io_at("reading the header", 0))?;
+        let magic = u64_at(&h, 0);
+        if magic != MAGIC {
+            let reason = if magic.swap_bytes() == MAGIC {
+                "a big-endian perf.data file, which kprobe-perf does not read".to_string()
+            } else {
+                format!("magic 0x{magic:016x} is not PERFILE2: not a perf.data file, or one whose recording did not finish")
+            };
+            return Err(header_err(0, reason));
+        }
+        if u64_at(&h, 8) != HEADER_SIZE {
+            return Err(header_err(
+                8,
+                format!("header size {} (expected {HEADER_SIZE})", u64_at(&h, 8)),
+            ));
+        }
+        let attr_size = u64_at(&h, 16);
+        let section = |at: usize| Section {
+            offset: u64_at(&h, at),
+            size: u64_at(&h, at + 8),
+        };
+        let (attrs_sec, data) = (section(24), section(40));
+        if !(ATTR_SIZE_VER0 + 16..=MAX_ATTR_SIZE).contains(&attr_size) {
+            return Err(header_err(16, format!("attr size {attr_size}")));
+        }
+        check_section(attrs_sec, len, "attr section", 24)?;
+        check_section(data, len, "data section", 40)?;
+        if attrs_sec.size % attr_size != 0 || attrs_sec.size / attr_size > MAX_ATTRS {
+            return Err(header_err(
+                32,
+                format!(
+                    "attr section of {} bytes does not hold whole {attr_size}-byte attrs",
+                    attrs_sec.size
+                ),
+            ));
+        }
+        let mut attrs = Vec::new();
+        for i in 0..attrs_sec.size / attr_size {
+            let at = attrs_sec.offset + i * attr_size;
+            let mut a = vec![0u8; attr_size as usize];
+            r.seek(SeekFrom::Start(at))
+                .and_then(|_| r.read_exact(&mut a))
+                .map_err(io_at("reading an attr", at))?;
+            let body = attr_size as usize - 16;
+            let declared = u32_at(&a, 4) as usize;
+            if declared < ATTR_SIZE_VER0 as usize || declared > body {
+                return Err(header_err(
+                    at + 4,
+                    format!("attr #{i} declares {declared} bytes in a {body}-byte slot"),
+                ));
+            }
+            let ids_sec = Section {
+                offset: u64_at(&a, body),
+                size: u64_at(&a, body + 8),
+            };
+            check_section(ids_sec, len, &format!("id section of attr #{i}"), at)?;
+            if ids_sec.size % 8 != 0 {
+                return Err(header_err(
+                    at + body as u64 + 8,
+                    format!("id section of attr #{i} has {} bytes", ids_sec.size),
+                ));
+            }
+            let mut raw = vec![0u8; ids_sec.size as usize];
+            r.seek(SeekFrom::Start(ids_sec.offset))
+                .and_then(|_| r.read_exact(&mut raw))
+                .map_err(io_at("reading event ids", ids_sec.offset))?;
+            let ids = raw
+                .chunks_exact(8)
+                .map(|c| u64_at(c, 0))
+                .collect::<Vec<u64>>();
+            a.truncate(declared);
+            attrs.push(FileAttr { attr: a, ids });
+        }
+        // Features: a table of sections right after the data section, one
+        // per set bit, in bit order.
+        let bits: Vec<u32> = (0..FEATURE_BITS)
+            .filter(|b| u64_at(&h, 72 + (b / 64) as usize * 8) >> (b % 64) & 1 == 1)
+            .collect();
+        let table_at = data.offset + data.size;
+        let table = Section {
+            offset: table_at,
+            size: bits.len() as u64 * 16,
+        };
+        check_section(table, len, "feature table", 72)?;
+        let mut raw = vec![0u8; table.size as usize];
+        r.seek(SeekFrom::Start(table_at))
+            .and_then(|_| r.read_exact(&mut raw))
+            .map_err(io_at("reading the feature table", table_at))?;
+        let mut features = Vec::new();
+        for (i, &bit) in bits.iter().enumerate() {
+            let s = Section {
+                offset: u64_at(&raw, i * 16),
+                size: u64_at(&raw, i * 16 + 8),
+            };
+            let at = table_at + i as u64 * 16;
+            check_section(s, len, &format!("feature section {bit}"), at)?;
+            if s.size > MAX_FEATURE {
+                return Err(header_err(
+                    at,
+                    format!("feature section {bit} of {} bytes", s.size),
+                ));
+            }
+            let mut b = vec![0u8; s.size as usize];
+            r.seek(SeekFrom::Start(s.offset))
+                .and_then(|_| r.read_exact(&mut b))
+                .map_err(io_at("reading a feature section", s.offset))?;
+            features.push((bit, s, b));
+        }
+        r.seek(SeekFrom::Start(data.offset))
+            .map_err(io_at("seeking to the data", data.offset))?;
+        Ok(Reader {
+            r,
+            attrs,
+            features,
+            data,
+            pos: data.offset,
+            index: 0,
+            buf: Vec::new(),
+            start: 0,
+            end: 0,
+        })
+    }
+
+    /// The attrs, in file order, with their ids.
+    pub fn attrs(&self) -> &[FileAttr] {
+        &self.attrs
+    }
+
+    /// The data section.
+    pub fn data(&self) -> Section {
+        self.data
+    }
+
+    /// The bytes of a feature section, and where it is.
+    pub fn feature(&self, bit: u32) -> Option<(Section, &[u8])> {
+        self.features
+            .iter()
+            .find(|(b, _, _)| *b == bit)
+            .map(|(_, s, b)| (*s, b.as_slice()))
+    }
+
+    /// Makes at least `want` bytes (at most what the data section still
+    /// holds) available at `buf[start..]`.
+    fn fill(&mut self, want: usize) -> io::Result<()> {
+        if self.end - self.start >= want {
+            return Ok(());
+        }
+        self.buf.copy_within(self.start..self.end, 0);
+        self.end -= self.start;
+        self.start = 0;
+        let left_in_data = self.data.offset + self.data.size - self.pos;
+        let target = (left_in_data.min(CHUNK.max(want) as u64)) as usize;
+        if self.buf.len() < target {
+            self.buf.resize(target, 0);
+        }
+        while self.end < want {
+            let n = self.r.read(&mut self.buf[self.end..target])?;
+            if n == 0 {
+                return Err(io::Error::from(io::ErrorKind::UnexpectedEof));
+            }
+            self.end += n;
+        }
+        Ok(())
+    }
+
+    /// The next record, or `None` at the end of the data section.
+    pub fn next_record(&mut self) -> Result<Option<FileRecord<'_>>, PerfDataError> {
+        let end = self.data.offset + self.data.size;
+        if self.pos >= end {
+            return Ok(None);
+        }
+        let (index, offset) = (self.index, self.pos);
+        let err = |kind: u32, reason: String| PerfDataError::Record {
+            index,
+            kind,
+            offset,
+            reason,
+        };
+        if end - self.pos < 8 {
+            return Err(err(
+                0,
+                format!(
+                    "only {} bytes left in the data section, less than a record header",
+                    end - self.pos
+                ),
+            ));
+        }
+        self.fill(8)
+            .map_err(|e| err(0, format!("reading the header: {e}")))?;
+        let h = &self.buf[self.start..self.start + 8];
+        let kind = u32::from_ne_bytes([h[0], h[1], h[2], h[3]]);
+        let misc = u16::from_ne_bytes([h[4], h[5]]);
+        let size = u64::from(u16::from_ne_bytes([h[6], h[7]]));
+        if size < 8 {
+            return Err(err(kind, format!("size {size} is smaller than its header")));
+        }
+        if size > end - self.pos {
+            return Err(err(
+                kind,
+                format!("size {size} runs past the end of the data section at byte {end}"),
+            ));
+        }
+        self.fill(size as usize)
+            .map_err(|e| err(kind, format!("reading {size} bytes: {e}")))?;
+        let body = &self.buf[self.start + 8..self.start + size as usize];
+        self.start += size as usize;
+        self.pos += size;
+        self.index += 1;
+        Ok(Some(FileRecord {
+            index,
+            offset,
+            kind,
+            misc,
+            body,
+        }))
+    }
+
+    /// perf's sections (host, CPUs, command line) and kprobe-perf's own
+    /// (probes, symbols, notes). Fails for a file without kprobe-perf's
+    /// section: one `perf record` wrote.
+    pub fn metadata(&self) -> Result<Metadata, PerfDataError> {
+        let mut meta = Metadata {
+            attrs: self.attrs.iter().map(|a| a.attr.clone()).collect(),
+            ids: self.attrs.iter().map(|a| a.ids.clone()).collect(),
+            ..Default::default()
+        };
+        let string = |bit: u32| -> Result<String, PerfDataError> {
+            let Some((s, b)) = self.feature(bit) else {
+                return Ok(String::new());
+            };
+            read_string(b, 0)
+                .map(|(s, _)| s)
+                .map_err(|reason| PerfDataError::Feature {
+                    feature: bit,
+                    offset: s.offset,
+                    reason,
+                })
+        };
+        meta.hostname = string(FEAT_HOSTNAME)?;
+        meta.osrelease = string(FEAT_OSRELEASE)?;
+        if let Some((_, b)) = self.feature(FEAT_NRCPUS) {
+            meta.nr_cpus = (u32_at(b, 0), u32_at(b, 4));
+        }
+        if let Some((s, b)) = self.feature(FEAT_CMDLINE) {
+            let n = u32_at(b, 0);
+            let mut at = 4;
+            for _ in 0..n {
+                let (arg, next) = read_string(b, at).map_err(|reason| PerfDataError::Feature {
+                    feature: FEAT_CMDLINE,
+                    offset: s.offset + at as u64,
+                    reason,
+                })?;
+                meta.cmdline.push(arg);
+                at = next;
+            }
+        }
+        let Some((s, b)) = self.feature(FEAT_KPROBE_PERF) else {
+            return Err(header_err(
+                72,
+                "no kprobe-perf section (feature bit 200): the file was not written by kprobe-perf record -o; read it with perf script",
+            ));
+        };
+        let text = std::str::from_utf8(b).map_err(|e| PerfDataError::Feature {
+            feature: FEAT_KPROBE_PERF,
+            offset: s.offset + e.valid_up_to() as u64,
+            reason: "not UTF-8".into(),
+        })?;
+        meta.decode_private(text)
+            .map_err(|reason| PerfDataError::Feature {
+                feature: FEAT_KPROBE_PERF,
+                offset: s.offset,
+                reason,
+            })?;
+        Ok(meta)
+    }
+}
+
+/// A perf string at `at`: u32 length, then that many bytes (NUL-padded).
+/// Returns the string and the offset after it.
+fn read_string(b: &[u8], at: usize) -> Result<(String, usize), String> {
+    let len = u32_at(b, at) as usize;
+    let start = at + 4;
+    let bytes = start
+        .checked_add(len)
+        .and_then(|end| b.get(start..end))
+        .ok_or_else(|| {
+            format!(
+                "a {len}-byte string at {at} runs past the section's {} bytes",
+                b.len()
+            )
+        })?;
+    let text = bytes.split(|&c| c == 0).next().unwrap_or(bytes);
+    Ok((String::from_utf8_lossy(text).into_owned(), start + len))
+}

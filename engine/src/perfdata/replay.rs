@@ -1,0 +1,131 @@
+//! Decoding a perf.data file kprobe-perf wrote, as the live session
+//! decoded it: the same plans, the same thread names, the same symbols and
+//! the same time ordering round by round.
+
+use std::collections::HashMap;
+use std::io::{Read, Seek};
+
+use kprobe_perf_symbols::KernelSymbols;
+
+use super::{
+    Metadata, PerfDataError, Reader, FEAT_KPROBE_PERF, RECORD_FINISHED_ROUND, RECORD_LOST,
+};
+use crate::decode::Event;
+use crate::plan::ProbePlan;
+use crate::records::{RecordDecoder, RoundOrder, RECORD_COMM, RECORD_SAMPLE};
+
+/// A perf.data file being replayed.
+pub struct Replay<R> {
+    reader: Reader<R>,
+    meta: Metadata,
+    decoder: RecordDecoder,
+    symbols: KernelSymbols,
+}
+
+impl<R: Read + Seek> Replay<R> {
+    /// Plans the file's probes again from its kprobe-perf section.
+    pub fn new(reader: Reader<R>) -> Result<Self, PerfDataError> {
+        let meta = reader.metadata()?;
+        let at = reader
+            .feature(FEAT_KPROBE_PERF)
+            .map_or(0, |(s, _)| s.offset);
+        let bad = |reason: String| PerfDataError::Feature {
+            feature: FEAT_KPROBE_PERF,
+            offset: at,
+            reason,
+        };
+        if meta.probes.len() != reader.attrs().len() {
+            return Err(bad(format!(
+                "{} probes for {} attrs",
+                meta.probes.len(),
+                reader.attrs().len()
+            )));
+        }
+        let plans = meta
+            .probes
+            .iter()
+            .map(|p| {
+                p.plan(meta.arch)
+                    .map_err(|e| bad(format!("probe {}: {e}", p.event)))
+            })
+            .collect::<Result<Vec<ProbePlan>, _>>()?;
+        let mut probe_of_id = HashMap::new();
+        for (i, a) in reader.attrs().iter().enumerate() {
+            for &id in &a.ids {
+                probe_of_id.insert(id, i);
+            }
+        }
+        let offsets = meta
+            .probes
+            .iter()
+            .map(|p| p.field_offsets.clone())
+            .collect();
+        let attrs = reader.attrs().iter().map(|a| a.attr.clone()).collect();
+        let decoder = RecordDecoder::new(plans, offsets, attrs, probe_of_id, false)
+            .map_err(|e| bad(e.to_string()))?;
+        let symbols = KernelSymbols::parse(&meta.symbols)
+            .map_err(|e| bad(format!("the stored symbols: {e}")))?;
+        Ok(Replay {
+            reader,
+            meta,
+            decoder,
+            symbols,
+        })
+    }
+
+    /// What the file holds besides records.
+    pub fn metadata(&self) -> &Metadata {
+        &self.meta
+    }
+
+    /// The decoder, with its plans and counters.
+    pub fn decoder(&self) -> &RecordDecoder {
+        &self.decoder
+    }
+
+    /// The kernel symbols the live run's output used.
+    pub fn symbols(&self) -> &KernelSymbols {
+        &self.symbols
+    }
+
+    /// Hands every event to `f` in the order the live run printed them,
+    /// with the plans and symbols to print them with. A record that cannot
+    /// be decoded ends the replay with an error naming it.
+    pub fn run(
+        &mut self,
+        mut f: impl FnMut(&Event, &[ProbePlan], &KernelSymbols),
+    ) -> Result<u64, PerfDataError> {
+        let Replay {
+            reader,
+            decoder,
+            symbols,
+            ..
+        } = self;
+        let mut order = RoundOrder::default();
+        let mut round = Vec::new();
+        let mut n = 0u64;
+        while let Some(rec) = reader.next_record()? {
+            match rec.kind {
+                RECORD_FINISHED_ROUND => {
+                    let plans = decoder.plans();
+                    n += order.round(&mut round, false, |e| f(e, plans, symbols)) as u64;
+                }
+                RECORD_SAMPLE | RECORD_COMM | RECORD_LOST => {
+                    decoder
+                        .record(rec.kind, rec.misc, (rec.body, &[]), &mut round)
+                        .map_err(|e| PerfDataError::Record {
+                            index: rec.index,
+                            kind: rec.kind,
+                            offset: rec.offset,
+                            reason: e.to_string(),
+                        })?;
+                }
+                // The kernel MMAP and records the session ignores too.
+                _ => {}
+            }
+        }
+        let plans = decoder.plans();
+        n += order.round(&mut round, true, |e| f(e, plans, symbols)) as u64;
+        Ok(n)
+    }
+}

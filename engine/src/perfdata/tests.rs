@@ -1,0 +1,187 @@
+use std::collections::HashMap;
+use std::io::Cursor;
+use std::sync::Arc;
+
+use kprobe_perf_arch::Arch;
+use kprobe_perf_symbols::KernelSymbols;
+
+use super::*;
+use crate::plan::{self, BackendChoice};
+use crate::records::{
+    comm_record_body, sample_attr_bytes, sample_record_body, RecordDecoder, RecordSink,
+    SampleFields, RECORD_COMM, RECORD_SAMPLE,
+};
+use crate::spec::ProbeSpec;
+
+const KALLSYMS: &str = "ffffffff81000000 T _text\nffffffff81234570 T do_sys_openat2\nffffffff81234660 T do_sys_open\nffffffff81234750 T ksys_close\n";
+
+fn plans() -> Vec<crate::ProbePlan> {
+    let syms = KernelSymbols::parse(KALLSYMS).unwrap();
+    [
+        "p:do_sys_openat2 dfd=%di:s32 flags=%dx:x32",
+        "r:do_sys_openat2 ret=$retval:s32",
+    ]
+    .iter()
+    .map(|s| {
+        plan::resolve(
+            ProbeSpec::parse(s, Arch::X86_64).unwrap(),
+            &syms,
+            Arch::X86_64,
+            BackendChoice::Auto,
+        )
+        .unwrap()
+    })
+    .collect()
+}
+
+/// A file with a kernel MMAP, a COMM, samples of both probes over two
+/// rounds (the second round holding an event older than the first's).
+fn file() -> (Vec<u8>, Vec<String>) {
+    let plans = plans();
+    let attrs: Vec<Vec<u8>> = plans.iter().map(sample_attr_bytes).collect();
+    let mut w = Writer::new(Cursor::new(Vec::new())).unwrap();
+    w.kernel_mmap(0xffffffff81000000).unwrap();
+    let body = comm_record_body(42, 43, "cat", 90, 1, 100);
+    w.record(RECORD_COMM, 0, (&body, &[])).unwrap();
+    let mut raw = vec![0u8; 20];
+    raw[8..16].copy_from_slice(&0xffffffff81234570u64.to_ne_bytes());
+    let mut rraw = vec![0u8; 28];
+    rraw[8..16].copy_from_slice(&0xffffffff81234570u64.to_ne_bytes());
+    for (time, probe, cpu) in [(300u64, 0usize, 1u32), (200, 1, 0), (100, 0, 1)] {
+        let (id, raw, regs): (u64, &[u8], Vec<u64>) = if probe == 0 {
+            (100 + u64::from(cpu), &raw, vec![3, 0xffff_ff9c])
+        } else {
+            (200 + u64::from(cpu), &rraw, vec![u64::MAX - 1])
+        };
+        let f = SampleFields {
+            id,
+            ip: 0xffffffff81234661,
+            pid: 42,
+            tid: 43,
+            time,
+            cpu,
+            raw,
+            regs: &regs,
+        };
+        let body = sample_record_body(&f, plans[probe].regs_mask);
+        w.record(RECORD_SAMPLE, 1, (&body, &[])).unwrap();
+        if time == 200 {
+            w.round_end().unwrap();
+        }
+    }
+    w.round_end().unwrap();
+    let syms = KernelSymbols::parse(KALLSYMS).unwrap();
+    let meta = Metadata {
+        arch: Arch::X86_64,
+        probes: plans
+            .iter()
+            .map(|p| StoredProbe::from_plan(p, &[]))
+            .collect(),
+        attrs,
+        ids: vec![vec![100, 101], vec![200, 201]],
+        symbols: symbol_subset(&syms, [0xffffffff81234570, 0xffffffff81234661]),
+        hostname: "host".into(),
+        osrelease: "6.1.0".into(),
+        nr_cpus: (2, 2),
+        cmdline: vec!["kprobe-perf".into(), "record".into()],
+        notes: vec![("summary".into(), "a\nb".into())],
+        tracing_data: None,
+    };
+    let bytes = w.finish(&meta).unwrap().into_inner();
+    let lines = vec![
+        "cat 43 1 100 p_do_sys_openat2_0 -100 0x3".to_string(),
+        "cat 43 0 200 r_do_sys_openat2_0 -2".to_string(),
+        "cat 43 1 300 p_do_sys_openat2_0 -100 0x3".to_string(),
+    ];
+    (bytes, lines)
+}
+
+fn replay_lines(bytes: &[u8]) -> Result<Vec<String>, PerfDataError> {
+    let mut r = Replay::new(Reader::new(Cursor::new(bytes))?)?;
+    let mut lines = Vec::new();
+    r.run(|e, plans, _| {
+        let args: Vec<String> = e.args.iter().map(|a| a.to_string()).collect();
+        lines.push(format!(
+            "{} {} {} {} {} {}",
+            e.comm,
+            e.tid,
+            e.cpu,
+            e.time_ns,
+            plans[e.probe].event,
+            args.join(" ")
+        ));
+    })?;
+    Ok(lines)
+}
+
+#[test]
+fn round_trip() {
+    let (bytes, want) = file();
+    assert_eq!(replay_lines(&bytes).unwrap(), want);
+    let r = Reader::new(Cursor::new(&bytes[..])).unwrap();
+    let meta = r.metadata().unwrap();
+    assert_eq!(meta.hostname, "host");
+    assert_eq!(meta.nr_cpus, (2, 2));
+    assert_eq!(meta.cmdline, ["kprobe-perf", "record"]);
+    assert_eq!(meta.note("summary"), Some("a\nb"));
+    let syms = KernelSymbols::parse(&meta.symbols).unwrap();
+    let l = syms.symbolize(0xffffffff81234661).unwrap();
+    assert_eq!(
+        (l.symbol.name.as_str(), l.offset, l.size),
+        ("do_sys_open", 1, 0xf0)
+    );
+    assert_eq!(r.attrs()[1].ids, [200, 201]);
+}
+
+#[test]
+fn the_record_decoder_names_the_sample_it_cannot_decode() {
+    let plans = plans();
+    let attrs: Vec<Vec<u8>> = plans.iter().map(sample_attr_bytes).collect();
+    let ids = HashMap::from([(7u64, 0usize)]);
+    let d = RecordDecoder::new(plans, vec![vec![], vec![]], attrs, ids, false).unwrap();
+    let f = SampleFields {
+        id: 7,
+        raw: &[0u8; 20],
+        regs: &[1, 2],
+        ..Default::default()
+    };
+    let body = sample_record_body(&f, d.plans()[0].regs_mask);
+    let comm: Arc<str> = Arc::from("x");
+    assert!(d.decode_sample_bytes(0, &body, &comm).is_ok());
+    for cut in 0..body.len() {
+        assert!(
+            d.decode_sample_bytes(0, &body[..cut], &comm).is_err(),
+            "{cut}"
+        );
+    }
+}
+
+#[test]
+fn truncated_and_corrupted_files_are_errors_not_panics() {
+    let (bytes, _) = file();
+    for cut in 0..bytes.len() {
+        let e = replay_lines(&bytes[..cut]).expect_err("a truncated file");
+        assert!(e.to_string().contains("byte"), "{e}");
+    }
+    // A record whose size runs past the data section.
+    let mut bad = bytes.clone();
+    let first = HEADER_SIZE as usize;
+    bad[first + 6..first + 8].copy_from_slice(&0xfff0u16.to_ne_bytes());
+    let e = replay_lines(&bad).unwrap_err().to_string();
+    assert!(
+        e.starts_with("record #0 (type 1) at byte 104: size 65520 runs past"),
+        "{e}"
+    );
+    let mut x = 0x1234_5678u64;
+    for i in 0..20_000 {
+        let mut b = bytes.clone();
+        for _ in 0..1 + i % 4 {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            let at = (x as usize) % b.len();
+            b[at] = (x >> 32) as u8;
+        }
+        let _ = replay_lines(&b);
+    }
+}

@@ -1,0 +1,261 @@
+//! Writing a perf.data file while a session runs.
+
+use std::io::{self, Seek, SeekFrom, Write};
+
+use super::{
+    put_string, Metadata, PerfDataError, Section, FEATURE_BITS, FEAT_ARCH, FEAT_CMDLINE,
+    FEAT_EVENT_DESC, FEAT_HOSTNAME, FEAT_KPROBE_PERF, FEAT_NRCPUS, FEAT_OSRELEASE,
+    FEAT_TRACING_DATA, FEAT_VERSION, HEADER_SIZE, MAGIC, MISC_KERNEL, RECORD_FINISHED_ROUND,
+    RECORD_MMAP,
+};
+use crate::records::RecordSink;
+
+/// Size of the sample_id trailer of the engine's non-sample records
+/// (TID, TIME, CPU, IDENTIFIER).
+const ID_TRAILER: usize = 32;
+
+/// Writes a perf.data file: records as they come, then (in
+/// [`Writer::finish`]) the features, attrs and header.
+pub struct Writer<W: Write + Seek> {
+    out: W,
+    /// Bytes of records written.
+    data_size: u64,
+    /// Records written since the last FINISHED_ROUND.
+    in_round: u64,
+}
+
+fn io_err(what: &str, offset: u64) -> impl FnOnce(io::Error) -> PerfDataError + '_ {
+    move |source| PerfDataError::Io {
+        what: what.to_string(),
+        offset,
+        source,
+    }
+}
+
+impl<W: Write + Seek> Writer<W> {
+    /// Starts a file: a placeholder header, then the data section.
+    pub fn new(mut out: W) -> Result<Self, PerfDataError> {
+        out.seek(SeekFrom::Start(0))
+            .and_then(|_| out.write_all(&[0u8; HEADER_SIZE as usize]))
+            .map_err(io_err("writing the header", 0))?;
+        Ok(Writer {
+            out,
+            data_size: 0,
+            in_round: 0,
+        })
+    }
+
+    /// Writes the `PERF_RECORD_MMAP` perf record synthesizes for the
+    /// kernel (`[kernel.kallsyms]_text` from `text`, the address of
+    /// `_text`, to the end of the address space), so that `perf script`
+    /// resolves kernel addresses.
+    pub fn kernel_mmap(&mut self, text: u64) -> io::Result<()> {
+        let mut body = Vec::with_capacity(96);
+        body.extend_from_slice(&(-1i32).to_ne_bytes());
+        body.extend_from_slice(&0i32.to_ne_bytes());
+        body.extend_from_slice(&text.to_ne_bytes());
+        body.extend_from_slice(&u64::MAX.wrapping_sub(text).to_ne_bytes());
+        body.extend_from_slice(&text.to_ne_bytes());
+        body.extend_from_slice(b"[kernel.kallsyms]_text\0");
+        while body.len() % 8 != 0 {
+            body.push(0);
+        }
+        body.resize(body.len() + ID_TRAILER, 0);
+        self.record(RECORD_MMAP, MISC_KERNEL, (&body, &[]))
+    }
+
+    /// Bytes of records written so far.
+    pub fn data_size(&self) -> u64 {
+        self.data_size
+    }
+
+    /// Ends the file: features, ids and attrs after the data, then the
+    /// header. Returns the output.
+    pub fn finish(mut self, meta: &Metadata) -> Result<W, PerfDataError> {
+        let data_end = HEADER_SIZE + self.data_size;
+        let mut features: Vec<(u32, Vec<u8>)> = Vec::new();
+        if let Some(t) = &meta.tracing_data {
+            features.push((FEAT_TRACING_DATA, t.clone()));
+        }
+        let string = |s: &str| {
+            let mut b = Vec::new();
+            put_string(&mut b, s);
+            b
+        };
+        features.push((FEAT_HOSTNAME, string(&meta.hostname)));
+        features.push((FEAT_OSRELEASE, string(&meta.osrelease)));
+        features.push((
+            FEAT_VERSION,
+            string(concat!("kprobe-perf ", env!("CARGO_PKG_VERSION"))),
+        ));
+        features.push((FEAT_ARCH, string(meta.arch.name())));
+        let mut nrcpus = Vec::new();
+        nrcpus.extend_from_slice(&meta.nr_cpus.0.to_le_bytes());
+        nrcpus.extend_from_slice(&meta.nr_cpus.1.to_le_bytes());
+        features.push((FEAT_NRCPUS, nrcpus));
+        let mut cmdline = (meta.cmdline.len() as u32).to_le_bytes().to_vec();
+        for a in &meta.cmdline {
+            put_string(&mut cmdline, a);
+        }
+        features.push((FEAT_CMDLINE, cmdline));
+        let attr_size = meta.attrs.first().map_or(0, Vec::len);
+        let mut desc = Vec::new();
+        desc.extend_from_slice(&(meta.attrs.len() as u32).to_le_bytes());
+        desc.extend_from_slice(&(attr_size as u32).to_le_bytes());
+        for (i, attr) in meta.attrs.iter().enumerate() {
+            let mut a = attr.clone();
+            a.resize(attr_size, 0);
+            desc.extend_from_slice(&a);
+            let ids = meta.ids.get(i).map_or(&[][..], Vec::as_slice);
+            desc.extend_from_slice(&(ids.len() as u32).to_le_bytes());
+            put_string(
+                &mut desc,
+                meta.probes.get(i).map_or("", |p| p.event.as_str()),
+            );
+            for id in ids {
+                desc.extend_from_slice(&id.to_le_bytes());
+            }
+        }
+        features.push((FEAT_EVENT_DESC, desc));
+        features.push((FEAT_KPROBE_PERF, meta.encode().into_bytes()));
+
+        // Feature table right after the data, then the features.
+        let mut tail = Vec::new();
+        let table_size = features.len() as u64 * 16;
+        let mut at = data_end + table_size;
+        let mut bitmap = [0u64; (FEATURE_BITS / 64) as usize];
+        for (bit, bytes) in &features {
+            tail.extend_from_slice(&at.to_le_bytes());
+            tail.extend_from_slice(&(bytes.len() as u64).to_le_bytes());
+            at += bytes.len() as u64;
+            bitmap[(bit / 64) as usize] |= 1u64 << (bit % 64);
+        }
+        for (_, bytes) in &features {
+            tail.extend_from_slice(bytes);
+        }
+        // Ids of each attr, then the attrs with their id sections.
+        let mut id_sections = Vec::new();
+        for i in 0..meta.attrs.len() {
+            let ids = meta.ids.get(i).map_or(&[][..], Vec::as_slice);
+            id_sections.push(Section {
+                offset: at,
+                size: ids.len() as u64 * 8,
+            });
+            for id in ids {
+                tail.extend_from_slice(&id.to_le_bytes());
+                at += 8;
+            }
+        }
+        let attrs = Section {
+            offset: at,
+            size: (meta.attrs.len() * (attr_size + 16)) as u64,
+        };
+        for (attr, ids) in meta.attrs.iter().zip(&id_sections) {
+            let mut a = attr.clone();
+            a.resize(attr_size, 0);
+            tail.extend_from_slice(&a);
+            tail.extend_from_slice(&ids.offset.to_le_bytes());
+            tail.extend_from_slice(&ids.size.to_le_bytes());
+        }
+        self.out
+            .write_all(&tail)
+            .map_err(io_err("writing the features and attrs", data_end))?;
+
+        let mut header = Vec::with_capacity(HEADER_SIZE as usize);
+        header.extend_from_slice(&MAGIC.to_le_bytes());
+        header.extend_from_slice(&HEADER_SIZE.to_le_bytes());
+        header.extend_from_slice(&(attr_size as u64 + 16).to_le_bytes());
+        for s in [
+            attrs,
+            Section {
+                offset: HEADER_SIZE,
+                size: self.data_size,
+            },
+            Section::default(),
+        ] {
+            header.extend_from_slice(&s.offset.to_le_bytes());
+            header.extend_from_slice(&s.size.to_le_bytes());
+        }
+        for w in bitmap {
+            header.extend_from_slice(&w.to_le_bytes());
+        }
+        self.out
+            .seek(SeekFrom::Start(0))
+            .and_then(|_| self.out.write_all(&header))
+            .and_then(|()| self.out.flush())
+            .map_err(io_err("writing the header", 0))?;
+        Ok(self.out)
+    }
+}
+
+/// perf's `HEADER_TRACING_DATA` (version 0.6, little-endian, 64-bit):
+/// tracefs's `events/header_page` and `events/header_event`, then the
+/// `format` file of each tracepoint event, by system (tracefs group);
+/// no ftrace formats, kallsyms, printk formats or saved cmdlines.
+pub fn tracing_data(
+    page_size: u32,
+    header_page: &str,
+    header_event: &str,
+    events: &[(String, String)],
+) -> Vec<u8> {
+    let mut b = vec![23, 8, 68];
+    b.extend_from_slice(b"tracing0.6\0");
+    b.push(0); // little-endian
+    b.push(8); // sizeof(long)
+    b.extend_from_slice(&page_size.to_le_bytes());
+    for (name, text) in [("header_page", header_page), ("header_event", header_event)] {
+        b.extend_from_slice(name.as_bytes());
+        b.push(0);
+        b.extend_from_slice(&(text.len() as u64).to_le_bytes());
+        b.extend_from_slice(text.as_bytes());
+    }
+    b.extend_from_slice(&0u32.to_le_bytes()); // ftrace formats
+    let mut systems: Vec<&str> = events.iter().map(|(s, _)| s.as_str()).collect();
+    systems.dedup();
+    b.extend_from_slice(&(systems.len() as u32).to_le_bytes());
+    for sys in systems {
+        b.extend_from_slice(sys.as_bytes());
+        b.push(0);
+        let formats: Vec<&String> = events
+            .iter()
+            .filter(|(s, _)| s == sys)
+            .map(|(_, f)| f)
+            .collect();
+        b.extend_from_slice(&(formats.len() as u32).to_le_bytes());
+        for f in formats {
+            b.extend_from_slice(&(f.len() as u64).to_le_bytes());
+            b.extend_from_slice(f.as_bytes());
+        }
+    }
+    b.extend_from_slice(&0u32.to_le_bytes()); // kallsyms
+    b.extend_from_slice(&0u32.to_le_bytes()); // printk formats
+    b.extend_from_slice(&0u64.to_le_bytes()); // saved cmdlines
+    b
+}
+
+impl<W: Write + Seek> RecordSink for Writer<W> {
+    fn record(&mut self, kind: u32, misc: u16, body: (&[u8], &[u8])) -> io::Result<()> {
+        let size = 8 + body.0.len() + body.1.len();
+        let size16 = u16::try_from(size)
+            .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "record over 64 KiB"))?;
+        let mut hdr = [0u8; 8];
+        hdr[..4].copy_from_slice(&kind.to_ne_bytes());
+        hdr[4..6].copy_from_slice(&misc.to_ne_bytes());
+        hdr[6..].copy_from_slice(&size16.to_ne_bytes());
+        self.out.write_all(&hdr)?;
+        self.out.write_all(body.0)?;
+        self.out.write_all(body.1)?;
+        self.data_size += size as u64;
+        self.in_round += 1;
+        Ok(())
+    }
+
+    fn round_end(&mut self) -> io::Result<()> {
+        if self.in_round == 0 {
+            return Ok(());
+        }
+        self.record(RECORD_FINISHED_ROUND, 0, (&[], &[]))?;
+        self.in_round = 0;
+        Ok(())
+    }
+}

@@ -1,0 +1,558 @@
+//! From raw perf records to [`Event`]s, with no kernel in sight: the
+//! decoding a [`Session`](crate::Session) applies to what its rings hold,
+//! usable as well on records read back from a perf.data file
+//! ([`crate::perfdata`]) or made up by benchmarks and fuzzers.
+
+use std::collections::HashMap;
+use std::hash::{BuildHasherDefault, Hasher};
+use std::sync::Arc;
+
+use byteorder::NativeEndian;
+use linux_perf_event_reader::{
+    get_record_identifier, Endianness, EventRecord, PerfEventAttr, RawData, RawEventRecord,
+    RecordParseInfo, RecordType,
+};
+use perf_event_open_sys::bindings::{
+    PERF_SAMPLE_CPU, PERF_SAMPLE_IDENTIFIER, PERF_SAMPLE_IP, PERF_SAMPLE_RAW,
+    PERF_SAMPLE_REGS_INTR, PERF_SAMPLE_TID, PERF_SAMPLE_TIME,
+};
+
+use crate::decode::{decode_parts, decode_sample, DecodeError, Event, SampleParts};
+use crate::plan::ProbePlan;
+use crate::session::SessionStats;
+
+mod build;
+mod order;
+
+pub use build::{
+    comm_record_body, sample_attr_bytes, sample_record_body, user_mmap_bodies, SampleFields,
+    MISC_USER, RECORD_MMAP,
+};
+pub use order::RoundOrder;
+
+/// `PERF_RECORD_COMM`.
+pub const RECORD_COMM: u32 = 3;
+/// `PERF_RECORD_SAMPLE`.
+pub const RECORD_SAMPLE: u32 = 9;
+
+/// The `sample_type` a session asks the kernel for with this plan: every
+/// sample carries its event id, ip, pid/tid, time, cpu and raw data, plus
+/// the registers the arguments need.
+pub fn sample_type(plan: &ProbePlan) -> u64 {
+    let mut t = PERF_SAMPLE_IDENTIFIER
+        | PERF_SAMPLE_IP
+        | PERF_SAMPLE_TID
+        | PERF_SAMPLE_TIME
+        | PERF_SAMPLE_CPU
+        | PERF_SAMPLE_RAW;
+    if plan.regs_mask != 0 {
+        t |= PERF_SAMPLE_REGS_INTR;
+    }
+    u64::from(t)
+}
+
+/// Why a set of probes cannot be decoded.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum RecordsError {
+    /// An attr does not describe a sample layout we can read.
+    #[error("the perf_event_attr of probe {probe} cannot be parsed: {source}")]
+    Attr {
+        /// Index of the probe.
+        probe: usize,
+        /// What the parser said.
+        source: std::io::Error,
+    },
+    /// An attr asks for sample fields a kprobe-perf session never does.
+    #[error("the perf_event_attr of probe {probe} has sample_type 0x{sample_type:x}; kprobe-perf's samples have only IDENTIFIER, IP, TID, TIME, CPU, RAW and REGS_INTR (0x{allowed:x}) and IDENTIFIER")]
+    Layout {
+        /// Index of the probe.
+        probe: usize,
+        /// Its sample_type.
+        sample_type: u64,
+        /// The bits allowed.
+        allowed: u64,
+    },
+    /// The number of attrs, field tables or plans differ.
+    #[error("{plans} probes but {attrs} attrs and {offsets} field tables")]
+    Mismatch {
+        /// Plans given.
+        plans: usize,
+        /// Attrs given.
+        attrs: usize,
+        /// Field offset tables given.
+        offsets: usize,
+    },
+}
+
+/// Why one record could not be used (it is also counted in
+/// [`SessionStats::undecodable`]).
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum RecordError {
+    /// The record's event id belongs to no probe.
+    #[error("its event id ({}) belongs to no probe", .0.map_or("none".to_string(), |i| i.to_string()))]
+    UnknownId(Option<u64>),
+    /// The record does not have the layout its attr describes.
+    #[error("it does not have the layout of its attr: {0}")]
+    Parse(String),
+    /// The sample could not be decoded with its probe's plan.
+    #[error("its sample cannot be decoded: {0}")]
+    Decode(#[from] DecodeError),
+}
+
+/// A multiplicative hasher for the integer keys of the per-record lookups
+/// (event ids, thread ids): SipHash costs more than the rest of a lookup.
+#[derive(Default, Clone, Copy)]
+struct IntHasher(u64);
+
+impl Hasher for IntHasher {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+
+    fn write(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            self.write_u64(u64::from(b));
+        }
+    }
+
+    fn write_u64(&mut self, i: u64) {
+        self.0 = (self.0.rotate_left(5) ^ i).wrapping_mul(0x51_7c_c1_b7_27_22_0a_95);
+    }
+
+    fn write_i32(&mut self, i: i32) {
+        self.write_u64(u64::from(i as u32));
+    }
+}
+
+type IntMap<K, V> = HashMap<K, V, BuildHasherDefault<IntHasher>>;
+
+/// Thread id -> command name, from COMM records and (for a live session)
+/// /proc.
+#[derive(Default)]
+struct CommTable {
+    names: IntMap<i32, Arc<str>>,
+    /// Read /proc for threads not seen in a COMM record.
+    live: bool,
+    /// Names found in /proc since the last [`RecordDecoder::take_learned`].
+    learned: Vec<LearnedComm>,
+}
+
+impl CommTable {
+    fn get(&mut self, pid: i32, tid: i32) -> Arc<str> {
+        if let Some(n) = self.names.get(&tid) {
+            return n.clone();
+        }
+        let name: Arc<str> = if self.live {
+            std::fs::read_to_string(format!("/proc/{pid}/task/{tid}/comm"))
+                .map(|s| Arc::from(s.trim_end()))
+                .unwrap_or_else(|_| Arc::from("<...>"))
+        } else {
+            Arc::from("<...>")
+        };
+        if self.live {
+            self.learned.push(LearnedComm {
+                pid,
+                tid,
+                name: name.clone(),
+                time_ns: 0,
+                cpu: 0,
+                id: 0,
+            });
+        }
+        self.names.insert(tid, name.clone());
+        name
+    }
+
+    /// The name for a sample of `(pid, tid, time, cpu)` with event id
+    /// `id`; a name learned from /proc remembers that sample.
+    fn get_for(&mut self, key: &(i32, i32, u64, u32), id: u64) -> Arc<str> {
+        if let Some(n) = self.names.get(&key.1) {
+            return n.clone();
+        }
+        let before = self.learned.len();
+        let name = self.get(key.0, key.1);
+        if let Some(l) = self.learned.get_mut(before) {
+            l.time_ns = key.2;
+            l.cpu = key.3;
+            l.id = id;
+        }
+        name
+    }
+
+    fn set(&mut self, tid: i32, name: &[u8]) {
+        self.names
+            .insert(tid, Arc::from(String::from_utf8_lossy(name).as_ref()));
+    }
+}
+
+/// A command name the decoder learned from /proc rather than from a COMM
+/// record, with the sample that needed it: a perf.data writer stores it as
+/// a COMM record so that a replay names the thread the same way.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LearnedComm {
+    /// Process id.
+    pub pid: i32,
+    /// Thread id.
+    pub tid: i32,
+    /// The name.
+    pub name: Arc<str>,
+    /// Time of the sample that needed it.
+    pub time_ns: u64,
+    /// CPU of that sample.
+    pub cpu: u32,
+    /// Event id of that sample.
+    pub id: u64,
+}
+
+/// Decodes the records of a set of probes: samples into [`Event`]s, COMM
+/// records into the thread-name table, LOST records into the counters.
+pub struct RecordDecoder {
+    plans: Vec<ProbePlan>,
+    field_offsets: Vec<Vec<usize>>,
+    attrs: Vec<Vec<u8>>,
+    probe_of_id: IntMap<u64, usize>,
+    parse_info: Vec<RecordParseInfo>,
+    /// Per probe: `Some(sample_regs_intr)` when its samples have exactly
+    /// the session layout, which [`RecordDecoder::fast_sample`] reads.
+    fast: Vec<Option<u64>>,
+    comms: CommTable,
+    stats: SessionStats,
+}
+
+impl RecordDecoder {
+    /// A decoder for `plans`, whose events were opened with `attrs` (the
+    /// bytes of each probe's perf_event_attr) and carry the ids of
+    /// `probe_of_id`. `field_offsets[i]` lists where the arguments of
+    /// tracefs probe `i` lie in its raw record (empty for PMU probes).
+    /// `live` lets the decoder read /proc for threads it has no COMM for.
+    pub fn new(
+        plans: Vec<ProbePlan>,
+        field_offsets: Vec<Vec<usize>>,
+        attrs: Vec<Vec<u8>>,
+        probe_of_id: HashMap<u64, usize>,
+        live: bool,
+    ) -> Result<RecordDecoder, RecordsError> {
+        if attrs.len() != plans.len() || field_offsets.len() != plans.len() {
+            return Err(RecordsError::Mismatch {
+                plans: plans.len(),
+                attrs: attrs.len(),
+                offsets: field_offsets.len(),
+            });
+        }
+        let allowed = u64::from(
+            PERF_SAMPLE_IDENTIFIER
+                | PERF_SAMPLE_IP
+                | PERF_SAMPLE_TID
+                | PERF_SAMPLE_TIME
+                | PERF_SAMPLE_CPU
+                | PERF_SAMPLE_RAW
+                | PERF_SAMPLE_REGS_INTR,
+        );
+        let parse_info = attrs
+            .iter()
+            .enumerate()
+            .map(|(probe, bytes)| {
+                let (a, _) = PerfEventAttr::parse::<_, NativeEndian>(&bytes[..])
+                    .map_err(|source| RecordsError::Attr { probe, source })?;
+                // The record parser trusts the attr (a CALLCHAIN bit makes
+                // it multiply a length from the record): allow only the
+                // layout sessions use.
+                let sample_type = a.sample_format.bits();
+                if sample_type & !allowed != 0
+                    || sample_type & u64::from(PERF_SAMPLE_IDENTIFIER) == 0
+                {
+                    return Err(RecordsError::Layout {
+                        probe,
+                        sample_type,
+                        allowed,
+                    });
+                }
+                let base = allowed & !u64::from(PERF_SAMPLE_REGS_INTR);
+                let fast = (sample_type & base == base).then_some(
+                    if sample_type & u64::from(PERF_SAMPLE_REGS_INTR) != 0 {
+                        a.sample_regs_intr
+                    } else {
+                        0
+                    },
+                );
+                Ok((RecordParseInfo::new(&a, Endianness::LittleEndian), fast))
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        let (parse_info, fast) = parse_info.into_iter().unzip();
+        Ok(RecordDecoder {
+            stats: SessionStats {
+                hits: vec![0; plans.len()],
+                ..Default::default()
+            },
+            plans,
+            field_offsets,
+            attrs,
+            probe_of_id: probe_of_id.into_iter().collect(),
+            parse_info,
+            fast,
+            comms: CommTable {
+                live,
+                ..Default::default()
+            },
+        })
+    }
+
+    /// The probes, in the order events refer to them.
+    pub fn plans(&self) -> &[ProbePlan] {
+        &self.plans
+    }
+
+    /// Where each tracefs probe's arguments lie in its raw record.
+    pub fn field_offsets(&self) -> &[Vec<usize>] {
+        &self.field_offsets
+    }
+
+    /// The perf_event_attr bytes of each probe.
+    pub fn attrs(&self) -> &[Vec<u8>] {
+        &self.attrs
+    }
+
+    /// The event ids of each probe (one per CPU or thread it was opened
+    /// on), sorted.
+    pub fn ids(&self) -> Vec<Vec<u64>> {
+        let mut ids = vec![Vec::new(); self.plans.len()];
+        for (&id, &p) in &self.probe_of_id {
+            if let Some(v) = ids.get_mut(p) {
+                v.push(id);
+            }
+        }
+        for v in &mut ids {
+            v.sort_unstable();
+        }
+        ids
+    }
+
+    /// The probe an event id belongs to.
+    pub fn probe_of_id(&self, id: u64) -> Option<usize> {
+        self.probe_of_id.get(&id).copied()
+    }
+
+    /// Counters so far.
+    pub fn stats(&self) -> &SessionStats {
+        &self.stats
+    }
+
+    /// Counters, for the owner to add what it learns elsewhere.
+    pub fn stats_mut(&mut self) -> &mut SessionStats {
+        &mut self.stats
+    }
+
+    /// The names read from /proc since the last call.
+    pub fn take_learned(&mut self) -> Vec<LearnedComm> {
+        std::mem::take(&mut self.comms.learned)
+    }
+
+    /// Decodes one sample of a known probe without touching the counters
+    /// or the name table (the thread is named `comm`): the decode step
+    /// alone, for benchmarks and fuzzers. `body` is the record after its
+    /// 8-byte header.
+    pub fn decode_sample_bytes(
+        &self,
+        misc: u16,
+        body: &[u8],
+        comm: &Arc<str>,
+    ) -> Result<Event, DecodeError> {
+        let data = RawData::Single(body);
+        let kind = RecordType(RECORD_SAMPLE);
+        let probe = get_record_identifier::<NativeEndian>(kind, data, true)
+            .and_then(|id| self.probe_of_id(id))
+            .ok_or(DecodeError::Missing("a known event id"))?;
+        let (Some(plan), Some(info)) = (self.plans.get(probe), self.parse_info.get(probe)) else {
+            return Err(DecodeError::Missing("a known event id"));
+        };
+        match RawEventRecord::new(kind, misc, data, *info).parse() {
+            Ok(EventRecord::Sample(s)) => {
+                let offsets = self.field_offsets.get(probe).map_or(&[][..], Vec::as_slice);
+                decode_sample(probe, plan, &s, comm.clone(), offsets)
+            }
+            _ => Err(DecodeError::Missing("a well-formed sample")),
+        }
+    }
+
+    /// Handles one record (`kind` and `misc` from its header, `body` the
+    /// rest, in one or two parts). A decoded sample of a probe the user
+    /// asked for is appended to `out`; counters and names are updated.
+    /// Records of perf's own types (`FINISHED_ROUND` ...) are ignored.
+    pub fn record(
+        &mut self,
+        kind: u32,
+        misc: u16,
+        body: (&[u8], &[u8]),
+        out: &mut Vec<Event>,
+    ) -> Result<(), RecordError> {
+        if kind == RECORD_SAMPLE && body.1.is_empty() {
+            if let Some(result) = self.fast_sample(body.0, out) {
+                return result;
+            }
+        }
+        let data = if body.1.is_empty() {
+            RawData::Single(body.0)
+        } else {
+            RawData::Split(body.0, body.1)
+        };
+        let kind = RecordType(kind);
+        if kind.is_user_type() {
+            return Ok(());
+        }
+        let id = get_record_identifier::<NativeEndian>(kind, data, true);
+        let probe = id.and_then(|id| self.probe_of_id.get(&id).copied());
+        let (Some(probe), Some(plan), Some(info)) = (
+            probe,
+            probe.and_then(|p| self.plans.get(p)),
+            probe.and_then(|p| self.parse_info.get(p)),
+        ) else {
+            self.stats.undecodable += 1;
+            return Err(RecordError::UnknownId(id));
+        };
+        match RawEventRecord::new(kind, misc, data, *info).parse() {
+            Ok(EventRecord::Sample(s)) => {
+                let comm = self.comms.get_for(&s_parts_key(&s), id.unwrap_or(0));
+                let offsets = self.field_offsets.get(probe).map_or(&[][..], Vec::as_slice);
+                let decoded = decode_sample(probe, plan, &s, comm, offsets);
+                account(&mut self.stats, probe, plan, decoded, out)
+            }
+            Ok(EventRecord::Comm(c)) => {
+                self.comms.set(c.tid, &c.name.as_slice());
+                Ok(())
+            }
+            Ok(EventRecord::Lost(l)) => {
+                self.stats.lost += l.count;
+                Ok(())
+            }
+            Ok(_) => Ok(()),
+            Err(e) => {
+                self.stats.undecodable += 1;
+                Err(RecordError::Parse(e.to_string()))
+            }
+        }
+    }
+
+    /// A sample of the exact layout sessions use, in one piece, parsed
+    /// directly; `None` sends it down the general path (which also reports
+    /// any error).
+    fn fast_sample(&mut self, b: &[u8], out: &mut Vec<Event>) -> Option<Result<(), RecordError>> {
+        let id = u64_at(b, 0)?;
+        let probe = *self.probe_of_id.get(&id)?;
+        let mask = (*self.fast.get(probe)?)?;
+        let plan = self.plans.get(probe)?;
+        let size = u32_at(b, 40)? as usize;
+        let raw = b.get(44..44usize.checked_add(size)?)?;
+        let regs: &[u8] = if mask == 0 {
+            &[]
+        } else {
+            let at = 44 + size;
+            match u64_at(b, at)? {
+                0 => &[],
+                _ => b.get(at + 8..at + 8 + 8 * mask.count_ones() as usize)?,
+            }
+        };
+        let parts = SampleParts {
+            ip: u64_at(b, 8),
+            pid: u32_at(b, 16).map(|v| v as i32),
+            tid: u32_at(b, 20).map(|v| v as i32),
+            time: u64_at(b, 24),
+            cpu: u32_at(b, 32),
+            raw,
+        };
+        let key = (
+            parts.pid.unwrap_or(-1),
+            parts.tid.unwrap_or(-1),
+            parts.time.unwrap_or(0),
+            parts.cpu.unwrap_or(0),
+        );
+        let comm = self.comms.get_for(&key, id);
+        let offsets = self.field_offsets.get(probe).map_or(&[][..], Vec::as_slice);
+        let reg = |i: u64| {
+            if i >= 64 || mask & (1u64 << i) == 0 {
+                return None;
+            }
+            let slot = (mask & ((1u64 << i) - 1)).count_ones() as usize;
+            u64_at(regs, slot * 8)
+        };
+        let decoded = decode_parts(probe, plan, &parts, reg, comm, offsets);
+        Some(account(&mut self.stats, probe, plan, decoded, out))
+    }
+}
+
+fn u64_at(b: &[u8], at: usize) -> Option<u64> {
+    b.get(at..at.checked_add(8)?)
+        .and_then(|s| s.try_into().ok())
+        .map(u64::from_ne_bytes)
+}
+
+fn u32_at(b: &[u8], at: usize) -> Option<u32> {
+    b.get(at..at.checked_add(4)?)
+        .and_then(|s| s.try_into().ok())
+        .map(u32::from_ne_bytes)
+}
+
+/// (pid, tid, time, cpu) of a parsed sample.
+fn s_parts_key(s: &linux_perf_event_reader::SampleRecord<'_>) -> (i32, i32, u64, u32) {
+    (
+        s.pid.unwrap_or(-1),
+        s.tid.unwrap_or(-1),
+        s.timestamp.unwrap_or(0),
+        s.cpu.unwrap_or(0),
+    )
+}
+
+/// Counts a decoded sample and hands it over, unless it belongs to a
+/// companion entry probe (only counted).
+fn account(
+    stats: &mut SessionStats,
+    probe: usize,
+    plan: &ProbePlan,
+    decoded: Result<Event, DecodeError>,
+    out: &mut Vec<Event>,
+) -> Result<(), RecordError> {
+    match decoded {
+        Ok(e) => {
+            if let Some(h) = stats.hits.get_mut(probe) {
+                *h += 1;
+            }
+            if let Some(ret_probe) = plan.companion_of {
+                stats.pairing.entry((ret_probe, e.tid)).or_default().0 += 1;
+                return Ok(());
+            }
+            if plan.is_return() {
+                stats.pairing.entry((probe, e.tid)).or_default().1 += 1;
+            }
+            out.push(e);
+            Ok(())
+        }
+        Err(e) => {
+            stats.undecodable += 1;
+            Err(e.into())
+        }
+    }
+}
+
+/// Where a session copies every record it reads from its rings, untouched,
+/// before decoding it (a perf.data writer, for instance).
+pub trait RecordSink {
+    /// One record: `kind` and `misc` from its header, `body` the bytes
+    /// after the header, in one or two parts.
+    fn record(&mut self, kind: u32, misc: u16, body: (&[u8], &[u8])) -> std::io::Result<()>;
+
+    /// Every ring has been read once since the last round: no record
+    /// still to come is older than those already given.
+    fn round_end(&mut self) -> std::io::Result<()>;
+}
+
+/// A sink shared with its owner, who finishes it after the session.
+impl<T: RecordSink> RecordSink for std::rc::Rc<std::cell::RefCell<T>> {
+    fn record(&mut self, kind: u32, misc: u16, body: (&[u8], &[u8])) -> std::io::Result<()> {
+        self.borrow_mut().record(kind, misc, body)
+    }
+
+    fn round_end(&mut self) -> std::io::Result<()> {
+        self.borrow_mut().round_end()
+    }
+}
