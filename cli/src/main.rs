@@ -120,7 +120,9 @@ struct RecordArgs {
     /// How probes reach the kernel: `pmu` (perf_event_open on the kprobe
     /// PMU), `tracefs` (a dynamic_events definition opened as a tracepoint;
     /// the kernel fetches memory arguments and honours maxactive), or
-    /// `auto` (the PMU unless the probe needs tracefs).
+    /// `auto` (the PMU unless the probe needs tracefs; all kernel probes go
+    /// through tracefs when there are 64 or more, which shares one kernel
+    /// kprobe between CPUs and detaches much faster).
     #[arg(long, value_enum, default_value_t = BackendArg::Auto)]
     backend: BackendArg,
     /// Print JSON Lines instead of text: one object per event (typed

@@ -65,17 +65,21 @@ fn have(tool: &str) -> bool {
         .is_ok_and(|s| s.success())
 }
 
-fn ours(funcs: &[String], choice: BackendChoice) -> (f64, f64) {
+fn ours(funcs: &[String], choice: BackendChoice) -> (f64, f64, &'static str) {
     let symbols = KernelSymbols::load().expect("kallsyms");
     let specs: Vec<String> = funcs.iter().map(|f| format!("p:{f}")).collect();
     let t = Instant::now();
     let plans = plan_probes_with(&specs, &symbols, choice).expect("planning");
+    let route = match plans.first().map(|p| p.backend) {
+        Some(kprobe_perf_engine::plan::Backend::Tracefs) => "tracefs",
+        _ => "pmu",
+    };
     let mut s = Session::open(plans, SessionOptions::default()).expect("attaching");
     s.enable().expect("enabling");
     let attach = secs(t);
     let t = Instant::now();
     drop(s);
-    (attach, secs(t))
+    (attach, secs(t), route)
 }
 
 fn perf(funcs: &[String]) -> Option<(f64, f64)> {
@@ -143,15 +147,21 @@ fn bpftrace(funcs: &[String]) -> Option<(f64, f64)> {
     let probes: Vec<String> = funcs.iter().map(|f| format!("kprobe:{f}")).collect();
     let prog = format!("{} {{ }}", probes.join(","));
     let t = Instant::now();
-    let st = Command::new("bpftrace")
+    let out = Command::new("bpftrace")
         .args(["-e", &prog, "-c", "true"])
         .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .status()
+        .stderr(Stdio::piped())
+        .output()
         .ok()?;
     let total = secs(t);
-    if !st.success() {
-        println!("bpftrace failed ({st}), skipped");
+    if !out.status.success() {
+        let err = String::from_utf8_lossy(&out.stderr);
+        let tail: Vec<&str> = err.lines().rev().take(3).collect();
+        println!(
+            "bpftrace failed ({}) after {total:.1} s, skipped; it said: {}",
+            out.status,
+            tail.into_iter().rev().collect::<Vec<_>>().join(" | ")
+        );
         return None;
     }
     println!("bpftrace: attach + run + detach {total:.1} s");
@@ -168,6 +178,29 @@ fn main() {
         .and_then(|s| s.parse().ok())
         .unwrap_or(42);
     let skip_peers = std::env::args().any(|a| a == "--no-peers");
+    // --workload: a shell loop runs system calls on every CPU throughout,
+    // so that probes are hit while they are armed and disarmed.
+    let mut workload: Vec<std::process::Child> = if std::env::args().any(|a| a == "--workload") {
+        let cpus = std::thread::available_parallelism().map_or(1, |c| c.get());
+        (0..cpus)
+            .filter_map(|_| {
+                Command::new("sh")
+                    .args([
+                        "-c",
+                        "while :; do cat /proc/self/status /etc/hostname >/dev/null; ls / >/dev/null; done",
+                    ])
+                    .stdout(Stdio::null())
+                    .stderr(Stdio::null())
+                    .spawn()
+                    .ok()
+            })
+            .collect()
+    } else {
+        Vec::new()
+    };
+    if !workload.is_empty() {
+        println!("workload: {} shell loops running", workload.len());
+    }
     let funcs = pick(n, seed);
     let cpus = std::thread::available_parallelism().map_or(1, |c| c.get());
     println!(
@@ -175,19 +208,22 @@ fn main() {
         funcs.len(),
         funcs.iter().take(5).cloned().collect::<Vec<_>>().join(", ")
     );
-    let tracefs = std::env::args().any(|a| a == "--tracefs");
-    let choice = if tracefs {
+    // The default is what the CLI does (`auto`); --pmu and --tracefs force
+    // a route.
+    let choice = if std::env::args().any(|a| a == "--tracefs") {
         BackendChoice::Tracefs
+    } else if std::env::args().any(|a| a == "--pmu") {
+        BackendChoice::Pmu
     } else {
         BackendChoice::Auto
     };
-    let (a, d) = ours(&funcs, choice);
+    let (a, d, route) = ours(&funcs, choice);
     println!(
-        "kprobe-perf ({}): attach {a:.1} s, detach {d:.1} s, total {:.1} s",
-        if tracefs { "tracefs" } else { "pmu" },
+        "kprobe-perf ({route}): attach {a:.1} s, detach {d:.1} s, total {:.1} s",
         a + d
     );
     if skip_peers {
+        stop(&mut workload);
         return;
     }
     let mut best: Option<(&str, f64)> = None;
@@ -203,5 +239,13 @@ fn main() {
             "ratio: kprobe-perf total / fastest peer ({name}) total = {:.2}",
             (a + d) / total
         );
+    }
+    stop(&mut workload);
+}
+
+fn stop(workload: &mut [std::process::Child]) {
+    for c in workload.iter_mut() {
+        let _ = c.kill();
+        let _ = c.wait();
     }
 }

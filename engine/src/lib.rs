@@ -43,8 +43,16 @@ pub fn plan_probes<S: AsRef<str>>(
     plan_probes_with(specs, symbols, plan::BackendChoice::Auto)
 }
 
-/// As [`plan_probes`], with an explicit backend choice. Event names that
-/// repeat get a `_2`, `_3` ... suffix so each probe stays distinct. Each
+/// From this many kernel probes on, [`plan_probes_with`] puts every kernel
+/// probe on the tracefs route when the choice is
+/// [`Auto`](plan::BackendChoice::Auto).
+pub const BULK_THROUGH_TRACEFS: usize = 64;
+
+/// As [`plan_probes`], with an explicit backend choice. With
+/// [`Auto`](plan::BackendChoice::Auto) and at least
+/// [`BULK_THROUGH_TRACEFS`] kernel probes, all kernel probes go through
+/// tracefs. Event names that repeat get a `_2`, `_3` ... suffix so each
+/// probe stays distinct. Each
 /// PMU kretprobe gets a companion entry probe, appended after the user's
 /// probes, so that returns the kernel never reported can be counted
 /// ([`SessionStats::unreturned`]).
@@ -62,10 +70,24 @@ pub fn plan_probes_with<S: AsRef<str>>(
             ),
         )
     })?;
-    specs
+    let parsed = specs
         .iter()
-        .map(|s| {
-            let spec = ProbeSpec::parse(s.as_ref(), arch)?;
+        .map(|s| ProbeSpec::parse(s.as_ref(), arch))
+        .collect::<Result<Vec<ProbeSpec>, _>>()?;
+    let is_kernel = |s: &ProbeSpec| !matches!(s.target, spec::Target::User { .. });
+    // Many kernel probes at once go through tracefs under `auto`: one
+    // kernel kprobe per function, shared by every CPU's event, where the
+    // PMU registers one per CPU and fd; detaching 1,000 is ~40% faster.
+    let bulk = choice == plan::BackendChoice::Auto
+        && parsed.iter().filter(|s| is_kernel(s)).count() >= BULK_THROUGH_TRACEFS;
+    parsed
+        .into_iter()
+        .map(|spec| {
+            let choice = if bulk && is_kernel(&spec) {
+                plan::BackendChoice::Tracefs
+            } else {
+                choice
+            };
             Ok(plan::resolve(spec, symbols, arch, choice)?)
         })
         .collect::<Result<Vec<ProbePlan>, Error>>()

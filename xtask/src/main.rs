@@ -57,8 +57,9 @@ enum Task {
         inputs: u64,
     },
     /// Print benchmark figures in release mode: `spec` (parse speed on
-    /// the host), `attach` (attach and detach N kprobes in the VM, against
-    /// perf probe + perf record and bpftrace in the same VM) or `decode`
+    /// the host), `attach` (attach and detach N kprobes in the VM while
+    /// shell loops keep every CPU busy, against perf probe + perf record
+    /// and bpftrace in the same VM) or `decode`
     /// (decoding and text formatting of recorded samples on one core on the
     /// host, against `perf script` on the same perf.data file).
     Bench {
@@ -166,7 +167,12 @@ fn bench_attach(functions: usize, kernel: &str) -> Result<()> {
     let exe = workspace_root().join("target/release/examples/attach_bench");
     let outcome = vm::run(&vm::VmRun {
         kernel: &kernel,
-        command: &[exe.to_string_lossy().into_owned(), functions.to_string()],
+        command: &[
+            exe.to_string_lossy().into_owned(),
+            functions.to_string(),
+            "42".into(),
+            "--workload".into(),
+        ],
         cwd: workspace_root(),
         env: passthrough_env(),
         timeout: Duration::from_secs(3600),

@@ -160,7 +160,9 @@ pub fn run(kernel_args: &[String], no_lint: bool) -> Result<()> {
     ));
     total.add(native);
 
-    host::ensure_packages(&[])?;
+    // perf: the differential test (tests/differential.rs) and perf.data
+    // checks (tests/perfdata.rs) run Debian's perf inside the VM.
+    host::ensure_packages(&[("linux-perf", "/usr/bin/perf")])?;
     let exes = build_vm_tests()?;
     let kernels: Vec<String> = if kernel_args.is_empty() {
         MATRIX.iter().map(|s| s.to_string()).collect()
