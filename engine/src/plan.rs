@@ -4,6 +4,7 @@
 
 use kprobe_perf_arch::{Arch, Register};
 
+use kprobe_perf_symbols::prototypes::{BtfError, KernelBtf, Shape};
 use kprobe_perf_symbols::KernelSymbols;
 
 use crate::spec::{ArgType, FetchBase, ProbeKind, ProbeSpec, Target, UserLocation};
@@ -52,6 +53,14 @@ pub enum PlanError {
     Glob {
         /// The glob.
         pattern: String,
+        /// Why, and what to do.
+        reason: String,
+    },
+    /// An argument name could not be resolved from BTF.
+    #[error("{function}: {reason}")]
+    Btf {
+        /// The probed function.
+        function: String,
         /// Why, and what to do.
         reason: String,
     },
@@ -267,6 +276,7 @@ pub fn resolve(
     arch: Arch,
     choice: BackendChoice,
 ) -> Result<ProbePlan, PlanError> {
+    let spec = short_form_with_names(spec, symbols);
     let mut resolved_address = None;
     let attach = match &spec.target {
         Target::Symbol {
@@ -332,14 +342,7 @@ pub fn resolve(
             });
         }
     }
-    for a in &spec.args {
-        if let FetchBase::Name(n) = &a.fetch.base {
-            return Err(PlanError::Unsupported {
-                what: format!("the argument name {n} (resolved from BTF)"),
-                instead: "name the argument with $argN, as in dfd=$arg1".into(),
-            });
-        }
-    }
+    let spec = resolve_names(spec, arch, KernelBtf::running_kernel)?;
     let reason = tracefs_reason(&spec, arch);
     let backend = match (choice, reason) {
         (BackendChoice::Tracefs, _) | (BackendChoice::Auto, Some(_)) => Backend::Tracefs,
@@ -388,6 +391,164 @@ pub fn resolve(
         regs_mask,
         companion_of: None,
     })
+}
+
+/// `p:do_sys_openat2 dfd filename` reads, in the kernel's grammar, as
+/// event `do_sys_openat2` on a function `dfd`. When no function `dfd`
+/// exists and `do_sys_openat2` does, the user meant the short form with
+/// argument names: rewrite it so.
+fn short_form_with_names(spec: ProbeSpec, symbols: &KernelSymbols) -> ProbeSpec {
+    let (
+        Some(event),
+        None,
+        Target::Symbol {
+            module: None,
+            name,
+            instance: None,
+            offset: 0,
+        },
+    ) = (&spec.event, &spec.group, &spec.target)
+    else {
+        return spec;
+    };
+    let is_function = |n: &str| symbols.lookup(n).iter().any(|s| s.is_text());
+    if symbols.is_empty() || is_function(name) || !is_function(event) {
+        return spec;
+    }
+    let first = crate::spec::FetchArg {
+        name: None,
+        fetch: crate::spec::Fetch {
+            base: FetchBase::Name(name.clone()),
+            derefs: Vec::new(),
+        },
+        ty: None,
+    };
+    ProbeSpec {
+        event: None,
+        target: Target::Symbol {
+            module: None,
+            name: event.clone(),
+            instance: None,
+            offset: 0,
+        },
+        args: std::iter::once(first)
+            .chain(spec.args.iter().cloned())
+            .collect(),
+        ..spec
+    }
+}
+
+/// Replaces bare argument names (`p:do_sys_openat2 dfd filename`) with
+/// the `$argN` BTF gives them, typed from their C type when no `:TYPE` is
+/// written (sized integers and enums by signedness, pointers as x64). The
+/// BTF is loaded only when a name is used.
+fn resolve_names<'b>(
+    mut spec: ProbeSpec,
+    arch: Arch,
+    btf: impl FnOnce() -> Result<&'b KernelBtf, BtfError>,
+) -> Result<ProbeSpec, PlanError> {
+    if !spec
+        .args
+        .iter()
+        .any(|a| matches!(a.fetch.base, FetchBase::Name(_)))
+    {
+        return Ok(spec);
+    }
+    let function = match &spec.target {
+        Target::Symbol {
+            module: None, name, ..
+        } => name.clone(),
+        Target::Symbol {
+            module: Some(m), ..
+        } => {
+            return Err(PlanError::Unsupported {
+                what: format!("argument names in module {m} (its split BTF)"),
+                instead: "name the arguments with $argN, as in dfd=$arg1".into(),
+            })
+        }
+        _ => return Err(PlanError::Unsupported {
+            what:
+                "argument names on an address or a uprobe (there is no function to look up in BTF)"
+                    .into(),
+            instead: "name the arguments with $argN or registers".into(),
+        }),
+    };
+    let fail = |reason: String| PlanError::Btf {
+        function: function.clone(),
+        reason,
+    };
+    if let Target::Symbol { offset, .. } = &spec.target {
+        if *offset != 0 {
+            return Err(fail(format!(
+                "argument names read parameter registers, which hold the parameters only at the function entry, not at +{offset}; fetch registers here instead"
+            )));
+        }
+    }
+    if spec.is_return() {
+        return Err(fail(
+            "argument names read parameters at the entry; at the return their registers hold other values: probe the entry (p:) for parameters and use $retval here".into(),
+        ));
+    }
+    let proto = btf()
+        .and_then(|b| b.function(&function))
+        .map_err(|e| fail(e.to_string()))?;
+    for a in &mut spec.args {
+        let FetchBase::Name(n) = &a.fetch.base else {
+            continue;
+        };
+        let n = n.clone();
+        let Some(pos) = proto.position(&n) else {
+            let names: Vec<&str> = proto.params.iter().map(|p| p.name.as_str()).collect();
+            let close = names
+                .iter()
+                .filter(|c| kprobe_perf_arch::edit_distance(c, &n) <= 2)
+                .min_by_key(|c| kprobe_perf_arch::edit_distance(c, &n));
+            let hint = close
+                .map(|c| format!("did you mean {c}? "))
+                .unwrap_or_default();
+            return Err(fail(format!(
+                "it has no parameter {n}; {hint}its parameters are {}",
+                if names.is_empty() {
+                    "none".to_string()
+                } else {
+                    names.join(", ")
+                }
+            )));
+        };
+        let param = &proto.params[pos - 1];
+        let n32 = u32::try_from(pos).unwrap_or(u32::MAX);
+        if arch.arg_register(n32).is_none() {
+            return Err(fail(format!(
+                "{n} is parameter {pos}, passed on the stack on {} (only the first parameters are in registers); fetch it with +OFFS($stack)",
+                arch.name()
+            )));
+        }
+        let default = match param.shape {
+            Shape::Int { size, signed } | Shape::Enum { size, signed } => {
+                let bits = u8::try_from(size * 8).unwrap_or(64).clamp(8, 64);
+                if signed {
+                    crate::spec::BaseType::Signed(bits)
+                } else {
+                    crate::spec::BaseType::Unsigned(bits)
+                }
+            }
+            Shape::Pointer => crate::spec::BaseType::Hex(64),
+            Shape::Float { .. } | Shape::Aggregate { .. } | Shape::Void => {
+                return Err(fail(format!(
+                    "{n} is a {} passed by value, which does not fit a register fetch",
+                    param.c_type
+                )))
+            }
+        };
+        if a.name.is_none() {
+            a.name = Some(n.clone());
+        }
+        if a.ty.is_none() && a.fetch.derefs.is_empty() {
+            a.ty = Some(ArgType::scalar(default));
+        }
+        a.fetch.base = FetchBase::Arg(n32);
+    }
+    Ok(spec)
 }
 
 fn bad_register(name: &str, arch: Arch) -> PlanError {
@@ -638,6 +799,36 @@ mod tests {
                 name: "jiffies".into(),
                 kind: 'D'
             }
+        );
+    }
+
+    /// Bare names from the host kernel's BTF (skipped without one).
+    #[test]
+    fn btf_names_become_typed_register_args() {
+        if let Err(e) = KernelBtf::running_kernel() {
+            println!("SKIP btf_names_become_typed_register_args: {e}");
+            return;
+        }
+        let p = plan("p:do_sys_openat2 dfd filename +0(how):x64").unwrap();
+        assert_eq!(
+            p.spec.to_string(),
+            "p do_sys_openat2 dfd=$arg1:s32 filename=$arg2:x64 how=+0($arg3):x64"
+        );
+        assert_eq!(p.backend, Backend::Tracefs, "+0(how) reads memory");
+        let p = plan("p:do_sys_openat2 dfd filename").unwrap();
+        assert_eq!(p.backend, Backend::Pmu);
+        assert_eq!(
+            (reg_name(&p.args[0]), p.args[0].name.as_str()),
+            ("di", "dfd")
+        );
+        assert_eq!(p.args[1].ty, ArgType::scalar(BaseType::Hex(64)));
+        assert_eq!(
+            plan("p:do_sys_openat2 dfdd").unwrap_err().to_string(),
+            "do_sys_openat2: it has no parameter dfdd; did you mean dfd? its parameters are dfd, filename, how"
+        );
+        assert_eq!(
+            plan("r:do_sys_openat2 dfd").unwrap_err().to_string(),
+            "do_sys_openat2: argument names read parameters at the entry; at the return their registers hold other values: probe the entry (p:) for parameters and use $retval here"
         );
     }
 }

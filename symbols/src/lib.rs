@@ -33,6 +33,7 @@ mod exclusion;
 mod glob;
 mod kallsyms;
 mod names;
+pub mod prototypes;
 
 use std::fs::File;
 use std::path::{Path, PathBuf};
