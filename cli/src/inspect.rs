@@ -59,7 +59,11 @@ pub fn check_plans(plans: &[kprobe_perf_engine::ProbePlan], symbols: &KernelSymb
 
 /// Expands globs in the definitions (`p:tcp_v4_*`) into one definition
 /// per function `list` would keep, and says on stderr how many each made.
-pub fn expand_globs(specs: &[String], symbols: &KernelSymbols) -> Result<Vec<String>> {
+pub fn expand_globs(
+    specs: &[String],
+    symbols: &KernelSymbols,
+    all_instances: bool,
+) -> Result<Vec<String>> {
     let arch = host_arch()?;
     // The target is the first or second word (`p:tcp_*`, `p:ev tcp_*`);
     // skip reading kernel text when no definition has a glob there.
@@ -68,7 +72,7 @@ pub fn expand_globs(specs: &[String], symbols: &KernelSymbols) -> Result<Vec<Str
             .take(2)
             .any(kprobe_perf_symbols::is_glob)
     };
-    if !specs.iter().any(has_glob) {
+    if !all_instances && !specs.iter().any(has_glob) {
         return Ok(specs.to_vec());
     }
     let text = kernel_text();
@@ -84,6 +88,7 @@ pub fn expand_globs(specs: &[String], symbols: &KernelSymbols) -> Result<Vec<Str
         preflight: preflight.as_ref(),
         traceable: traceable.as_ref(),
         include_fragile: false,
+        all_instances,
     };
     let mut out = Vec::new();
     for s in specs {
@@ -127,6 +132,7 @@ pub fn list(patterns: &[String], why: bool, include_fragile: bool) -> Result<Exi
         preflight: preflight.as_ref(),
         traceable: traceable.as_ref(),
         include_fragile,
+        all_instances: false,
     };
     let stdout = std::io::stdout();
     let mut out = std::io::BufWriter::new(stdout.lock());

@@ -125,6 +125,10 @@ struct RecordArgs {
     /// kprobe between CPUs and detaches much faster).
     #[arg(long, value_enum, default_value_t = BackendArg::Auto)]
     backend: BackendArg,
+    /// Probe every function of a name several functions share (each by
+    /// its address, as NAME@0xADDR), instead of refusing the name.
+    #[arg(long)]
+    all_instances: bool,
     /// Print JSON Lines instead of text: one object per event (typed
     /// fields), then one summary object with counts, losses and misses.
     #[arg(long)]
@@ -231,7 +235,7 @@ fn record(args: &RecordArgs) -> Result<ExitCode> {
         BackendArg::Pmu => BackendChoice::Pmu,
         BackendArg::Tracefs => BackendChoice::Tracefs,
     };
-    let specs = inspect::expand_globs(specs, &symbols)?;
+    let specs = inspect::expand_globs(specs, &symbols, args.all_instances)?;
     let plans = plan_probes_with(&specs, &symbols, choice)?;
     inspect::check_plans(&plans, &symbols)?;
 

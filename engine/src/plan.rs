@@ -41,7 +41,7 @@ pub enum PlanError {
     },
     /// The name matches several functions (the kernel would answer
     /// EADDRNOTAVAIL, or older kernels would silently pick one).
-    #[error("{name} names {} functions ({}); pick one as written there ({name}@0xADDR), or as MOD:{name} for a module's", instances.len(), instances.join(", "))]
+    #[error("{name} names {} functions ({}); pick one as written there ({name}@0xADDR) or as MOD:{name} for a module's, or probe them all with --all-instances", instances.len(), instances.join(", "))]
     Ambiguous {
         /// The name.
         name: String,
@@ -762,7 +762,7 @@ mod tests {
             BackendChoice::Auto,
         )
         .unwrap_err();
-        assert_eq!(e.to_string(), "init_once names 2 functions (init_once@0xffffffff81000000, init_once@0xffffffffc0000000 [ext4]); pick one as written there (init_once@0xADDR), or as MOD:init_once for a module's");
+        assert_eq!(e.to_string(), "init_once names 2 functions (init_once@0xffffffff81000000, init_once@0xffffffffc0000000 [ext4]); pick one as written there (init_once@0xADDR) or as MOD:init_once for a module's, or probe them all with --all-instances");
         let picked = resolve(
             ProbeSpec::parse("p:init_once@0xffffffffc0000000+4 %di", Arch::X86_64).unwrap(),
             &dup,

@@ -107,6 +107,9 @@ pub struct SelectOptions<'a> {
     pub traceable: Option<&'a std::collections::HashSet<String>>,
     /// Keep [`FRAGILE_FAMILIES`].
     pub include_fragile: bool,
+    /// In [`expand_globs`], also expand a plain name shared by several
+    /// functions into one probe per instance.
+    pub all_instances: bool,
 }
 
 /// One function a glob matched.
@@ -200,7 +203,17 @@ pub fn expand_globs<S: AsRef<str>>(
             Some(m) => format!("{m}:{name}"),
             None => name.clone(),
         };
-        if !kprobe_perf_symbols::is_glob(&pattern) {
+        let shared = opts.all_instances
+            && spec.target_module().is_none()
+            && !matches!(
+                spec.target,
+                Target::Symbol {
+                    instance: Some(_),
+                    ..
+                }
+            )
+            && symbols.lookup(name).iter().filter(|s| s.is_text()).count() > 1;
+        if !kprobe_perf_symbols::is_glob(&pattern) && !shared {
             out.push(text.to_string());
             continue;
         }
@@ -212,10 +225,20 @@ pub fn expand_globs<S: AsRef<str>>(
         };
         if spec.event.is_some() {
             return Err(glob_error(
-                "a glob makes one probe per function, each named after its function; leave out the event name".into(),
+                "this makes one probe per function, each named after its function; leave out the event name".into(),
             ));
         }
-        let found = candidates(symbols, &pattern, opts);
+        let found: Vec<Candidate<'_>> = if shared {
+            // Every instance: the user named this function, so only what
+            // the kernel refuses is left out.
+            let keep_all = SelectOptions {
+                include_fragile: true,
+                ..*opts
+            };
+            candidates(symbols, &pattern, &keep_all)
+        } else {
+            candidates(symbols, &pattern, opts)
+        };
         let kept: Vec<&Candidate<'_>> = found.iter().filter(|c| c.excluded.is_none()).collect();
         if kept.is_empty() {
             return Err(glob_error(format!(
@@ -291,7 +314,25 @@ mod tests {
             ]
         );
         let e = expand_globs(&["p:x tcp_*"], &syms, arch, &opts).unwrap_err();
-        assert_eq!(e.to_string(), "tcp_*: a glob makes one probe per function, each named after its function; leave out the event name");
+        assert_eq!(e.to_string(), "tcp_*: this makes one probe per function, each named after its function; leave out the event name");
+        let all = SelectOptions {
+            all_instances: true,
+            ..SelectOptions::default()
+        };
+        assert_eq!(
+            expand_globs(
+                &["p:init_once", "p:init_once@0xffffffff81000300"],
+                &syms,
+                arch,
+                &all
+            )
+            .unwrap(),
+            [
+                "p init_once@0xffffffff81000300",
+                "p init_once@0xffffffff81000400",
+                "p:init_once@0xffffffff81000300"
+            ]
+        );
         let e = expand_globs(&["p:*spin*"], &syms, arch, &opts).unwrap_err();
         assert_eq!(e.to_string(), "*spin*: matches no function that can be probed (1 matched, all excluded); see why with: kprobe-perf list --why '*spin*'");
     }

@@ -62,6 +62,22 @@ fn list_names_every_instance_and_explains_exclusions() {
     let (ok, _, err) = run(&["record", "-e", &format!("p:{}", got[0]), "-d", "0.5"]);
     assert!(ok, "{err}");
     assert!(err.contains("(p_init_once_0: "), "{err}");
+    let (ok, _, err) = run(&[
+        "record",
+        "-e",
+        "p:init_once",
+        "--all-instances",
+        "-d",
+        "0.5",
+    ]);
+    assert!(ok, "{err}");
+    assert!(
+        err.starts_with(&format!(
+            "kprobe-perf: p:init_once: {} probes (",
+            want.len()
+        )),
+        "{err}"
+    );
 
     let (ok, out, err) = run(&["list", "--why", "tcp_v4_*"]);
     assert!(ok, "{err}");
