@@ -148,7 +148,8 @@ fn bpftrace(funcs: &[String]) -> Option<(f64, f64)> {
     let prog = format!("{} {{ }}", probes.join(","));
     let t = Instant::now();
     let out = Command::new("bpftrace")
-        .args(["-e", &prog, "-c", "true"])
+        // An absolute path: with a merged /usr, `true` matches two binaries.
+        .args(["-e", &prog, "-c", "/usr/bin/true"])
         .stdout(Stdio::null())
         .stderr(Stdio::piped())
         .output()
