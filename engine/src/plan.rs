@@ -56,6 +56,13 @@ pub enum PlanError {
         /// Why, and what to do.
         reason: String,
     },
+    /// Two arguments would show under the same name (the kernel refuses
+    /// such a definition).
+    #[error("two arguments are named {name}; give one another name with NAME=")]
+    DuplicateArgName {
+        /// The name.
+        name: String,
+    },
     /// An argument name could not be resolved from BTF.
     #[error("{function}: {reason}")]
     Btf {
@@ -343,6 +350,13 @@ pub fn resolve(
         }
     }
     let spec = resolve_names(spec, arch, KernelBtf::running_kernel)?;
+    let mut names = std::collections::HashSet::new();
+    for i in 0..spec.args.len() {
+        let n = spec.arg_name(i);
+        if !names.insert(n.clone()) {
+            return Err(PlanError::DuplicateArgName { name: n });
+        }
+    }
     let reason = tracefs_reason(&spec, arch);
     let backend = match (choice, reason) {
         (BackendChoice::Tracefs, _) | (BackendChoice::Auto, Some(_)) => Backend::Tracefs,
@@ -540,11 +554,15 @@ fn resolve_names<'b>(
                 )))
             }
         };
-        if a.name.is_none() {
-            a.name = Some(n.clone());
-        }
-        if a.ty.is_none() && a.fetch.derefs.is_empty() {
-            a.ty = Some(ArgType::scalar(default));
+        // `filename` shows as filename=; `+0(filename)` keeps the
+        // generated argN, as the kernel names an unnamed argument.
+        if a.fetch.derefs.is_empty() {
+            if a.name.is_none() {
+                a.name = Some(n.clone());
+            }
+            if a.ty.is_none() {
+                a.ty = Some(ArgType::scalar(default));
+            }
         }
         a.fetch.base = FetchBase::Arg(n32);
     }
@@ -812,7 +830,7 @@ mod tests {
         let p = plan("p:do_sys_openat2 dfd filename +0(how):x64").unwrap();
         assert_eq!(
             p.spec.to_string(),
-            "p do_sys_openat2 dfd=$arg1:s32 filename=$arg2:x64 how=+0($arg3):x64"
+            "p do_sys_openat2 dfd=$arg1:s32 filename=$arg2:x64 +0($arg3):x64"
         );
         assert_eq!(p.backend, Backend::Tracefs, "+0(how) reads memory");
         let p = plan("p:do_sys_openat2 dfd filename").unwrap();
@@ -829,6 +847,16 @@ mod tests {
         assert_eq!(
             plan("r:do_sys_openat2 dfd").unwrap_err().to_string(),
             "do_sys_openat2: argument names read parameters at the entry; at the return their registers hold other values: probe the entry (p:) for parameters and use $retval here"
+        );
+    }
+
+    #[test]
+    fn duplicate_argument_names_are_refused() {
+        assert_eq!(
+            plan("p:do_sys_openat2 x=%di x=%si")
+                .unwrap_err()
+                .to_string(),
+            "two arguments are named x; give one another name with NAME="
         );
     }
 }
