@@ -853,10 +853,10 @@ mod tests {
     #[test]
     fn duplicate_argument_names_are_refused() {
         assert_eq!(
-            plan("p:do_sys_openat2 x=%di x=%si")
+            plan("p:do_sys_openat2 %di arg1=%si")
                 .unwrap_err()
                 .to_string(),
-            "two arguments are named x; give one another name with NAME="
+            "two arguments are named arg1; give one another name with NAME="
         );
     }
 }
