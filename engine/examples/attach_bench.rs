@@ -150,6 +150,8 @@ fn bpftrace(funcs: &[String]) -> Option<(f64, f64)> {
     let out = Command::new("bpftrace")
         // An absolute path: with a merged /usr, `true` matches two binaries.
         .args(["-e", &prog, "-c", "/usr/bin/true"])
+        // bpftrace refuses more than 512 probes unless told otherwise.
+        .env("BPFTRACE_MAX_PROBES", (funcs.len() + 16).to_string())
         .stdout(Stdio::null())
         .stderr(Stdio::piped())
         .output()
