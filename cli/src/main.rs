@@ -114,6 +114,15 @@ struct RecordArgs {
         conflicts_with = "command"
     )]
     tid: Vec<i32>,
+    /// Record only tasks in this cgroup (v2), on every CPU: a path, or a
+    /// name relative to /sys/fs/cgroup (e.g. system.slice/ssh.service).
+    #[arg(
+        short = 'G',
+        long,
+        value_name = "CGROUP",
+        conflicts_with_all = ["pid", "tid", "cpus"]
+    )]
+    cgroup: Option<std::path::PathBuf>,
     /// Stop after this many seconds.
     #[arg(short = 'd', long, value_name = "SECS")]
     duration: Option<f64>,
@@ -265,6 +274,12 @@ fn record(args: &RecordArgs) -> Result<ExitCode> {
         RecordTarget::Threads(args.tid.clone())
     } else if !args.pid.is_empty() {
         RecordTarget::Threads(threads_of(&args.pid)?)
+    } else if let Some(cg) = &args.cgroup {
+        RecordTarget::Cgroup(if cg.is_absolute() {
+            cg.clone()
+        } else {
+            std::path::Path::new("/sys/fs/cgroup").join(cg)
+        })
     } else if let Some(list) = &args.cpus {
         RecordTarget::Cpus(parse_cpu_list(list)?)
     } else {

@@ -32,6 +32,10 @@ pub enum RecordTarget {
     /// These threads (tids), on any CPU; children are not followed.
     Threads(Vec<i32>),
 
+    /// Every task in a cgroup (v2: a directory under the cgroup2 mount),
+    /// on every online CPU, through `PERF_FLAG_PID_CGROUP`.
+    Cgroup(std::path::PathBuf),
+
     /// One process and the children it creates afterwards.
     Process {
         /// The process id.
@@ -109,6 +113,9 @@ struct Slot {
     pid: i32,
     cpu: i32,
     label: String,
+    /// perf_event_open flags (`PERF_FLAG_PID_CGROUP` when `pid` is a
+    /// cgroup directory's fd).
+    flags: u64,
 }
 
 impl Slot {
@@ -117,6 +124,7 @@ impl Slot {
             pid: -1,
             cpu: c as i32,
             label: format!("CPU {c}"),
+            flags: 0,
         }
     }
 }
@@ -344,6 +352,8 @@ impl Session {
             }
         }
         // One ring per slot: (pid, cpu) as perf_event_open takes them.
+        // Kept open until every event is opened.
+        let mut _cgroup_dir = None;
         let slots: Vec<Slot> = match &opts.target {
             RecordTarget::AllCpus => cpus.iter().map(|&c| Slot::cpu(c)).collect(),
             RecordTarget::Cpus(list) => {
@@ -361,6 +371,7 @@ impl Session {
                     pid: *pid,
                     cpu: c as i32,
                     label: format!("pid {pid}, CPU {c}"),
+                    flags: 0,
                 })
                 .collect(),
             RecordTarget::Threads(tids) => tids
@@ -369,8 +380,31 @@ impl Session {
                     pid: t,
                     cpu: -1,
                     label: format!("tid {t}"),
+                    flags: 0,
                 })
                 .collect(),
+            RecordTarget::Cgroup(path) => {
+                let dir = std::fs::File::open(path).map_err(|e| {
+                    Error::io(
+                        format!(
+                            "cannot open the cgroup {} (give a directory of the cgroup2 hierarchy, e.g. /sys/fs/cgroup/system.slice)",
+                            path.display()
+                        ),
+                        e,
+                    )
+                })?;
+                let fd = dir.as_raw_fd();
+                // perf_event_open takes its own reference to the cgroup.
+                _cgroup_dir = Some(dir);
+                cpus.iter()
+                    .map(|&c| Slot {
+                        pid: fd,
+                        cpu: c as i32,
+                        label: format!("cgroup {}, CPU {c}", path.display()),
+                        flags: u64::from(perf_event_open_sys::bindings::PERF_FLAG_PID_CGROUP),
+                    })
+                    .collect()
+            }
         };
         sys::raise_fd_limit(slots.len() * plans.len() + 64).map_err(|e| {
             Error::io(
@@ -442,7 +476,7 @@ impl Session {
                         }
                     }
                 }
-                let mut opened = sys::perf_event_open(&attr, name, slot.pid, slot.cpu, 0);
+                let mut opened = sys::perf_event_open(&attr, name, slot.pid, slot.cpu, slot.flags);
                 // Some kernels refuse MOD:SYM names over perf_event_open
                 // (ENOENT on some 6.1/5.10 stables, EINVAL before ~5.3):
                 // retry by the address kallsyms gives.
@@ -456,7 +490,8 @@ impl Session {
                         if let AttachPoint::Symbol { offset, .. } = plan.attach {
                             by_addr.__bindgen_anon_4.config2 = addr.wrapping_add(offset);
                         }
-                        opened = sys::perf_event_open(&by_addr, None, slot.pid, slot.cpu, 0);
+                        opened =
+                            sys::perf_event_open(&by_addr, None, slot.pid, slot.cpu, slot.flags);
                     }
                 }
                 let fd = opened.map_err(|source| {
@@ -466,10 +501,16 @@ impl Session {
                         AttachPoint::Address(a) => format!("0x{a:x}"),
                         AttachPoint::User { path, offset } => format!("{path}:0x{offset:x}"),
                     };
+                    let errno = source.raw_os_error().unwrap_or(0);
+                    let reason = if slot.flags != 0 && matches!(errno, libc::ENOENT | libc::EBADF) {
+                        "the kernel keeps no perf_event state for this cgroup (it is not a directory of a cgroup hierarchy with the perf_event controller, or that controller is not enabled there)".to_string()
+                    } else {
+                        explain_open_errno(errno, &target)
+                    };
                     Error::Open {
                         probe: plan.spec.to_string(),
                         where_: slot.label.clone(),
-                        reason: explain_open_errno(source.raw_os_error().unwrap_or(0), &target),
+                        reason,
                         source,
                     }
                 })?;
