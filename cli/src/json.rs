@@ -81,6 +81,9 @@ pub fn summary(session: &Session) -> String {
             if p.is_return() && p.backend == Backend::Pmu {
                 m.insert("unreturned".into(), json!(stats.unreturned(i)));
             }
+            let t = stats.throttling_of(i);
+            m.insert("throttled".into(), json!(t.throttled));
+            m.insert("unthrottled".into(), json!(t.unthrottled));
         }
         probes.push(o);
     }
@@ -92,6 +95,23 @@ pub fn summary(session: &Session) -> String {
         "lost": if lost.is_some() { total_lost } else { stats.lost },
         "lost_records": stats.lost,
         "undecodable": stats.undecodable,
+        "lost_per_cpu": stats
+            .lost_per_cpu
+            .iter()
+            .map(|(cpu, n)| json!({ "cpu": cpu, "lost": n }))
+            .collect::<Vec<_>>(),
+        "throttling": stats
+            .throttling
+            .iter()
+            .filter_map(|((cpu, probe), t)| {
+                Some(json!({
+                    "cpu": cpu,
+                    "event": session.plans().get(*probe)?.event,
+                    "throttled": t.throttled,
+                    "unthrottled": t.unthrottled,
+                }))
+            })
+            .collect::<Vec<_>>(),
         "probes": probes,
     })
     .to_string()

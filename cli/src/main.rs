@@ -7,7 +7,7 @@ mod script;
 mod text;
 mod text_source;
 
-use std::io::{self, Write};
+use std::io::{self, IsTerminal, Write};
 use std::process::ExitCode;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -150,6 +150,18 @@ struct RecordArgs {
     /// Print no events (only the summary); useful with -o.
     #[arg(short = 'q', long)]
     quiet: bool,
+    /// Flight-recorder mode: keep only the newest events in each CPU's ring
+    /// (written backward, mapped read-only; the kernel overwrites the
+    /// oldest) and print nothing while recording. On SIGUSR2 and at exit
+    /// the rings are paused and their events printed in time order; the
+    /// summary says how many the window held and how many older ones were
+    /// overwritten. The window per CPU is -m pages or --overwrite-size.
+    #[arg(long, conflicts_with = "output")]
+    overwrite: bool,
+    /// With --overwrite: the window per CPU ring, in MiB (rounded down to
+    /// a power of two pages); replaces -m.
+    #[arg(long, value_name = "MIB", requires = "overwrite")]
+    overwrite_size: Option<usize>,
     /// The command to run and record.
     #[arg(last = true, value_name = "CMD")]
     command: Vec<String>,
@@ -291,7 +303,23 @@ fn record(args: &RecordArgs) -> Result<ExitCode> {
             _ => RecordTarget::AllCpus,
         }
     };
-    let mut session = Session::open(plans, SessionOptions { target, mmap_pages })?;
+    let mmap_pages = match args.overwrite_size {
+        Some(mib) => overwrite_pages(mib)?,
+        None => mmap_pages,
+    };
+    let dump_now = Arc::new(AtomicBool::new(false));
+    if args.overwrite {
+        signal_hook::flag::register(signal_hook::consts::SIGUSR2, Arc::clone(&dump_now))
+            .context("installing a signal handler")?;
+    }
+    let mut session = Session::open(
+        plans,
+        SessionOptions {
+            target,
+            mmap_pages,
+            overwrite: args.overwrite,
+        },
+    )?;
     let file = match &args.output {
         Some(path) => Some(output::FileOutput::start(path, &mut session, &symbols)?),
         None => None,
@@ -314,7 +342,26 @@ fn record(args: &RecordArgs) -> Result<ExitCode> {
     let mut out = io::BufWriter::new(stdout.lock());
     let mut command_status = None;
     let mut reader_gone = false;
+    let mut dumped = 0u64;
+    // The live count: stderr a terminal, and events not printed to the
+    // same screen (their lines would be torn by the rewritten one).
+    let mut live = (io::stderr().is_terminal()
+        && !args.overwrite
+        && (args.quiet || !io::stdout().is_terminal()))
+    .then(LiveCount::new);
     loop {
+        if let Some(l) = live.as_mut() {
+            l.tick(session.stats());
+        }
+        if args.overwrite && dump_now.swap(false, Ordering::Relaxed) {
+            match dump(&mut session, &mut printer, &mut out)? {
+                Some(n) => dumped += n,
+                None => {
+                    reader_gone = true;
+                    break;
+                }
+            }
+        }
         if !emit(
             &mut session,
             Duration::from_millis(100),
@@ -334,12 +381,35 @@ fn record(args: &RecordArgs) -> Result<ExitCode> {
             }
         }
     }
+    if let Some(l) = live.as_mut() {
+        l.clear();
+    }
     session.disable()?;
     if !reader_gone {
         emit(&mut session, Duration::ZERO, &mut printer, &mut out)?;
     }
+    if args.overwrite && !reader_gone {
+        dumped += dump(&mut session, &mut printer, &mut out)?.unwrap_or(0);
+    }
+    let flight = if args.overwrite {
+        let counted: u64 = session.kernel_hits()?.iter().sum();
+        Some((dumped, counted.saturating_sub(dumped)))
+    } else {
+        None
+    };
     // Computed once: a file stores the very text printed.
-    let json_summary = json::summary(&session);
+    let mut json_summary = json::summary(&session);
+    if let Some((held, overwritten)) = flight {
+        // The flight recorder's window, beside the counts: `lost` there
+        // counts the overwritten events too (kernel hits minus printed).
+        if let Ok(serde_json::Value::Object(mut m)) = serde_json::from_str(&json_summary) {
+            m.insert(
+                "overwrite".into(),
+                serde_json::json!({ "held": held, "overwritten": overwritten }),
+            );
+            json_summary = serde_json::Value::Object(m).to_string();
+        }
+    }
     if !reader_gone && args.json && !args.quiet {
         writeln!(out, "{json_summary}")
             .and_then(|()| out.flush())
@@ -347,6 +417,12 @@ fn record(args: &RecordArgs) -> Result<ExitCode> {
     }
     let mut summary = vec![text::summary(&session)];
     summary.extend(text::misses(&session));
+    summary.extend(loss_and_throttle_lines(&session));
+    if let Some((held, overwritten)) = flight {
+        summary.push(format!(
+            "flight recorder: the window held {held} events; {overwritten} older ones were overwritten"
+        ));
+    }
     for line in &summary {
         eprintln!("{line}");
     }
@@ -423,6 +499,115 @@ impl Printer<'_> {
         } else {
             text::line(e, plan, self.symbols)
         }
+    }
+}
+
+/// One stderr line, rewritten at most 4 times a second, with the events
+/// and losses so far and their rates.
+struct LiveCount {
+    start: Instant,
+    last: Instant,
+    last_events: u64,
+    last_lost: u64,
+    shown: bool,
+}
+
+impl LiveCount {
+    fn new() -> LiveCount {
+        let now = Instant::now();
+        LiveCount {
+            start: now,
+            last: now,
+            last_events: 0,
+            last_lost: 0,
+            shown: false,
+        }
+    }
+
+    fn tick(&mut self, stats: &kprobe_perf_engine::SessionStats) {
+        let now = Instant::now();
+        let dt = now.duration_since(self.last).as_secs_f64();
+        if dt < 0.25 {
+            return;
+        }
+        let events: u64 = stats.hits.iter().sum();
+        let lost = stats.lost;
+        let rate = |now: u64, before: u64| (now.saturating_sub(before) as f64 / dt).round();
+        eprint!(
+            "\r\x1b[K{:.0}s: {events} events ({}/s), {lost} lost ({}/s)",
+            now.duration_since(self.start).as_secs_f64(),
+            rate(events, self.last_events),
+            rate(lost, self.last_lost),
+        );
+        self.last = now;
+        self.last_events = events;
+        self.last_lost = lost;
+        self.shown = true;
+    }
+
+    /// Erases the line before the summary.
+    fn clear(&mut self) {
+        if self.shown {
+            eprint!("\r\x1b[K");
+            self.shown = false;
+        }
+    }
+}
+
+/// Summary lines for losses per CPU and throttling per CPU and probe
+/// (nothing when there were none).
+fn loss_and_throttle_lines(session: &Session) -> Vec<String> {
+    let stats = session.stats();
+    let cpu = |c: &Option<u32>| c.map_or_else(|| "CPU ?".to_string(), |c| format!("CPU {c}"));
+    let mut lines = Vec::new();
+    if !stats.lost_per_cpu.is_empty() {
+        let parts: Vec<String> = stats
+            .lost_per_cpu
+            .iter()
+            .map(|(c, n)| format!("{}: {n}", cpu(c)))
+            .collect();
+        lines.push(format!("lost samples per CPU: {}", parts.join(", ")));
+    }
+    for ((c, probe), t) in &stats.throttling {
+        let name = session
+            .plans()
+            .get(*probe)
+            .map_or("?", |p| p.event.as_str());
+        lines.push(format!(
+            "{name}: throttled {} times on {} (unthrottled {}); raise kernel.perf_event_max_sample_rate",
+            t.throttled,
+            cpu(c),
+            t.unthrottled
+        ));
+    }
+    lines
+}
+
+/// Ring pages for a window of `mib` MiB: the largest power of two that fits.
+fn overwrite_pages(mib: usize) -> Result<usize> {
+    let page = kprobe_perf_engine::sys::page_size();
+    let pages = mib
+        .checked_mul(1 << 20)
+        .map(|b| b / page)
+        .filter(|&p| p > 0)
+        .ok_or_else(|| anyhow::anyhow!("--overwrite-size {mib}: give 1 MiB or more"))?;
+    Ok(1usize << pages.ilog2())
+}
+
+/// Flight-recorder mode: prints the events the rings hold (those not yet
+/// printed) in time order. Returns how many, or `None` when stdout's reader
+/// has gone away.
+fn dump(session: &mut Session, printer: &mut Printer, out: &mut impl Write) -> Result<Option<u64>> {
+    let mut result = Ok(());
+    let n = session.dump_overwrite(|e| {
+        if result.is_ok() && !printer.quiet {
+            result = writeln!(out, "{}", printer.format(e));
+        }
+    })?;
+    match result.and_then(|()| out.flush()) {
+        Ok(()) => Ok(Some(n as u64)),
+        Err(e) if e.kind() == io::ErrorKind::BrokenPipe => Ok(None),
+        Err(e) => Err(e).context("writing events"),
     }
 }
 

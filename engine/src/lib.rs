@@ -28,7 +28,7 @@ pub use error::Error;
 pub use kprobe_perf_arch::Arch;
 pub use kprobe_perf_symbols::KernelSymbols;
 pub use plan::ProbePlan;
-pub use session::{RecordTarget, Session, SessionOptions, SessionStats};
+pub use session::{RecordTarget, Session, SessionOptions, SessionStats, Throttling};
 pub use spec::ProbeSpec;
 
 /// Parses and plans probe definitions for this machine's architecture,

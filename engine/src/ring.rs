@@ -147,3 +147,215 @@ impl RingBuffer {
         count
     }
 }
+
+/// One record copied out of an overwrite ring: header fields and body.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct OwnedRecord {
+    /// `perf_event_header.type`.
+    pub kind: u32,
+    /// `perf_event_header.misc`.
+    pub misc: u16,
+    /// The record body after the header, joined if it wrapped.
+    pub body: Vec<u8>,
+}
+
+/// A read-only ("overwrite", flight-recorder) ring of an event opened with
+/// `write_backward`: the kernel writes each record just below the previous
+/// one, moving `data_head` down, and overwrites the oldest records once the
+/// ring is full. It is read only while the kernel's output is paused
+/// (`PERF_EVENT_IOC_PAUSE_OUTPUT`), by copying the data area.
+pub struct BackwardRing {
+    map: Mapping,
+    data_offset: usize,
+    data_size: usize,
+    /// `data_head` at the previous [`BackwardRing::take_new`], so a second
+    /// dump holds only records written since.
+    last_head: Option<u64>,
+}
+
+impl BackwardRing {
+    /// Maps `data_pages` (a power of two) data pages of `fd` read-only.
+    pub fn new(fd: &OwnedFd, data_pages: usize) -> io::Result<BackwardRing> {
+        if !data_pages.is_power_of_two() {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                format!("ring size must be a power of two pages, not {data_pages}"),
+            ));
+        }
+        let map = Mapping::new_read_only(fd, data_pages)?;
+        let page = sys::page_size();
+        let data_size = data_pages * page;
+        if page.checked_add(data_size) != Some(map.len()) {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidData,
+                "perf ring layout does not match the mapping",
+            ));
+        }
+        Ok(BackwardRing {
+            map,
+            data_offset: page,
+            data_size,
+            last_head: None,
+        })
+    }
+
+    /// Size of the data area in bytes.
+    pub fn data_size(&self) -> usize {
+        self.data_size
+    }
+
+    /// Copies the data area and `data_head`. Call with the output paused;
+    /// otherwise the copy may hold a record the kernel is rewriting (the
+    /// parser then stops at the first malformed header).
+    fn snapshot(&self) -> (u64, Vec<u8>) {
+        let meta = self.map.as_ptr().cast::<perf_event_mmap_page>();
+        // SAFETY: data_head is a naturally aligned u64 of the metadata page,
+        // which lives as long as the mapping; the kernel stores it with
+        // release semantics, so an acquire load makes the records below it
+        // visible.
+        let head = unsafe { AtomicU64::from_ptr(std::ptr::addr_of_mut!((*meta).data_head)) }
+            .load(Ordering::Acquire);
+        let mut copy = vec![0u8; self.data_size];
+        // SAFETY: the data area is `data_size` bytes at `data_offset` inside
+        // the mapping (checked in `new`); we copy it with volatile reads and
+        // never form a reference to memory the kernel may write.
+        let data = unsafe { self.map.as_ptr().add(self.data_offset) };
+        for (i, b) in copy.iter_mut().enumerate() {
+            // SAFETY: `i < data_size`, inside the data area.
+            *b = unsafe { data.add(i).read_volatile() };
+        }
+        (head, copy)
+    }
+
+    /// The records written since the previous call (all of them, the first
+    /// time) that are still in the ring, newest first.
+    pub fn take_new(&mut self) -> Vec<OwnedRecord> {
+        let (head, data) = self.snapshot();
+        let limit = self.last_head.map(|prev| prev.wrapping_sub(head));
+        self.last_head = Some(head);
+        backward_records(&data, head, limit)
+    }
+}
+
+/// Parses a copy of a backward ring's data area (`data.len()` a power of
+/// two) from `head` (the kernel's `data_head`, which counts down): the
+/// records, newest first, as far as they are whole. The walk stops at a
+/// zero-sized header (never-written space), at a record that would run past
+/// one full lap of the ring (its start was overwritten), at a malformed
+/// header, or after `limit` bytes (the records already taken).
+pub fn backward_records(data: &[u8], head: u64, limit: Option<u64>) -> Vec<OwnedRecord> {
+    let mut out = Vec::new();
+    let size = data.len();
+    if size < HEADER_SIZE || !size.is_power_of_two() {
+        return out;
+    }
+    let lap = limit.map_or(size as u64, |l| l.min(size as u64));
+    let mut walked: u64 = 0;
+    let byte = |at: u64| data[(at % size as u64) as usize];
+    while walked + HEADER_SIZE as u64 <= lap {
+        let at = head.wrapping_add(walked);
+        let hdr: Vec<u8> = (0..HEADER_SIZE as u64)
+            .map(|i| byte(at.wrapping_add(i)))
+            .collect();
+        let kind = u32::from_ne_bytes([hdr[0], hdr[1], hdr[2], hdr[3]]);
+        let misc = u16::from_ne_bytes([hdr[4], hdr[5]]);
+        let rec_size = u64::from(u16::from_ne_bytes([hdr[6], hdr[7]]));
+        if rec_size < HEADER_SIZE as u64 || walked + rec_size > lap {
+            break;
+        }
+        let body = (HEADER_SIZE as u64..rec_size)
+            .map(|i| byte(at.wrapping_add(i)))
+            .collect();
+        out.push(OwnedRecord { kind, misc, body });
+        walked += rec_size;
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Writes records into `data` the way the kernel does in backward mode:
+    /// each one at `head - size`, head moving down. Returns the new head.
+    fn write_backward(data: &mut [u8], mut head: u64, records: &[(u32, Vec<u8>)]) -> u64 {
+        let size = data.len() as u64;
+        for (kind, body) in records {
+            let len = (HEADER_SIZE + body.len()) as u64;
+            head = head.wrapping_sub(len);
+            let mut bytes = Vec::new();
+            bytes.extend_from_slice(&kind.to_ne_bytes());
+            bytes.extend_from_slice(&0u16.to_ne_bytes());
+            bytes.extend_from_slice(&(len as u16).to_ne_bytes());
+            bytes.extend_from_slice(body);
+            for (i, b) in bytes.iter().enumerate() {
+                data[(head.wrapping_add(i as u64) % size) as usize] = *b;
+            }
+        }
+        head
+    }
+
+    fn rec(n: u64) -> (u32, Vec<u8>) {
+        (
+            9,
+            n.to_ne_bytes().iter().chain(&[0u8; 8]).copied().collect(),
+        )
+    }
+
+    fn numbers(records: &[OwnedRecord]) -> Vec<u64> {
+        records
+            .iter()
+            .map(|r| u64::from_ne_bytes(r.body[..8].try_into().unwrap()))
+            .collect()
+    }
+
+    #[test]
+    fn partial_ring_reads_newest_first_and_stops_at_unwritten_space() {
+        let mut data = vec![0u8; 256];
+        let head = write_backward(&mut data, 0, &(1..=5).map(rec).collect::<Vec<_>>());
+        let got = backward_records(&data, head, None);
+        assert_eq!(numbers(&got), vec![5, 4, 3, 2, 1]);
+        assert!(got.iter().all(|r| r.kind == 9 && r.body.len() == 16));
+    }
+
+    #[test]
+    fn wrapped_ring_keeps_only_whole_newest_records() {
+        // 24-byte records in a 256-byte ring: 10 fit (240 bytes); the 11th
+        // is partly overwritten by the newest and must not be returned.
+        let mut data = vec![0u8; 256];
+        let head = write_backward(&mut data, 0, &(1..=100).map(rec).collect::<Vec<_>>());
+        let got = backward_records(&data, head, None);
+        assert_eq!(numbers(&got), (91..=100).rev().collect::<Vec<_>>());
+    }
+
+    #[test]
+    fn records_straddling_the_end_of_the_area_are_joined() {
+        let mut data = vec![0u8; 64];
+        // Start so that the newest record wraps around offset 0.
+        let head = write_backward(&mut data, 70, &[rec(1), rec(2)]);
+        assert!(head % 64 + 24 > 64 || (head.wrapping_add(24) % 64) + 24 > 64);
+        let got = backward_records(&data, head, None);
+        assert_eq!(numbers(&got), vec![2, 1]);
+    }
+
+    #[test]
+    fn limit_skips_records_already_taken() {
+        let mut data = vec![0u8; 512];
+        let first = write_backward(&mut data, 0, &(1..=3).map(rec).collect::<Vec<_>>());
+        let second = write_backward(&mut data, first, &(4..=6).map(rec).collect::<Vec<_>>());
+        let got = backward_records(&data, second, Some(first.wrapping_sub(second)));
+        assert_eq!(numbers(&got), vec![6, 5, 4]);
+    }
+
+    #[test]
+    fn malformed_header_stops_the_walk() {
+        let mut data = vec![0u8; 128];
+        let head = write_backward(&mut data, 0, &[rec(1), rec(2)]);
+        // Corrupt the size of the older record (at head + 24) to 3.
+        let at = (head.wrapping_add(24 + 6) % 128) as usize;
+        data[at] = 3;
+        data[at + 1] = 0;
+        assert_eq!(numbers(&backward_records(&data, head, None)), vec![2]);
+        assert!(backward_records(&data[..100], head, None).is_empty());
+    }
+}

@@ -1,7 +1,7 @@
 //! A recording session: armed probes, one ring buffer per CPU polled with
 //! mio, and decoded events handed to the caller in time order.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::ffi::CString;
 use std::os::fd::{AsRawFd, OwnedFd};
 use std::time::Duration;
@@ -15,7 +15,7 @@ use crate::error::{explain_open_errno, Error};
 use crate::plan::{AttachPoint, Backend, ProbePlan};
 use crate::pmu::{ProbePmu, SYSFS_PMUS};
 use crate::records::{self, RecordDecoder, RecordSink, RoundOrder};
-use crate::ring::RingBuffer;
+use crate::ring::{BackwardRing, RingBuffer};
 use crate::sys;
 use crate::tracefs::{self, Tracefs, TracefsProbes};
 
@@ -53,6 +53,10 @@ pub struct SessionOptions {
     pub target: RecordTarget,
     /// Data pages per CPU ring (a power of two).
     pub mmap_pages: usize,
+    /// Flight-recorder mode: rings are written backward and mapped
+    /// read-only, so the kernel keeps the newest records and overwrites
+    /// the oldest; nothing is read until [`Session::dump_overwrite`].
+    pub overwrite: bool,
 }
 
 impl Default for SessionOptions {
@@ -60,6 +64,7 @@ impl Default for SessionOptions {
         SessionOptions {
             target: RecordTarget::AllCpus,
             mmap_pages: DEFAULT_MMAP_PAGES,
+            overwrite: false,
         }
     }
 }
@@ -74,12 +79,56 @@ pub struct SessionStats {
     pub lost: u64,
     /// Records that could not be decoded.
     pub undecodable: u64,
+    /// Samples lost (`PERF_RECORD_LOST`) per CPU (`None`: the record did
+    /// not say), summed over the probes sharing that CPU's ring.
+    pub lost_per_cpu: BTreeMap<Option<u32>, u64>,
+    /// `PERF_RECORD_THROTTLE` / `UNTHROTTLE` records per (CPU, probe): the
+    /// kernel stopped sampling that probe on that CPU for exceeding
+    /// `perf_event_max_sample_rate`, and resumed it.
+    pub throttling: BTreeMap<(Option<u32>, usize), Throttling>,
     /// Per (probe, tid): entries seen by a kretprobe's companion entry
     /// probe, and returns seen by the kretprobe.
     pub pairing: HashMap<(usize, i32), (u64, u64)>,
 }
 
+/// How often the kernel throttled one probe on one CPU.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Throttling {
+    /// `PERF_RECORD_THROTTLE` records: sampling stopped.
+    pub throttled: u64,
+    /// `PERF_RECORD_UNTHROTTLE` records: sampling resumed.
+    pub unthrottled: u64,
+}
+
 impl SessionStats {
+    /// Counts a `PERF_RECORD_LOST` of `count` samples on `cpu`.
+    pub fn note_lost(&mut self, cpu: Option<u32>, count: u64) {
+        self.lost += count;
+        *self.lost_per_cpu.entry(cpu).or_default() += count;
+    }
+
+    /// Counts a `PERF_RECORD_THROTTLE` (`throttle`) or `UNTHROTTLE` record
+    /// of `probe` on `cpu`.
+    pub fn note_throttle(&mut self, cpu: Option<u32>, probe: usize, throttle: bool) {
+        let t = self.throttling.entry((cpu, probe)).or_default();
+        if throttle {
+            t.throttled += 1;
+        } else {
+            t.unthrottled += 1;
+        }
+    }
+
+    /// Throttle records of `probe`, summed over CPUs.
+    pub fn throttling_of(&self, probe: usize) -> Throttling {
+        self.throttling
+            .iter()
+            .filter(|((_, p), _)| *p == probe)
+            .fold(Throttling::default(), |acc, (_, t)| Throttling {
+                throttled: acc.throttled + t.throttled,
+                unthrottled: acc.unthrottled + t.unthrottled,
+            })
+    }
+
     /// For a PMU kretprobe, calls whose entry was seen and whose return was
     /// not: missed for lack of a kretprobe instance, or still running.
     pub fn unreturned(&self, probe: usize) -> u64 {
@@ -91,8 +140,14 @@ impl SessionStats {
     }
 }
 
+/// A stream's ring: read as it fills, or kept as a flight recorder.
+enum StreamRing {
+    Forward(RingBuffer),
+    Backward(BackwardRing),
+}
+
 struct CpuStream {
-    ring: RingBuffer,
+    ring: StreamRing,
     /// All fds of this CPU; the first owns the ring.
     fds: Vec<OwnedFd>,
 }
@@ -247,6 +302,9 @@ fn base_attr(
     }
     attr.set_disabled(1);
     attr.set_sample_id_all(1);
+    if opts.overwrite {
+        attr.set_write_backward(1);
+    }
     // Wake the reader once a quarter of the ring is full; callers also poll
     // with a timeout, so sparse events are never held back for long.
     attr.set_watermark(1);
@@ -518,15 +576,25 @@ impl Session {
                 probe_of_id.insert(id, i);
                 match &ring {
                     None => {
-                        ring = Some(RingBuffer::new(&fd, opts.mmap_pages).map_err(|e| {
-                            Error::io(
-                                format!(
-                                    "mapping a {}-page ring buffer for {}",
-                                    opts.mmap_pages, slot.label
-                                ),
-                                e,
+                        let what = || {
+                            format!(
+                                "mapping a {}-page ring buffer for {}",
+                                opts.mmap_pages, slot.label
                             )
-                        })?);
+                        };
+                        if opts.overwrite {
+                            // Read only on demand: not registered for wakeups.
+                            ring = Some(StreamRing::Backward(
+                                BackwardRing::new(&fd, opts.mmap_pages)
+                                    .map_err(|e| Error::io(what(), e))?,
+                            ));
+                            fds.push(fd);
+                            continue;
+                        }
+                        ring = Some(StreamRing::Forward(
+                            RingBuffer::new(&fd, opts.mmap_pages)
+                                .map_err(|e| Error::io(what(), e))?,
+                        ));
                         poll.registry()
                             .register(
                                 &mut SourceFd(&fd.as_raw_fd()),
@@ -708,6 +776,48 @@ impl Session {
         self.streams.iter().map(|s| s.fds.len()).sum()
     }
 
+    /// Flight-recorder mode: pauses every ring's output, takes the records
+    /// written since the previous dump (those still in the ring), resumes
+    /// the output, and hands the events to `f` in timestamp order. Returns
+    /// the number of events delivered. Does nothing without
+    /// [`SessionOptions::overwrite`].
+    pub fn dump_overwrite(&mut self, mut f: impl FnMut(&Event)) -> Result<usize, Error> {
+        let mut out = Vec::new();
+        for stream in &mut self.streams {
+            let StreamRing::Backward(ring) = &mut stream.ring else {
+                continue;
+            };
+            let Some(owner) = stream.fds.first() else {
+                continue;
+            };
+            sys::pause_output(owner, true)
+                .map_err(|e| Error::io("pausing a flight-recorder ring", e))?;
+            let taken = ring.take_new();
+            sys::pause_output(owner, false)
+                .map_err(|e| Error::io("resuming a flight-recorder ring", e))?;
+            // Newest first in the ring: decode oldest first.
+            for rec in taken.iter().rev() {
+                // An undecodable record is counted in the stats.
+                let _ = self
+                    .decoder
+                    .record(rec.kind, rec.misc, (&rec.body, &[]), &mut out);
+                let _ = self.decoder.take_learned();
+            }
+        }
+        out.sort_by_key(|e| e.time_ns);
+        for e in &out {
+            f(e);
+        }
+        Ok(out.len())
+    }
+
+    /// True in flight-recorder mode ([`SessionOptions::overwrite`]).
+    pub fn is_overwrite(&self) -> bool {
+        self.streams
+            .iter()
+            .any(|s| matches!(s.ring, StreamRing::Backward(_)))
+    }
+
     /// Waits up to `timeout` (forever with `None`) for data, reads every
     /// ring, and hands events to `f` in timestamp order across all CPUs.
     /// An event is handed over once a later poll round has passed its time
@@ -734,7 +844,10 @@ impl Session {
             ..
         } = self;
         for stream in streams.iter_mut() {
-            stream.ring.drain(|rec| {
+            let StreamRing::Forward(ring) = &mut stream.ring else {
+                continue;
+            };
+            ring.drain(|rec| {
                 // An undecodable record is counted in the stats.
                 let _ = decoder.record(rec.kind, rec.misc, rec.body, &mut out);
                 let learned = decoder.take_learned();
@@ -773,6 +886,81 @@ impl Session {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A decoder for two probes with ids 7 (probe 0) and 8 (probe 1).
+    fn decoder() -> RecordDecoder {
+        let syms = kprobe_perf_symbols::KernelSymbols::parse(
+            "ffffffff81000000 T _text\nffffffff81234570 T do_sys_openat2\nffffffff81234660 T do_sys_open\n",
+        )
+        .unwrap();
+        let plans: Vec<ProbePlan> = ["p:a do_sys_openat2", "p:b do_sys_open"]
+            .iter()
+            .map(|s| {
+                crate::plan::resolve(
+                    crate::spec::ProbeSpec::parse(s, kprobe_perf_arch::Arch::X86_64).unwrap(),
+                    &syms,
+                    kprobe_perf_arch::Arch::X86_64,
+                    crate::plan::BackendChoice::Auto,
+                )
+                .unwrap()
+            })
+            .collect();
+        let attrs = plans.iter().map(records::sample_attr_bytes).collect();
+        let ids = HashMap::from([(7u64, 0usize), (8, 1)]);
+        RecordDecoder::new(plans, vec![vec![], vec![]], attrs, ids, false).unwrap()
+    }
+
+    /// `fields` then the sample_id trailer (pid, tid, time, cpu, id).
+    fn with_sample_id(fields: &[u64], cpu: u32, id: u64) -> Vec<u8> {
+        let mut b: Vec<u8> = fields.iter().flat_map(|v| v.to_ne_bytes()).collect();
+        b.extend_from_slice(&1i32.to_ne_bytes());
+        b.extend_from_slice(&1i32.to_ne_bytes());
+        b.extend_from_slice(&100u64.to_ne_bytes());
+        b.extend_from_slice(&cpu.to_ne_bytes());
+        b.extend_from_slice(&0u32.to_ne_bytes());
+        b.extend_from_slice(&id.to_ne_bytes());
+        b
+    }
+
+    #[test]
+    fn throttle_and_lost_records_are_counted_per_cpu_and_probe() {
+        const LOST: u32 = 2;
+        const THROTTLE: u32 = 5;
+        const UNTHROTTLE: u32 = 6;
+        let mut d = decoder();
+        let mut out = Vec::new();
+        let mut feed = |kind, body: Vec<u8>| d.record(kind, 0, (&body, &[]), &mut out).unwrap();
+        // THROTTLE/UNTHROTTLE: time, id, stream_id; LOST: id, count.
+        feed(THROTTLE, with_sample_id(&[50, 7, 7], 1, 7));
+        feed(UNTHROTTLE, with_sample_id(&[60, 7, 7], 1, 7));
+        feed(THROTTLE, with_sample_id(&[70, 7, 7], 1, 7));
+        feed(THROTTLE, with_sample_id(&[80, 8, 8], 0, 8));
+        feed(LOST, with_sample_id(&[7, 5], 1, 7));
+        feed(LOST, with_sample_id(&[8, 3], 0, 8));
+        feed(LOST, with_sample_id(&[7, 2], 1, 7));
+        let st = d.stats();
+        assert!(out.is_empty());
+        assert_eq!(st.lost, 10);
+        assert_eq!(
+            st.lost_per_cpu,
+            BTreeMap::from([(Some(0), 3), (Some(1), 7)])
+        );
+        assert_eq!(
+            st.throttling.get(&(Some(1), 0)),
+            Some(&Throttling {
+                throttled: 2,
+                unthrottled: 1
+            })
+        );
+        assert_eq!(
+            st.throttling_of(1),
+            Throttling {
+                throttled: 1,
+                unthrottled: 0
+            }
+        );
+        assert_eq!(st.throttling.len(), 2);
+    }
 
     #[test]
     fn cpu_lists() {

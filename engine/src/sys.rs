@@ -98,6 +98,15 @@ pub fn disable(fd: &OwnedFd) -> io::Result<()> {
     check(unsafe { perf_event_open_sys::ioctls::DISABLE(fd.as_raw_fd(), 0) })
 }
 
+/// `PERF_EVENT_IOC_PAUSE_OUTPUT`: stop (`true`) or resume (`false`) the
+/// kernel writing into this event's ring. While paused, records that would
+/// have been written are dropped and counted as lost by the kernel.
+pub fn pause_output(fd: &OwnedFd, pause: bool) -> io::Result<()> {
+    // SAFETY: `fd` is a live perf event descriptor; PAUSE_OUTPUT takes an
+    // integer argument, not a pointer.
+    check(unsafe { perf_event_open_sys::ioctls::PAUSE_OUTPUT(fd.as_raw_fd(), u32::from(pause)) })
+}
+
 /// `PERF_EVENT_IOC_SET_OUTPUT`: send `fd`'s records to `target`'s ring.
 pub fn set_output(fd: &OwnedFd, target: &OwnedFd) -> io::Result<()> {
     // SAFETY: both descriptors are live perf events; the argument is an fd.
@@ -155,6 +164,18 @@ unsafe impl Send for Mapping {}
 impl Mapping {
     /// Maps `1 + data_pages` pages of a perf event fd (metadata page first).
     pub fn new(fd: &OwnedFd, data_pages: usize) -> io::Result<Mapping> {
+        Mapping::with_prot(fd, data_pages, libc::PROT_READ | libc::PROT_WRITE)
+    }
+
+    /// Maps `1 + data_pages` pages of a perf event fd read-only: the kernel
+    /// then treats the ring as an overwrite ring (it never waits for a
+    /// reader's `data_tail` and overwrites the oldest records), which is the
+    /// flight-recorder mode, paired with `write_backward` in the attr.
+    pub fn new_read_only(fd: &OwnedFd, data_pages: usize) -> io::Result<Mapping> {
+        Mapping::with_prot(fd, data_pages, libc::PROT_READ)
+    }
+
+    fn with_prot(fd: &OwnedFd, data_pages: usize, prot: libc::c_int) -> io::Result<Mapping> {
         let page = page_size();
         let len = page
             .checked_mul(data_pages + 1)
@@ -165,7 +186,7 @@ impl Mapping {
             libc::mmap(
                 std::ptr::null_mut(),
                 len,
-                libc::PROT_READ | libc::PROT_WRITE,
+                prot,
                 libc::MAP_SHARED,
                 fd.as_raw_fd(),
                 0,

@@ -24,6 +24,7 @@ fn tiny_ring_loss_matches_the_kernel_count() {
         SessionOptions {
             target: RecordTarget::AllCpus,
             mmap_pages: 1,
+            overwrite: false,
         },
     )
     .unwrap();

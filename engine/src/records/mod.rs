@@ -411,7 +411,9 @@ impl RecordDecoder {
             self.stats.undecodable += 1;
             return Err(RecordError::UnknownId(id));
         };
-        match RawEventRecord::new(kind, misc, data, *info).parse() {
+        let raw = RawEventRecord::new(kind, misc, data, *info);
+        let cpu = || raw.common_data().ok().and_then(|c| c.cpu);
+        match raw.parse() {
             Ok(EventRecord::Sample(s)) => {
                 let comm = self.comms.get_for(&s_parts_key(&s), id.unwrap_or(0));
                 let offsets = self.field_offsets.get(probe).map_or(&[][..], Vec::as_slice);
@@ -423,7 +425,15 @@ impl RecordDecoder {
                 Ok(())
             }
             Ok(EventRecord::Lost(l)) => {
-                self.stats.lost += l.count;
+                self.stats.note_lost(cpu(), l.count);
+                Ok(())
+            }
+            Ok(EventRecord::Throttle(_)) => {
+                self.stats.note_throttle(cpu(), probe, true);
+                Ok(())
+            }
+            Ok(EventRecord::Unthrottle(_)) => {
+                self.stats.note_throttle(cpu(), probe, false);
                 Ok(())
             }
             Ok(_) => Ok(()),

@@ -1,0 +1,94 @@
+//! `record --overwrite`: the flight recorder keeps the newest events, dumps
+//! them in order on SIGUSR2, and says how many older ones were overwritten.
+
+use std::process::{Command, Stdio};
+use std::sync::mpsc;
+use std::time::Duration;
+
+use kprobe_perf_tests::{kprobe_perf_bin, kprobes_available};
+
+/// Opens of nonexistent files the workload thread makes, in this order.
+const OPENS: usize = 3000;
+
+fn name(i: usize) -> String {
+    format!("/nonexistent/kprobe-perf-flight-{i:05}")
+}
+
+#[test]
+fn sigusr2_dumps_the_newest_events_in_order() {
+    if !kprobes_available("sigusr2_dumps_the_newest_events_in_order") {
+        return;
+    }
+    // The workload thread exists (and is named) before recording starts,
+    // so its only records are the samples of its opens.
+    let (tid_tx, tid_rx) = mpsc::channel();
+    let (go_tx, go_rx) = mpsc::channel::<()>();
+    let worker = std::thread::spawn(move || {
+        tid_tx.send(kprobe_perf_engine::sys::gettid()).unwrap();
+        go_rx.recv().unwrap();
+        for i in 0..OPENS {
+            let _ = std::fs::File::open(name(i));
+        }
+    });
+    let tid = tid_rx.recv().unwrap();
+    let rec = Command::new(kprobe_perf_bin())
+        .args([
+            "record",
+            "--overwrite",
+            "-m",
+            "2",
+            "-t",
+            &tid.to_string(),
+            "-e",
+            "p:do_sys_openat2 path=+0(%si):ustring",
+        ])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_secs(4));
+    go_tx.send(()).unwrap();
+    worker.join().unwrap();
+    std::thread::sleep(Duration::from_millis(500));
+    let signal = |sig: &str| {
+        let st = Command::new("kill")
+            .args([sig, &rec.id().to_string()])
+            .status()
+            .unwrap();
+        assert!(st.success());
+    };
+    signal("-USR2");
+    std::thread::sleep(Duration::from_secs(1));
+    signal("-INT");
+    let out = rec.wait_with_output().unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{err}");
+    let got: Vec<&str> = stdout
+        .lines()
+        .filter_map(|l| {
+            l.split_once("path=\"")
+                .map(|(_, p)| p.trim_end_matches('"'))
+        })
+        .collect();
+    let k = got.len();
+    assert!(
+        k > 0 && k < OPENS,
+        "a window smaller than the workload: {k} events\n{err}"
+    );
+    let want: Vec<String> = (OPENS - k..OPENS).map(name).collect();
+    assert_eq!(got, want, "the newest {k} opens, oldest first");
+    let line = err
+        .lines()
+        .find(|l| l.starts_with("flight recorder:"))
+        .unwrap_or_else(|| panic!("no flight recorder summary:\n{err}"));
+    println!("{line}");
+    assert_eq!(
+        line,
+        format!(
+            "flight recorder: the window held {k} events; {} older ones were overwritten",
+            OPENS - k
+        ),
+        "{err}"
+    );
+}
