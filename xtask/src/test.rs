@@ -172,7 +172,7 @@ pub fn run(kernel_args: &[String], no_lint: bool) -> Result<()> {
     let script = {
         let list: Vec<String> = exes.iter().map(|e| format!("'{}'", e.display())).collect();
         format!(
-            "rc=0; for t in {}; do \"$t\" --test-threads=1 --color never || rc=1; done; exit $rc",
+            "rc=0; for t in {}; do \"$t\" --test-threads=1 --color never --show-output || rc=1; done; exit $rc",
             list.join(" ")
         )
     };
