@@ -27,15 +27,15 @@ pub fn kernel_symbols() -> Result<KernelSymbols> {
     Ok(symbols)
 }
 
-/// The live kernel text, if this process may read it.
-pub fn kernel_text() -> Option<Box<dyn KernelTextSource>> {
-    crate::text_source::open()
-}
+use crate::text_source::{release, ImageArgs};
 
-fn release() -> String {
-    std::fs::read_to_string("/proc/sys/kernel/osrelease")
-        .map(|r| r.trim().to_string())
-        .unwrap_or_default()
+/// The kernel text for checks (see [`crate::text_source::open`]).
+fn kernel_text(
+    args: &ImageArgs,
+    symbols: &KernelSymbols,
+    with_sizes: bool,
+) -> Result<Option<Box<dyn KernelTextSource>>> {
+    crate::text_source::open(args, symbols, with_sizes)
 }
 
 fn host_arch() -> Result<Arch> {
@@ -45,8 +45,12 @@ fn host_arch() -> Result<Arch> {
 /// Refuses, before anything is opened, a probe the kernel would refuse
 /// (a mid-instruction offset, a notrace or blacklisted function ...),
 /// when the kernel's text is readable; otherwise the kernel decides.
-pub fn check_plans(plans: &[kprobe_perf_engine::ProbePlan], symbols: &KernelSymbols) -> Result<()> {
-    let Some(text) = kernel_text() else {
+pub fn check_plans(
+    plans: &[kprobe_perf_engine::ProbePlan],
+    symbols: &KernelSymbols,
+    image: &ImageArgs,
+) -> Result<()> {
+    let Some(text) = kernel_text(image, symbols, false)? else {
         return Ok(());
     };
     let rel = release();
@@ -63,6 +67,7 @@ pub fn expand_globs(
     specs: &[String],
     symbols: &KernelSymbols,
     all_instances: bool,
+    image: &ImageArgs,
 ) -> Result<Vec<String>> {
     let arch = host_arch()?;
     // The target is the first or second word (`p:tcp_*`, `p:ev tcp_*`);
@@ -75,7 +80,7 @@ pub fn expand_globs(
     if !all_instances && !specs.iter().any(has_glob) {
         return Ok(specs.to_vec());
     }
-    let text = kernel_text();
+    let text = kernel_text(image, symbols, false)?;
     let rel = release();
     let preflight = text
         .as_deref()
@@ -105,10 +110,15 @@ pub fn expand_globs(
 }
 
 /// `kprobe-perf list PATTERN... [--why] [--include-fragile]`.
-pub fn list(patterns: &[String], why: bool, include_fragile: bool) -> Result<ExitCode> {
+pub fn list(
+    patterns: &[String],
+    why: bool,
+    include_fragile: bool,
+    image: &ImageArgs,
+) -> Result<ExitCode> {
     let symbols = kernel_symbols()?;
     let arch = host_arch()?;
-    let text = kernel_text();
+    let text = kernel_text(image, &symbols, false)?;
     let rel = release();
     let preflight = text
         .as_deref()
@@ -182,14 +192,14 @@ pub fn list(patterns: &[String], why: bool, include_fragile: bool) -> Result<Exi
 
 /// `kprobe-perf probe --lines FUNC`: every instruction of FUNC with the
 /// kernel's predicted answer for a kprobe there.
-pub fn lines(func: &str) -> Result<ExitCode> {
+pub fn lines(func: &str, image: &ImageArgs) -> Result<ExitCode> {
     let symbols = kernel_symbols()?;
     let arch = host_arch()?;
     if symbols.addresses_hidden() {
         bail!("--lines needs kernel addresses, which /proc/kallsyms hides from this process: run as root");
     }
-    let Some(text) = kernel_text() else {
-        bail!("--lines needs the kernel's text: /proc/kcore is not readable here (run as root on a kernel with CONFIG_PROC_KCORE)");
+    let Some(text) = kernel_text(image, &symbols, true)? else {
+        bail!("--lines needs the kernel's text: /proc/kcore is not readable here (run as root on a kernel with CONFIG_PROC_KCORE) and no vmlinux was found (looked in {}; give --vmlinux)", crate::text_source::looked_in(&kprobe_perf_symbols::image::vmlinux_candidates(&release())));
     };
     let (module, name) = match func.split_once(':') {
         Some((m, n)) => (Some(m), n),
@@ -218,9 +228,13 @@ pub fn lines(func: &str) -> Result<ExitCode> {
     let listing = pre.listing(&f);
     let stdout = std::io::stdout();
     let mut out = std::io::BufWriter::new(stdout.lock());
+    let code = match listing.code_size {
+        Some(c) if c < listing.size => format!(", code {c} bytes then padding"),
+        _ => String::new(),
+    };
     writeln!(
         out,
-        "{} at 0x{:x}, {} bytes (bytes from {})",
+        "{} at 0x{:x}, {} bytes{code} (bytes from {})",
         listing.name, listing.address, listing.size, listing.source
     )?;
     if let Some(r) = &listing.refusal {
@@ -238,6 +252,9 @@ pub fn lines(func: &str) -> Result<ExitCode> {
             Prediction::Refuse { errno, reason } if listing.refusal.is_none() => {
                 format!("   ; {errno}: {reason}")
             }
+            Prediction::Accept if l.padding => {
+                "   ; padding after the last instruction: accepted, but never runs".to_string()
+            }
             _ => String::new(),
         };
         writeln!(
@@ -252,6 +269,106 @@ pub fn lines(func: &str) -> Result<ExitCode> {
         out,
         "p: a kprobe (p:{name}+OFFSET) is accepted; r: a kretprobe is too; -: refused, with the errno the kernel would answer"
     )?;
+    out.flush()?;
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `kprobe-perf info`: the running kernel as kprobe-perf sees it.
+pub fn info(image: &ImageArgs) -> Result<ExitCode> {
+    use crate::text_source::{describe_image, match_image};
+    use kprobe_perf_symbols::image as img;
+    let stdout = std::io::stdout();
+    let mut out = std::io::BufWriter::new(stdout.lock());
+    let rel = release();
+    writeln!(out, "kernel: {rel} ({})", std::env::consts::ARCH)?;
+    let symbols = kernel_symbols()?;
+    let core = symbols.iter().filter(|s| s.module.is_none()).count();
+    writeln!(
+        out,
+        "kallsyms: {} symbols ({core} core, {} in modules), addresses {}",
+        symbols.len(),
+        symbols.len() - core,
+        if symbols.addresses_hidden() {
+            "HIDDEN (kernel.kptr_restrict, or no CAP_SYSLOG)"
+        } else {
+            "visible"
+        }
+    )?;
+    let hex = |x: &[u8]| x.iter().map(|b| format!("{b:02x}")).collect::<String>();
+    match img::running_build_id() {
+        Some(id) => writeln!(out, "build ID: {} (/sys/kernel/notes)", hex(&id))?,
+        None => writeln!(out, "build ID: unknown (/sys/kernel/notes has none)")?,
+    }
+    let m = match_image(image, &symbols)?;
+    let slide = m.slide.map_or_else(
+        || "KASLR slide unknown".to_string(),
+        |s| {
+            format!(
+                "KASLR slide 0x{:x} (from _text, confirmed on {} functions)",
+                s.slide, s.checked
+            )
+        },
+    );
+    match &m.vmlinux {
+        Some(v) => {
+            // match_image refused a vmlinux whose build ID differs.
+            let id = match (v.build_id(), img::running_build_id()) {
+                (Some(_), Some(_)) => "build ID matches the running kernel",
+                (Some(_), None) => "build ID not compared (the running kernel shows none)",
+                (None, _) => "no build ID in the image",
+            };
+            writeln!(out, "vmlinux: {}, {id}, {slide}", describe_image(v))?;
+        }
+        None => writeln!(
+            out,
+            "vmlinux: none (looked in {}; give --vmlinux)",
+            crate::text_source::looked_in(&img::vmlinux_candidates(&rel))
+        )?,
+    }
+    match &m.system_map {
+        Some(map) => {
+            let own = map.slide_against(&symbols, None).map_or_else(
+                |e| format!("{e}"),
+                |s| {
+                    format!(
+                        "KASLR slide 0x{:x}, confirmed on {} functions",
+                        s.slide, s.checked
+                    )
+                },
+            );
+            writeln!(out, "System.map: {}, {own}", describe_image(map))?;
+        }
+        None => writeln!(
+            out,
+            "System.map: none usable (looked in {}; give --system-map)",
+            crate::text_source::looked_in(&img::system_map_candidates(&rel))
+        )?,
+    }
+    match kernel_text(image, &symbols, true)? {
+        Some(t) => writeln!(out, "kernel text: {}", t.describe())?,
+        None => writeln!(
+            out,
+            "kernel text: none (/proc/kcore unreadable and no vmlinux): offsets are left to the kernel"
+        )?,
+    }
+    let btf = std::fs::metadata(kprobe_perf_symbols::prototypes::VMLINUX_BTF);
+    match btf {
+        Ok(md) => writeln!(
+            out,
+            "BTF: {} ({} bytes)",
+            kprobe_perf_symbols::prototypes::VMLINUX_BTF,
+            md.len()
+        )?,
+        Err(e) => writeln!(
+            out,
+            "BTF: none ({}: {e}); argument names need CONFIG_DEBUG_INFO_BTF",
+            kprobe_perf_symbols::prototypes::VMLINUX_BTF
+        )?,
+    }
+    match Blacklist::load() {
+        Ok(b) => writeln!(out, "kprobe blacklist: {} ranges", b.len())?,
+        Err(e) => writeln!(out, "kprobe blacklist: not readable ({e})")?,
+    }
     out.flush()?;
     Ok(ExitCode::SUCCESS)
 }

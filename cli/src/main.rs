@@ -69,6 +69,8 @@ enum Cmd {
         /// The definitions (`-:EVENT` deletions included).
         #[arg(value_name = "SPEC", allow_hyphen_values = true)]
         specs: Vec<String>,
+        #[command(flatten)]
+        image: text_source::ImageArgs,
     },
     /// List the functions that globs select for probing (`tcp_v4_*`,
     /// `ext4:*`, `*:*_open`, `vmlinux:do_sys_open*`), leaving out what the
@@ -85,6 +87,15 @@ enum Cmd {
         /// Keep the fragile families (tracing, locking, RCU, scheduler ...).
         #[arg(long)]
         include_fragile: bool,
+        #[command(flatten)]
+        image: text_source::ImageArgs,
+    },
+    /// Show what kprobe-perf knows of the running kernel: its symbols, the
+    /// vmlinux and System.map matched to it (build ID, KASLR slide), where
+    /// kernel text comes from, BTF and the kprobe blacklist.
+    Info {
+        #[command(flatten)]
+        image: text_source::ImageArgs,
     },
 }
 
@@ -162,6 +173,8 @@ struct RecordArgs {
     /// a power of two pages); replaces -m.
     #[arg(long, value_name = "MIB", requires = "overwrite")]
     overwrite_size: Option<usize>,
+    #[command(flatten)]
+    image: text_source::ImageArgs,
     /// The command to run and record.
     #[arg(last = true, value_name = "CMD")]
     command: Vec<String>,
@@ -181,14 +194,18 @@ fn main() -> ExitCode {
         Cmd::Cleanup => cleanup(),
         Cmd::Script(args) => script::run(&args),
         Cmd::Probe {
-            lines: Some(func), ..
-        } => inspect::lines(&func),
+            lines: Some(func),
+            image,
+            ..
+        } => inspect::lines(&func, &image),
         Cmd::Probe { specs, .. } => probe_parse(&specs),
         Cmd::List {
             patterns,
             why,
             include_fragile,
-        } => inspect::list(&patterns, why, include_fragile),
+            image,
+        } => inspect::list(&patterns, why, include_fragile, &image),
+        Cmd::Info { image } => inspect::info(&image),
     };
     match result {
         Ok(code) => code,
@@ -256,9 +273,9 @@ fn record(args: &RecordArgs) -> Result<ExitCode> {
         BackendArg::Pmu => BackendChoice::Pmu,
         BackendArg::Tracefs => BackendChoice::Tracefs,
     };
-    let specs = inspect::expand_globs(specs, &symbols, args.all_instances)?;
+    let specs = inspect::expand_globs(specs, &symbols, args.all_instances, &args.image)?;
     let plans = plan_probes_with(&specs, &symbols, choice)?;
-    inspect::check_plans(&plans, &symbols)?;
+    inspect::check_plans(&plans, &symbols, &args.image)?;
 
     let stop = Arc::new(AtomicBool::new(false));
     for sig in [

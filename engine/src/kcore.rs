@@ -1,9 +1,12 @@
-//! The live kernel text from `/proc/kcore`: an ELF64 core file whose
-//! PT_LOAD segments map kernel virtual addresses to file offsets.
+//! Where kernel text bytes come from: the live text in `/proc/kcore` (an
+//! ELF64 core file whose PT_LOAD segments map kernel virtual addresses to
+//! file offsets), or a vmlinux on disk moved by the KASLR slide.
 
 use std::fs::File;
 use std::io;
 use std::os::unix::fs::FileExt;
+
+use kprobe_perf_symbols::image::{KaslrSlide, KernelImage};
 
 use crate::preflight::KernelTextSource;
 
@@ -83,5 +86,103 @@ impl KernelTextSource for Kcore {
 
     fn describe(&self) -> String {
         "/proc/kcore (live text)".into()
+    }
+}
+
+/// Kernel text from a vmlinux on disk, at running addresses (moved by the
+/// KASLR slide). Runtime patching (alternatives, jump labels, static calls,
+/// ftrace) is not visible in it.
+pub struct ImageText {
+    image: KernelImage,
+    slide: KaslrSlide,
+}
+
+impl ImageText {
+    /// Text of `image`, whose link-time addresses `slide` moves to the
+    /// running kernel's.
+    pub fn new(image: KernelImage, slide: KaslrSlide) -> ImageText {
+        ImageText { image, slide }
+    }
+
+    /// The image.
+    pub fn image(&self) -> &KernelImage {
+        &self.image
+    }
+
+    /// The slide in use.
+    pub fn slide(&self) -> KaslrSlide {
+        self.slide
+    }
+
+    /// The ELF size of the function that starts at running `address`.
+    pub fn function_size(&self, address: u64) -> Option<u64> {
+        self.image
+            .function_at(self.slide.to_link(address))
+            .map(|s| s.size)
+            .filter(|&s| s > 0)
+    }
+}
+
+impl KernelTextSource for ImageText {
+    fn read_text(&self, address: u64, len: usize) -> Result<Vec<u8>, String> {
+        self.image.read(self.slide.to_link(address), len)
+    }
+
+    fn describe(&self) -> String {
+        format!(
+            "{} (link-time text moved by the KASLR slide 0x{:x}; runtime patching is not visible)",
+            self.image.path().display(),
+            self.slide.slide
+        )
+    }
+
+    fn function_size(&self, address: u64) -> Option<u64> {
+        ImageText::function_size(self, address)
+    }
+}
+
+/// The live text when readable, else a vmlinux; function sizes from the
+/// vmlinux's symbol table whenever there is one.
+pub struct TextSources {
+    /// `/proc/kcore`.
+    pub live: Option<Kcore>,
+    /// A vmlinux matched to the running kernel.
+    pub image: Option<ImageText>,
+}
+
+impl TextSources {
+    /// None when neither source is there.
+    pub fn into_source(self) -> Option<Box<dyn KernelTextSource>> {
+        match (self.live.is_some(), self.image.is_some()) {
+            (false, false) => None,
+            _ => Some(Box::new(self)),
+        }
+    }
+}
+
+impl KernelTextSource for TextSources {
+    fn read_text(&self, address: u64, len: usize) -> Result<Vec<u8>, String> {
+        match (&self.live, &self.image) {
+            (Some(live), _) => live.read_text(address, len),
+            (None, Some(image)) => image.read_text(address, len),
+            (None, None) => Err("no kernel text source".into()),
+        }
+    }
+
+    fn describe(&self) -> String {
+        match (&self.live, &self.image) {
+            (Some(live), Some(image)) => format!(
+                "{}; function sizes from {}",
+                live.describe(),
+                image.image().path().display()
+            ),
+            (Some(live), None) => live.describe(),
+            (None, Some(image)) => image.describe(),
+            (None, None) => "nothing".into(),
+        }
+    }
+
+    fn function_size(&self, address: u64) -> Option<u64> {
+        self.image.as_ref()?.function_size(address)
     }
 }

@@ -35,6 +35,11 @@ pub trait KernelTextSource {
     fn read_text(&self, address: u64, len: usize) -> Result<Vec<u8>, String>;
     /// Where the bytes come from, to name in messages (`/proc/kcore`).
     fn describe(&self) -> String;
+    /// The exact size of the function starting at `address` (a vmlinux's
+    /// `st_size`), when this source knows it.
+    fn function_size(&self, _address: u64) -> Option<u64> {
+        None
+    }
 }
 
 /// Largest function read for a check (larger ones are refused as
@@ -48,6 +53,9 @@ pub struct KernelFunction {
     pub symbol: Symbol,
     /// Size in bytes (to the next symbol).
     pub size: u64,
+    /// The exact size of its code (a vmlinux's `st_size`) when known; the
+    /// bytes beyond it up to `size` are alignment padding.
+    pub code_size: Option<u64>,
     /// The bytes, as the text source shows them.
     pub bytes: Vec<u8>,
 }
@@ -170,9 +178,14 @@ impl<'a> Preflight<'a> {
             .text
             .read_text(sym.address, len)
             .map_err(|e| unreadable(format!("its bytes cannot be read: {e}")))?;
+        let code_size = self
+            .text
+            .function_size(sym.address)
+            .filter(|&s| s <= loc.size);
         Ok(KernelFunction {
             symbol: sym.clone(),
             size: loc.size,
+            code_size,
             bytes,
         })
     }
@@ -362,7 +375,16 @@ impl<'a> Preflight<'a> {
             ProbeSite::Entry
         };
         match self.predict(&f, *offset, kind) {
-            Prediction::Accept => Ok(()),
+            Prediction::Accept => match f.code_size {
+                Some(code) if *offset >= code => Err(PlanError::Preflight {
+                    probe: format!("{}+{offset}", sym.name),
+                    reason: format!(
+                        "is past the last instruction of {} (its code is {code} bytes by the vmlinux symbol table): the alignment padding there never runs, so the probe would never fire; see kprobe-perf probe --lines {}",
+                        sym.name, sym.name
+                    ),
+                }),
+                _ => Ok(()),
+            },
             Prediction::Refuse { errno, reason } => Err(PlanError::Preflight {
                 probe: format!("{}+{offset}", sym.name),
                 reason: format!(
@@ -391,13 +413,20 @@ impl<'a> Preflight<'a> {
                 let ret = refusal.is_none()
                     && self.predict_in(f, &layout, insn.offset, ProbeSite::Return)
                         == Prediction::Accept;
-                ListingLine { insn, entry, ret }
+                let padding = f.code_size.is_some_and(|c| insn.offset >= c);
+                ListingLine {
+                    insn,
+                    entry,
+                    ret,
+                    padding,
+                }
             })
             .collect();
         Listing {
             name: f.symbol.name.clone(),
             address: f.symbol.address,
             size: f.size,
+            code_size: f.code_size,
             source: self.text.describe(),
             refusal,
             lines,
@@ -414,6 +443,9 @@ pub struct ListingLine {
     pub entry: Prediction,
     /// True when a kretprobe may go at its offset.
     pub ret: bool,
+    /// True when the instruction lies past the function's code (by its
+    /// vmlinux size): alignment padding that never runs.
+    pub padding: bool,
 }
 
 /// A function's instructions with the kernel's verdict at each.
@@ -423,8 +455,10 @@ pub struct Listing {
     pub name: String,
     /// Its address.
     pub address: u64,
-    /// Its size.
+    /// Its size (to the next symbol).
     pub size: u64,
+    /// The size of its code, when a vmlinux says.
+    pub code_size: Option<u64>,
     /// Where the bytes came from.
     pub source: String,
     /// Why the whole function is refused, if it is.

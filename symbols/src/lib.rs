@@ -31,6 +31,7 @@
 pub mod elf;
 mod exclusion;
 mod glob;
+pub mod image;
 mod kallsyms;
 mod names;
 pub mod prototypes;

@@ -94,8 +94,7 @@ fn kprobe_perf_and_perf_record_the_same_values() {
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
-    // Both are armed well before this under TCG.
-    std::thread::sleep(Duration::from_secs(6));
+    wait_until_armed(ours.id(), &dir);
 
     // The workload: threads opening missing files with paths of different
     // lengths, so that the pointers vary.
@@ -197,4 +196,48 @@ fn kprobe_perf_and_perf_record_the_same_values() {
     assert_eq!(mine, theirs, "the two tools disagree");
     assert!(mine.keys().all(|k| k.1 == i64::from(libc::AT_FDCWD)));
     std::fs::remove_dir_all(&dir).unwrap();
+}
+
+/// Waits (up to 120 s) until perf's probe fires (its kprobe_profile hit
+/// count moves when this thread opens a marker file) and kprobe-perf holds
+/// an event per CPU; a fixed sleep was too short under single-threaded TCG.
+fn wait_until_armed(ours: u32, dir: &std::path::Path) {
+    let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let started = std::time::Instant::now();
+    let profile = kprobe_perf_engine::tracefs::Tracefs::find()
+        .unwrap()
+        .root()
+        .join("kprobe_profile");
+    let perf_hits = || -> u64 {
+        std::fs::read_to_string(&profile)
+            .unwrap_or_default()
+            .lines()
+            .find(|l| matches!(l.split_whitespace().next(), Some("kpdiff" | "probe/kpdiff")))
+            .and_then(|l| l.split_whitespace().nth(1)?.parse().ok())
+            .unwrap_or(0)
+    };
+    let our_events = || {
+        std::fs::read_dir(format!("/proc/{ours}/fd"))
+            .map(|d| {
+                d.filter_map(|e| std::fs::read_link(e.ok()?.path()).ok())
+                    .filter(|l| l.to_string_lossy() == "anon_inode:[perf_event]")
+                    .count()
+            })
+            .unwrap_or(0)
+    };
+    loop {
+        let _ = std::fs::File::open(dir.join("marker"));
+        if perf_hits() > 0 && our_events() >= cpus {
+            break;
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(120),
+            "perf ({} hits) or kprobe-perf ({} events) did not arm within 120 s",
+            perf_hits(),
+            our_events()
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    // Ours maps and enables its rings right after opening them.
+    std::thread::sleep(Duration::from_secs(1));
 }

@@ -16,6 +16,9 @@ pub struct Kernel {
     pub image: PathBuf,
     /// `lib/modules/<release>` of the same package, if any.
     pub modules: Option<PathBuf>,
+    /// The directory holding `vmlinux-<release>` and `System.map-<release>`
+    /// from the matching `-dbg` package, if fetched.
+    pub debug_boot: Option<PathBuf>,
 }
 
 /// The series the test matrix covers, oldest first.
@@ -41,6 +44,7 @@ pub fn resolve(spec: &str, cache: &Path) -> Result<Kernel> {
             label: spec.to_string(),
             image,
             modules: None,
+            debug_boot: None,
         });
     }
     let package = newest_package(spec)?;
@@ -58,10 +62,21 @@ pub fn resolve(spec: &str, cache: &Path) -> Result<Kernel> {
         .map(|e| e.path())
         .find(|p| p.is_dir())
         .with_context(|| format!("no module tree under {}", modules_root.display()))?;
+    let version = release
+        .file_name()
+        .and_then(|n| n.to_str())
+        .context("module tree without a name")?
+        .to_string();
+    let debug_stamp = dir.join(".dbg-unpacked");
+    if !debug_stamp.exists() {
+        fetch_debug(&package, &version, &dir)?;
+        std::fs::write(&debug_stamp, b"")?;
+    }
     Ok(Kernel {
         label: spec.to_string(),
         image,
         modules: Some(release),
+        debug_boot: Some(dir.join("usr/lib/debug/boot")),
     })
 }
 
@@ -140,6 +155,53 @@ fn fetch(package: &str, dir: &Path) -> Result<()> {
         "dpkg-deb -x",
     )?;
     std::fs::remove_dir_all(&dl)?;
+    Ok(())
+}
+
+/// The vmlinux and System.map of `package` from its `-dbg` package (about
+/// 0.9-1 GiB): only those two files are unpacked, and tar stops reading
+/// once it has them (they come first), which takes seconds.
+fn fetch_debug(package: &str, release: &str, dir: &Path) -> Result<()> {
+    let dbg = format!(
+        "{}-dbg",
+        package.strip_suffix("-unsigned").unwrap_or(package)
+    );
+    let parent = dir.parent().context("cache dir has no parent")?;
+    eprintln!("xtask: downloading {dbg} for its vmlinux and System.map");
+    let dl = parent.join("download-dbg");
+    let _ = std::fs::remove_dir_all(&dl);
+    std::fs::create_dir_all(&dl)?;
+    host::run_status(
+        Command::new("apt-get")
+            .arg("download")
+            .arg(&dbg)
+            .current_dir(&dl),
+        "apt-get download",
+    )?;
+    let deb = find_one(&dl, &dbg)?;
+    let wanted = [
+        format!("./usr/lib/debug/boot/vmlinux-{release}"),
+        format!("./usr/lib/debug/boot/System.map-{release}"),
+    ];
+    // dpkg-deb complains of a broken pipe when tar stops early; tar's
+    // status is the pipeline's.
+    host::run_status(
+        Command::new("sh")
+            .arg("-c")
+            .arg("dpkg-deb --fsys-tarfile \"$1\" 2>/dev/null | tar -x -C \"$2\" --occurrence=1 \"$3\" \"$4\"")
+            .arg("sh")
+            .arg(&deb)
+            .arg(dir)
+            .args(&wanted),
+        "unpacking vmlinux and System.map",
+    )?;
+    std::fs::remove_dir_all(&dl)?;
+    for w in &wanted {
+        let p = dir.join(w);
+        if !p.is_file() {
+            bail!("{dbg} has no {w}");
+        }
+    }
     Ok(())
 }
 

@@ -184,7 +184,16 @@ pub fn run(kernel_args: &[String], no_lint: bool) -> Result<()> {
             kernel: &kernel,
             command: &["sh".to_string(), "-c".to_string(), script.clone()],
             cwd: workspace_root(),
-            env: passthrough_env(),
+            env: {
+                let mut env = passthrough_env();
+                if let Some(d) = &kernel.debug_boot {
+                    env.push((
+                        "KPROBE_PERF_DEBUG_BOOT".to_string(),
+                        d.display().to_string(),
+                    ));
+                }
+                env
+            },
             timeout: Duration::from_secs(900),
             echo: true,
             work_dir: vm_cache(),
