@@ -68,7 +68,15 @@ impl Value {
     /// Applies a type to a 64-bit register: truncation to the width (with
     /// sign extension for sN), or extraction of a bitfield.
     pub fn new(reg: u64, ty: BaseType) -> Value {
-        let raw = match ty {
+        Value::Int {
+            raw: Value::typed(reg, ty),
+            ty,
+        }
+    }
+
+    /// The integer of [`Value::new`].
+    fn typed(reg: u64, ty: BaseType) -> u64 {
+        match ty {
             BaseType::Unsigned(b) | BaseType::Hex(b) => low_bits(reg, u32::from(b)),
             BaseType::Signed(b) if b < 64 => {
                 let shift = 64 - u32::from(b);
@@ -83,8 +91,7 @@ impl Value {
                 low_bits(in_container >> offset, u32::from(width))
             }
             _ => reg,
-        };
-        Value::Int { raw, ty }
+        }
     }
 
     /// The value as a signed integer, for integer values.
@@ -279,51 +286,178 @@ pub fn decode_parts(
     comm: Arc<str>,
     field_offsets: &[usize],
 ) -> Result<Event, DecodeError> {
+    let mut head = EventHead::default();
+    let (mut ints, mut others) = (Vec::new(), Vec::new());
+    let args = ArgsOut {
+        ints: &mut ints,
+        others: &mut others,
+    };
+    decode_into(
+        probe,
+        plan,
+        sample,
+        reg_of,
+        &comm,
+        field_offsets,
+        &mut head,
+        args,
+    )?;
+    let kinds = arg_kinds(plan);
+    let mut e = head.event(comm, Vec::new(), plan.is_return());
+    set_args(&mut e.args, &kinds, &ints, &others);
+    Ok(e)
+}
+
+/// The fields of an [`Event`] other than its name, arguments and return
+/// address (the sampled ip for a kretprobe): what a decoder keeps per
+/// event while it waits for time order, kept small.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(crate) struct EventHead {
+    pub time_ns: u64,
+    pub ip: u64,
+    pub probe_addr: u64,
+    pub probe: u32,
+    pub cpu: u32,
+    pub pid: i32,
+    pub tid: i32,
+}
+
+impl EventHead {
+    pub(crate) fn event(self, comm: Arc<str>, args: Vec<Value>, is_return: bool) -> Event {
+        let mut e = Event {
+            probe: 0,
+            cpu: 0,
+            pid: 0,
+            tid: 0,
+            comm,
+            time_ns: 0,
+            ip: 0,
+            probe_addr: 0,
+            ret_addr: None,
+            args,
+        };
+        self.fill(&mut e, is_return);
+        e
+    }
+
+    /// Sets every field of `e` but its name and arguments.
+    pub(crate) fn fill(self, e: &mut Event, is_return: bool) {
+        e.probe = self.probe as usize;
+        e.cpu = self.cpu;
+        e.pid = self.pid;
+        e.tid = self.tid;
+        e.time_ns = self.time_ns;
+        e.ip = self.ip;
+        e.probe_addr = self.probe_addr;
+        e.ret_addr = is_return.then_some(self.ip);
+    }
+}
+
+/// Per argument of a plan: `Some(type)` when its value is always a
+/// [`Value::Int`] of that type (kept as a bare integer while an event
+/// waits), `None` for strings and arrays.
+pub(crate) fn arg_kinds(plan: &ProbePlan) -> Vec<Option<BaseType>> {
+    plan.args
+        .iter()
+        .map(|a| match (a.source, a.ty.array, a.ty.base) {
+            (ArgSource::Register(_), _, base) => Some(base),
+            (ArgSource::Comm, ..) | (ArgSource::Field, Some(_), _) => None,
+            (ArgSource::Field, None, BaseType::String | BaseType::UString) => None,
+            // The kernel has already extracted the bitfield.
+            (ArgSource::Field, None, BaseType::Bitfield { container, .. }) => {
+                Some(BaseType::Unsigned(container))
+            }
+            (ArgSource::Field, None, base) => Some(base),
+        })
+        .collect()
+}
+
+/// Where [`decode_into`] puts argument values: the integers of arguments
+/// whose kind is `Some` in [`arg_kinds`], then the other values.
+pub(crate) struct ArgsOut<'a> {
+    pub ints: &'a mut Vec<u64>,
+    pub others: &'a mut Vec<Value>,
+}
+
+/// Rebuilds argument values from what [`decode_into`] produced, reusing
+/// the values already in `args` (no allocation for integers).
+pub(crate) fn set_args(
+    args: &mut Vec<Value>,
+    kinds: &[Option<BaseType>],
+    ints: &[u64],
+    others: &[Value],
+) {
+    args.truncate(kinds.len());
+    let (mut ints, mut others) = (ints.iter(), others.iter());
+    for (i, kind) in kinds.iter().enumerate() {
+        let value = match kind {
+            Some(ty) => {
+                let raw = ints.next().copied().unwrap_or(0);
+                if let Some(Value::Int { raw: r, ty: t }) = args.get_mut(i) {
+                    *r = raw;
+                    *t = *ty;
+                    continue;
+                }
+                Value::Int { raw, ty: *ty }
+            }
+            None => others.next().cloned().unwrap_or(Value::Str(None)),
+        };
+        match args.get_mut(i) {
+            Some(slot) => *slot = value,
+            None => args.push(value),
+        }
+    }
+}
+
+/// Decodes a sample as [`decode_parts`] does, into `head` and `args`
+/// (with the kinds of [`arg_kinds`]). On error, `args` may hold part of
+/// the values: the caller drops them.
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn decode_into(
+    probe: usize,
+    plan: &ProbePlan,
+    sample: &SampleParts<'_>,
+    reg_of: impl Fn(u64) -> Option<u64>,
+    comm: &str,
+    field_offsets: &[usize],
+    head: &mut EventHead,
+    args: ArgsOut<'_>,
+) -> Result<(), DecodeError> {
     let raw = sample.raw;
-    let probe_addr = read_u64(raw, TRACE_ENTRY_SIZE).ok_or(DecodeError::ShortRaw(raw.len()))?;
-    let ip = sample.ip.ok_or(DecodeError::Missing("ip"))?;
+    head.probe =
+        u32::try_from(probe).map_err(|_| DecodeError::Missing("a probe index below 2^32"))?;
+    head.probe_addr = read_u64(raw, TRACE_ENTRY_SIZE).ok_or(DecodeError::ShortRaw(raw.len()))?;
+    head.ip = sample.ip.ok_or(DecodeError::Missing("ip"))?;
     // The raw record of a kretprobe also holds a return address, but seen on
     // Debian 6.1 and 6.12: when a kprobe sits on the same function it holds
     // arch_rethook_trampoline instead of the caller. The sampled ip is the
-    // caller in both cases, so that is what we report.
-    let ret_addr = if plan.is_return() {
-        if raw.len() < TRACE_ENTRY_SIZE + 16 {
-            return Err(DecodeError::ShortRaw(raw.len()));
-        }
-        Some(ip)
-    } else {
-        None
-    };
-    let mut args = Vec::with_capacity(plan.args.len());
+    // caller in both cases, so that is what we report (as `ret_addr`).
+    if plan.is_return() && raw.len() < TRACE_ENTRY_SIZE + 16 {
+        return Err(DecodeError::ShortRaw(raw.len()));
+    }
+    head.cpu = sample.cpu.ok_or(DecodeError::Missing("cpu"))?;
+    head.pid = sample.pid.ok_or(DecodeError::Missing("pid"))?;
+    head.tid = sample.tid.ok_or(DecodeError::Missing("tid"))?;
+    head.time_ns = sample.time.ok_or(DecodeError::Missing("time"))?;
     for (i, a) in plan.args.iter().enumerate() {
-        let v = match a.source {
-            ArgSource::Register(reg) => {
-                let v = (reg_of)(u64::from(reg.perf_index))
-                    .ok_or(DecodeError::MissingRegister(reg.name))?;
-                Value::new(v, a.ty.base)
-            }
-            ArgSource::Comm => Value::Str(Some(comm.to_string())),
+        match a.source {
+            ArgSource::Register(reg) => match (reg_of)(u64::from(reg.perf_index)) {
+                Some(v) => args.ints.push(Value::typed(v, a.ty.base)),
+                None => return Err(DecodeError::MissingRegister(reg.name)),
+            },
+            ArgSource::Comm => args.others.push(Value::Str(Some(comm.to_string()))),
             ArgSource::Field => {
                 let at = *field_offsets
                     .get(i)
                     .ok_or(DecodeError::Missing("a field offset for this argument"))?;
-                decode_field(raw, at, a.ty)?
+                match decode_field(raw, at, a.ty)? {
+                    Value::Int { raw, .. } if a.ty.array.is_none() => args.ints.push(raw),
+                    other => args.others.push(other),
+                }
             }
-        };
-        args.push(v);
+        }
     }
-    Ok(Event {
-        probe,
-        cpu: sample.cpu.ok_or(DecodeError::Missing("cpu"))?,
-        pid: sample.pid.ok_or(DecodeError::Missing("pid"))?,
-        tid: sample.tid.ok_or(DecodeError::Missing("tid"))?,
-        comm,
-        time_ns: sample.time.ok_or(DecodeError::Missing("time"))?,
-        ip,
-        probe_addr,
-        ret_addr,
-        args,
-    })
+    Ok(())
 }
 
 #[cfg(test)]

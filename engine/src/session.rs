@@ -14,7 +14,7 @@ use crate::decode::Event;
 use crate::error::{explain_open_errno, Error};
 use crate::plan::{AttachPoint, Backend, ProbePlan};
 use crate::pmu::{ProbePmu, SYSFS_PMUS};
-use crate::records::{self, RecordDecoder, RecordSink, RoundOrder};
+use crate::records::{self, RecordDecoder, RecordSink};
 use crate::ring::{BackwardRing, RingBuffer};
 use crate::sys;
 use crate::tracefs::{self, Tracefs, TracefsProbes};
@@ -201,8 +201,6 @@ pub struct Session {
     poll: Poll,
     events: Events,
     enabled: bool,
-    /// Events read but not yet handed over (see [`Session::poll`]).
-    order: RoundOrder,
 }
 
 /// The CPUs listed in a sysfs cpu list such as `0-3,5`.
@@ -647,7 +645,6 @@ impl Session {
             poll,
             events: Events::with_capacity(64),
             enabled,
-            order: RoundOrder::default(),
         })
     }
 
@@ -782,7 +779,6 @@ impl Session {
     /// the number of events delivered. Does nothing without
     /// [`SessionOptions::overwrite`].
     pub fn dump_overwrite(&mut self, mut f: impl FnMut(&Event)) -> Result<usize, Error> {
-        let mut out = Vec::new();
         for stream in &mut self.streams {
             let StreamRing::Backward(ring) = &mut stream.ring else {
                 continue;
@@ -798,17 +794,11 @@ impl Session {
             // Newest first in the ring: decode oldest first.
             for rec in taken.iter().rev() {
                 // An undecodable record is counted in the stats.
-                let _ = self
-                    .decoder
-                    .record(rec.kind, rec.misc, (&rec.body, &[]), &mut out);
+                let _ = self.decoder.record(rec.kind, rec.misc, (&rec.body, &[]));
                 let _ = self.decoder.take_learned();
             }
         }
-        out.sort_by_key(|e| e.time_ns);
-        for e in &out {
-            f(e);
-        }
-        Ok(out.len())
+        Ok(self.decoder.round(true, |e, _| f(e)))
     }
 
     /// True in flight-recorder mode ([`SessionOptions::overwrite`]).
@@ -835,7 +825,6 @@ impl Session {
             Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
             Err(e) => return Err(Error::io("waiting for ring buffers", e)),
         }
-        let mut out = Vec::new();
         let Session {
             streams,
             decoder,
@@ -849,7 +838,7 @@ impl Session {
             };
             ring.drain(|rec| {
                 // An undecodable record is counted in the stats.
-                let _ = decoder.record(rec.kind, rec.misc, rec.body, &mut out);
+                let _ = decoder.record(rec.kind, rec.misc, rec.body);
                 let learned = decoder.take_learned();
                 let Some(sink) = sink.as_mut() else { return };
                 if sink_error.is_some() {
@@ -879,7 +868,7 @@ impl Session {
             return Err(Error::io("writing records to the output file", e));
         }
         let all = !self.enabled;
-        Ok(self.order.round(&mut out, all, &mut f))
+        Ok(self.decoder.round(all, |e, _| f(e)))
     }
 }
 
@@ -928,8 +917,7 @@ mod tests {
         const THROTTLE: u32 = 5;
         const UNTHROTTLE: u32 = 6;
         let mut d = decoder();
-        let mut out = Vec::new();
-        let mut feed = |kind, body: Vec<u8>| d.record(kind, 0, (&body, &[]), &mut out).unwrap();
+        let mut feed = |kind, body: Vec<u8>| d.record(kind, 0, (&body, &[])).unwrap();
         // THROTTLE/UNTHROTTLE: time, id, stream_id; LOST: id, count.
         feed(THROTTLE, with_sample_id(&[50, 7, 7], 1, 7));
         feed(UNTHROTTLE, with_sample_id(&[60, 7, 7], 1, 7));
@@ -938,8 +926,8 @@ mod tests {
         feed(LOST, with_sample_id(&[7, 5], 1, 7));
         feed(LOST, with_sample_id(&[8, 3], 0, 8));
         feed(LOST, with_sample_id(&[7, 2], 1, 7));
+        assert_eq!(d.round(true, |_, _| {}), 0);
         let st = d.stats();
-        assert!(out.is_empty());
         assert_eq!(st.lost, 10);
         assert_eq!(
             st.lost_per_cpu,

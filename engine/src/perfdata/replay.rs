@@ -12,7 +12,7 @@ use super::{
 };
 use crate::decode::Event;
 use crate::plan::ProbePlan;
-use crate::records::{RecordDecoder, RoundOrder, RECORD_COMM, RECORD_SAMPLE};
+use crate::records::{RecordDecoder, RECORD_COMM, RECORD_SAMPLE};
 
 /// A perf.data file being replayed.
 pub struct Replay<R> {
@@ -101,18 +101,15 @@ impl<R: Read + Seek> Replay<R> {
             symbols,
             ..
         } = self;
-        let mut order = RoundOrder::default();
-        let mut round = Vec::new();
         let mut n = 0u64;
         while let Some(rec) = reader.next_record()? {
             match rec.kind {
                 RECORD_FINISHED_ROUND => {
-                    let plans = decoder.plans();
-                    n += order.round(&mut round, false, |e| f(e, plans, symbols)) as u64;
+                    n += decoder.round(false, |e, plans| f(e, plans, symbols)) as u64;
                 }
                 RECORD_SAMPLE | RECORD_COMM | RECORD_LOST => {
                     decoder
-                        .record(rec.kind, rec.misc, (rec.body, &[]), &mut round)
+                        .record(rec.kind, rec.misc, (rec.body, &[]))
                         .map_err(|e| PerfDataError::Record {
                             index: rec.index,
                             kind: rec.kind,
@@ -124,8 +121,7 @@ impl<R: Read + Seek> Replay<R> {
                 _ => {}
             }
         }
-        let plans = decoder.plans();
-        n += order.round(&mut round, true, |e| f(e, plans, symbols)) as u64;
+        n += decoder.round(true, |e, plans| f(e, plans, symbols)) as u64;
         Ok(n)
     }
 }

@@ -17,18 +17,21 @@ use perf_event_open_sys::bindings::{
     PERF_SAMPLE_REGS_INTR, PERF_SAMPLE_TID, PERF_SAMPLE_TIME,
 };
 
-use crate::decode::{decode_parts, decode_sample, DecodeError, Event, SampleParts};
+use crate::decode::{arg_kinds, decode_into, decode_sample, DecodeError, Event, SampleParts};
 use crate::plan::ProbePlan;
 use crate::session::SessionStats;
+use crate::spec::BaseType;
 
 mod build;
 mod order;
+#[cfg(test)]
+mod tests;
 
 pub use build::{
     comm_record_body, sample_attr_bytes, sample_record_body, user_mmap_bodies, SampleFields,
     MISC_USER, RECORD_MMAP,
 };
-pub use order::RoundOrder;
+use order::EventQueue;
 
 /// `PERF_RECORD_COMM`.
 pub const RECORD_COMM: u32 = 3;
@@ -129,10 +132,16 @@ impl Hasher for IntHasher {
 type IntMap<K, V> = HashMap<K, V, BuildHasherDefault<IntHasher>>;
 
 /// Thread id -> command name, from COMM records and (for a live session)
-/// /proc.
-#[derive(Default)]
+/// /proc. Names are kept in one table and referred to by index, which a
+/// queued sample carries instead of a reference-counted name.
 struct CommTable {
-    names: IntMap<i32, Arc<str>>,
+    /// Every name given so far; the first is `<...>` (no name known).
+    names: Vec<Arc<str>>,
+    /// Thread id -> index in `names`.
+    of_tid: IntMap<i32, u32>,
+    /// The same for recent threads, direct-mapped by thread id: `(tid,
+    /// index)`, checked before the map.
+    recent: Vec<(i32, u32)>,
     /// Read /proc for threads not seen in a COMM record.
     live: bool,
     /// Names found in /proc since the last [`RecordDecoder::take_learned`].
@@ -140,50 +149,93 @@ struct CommTable {
 }
 
 impl CommTable {
-    fn get(&mut self, pid: i32, tid: i32) -> Arc<str> {
-        if let Some(n) = self.names.get(&tid) {
-            return n.clone();
-        }
-        let name: Arc<str> = if self.live {
-            std::fs::read_to_string(format!("/proc/{pid}/task/{tid}/comm"))
-                .map(|s| Arc::from(s.trim_end()))
-                .unwrap_or_else(|_| Arc::from("<...>"))
-        } else {
-            Arc::from("<...>")
-        };
-        if self.live {
-            self.learned.push(LearnedComm {
-                pid,
-                tid,
-                name: name.clone(),
-                time_ns: 0,
-                cpu: 0,
-                id: 0,
-            });
-        }
-        self.names.insert(tid, name.clone());
-        name
+    /// Threads in [`CommTable::recent`] (a power of two).
+    const RECENT: usize = 256;
+
+    fn recent_slot(tid: i32) -> usize {
+        tid as u32 as usize & (Self::RECENT - 1)
     }
 
-    /// The name for a sample of `(pid, tid, time, cpu)` with event id
-    /// `id`; a name learned from /proc remembers that sample.
-    fn get_for(&mut self, key: &(i32, i32, u64, u32), id: u64) -> Arc<str> {
-        if let Some(n) = self.names.get(&key.1) {
-            return n.clone();
+    fn remember(&mut self, tid: i32, n: u32) {
+        self.of_tid.insert(tid, n);
+        self.keep_recent(tid, n);
+    }
+
+    fn keep_recent(&mut self, tid: i32, n: u32) {
+        if let Some(r) = self.recent.get_mut(Self::recent_slot(tid)) {
+            *r = (tid, n);
         }
-        let before = self.learned.len();
-        let name = self.get(key.0, key.1);
-        if let Some(l) = self.learned.get_mut(before) {
-            l.time_ns = key.2;
-            l.cpu = key.3;
-            l.id = id;
+    }
+
+    fn new(live: bool) -> CommTable {
+        CommTable {
+            names: vec![Arc::from("<...>")],
+            of_tid: IntMap::default(),
+            recent: vec![(i32::MIN, 0); Self::RECENT],
+            live,
+            learned: Vec::new(),
         }
-        name
+    }
+
+    fn add(&mut self, tid: i32, name: Arc<str>) -> u32 {
+        let id = u32::try_from(self.names.len()).unwrap_or(0);
+        if id != 0 {
+            self.names.push(name);
+        }
+        self.remember(tid, id);
+        id
+    }
+
+    /// The name's index for a sample of `(pid, tid, time, cpu)` with event
+    /// id `id`; a name learned from /proc remembers that sample.
+    #[inline]
+    fn get_for(&mut self, key: &(i32, i32, u64, u32), id: u64) -> u32 {
+        match self.recent.get(Self::recent_slot(key.1)) {
+            Some(&(tid, n)) if tid == key.1 => n,
+            _ => self.get_slow(key, id),
+        }
+    }
+
+    fn get_slow(&mut self, key: &(i32, i32, u64, u32), id: u64) -> u32 {
+        if let Some(&n) = self.of_tid.get(&key.1) {
+            self.keep_recent(key.1, n);
+            return n;
+        }
+        let (pid, tid) = (key.0, key.1);
+        if !self.live {
+            self.remember(tid, 0);
+            return 0;
+        }
+        let Ok(text) = std::fs::read_to_string(format!("/proc/{pid}/task/{tid}/comm")) else {
+            self.remember(tid, 0);
+            return 0;
+        };
+        let name: Arc<str> = Arc::from(text.trim_end());
+        self.learned.push(LearnedComm {
+            pid,
+            tid,
+            name: name.clone(),
+            time_ns: key.2,
+            cpu: key.3,
+            id,
+        });
+        self.add(tid, name)
+    }
+
+    /// The name of a thread (`<...>` when unknown).
+    fn name(&self, n: u32) -> &Arc<str> {
+        &self.names[(n as usize).min(self.names.len() - 1)]
     }
 
     fn set(&mut self, tid: i32, name: &[u8]) {
-        self.names
-            .insert(tid, Arc::from(String::from_utf8_lossy(name).as_ref()));
+        let name = String::from_utf8_lossy(name);
+        // A repeated COMM (exec without a rename) keeps the entry.
+        if let Some(&n) = self.of_tid.get(&tid) {
+            if n != 0 && **self.name(n) == *name {
+                return;
+            }
+        }
+        self.add(tid, Arc::from(name.as_ref()));
     }
 }
 
@@ -206,7 +258,20 @@ pub struct LearnedComm {
     pub id: u64,
 }
 
-/// Decodes the records of a set of probes: samples into [`Event`]s, COMM
+/// Event ids in [`RecordDecoder::probe_of_fast`]'s cache (a power of two).
+const RECENT_IDS: usize = 64;
+
+/// What handing over a probe's events needs of its plan.
+#[derive(Debug)]
+pub(crate) struct ProbeShape {
+    /// [`arg_kinds`] of the plan.
+    pub kinds: Vec<Option<BaseType>>,
+    /// A kretprobe: the sampled ip is the return address.
+    pub is_return: bool,
+}
+
+/// Decodes the records of a set of probes: samples into [`Event`]s, handed
+/// over in time order round by round ([`RecordDecoder::round`]), COMM
 /// records into the thread-name table, LOST records into the counters.
 pub struct RecordDecoder {
     plans: Vec<ProbePlan>,
@@ -219,6 +284,11 @@ pub struct RecordDecoder {
     fast: Vec<Option<u64>>,
     comms: CommTable,
     stats: SessionStats,
+    queue: EventQueue,
+    /// Per probe, what delivering its events needs of its plan.
+    shapes: Vec<ProbeShape>,
+    /// See [`RecordDecoder::probe_of_fast`].
+    recent_ids: Vec<(u64, usize)>,
 }
 
 impl RecordDecoder {
@@ -286,16 +356,22 @@ impl RecordDecoder {
                 hits: vec![0; plans.len()],
                 ..Default::default()
             },
-            plans,
             field_offsets,
             attrs,
             probe_of_id: probe_of_id.into_iter().collect(),
             parse_info,
             fast,
-            comms: CommTable {
-                live,
-                ..Default::default()
-            },
+            comms: CommTable::new(live),
+            queue: EventQueue::new(),
+            shapes: plans
+                .iter()
+                .map(|p| ProbeShape {
+                    kinds: arg_kinds(p),
+                    is_return: p.is_return(),
+                })
+                .collect(),
+            plans,
+            recent_ids: vec![(0, 0); RECENT_IDS],
         })
     }
 
@@ -332,6 +408,23 @@ impl RecordDecoder {
     /// The probe an event id belongs to.
     pub fn probe_of_id(&self, id: u64) -> Option<usize> {
         self.probe_of_id.get(&id).copied()
+    }
+
+    /// [`RecordDecoder::probe_of_id`] through a direct-mapped cache of
+    /// recent ids (`(id, probe)`; no event has id 0).
+    #[inline]
+    fn probe_of_fast(&mut self, id: u64) -> Option<usize> {
+        let slot = id as usize & (RECENT_IDS - 1);
+        if let Some(&(cached, probe)) = self.recent_ids.get(slot) {
+            if cached == id && id != 0 {
+                return Some(probe);
+            }
+        }
+        let probe = self.probe_of_id(id)?;
+        if let Some(r) = self.recent_ids.get_mut(slot) {
+            *r = (id, probe);
+        }
+        Some(probe)
     }
 
     /// Counters so far.
@@ -378,18 +471,22 @@ impl RecordDecoder {
 
     /// Handles one record (`kind` and `misc` from its header, `body` the
     /// rest, in one or two parts). A decoded sample of a probe the user
-    /// asked for is appended to `out`; counters and names are updated.
-    /// Records of perf's own types (`FINISHED_ROUND` ...) are ignored.
+    /// asked for waits for [`RecordDecoder::round`]; counters and names are
+    /// updated. Records of perf's own types (`FINISHED_ROUND` ...) are
+    /// ignored.
     pub fn record(
         &mut self,
         kind: u32,
         misc: u16,
         body: (&[u8], &[u8]),
-        out: &mut Vec<Event>,
     ) -> Result<(), RecordError> {
         if kind == RECORD_SAMPLE && body.1.is_empty() {
-            if let Some(result) = self.fast_sample(body.0, out) {
-                return result;
+            // The common case returns no more than a flag, so that no
+            // result is copied between return slots.
+            match self.fast_sample(body.0) {
+                Some(Ok(())) => return Ok(()),
+                Some(Err(e)) => return Err(RecordError::Decode(e)),
+                None => {}
             }
         }
         let data = if body.1.is_empty() {
@@ -417,8 +514,35 @@ impl RecordDecoder {
             Ok(EventRecord::Sample(s)) => {
                 let comm = self.comms.get_for(&s_parts_key(&s), id.unwrap_or(0));
                 let offsets = self.field_offsets.get(probe).map_or(&[][..], Vec::as_slice);
-                let decoded = decode_sample(probe, plan, &s, comm, offsets);
-                account(&mut self.stats, probe, plan, decoded, out)
+                let sample_raw = s.raw.map(|r| r.as_slice());
+                let parts = SampleParts {
+                    ip: s.ip,
+                    pid: s.pid,
+                    tid: s.tid,
+                    time: s.timestamp,
+                    cpu: s.cpu,
+                    raw: sample_raw.as_deref().unwrap_or(&[]),
+                };
+                if sample_raw.is_none() {
+                    self.stats.undecodable += 1;
+                    return Err(DecodeError::Missing("raw data").into());
+                }
+                let regs = s.intr_regs.as_ref();
+                let (head, args) = self.queue.begin();
+                let decoded = decode_into(
+                    probe,
+                    plan,
+                    &parts,
+                    |i| regs.and_then(|r| r.get(i)),
+                    self.comms.name(comm),
+                    offsets,
+                    head,
+                    args,
+                );
+                let tid = parts.tid.unwrap_or(-1);
+                let decoded = decoded.map(|()| (probe, tid));
+                account(&mut self.stats, &mut self.queue, plan, decoded, comm)
+                    .map_err(RecordError::Decode)
             }
             Ok(EventRecord::Comm(c)) => {
                 self.comms.set(c.tid, &c.name.as_slice());
@@ -444,12 +568,30 @@ impl RecordDecoder {
         }
     }
 
+    /// Hands `f` (with the plans events refer to) the decoded events known
+    /// to be in time order: those older than the newest event of an earlier
+    /// round, as a CPU may still be writing an older event when another's
+    /// ring is read; with `all`, every one (the last round). Call it after
+    /// each round of [`RecordDecoder::record`] calls (each ring read once).
+    /// The event handed over is reused for the next: clone it to keep it.
+    /// Returns how many were handed over.
+    pub fn round(&mut self, all: bool, mut f: impl FnMut(&Event, &[ProbePlan])) -> usize {
+        let plans = &self.plans;
+        self.queue
+            .round(&self.comms.names, &self.shapes, all, |e| f(e, plans))
+    }
+
+    /// Decoded events waiting for a later round.
+    pub fn waiting(&self) -> usize {
+        self.queue.len()
+    }
+
     /// A sample of the exact layout sessions use, in one piece, parsed
     /// directly; `None` sends it down the general path (which also reports
     /// any error).
-    fn fast_sample(&mut self, b: &[u8], out: &mut Vec<Event>) -> Option<Result<(), RecordError>> {
+    fn fast_sample(&mut self, b: &[u8]) -> Option<Result<(), DecodeError>> {
         let id = u64_at(b, 0)?;
-        let probe = *self.probe_of_id.get(&id)?;
+        let probe = self.probe_of_fast(id)?;
         let mask = (*self.fast.get(probe)?)?;
         let plan = self.plans.get(probe)?;
         let size = u32_at(b, 40)? as usize;
@@ -486,8 +628,26 @@ impl RecordDecoder {
             let slot = (mask & ((1u64 << i) - 1)).count_ones() as usize;
             u64_at(regs, slot * 8)
         };
-        let decoded = decode_parts(probe, plan, &parts, reg, comm, offsets);
-        Some(account(&mut self.stats, probe, plan, decoded, out))
+        let tid = parts.tid.unwrap_or(-1);
+        let (head, args) = self.queue.begin();
+        let decoded = decode_into(
+            probe,
+            plan,
+            &parts,
+            reg,
+            self.comms.name(comm),
+            offsets,
+            head,
+            args,
+        )
+        .map(|()| (probe, tid));
+        Some(account(
+            &mut self.stats,
+            &mut self.queue,
+            plan,
+            decoded,
+            comm,
+        ))
     }
 }
 
@@ -513,33 +673,37 @@ fn s_parts_key(s: &linux_perf_event_reader::SampleRecord<'_>) -> (i32, i32, u64,
     )
 }
 
-/// Counts a decoded sample and hands it over, unless it belongs to a
-/// companion entry probe (only counted).
+/// Counts a decoded sample (of `(probe, tid)`) and commits the queue's
+/// slot it was decoded into, unless it belongs to a companion entry probe
+/// (only counted) or failed (counted as undecodable).
+#[inline]
 fn account(
     stats: &mut SessionStats,
-    probe: usize,
+    queue: &mut EventQueue,
     plan: &ProbePlan,
-    decoded: Result<Event, DecodeError>,
-    out: &mut Vec<Event>,
-) -> Result<(), RecordError> {
+    decoded: Result<(usize, i32), DecodeError>,
+    comm: u32,
+) -> Result<(), DecodeError> {
     match decoded {
-        Ok(e) => {
+        Ok((probe, tid)) => {
             if let Some(h) = stats.hits.get_mut(probe) {
                 *h += 1;
             }
             if let Some(ret_probe) = plan.companion_of {
-                stats.pairing.entry((ret_probe, e.tid)).or_default().0 += 1;
+                stats.pairing.entry((ret_probe, tid)).or_default().0 += 1;
+                queue.abort();
                 return Ok(());
             }
             if plan.is_return() {
-                stats.pairing.entry((probe, e.tid)).or_default().1 += 1;
+                stats.pairing.entry((probe, tid)).or_default().1 += 1;
             }
-            out.push(e);
+            queue.commit(comm);
             Ok(())
         }
         Err(e) => {
+            queue.abort();
             stats.undecodable += 1;
-            Err(e.into())
+            Err(e)
         }
     }
 }

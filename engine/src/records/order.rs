@@ -1,50 +1,194 @@
-//! Time order across CPUs, round by round.
+//! Time order across CPUs, round by round, without building an owned
+//! [`Event`] per sample: decoded samples wait as small fixed-size slots
+//! (integer arguments as bare integers in one shared arena, other values
+//! in another), and each is turned into a single reused [`Event`] only
+//! when it is handed over.
 
 use std::collections::VecDeque;
+use std::sync::Arc;
 
-use crate::decode::Event;
+use crate::decode::{set_args, ArgsOut, Event, EventHead, Value};
+use crate::records::ProbeShape;
+
+/// A decoded sample waiting for its turn.
+#[derive(Debug, Clone, Copy, Default)]
+struct Slot {
+    head: EventHead,
+    /// Index of the thread's name in the decoder's name table.
+    comm: u32,
+    /// Where its arguments start in [`EventQueue::ints`] and
+    /// [`EventQueue::others`] (which never hold 2^32 values: a round's
+    /// events are handed over by the next).
+    ints_at: u32,
+    others_at: u32,
+}
 
 /// Puts the events of successive poll rounds in time order: an event is
 /// handed over once a later round has passed its time (a CPU may still be
 /// writing an older event when another's ring is read).
-#[derive(Debug, Default)]
-pub struct RoundOrder {
-    /// Read, not yet handed over, in time order.
-    pending: VecDeque<Event>,
+#[derive(Debug)]
+pub(crate) struct EventQueue {
+    /// Read, not yet handed over; in time order up to `sorted`, then in
+    /// the order they were read. A slot being filled sits at the back.
+    pending: VecDeque<Slot>,
+    /// How many of `pending` (from the front) are known to be in order.
+    sorted: usize,
+    /// Integer arguments of the pending slots.
+    ints: Vec<u64>,
+    /// Other argument values of the pending slots.
+    others: Vec<Value>,
     /// Every event up to this time has been read: the newest time of an
     /// earlier round.
     complete_before: u64,
+    /// The newest time of this round.
+    round_max: Option<u64>,
+    /// The events handed to callers, refilled for each slot: one per name
+    /// (direct-mapped by name index), so that handing over an event of
+    /// another thread does not touch a name's reference count.
+    scratch: Vec<(u32, Event)>,
 }
 
-impl RoundOrder {
-    /// Adds one round's events (in the order they were read; `events` is
-    /// left empty) and hands `f` those now known to be in order; `all`
-    /// hands over everything (the last round). Returns how many.
-    pub fn round(
+impl EventQueue {
+    /// Events kept for reuse (a power of two).
+    const SCRATCH: usize = 256;
+
+    pub(crate) fn new() -> EventQueue {
+        EventQueue {
+            pending: VecDeque::new(),
+            sorted: 0,
+            ints: Vec::new(),
+            others: Vec::new(),
+            complete_before: 0,
+            round_max: None,
+            scratch: Vec::new(),
+        }
+    }
+
+    /// Starts a slot at the back, for a sample's decoding to fill in place;
+    /// it must be ended by [`EventQueue::commit`] or [`EventQueue::abort`].
+    #[inline]
+    pub(crate) fn begin(&mut self) -> (&mut EventHead, ArgsOut<'_>) {
+        self.pending.push_back(Slot {
+            ints_at: self.ints.len() as u32,
+            others_at: self.others.len() as u32,
+            ..Slot::default()
+        });
+        let head = match self.pending.back_mut() {
+            Some(slot) => &mut slot.head,
+            // Not reached: a slot was just pushed.
+            None => unreachable!("a slot was just pushed"),
+        };
+        let args = ArgsOut {
+            ints: &mut self.ints,
+            others: &mut self.others,
+        };
+        (head, args)
+    }
+
+    /// Queues the slot begun last, for a thread of name index `comm`.
+    #[inline]
+    pub(crate) fn commit(&mut self, comm: u32) {
+        let n = self.pending.len();
+        let Some(t) = self.pending.back_mut().map(|s| {
+            s.comm = comm;
+            s.head.time_ns
+        }) else {
+            return;
+        };
+        self.round_max = Some(self.round_max.map_or(t, |m| m.max(t)));
+        if self.sorted + 1 == n
+            && (n < 2 || self.pending.get(n - 2).is_some_and(|b| b.head.time_ns <= t))
+        {
+            self.sorted = n;
+        }
+    }
+
+    /// Drops the slot begun last and its arguments (a sample not handed
+    /// over).
+    #[inline]
+    pub(crate) fn abort(&mut self) {
+        if let Some(s) = self.pending.pop_back() {
+            self.ints.truncate(s.ints_at as usize);
+            self.others.truncate(s.others_at as usize);
+        }
+    }
+
+    /// Number of events waiting.
+    pub(crate) fn len(&self) -> usize {
+        self.pending.len()
+    }
+
+    /// Ends a round: hands `f` the events now known to be in order (all of
+    /// them when `all`), named from `names` (whose first entry names
+    /// threads without a known name), with the shapes of the probes in
+    /// `shapes`. Returns how many.
+    pub(crate) fn round(
         &mut self,
-        events: &mut Vec<Event>,
+        names: &[Arc<str>],
+        shapes: &[ProbeShape],
         all: bool,
         mut f: impl FnMut(&Event),
     ) -> usize {
-        let round_max = events.iter().map(|e| e.time_ns).max();
-        let in_order = self.pending.back().map_or(0, |e| e.time_ns)
-            <= events.first().map_or(u64::MAX, |e| e.time_ns)
-            && events.is_sorted_by_key(|e| e.time_ns);
-        self.pending.extend(events.drain(..));
-        if !in_order {
-            self.pending.make_contiguous().sort_by_key(|e| e.time_ns);
+        let round_max = self.round_max.take();
+        if self.sorted < self.pending.len() {
+            // Stable, as the events of one ring are already in order.
+            self.pending
+                .make_contiguous()
+                .sort_by_key(|s| s.head.time_ns);
         }
         let ready = if all {
             self.pending.len()
         } else {
-            self.pending
-                .partition_point(|e| e.time_ns <= self.complete_before)
+            let before = self.complete_before;
+            self.pending.partition_point(|s| s.head.time_ns <= before)
         };
         if let Some(m) = round_max {
             self.complete_before = self.complete_before.max(m);
         }
-        for e in self.pending.drain(..ready) {
-            f(&e);
+        if self.scratch.is_empty() {
+            let blank = EventHead::default().event(Arc::from(""), Vec::new(), false);
+            self.scratch = vec![(u32::MAX, blank); Self::SCRATCH];
+        }
+        for slot in self.pending.drain(..ready) {
+            let Some((named, e)) = self
+                .scratch
+                .get_mut(slot.comm as usize & (Self::SCRATCH - 1))
+            else {
+                continue;
+            };
+            if *named != slot.comm {
+                if let Some(name) = names.get(slot.comm as usize).or(names.first()) {
+                    e.comm = name.clone();
+                }
+                *named = slot.comm;
+            }
+            let shape = shapes.get(slot.head.probe as usize);
+            slot.head.fill(e, shape.is_some_and(|s| s.is_return));
+            let kinds = shape.map_or(&[][..], |s| s.kinds.as_slice());
+            set_args(
+                &mut e.args,
+                kinds,
+                self.ints.get(slot.ints_at as usize..).unwrap_or(&[]),
+                self.others.get(slot.others_at as usize..).unwrap_or(&[]),
+            );
+            f(e);
+        }
+        self.sorted = self.pending.len();
+        // The arguments of handed-over events are dead: keep only those of
+        // the slots still waiting.
+        let first = self.pending.iter().map(|s| (s.ints_at, s.others_at)).fold(
+            (self.ints.len() as u32, self.others.len() as u32),
+            |(i, o), (si, so)| (i.min(si), o.min(so)),
+        );
+        if first.0 > 0 {
+            self.ints.drain(..first.0 as usize);
+        }
+        if first.1 > 0 {
+            self.others.drain(..first.1 as usize);
+        }
+        for s in &mut self.pending {
+            s.ints_at -= first.0;
+            s.others_at -= first.1;
         }
         ready
     }
