@@ -354,6 +354,8 @@ fn record(args: &RecordArgs) -> Result<ExitCode> {
         json: args.json,
         quiet: args.quiet,
         addresses: file.as_ref().map(|_| std::collections::HashSet::new()),
+        cache: text::LineCache::default(),
+        line: Vec::with_capacity(256),
     };
     let stdout = io::stdout();
     let mut out = io::BufWriter::new(stdout.lock());
@@ -504,18 +506,27 @@ struct Printer<'a> {
     /// With -o: the kernel addresses the output symbolizes, whose symbols
     /// the file stores.
     addresses: Option<std::collections::HashSet<u64>>,
+    /// What the text formatter remembers between lines.
+    cache: text::LineCache,
+    /// The line being written.
+    line: Vec<u8>,
 }
 
 impl Printer<'_> {
-    fn format(&self, e: &kprobe_perf_engine::Event) -> String {
+    /// Writes one event's line (text or JSON) to `out`.
+    fn write(&mut self, out: &mut impl Write, e: &kprobe_perf_engine::Event) -> io::Result<()> {
         let Some(plan) = self.plans.get(e.probe) else {
-            return String::new();
+            return Ok(());
         };
+        self.line.clear();
         if self.json {
-            json::event(e, plan, self.symbols)
+            self.line
+                .extend_from_slice(json::event(e, plan, self.symbols).as_bytes());
         } else {
-            text::line(e, plan, self.symbols)
+            text::write_line(&mut self.line, e, plan, self.symbols, &mut self.cache);
         }
+        self.line.push(b'\n');
+        out.write_all(&self.line)
     }
 }
 
@@ -618,7 +629,7 @@ fn dump(session: &mut Session, printer: &mut Printer, out: &mut impl Write) -> R
     let mut result = Ok(());
     let n = session.dump_overwrite(|e| {
         if result.is_ok() && !printer.quiet {
-            result = writeln!(out, "{}", printer.format(e));
+            result = printer.write(out, e);
         }
     })?;
     match result.and_then(|()| out.flush()) {
@@ -642,7 +653,7 @@ fn emit(
             output::note_addresses(a, e);
         }
         if result.is_ok() && !printer.quiet {
-            result = writeln!(out, "{}", printer.format(e));
+            result = printer.write(out, e);
         }
     })?;
     match result.and_then(|()| out.flush()) {

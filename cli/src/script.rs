@@ -38,9 +38,13 @@ pub fn run(args: &ScriptArgs) -> Result<ExitCode> {
     let mut out = stdout.lock();
     let mut result = Ok(());
     let json = args.json;
-    // Lines are gathered in one buffer and written in large pieces.
-    let mut buf = Vec::with_capacity(1 << 20);
-    let mut places = text::Places::default();
+    // Lines are gathered in one buffer and written in large pieces; the
+    // usual line is formatted straight into it.
+    const BUF: usize = 1 << 20;
+    let mut buf = vec![0u8; BUF];
+    let mut used = 0;
+    let mut line = Vec::with_capacity(256);
+    let mut cache = text::LineCache::default();
     let replayed = replay.run(|e, plans, symbols| {
         let Some(plan) = plans.get(e.probe) else {
             return;
@@ -48,19 +52,43 @@ pub fn run(args: &ScriptArgs) -> Result<ExitCode> {
         if result.is_err() {
             return;
         }
-        if json {
-            buf.extend_from_slice(json::event(e, plan, symbols).as_bytes());
+        let room = &mut buf[used..];
+        let usual = if json {
+            None
         } else {
-            text::write_line(&mut buf, e, plan, symbols, &mut places);
-        }
-        buf.push(b'\n');
-        if buf.len() >= (1 << 20) - 4096 {
-            result = out.write_all(&buf);
-            buf.clear();
+            text::put_usual_line(room, e, &mut cache)
+        };
+        let n = match usual {
+            Some(n) => n,
+            None => {
+                line.clear();
+                if json {
+                    line.extend_from_slice(json::event(e, plan, symbols).as_bytes());
+                } else {
+                    text::write_line(&mut line, e, plan, symbols, &mut cache);
+                }
+                if line.len() + 1 > room.len() {
+                    // A line longer than what is left: written on its own.
+                    result = out
+                        .write_all(&buf[..used])
+                        .and_then(|()| out.write_all(&line))
+                        .and_then(|()| out.write_all(b"\n"));
+                    used = 0;
+                    return;
+                }
+                room[..line.len()].copy_from_slice(&line);
+                line.len()
+            }
+        };
+        buf[used + n] = b'\n';
+        used += n + 1;
+        if BUF - used < text::USUAL_LINE_ROOM + 1 {
+            result = out.write_all(&buf[..used]);
+            used = 0;
         }
     });
     let finished = result.and_then(|()| {
-        out.write_all(&buf)?;
+        out.write_all(&buf[..used])?;
         if json {
             if let Some(s) = replay.metadata().note(NOTE_JSON_SUMMARY) {
                 writeln!(out, "{s}")?;

@@ -23,17 +23,6 @@ pub fn function(symbols: &KernelSymbols, addr: u64) -> String {
     }
 }
 
-/// One event as ftrace prints it:
-/// `comm-tid [cpu] seconds.micros: event: (where) name=value ...`, where
-/// `where` is `sym+off/size` for a kprobe and `caller+off/size <- func`
-/// for a kretprobe.
-pub fn line(e: &Event, plan: &ProbePlan, symbols: &KernelSymbols) -> String {
-    let mut s = Vec::with_capacity(128);
-    write_line(&mut s, e, plan, symbols, &mut Places::none());
-    // Every piece written is a str or ASCII.
-    String::from_utf8(s).unwrap_or_else(|e| String::from_utf8_lossy(e.as_bytes()).into_owned())
-}
-
 /// Two-digit decimal pairs, `00` to `99`.
 const PAIRS: &[u8; 200] = b"0001020304050607080910111213141516171819\
     2021222324252627282930313233343536373839\
@@ -41,104 +30,117 @@ const PAIRS: &[u8; 200] = b"0001020304050607080910111213141516171819\
     6061626364656667686970717273747576777879\
     8081828384858687888990919293949596979899";
 
-/// Appends `v` in decimal, at least `width` digits (zero-padded): the
-/// room is made once, then filled from the end two digits at a time.
-fn push_dec(s: &mut Vec<u8>, mut v: u64, width: usize) {
-    let digits = v.checked_ilog10().map_or(1, |l| l as usize + 1).max(width);
-    let start = s.len();
-    s.resize(start + digits, b'0');
-    let out = &mut s[start..];
-    let mut i = out.len();
-    while v >= 10 && i >= 2 {
+/// Writes `v` in decimal, at least `width` digits (zero-padded, at most
+/// 20), at the start of `out`; returns how many bytes. `out` must hold 20.
+fn put_dec(out: &mut [u8], mut v: u64, width: usize) -> usize {
+    let digits = v
+        .checked_ilog10()
+        .map_or(1, |l| l as usize + 1)
+        .max(width)
+        .min(20);
+    let Some(out) = out.get_mut(..digits) else {
+        return 0;
+    };
+    let mut i = digits;
+    while i >= 2 {
         let p = (v % 100) as usize * 2;
         out[i - 1] = PAIRS[p + 1];
         out[i - 2] = PAIRS[p];
         i -= 2;
         v /= 100;
     }
-    if v > 0 && i >= 1 {
-        out[i - 1] = b'0' + (v % 10) as u8;
+    if i == 1 {
+        out[0] = b'0' + (v % 10) as u8;
     }
+    digits
 }
 
-/// The start of a line, built on the stack.
-struct Head {
-    buf: [u8; 96],
-    len: usize,
-    /// Something did not fit: the line is formatted the slow way.
-    overflow: bool,
+/// Makes room for `N` bytes at the end of `s` (a fixed-size copy, which
+/// the compiler turns into a few stores rather than a call), lets `fill`
+/// write into it and keeps the first bytes it says it wrote. Writing in
+/// place, rather than into a stack buffer copied afterwards, spares the
+/// stall of reading back many narrow stores as one wide load.
+fn push_with<const N: usize>(s: &mut Vec<u8>, fill: impl FnOnce(&mut [u8]) -> usize) {
+    let len = s.len();
+    s.extend_from_slice(&[b' '; N]);
+    let n = s.get_mut(len..).map_or(0, fill);
+    s.truncate(len + n.min(N));
 }
 
-impl Default for Head {
-    fn default() -> Self {
-        Head {
-            buf: [0; 96],
-            len: 0,
-            overflow: false,
-        }
-    }
+/// Appends `v` in decimal, at least `width` digits (zero-padded).
+fn push_dec(s: &mut Vec<u8>, v: u64, width: usize) {
+    push_with::<20>(s, |out| put_dec(out, v, width));
 }
 
-impl Head {
-    fn push(&mut self, b: u8) {
-        match self.buf.get_mut(self.len) {
-            Some(slot) => {
-                *slot = b;
-                self.len += 1;
-            }
-            None => self.overflow = true,
-        }
+/// Writes `v` in decimal with a sign at the start of `out` (room for 21);
+/// returns how many bytes.
+fn put_signed(out: &mut [u8], v: i64) -> usize {
+    let sign = usize::from(v < 0);
+    if let Some(b) = out.first_mut() {
+        *b = b'-';
     }
-
-    fn extend(&mut self, bytes: &[u8]) {
-        match self.buf.get_mut(self.len..self.len + bytes.len()) {
-            Some(dst) => {
-                dst.copy_from_slice(bytes);
-                self.len += bytes.len();
-            }
-            None => self.overflow = true,
-        }
-    }
-
-    /// `v` in decimal, at least `width` digits.
-    fn dec(&mut self, mut v: u64, width: usize) {
-        let mut tmp = [b'0'; 20];
-        let mut i = tmp.len();
-        while v >= 10 {
-            let p = (v % 100) as usize * 2;
-            tmp[i - 1] = PAIRS[p + 1];
-            tmp[i - 2] = PAIRS[p];
-            i -= 2;
-            v /= 100;
-        }
-        if v > 0 || i == tmp.len() {
-            i -= 1;
-            tmp[i] = b'0' + v as u8;
-        }
-        let start = i.min(tmp.len().saturating_sub(width));
-        self.extend(&tmp[start..]);
-    }
+    sign + out
+        .get_mut(sign..)
+        .map_or(0, |o| put_dec(o, v.unsigned_abs(), 1))
 }
 
 /// Appends `v` in decimal with a sign.
 fn push_signed(s: &mut Vec<u8>, v: i64) {
-    if v < 0 {
-        s.push(b'-');
-    }
-    push_dec(s, v.unsigned_abs(), 1);
+    push_with::<21>(s, |out| put_signed(out, v));
 }
 
-/// Appends `0x` and `v` in lowercase hex.
-fn push_hex(s: &mut Vec<u8>, mut v: u64) {
+/// Writes `0x` and `v` in lowercase hex at the start of `out` (room for
+/// 18); returns how many bytes.
+fn put_hex(out: &mut [u8], mut v: u64) -> usize {
     const HEX: &[u8; 16] = b"0123456789abcdef";
     let digits = ((64 - v.leading_zeros() as usize).div_ceil(4)).max(1);
-    let start = s.len();
-    s.resize(start + 2 + digits, b'0');
-    let out = &mut s[start..];
+    let Some(out) = out.get_mut(..2 + digits) else {
+        return 0;
+    };
+    out[0] = b'0';
     out[1] = b'x';
     for d in out[2..].iter_mut().rev() {
         *d = HEX[(v & 0xf) as usize];
         v >>= 4;
+    }
+    2 + digits
+}
+
+/// Appends `0x` and `v` in lowercase hex.
+fn push_hex(s: &mut Vec<u8>, v: u64) {
+    push_with::<18>(s, |out| put_hex(out, v));
+}
+
+/// Up to `N` bytes of text, padded, so that it is copied with a fixed-size
+/// copy and cut at `len`.
+#[derive(Clone, Copy)]
+struct Piece<const N: usize> {
+    bytes: [u8; N],
+    len: usize,
+}
+
+impl<const N: usize> Piece<N> {
+    /// `parts` joined, if they fit.
+    fn new(parts: &[&[u8]]) -> Option<Piece<N>> {
+        let mut p = Piece {
+            bytes: [b' '; N],
+            len: 0,
+        };
+        for part in parts {
+            p.bytes
+                .get_mut(p.len..p.len + part.len())?
+                .copy_from_slice(part);
+            p.len += part.len();
+        }
+        Some(p)
+    }
+
+    /// Copies the piece to `out[at..]`; returns the new end.
+    fn put(&self, out: &mut [u8], at: usize) -> usize {
+        if let Some(dst) = out.get_mut(at..at + N) {
+            dst.copy_from_slice(&self.bytes);
+        }
+        at + self.len
     }
 }
 
@@ -156,32 +158,90 @@ fn write_location(s: &mut Vec<u8>, symbols: &KernelSymbols, addr: u64) {
     }
 }
 
-/// The `: event: (sym+off/size)` of the kprobes seen so far, by probe and
-/// address: a kprobe's place is the same at every hit.
+/// What [`write_line`] remembers between lines: the `: event: (place)` of
+/// the kprobes seen so far (a kprobe's place is the same at every hit) and
+/// the `comm-tid` column of recent threads.
 #[derive(Default)]
-pub struct Places {
-    known: Vec<(usize, u64, Vec<u8>)>,
-    /// Remember nothing (a one-off line).
-    off: bool,
+pub struct LineCache {
+    places: Vec<Place>,
+    /// The whole seconds of the last usual line, as written: `(seconds,
+    /// digits)`.
+    seconds: Option<(u64, Piece<20>)>,
+    /// Direct-mapped by thread id.
+    threads: Vec<Option<Thread>>,
 }
 
-impl Places {
-    /// At most this many places are remembered.
-    const MAX: usize = 64;
+/// Where a kprobe hit, as printed, and what the usual line of its hits
+/// is made of.
+struct Place {
+    probe: usize,
+    addr: u64,
+    /// `: event: (sym+off/size)`.
+    text: Vec<u8>,
+    /// For lines whose arguments are all plain integers: `text` and the
+    /// first argument's ` name=`, then the ` name=` of each other
+    /// argument; `None` when a piece does not fit.
+    template: Option<(Piece<128>, Vec<Piece<32>>)>,
+}
 
-    /// A cache that remembers nothing, for a single line.
-    pub fn none() -> Places {
-        Places {
-            known: Vec::new(),
-            off: true,
+/// `{comm:>16}-{tid:<7}` of one thread, when it fits in [`Thread::text`].
+struct Thread {
+    tid: i32,
+    /// The name it was made with: held, so that a pointer comparison
+    /// tells whether an event's name is the same.
+    comm: std::sync::Arc<str>,
+    text: [u8; Thread::ROOM],
+    len: usize,
+}
+
+impl Thread {
+    /// Room for the column: 16 name bytes, `-` and a 7-digit tid, with
+    /// room to spare for a longer tid.
+    const ROOM: usize = 32;
+
+    fn new(e: &Event) -> Option<Thread> {
+        let comm = e.comm.as_bytes();
+        // Padding counts characters, as fmt does; a non-ASCII name takes
+        // the slow way.
+        if !e.comm.is_ascii() || comm.len() > 16 {
+            return None;
         }
+        let mut text = [b' '; Thread::ROOM];
+        text[16 - comm.len()..16].copy_from_slice(comm);
+        text[16] = b'-';
+        let mut at = 17;
+        if e.tid < 0 {
+            text[at] = b'-';
+            at += 1;
+        }
+        let mut digits = [0u8; 20];
+        let n = put_dec(&mut digits, u64::from(e.tid.unsigned_abs()), 1);
+        text.get_mut(at..at + n)?.copy_from_slice(&digits[..n]);
+        Some(Thread {
+            tid: e.tid,
+            comm: e.comm.clone(),
+            text,
+            len: (at + n).max(24),
+        })
     }
+}
+
+impl LineCache {
+    /// At most this many places are remembered.
+    const MAX_PLACES: usize = 64;
+    /// Threads remembered (a power of two).
+    const THREADS: usize = 256;
 
     /// Appends `: event: (place)` of a kprobe hit.
-    fn write(&mut self, s: &mut Vec<u8>, e: &Event, plan: &ProbePlan, symbols: &KernelSymbols) {
-        let key = (e.probe, e.probe_addr);
-        if let Some((_, _, text)) = self.known.iter().find(|(p, a, _)| (*p, *a) == key) {
-            s.extend_from_slice(text);
+    fn write_place(
+        &mut self,
+        s: &mut Vec<u8>,
+        e: &Event,
+        plan: &ProbePlan,
+        symbols: &KernelSymbols,
+    ) {
+        if let Some(p) = self.place(e) {
+            s.extend_from_slice(&p.text);
             return;
         }
         let start = s.len();
@@ -190,53 +250,89 @@ impl Places {
         s.extend_from_slice(b": (");
         write_location(s, symbols, e.probe_addr);
         s.push(b')');
-        if !self.off && self.known.len() < Self::MAX {
-            self.known.push((key.0, key.1, s[start..].to_vec()));
+        if self.places.len() < Self::MAX_PLACES {
+            let text = s[start..].to_vec();
+            let names: Vec<&[u8]> = plan.args.iter().map(|a| a.name.as_bytes()).collect();
+            let template = match names.split_first() {
+                None => Piece::new(&[&text]).map(|lead| (lead, Vec::new())),
+                Some((first, rest)) => Piece::new(&[&text, b" ", first, b"="]).and_then(|lead| {
+                    rest.iter()
+                        .map(|n| Piece::new(&[b" ", n, b"="]))
+                        .collect::<Option<Vec<_>>>()
+                        .map(|rest| (lead, rest))
+                }),
+            };
+            self.places.push(Place {
+                probe: e.probe,
+                addr: e.probe_addr,
+                text,
+                template,
+            });
         }
+    }
+
+    /// The place of a kprobe hit, if seen before.
+    fn place(&self, e: &Event) -> Option<&Place> {
+        self.places
+            .iter()
+            .find(|p| p.probe == e.probe && p.addr == e.probe_addr)
+    }
+
+    /// The `comm-tid` column of `e`'s thread, if it has the usual shape.
+    fn thread(&mut self, e: &Event) -> Option<&Thread> {
+        if self.threads.is_empty() {
+            self.threads.resize_with(Self::THREADS, || None);
+        }
+        let slot = self
+            .threads
+            .get_mut(e.tid as u32 as usize & (Self::THREADS - 1))?;
+        let hit = slot
+            .as_ref()
+            .is_some_and(|t| t.tid == e.tid && std::sync::Arc::ptr_eq(&t.comm, &e.comm));
+        if !hit {
+            *slot = Some(Thread::new(e)?);
+        }
+        slot.as_ref()
     }
 }
 
-/// Appends [`line`]'s text to `s` (without a newline), allocating nothing
-/// when `s` has room: the formatter of `script` and the benchmarks.
-/// `places` remembers kprobe places across calls.
+/// One event as ftrace prints it:
+/// `comm-tid [cpu] seconds.micros: event: (where) name=value ...`, where
+/// `where` is `sym+off/size` for a kprobe and `caller+off/size <- func`
+/// for a kretprobe.
+///
+/// Appended to `s` (without a newline), allocating nothing when `s` has
+/// room; `cache` remembers places and threads across calls.
 pub fn write_line(
     s: &mut Vec<u8>,
     e: &Event,
     plan: &ProbePlan,
     symbols: &KernelSymbols,
-    places: &mut Places,
+    cache: &mut LineCache,
 ) {
-    // `{:>16}-{:<7} [{:03}] {}.{:06}`, without the cost of fmt: built in
-    // a stack buffer, then copied once.
-    let mut head = Head::default();
-    let comm_chars = if e.comm.is_ascii() {
-        e.comm.len()
-    } else {
-        e.comm.chars().count()
-    };
-    for _ in comm_chars..16 {
-        head.push(b' ');
+    let start = s.len();
+    s.resize(start + USUAL_LINE_ROOM, b' ');
+    if let Some(n) = s
+        .get_mut(start..)
+        .and_then(|out| put_usual_line(out, e, cache))
+    {
+        s.truncate(start + n);
+        return;
     }
-    head.extend(e.comm.as_bytes());
-    head.push(b'-');
-    let before = head.len;
-    if e.tid < 0 {
-        head.push(b'-');
-    }
-    head.dec(u64::from(e.tid.unsigned_abs()), 1);
-    for _ in head.len - before..7 {
-        head.push(b' ');
-    }
-    head.extend(b" [");
-    head.dec(u64::from(e.cpu), 3);
-    head.extend(b"] ");
-    head.dec(e.time_ns / 1_000_000_000, 1);
-    head.push(b'.');
-    head.dec((e.time_ns % 1_000_000_000) / 1_000, 6);
-    match head.overflow {
-        false => s.extend_from_slice(&head.buf[..head.len]),
-        // A name too long for the buffer (only in a crafted file).
-        true => {
+    s.truncate(start);
+    // `{:>16}-{:<7} [{:03}] {}.{:06}`, without the cost of fmt.
+    match cache.thread(e) {
+        Some(t) if e.cpu < 1000 => push_with::<{ Thread::ROOM + 48 }>(s, |head| {
+            head[..Thread::ROOM].copy_from_slice(&t.text);
+            let mut at = t.len;
+            head[at] = b' ';
+            head[at + 1] = b'[';
+            at += 2;
+            at += put_dec(&mut head[at..], u64::from(e.cpu), 3);
+            put_time(head, at, e.time_ns)
+        }),
+        _ => {
+            // An unusual name or CPU: the slow way.
             let _ = write!(
                 s,
                 "{:>16}-{:<7} [{:03}] {}.{:06}",
@@ -248,6 +344,108 @@ pub fn write_line(
             );
         }
     }
+    write_rest(s, e, plan, symbols, cache)
+}
+
+/// Most of a line's head: `] seconds.micros` after the CPU, written at
+/// `out[at..]`; returns the new end. `out` must hold 36 more bytes.
+fn put_time(out: &mut [u8], mut at: usize, time_ns: u64) -> usize {
+    out[at] = b']';
+    out[at + 1] = b' ';
+    at += 2;
+    at += put_dec(&mut out[at..], time_ns / 1_000_000_000, 1);
+    out[at] = b'.';
+    at += 1;
+    at + put_dec(&mut out[at..], (time_ns % 1_000_000_000) / 1_000, 6)
+}
+
+/// Arguments the window of [`put_usual_line`] has room for.
+const USUAL_ARGS: usize = 6;
+
+/// Room [`put_usual_line`] needs: the thread 32, ` [cpu` 5, the time 36,
+/// the lead 128, per argument its ` name=` 32 and a value 21.
+pub const USUAL_LINE_ROOM: usize = Thread::ROOM + 5 + 36 + 128 + USUAL_ARGS * (32 + 21);
+
+/// The usual line (a kprobe hit of a known thread and place, with plain
+/// integer arguments only), written from cached pieces at the start of
+/// `out` (at least [`USUAL_LINE_ROOM`] bytes): its length, or `None`
+/// (with `out` scribbled on) for any other line.
+pub fn put_usual_line(out: &mut [u8], e: &Event, cache: &mut LineCache) -> Option<usize> {
+    if out.len() < USUAL_LINE_ROOM
+        || e.ret_addr.is_some()
+        || e.cpu >= 1000
+        || e.args.len() > USUAL_ARGS
+        || e.args.iter().any(|v| {
+            !matches!(
+                v,
+                Value::Int {
+                    ty: BaseType::Unsigned(_)
+                        | BaseType::Signed(_)
+                        | BaseType::Hex(_)
+                        | BaseType::Bitfield { .. },
+                    ..
+                }
+            )
+        })
+    {
+        return None;
+    }
+    let (text, len) = cache.thread(e).map(|t| (t.text, t.len))?;
+    // `] seconds.micros`, the seconds as written for the last line when
+    // they are the same (as they are for lines a microsecond apart).
+    let secs = e.time_ns / 1_000_000_000;
+    let digits = match cache.seconds {
+        Some((s, digits)) if s == secs => digits,
+        _ => {
+            let mut p = Piece {
+                bytes: [b'0'; 20],
+                len: 0,
+            };
+            p.len = put_dec(&mut p.bytes, secs, 1);
+            cache.seconds = Some((secs, p));
+            p
+        }
+    };
+    let (lead, rest) = cache.place(e).and_then(|p| p.template.as_ref())?;
+    if rest.len() + 1 != e.args.len().max(1) {
+        return None;
+    }
+    out[..Thread::ROOM].copy_from_slice(&text);
+    let mut at = len;
+    out[at] = b' ';
+    out[at + 1] = b'[';
+    at += 2;
+    at += put_dec(&mut out[at..], u64::from(e.cpu), 3);
+    out[at] = b']';
+    out[at + 1] = b' ';
+    at = digits.put(out, at + 2);
+    out[at] = b'.';
+    at += 1;
+    at += put_dec(&mut out[at..], (e.time_ns % 1_000_000_000) / 1_000, 6);
+    at = lead.put(out, at);
+    for (i, v) in e.args.iter().enumerate() {
+        if let Some(piece) = i.checked_sub(1).and_then(|j| rest.get(j)) {
+            at = piece.put(out, at);
+        }
+        let Value::Int { raw, ty } = v else { continue };
+        let dst = out.get_mut(at..)?;
+        at += match ty {
+            BaseType::Signed(_) => put_signed(dst, *raw as i64),
+            BaseType::Hex(_) => put_hex(dst, *raw),
+            _ => put_dec(dst, *raw, 1),
+        };
+    }
+    Some(at)
+}
+
+/// The part of a line after the timestamp: where, then the arguments.
+fn write_rest(
+    s: &mut Vec<u8>,
+    e: &Event,
+    plan: &ProbePlan,
+    symbols: &KernelSymbols,
+    cache: &mut LineCache,
+) {
     match e.ret_addr {
         Some(ret) => {
             s.extend_from_slice(b": ");
@@ -261,7 +459,7 @@ pub fn write_line(
             }
             s.push(b')');
         }
-        None => places.write(s, e, plan, symbols),
+        None => cache.write_place(s, e, plan, symbols),
     }
     for (a, v) in plan.args.iter().zip(&e.args) {
         s.push(b' ');
@@ -398,6 +596,136 @@ pub fn summary(session: &Session) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use kprobe_perf_engine::plan::{self, BackendChoice};
+    use kprobe_perf_engine::{Arch, ProbeSpec};
+    use std::sync::Arc;
+
+    /// The line as `format!` writes it: the layout the fast paths must
+    /// reproduce byte for byte.
+    fn reference(e: &Event, plan: &ProbePlan, symbols: &KernelSymbols) -> String {
+        let mut s = format!(
+            "{:>16}-{:<7} [{:03}] {}.{:06}: {}: (",
+            e.comm,
+            e.tid,
+            e.cpu,
+            e.time_ns / 1_000_000_000,
+            (e.time_ns % 1_000_000_000) / 1_000,
+            plan.event
+        );
+        match e.ret_addr {
+            Some(r) => {
+                s += &format!(
+                    "{} <- {})",
+                    location(symbols, r),
+                    function(symbols, e.probe_addr)
+                )
+            }
+            None => s += &format!("{})", location(symbols, e.probe_addr)),
+        }
+        for (a, v) in plan.args.iter().zip(&e.args) {
+            match v {
+                Value::Int {
+                    raw,
+                    ty: BaseType::Symbol,
+                } => s += &format!(" {}={}", a.name, location(symbols, *raw)),
+                _ => s += &format!(" {}={v}", a.name),
+            }
+        }
+        s
+    }
+
+    #[test]
+    fn lines_match_fmt_on_every_path() {
+        let symbols = KernelSymbols::parse(
+            "ffffffff81000000 T _text\nffffffff812345a0 T do_sys_openat2\nffffffff81234690 T do_sys_open\n",
+        )
+        .unwrap();
+        let plan = |spec: &str| {
+            plan::resolve(
+                ProbeSpec::parse(spec, Arch::X86_64).unwrap(),
+                &symbols,
+                Arch::X86_64,
+                BackendChoice::Pmu,
+            )
+            .unwrap()
+        };
+        let plans = [
+            plan("p:do_sys_openat2 dfd=%di:s32 flags=%dx:x32 mode=%cx:u16 b=%si:b3@2/8"),
+            plan("r:do_sys_open ret=$retval:s64 at=%di:symbol"),
+            plan("p:do_sys_open"),
+        ];
+        let int = |raw: u64, ty| Value::Int { raw, ty };
+        let event = |probe: usize, comm: &str, tid: i32, cpu: u32, args: Vec<Value>| Event {
+            probe,
+            cpu,
+            pid: tid,
+            tid,
+            comm: Arc::from(comm),
+            time_ns: 1_234_567_890_123,
+            ip: 0xffff_ffff_8123_4691,
+            probe_addr: if probe == 0 {
+                0xffff_ffff_8123_45a0
+            } else {
+                0xffff_ffff_8123_4690
+            },
+            ret_addr: (probe == 1).then_some(0xffff_ffff_8123_45b7),
+            args,
+        };
+        let usual = vec![
+            int(u64::MAX - 99, BaseType::Signed(32)),
+            int(0x8000, BaseType::Hex(32)),
+            int(420, BaseType::Unsigned(16)),
+            int(
+                5,
+                BaseType::Bitfield {
+                    width: 3,
+                    offset: 2,
+                    container: 8,
+                },
+            ),
+        ];
+        let events = [
+            event(0, "cat", 77, 1, usual.clone()),
+            event(0, "a-sixteen-byte-n", 1_234_567, 999, usual.clone()),
+            event(0, "naïve", 5, 2, usual.clone()),
+            event(0, "cat", -1, 1000, usual.clone()),
+            event(0, "seventeen-bytes!!", 123_456_789, 3, usual.clone()),
+            event(0, "", 0, 0, usual.clone()),
+            event(
+                1,
+                "sh",
+                9,
+                1,
+                vec![
+                    int(u64::MAX, BaseType::Signed(64)),
+                    int(0xffff_ffff_8123_45a5, BaseType::Symbol),
+                ],
+            ),
+            event(2, "cat", 77, 1, vec![]),
+        ];
+        let mut cache = LineCache::default();
+        let mut usual_lines = 0;
+        // Twice: the first line of a place or thread is made the long way,
+        // the next from what the cache keeps.
+        for _ in 0..2 {
+            for e in &events {
+                let plan = &plans[e.probe];
+                let mut s = Vec::new();
+                write_line(&mut s, e, plan, &symbols, &mut cache);
+                assert_eq!(String::from_utf8(s).unwrap(), reference(e, plan, &symbols));
+                let mut room = vec![0u8; USUAL_LINE_ROOM];
+                if let Some(n) = put_usual_line(&mut room, e, &mut cache) {
+                    usual_lines += 1;
+                    assert_eq!(
+                        String::from_utf8(room[..n].to_vec()).unwrap(),
+                        reference(e, plan, &symbols)
+                    );
+                }
+            }
+        }
+        // Not for a non-ASCII or 17-byte name, CPU 1000 or a kretprobe.
+        assert_eq!(usual_lines, 8);
+    }
 
     #[test]
     fn hand_formatting_matches_fmt() {
