@@ -55,6 +55,37 @@ fn put_dec(out: &mut [u8], mut v: u64, width: usize) -> usize {
     digits
 }
 
+/// Writes `v` (below 1000) as 3 digits at the start of `out`.
+fn put_dec3(out: &mut [u8], v: u32) -> usize {
+    let Some(out) = out.get_mut(..3) else {
+        return 0;
+    };
+    let p = (v % 100) as usize * 2;
+    out[0] = b'0' + (v / 100 % 10) as u8;
+    out[1] = PAIRS[p];
+    out[2] = PAIRS[p + 1];
+    3
+}
+
+/// Writes `v` (below 1,000,000) as 6 digits at the start of `out`.
+fn put_dec6(out: &mut [u8], v: u64) -> usize {
+    let Some(out) = out.get_mut(..6) else {
+        return 0;
+    };
+    let (hi, mid, lo) = (
+        (v / 10_000 % 100) as usize * 2,
+        (v / 100 % 100) as usize * 2,
+        (v % 100) as usize * 2,
+    );
+    out[0] = PAIRS[hi];
+    out[1] = PAIRS[hi + 1];
+    out[2] = PAIRS[mid];
+    out[3] = PAIRS[mid + 1];
+    out[4] = PAIRS[lo];
+    out[5] = PAIRS[lo + 1];
+    6
+}
+
 /// Makes room for `N` bytes at the end of `s` (a fixed-size copy, which
 /// the compiler turns into a few stores rather than a call), lets `fill`
 /// write into it and keeps the first bytes it says it wrote. Writing in
@@ -164,6 +195,8 @@ fn write_location(s: &mut Vec<u8>, symbols: &KernelSymbols, addr: u64) {
 #[derive(Default)]
 pub struct LineCache {
     places: Vec<Place>,
+    /// Index in `places` of the last place found.
+    last_place: usize,
     /// The whole seconds of the last usual line, as written: `(seconds,
     /// digits)`.
     seconds: Option<(u64, Piece<20>)>,
@@ -271,11 +304,14 @@ impl LineCache {
         }
     }
 
-    /// The place of a kprobe hit, if seen before.
-    fn place(&self, e: &Event) -> Option<&Place> {
-        self.places
-            .iter()
-            .find(|p| p.probe == e.probe && p.addr == e.probe_addr)
+    /// The place of a kprobe hit, if seen before (the last one found is
+    /// tried first).
+    fn place(&mut self, e: &Event) -> Option<&Place> {
+        let is = |p: &Place| p.probe == e.probe && p.addr == e.probe_addr;
+        if !self.places.get(self.last_place).is_some_and(is) {
+            self.last_place = self.places.iter().position(is)?;
+        }
+        self.places.get(self.last_place)
     }
 
     /// The `comm-tid` column of `e`'s thread, if it has the usual shape.
@@ -375,18 +411,6 @@ pub fn put_usual_line(out: &mut [u8], e: &Event, cache: &mut LineCache) -> Optio
         || e.ret_addr.is_some()
         || e.cpu >= 1000
         || e.args.len() > USUAL_ARGS
-        || e.args.iter().any(|v| {
-            !matches!(
-                v,
-                Value::Int {
-                    ty: BaseType::Unsigned(_)
-                        | BaseType::Signed(_)
-                        | BaseType::Hex(_)
-                        | BaseType::Bitfield { .. },
-                    ..
-                }
-            )
-        })
     {
         return None;
     }
@@ -415,24 +439,34 @@ pub fn put_usual_line(out: &mut [u8], e: &Event, cache: &mut LineCache) -> Optio
     out[at] = b' ';
     out[at + 1] = b'[';
     at += 2;
-    at += put_dec(&mut out[at..], u64::from(e.cpu), 3);
+    at += put_dec3(&mut out[at..], e.cpu);
     out[at] = b']';
     out[at + 1] = b' ';
     at = digits.put(out, at + 2);
     out[at] = b'.';
     at += 1;
-    at += put_dec(&mut out[at..], (e.time_ns % 1_000_000_000) / 1_000, 6);
+    at += put_dec6(&mut out[at..], (e.time_ns % 1_000_000_000) / 1_000);
     at = lead.put(out, at);
     for (i, v) in e.args.iter().enumerate() {
         if let Some(piece) = i.checked_sub(1).and_then(|j| rest.get(j)) {
             at = piece.put(out, at);
         }
-        let Value::Int { raw, ty } = v else { continue };
         let dst = out.get_mut(at..)?;
-        at += match ty {
-            BaseType::Signed(_) => put_signed(dst, *raw as i64),
-            BaseType::Hex(_) => put_hex(dst, *raw),
-            _ => put_dec(dst, *raw, 1),
+        at += match v {
+            Value::Int {
+                raw,
+                ty: BaseType::Signed(_),
+            } => put_signed(dst, *raw as i64),
+            Value::Int {
+                raw,
+                ty: BaseType::Hex(_),
+            } => put_hex(dst, *raw),
+            Value::Int {
+                raw,
+                ty: BaseType::Unsigned(_) | BaseType::Bitfield { .. },
+            } => put_dec(dst, *raw, 1),
+            // A symbol, string or array: the general path.
+            _ => return None,
         };
     }
     Some(at)
@@ -730,6 +764,16 @@ mod tests {
     #[test]
     fn hand_formatting_matches_fmt() {
         let text = |s: &Vec<u8>| String::from_utf8(s.clone()).unwrap();
+        for v in [0u32, 7, 42, 100, 999] {
+            let mut out = [0u8; 3];
+            assert_eq!(put_dec3(&mut out, v), 3);
+            assert_eq!(out, format!("{v:03}").as_bytes());
+        }
+        for v in [0u64, 5, 12_345, 100_000, 999_999] {
+            let mut out = [0u8; 6];
+            assert_eq!(put_dec6(&mut out, v), 6);
+            assert_eq!(out, format!("{v:06}").as_bytes());
+        }
         for v in [0u64, 1, 9, 10, 99, 1000, 123_456_789, u64::MAX] {
             let mut s = Vec::new();
             push_dec(&mut s, v, 1);

@@ -75,6 +75,7 @@ impl Value {
     }
 
     /// The integer of [`Value::new`].
+    #[inline(always)]
     fn typed(reg: u64, ty: BaseType) -> u64 {
         match ty {
             BaseType::Unsigned(b) | BaseType::Hex(b) => low_bits(reg, u32::from(b)),
@@ -387,6 +388,23 @@ pub(crate) fn set_args(
     ints: &[u64],
     others: &[Value],
 ) {
+    // The usual case: the same integer arguments as the last event.
+    if args.len() == kinds.len()
+        && args
+            .iter_mut()
+            .zip(kinds)
+            .zip(ints)
+            .all(|((v, kind), &raw)| match (v, kind) {
+                (Value::Int { raw: r, ty: t }, Some(ty)) if t == ty => {
+                    *r = raw;
+                    true
+                }
+                _ => false,
+            })
+        && ints.len() >= kinds.len()
+    {
+        return;
+    }
     args.truncate(kinds.len());
     let (mut ints, mut others) = (ints.iter(), others.iter());
     for (i, kind) in kinds.iter().enumerate() {

@@ -262,10 +262,18 @@ impl<R: Read + Seek> Reader<R> {
 
     /// Makes at least `want` bytes (at most what the data section still
     /// holds) available at `buf[start..]`.
+    #[inline]
     fn fill(&mut self, want: usize) -> io::Result<()> {
         if self.end - self.start >= want {
             return Ok(());
         }
+        self.refill(want)
+    }
+
+    /// [`Reader::fill`] when the buffer runs short: moves what is left to
+    /// the front and reads more.
+    #[cold]
+    fn refill(&mut self, want: usize) -> io::Result<()> {
         self.buf.copy_within(self.start..self.end, 0);
         self.end -= self.start;
         self.start = 0;

@@ -258,6 +258,36 @@ pub struct LearnedComm {
     pub id: u64,
 }
 
+/// Where a probe's sampled registers lie in its samples.
+#[derive(Debug)]
+struct FastLayout {
+    /// `sample_regs_intr`.
+    mask: u64,
+    /// How many registers are sampled.
+    regs: usize,
+    /// Per perf_regs index, its slot among the sampled registers
+    /// ([`u8::MAX`]: not sampled).
+    slot: [u8; 64],
+}
+
+impl FastLayout {
+    fn new(mask: u64) -> FastLayout {
+        let mut slot = [u8::MAX; 64];
+        let mut n = 0u8;
+        for (i, s) in slot.iter_mut().enumerate() {
+            if mask & (1u64 << i) != 0 {
+                *s = n;
+                n += 1;
+            }
+        }
+        FastLayout {
+            mask,
+            regs: usize::from(n),
+            slot,
+        }
+    }
+}
+
 /// Event ids in [`RecordDecoder::probe_of_fast`]'s cache (a power of two).
 const RECENT_IDS: usize = 64;
 
@@ -268,6 +298,8 @@ pub(crate) struct ProbeShape {
     pub kinds: Vec<Option<BaseType>>,
     /// A kretprobe: the sampled ip is the return address.
     pub is_return: bool,
+    /// The kretprobe this entry probe is the companion of.
+    pub companion_of: Option<usize>,
 }
 
 /// Decodes the records of a set of probes: samples into [`Event`]s, handed
@@ -279,9 +311,9 @@ pub struct RecordDecoder {
     attrs: Vec<Vec<u8>>,
     probe_of_id: IntMap<u64, usize>,
     parse_info: Vec<RecordParseInfo>,
-    /// Per probe: `Some(sample_regs_intr)` when its samples have exactly
-    /// the session layout, which [`RecordDecoder::fast_sample`] reads.
-    fast: Vec<Option<u64>>,
+    /// Per probe: `Some` when its samples have exactly the session layout,
+    /// which [`RecordDecoder::fast_sample`] reads.
+    fast: Vec<Option<FastLayout>>,
     comms: CommTable,
     stats: SessionStats,
     queue: EventQueue,
@@ -340,13 +372,13 @@ impl RecordDecoder {
                     });
                 }
                 let base = allowed & !u64::from(PERF_SAMPLE_REGS_INTR);
-                let fast = (sample_type & base == base).then_some(
-                    if sample_type & u64::from(PERF_SAMPLE_REGS_INTR) != 0 {
+                let fast = (sample_type & base == base).then(|| {
+                    FastLayout::new(if sample_type & u64::from(PERF_SAMPLE_REGS_INTR) != 0 {
                         a.sample_regs_intr
                     } else {
                         0
-                    },
-                );
+                    })
+                });
                 Ok((RecordParseInfo::new(&a, Endianness::LittleEndian), fast))
             })
             .collect::<Result<Vec<_>, _>>()?;
@@ -368,6 +400,7 @@ impl RecordDecoder {
                 .map(|p| ProbeShape {
                     kinds: arg_kinds(p),
                     is_return: p.is_return(),
+                    companion_of: p.companion_of,
                 })
                 .collect(),
             plans,
@@ -541,7 +574,8 @@ impl RecordDecoder {
                 );
                 let tid = parts.tid.unwrap_or(-1);
                 let decoded = decoded.map(|()| (probe, tid));
-                account(&mut self.stats, &mut self.queue, plan, decoded, comm)
+                let shape = self.shapes.get(probe);
+                account(&mut self.stats, &mut self.queue, shape, decoded, comm)
                     .map_err(RecordError::Decode)
             }
             Ok(EventRecord::Comm(c)) => {
@@ -592,7 +626,8 @@ impl RecordDecoder {
     fn fast_sample(&mut self, b: &[u8]) -> Option<Result<(), DecodeError>> {
         let id = u64_at(b, 0)?;
         let probe = self.probe_of_fast(id)?;
-        let mask = (*self.fast.get(probe)?)?;
+        let layout = self.fast.get(probe)?.as_ref()?;
+        let mask = layout.mask;
         let plan = self.plans.get(probe)?;
         let size = u32_at(b, 40)? as usize;
         let raw = b.get(44..44usize.checked_add(size)?)?;
@@ -602,7 +637,7 @@ impl RecordDecoder {
             let at = 44 + size;
             match u64_at(b, at)? {
                 0 => &[],
-                _ => b.get(at + 8..at + 8 + 8 * mask.count_ones() as usize)?,
+                _ => b.get(at + 8..at + 8 + 8 * layout.regs)?,
             }
         };
         let parts = SampleParts {
@@ -622,11 +657,8 @@ impl RecordDecoder {
         let comm = self.comms.get_for(&key, id);
         let offsets = self.field_offsets.get(probe).map_or(&[][..], Vec::as_slice);
         let reg = |i: u64| {
-            if i >= 64 || mask & (1u64 << i) == 0 {
-                return None;
-            }
-            let slot = (mask & ((1u64 << i) - 1)).count_ones() as usize;
-            u64_at(regs, slot * 8)
+            let slot = *layout.slot.get(i as usize).filter(|&&s| s != u8::MAX)?;
+            u64_at(regs, usize::from(slot) * 8)
         };
         let tid = parts.tid.unwrap_or(-1);
         let (head, args) = self.queue.begin();
@@ -644,7 +676,7 @@ impl RecordDecoder {
         Some(account(
             &mut self.stats,
             &mut self.queue,
-            plan,
+            self.shapes.get(probe),
             decoded,
             comm,
         ))
@@ -680,7 +712,7 @@ fn s_parts_key(s: &linux_perf_event_reader::SampleRecord<'_>) -> (i32, i32, u64,
 fn account(
     stats: &mut SessionStats,
     queue: &mut EventQueue,
-    plan: &ProbePlan,
+    shape: Option<&ProbeShape>,
     decoded: Result<(usize, i32), DecodeError>,
     comm: u32,
 ) -> Result<(), DecodeError> {
@@ -689,12 +721,12 @@ fn account(
             if let Some(h) = stats.hits.get_mut(probe) {
                 *h += 1;
             }
-            if let Some(ret_probe) = plan.companion_of {
+            if let Some(ret_probe) = shape.and_then(|s| s.companion_of) {
                 stats.pairing.entry((ret_probe, tid)).or_default().0 += 1;
                 queue.abort();
                 return Ok(());
             }
-            if plan.is_return() {
+            if shape.is_some_and(|s| s.is_return) {
                 stats.pairing.entry((probe, tid)).or_default().1 += 1;
             }
             queue.commit(comm);

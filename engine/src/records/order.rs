@@ -4,7 +4,6 @@
 //! in another), and each is turned into a single reused [`Event`] only
 //! when it is handed over.
 
-use std::collections::VecDeque;
 use std::sync::Arc;
 
 use crate::decode::{set_args, ArgsOut, Event, EventHead, Value};
@@ -30,7 +29,7 @@ struct Slot {
 pub(crate) struct EventQueue {
     /// Read, not yet handed over; in time order up to `sorted`, then in
     /// the order they were read. A slot being filled sits at the back.
-    pending: VecDeque<Slot>,
+    pending: Vec<Slot>,
     /// How many of `pending` (from the front) are known to be in order.
     sorted: usize,
     /// Integer arguments of the pending slots.
@@ -54,7 +53,7 @@ impl EventQueue {
 
     pub(crate) fn new() -> EventQueue {
         EventQueue {
-            pending: VecDeque::new(),
+            pending: Vec::new(),
             sorted: 0,
             ints: Vec::new(),
             others: Vec::new(),
@@ -68,12 +67,12 @@ impl EventQueue {
     /// it must be ended by [`EventQueue::commit`] or [`EventQueue::abort`].
     #[inline]
     pub(crate) fn begin(&mut self) -> (&mut EventHead, ArgsOut<'_>) {
-        self.pending.push_back(Slot {
+        self.pending.push(Slot {
             ints_at: self.ints.len() as u32,
             others_at: self.others.len() as u32,
             ..Slot::default()
         });
-        let head = match self.pending.back_mut() {
+        let head = match self.pending.last_mut() {
             Some(slot) => &mut slot.head,
             // Not reached: a slot was just pushed.
             None => unreachable!("a slot was just pushed"),
@@ -89,7 +88,7 @@ impl EventQueue {
     #[inline]
     pub(crate) fn commit(&mut self, comm: u32) {
         let n = self.pending.len();
-        let Some(t) = self.pending.back_mut().map(|s| {
+        let Some(t) = self.pending.last_mut().map(|s| {
             s.comm = comm;
             s.head.time_ns
         }) else {
@@ -107,7 +106,7 @@ impl EventQueue {
     /// over).
     #[inline]
     pub(crate) fn abort(&mut self) {
-        if let Some(s) = self.pending.pop_back() {
+        if let Some(s) = self.pending.pop() {
             self.ints.truncate(s.ints_at as usize);
             self.others.truncate(s.others_at as usize);
         }
@@ -132,9 +131,7 @@ impl EventQueue {
         let round_max = self.round_max.take();
         if self.sorted < self.pending.len() {
             // Stable, as the events of one ring are already in order.
-            self.pending
-                .make_contiguous()
-                .sort_by_key(|s| s.head.time_ns);
+            self.pending.sort_by_key(|s| s.head.time_ns);
         }
         let ready = if all {
             self.pending.len()
