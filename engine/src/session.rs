@@ -814,7 +814,9 @@ impl Session {
     /// (a CPU may still be writing an older event when another's ring is
     /// read), so events come one round late; after [`Session::disable`],
     /// a poll hands over everything. A signal ends the wait early without
-    /// error. Returns the number of events delivered.
+    /// error. Each event is lent for the call (its storage is reused for
+    /// the next): clone it to keep it. Returns the number of events
+    /// delivered.
     pub fn poll(
         &mut self,
         timeout: Option<Duration>,
