@@ -441,22 +441,8 @@ pub(crate) fn decode_into(
     head: &mut EventHead,
     args: ArgsOut<'_>,
 ) -> Result<(), DecodeError> {
+    decode_head(probe, plan.is_return(), sample, head)?;
     let raw = sample.raw;
-    head.probe =
-        u32::try_from(probe).map_err(|_| DecodeError::Missing("a probe index below 2^32"))?;
-    head.probe_addr = read_u64(raw, TRACE_ENTRY_SIZE).ok_or(DecodeError::ShortRaw(raw.len()))?;
-    head.ip = sample.ip.ok_or(DecodeError::Missing("ip"))?;
-    // The raw record of a kretprobe also holds a return address, but seen on
-    // Debian 6.1 and 6.12: when a kprobe sits on the same function it holds
-    // arch_rethook_trampoline instead of the caller. The sampled ip is the
-    // caller in both cases, so that is what we report (as `ret_addr`).
-    if plan.is_return() && raw.len() < TRACE_ENTRY_SIZE + 16 {
-        return Err(DecodeError::ShortRaw(raw.len()));
-    }
-    head.cpu = sample.cpu.ok_or(DecodeError::Missing("cpu"))?;
-    head.pid = sample.pid.ok_or(DecodeError::Missing("pid"))?;
-    head.tid = sample.tid.ok_or(DecodeError::Missing("tid"))?;
-    head.time_ns = sample.time.ok_or(DecodeError::Missing("time"))?;
     for (i, a) in plan.args.iter().enumerate() {
         match a.source {
             ArgSource::Register(reg) => match (reg_of)(u64::from(reg.perf_index)) {
@@ -476,6 +462,40 @@ pub(crate) fn decode_into(
         }
     }
     Ok(())
+}
+
+/// The head of a sample of probe `probe` (a kretprobe when `is_return`),
+/// into `head`.
+#[inline]
+pub(crate) fn decode_head(
+    probe: usize,
+    is_return: bool,
+    sample: &SampleParts<'_>,
+    head: &mut EventHead,
+) -> Result<(), DecodeError> {
+    let raw = sample.raw;
+    head.probe =
+        u32::try_from(probe).map_err(|_| DecodeError::Missing("a probe index below 2^32"))?;
+    head.probe_addr = read_u64(raw, TRACE_ENTRY_SIZE).ok_or(DecodeError::ShortRaw(raw.len()))?;
+    head.ip = sample.ip.ok_or(DecodeError::Missing("ip"))?;
+    // The raw record of a kretprobe also holds a return address, but seen on
+    // Debian 6.1 and 6.12: when a kprobe sits on the same function it holds
+    // arch_rethook_trampoline instead of the caller. The sampled ip is the
+    // caller in both cases, so that is what we report (as `ret_addr`).
+    if is_return && raw.len() < TRACE_ENTRY_SIZE + 16 {
+        return Err(DecodeError::ShortRaw(raw.len()));
+    }
+    head.cpu = sample.cpu.ok_or(DecodeError::Missing("cpu"))?;
+    head.pid = sample.pid.ok_or(DecodeError::Missing("pid"))?;
+    head.tid = sample.tid.ok_or(DecodeError::Missing("tid"))?;
+    head.time_ns = sample.time.ok_or(DecodeError::Missing("time"))?;
+    Ok(())
+}
+
+/// The integer of a register argument of type `ty`.
+#[inline]
+pub(crate) fn register_value(reg: u64, ty: BaseType) -> u64 {
+    Value::typed(reg, ty)
 }
 
 #[cfg(test)]

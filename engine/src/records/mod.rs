@@ -17,8 +17,11 @@ use perf_event_open_sys::bindings::{
     PERF_SAMPLE_REGS_INTR, PERF_SAMPLE_TID, PERF_SAMPLE_TIME,
 };
 
-use crate::decode::{arg_kinds, decode_into, decode_sample, DecodeError, Event, SampleParts};
-use crate::plan::ProbePlan;
+use crate::decode::{
+    arg_kinds, decode_head, decode_into, decode_sample, register_value, DecodeError, Event,
+    SampleParts,
+};
+use crate::plan::{ArgSource, ProbePlan};
 use crate::session::SessionStats;
 use crate::spec::BaseType;
 
@@ -268,6 +271,9 @@ struct FastLayout {
     /// Per perf_regs index, its slot among the sampled registers
     /// ([`u8::MAX`]: not sampled).
     slot: [u8; 64],
+    /// When every argument is a sampled register: per argument, its slot,
+    /// type and name.
+    registers_only: Option<Vec<(usize, BaseType, &'static str)>>,
 }
 
 impl FastLayout {
@@ -284,7 +290,25 @@ impl FastLayout {
             mask,
             regs: usize::from(n),
             slot,
+            registers_only: None,
         }
+    }
+
+    /// Notes the plan's arguments, if all are sampled registers.
+    fn with_plan(mut self, plan: &ProbePlan) -> FastLayout {
+        self.registers_only = plan
+            .args
+            .iter()
+            .map(|a| match a.source {
+                ArgSource::Register(r) => self
+                    .slot
+                    .get(r.perf_index as usize)
+                    .filter(|&&s| s != u8::MAX)
+                    .map(|&s| (usize::from(s), a.ty.base, r.name)),
+                _ => None,
+            })
+            .collect();
+        self
     }
 }
 
@@ -382,7 +406,12 @@ impl RecordDecoder {
                 Ok((RecordParseInfo::new(&a, Endianness::LittleEndian), fast))
             })
             .collect::<Result<Vec<_>, _>>()?;
-        let (parse_info, fast) = parse_info.into_iter().unzip();
+        let (parse_info, fast): (Vec<_>, Vec<Option<FastLayout>>) = parse_info.into_iter().unzip();
+        let fast = fast
+            .into_iter()
+            .zip(&plans)
+            .map(|(f, plan)| f.map(|f| f.with_plan(plan)))
+            .collect();
         Ok(RecordDecoder {
             stats: SessionStats {
                 hits: vec![0; plans.len()],
@@ -662,16 +691,27 @@ impl RecordDecoder {
         };
         let tid = parts.tid.unwrap_or(-1);
         let (head, args) = self.queue.begin();
-        let decoded = decode_into(
-            probe,
-            plan,
-            &parts,
-            reg,
-            self.comms.name(comm),
-            offsets,
-            head,
-            args,
-        )
+        let decoded = match &layout.registers_only {
+            // The usual PMU probe: its registers straight from their slots.
+            Some(program) => decode_head(probe, plan.is_return(), &parts, head).and_then(|()| {
+                for &(slot, ty, name) in program {
+                    // None when the sample has no registers (ABI 0).
+                    let v = u64_at(regs, slot * 8).ok_or(DecodeError::MissingRegister(name))?;
+                    args.ints.push(register_value(v, ty));
+                }
+                Ok(())
+            }),
+            None => decode_into(
+                probe,
+                plan,
+                &parts,
+                reg,
+                self.comms.name(comm),
+                offsets,
+                head,
+                args,
+            ),
+        }
         .map(|()| (probe, tid));
         Some(account(
             &mut self.stats,
