@@ -588,10 +588,17 @@ pub fn misses(session: &Session) -> Vec<String> {
 /// The closing summary: events per probe and losses, never omitted. The
 /// loss of each probe is exact: the kernel's hit count for it minus the
 /// events decoded (`PERF_RECORD_LOST` records can stay unsent when a ring
-/// is still full at the end, so they are only a floor).
+/// is still full at the end, so they are only a floor). In flight-recorder
+/// mode the same count is of events not kept: overwritten by design, or
+/// dropped while a dump paused the rings; it is not called a loss.
 pub fn summary(session: &Session) -> String {
     let stats = session.stats();
     let lost = session.lost_per_probe().ok();
+    let word = if session.is_overwrite() {
+        "not kept"
+    } else {
+        "lost"
+    };
     let mut total = 0;
     let mut total_lost = 0;
     let mut per_probe = Vec::new();
@@ -604,7 +611,7 @@ pub fn summary(session: &Session) -> String {
         match lost.as_ref().and_then(|l| l.get(i)).copied() {
             Some(l) if l > 0 => {
                 total_lost += l;
-                per_probe.push(format!("{}: {n}, {l} lost", p.event));
+                per_probe.push(format!("{}: {n}, {l} {word}", p.event));
             }
             _ => per_probe.push(format!("{}: {n}", p.event)),
         }
@@ -615,9 +622,12 @@ pub fn summary(session: &Session) -> String {
         stats.lost
     };
     let mut s = format!(
-        "kprobe-perf: {total} events ({}), {total_lost} lost",
+        "kprobe-perf: {total} events ({}), {total_lost} {word}",
         per_probe.join("; ")
     );
+    if session.is_overwrite() && total_lost > 0 {
+        s.push_str(" (overwritten in the flight recorder's window, or dropped while a dump paused the rings)");
+    }
     if lost.is_none() {
         s.push_str(" (from PERF_RECORD_LOST; the kernel's counts could not be read)");
     }

@@ -78,6 +78,24 @@ fn sigusr2_dumps_the_newest_events_in_order() {
     );
     let want: Vec<String> = (OPENS - k..OPENS).map(name).collect();
     assert_eq!(got, want, "the newest {k} opens, oldest first");
+    // The closing summary calls the events the window did not keep what
+    // they are, not a loss: the kernel's hits minus the events printed.
+    let total = err
+        .lines()
+        .find(|l| l.starts_with("kprobe-perf: ") && l.contains(" events ("))
+        .unwrap_or_else(|| panic!("no summary:\n{err}"));
+    println!("{total}");
+    assert!(
+        total.starts_with(&format!("kprobe-perf: {k} events (")),
+        "{total}"
+    );
+    assert!(
+        total.ends_with(&format!(
+            "), {} not kept (overwritten in the flight recorder's window, or dropped while a dump paused the rings)",
+            OPENS - k
+        )),
+        "{total}"
+    );
     let line = err
         .lines()
         .find(|l| l.starts_with("flight recorder:"))
