@@ -247,9 +247,7 @@ impl Thread {
             text[at] = b'-';
             at += 1;
         }
-        let mut digits = [0u8; 20];
-        let n = put_dec(&mut digits, u64::from(e.tid.unsigned_abs()), 1);
-        text.get_mut(at..at + n)?.copy_from_slice(&digits[..n]);
+        let n = put_dec(&mut text[at..], u64::from(e.tid.unsigned_abs()), 1);
         Some(Thread {
             tid: e.tid,
             comm: e.comm.clone(),
@@ -330,6 +328,43 @@ impl LineCache {
         }
         slot.as_ref()
     }
+
+    /// `{comm:>16}-{tid:<7} [{cpu:03}] {seconds}.{micros:06}` at the start
+    /// of `out` (at least [`HEAD_ROOM`] bytes), from the thread's cached
+    /// column and the seconds of the last line when they are the same (as
+    /// they are for lines a microsecond apart): its length, or `None` for
+    /// a thread without a cached column or a CPU of 1000 or more.
+    fn put_head(&mut self, out: &mut [u8], e: &Event) -> Option<usize> {
+        if e.cpu >= 1000 || out.len() < HEAD_ROOM {
+            return None;
+        }
+        let (text, len) = self.thread(e).map(|t| (t.text, t.len))?;
+        let secs = e.time_ns / 1_000_000_000;
+        let digits = match self.seconds {
+            Some((s, digits)) if s == secs => digits,
+            _ => {
+                let mut p = Piece {
+                    bytes: [b'0'; 20],
+                    len: 0,
+                };
+                p.len = put_dec(&mut p.bytes, secs, 1);
+                self.seconds = Some((secs, p));
+                p
+            }
+        };
+        out[..Thread::ROOM].copy_from_slice(&text);
+        let mut at = len;
+        out[at] = b' ';
+        out[at + 1] = b'[';
+        at += 2;
+        at += put_dec3(&mut out[at..], e.cpu);
+        out[at] = b']';
+        out[at + 1] = b' ';
+        at = digits.put(out, at + 2);
+        out[at] = b'.';
+        at += 1;
+        Some(at + put_dec6(&mut out[at..], (e.time_ns % 1_000_000_000) / 1_000))
+    }
 }
 
 /// One event as ftrace prints it:
@@ -355,20 +390,13 @@ pub fn write_line(
         s.truncate(start + n);
         return;
     }
-    s.truncate(start);
-    // `{:>16}-{:<7} [{:03}] {}.{:06}`, without the cost of fmt.
-    match cache.thread(e) {
-        Some(t) if e.cpu < 1000 => push_with::<{ Thread::ROOM + 48 }>(s, |head| {
-            head[..Thread::ROOM].copy_from_slice(&t.text);
-            let mut at = t.len;
-            head[at] = b' ';
-            head[at + 1] = b'[';
-            at += 2;
-            at += put_dec(&mut head[at..], u64::from(e.cpu), 3);
-            put_time(head, at, e.time_ns)
-        }),
-        _ => {
-            // An unusual name or CPU: the slow way.
+    // `{:>16}-{:<7} [{:03}] {}.{:06}`, without the cost of fmt when the
+    // thread and CPU allow.
+    s.resize(start + HEAD_ROOM, b' ');
+    match s.get_mut(start..).and_then(|out| cache.put_head(out, e)) {
+        Some(n) => s.truncate(start + n),
+        None => {
+            s.truncate(start);
             let _ = write!(
                 s,
                 "{:>16}-{:<7} [{:03}] {}.{:06}",
@@ -383,69 +411,30 @@ pub fn write_line(
     write_rest(s, e, plan, symbols, cache)
 }
 
-/// Most of a line's head: `] seconds.micros` after the CPU, written at
-/// `out[at..]`; returns the new end. `out` must hold 36 more bytes.
-fn put_time(out: &mut [u8], mut at: usize, time_ns: u64) -> usize {
-    out[at] = b']';
-    out[at + 1] = b' ';
-    at += 2;
-    at += put_dec(&mut out[at..], time_ns / 1_000_000_000, 1);
-    out[at] = b'.';
-    at += 1;
-    at + put_dec(&mut out[at..], (time_ns % 1_000_000_000) / 1_000, 6)
-}
-
 /// Arguments the window of [`put_usual_line`] has room for.
 const USUAL_ARGS: usize = 6;
 
-/// Room [`put_usual_line`] needs: the thread 32, ` [cpu` 5, the time 36,
-/// the lead 128, per argument its ` name=` 32 and a value 21.
-pub const USUAL_LINE_ROOM: usize = Thread::ROOM + 5 + 36 + 128 + USUAL_ARGS * (32 + 21);
+/// Room [`LineCache::put_head`] needs: the thread 32, ` [cpu` 5 and
+/// `] seconds.micros` 36.
+const HEAD_ROOM: usize = Thread::ROOM + 5 + 36;
+
+/// Room [`put_usual_line`] needs: the head, the lead 128, per argument its
+/// ` name=` 32 and a value 21.
+pub const USUAL_LINE_ROOM: usize = HEAD_ROOM + 128 + USUAL_ARGS * (32 + 21);
 
 /// The usual line (a kprobe hit of a known thread and place, with plain
 /// integer arguments only), written from cached pieces at the start of
 /// `out` (at least [`USUAL_LINE_ROOM`] bytes): its length, or `None`
 /// (with `out` scribbled on) for any other line.
 pub fn put_usual_line(out: &mut [u8], e: &Event, cache: &mut LineCache) -> Option<usize> {
-    if out.len() < USUAL_LINE_ROOM
-        || e.ret_addr.is_some()
-        || e.cpu >= 1000
-        || e.args.len() > USUAL_ARGS
-    {
+    if out.len() < USUAL_LINE_ROOM || e.ret_addr.is_some() || e.args.len() > USUAL_ARGS {
         return None;
     }
-    let (text, len) = cache.thread(e).map(|t| (t.text, t.len))?;
-    // `] seconds.micros`, the seconds as written for the last line when
-    // they are the same (as they are for lines a microsecond apart).
-    let secs = e.time_ns / 1_000_000_000;
-    let digits = match cache.seconds {
-        Some((s, digits)) if s == secs => digits,
-        _ => {
-            let mut p = Piece {
-                bytes: [b'0'; 20],
-                len: 0,
-            };
-            p.len = put_dec(&mut p.bytes, secs, 1);
-            cache.seconds = Some((secs, p));
-            p
-        }
-    };
+    let mut at = cache.put_head(out, e)?;
     let (lead, rest) = cache.place(e).and_then(|p| p.template.as_ref())?;
     if rest.len() + 1 != e.args.len().max(1) {
         return None;
     }
-    out[..Thread::ROOM].copy_from_slice(&text);
-    let mut at = len;
-    out[at] = b' ';
-    out[at + 1] = b'[';
-    at += 2;
-    at += put_dec3(&mut out[at..], e.cpu);
-    out[at] = b']';
-    out[at + 1] = b' ';
-    at = digits.put(out, at + 2);
-    out[at] = b'.';
-    at += 1;
-    at += put_dec6(&mut out[at..], (e.time_ns % 1_000_000_000) / 1_000);
     at = lead.put(out, at);
     for (i, v) in e.args.iter().enumerate() {
         if let Some(piece) = i.checked_sub(1).and_then(|j| rest.get(j)) {

@@ -76,7 +76,7 @@ impl Value {
 
     /// The integer of [`Value::new`].
     #[inline(always)]
-    fn typed(reg: u64, ty: BaseType) -> u64 {
+    pub(crate) fn typed(reg: u64, ty: BaseType) -> u64 {
         match ty {
             BaseType::Unsigned(b) | BaseType::Hex(b) => low_bits(reg, u32::from(b)),
             BaseType::Signed(b) if b < 64 => {
@@ -240,19 +240,11 @@ pub fn decode_sample(
 ) -> Result<Event, DecodeError> {
     let raw = sample.raw.ok_or(DecodeError::Missing("raw data"))?;
     let raw = raw.as_slice();
-    let parts = SampleParts {
-        ip: sample.ip,
-        pid: sample.pid,
-        tid: sample.tid,
-        time: sample.timestamp,
-        cpu: sample.cpu,
-        raw: &raw,
-    };
     let regs = sample.intr_regs.as_ref();
     decode_parts(
         probe,
         plan,
-        &parts,
+        &SampleParts::of(sample, &raw),
         |i| regs.and_then(|r| r.get(i)),
         comm,
         field_offsets,
@@ -275,6 +267,21 @@ pub struct SampleParts<'a> {
     pub cpu: Option<u32>,
     /// `PERF_SAMPLE_RAW`.
     pub raw: &'a [u8],
+}
+
+impl<'a> SampleParts<'a> {
+    /// The parts of a sample parsed by linux-perf-event-reader, whose raw
+    /// data is `raw`.
+    pub(crate) fn of(sample: &SampleRecord<'_>, raw: &'a [u8]) -> SampleParts<'a> {
+        SampleParts {
+            ip: sample.ip,
+            pid: sample.pid,
+            tid: sample.tid,
+            time: sample.timestamp,
+            cpu: sample.cpu,
+            raw,
+        }
+    }
 }
 
 /// As [`decode_sample`], from parts: `reg(i)` is the sampled register of
@@ -390,6 +397,7 @@ pub(crate) fn set_args(
 ) {
     // The usual case: the same integer arguments as the last event.
     if args.len() == kinds.len()
+        && ints.len() >= kinds.len()
         && args
             .iter_mut()
             .zip(kinds)
@@ -401,7 +409,6 @@ pub(crate) fn set_args(
                 }
                 _ => false,
             })
-        && ints.len() >= kinds.len()
     {
         return;
     }
@@ -490,12 +497,6 @@ pub(crate) fn decode_head(
     head.tid = sample.tid.ok_or(DecodeError::Missing("tid"))?;
     head.time_ns = sample.time.ok_or(DecodeError::Missing("time"))?;
     Ok(())
-}
-
-/// The integer of a register argument of type `ty`.
-#[inline]
-pub(crate) fn register_value(reg: u64, ty: BaseType) -> u64 {
-    Value::typed(reg, ty)
 }
 
 #[cfg(test)]

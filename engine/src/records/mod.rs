@@ -18,8 +18,7 @@ use perf_event_open_sys::bindings::{
 };
 
 use crate::decode::{
-    arg_kinds, decode_head, decode_into, decode_sample, register_value, DecodeError, Event,
-    SampleParts,
+    arg_kinds, decode_head, decode_into, decode_sample, DecodeError, Event, SampleParts, Value,
 };
 use crate::plan::{ArgSource, ProbePlan};
 use crate::session::SessionStats;
@@ -264,9 +263,7 @@ pub struct LearnedComm {
 /// Where a probe's sampled registers lie in its samples.
 #[derive(Debug)]
 struct FastLayout {
-    /// `sample_regs_intr`.
-    mask: u64,
-    /// How many registers are sampled.
+    /// How many registers are sampled (`sample_regs_intr`'s bits).
     regs: usize,
     /// Per perf_regs index, its slot among the sampled registers
     /// ([`u8::MAX`]: not sampled).
@@ -287,7 +284,6 @@ impl FastLayout {
             }
         }
         FastLayout {
-            mask,
             regs: usize::from(n),
             slot,
             registers_only: None,
@@ -576,19 +572,11 @@ impl RecordDecoder {
             Ok(EventRecord::Sample(s)) => {
                 let comm = self.comms.get_for(&s_parts_key(&s), id.unwrap_or(0));
                 let offsets = self.field_offsets.get(probe).map_or(&[][..], Vec::as_slice);
-                let sample_raw = s.raw.map(|r| r.as_slice());
-                let parts = SampleParts {
-                    ip: s.ip,
-                    pid: s.pid,
-                    tid: s.tid,
-                    time: s.timestamp,
-                    cpu: s.cpu,
-                    raw: sample_raw.as_deref().unwrap_or(&[]),
-                };
-                if sample_raw.is_none() {
+                let Some(sample_raw) = s.raw.map(|r| r.as_slice()) else {
                     self.stats.undecodable += 1;
                     return Err(DecodeError::Missing("raw data").into());
-                }
+                };
+                let parts = SampleParts::of(&s, &sample_raw);
                 let regs = s.intr_regs.as_ref();
                 let (head, args) = self.queue.begin();
                 let decoded = decode_into(
@@ -656,11 +644,10 @@ impl RecordDecoder {
         let id = u64_at(b, 0)?;
         let probe = self.probe_of_fast(id)?;
         let layout = self.fast.get(probe)?.as_ref()?;
-        let mask = layout.mask;
         let plan = self.plans.get(probe)?;
         let size = u32_at(b, 40)? as usize;
         let raw = b.get(44..44usize.checked_add(size)?)?;
-        let regs: &[u8] = if mask == 0 {
+        let regs: &[u8] = if layout.regs == 0 {
             &[]
         } else {
             let at = 44 + size;
@@ -697,7 +684,7 @@ impl RecordDecoder {
                 for &(slot, ty, name) in program {
                     // None when the sample has no registers (ABI 0).
                     let v = u64_at(regs, slot * 8).ok_or(DecodeError::MissingRegister(name))?;
-                    args.ints.push(register_value(v, ty));
+                    args.ints.push(Value::typed(v, ty));
                 }
                 Ok(())
             }),
