@@ -166,7 +166,8 @@ struct RecordArgs {
     /// oldest) and print nothing while recording. On SIGUSR2 and at exit
     /// the rings are paused and their events printed in time order; the
     /// summary says how many the window held and how many older ones were
-    /// overwritten. The window per CPU is -m pages or --overwrite-size.
+    /// overwritten, and counts those as "not kept" rather than "lost".
+    /// The window per CPU is -m pages or --overwrite-size.
     #[arg(long, conflicts_with = "output")]
     overwrite: bool,
     /// With --overwrite: the window per CPU ring, in MiB (rounded down to
