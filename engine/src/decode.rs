@@ -24,7 +24,8 @@ pub struct Event {
     pub pid: i32,
     /// Thread id.
     pub tid: i32,
-    /// Command name of the thread (`<...>` when unknown).
+    /// Command name of the thread when the probe fired (`<...>` when
+    /// unknown).
     pub comm: Arc<str>,
     /// perf clock timestamp in nanoseconds.
     pub time_ns: u64,

@@ -340,6 +340,11 @@ fn a_panic_removes_the_events() {
 /// current->comm at the same hit (a tracefs probe fetching $comm), before
 /// and after the thread renames itself (the write to /proc/.../comm is
 /// the kernel's set_task_comm, as prctl(PR_SET_NAME) is).
+///
+/// The thread moves from CPU 1 to CPU 0 between its renames, so that the
+/// ring read first (CPU 0's) holds a sample taken before the rename whose
+/// COMM record lies in the ring read second: the name must come from the
+/// sample's time, not from the order the rings are read in.
 #[test]
 fn pmu_comm_matches_the_kernels_current_comm() {
     if !kprobes_available("pmu_comm_matches_the_kernels_current_comm") {
@@ -349,7 +354,7 @@ fn pmu_comm_matches_the_kernels_current_comm() {
     let plans = plan_probes(
         &[
             "p:do_sys_openat2 c=$comm",
-            "p:kernel_comm do_sys_openat2 c=$comm k=\\1",
+            "p:kernel_comm do_sys_openat2 c=$comm path=+0(%si):ustring",
         ],
         &symbols,
     )
@@ -358,36 +363,88 @@ fn pmu_comm_matches_the_kernels_current_comm() {
     assert_eq!(plans[1].backend, Backend::Tracefs);
     let mut session = Session::open(plans, SessionOptions::default()).unwrap();
     session.enable().unwrap();
-    let tid = std::thread::Builder::new()
-        .name("kpp-before".into())
+    let (tid, cpus) = std::thread::Builder::new()
+        .name("kpp-start".into())
         .spawn(|| {
             let tid = kprobe_perf_engine::sys::gettid();
+            let rename = |name: &str| {
+                std::fs::write(format!("/proc/self/task/{tid}/comm"), name).unwrap();
+            };
+            let mut cpus = Vec::new();
+            // Moves this thread (taskset -p acts on the one thread). Its
+            // output goes to pipes: opening /dev/null would be one more
+            // open by this thread.
+            let mut pin = |cpu: &str| {
+                let out = Command::new("taskset")
+                    .args(["-p", "-c", cpu, &tid.to_string()])
+                    .output()
+                    .unwrap();
+                assert!(out.status.success(), "taskset -p -c {cpu} {tid}: {out:?}");
+                let stat = std::fs::read_to_string(format!("/proc/self/task/{tid}/stat")).unwrap();
+                // Field 39, "processor", counted after the ")" of comm.
+                let after = stat.rsplit_once(')').unwrap().1;
+                cpus.push(after.split_whitespace().nth(36).unwrap().to_string());
+            };
+            pin("1");
+            rename("kpp-before");
             let _ = std::fs::File::open("/nonexistent/kprobe-perf-comm-1");
-            std::fs::write(format!("/proc/self/task/{tid}/comm"), "kpp-after").unwrap();
+            pin("0");
+            rename("kpp-after");
             let _ = std::fs::File::open("/nonexistent/kprobe-perf-comm-2");
-            tid
+            (tid, cpus)
         })
         .unwrap()
         .join()
         .unwrap();
+    // Where the thread was after each move.
+    assert_eq!(cpus, ["1", "0"]);
+    // Every open of the thread, as each probe saw it: (cpu, comm) from
+    // ours, (cpu, comm, path) from the kernel's.
     let mut pmu = Vec::new();
     let mut kernel = Vec::new();
+    let last = "/nonexistent/kprobe-perf-comm-2";
     let deadline = Instant::now() + Duration::from_secs(20);
-    while (pmu.len() < 3 || kernel.len() < 3) && Instant::now() < deadline {
+    let done = |k: &[(u32, String, String)], p: &[(u32, String)]| {
+        k.iter().any(|(_, _, path)| path == last) && p.len() >= k.len()
+    };
+    while !done(&kernel, &pmu) && Instant::now() < deadline {
         session
             .poll(Some(Duration::from_millis(100)), |e| {
-                if e.tid == tid {
-                    let c = e.args[0].as_str().unwrap_or("?").to_string();
-                    if e.probe == 0 {
-                        pmu.push(c)
-                    } else {
-                        kernel.push(c)
-                    }
+                if e.tid != tid {
+                    return;
+                }
+                let c = e.args[0].as_str().unwrap_or("?").to_string();
+                if e.probe == 0 {
+                    assert_eq!(*e.comm, c, "the event's comm and its $comm");
+                    pmu.push((e.cpu, c))
+                } else {
+                    let path = e.args[1].as_str().unwrap_or("?").to_string();
+                    kernel.push((e.cpu, c, path))
                 }
             })
             .unwrap();
     }
-    // The thread opens three files: two probes and /proc/.../comm.
-    assert_eq!(kernel, vec!["kpp-before", "kpp-before", "kpp-after"]);
-    assert_eq!(pmu, kernel);
+    // Both probes fire on each open.
+    let theirs: Vec<(u32, String)> = kernel.iter().map(|(cpu, c, _)| (*cpu, c.clone())).collect();
+    assert_eq!(pmu, theirs);
+    // The opens this test made, as the kernel named them.
+    let ours: Vec<(u32, &str, &str)> = kernel
+        .iter()
+        .filter(|(_, _, path)| {
+            path.starts_with("/proc/self/task/") || path.starts_with("/nonexistent/")
+        })
+        .map(|(cpu, c, path)| (*cpu, c.as_str(), path.rsplit('/').next().unwrap_or("")))
+        .collect();
+    assert_eq!(
+        ours,
+        [
+            (1, "kpp-start", "stat"),
+            (1, "kpp-start", "comm"),
+            (1, "kpp-before", "kprobe-perf-comm-1"),
+            (0, "kpp-before", "stat"),
+            (0, "kpp-before", "comm"),
+            (0, "kpp-after", "kprobe-perf-comm-2"),
+        ],
+        "all opens: {kernel:?}"
+    );
 }

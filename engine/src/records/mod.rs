@@ -134,16 +134,24 @@ impl Hasher for IntHasher {
 type IntMap<K, V> = HashMap<K, V, BuildHasherDefault<IntHasher>>;
 
 /// Thread id -> command name, from COMM records and (for a live session)
-/// /proc. Names are kept in one table and referred to by index, which a
-/// queued sample carries instead of a reference-counted name.
+/// /proc. Names are kept in one table and referred to by index. A thread
+/// renamed while the session runs keeps every name with the time it was
+/// given, and a sample is named at handover, in time order, by the name
+/// its thread had at the sample's time: rings are read one after the
+/// other, so a COMM record may be read before or after a sample of the
+/// same thread taken on another CPU.
 struct CommTable {
     /// Every name given so far; the first is `<...>` (no name known).
     names: Vec<Arc<str>>,
-    /// Thread id -> index in `names`.
-    of_tid: IntMap<i32, u32>,
+    /// Thread id -> its name's code (see [`CommTable::HISTORY`]) and,
+    /// for a single name, the time it was given.
+    of_tid: IntMap<i32, (u32, u64)>,
     /// The same for recent threads, direct-mapped by thread id: `(tid,
-    /// index)`, checked before the map.
+    /// code)`, checked before the map.
     recent: Vec<(i32, u32)>,
+    /// Names of threads renamed during the session: `(time, name index)`,
+    /// in time order.
+    histories: Vec<Vec<(u64, u32)>>,
     /// Read /proc for threads not seen in a COMM record.
     live: bool,
     /// Names found in /proc since the last [`RecordDecoder::take_learned`].
@@ -153,19 +161,22 @@ struct CommTable {
 impl CommTable {
     /// Threads in [`CommTable::recent`] (a power of two).
     const RECENT: usize = 256;
+    /// In a code, the bit that says the rest is an index in
+    /// [`CommTable::histories`] rather than in [`CommTable::names`].
+    const HISTORY: u32 = 1 << 31;
 
     fn recent_slot(tid: i32) -> usize {
         tid as u32 as usize & (Self::RECENT - 1)
     }
 
-    fn remember(&mut self, tid: i32, n: u32) {
-        self.of_tid.insert(tid, n);
-        self.keep_recent(tid, n);
+    fn remember(&mut self, tid: i32, code: u32, since: u64) {
+        self.of_tid.insert(tid, (code, since));
+        self.keep_recent(tid, code);
     }
 
-    fn keep_recent(&mut self, tid: i32, n: u32) {
+    fn keep_recent(&mut self, tid: i32, code: u32) {
         if let Some(r) = self.recent.get_mut(Self::recent_slot(tid)) {
-            *r = (tid, n);
+            *r = (tid, code);
         }
     }
 
@@ -174,42 +185,48 @@ impl CommTable {
             names: vec![Arc::from("<...>")],
             of_tid: IntMap::default(),
             recent: vec![(i32::MIN, 0); Self::RECENT],
+            histories: Vec::new(),
             live,
             learned: Vec::new(),
         }
     }
 
-    fn add(&mut self, tid: i32, name: Arc<str>) -> u32 {
-        let id = u32::try_from(self.names.len()).unwrap_or(0);
-        if id != 0 {
+    /// Adds a name to the table; its index (0, `<...>`, if the table is
+    /// full).
+    fn push(&mut self, name: Arc<str>) -> u32 {
+        let n = u32::try_from(self.names.len())
+            .ok()
+            .filter(|&n| n < Self::HISTORY)
+            .unwrap_or(0);
+        if n != 0 {
             self.names.push(name);
         }
-        self.remember(tid, id);
-        id
+        n
     }
 
-    /// The name's index for a sample of `(pid, tid, time, cpu)` with event
-    /// id `id`; a name learned from /proc remembers that sample.
+    /// Makes sure the thread of a sample of `(pid, tid, time, cpu)` with
+    /// event id `id` has an entry, reading /proc for a new one (a name
+    /// learned there remembers that sample). Returns its code.
     #[inline]
-    fn get_for(&mut self, key: &(i32, i32, u64, u32), id: u64) -> u32 {
+    fn see(&mut self, key: &(i32, i32, u64, u32), id: u64) -> u32 {
         match self.recent.get(Self::recent_slot(key.1)) {
-            Some(&(tid, n)) if tid == key.1 => n,
-            _ => self.get_slow(key, id),
+            Some(&(tid, code)) if tid == key.1 => code,
+            _ => self.see_slow(key, id),
         }
     }
 
-    fn get_slow(&mut self, key: &(i32, i32, u64, u32), id: u64) -> u32 {
-        if let Some(&n) = self.of_tid.get(&key.1) {
-            self.keep_recent(key.1, n);
-            return n;
+    fn see_slow(&mut self, key: &(i32, i32, u64, u32), id: u64) -> u32 {
+        if let Some(&(code, _)) = self.of_tid.get(&key.1) {
+            self.keep_recent(key.1, code);
+            return code;
         }
-        let (pid, tid) = (key.0, key.1);
+        let (pid, tid, time) = (key.0, key.1, key.2);
         if !self.live {
-            self.remember(tid, 0);
+            self.remember(tid, 0, time);
             return 0;
         }
         let Ok(text) = std::fs::read_to_string(format!("/proc/{pid}/task/{tid}/comm")) else {
-            self.remember(tid, 0);
+            self.remember(tid, 0, time);
             return 0;
         };
         let name: Arc<str> = Arc::from(text.trim_end());
@@ -217,27 +234,95 @@ impl CommTable {
             pid,
             tid,
             name: name.clone(),
-            time_ns: key.2,
+            time_ns: time,
             cpu: key.3,
             id,
         });
-        self.add(tid, name)
+        let n = self.push(name);
+        self.remember(tid, n, time);
+        n
     }
 
-    /// The name of a thread (`<...>` when unknown).
+    /// The index of the name thread `tid` had at `time`: the last name
+    /// given at or before it, else the first known (0 for none).
+    #[inline]
+    fn at(&self, tid: i32, time: u64) -> u32 {
+        let code = match self.recent.get(Self::recent_slot(tid)) {
+            Some(&(t, code)) if t == tid => code,
+            _ => self.of_tid.get(&tid).map_or(0, |&(code, _)| code),
+        };
+        if code & Self::HISTORY == 0 {
+            return code;
+        }
+        self.histories
+            .get((code & !Self::HISTORY) as usize)
+            .and_then(|h| h.iter().rev().find(|e| e.0 <= time).or(h.first()))
+            .map_or(0, |e| e.1)
+    }
+
+    /// The name of index `n` (`<...>` when unknown).
     fn name(&self, n: u32) -> &Arc<str> {
         &self.names[(n as usize).min(self.names.len() - 1)]
     }
 
-    fn set(&mut self, tid: i32, name: &[u8]) {
+    /// The name a code stands for now: for a renamed thread, its newest.
+    fn newest(&self, code: u32) -> &Arc<str> {
+        if code & Self::HISTORY == 0 {
+            return self.name(code);
+        }
+        let n = self
+            .histories
+            .get((code & !Self::HISTORY) as usize)
+            .and_then(|h| h.last())
+            .map_or(0, |e| e.1);
+        self.name(n)
+    }
+
+    /// A COMM record: `tid` is called `name` from `time` on.
+    fn set(&mut self, tid: i32, name: &[u8], time: u64) {
         let name = String::from_utf8_lossy(name);
-        // A repeated COMM (exec without a rename) keeps the entry.
-        if let Some(&n) = self.of_tid.get(&tid) {
-            if n != 0 && **self.name(n) == *name {
-                return;
+        match self.of_tid.get(&tid).copied() {
+            // A new thread, or one whose name was unknown.
+            None | Some((0, _)) => {
+                let n = self.push(Arc::from(name.as_ref()));
+                self.remember(tid, n, time);
+            }
+            Some((code, since)) if code & Self::HISTORY == 0 => {
+                // A repeated COMM (exec without a rename) keeps the entry.
+                if **self.name(code) == *name {
+                    if time < since {
+                        self.remember(tid, code, time);
+                    }
+                    return;
+                }
+                let n = self.push(Arc::from(name.as_ref()));
+                let mut h = vec![(since, code), (time, n)];
+                h.sort_by_key(|e| e.0);
+                let Ok(index) = u32::try_from(self.histories.len()) else {
+                    return;
+                };
+                if index >= Self::HISTORY {
+                    return;
+                }
+                self.histories.push(h);
+                self.remember(tid, index | Self::HISTORY, 0);
+            }
+            Some((code, _)) => {
+                let index = (code & !Self::HISTORY) as usize;
+                let Some(h) = self.histories.get(index) else {
+                    return;
+                };
+                let at = h.partition_point(|e| e.0 <= time);
+                // Given the name it already had at that time: nothing new.
+                if at > 0 && h.get(at - 1).is_some_and(|&(_, b)| **self.name(b) == *name) {
+                    return;
+                }
+                let n = self.push(Arc::from(name.as_ref()));
+                if let Some(h) = self.histories.get_mut(index) {
+                    h.insert(at, (time, n));
+                }
             }
         }
-        self.add(tid, Arc::from(name.as_ref()));
     }
 }
 
@@ -320,6 +405,9 @@ pub(crate) struct ProbeShape {
     pub is_return: bool,
     /// The kretprobe this entry probe is the companion of.
     pub companion_of: Option<usize>,
+    /// The arguments that are the thread's name (`$comm` read by the
+    /// engine), set when the event is handed over.
+    pub comm_args: Vec<usize>,
 }
 
 /// Decodes the records of a set of probes: samples into [`Event`]s, handed
@@ -426,6 +514,13 @@ impl RecordDecoder {
                     kinds: arg_kinds(p),
                     is_return: p.is_return(),
                     companion_of: p.companion_of,
+                    comm_args: p
+                        .args
+                        .iter()
+                        .enumerate()
+                        .filter(|(_, a)| matches!(a.source, ArgSource::Comm))
+                        .map(|(i, _)| i)
+                        .collect(),
                 })
                 .collect(),
             plans,
@@ -570,7 +665,7 @@ impl RecordDecoder {
         let cpu = || raw.common_data().ok().and_then(|c| c.cpu);
         match raw.parse() {
             Ok(EventRecord::Sample(s)) => {
-                let comm = self.comms.get_for(&s_parts_key(&s), id.unwrap_or(0));
+                let comm = self.comms.see(&s_parts_key(&s), id.unwrap_or(0));
                 let offsets = self.field_offsets.get(probe).map_or(&[][..], Vec::as_slice);
                 let Some(sample_raw) = s.raw.map(|r| r.as_slice()) else {
                     self.stats.undecodable += 1;
@@ -584,7 +679,7 @@ impl RecordDecoder {
                     plan,
                     &parts,
                     |i| regs.and_then(|r| r.get(i)),
-                    self.comms.name(comm),
+                    self.comms.newest(comm),
                     offsets,
                     head,
                     args,
@@ -592,11 +687,14 @@ impl RecordDecoder {
                 let tid = parts.tid.unwrap_or(-1);
                 let decoded = decoded.map(|()| (probe, tid));
                 let shape = self.shapes.get(probe);
-                account(&mut self.stats, &mut self.queue, shape, decoded, comm)
+                account(&mut self.stats, &mut self.queue, shape, decoded)
                     .map_err(RecordError::Decode)
             }
             Ok(EventRecord::Comm(c)) => {
-                self.comms.set(c.tid, &c.name.as_slice());
+                // Without a time (no sample_id_all), the name counts from
+                // the start.
+                let time = raw.common_data().ok().and_then(|c| c.timestamp);
+                self.comms.set(c.tid, &c.name.as_slice(), time.unwrap_or(0));
                 Ok(())
             }
             Ok(EventRecord::Lost(l)) => {
@@ -628,8 +726,14 @@ impl RecordDecoder {
     /// Returns how many were handed over.
     pub fn round(&mut self, all: bool, mut f: impl FnMut(&Event, &[ProbePlan])) -> usize {
         let plans = &self.plans;
-        self.queue
-            .round(&self.comms.names, &self.shapes, all, |e| f(e, plans))
+        let comms = &self.comms;
+        self.queue.round(
+            &comms.names,
+            |tid, time| comms.at(tid, time),
+            &self.shapes,
+            all,
+            |e| f(e, plans),
+        )
     }
 
     /// Decoded events waiting for a later round.
@@ -670,7 +774,7 @@ impl RecordDecoder {
             parts.time.unwrap_or(0),
             parts.cpu.unwrap_or(0),
         );
-        let comm = self.comms.get_for(&key, id);
+        let comm = self.comms.see(&key, id);
         let offsets = self.field_offsets.get(probe).map_or(&[][..], Vec::as_slice);
         let reg = |i: u64| {
             let slot = *layout.slot.get(i as usize).filter(|&&s| s != u8::MAX)?;
@@ -693,7 +797,7 @@ impl RecordDecoder {
                 plan,
                 &parts,
                 reg,
-                self.comms.name(comm),
+                self.comms.newest(comm),
                 offsets,
                 head,
                 args,
@@ -705,7 +809,6 @@ impl RecordDecoder {
             &mut self.queue,
             self.shapes.get(probe),
             decoded,
-            comm,
         ))
     }
 }
@@ -741,7 +844,6 @@ fn account(
     queue: &mut EventQueue,
     shape: Option<&ProbeShape>,
     decoded: Result<(usize, i32), DecodeError>,
-    comm: u32,
 ) -> Result<(), DecodeError> {
     match decoded {
         Ok((probe, tid)) => {
@@ -756,7 +858,7 @@ fn account(
             if shape.is_some_and(|s| s.is_return) {
                 stats.pairing.entry((probe, tid)).or_default().1 += 1;
             }
-            queue.commit(comm);
+            queue.commit();
             Ok(())
         }
         Err(e) => {

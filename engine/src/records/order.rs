@@ -13,8 +13,6 @@ use crate::records::ProbeShape;
 #[derive(Debug, Clone, Copy, Default)]
 struct Slot {
     head: EventHead,
-    /// Index of the thread's name in the decoder's name table.
-    comm: u32,
     /// Where its arguments start in [`EventQueue::ints`] and
     /// [`EventQueue::others`] (which never hold 2^32 values: a round's
     /// events are handed over by the next).
@@ -84,14 +82,11 @@ impl EventQueue {
         (head, args)
     }
 
-    /// Queues the slot begun last, for a thread of name index `comm`.
+    /// Queues the slot begun last.
     #[inline]
-    pub(crate) fn commit(&mut self, comm: u32) {
+    pub(crate) fn commit(&mut self) {
         let n = self.pending.len();
-        let Some(t) = self.pending.last_mut().map(|s| {
-            s.comm = comm;
-            s.head.time_ns
-        }) else {
+        let Some(t) = self.pending.last().map(|s| s.head.time_ns) else {
             return;
         };
         self.round_max = Some(self.round_max.map_or(t, |m| m.max(t)));
@@ -118,12 +113,14 @@ impl EventQueue {
     }
 
     /// Ends a round: hands `f` the events now known to be in order (all of
-    /// them when `all`), named from `names` (whose first entry names
-    /// threads without a known name), with the shapes of the probes in
-    /// `shapes`. Returns how many.
+    /// them when `all`), with the shapes of the probes in `shapes`. A
+    /// thread is named `names[name_of(tid, time)]` (the first entry names
+    /// threads without a known name): asked in time order, once every
+    /// record up to that time has been read. Returns how many.
     pub(crate) fn round(
         &mut self,
         names: &[Arc<str>],
+        name_of: impl Fn(i32, u64) -> u32,
         shapes: &[ProbeShape],
         all: bool,
         mut f: impl FnMut(&Event),
@@ -147,17 +144,15 @@ impl EventQueue {
             self.scratch = vec![(u32::MAX, blank); Self::SCRATCH];
         }
         for slot in self.pending.drain(..ready) {
-            let Some((named, e)) = self
-                .scratch
-                .get_mut(slot.comm as usize & (Self::SCRATCH - 1))
-            else {
+            let comm = name_of(slot.head.tid, slot.head.time_ns);
+            let Some((named, e)) = self.scratch.get_mut(comm as usize & (Self::SCRATCH - 1)) else {
                 continue;
             };
-            if *named != slot.comm {
-                if let Some(name) = names.get(slot.comm as usize).or(names.first()) {
+            if *named != comm {
+                if let Some(name) = names.get(comm as usize).or(names.first()) {
                     e.comm = name.clone();
                 }
-                *named = slot.comm;
+                *named = comm;
             }
             let shape = shapes.get(slot.head.probe as usize);
             slot.head.fill(e, shape.is_some_and(|s| s.is_return));
@@ -168,6 +163,11 @@ impl EventQueue {
                 self.ints.get(slot.ints_at as usize..).unwrap_or(&[]),
                 self.others.get(slot.others_at as usize..).unwrap_or(&[]),
             );
+            for &i in shape.map_or(&[][..], |s| s.comm_args.as_slice()) {
+                if let Some(v) = e.args.get_mut(i) {
+                    *v = Value::Str(Some(e.comm.to_string()));
+                }
+            }
             f(e);
         }
         self.sorted = self.pending.len();

@@ -106,26 +106,99 @@ fn events_come_in_time_order_one_round_late() {
 }
 
 #[test]
-fn names_are_those_at_the_time_of_the_record() {
+fn names_are_those_at_the_time_of_the_sample() {
     let (mut d, plan) = decoder();
-    let comm = |name: &str| comm_record_body(9, 9, name, 0, 0, ID);
-    d.record(RECORD_COMM, 0, (&comm("sh"), &[])).unwrap();
-    d.record(RECORD_SAMPLE, 0, (&sample(&plan, 9, 0, 1, 1), &[]))
+    let comm = |name: &str, time: u64| comm_record_body(9, 9, name, time, 0, ID);
+    d.record(RECORD_COMM, 0, (&comm("sh", 5), &[])).unwrap();
+    d.record(RECORD_SAMPLE, 0, (&sample(&plan, 9, 0, 10, 1), &[]))
         .unwrap();
     // exec: the same thread, a new name, in the same round.
-    d.record(RECORD_COMM, 0, (&comm("cat"), &[])).unwrap();
-    d.record(RECORD_SAMPLE, 0, (&sample(&plan, 9, 0, 2, 2), &[]))
+    d.record(RECORD_COMM, 0, (&comm("cat", 15), &[])).unwrap();
+    d.record(RECORD_SAMPLE, 0, (&sample(&plan, 9, 0, 20, 2), &[]))
         .unwrap();
-    d.record(RECORD_SAMPLE, 0, (&sample(&plan, 8, 0, 3, 3), &[]))
+    d.record(RECORD_SAMPLE, 0, (&sample(&plan, 8, 0, 30, 3), &[]))
+        .unwrap();
+    // exec again, keeping the name: nothing changes.
+    d.record(RECORD_COMM, 0, (&comm("cat", 35), &[])).unwrap();
+    d.record(RECORD_SAMPLE, 0, (&sample(&plan, 9, 0, 40, 4), &[]))
         .unwrap();
     assert_eq!(
         take(&mut d, true),
         [
-            (1, 9, "sh".to_string(), 1),
-            (2, 9, "cat".to_string(), 2),
-            (3, 8, "<...>".to_string(), 3)
+            (10, 9, "sh".to_string(), 1),
+            (20, 9, "cat".to_string(), 2),
+            (30, 8, "<...>".to_string(), 3),
+            (40, 9, "cat".to_string(), 4),
         ]
     );
+}
+
+/// Rings are read one after the other: a thread that names itself on one
+/// CPU, opens a file on another, then renames itself and opens another
+/// file on the first, may have its samples read before or after the COMM
+/// records that precede them in time. Each sample still gets the name its
+/// thread had when it was taken.
+#[test]
+fn names_follow_time_across_cpus_in_any_reading_order() {
+    let comm = |name: &str, time: u64, cpu: u32| comm_record_body(9, 9, name, time, cpu, ID);
+    let expected = [
+        (20, 9, "before".to_string(), 2),
+        (40, 9, "after".to_string(), 4),
+    ];
+    for cpu1_first in [true, false] {
+        let (mut d, plan) = decoder();
+        let cpu0: [(u32, Vec<u8>); 3] = [
+            (RECORD_COMM, comm("before", 10, 0)),
+            (RECORD_COMM, comm("after", 30, 0)),
+            (RECORD_SAMPLE, sample(&plan, 9, 0, 40, 4)),
+        ];
+        let cpu1 = [(RECORD_SAMPLE, sample(&plan, 9, 1, 20, 2))];
+        let order: Vec<&(u32, Vec<u8>)> = if cpu1_first {
+            cpu1.iter().chain(&cpu0).collect()
+        } else {
+            cpu0.iter().chain(&cpu1).collect()
+        };
+        for (kind, body) in order {
+            d.record(*kind, 0, (body, &[])).unwrap();
+        }
+        assert_eq!(
+            take(&mut d, true),
+            expected,
+            "CPU 1 read first: {cpu1_first}"
+        );
+    }
+}
+
+/// Two COMM records of one thread read out of time order, across rounds:
+/// a sample between them is named by the older.
+#[test]
+fn names_read_out_of_order_are_put_in_time_order() {
+    let (mut d, plan) = decoder();
+    let comm = |name: &str, time: u64, cpu: u32| comm_record_body(9, 9, name, time, cpu, ID);
+    d.record(RECORD_COMM, 0, (&comm("third", 50, 0), &[]))
+        .unwrap();
+    d.record(RECORD_SAMPLE, 0, (&sample(&plan, 9, 0, 60, 6), &[]))
+        .unwrap();
+    d.record(RECORD_COMM, 0, (&comm("second", 30, 1), &[]))
+        .unwrap();
+    d.record(RECORD_SAMPLE, 0, (&sample(&plan, 9, 1, 40, 4), &[]))
+        .unwrap();
+    d.record(RECORD_COMM, 0, (&comm("first", 10, 1), &[]))
+        .unwrap();
+    d.record(RECORD_SAMPLE, 0, (&sample(&plan, 9, 1, 20, 2), &[]))
+        .unwrap();
+    assert!(take(&mut d, false).is_empty());
+    d.record(RECORD_SAMPLE, 0, (&sample(&plan, 9, 1, 70, 7), &[]))
+        .unwrap();
+    assert_eq!(
+        take(&mut d, false),
+        [
+            (20, 9, "first".to_string(), 2),
+            (40, 9, "second".to_string(), 4),
+            (60, 9, "third".to_string(), 6),
+        ]
+    );
+    assert_eq!(take(&mut d, true), [(70, 9, "third".to_string(), 7)]);
 }
 
 #[test]
@@ -150,4 +223,72 @@ fn an_undecodable_sample_leaves_nothing_waiting() {
     assert_eq!(d.waiting(), 1);
     assert_eq!(d.stats().undecodable, 2);
     assert_eq!(take(&mut d, true), [(5, 7, "<...>".to_string(), 5)]);
+}
+
+/// `$comm` read by the engine is the name at the time of the sample too,
+/// whichever ring was read first.
+#[test]
+fn comm_arguments_are_named_at_handover() {
+    let syms =
+        KernelSymbols::parse("ffffffff81000000 T _text\nffffffff812345a0 T do_sys_openat2\n")
+            .unwrap();
+    let plan = plan::resolve(
+        ProbeSpec::parse("p:do_sys_openat2 c=$comm flags=%dx:x32", Arch::X86_64).unwrap(),
+        &syms,
+        Arch::X86_64,
+        BackendChoice::Pmu,
+    )
+    .unwrap();
+    let mut d = RecordDecoder::new(
+        vec![plan.clone()],
+        vec![Vec::new()],
+        vec![sample_attr_bytes(&plan)],
+        HashMap::from([(ID, 0)]),
+        false,
+    )
+    .unwrap();
+    let raw = [0u8; 20];
+    let sample = |cpu: u32, time: u64| {
+        let f = SampleFields {
+            id: ID,
+            ip: FUNC + 1,
+            pid: 9,
+            tid: 9,
+            time,
+            cpu,
+            raw: &raw,
+            regs: &[time],
+        };
+        sample_record_body(&f, plan.regs_mask)
+    };
+    let comm = |name: &str, time: u64| comm_record_body(9, 9, name, time, 0, ID);
+    for (kind, body) in [
+        (RECORD_SAMPLE, sample(1, 20)),
+        (RECORD_COMM, comm("before", 10)),
+        (RECORD_COMM, comm("after", 30)),
+        (RECORD_SAMPLE, sample(0, 40)),
+    ] {
+        d.record(kind, 0, (&body, &[])).unwrap();
+    }
+    let mut got = Vec::new();
+    d.round(true, |e, _| {
+        got.push((
+            e.time_ns,
+            e.comm.to_string(),
+            e.args[0].as_str().map(str::to_string),
+            e.args[1].as_i64(),
+        ))
+    });
+    assert_eq!(
+        got,
+        [
+            (
+                20,
+                "before".to_string(),
+                Some("before".to_string()),
+                Some(20)
+            ),
+            (40, "after".to_string(), Some("after".to_string()), Some(40)),
+        ]
+    );
 }
