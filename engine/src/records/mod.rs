@@ -141,8 +141,11 @@ type IntMap<K, V> = HashMap<K, V, BuildHasherDefault<IntHasher>>;
 /// other, so a COMM record may be read before or after a sample of the
 /// same thread taken on another CPU.
 struct CommTable {
-    /// Every name given so far; the first is `<...>` (no name known).
+    /// Every name given so far, once each; the first is `<...>` (no name
+    /// known).
     names: Vec<Arc<str>>,
+    /// Name -> its index in `names`.
+    index_of: HashMap<Arc<str>, u32>,
     /// Thread id -> its name's code (see [`CommTable::HISTORY`]) and,
     /// for a single name, the time it was given.
     of_tid: IntMap<i32, (u32, u64)>,
@@ -183,6 +186,7 @@ impl CommTable {
     fn new(live: bool) -> CommTable {
         CommTable {
             names: vec![Arc::from("<...>")],
+            index_of: HashMap::new(),
             of_tid: IntMap::default(),
             recent: vec![(i32::MIN, 0); Self::RECENT],
             histories: Vec::new(),
@@ -191,15 +195,21 @@ impl CommTable {
         }
     }
 
-    /// Adds a name to the table; its index (0, `<...>`, if the table is
-    /// full).
-    fn push(&mut self, name: Arc<str>) -> u32 {
+    /// The index of a name, added to the table if new (0, `<...>`, if
+    /// the table is full). A name is stored once, however many threads
+    /// or execs give it.
+    fn push(&mut self, name: &str) -> u32 {
+        if let Some(&n) = self.index_of.get(name) {
+            return n;
+        }
         let n = u32::try_from(self.names.len())
             .ok()
             .filter(|&n| n < Self::HISTORY)
             .unwrap_or(0);
         if n != 0 {
-            self.names.push(name);
+            let name: Arc<str> = Arc::from(name);
+            self.names.push(name.clone());
+            self.index_of.insert(name, n);
         }
         n
     }
@@ -238,7 +248,7 @@ impl CommTable {
             cpu: key.3,
             id,
         });
-        let n = self.push(name);
+        let n = self.push(&name);
         self.remember(tid, n, time);
         n
     }
@@ -284,7 +294,7 @@ impl CommTable {
         match self.of_tid.get(&tid).copied() {
             // A new thread, or one whose name was unknown.
             None | Some((0, _)) => {
-                let n = self.push(Arc::from(name.as_ref()));
+                let n = self.push(&name);
                 self.remember(tid, n, time);
             }
             Some((code, since)) if code & Self::HISTORY == 0 => {
@@ -295,7 +305,7 @@ impl CommTable {
                     }
                     return;
                 }
-                let n = self.push(Arc::from(name.as_ref()));
+                let n = self.push(&name);
                 let mut h = vec![(since, code), (time, n)];
                 h.sort_by_key(|e| e.0);
                 let Ok(index) = u32::try_from(self.histories.len()) else {
@@ -317,7 +327,7 @@ impl CommTable {
                 if at > 0 && h.get(at - 1).is_some_and(|&(_, b)| **self.name(b) == *name) {
                     return;
                 }
-                let n = self.push(Arc::from(name.as_ref()));
+                let n = self.push(&name);
                 if let Some(h) = self.histories.get_mut(index) {
                     h.insert(at, (time, n));
                 }

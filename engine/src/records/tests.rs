@@ -292,3 +292,20 @@ fn comm_arguments_are_named_at_handover() {
         ]
     );
 }
+
+/// A name is stored once, however many threads or execs give it: a long
+/// session over many short-lived `ls` processes holds one `ls`.
+#[test]
+fn names_are_stored_once() {
+    let (mut d, _) = decoder();
+    for tid in 100..1100 {
+        let body = comm_record_body(tid, tid, "ls", 1, 0, ID);
+        d.record(RECORD_COMM, 0, (&body, &[])).unwrap();
+        let body = comm_record_body(tid, tid, "sh", 2, 0, ID);
+        d.record(RECORD_COMM, 0, (&body, &[])).unwrap();
+    }
+    let names: Vec<&str> = d.comms.names.iter().map(|n| &**n).collect();
+    assert_eq!(names, ["<...>", "ls", "sh"]);
+    assert_eq!(d.comms.at(100, 1), 1);
+    assert_eq!(d.comms.at(1099, 2), 2);
+}
