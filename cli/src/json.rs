@@ -57,11 +57,19 @@ pub fn event(e: &Event, plan: &ProbePlan, symbols: &KernelSymbols) -> String {
     obj.to_string()
 }
 
-/// The closing object: counts per probe, losses, and misses.
+/// The closing object: counts per probe, losses, and misses. In
+/// flight-recorder mode the kernel's hits not printed are `not_kept`
+/// (overwritten by design, or dropped while a dump paused the rings), as
+/// the text summary says, and there is no `lost`.
 pub fn summary(session: &Session) -> String {
     let stats = session.stats();
     let kernel = session.kernel_counts();
     let lost = session.lost_per_probe().ok();
+    let word = if session.is_overwrite() {
+        "not_kept"
+    } else {
+        "lost"
+    };
     let mut probes = Vec::new();
     for (i, p) in session.plans().iter().enumerate() {
         if p.companion_of.is_some() {
@@ -71,9 +79,12 @@ pub fn summary(session: &Session) -> String {
             "event": p.event,
             "backend": match p.backend { Backend::Pmu => "pmu", Backend::Tracefs => "tracefs" },
             "events": stats.hits.get(i).copied().unwrap_or(0),
-            "lost": lost.as_ref().and_then(|l| l.get(i)).copied(),
         });
         if let Json::Object(m) = &mut o {
+            m.insert(
+                word.into(),
+                json!(lost.as_ref().and_then(|l| l.get(i)).copied()),
+            );
             if let Some(Some(c)) = kernel.get(i) {
                 m.insert("kernel_hits".into(), json!(c.hits));
                 m.insert("kernel_misses".into(), json!(c.misses));
@@ -88,11 +99,10 @@ pub fn summary(session: &Session) -> String {
         probes.push(o);
     }
     let total: u64 = probes.iter().filter_map(|p| p["events"].as_u64()).sum();
-    let total_lost: u64 = probes.iter().filter_map(|p| p["lost"].as_u64()).sum();
-    json!({
+    let total_lost: u64 = probes.iter().filter_map(|p| p[word].as_u64()).sum();
+    let mut o = json!({
         "type": "summary",
         "events": total,
-        "lost": if lost.is_some() { total_lost } else { stats.lost },
         "lost_records": stats.lost,
         "undecodable": stats.undecodable,
         "lost_per_cpu": stats
@@ -113,6 +123,14 @@ pub fn summary(session: &Session) -> String {
             })
             .collect::<Vec<_>>(),
         "probes": probes,
-    })
-    .to_string()
+    });
+    if let Json::Object(m) = &mut o {
+        let n = if lost.is_some() {
+            total_lost
+        } else {
+            stats.lost
+        };
+        m.insert(word.into(), json!(n));
+    }
+    o.to_string()
 }

@@ -166,7 +166,8 @@ struct RecordArgs {
     /// oldest) and print nothing while recording. On SIGUSR2 and at exit
     /// the rings are paused and their events printed in time order; the
     /// summary says how many the window held and how many older ones were
-    /// overwritten, and counts those as "not kept" rather than "lost".
+    /// overwritten, and counts those as "not kept" rather than "lost"
+    /// (`not_kept` in the --json summary).
     /// The window per CPU is -m pages or --overwrite-size.
     #[arg(long, conflicts_with = "output")]
     overwrite: bool,
@@ -420,8 +421,8 @@ fn record(args: &RecordArgs) -> Result<ExitCode> {
     // Computed once: a file stores the very text printed.
     let mut json_summary = json::summary(&session);
     if let Some((held, overwritten)) = flight {
-        // The flight recorder's window, beside the counts: `lost` there
-        // counts the overwritten events too (kernel hits minus printed).
+        // The flight recorder's window, beside the counts (whose
+        // `not_kept` is the kernel's hits minus the events printed).
         if let Ok(serde_json::Value::Object(mut m)) = serde_json::from_str(&json_summary) {
             m.insert(
                 "overwrite".into(),

@@ -14,11 +14,10 @@ fn name(i: usize) -> String {
     format!("/nonexistent/kprobe-perf-flight-{i:05}")
 }
 
-#[test]
-fn sigusr2_dumps_the_newest_events_in_order() {
-    if !kprobes_available("sigusr2_dumps_the_newest_events_in_order") {
-        return;
-    }
+/// Records a thread's `OPENS` opens in flight-recorder mode (`--json`
+/// when `json`), dumping on SIGUSR2 and exiting on SIGINT; stdout and
+/// stderr.
+fn fly(json: bool) -> (String, String) {
     // The workload thread exists (and is named) before recording starts,
     // so its only records are the samples of its opens.
     let (tid_tx, tid_rx) = mpsc::channel();
@@ -30,18 +29,22 @@ fn sigusr2_dumps_the_newest_events_in_order() {
             let _ = std::fs::File::open(name(i));
         }
     });
-    let tid = tid_rx.recv().unwrap();
+    let tid = tid_rx.recv().unwrap().to_string();
+    let mut args = vec![
+        "record",
+        "--overwrite",
+        "-m",
+        "2",
+        "-t",
+        &tid,
+        "-e",
+        "p:do_sys_openat2 path=+0(%si):ustring",
+    ];
+    if json {
+        args.push("--json");
+    }
     let rec = Command::new(kprobe_perf_bin())
-        .args([
-            "record",
-            "--overwrite",
-            "-m",
-            "2",
-            "-t",
-            &tid.to_string(),
-            "-e",
-            "p:do_sys_openat2 path=+0(%si):ustring",
-        ])
+        .args(args)
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
@@ -61,16 +64,14 @@ fn sigusr2_dumps_the_newest_events_in_order() {
     std::thread::sleep(Duration::from_secs(1));
     signal("-INT");
     let out = rec.wait_with_output().unwrap();
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    let err = String::from_utf8_lossy(&out.stderr);
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    let err = String::from_utf8_lossy(&out.stderr).into_owned();
     assert!(out.status.success(), "{err}");
-    let got: Vec<&str> = stdout
-        .lines()
-        .filter_map(|l| {
-            l.split_once("path=\"")
-                .map(|(_, p)| p.trim_end_matches('"'))
-        })
-        .collect();
+    (stdout, err)
+}
+
+/// Checks that `got` are the newest opens, oldest first; how many.
+fn newest(got: &[&str], err: &str) -> usize {
     let k = got.len();
     assert!(
         k > 0 && k < OPENS,
@@ -78,6 +79,23 @@ fn sigusr2_dumps_the_newest_events_in_order() {
     );
     let want: Vec<String> = (OPENS - k..OPENS).map(name).collect();
     assert_eq!(got, want, "the newest {k} opens, oldest first");
+    k
+}
+
+#[test]
+fn sigusr2_dumps_the_newest_events_in_order() {
+    if !kprobes_available("sigusr2_dumps_the_newest_events_in_order") {
+        return;
+    }
+    let (stdout, err) = fly(false);
+    let got: Vec<&str> = stdout
+        .lines()
+        .filter_map(|l| {
+            l.split_once("path=\"")
+                .map(|(_, p)| p.trim_end_matches('"'))
+        })
+        .collect();
+    let k = newest(&got, &err);
     // The closing summary calls the events the window did not keep what
     // they are, not a loss: the kernel's hits minus the events printed.
     let total = err
@@ -109,4 +127,36 @@ fn sigusr2_dumps_the_newest_events_in_order() {
         ),
         "{err}"
     );
+}
+
+/// The same with `--json`: the events as objects, and a summary object
+/// that counts the events not kept as `not_kept`, with no `lost`.
+#[test]
+fn json_flight_summary_counts_events_not_kept() {
+    if !kprobes_available("json_flight_summary_counts_events_not_kept") {
+        return;
+    }
+    let (stdout, err) = fly(true);
+    let objs: Vec<serde_json::Value> = stdout
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{e}: {l}")))
+        .collect();
+    let (summary, events) = objs.split_last().expect("a summary object");
+    let got: Vec<&str> = events
+        .iter()
+        .map(|e| e["args"]["path"].as_str().unwrap_or("?"))
+        .collect();
+    let k = newest(&got, &err);
+    println!("{summary}");
+    let not_kept = (OPENS - k) as u64;
+    assert_eq!(summary["type"], "summary");
+    assert_eq!(summary["events"], k as u64);
+    assert_eq!(summary["not_kept"], not_kept);
+    assert_eq!(summary.get("lost"), None);
+    assert_eq!(summary["overwrite"]["held"], k as u64);
+    assert_eq!(summary["overwrite"]["overwritten"], not_kept);
+    let probe = &summary["probes"][0];
+    assert_eq!(probe["events"], k as u64);
+    assert_eq!(probe["not_kept"], not_kept);
+    assert_eq!(probe.get("lost"), None);
 }
