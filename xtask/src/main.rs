@@ -116,6 +116,7 @@ fn main() -> Result<()> {
                 env: passthrough_env(),
                 timeout: Duration::from_secs(timeout),
                 echo: true,
+                label: None,
                 work_dir: vm_cache(),
             })?;
             report_problems(&outcome);
@@ -177,6 +178,7 @@ fn bench_attach(functions: usize, kernel: &str) -> Result<()> {
         env: passthrough_env(),
         timeout: Duration::from_secs(3600),
         echo: true,
+        label: None,
         work_dir: vm_cache(),
     })?;
     report_problems(&outcome);

@@ -118,6 +118,17 @@ fn build_vm_tests() -> Result<Vec<PathBuf>> {
     Ok(exes)
 }
 
+/// How many VMs run at once: KPROBE_PERF_VM_JOBS, else one per host core
+/// (each VM keeps one busy), at most `kernels`.
+fn vm_jobs(kernels: usize) -> usize {
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    std::env::var("KPROBE_PERF_VM_JOBS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(cores)
+        .clamp(1, kernels.max(1))
+}
+
 /// fmt, clippy, native tests, then the VM matrix. Ends with `N passed, N failed`.
 pub fn run(kernel_args: &[String], no_lint: bool) -> Result<()> {
     let started = Instant::now();
@@ -176,51 +187,98 @@ pub fn run(kernel_args: &[String], no_lint: bool) -> Result<()> {
             list.join(" ")
         )
     };
-    for k in &kernels {
-        let t0 = Instant::now();
-        let kernel = kernels::resolve(k, &vm_cache().join("kernels"))?;
-        println!("xtask: running the VM tests on kernel {k}");
-        let outcome = vm::run(&VmRun {
-            kernel: &kernel,
-            command: &["sh".to_string(), "-c".to_string(), script.clone()],
-            cwd: workspace_root(),
-            env: {
-                let mut env = passthrough_env();
-                if let Some(d) = &kernel.debug_boot {
-                    env.push((
-                        "KPROBE_PERF_DEBUG_BOOT".to_string(),
-                        d.display().to_string(),
-                    ));
-                }
-                env
-            },
-            timeout: Duration::from_secs(900),
-            echo: true,
-            work_dir: vm_cache(),
-        })?;
-        report_problems(&outcome);
-        let mut c = parse_counts(&outcome.output);
-        if !outcome.success() && c.failed == 0 {
-            c.failed = 1; // the guest failed outside any test
+    // Every kernel first (downloads print their own progress), then the
+    // VMs: side by side when the host has a core for each, as each runs
+    // its vCPUs on one host thread (single-threaded TCG).
+    let resolved = kernels
+        .iter()
+        .map(|k| Ok((k.clone(), kernels::resolve(k, &vm_cache().join("kernels"))?)))
+        .collect::<Result<Vec<_>>>()?;
+    let jobs = vm_jobs(resolved.len());
+    for group in resolved.chunks(jobs) {
+        let side_by_side = group.len() > 1;
+        if side_by_side {
+            let names: Vec<&str> = group.iter().map(|(k, _)| k.as_str()).collect();
+            println!(
+                "xtask: running the VM tests on kernels {} side by side (lines tagged [kernel]; KPROBE_PERF_VM_JOBS=1 runs one at a time)",
+                names.join(" and ")
+            );
         }
-        let image = kernel
-            .image
-            .file_name()
-            .map(|n| n.to_string_lossy().into_owned())
-            .unwrap_or_default();
-        summary.push(format!(
-            "kernel {k} ({image}): {} passed, {} failed, boot {:.1} s, {:.0} s in all{}",
-            c.passed,
-            c.failed,
-            outcome.boot_secs.unwrap_or(f64::NAN),
-            t0.elapsed().as_secs_f64(),
-            if outcome.problems.is_empty() {
-                String::new()
-            } else {
-                format!(", problems: {}", outcome.problems.join("; "))
+        let outcomes: Vec<Result<(vm::VmOutcome, f64)>> = std::thread::scope(|scope| {
+            let handles: Vec<_> = group
+                .iter()
+                .map(|(k, kernel)| {
+                    let script = &script;
+                    scope.spawn(move || {
+                        let t0 = Instant::now();
+                        if !side_by_side {
+                            println!("xtask: running the VM tests on kernel {k}");
+                        }
+                        let outcome = vm::run(&VmRun {
+                            kernel,
+                            command: &["sh".to_string(), "-c".to_string(), script.clone()],
+                            cwd: workspace_root(),
+                            env: {
+                                let mut env = passthrough_env();
+                                if let Some(d) = &kernel.debug_boot {
+                                    env.push((
+                                        "KPROBE_PERF_DEBUG_BOOT".to_string(),
+                                        d.display().to_string(),
+                                    ));
+                                }
+                                env
+                            },
+                            // A hang, not a slow run: the slowest kernel
+                            // takes ~10-14 min, alone or side by side.
+                            timeout: Duration::from_secs(1800),
+                            echo: true,
+                            label: side_by_side.then(|| k.clone()),
+                            work_dir: vm_cache(),
+                        })?;
+                        let secs = t0.elapsed().as_secs_f64();
+                        if side_by_side {
+                            println!("xtask: kernel {k} finished in {secs:.0} s");
+                        }
+                        Ok((outcome, secs))
+                    })
+                })
+                .collect();
+            handles
+                .into_iter()
+                .map(|h| {
+                    h.join()
+                        .unwrap_or_else(|_| Err(anyhow::anyhow!("a VM thread panicked")))
+                })
+                .collect()
+        });
+        for ((k, kernel), outcome) in group.iter().zip(outcomes) {
+            let (outcome, secs) = outcome?;
+            if !outcome.problems.is_empty() {
+                eprintln!("xtask: kernel {k}:");
             }
-        ));
-        total.add(c);
+            report_problems(&outcome);
+            let mut c = parse_counts(&outcome.output);
+            if !outcome.success() && c.failed == 0 {
+                c.failed = 1; // the guest failed outside any test
+            }
+            let image = kernel
+                .image
+                .file_name()
+                .map(|n| n.to_string_lossy().into_owned())
+                .unwrap_or_default();
+            summary.push(format!(
+                "kernel {k} ({image}): {} passed, {} failed, boot {:.1} s, {secs:.0} s in all{}",
+                c.passed,
+                c.failed,
+                outcome.boot_secs.unwrap_or(f64::NAN),
+                if outcome.problems.is_empty() {
+                    String::new()
+                } else {
+                    format!(", problems: {}", outcome.problems.join("; "))
+                }
+            ));
+            total.add(c);
+        }
     }
 
     println!();
@@ -274,6 +332,7 @@ pub fn demo(kernel: &str) -> Result<()> {
         env: passthrough_env(),
         timeout: Duration::from_secs(300),
         echo: true,
+        label: None,
         work_dir: vm_cache(),
     })?;
     report_problems(&outcome);

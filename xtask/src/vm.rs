@@ -27,6 +27,8 @@ pub struct VmRun<'a> {
     pub timeout: Duration,
     /// Print the command's output as it arrives.
     pub echo: bool,
+    /// With `echo`, put `[label] ` before each line (VMs run side by side).
+    pub label: Option<String>,
     pub work_dir: PathBuf,
 }
 
@@ -55,9 +57,12 @@ impl VmOutcome {
 /// Boots the VM and runs the command.
 pub fn run(opts: &VmRun) -> Result<VmOutcome> {
     std::fs::create_dir_all(&opts.work_dir)?;
+    // One file per VM, also when one process boots several at once.
+    static RUNS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+    let run = RUNS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     let initramfs = opts
         .work_dir
-        .join(format!("initramfs-{}.cpio", std::process::id()));
+        .join(format!("initramfs-{}-{run}.cpio", std::process::id()));
     build_initramfs(opts, &initramfs)?;
     let result = boot(opts, &initramfs);
     let _ = std::fs::remove_file(&initramfs);
@@ -361,7 +366,10 @@ fn boot(opts: &VmRun, initramfs: &Path) -> Result<VmOutcome> {
             outcome.output.push('\n');
             if opts.echo {
                 let mut out = stdout.lock();
-                let _ = writeln!(out, "{line}");
+                let _ = match &opts.label {
+                    Some(label) => writeln!(out, "[{label}] {line}"),
+                    None => writeln!(out, "{line}"),
+                };
             }
         }
     }
