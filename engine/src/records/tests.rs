@@ -105,23 +105,36 @@ fn events_come_in_time_order_one_round_late() {
     assert_eq!(d.stats().hits, [7]);
 }
 
+/// Hands the decoder records, in this order, as one round.
+fn feed(d: &mut RecordDecoder, records: &[(u32, Vec<u8>)]) {
+    for (kind, body) in records {
+        d.record(*kind, 0, (body, &[])).unwrap();
+    }
+}
+
+/// A COMM record naming thread 9 `name` from `time` on, read from `cpu`.
+fn comm9(name: &str, time: u64, cpu: u32) -> (u32, Vec<u8>) {
+    (RECORD_COMM, comm_record_body(9, 9, name, time, cpu, ID))
+}
+
 #[test]
 fn names_are_those_at_the_time_of_the_sample() {
     let (mut d, plan) = decoder();
-    let comm = |name: &str, time: u64| comm_record_body(9, 9, name, time, 0, ID);
-    d.record(RECORD_COMM, 0, (&comm("sh", 5), &[])).unwrap();
-    d.record(RECORD_SAMPLE, 0, (&sample(&plan, 9, 0, 10, 1), &[]))
-        .unwrap();
-    // exec: the same thread, a new name, in the same round.
-    d.record(RECORD_COMM, 0, (&comm("cat", 15), &[])).unwrap();
-    d.record(RECORD_SAMPLE, 0, (&sample(&plan, 9, 0, 20, 2), &[]))
-        .unwrap();
-    d.record(RECORD_SAMPLE, 0, (&sample(&plan, 8, 0, 30, 3), &[]))
-        .unwrap();
-    // exec again, keeping the name: nothing changes.
-    d.record(RECORD_COMM, 0, (&comm("cat", 35), &[])).unwrap();
-    d.record(RECORD_SAMPLE, 0, (&sample(&plan, 9, 0, 40, 4), &[]))
-        .unwrap();
+    let s = |tid, time, flags| (RECORD_SAMPLE, sample(&plan, tid, 0, time, flags));
+    feed(
+        &mut d,
+        &[
+            comm9("sh", 5, 0),
+            s(9, 10, 1),
+            // exec: the same thread, a new name, in the same round.
+            comm9("cat", 15, 0),
+            s(9, 20, 2),
+            s(8, 30, 3),
+            // exec again, keeping the name: nothing changes.
+            comm9("cat", 35, 0),
+            s(9, 40, 4),
+        ],
+    );
     assert_eq!(
         take(&mut d, true),
         [
@@ -140,56 +153,51 @@ fn names_are_those_at_the_time_of_the_sample() {
 /// thread had when it was taken.
 #[test]
 fn names_follow_time_across_cpus_in_any_reading_order() {
-    let comm = |name: &str, time: u64, cpu: u32| comm_record_body(9, 9, name, time, cpu, ID);
-    let expected = [
-        (20, 9, "before".to_string(), 2),
-        (40, 9, "after".to_string(), 4),
-    ];
     for cpu1_first in [true, false] {
         let (mut d, plan) = decoder();
-        let cpu0: [(u32, Vec<u8>); 3] = [
-            (RECORD_COMM, comm("before", 10, 0)),
-            (RECORD_COMM, comm("after", 30, 0)),
+        let cpu0 = [
+            comm9("before", 10, 0),
+            comm9("after", 30, 0),
             (RECORD_SAMPLE, sample(&plan, 9, 0, 40, 4)),
         ];
         let cpu1 = [(RECORD_SAMPLE, sample(&plan, 9, 1, 20, 2))];
-        let order: Vec<&(u32, Vec<u8>)> = if cpu1_first {
-            cpu1.iter().chain(&cpu0).collect()
+        let (first, second) = if cpu1_first {
+            (&cpu1[..], &cpu0[..])
         } else {
-            cpu0.iter().chain(&cpu1).collect()
+            (&cpu0[..], &cpu1[..])
         };
-        for (kind, body) in order {
-            d.record(*kind, 0, (body, &[])).unwrap();
-        }
+        feed(&mut d, first);
+        feed(&mut d, second);
         assert_eq!(
             take(&mut d, true),
-            expected,
+            [
+                (20, 9, "before".to_string(), 2),
+                (40, 9, "after".to_string(), 4),
+            ],
             "CPU 1 read first: {cpu1_first}"
         );
     }
 }
 
-/// Two COMM records of one thread read out of time order, across rounds:
-/// a sample between them is named by the older.
+/// COMM records of one thread read out of time order, across rounds: each
+/// sample is named by the newest name given before it.
 #[test]
 fn names_read_out_of_order_are_put_in_time_order() {
     let (mut d, plan) = decoder();
-    let comm = |name: &str, time: u64, cpu: u32| comm_record_body(9, 9, name, time, cpu, ID);
-    d.record(RECORD_COMM, 0, (&comm("third", 50, 0), &[]))
-        .unwrap();
-    d.record(RECORD_SAMPLE, 0, (&sample(&plan, 9, 0, 60, 6), &[]))
-        .unwrap();
-    d.record(RECORD_COMM, 0, (&comm("second", 30, 1), &[]))
-        .unwrap();
-    d.record(RECORD_SAMPLE, 0, (&sample(&plan, 9, 1, 40, 4), &[]))
-        .unwrap();
-    d.record(RECORD_COMM, 0, (&comm("first", 10, 1), &[]))
-        .unwrap();
-    d.record(RECORD_SAMPLE, 0, (&sample(&plan, 9, 1, 20, 2), &[]))
-        .unwrap();
+    let s = |cpu, time, flags| (RECORD_SAMPLE, sample(&plan, 9, cpu, time, flags));
+    feed(
+        &mut d,
+        &[
+            comm9("third", 50, 0),
+            s(0, 60, 6),
+            comm9("second", 30, 1),
+            s(1, 40, 4),
+            comm9("first", 10, 1),
+            s(1, 20, 2),
+        ],
+    );
     assert!(take(&mut d, false).is_empty());
-    d.record(RECORD_SAMPLE, 0, (&sample(&plan, 9, 1, 70, 7), &[]))
-        .unwrap();
+    feed(&mut d, &[s(1, 70, 7)]);
     assert_eq!(
         take(&mut d, false),
         [
