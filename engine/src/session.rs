@@ -795,10 +795,12 @@ impl Session {
             for rec in taken.iter().rev() {
                 // An undecodable record is counted in the stats.
                 let _ = self.decoder.record(rec.kind, rec.misc, (&rec.body, &[]));
-                let _ = self.decoder.take_learned();
             }
         }
-        Ok(self.decoder.round(true, |e, _| f(e)))
+        let n = self.decoder.round(true, |e, _| f(e));
+        // No file in this mode: nothing keeps names learned from /proc.
+        let _ = self.decoder.take_learned();
+        Ok(n)
     }
 
     /// True in flight-recorder mode ([`SessionOptions::overwrite`]).
@@ -841,25 +843,31 @@ impl Session {
             ring.drain(|rec| {
                 // An undecodable record is counted in the stats.
                 let _ = decoder.record(rec.kind, rec.misc, rec.body);
-                let learned = decoder.take_learned();
                 let Some(sink) = sink.as_mut() else { return };
                 if sink_error.is_some() {
                     return;
-                }
-                for l in learned {
-                    let body =
-                        records::comm_record_body(l.pid, l.tid, &l.name, l.time_ns, l.cpu, l.id);
-                    if let Err(e) = sink.record(records::RECORD_COMM, 0, (&body, &[])) {
-                        *sink_error = Some(e);
-                        return;
-                    }
                 }
                 if let Err(e) = sink.record(rec.kind, rec.misc, rec.body) {
                     *sink_error = Some(e);
                 }
             });
         }
+        let all = !self.enabled;
+        let n = self.decoder.round(all, |e, _| f(e));
+        // Names read from /proc that this round used, dated at the first
+        // event they named: in the file before the round ends, so that a
+        // replay's round has them too.
+        let learned = self.decoder.take_learned();
         if let Some(sink) = self.sink.as_mut() {
+            for l in learned {
+                if self.sink_error.is_some() {
+                    break;
+                }
+                let body = records::comm_record_body(l.pid, l.tid, &l.name, l.time_ns, l.cpu, l.id);
+                if let Err(e) = sink.record(records::RECORD_COMM, 0, (&body, &[])) {
+                    self.sink_error = Some(e);
+                }
+            }
             if self.sink_error.is_none() {
                 if let Err(e) = sink.round_end() {
                     self.sink_error = Some(e);
@@ -869,8 +877,7 @@ impl Session {
         if let Some(e) = self.sink_error.take() {
             return Err(Error::io("writing records to the output file", e));
         }
-        let all = !self.enabled;
-        Ok(self.decoder.round(all, |e, _| f(e)))
+        Ok(n)
     }
 }
 

@@ -18,7 +18,8 @@ use perf_event_open_sys::bindings::{
 };
 
 use crate::decode::{
-    arg_kinds, decode_head, decode_into, decode_sample, DecodeError, Event, SampleParts, Value,
+    arg_kinds, decode_head, decode_into, decode_sample, DecodeError, Event, EventHead, SampleParts,
+    Value,
 };
 use crate::plan::{ArgSource, ProbePlan};
 use crate::session::SessionStats;
@@ -140,25 +141,42 @@ type IntMap<K, V> = HashMap<K, V, BuildHasherDefault<IntHasher>>;
 /// its thread had at the sample's time: rings are read one after the
 /// other, so a COMM record may be read before or after a sample of the
 /// same thread taken on another CPU.
+///
+/// A name read from /proc is the thread's name when it was read, which
+/// may be after a rename: it is provisional, used only for samples no COMM
+/// record names, until a handover uses it; it is then dated at that
+/// sample's time (the earliest it names) and reported as learned, so that
+/// a perf.data file can hold it as a COMM record of that time and a replay
+/// names every sample as the live session did.
 struct CommTable {
     /// Every name given so far, once each; the first is `<...>` (no name
     /// known).
     names: Vec<Arc<str>>,
     /// Name -> its index in `names`.
     index_of: HashMap<Arc<str>, u32>,
-    /// Thread id -> its name's code (see [`CommTable::HISTORY`]) and,
-    /// for a single name, the time it was given.
+    /// Thread id -> its name's code (see [`CommTable::HISTORY`] and
+    /// [`CommTable::PROVISIONAL`]) and, for a single dated name, the time
+    /// it was given.
     of_tid: IntMap<i32, (u32, u64)>,
     /// The same for recent threads, direct-mapped by thread id: `(tid,
     /// code)`, checked before the map.
     recent: Vec<(i32, u32)>,
-    /// Names of threads renamed during the session: `(time, name index)`,
-    /// in time order.
-    histories: Vec<Vec<(u64, u32)>>,
+    /// Names of threads with more than one.
+    histories: Vec<History>,
     /// Read /proc for threads not seen in a COMM record.
     live: bool,
-    /// Names found in /proc since the last [`RecordDecoder::take_learned`].
+    /// Names from /proc dated since the last
+    /// [`RecordDecoder::take_learned`].
     learned: Vec<LearnedComm>,
+}
+
+/// The names of one thread.
+#[derive(Debug, Default)]
+struct History {
+    /// Dated names: `(time, name index)`, in time order.
+    timed: Vec<(u64, u32)>,
+    /// A name read from /proc, not dated yet.
+    provisional: Option<u32>,
 }
 
 impl CommTable {
@@ -167,6 +185,9 @@ impl CommTable {
     /// In a code, the bit that says the rest is an index in
     /// [`CommTable::histories`] rather than in [`CommTable::names`].
     const HISTORY: u32 = 1 << 31;
+    /// In a code, the bit that says the name was read from /proc and is
+    /// not dated yet. Name indices stay below it.
+    const PROVISIONAL: u32 = 1 << 30;
 
     fn recent_slot(tid: i32) -> usize {
         tid as u32 as usize & (Self::RECENT - 1)
@@ -181,6 +202,20 @@ impl CommTable {
         if let Some(r) = self.recent.get_mut(Self::recent_slot(tid)) {
             *r = (tid, code);
         }
+    }
+
+    fn code(&self, tid: i32) -> u32 {
+        match self.recent.get(Self::recent_slot(tid)) {
+            Some(&(t, code)) if t == tid => code,
+            _ => self.of_tid.get(&tid).map_or(0, |&(code, _)| code),
+        }
+    }
+
+    fn history(&self, code: u32) -> Option<&History> {
+        if code & Self::HISTORY == 0 {
+            return None;
+        }
+        self.histories.get((code & !Self::HISTORY) as usize)
     }
 
     fn new(live: bool) -> CommTable {
@@ -204,7 +239,7 @@ impl CommTable {
         }
         let n = u32::try_from(self.names.len())
             .ok()
-            .filter(|&n| n < Self::HISTORY)
+            .filter(|&n| n < Self::PROVISIONAL)
             .unwrap_or(0);
         if n != 0 {
             let name: Arc<str> = Arc::from(name);
@@ -214,60 +249,64 @@ impl CommTable {
         n
     }
 
-    /// Makes sure the thread of a sample of `(pid, tid, time, cpu)` with
-    /// event id `id` has an entry, reading /proc for a new one (a name
-    /// learned there remembers that sample). Returns its code.
+    /// Makes sure the thread `tid` of process `pid` has an entry, reading
+    /// /proc for a new one. Returns its code.
     #[inline]
-    fn see(&mut self, key: &(i32, i32, u64, u32), id: u64) -> u32 {
-        match self.recent.get(Self::recent_slot(key.1)) {
-            Some(&(tid, code)) if tid == key.1 => code,
-            _ => self.see_slow(key, id),
+    fn see(&mut self, pid: i32, tid: i32) -> u32 {
+        match self.recent.get(Self::recent_slot(tid)) {
+            Some(&(t, code)) if t == tid => code,
+            _ => self.see_slow(pid, tid),
         }
     }
 
-    fn see_slow(&mut self, key: &(i32, i32, u64, u32), id: u64) -> u32 {
-        if let Some(&(code, _)) = self.of_tid.get(&key.1) {
-            self.keep_recent(key.1, code);
+    fn see_slow(&mut self, pid: i32, tid: i32) -> u32 {
+        if let Some(&(code, _)) = self.of_tid.get(&tid) {
+            self.keep_recent(tid, code);
             return code;
         }
-        let (pid, tid, time) = (key.0, key.1, key.2);
-        if !self.live {
-            self.remember(tid, 0, time);
-            return 0;
-        }
-        let Ok(text) = std::fs::read_to_string(format!("/proc/{pid}/task/{tid}/comm")) else {
-            self.remember(tid, 0, time);
-            return 0;
+        let read = || std::fs::read_to_string(format!("/proc/{pid}/task/{tid}/comm")).ok();
+        let code = match self.live.then(read).flatten() {
+            Some(text) => self.push(text.trim_end()) | Self::PROVISIONAL,
+            None => 0,
         };
-        let name: Arc<str> = Arc::from(text.trim_end());
-        self.learned.push(LearnedComm {
-            pid,
-            tid,
-            name: name.clone(),
-            time_ns: time,
-            cpu: key.3,
-            id,
-        });
-        let n = self.push(&name);
-        self.remember(tid, n, time);
-        n
+        self.remember(tid, code, 0);
+        code
     }
 
     /// The index of the name thread `tid` had at `time`: the last name
-    /// given at or before it, else the first known (0 for none).
+    /// given at or before it, else the name read from /proc (then `true`),
+    /// else the first name given (0 for none).
     #[inline]
-    fn at(&self, tid: i32, time: u64) -> u32 {
-        let code = match self.recent.get(Self::recent_slot(tid)) {
-            Some(&(t, code)) if t == tid => code,
-            _ => self.of_tid.get(&tid).map_or(0, |&(code, _)| code),
+    fn at(&self, tid: i32, time: u64) -> (u32, bool) {
+        let code = self.code(tid);
+        let Some(h) = self.history(code) else {
+            return (code & !Self::PROVISIONAL, code & Self::PROVISIONAL != 0);
         };
-        if code & Self::HISTORY == 0 {
-            return code;
+        match (h.timed.iter().rev().find(|e| e.0 <= time), h.provisional) {
+            (Some(&(_, n)), _) => (n, false),
+            (None, Some(p)) => (p, true),
+            (None, None) => (h.timed.first().map_or(0, |e| e.1), false),
         }
-        self.histories
-            .get((code & !Self::HISTORY) as usize)
-            .and_then(|h| h.iter().rev().find(|e| e.0 <= time).or(h.first()))
-            .map_or(0, |e| e.1)
+    }
+
+    /// A handover named a sample of `tid` at `time` by its name from
+    /// /proc: the name counts from then on. Returns it, if it was still
+    /// provisional.
+    fn settle(&mut self, tid: i32, time: u64) -> Option<u32> {
+        let code = self.code(tid);
+        if code & Self::PROVISIONAL != 0 {
+            let n = code & !Self::PROVISIONAL;
+            self.remember(tid, n, time);
+            return Some(n);
+        }
+        if code & Self::HISTORY == 0 {
+            return None;
+        }
+        let h = self.histories.get_mut((code & !Self::HISTORY) as usize)?;
+        let p = h.provisional.take()?;
+        let at = h.timed.partition_point(|e| e.0 <= time);
+        h.timed.insert(at, (time, p));
+        Some(p)
     }
 
     /// The name of index `n` (`<...>` when unknown).
@@ -277,15 +316,23 @@ impl CommTable {
 
     /// The name a code stands for now: for a renamed thread, its newest.
     fn newest(&self, code: u32) -> &Arc<str> {
-        if code & Self::HISTORY == 0 {
-            return self.name(code);
+        let n = match self.history(code) {
+            Some(h) => h.timed.last().map(|e| e.1).or(h.provisional),
+            None => Some(code & !Self::PROVISIONAL),
+        };
+        self.name(n.unwrap_or(0))
+    }
+
+    /// Gives `tid` a history of names.
+    fn add_history(&mut self, tid: i32, h: History) {
+        let Ok(index) = u32::try_from(self.histories.len()) else {
+            return;
+        };
+        if index >= Self::HISTORY {
+            return;
         }
-        let n = self
-            .histories
-            .get((code & !Self::HISTORY) as usize)
-            .and_then(|h| h.last())
-            .map_or(0, |e| e.1);
-        self.name(n)
+        self.histories.push(h);
+        self.remember(tid, index | Self::HISTORY, 0);
     }
 
     /// A COMM record: `tid` is called `name` from `time` on.
@@ -297,6 +344,16 @@ impl CommTable {
                 let n = self.push(&name);
                 self.remember(tid, n, time);
             }
+            // Named from /proc: that name stays for the samples no COMM
+            // record names.
+            Some((code, _)) if code & Self::PROVISIONAL != 0 => {
+                let n = self.push(&name);
+                let h = History {
+                    timed: vec![(time, n)],
+                    provisional: Some(code & !Self::PROVISIONAL),
+                };
+                self.add_history(tid, h);
+            }
             Some((code, since)) if code & Self::HISTORY == 0 => {
                 // A repeated COMM (exec without a rename) keeps the entry.
                 if **self.name(code) == *name {
@@ -306,30 +363,28 @@ impl CommTable {
                     return;
                 }
                 let n = self.push(&name);
-                let mut h = vec![(since, code), (time, n)];
-                h.sort_by_key(|e| e.0);
-                let Ok(index) = u32::try_from(self.histories.len()) else {
-                    return;
+                let mut timed = vec![(since, code), (time, n)];
+                timed.sort_by_key(|e| e.0);
+                let h = History {
+                    timed,
+                    provisional: None,
                 };
-                if index >= Self::HISTORY {
-                    return;
-                }
-                self.histories.push(h);
-                self.remember(tid, index | Self::HISTORY, 0);
+                self.add_history(tid, h);
             }
             Some((code, _)) => {
                 let index = (code & !Self::HISTORY) as usize;
                 let Some(h) = self.histories.get(index) else {
                     return;
                 };
-                let at = h.partition_point(|e| e.0 <= time);
+                let at = h.timed.partition_point(|e| e.0 <= time);
                 // Given the name it already had at that time: nothing new.
-                if at > 0 && h.get(at - 1).is_some_and(|&(_, b)| **self.name(b) == *name) {
+                let before = at.checked_sub(1).and_then(|i| h.timed.get(i));
+                if before.is_some_and(|&(_, b)| **self.name(b) == *name) {
                     return;
                 }
                 let n = self.push(&name);
                 if let Some(h) = self.histories.get_mut(index) {
-                    h.insert(at, (time, n));
+                    h.timed.insert(at, (time, n));
                 }
             }
         }
@@ -337,8 +392,9 @@ impl CommTable {
 }
 
 /// A command name the decoder learned from /proc rather than from a COMM
-/// record, with the sample that needed it: a perf.data writer stores it as
-/// a COMM record so that a replay names the thread the same way.
+/// record, dated just before the earliest sample it named: a perf.data writer
+/// stores it as a COMM record of that time, in the same round, so that a
+/// replay names the thread the same way.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct LearnedComm {
     /// Process id.
@@ -347,11 +403,11 @@ pub struct LearnedComm {
     pub tid: i32,
     /// The name.
     pub name: Arc<str>,
-    /// Time of the sample that needed it.
+    /// Just before the time of the earliest sample it named (1 ns).
     pub time_ns: u64,
     /// CPU of that sample.
     pub cpu: u32,
-    /// Event id of that sample.
+    /// An event id of that sample's probe.
     pub id: u64,
 }
 
@@ -439,6 +495,9 @@ pub struct RecordDecoder {
     shapes: Vec<ProbeShape>,
     /// See [`RecordDecoder::probe_of_fast`].
     recent_ids: Vec<(u64, usize)>,
+    /// Per probe, its smallest event id (for the COMM records of names
+    /// learned from /proc).
+    first_ids: Vec<u64>,
 }
 
 impl RecordDecoder {
@@ -506,7 +565,14 @@ impl RecordDecoder {
             .zip(&plans)
             .map(|(f, plan)| f.map(|f| f.with_plan(plan)))
             .collect();
+        let mut first_ids = vec![u64::MAX; plans.len()];
+        for (&id, &p) in &probe_of_id {
+            if let Some(f) = first_ids.get_mut(p) {
+                *f = (*f).min(id);
+            }
+        }
         Ok(RecordDecoder {
+            first_ids,
             stats: SessionStats {
                 hits: vec![0; plans.len()],
                 ..Default::default()
@@ -675,7 +741,7 @@ impl RecordDecoder {
         let cpu = || raw.common_data().ok().and_then(|c| c.cpu);
         match raw.parse() {
             Ok(EventRecord::Sample(s)) => {
-                let comm = self.comms.see(&s_parts_key(&s), id.unwrap_or(0));
+                let comm = self.comms.see(s.pid.unwrap_or(-1), s.tid.unwrap_or(-1));
                 let offsets = self.field_offsets.get(probe).map_or(&[][..], Vec::as_slice);
                 let Some(sample_raw) = s.raw.map(|r| r.as_slice()) else {
                     self.stats.undecodable += 1;
@@ -733,17 +799,44 @@ impl RecordDecoder {
     /// ring is read; with `all`, every one (the last round). Call it after
     /// each round of [`RecordDecoder::record`] calls (each ring read once).
     /// The event handed over is reused for the next: clone it to keep it.
-    /// Returns how many were handed over.
+    /// Names read from /proc that the round used are then ready for
+    /// [`RecordDecoder::take_learned`]. Returns how many were handed over.
     pub fn round(&mut self, all: bool, mut f: impl FnMut(&Event, &[ProbePlan])) -> usize {
         let plans = &self.plans;
         let comms = &self.comms;
-        self.queue.round(
+        // Per thread, the first (earliest) event named from /proc.
+        let mut from_proc: Vec<EventHead> = Vec::new();
+        let n = self.queue.round(
             &comms.names,
-            |tid, time| comms.at(tid, time),
+            |h| {
+                let (n, provisional) = comms.at(h.tid, h.time_ns);
+                if provisional && !from_proc.iter().any(|p| p.tid == h.tid) {
+                    from_proc.push(*h);
+                }
+                n
+            },
             &self.shapes,
             all,
             |e| f(e, plans),
-        )
+        );
+        for h in from_proc {
+            // Dated just before that event: a COMM record of the same time
+            // written after the sample would be applied after it by perf,
+            // which keeps records of equal times in file order.
+            let time = h.time_ns.saturating_sub(1);
+            if let Some(name) = self.comms.settle(h.tid, time) {
+                let learned = LearnedComm {
+                    pid: h.pid,
+                    tid: h.tid,
+                    name: self.comms.name(name).clone(),
+                    time_ns: time,
+                    cpu: h.cpu,
+                    id: self.first_ids.get(h.probe as usize).copied().unwrap_or(0),
+                };
+                self.comms.learned.push(learned);
+            }
+        }
+        n
     }
 
     /// Decoded events waiting for a later round.
@@ -778,13 +871,9 @@ impl RecordDecoder {
             cpu: u32_at(b, 32),
             raw,
         };
-        let key = (
-            parts.pid.unwrap_or(-1),
-            parts.tid.unwrap_or(-1),
-            parts.time.unwrap_or(0),
-            parts.cpu.unwrap_or(0),
-        );
-        let comm = self.comms.see(&key, id);
+        let comm = self
+            .comms
+            .see(parts.pid.unwrap_or(-1), parts.tid.unwrap_or(-1));
         let offsets = self.field_offsets.get(probe).map_or(&[][..], Vec::as_slice);
         let reg = |i: u64| {
             let slot = *layout.slot.get(i as usize).filter(|&&s| s != u8::MAX)?;
@@ -833,16 +922,6 @@ fn u32_at(b: &[u8], at: usize) -> Option<u32> {
     b.get(at..at.checked_add(4)?)
         .and_then(|s| s.try_into().ok())
         .map(u32::from_ne_bytes)
-}
-
-/// (pid, tid, time, cpu) of a parsed sample.
-fn s_parts_key(s: &linux_perf_event_reader::SampleRecord<'_>) -> (i32, i32, u64, u32) {
-    (
-        s.pid.unwrap_or(-1),
-        s.tid.unwrap_or(-1),
-        s.timestamp.unwrap_or(0),
-        s.cpu.unwrap_or(0),
-    )
 }
 
 /// Counts a decoded sample (of `(probe, tid)`) and commits the queue's

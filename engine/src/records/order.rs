@@ -113,14 +113,15 @@ impl EventQueue {
     }
 
     /// Ends a round: hands `f` the events now known to be in order (all of
-    /// them when `all`), with the shapes of the probes in `shapes`. A
-    /// thread is named `names[name_of(tid, time)]` (the first entry names
-    /// threads without a known name): asked in time order, once every
-    /// record up to that time has been read. Returns how many.
+    /// them when `all`), with the shapes of the probes in `shapes`. The
+    /// thread of an event is named `names[name_of(event)]` (the first
+    /// entry names threads without a known name): asked in time order,
+    /// once every record up to the event's time has been read. Returns how
+    /// many.
     pub(crate) fn round(
         &mut self,
         names: &[Arc<str>],
-        name_of: impl Fn(i32, u64) -> u32,
+        mut name_of: impl FnMut(&EventHead) -> u32,
         shapes: &[ProbeShape],
         all: bool,
         mut f: impl FnMut(&Event),
@@ -144,7 +145,7 @@ impl EventQueue {
             self.scratch = vec![(u32::MAX, blank); Self::SCRATCH];
         }
         for slot in self.pending.drain(..ready) {
-            let comm = name_of(slot.head.tid, slot.head.time_ns);
+            let comm = name_of(&slot.head);
             let Some((named, e)) = self.scratch.get_mut(comm as usize & (Self::SCRATCH - 1)) else {
                 continue;
             };

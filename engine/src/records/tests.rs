@@ -14,6 +14,11 @@ const FUNC: u64 = 0xffff_ffff_8123_45a0;
 const ID: u64 = 40;
 
 fn decoder() -> (RecordDecoder, ProbePlan) {
+    decoder_reading_proc(false)
+}
+
+/// The same, reading /proc for threads it has no name for when `live`.
+fn decoder_reading_proc(live: bool) -> (RecordDecoder, ProbePlan) {
     let syms = KernelSymbols::parse(
         "ffffffff81000000 T _text\nffffffff812345a0 T do_sys_openat2\nffffffff81234690 T do_sys_open\n",
     )
@@ -30,7 +35,7 @@ fn decoder() -> (RecordDecoder, ProbePlan) {
         vec![Vec::new()],
         vec![sample_attr_bytes(&plan)],
         HashMap::from([(ID, 0)]),
-        false,
+        live,
     )
     .unwrap();
     (d, plan)
@@ -314,6 +319,146 @@ fn names_are_stored_once() {
     }
     let names: Vec<&str> = d.comms.names.iter().map(|n| &**n).collect();
     assert_eq!(names, ["<...>", "ls", "sh"]);
-    assert_eq!(d.comms.at(100, 1), 1);
-    assert_eq!(d.comms.at(1099, 2), 2);
+    assert_eq!(d.comms.at(100, 1), (1, false));
+    assert_eq!(d.comms.at(1099, 2), (2, false));
+}
+
+/// A thread of this process, alive and named `name` until dropped: its
+/// (pid, tid).
+struct Named {
+    ids: (i32, i32),
+    stop: std::sync::mpsc::Sender<()>,
+    handle: Option<std::thread::JoinHandle<()>>,
+}
+
+impl Named {
+    fn new(name: &str) -> Named {
+        let (tx, rx) = std::sync::mpsc::channel();
+        let (stop, wait) = std::sync::mpsc::channel::<()>();
+        let handle = std::thread::Builder::new()
+            .name(name.into())
+            .spawn(move || {
+                tx.send(crate::sys::gettid()).unwrap();
+                let _ = wait.recv();
+            })
+            .unwrap();
+        let tid = rx.recv().unwrap();
+        Named {
+            ids: (std::process::id() as i32, tid),
+            stop,
+            handle: Some(handle),
+        }
+    }
+}
+
+impl Drop for Named {
+    fn drop(&mut self) {
+        let _ = self.stop.send(());
+        if let Some(h) = self.handle.take() {
+            let _ = h.join();
+        }
+    }
+}
+
+/// A live session reads /proc for a thread it first meets in a sample;
+/// that gives the name at the time of reading, possibly after a rename.
+/// It names only samples no COMM record names, and is dated (and
+/// reported as learned) at the first sample it names.
+#[test]
+fn names_from_proc_name_only_what_no_comm_record_names() {
+    let thread = Named::new("kpp-now");
+    let (pid, tid) = thread.ids;
+    let (mut d, plan) = decoder_reading_proc(true);
+    let sample_of = |time: u64, flags: u64| {
+        let mut raw = [0u8; 20];
+        raw[8..16].copy_from_slice(&FUNC.to_ne_bytes());
+        let f = SampleFields {
+            id: ID,
+            ip: FUNC + 1,
+            pid,
+            tid,
+            time,
+            cpu: 0,
+            raw: &raw,
+            regs: &[flags, 0xffff_ff9c],
+        };
+        (RECORD_SAMPLE, sample_record_body(&f, plan.regs_mask))
+    };
+    let comm = |name: &str, time: u64| (RECORD_COMM, comm_record_body(pid, tid, name, time, 1, ID));
+    // CPU 0's ring first: a sample at 20, then one at 50; /proc says
+    // kpp-now. Then CPU 1's: the thread was kpp-old from 30 on, kpp-now
+    // from 40 on.
+    feed(
+        &mut d,
+        &[
+            sample_of(20, 2),
+            sample_of(50, 5),
+            comm("kpp-old", 30),
+            comm("kpp-now", 40),
+        ],
+    );
+    let names = |d: &mut RecordDecoder, all| {
+        take(d, all)
+            .into_iter()
+            .map(|(t, _, c, _)| (t, c))
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(
+        names(&mut d, true),
+        [(20, "kpp-now".to_string()), (50, "kpp-now".to_string())]
+    );
+    // The sample at 20 is before any COMM record: the /proc name, dated
+    // just before it. (A COMM record at 10 would have named it instead.)
+    let learned = d.take_learned();
+    assert_eq!(
+        learned,
+        [LearnedComm {
+            pid,
+            tid,
+            name: Arc::from("kpp-now"),
+            time_ns: 19,
+            cpu: 0,
+            id: ID
+        }]
+    );
+
+    // With an older COMM record, /proc's name (read after the rename)
+    // names nothing and is not reported.
+    let (mut d, _) = decoder_reading_proc(true);
+    feed(
+        &mut d,
+        &[
+            sample_of(20, 2),
+            comm("kpp-first", 10),
+            comm("kpp-now", 30),
+            sample_of(40, 4),
+        ],
+    );
+    assert_eq!(
+        names(&mut d, true),
+        [(20, "kpp-first".to_string()), (40, "kpp-now".to_string())]
+    );
+    assert_eq!(d.take_learned(), []);
+
+    // A replay of the first case, with the learned name as the COMM
+    // record a perf.data file holds, names every sample the same way.
+    let (mut replay, _) = decoder_reading_proc(false);
+    let l = &learned[0];
+    feed(
+        &mut replay,
+        &[
+            sample_of(20, 2),
+            sample_of(50, 5),
+            comm("kpp-old", 30),
+            comm("kpp-now", 40),
+            (
+                RECORD_COMM,
+                comm_record_body(l.pid, l.tid, &l.name, l.time_ns, l.cpu, l.id),
+            ),
+        ],
+    );
+    assert_eq!(
+        names(&mut replay, true),
+        [(20, "kpp-now".to_string()), (50, "kpp-now".to_string())]
+    );
 }
