@@ -36,6 +36,10 @@ pub use build::{
 };
 use order::EventQueue;
 
+/// The thread name a queued sample is decoded with: its `$comm` arguments
+/// are set when it is handed over, from its thread's name at its time.
+const COMM_AT_HANDOVER: &str = "";
+
 /// `PERF_RECORD_COMM`.
 pub const RECORD_COMM: u32 = 3;
 /// `PERF_RECORD_SAMPLE`.
@@ -250,19 +254,19 @@ impl CommTable {
     }
 
     /// Makes sure the thread `tid` of process `pid` has an entry, reading
-    /// /proc for a new one. Returns its code.
+    /// /proc for a new one.
     #[inline]
-    fn see(&mut self, pid: i32, tid: i32) -> u32 {
+    fn see(&mut self, pid: i32, tid: i32) {
         match self.recent.get(Self::recent_slot(tid)) {
-            Some(&(t, code)) if t == tid => code,
+            Some(&(t, _)) if t == tid => {}
             _ => self.see_slow(pid, tid),
         }
     }
 
-    fn see_slow(&mut self, pid: i32, tid: i32) -> u32 {
+    fn see_slow(&mut self, pid: i32, tid: i32) {
         if let Some(&(code, _)) = self.of_tid.get(&tid) {
             self.keep_recent(tid, code);
-            return code;
+            return;
         }
         let read = || std::fs::read_to_string(format!("/proc/{pid}/task/{tid}/comm")).ok();
         let code = match self.live.then(read).flatten() {
@@ -270,7 +274,6 @@ impl CommTable {
             None => 0,
         };
         self.remember(tid, code, 0);
-        code
     }
 
     /// The index of the name thread `tid` had at `time`: the last name
@@ -312,15 +315,6 @@ impl CommTable {
     /// The name of index `n` (`<...>` when unknown).
     fn name(&self, n: u32) -> &Arc<str> {
         &self.names[(n as usize).min(self.names.len() - 1)]
-    }
-
-    /// The name a code stands for now: for a renamed thread, its newest.
-    fn newest(&self, code: u32) -> &Arc<str> {
-        let n = match self.history(code) {
-            Some(h) => h.timed.last().map(|e| e.1).or(h.provisional),
-            None => Some(code & !Self::PROVISIONAL),
-        };
-        self.name(n.unwrap_or(0))
     }
 
     /// Gives `tid` a history of names.
@@ -741,7 +735,7 @@ impl RecordDecoder {
         let cpu = || raw.common_data().ok().and_then(|c| c.cpu);
         match raw.parse() {
             Ok(EventRecord::Sample(s)) => {
-                let comm = self.comms.see(s.pid.unwrap_or(-1), s.tid.unwrap_or(-1));
+                self.comms.see(s.pid.unwrap_or(-1), s.tid.unwrap_or(-1));
                 let offsets = self.field_offsets.get(probe).map_or(&[][..], Vec::as_slice);
                 let Some(sample_raw) = s.raw.map(|r| r.as_slice()) else {
                     self.stats.undecodable += 1;
@@ -755,7 +749,7 @@ impl RecordDecoder {
                     plan,
                     &parts,
                     |i| regs.and_then(|r| r.get(i)),
-                    self.comms.newest(comm),
+                    COMM_AT_HANDOVER,
                     offsets,
                     head,
                     args,
@@ -871,8 +865,7 @@ impl RecordDecoder {
             cpu: u32_at(b, 32),
             raw,
         };
-        let comm = self
-            .comms
+        self.comms
             .see(parts.pid.unwrap_or(-1), parts.tid.unwrap_or(-1));
         let offsets = self.field_offsets.get(probe).map_or(&[][..], Vec::as_slice);
         let reg = |i: u64| {
@@ -896,7 +889,7 @@ impl RecordDecoder {
                 plan,
                 &parts,
                 reg,
-                self.comms.newest(comm),
+                COMM_AT_HANDOVER,
                 offsets,
                 head,
                 args,
