@@ -559,14 +559,8 @@ impl RecordDecoder {
             .zip(&plans)
             .map(|(f, plan)| f.map(|f| f.with_plan(plan)))
             .collect();
-        let mut first_ids = vec![u64::MAX; plans.len()];
-        for (&id, &p) in &probe_of_id {
-            if let Some(f) = first_ids.get_mut(p) {
-                *f = (*f).min(id);
-            }
-        }
-        Ok(RecordDecoder {
-            first_ids,
+        let mut decoder = RecordDecoder {
+            first_ids: Vec::new(),
             stats: SessionStats {
                 hits: vec![0; plans.len()],
                 ..Default::default()
@@ -595,7 +589,13 @@ impl RecordDecoder {
                 .collect(),
             plans,
             recent_ids: vec![(0, 0); RECENT_IDS],
-        })
+        };
+        decoder.first_ids = decoder
+            .ids()
+            .iter()
+            .map(|ids| ids.first().copied().unwrap_or(0))
+            .collect();
+        Ok(decoder)
     }
 
     /// The probes, in the order events refer to them.
