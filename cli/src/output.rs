@@ -90,18 +90,8 @@ impl FileOutput {
                 .map(|s| s.trim().to_string())
                 .unwrap_or_default()
         };
-        let count = |p: &str| {
-            read(p)
-                .split(',')
-                .filter_map(|r| match r.split_once('-') {
-                    Some((a, b)) => b
-                        .parse::<u32>()
-                        .ok()?
-                        .checked_sub(a.parse().ok()?)
-                        .map(|n| n + 1),
-                    None => r.parse::<u32>().ok().map(|_| 1),
-                })
-                .sum::<u32>()
+        let count = |cpus: Result<Vec<u32>, kprobe_perf_engine::Error>| {
+            cpus.map_or(0, |c| u32::try_from(c.len()).unwrap_or(u32::MAX))
         };
         let meta = Metadata {
             arch: Arch::host().unwrap_or(Arch::X86_64),
@@ -117,8 +107,8 @@ impl FileOutput {
             hostname: read("/proc/sys/kernel/hostname"),
             osrelease: read("/proc/sys/kernel/osrelease"),
             nr_cpus: (
-                count("/sys/devices/system/cpu/possible"),
-                count("/sys/devices/system/cpu/online"),
+                count(kprobe_perf_engine::cpus::possible_cpus()),
+                count(kprobe_perf_engine::cpus::online_cpus()),
             ),
             cmdline: std::env::args().collect(),
             notes: vec![
