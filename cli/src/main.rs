@@ -114,7 +114,7 @@ struct RecordArgs {
     mmap_pages: usize,
     /// Record only on these CPUs (a list such as 0-3,6, of online CPUs;
     /// a CPU listed twice counts once).
-    #[arg(short = 'C', long = "cpu", value_name = "LIST", conflicts_with_all = ["pid", "tid"], value_parser = validate::cpu_list)]
+    #[arg(short = 'C', long = "cpu", value_name = "LIST", conflicts_with_all = ["pid", "tid"], value_parser = validate::cpu_list, allow_negative_numbers = true)]
     cpus: Option<validate::CpuList>,
     /// Record these processes (every thread of each; comma-separated pids
     /// of running processes, repeats merged).

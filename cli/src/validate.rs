@@ -213,7 +213,13 @@ fn one_line(rendered: &str) -> String {
         }
         parts.push(line.strip_prefix("error: ").unwrap_or(line));
     }
-    let mut text = parts.join("; ");
+    let mut text = String::new();
+    for p in parts {
+        if !text.is_empty() {
+            text.push_str(if text.ends_with(':') { " " } else { "; " });
+        }
+        text.push_str(p);
+    }
     text.push_str(" (see --help)");
     text
 }
@@ -318,6 +324,11 @@ mod tests {
         assert_eq!(
             one_line(rendered),
             "unexpected argument '-x' found; tip: to pass '-x' as a value, use '-- -x' (see --help)"
+        );
+        let rendered = "error: the following required arguments were not provided:\n  --event <SPEC>\n\nUsage: kprobe-perf record --event <SPEC>\n";
+        assert_eq!(
+            one_line(rendered),
+            "the following required arguments were not provided: --event <SPEC> (see --help)"
         );
     }
 }
