@@ -19,6 +19,7 @@ struct Fixtures {
     fifo: PathBuf,
     not_perf: PathBuf,
     short_perf: PathBuf,
+    big: PathBuf,
 }
 
 impl Fixtures {
@@ -31,6 +32,9 @@ impl Fixtures {
         assert!(made.success(), "mkfifo {}", fifo.display());
         let not_perf = dir.join("not-perf.data");
         std::fs::write(&not_perf, "this is not a perf.data file\n".repeat(8)).unwrap();
+        // 3 GiB of nothing (sparse): more than a 2 GiB address space holds.
+        let big = dir.join("big");
+        File::create(&big).unwrap().set_len(3 << 30).unwrap();
         let short_perf = dir.join("short.data");
         std::fs::write(&short_perf, b"PERFILE2\x68\0\0\0").unwrap();
         Fixtures {
@@ -38,6 +42,7 @@ impl Fixtures {
             fifo,
             not_perf,
             short_perf,
+            big,
         }
     }
 }
@@ -99,6 +104,7 @@ fn table(f: &Fixtures) -> Vec<(Vec<String>, &'static str)> {
     let fifo = f.fifo.display().to_string();
     let not_perf = f.not_perf.display().to_string();
     let short_perf = f.short_perf.display().to_string();
+    let big = f.big.display().to_string();
     let pid_max: i64 = std::fs::read_to_string("/proc/sys/kernel/pid_max")
         .ok()
         .and_then(|t| t.trim().parse().ok())
@@ -182,6 +188,10 @@ fn table(f: &Fixtures) -> Vec<(Vec<String>, &'static str)> {
             with_spec(format!("p:{bin}:0x7fffffffffffffff")),
             "0x7fffffffffffffff",
         ),
+        (
+            with_spec(format!("p:{big}:main")),
+            "more than the memory available",
+        ),
         // Malformed definitions (the parser's caret display follows).
         (with_spec("p:".into()), "missing event name"),
         (with_spec("x:foo".into()), "a probe starts with p"),
@@ -202,11 +212,14 @@ fn table(f: &Fixtures) -> Vec<(Vec<String>, &'static str)> {
         (cmd(&["info", "--vmlinux", "/dev/zero"]), "character device"),
         (cmd(&["info", "--vmlinux", &fifo]), "FIFO"),
         (cmd(&["list", "--vmlinux", &dir, "do_sys*"]), "directory"),
+        (record(&["--system-map", &big]), "more than the 256 MiB"),
+        (record(&["--vmlinux", &big]), "not a vmlinux ELF image"),
         // script -i: a perf.data file.
         (cmd(&["script", "-i", "/dev/zero"]), "character device"),
         (cmd(&["script", "-i", &fifo]), "FIFO"),
         (cmd(&["script", "-i", &dir]), "directory"),
         (cmd(&["script", "-i", &not_perf]), "not a perf.data file"),
+        (cmd(&["script", "-i", &big]), "not a perf.data file"),
         (
             cmd(&["script", "-i", &short_perf]),
             "inside the 104-byte header",

@@ -116,7 +116,17 @@ pub fn read_regular(path: &Path, max: u64) -> io::Result<Vec<u8>> {
             TooLarge { size, max },
         ));
     }
-    let mut data = Vec::with_capacity(usize::try_from(size).unwrap_or(0));
+    // Memory short of the file's size is an error, not an abort.
+    let mut data = Vec::new();
+    usize::try_from(size)
+        .ok()
+        .and_then(|n| data.try_reserve_exact(n).ok())
+        .ok_or_else(|| {
+            io::Error::new(
+                io::ErrorKind::OutOfMemory,
+                format!("it is {size} bytes, more than the memory available to read it"),
+            )
+        })?;
     file.take(size).read_to_end(&mut data)?;
     Ok(data)
 }
