@@ -159,8 +159,9 @@ struct RecordArgs {
     /// An existing FILE is first renamed to FILE.old (replacing an older
     /// FILE.old); a symbolic link is renamed itself, never followed. FILE
     /// is then created new (O_EXCL|O_NOFOLLOW: if anything appears at FILE
-    /// meanwhile, the run stops), mode 0600. A directory, device, FIFO or
-    /// socket at FILE is refused.
+    /// meanwhile, the run stops), mode 0600. stderr says what was done
+    /// with an existing FILE. A directory, device, FIFO or socket at FILE
+    /// is refused.
     #[arg(short = 'o', long = "output", value_name = "FILE")]
     output: Option<std::path::PathBuf>,
     /// With -o: remove an existing FILE instead of renaming it to FILE.old
