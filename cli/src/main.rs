@@ -165,8 +165,19 @@ struct RecordArgs {
     /// Also write the records to FILE in perf.data format (as `perf record`
     /// writes it): Debian's `perf script -i FILE` reads it, and
     /// `kprobe-perf script -i FILE` prints it as this run printed it.
-    #[arg(short = 'o', long = "output", value_name = "FILE", value_parser = validate::output_path)]
+    /// An existing FILE is first renamed to FILE.old (replacing an older
+    /// FILE.old); a symbolic link is renamed itself, never followed. FILE
+    /// is then created new (O_EXCL|O_NOFOLLOW: if anything appears at FILE
+    /// meanwhile, the run stops), mode 0600. stderr says what was done
+    /// with an existing FILE. A directory, device, FIFO or socket at FILE
+    /// is refused.
+    #[arg(short = 'o', long = "output", value_name = "FILE")]
     output: Option<std::path::PathBuf>,
+    /// With -o: remove an existing FILE instead of renaming it to FILE.old
+    /// (a symbolic link is removed, its target untouched), then create
+    /// FILE new as without --force.
+    #[arg(long, requires = "output")]
+    force: bool,
     /// Print no events (only the summary); useful with -o.
     #[arg(short = 'q', long)]
     quiet: bool,
@@ -294,6 +305,11 @@ fn record(args: &RecordArgs) -> Result<ExitCode> {
     let specs = inspect::expand_globs(specs, &symbols, args.all_instances, &args.image)?;
     let plans = plan_probes_with(&specs, &symbols, choice)?;
     inspect::check_plans(&plans, &symbols, &args.image)?;
+    let out_file = args
+        .output
+        .as_deref()
+        .map(|p| output::create(p, args.force));
+    let out_file = out_file.transpose()?;
 
     let stop = Arc::new(AtomicBool::new(false));
     for sig in [
@@ -351,8 +367,8 @@ fn record(args: &RecordArgs) -> Result<ExitCode> {
             overwrite: args.overwrite,
         },
     )?;
-    let file = match &args.output {
-        Some(path) => Some(output::FileOutput::start(path, &mut session, &symbols)?),
+    let file = match out_file {
+        Some(f) => Some(output::FileOutput::start(f, &mut session, &symbols)?),
         None => None,
     };
     session.enable()?;

@@ -166,18 +166,6 @@ pub fn cgroup(text: &str) -> Result<PathBuf, String> {
     Ok(given)
 }
 
-/// `-o FILE`: a file path, not a directory.
-pub fn output_path(text: &str) -> Result<PathBuf, String> {
-    let path = PathBuf::from(text);
-    if text.is_empty() {
-        return Err("an empty path; give the path of the file to write".into());
-    }
-    if path.is_dir() || text.ends_with('/') {
-        return Err("a directory; give the path of a file to write, such as DIR/perf.data".into());
-    }
-    Ok(path)
-}
-
 /// Prints a command-line error as one `kprobe-perf: ` line (clap's tip,
 /// if any, kept on that line) and returns exit status 1; help and version
 /// requests print as clap prints them.
@@ -310,10 +298,6 @@ mod tests {
 
     #[test]
     fn paths() {
-        assert!(output_path("/tmp").is_err());
-        assert!(output_path("").is_err());
-        assert!(output_path("x/").is_err());
-        assert_eq!(output_path("perf.data"), Ok(PathBuf::from("perf.data")));
         assert!(cgroup("no/such/cgroup/kprobe-perf").is_err());
         assert!(cgroup("").is_err());
     }

@@ -170,7 +170,9 @@ fn table(f: &Fixtures) -> Vec<(Vec<String>, &'static str)> {
             "no cgroup directory",
         ),
         (record(&["-o", &dir]), "a directory"),
-        (record(&["-o", ""]), "an empty path"),
+        (record(&["-o", ""]), "a value is required"),
+        (record(&["-o", &fifo]), "FIFO"),
+        (record(&["-o", "/dev/zero"]), "character device"),
         // Uprobe binaries: regular files, offsets inside them.
         (with_spec("p:/dev/zero:main".into()), "character device"),
         (with_spec("p:/dev/zero:0".into()), "character device"),
