@@ -53,8 +53,10 @@ fn skipped_test(line: &str) -> Option<&str> {
 /// Sums `test result: ok. 5 passed; 1 failed; ...` lines, and moves the
 /// tests that printed a skip line from passed to skipped.
 fn parse_counts(output: &str) -> Counts {
-    let mut c = Counts::default();
-    c.skipped = output.lines().filter_map(skipped_test).count() as u64;
+    let mut c = Counts {
+        skipped: output.lines().filter_map(skipped_test).count() as u64,
+        ..Counts::default()
+    };
     for line in output.lines().filter(|l| l.contains("test result:")) {
         let num_before = |word: &str| -> u64 {
             line.split(';')
