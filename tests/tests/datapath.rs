@@ -131,12 +131,15 @@ fn events_from_all_cpus_come_out_in_time_order() {
     let symbols = KernelSymbols::load().unwrap();
     let plans = plan_probes(&["p:do_sys_openat2"], &symbols).unwrap();
     let mut s = Session::open(plans, SessionOptions::default()).unwrap();
-    s.enable().unwrap();
     let online = online_cpus();
     let threads = online.len().max(4);
+    // Each worker pins itself before recording starts (running taskset
+    // opens /dev/null in the worker), then opens its files.
+    let pinned = std::sync::Arc::new(std::sync::Barrier::new(threads + 1));
     let workers: Vec<_> = (0..threads)
         .map(|t| {
             let cpu = online[t % online.len()];
+            let pinned = std::sync::Arc::clone(&pinned);
             std::thread::spawn(move || {
                 let tid = kprobe_perf_engine::sys::gettid();
                 let out = Command::new("taskset")
@@ -144,6 +147,8 @@ fn events_from_all_cpus_come_out_in_time_order() {
                     .output()
                     .unwrap();
                 assert!(out.status.success(), "taskset -p -c {cpu} {tid}: {out:?}");
+                pinned.wait();
+                pinned.wait();
                 for i in 0..50 {
                     let _ = std::fs::File::open(format!("/nonexistent/kprobe-perf-order-{t}-{i}"));
                 }
@@ -151,6 +156,9 @@ fn events_from_all_cpus_come_out_in_time_order() {
             })
         })
         .collect();
+    pinned.wait();
+    s.enable().unwrap();
+    pinned.wait();
     let mut times = Vec::new();
     let mut tids_seen = Vec::new();
     let mut cpus = std::collections::BTreeSet::new();
