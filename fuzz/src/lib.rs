@@ -219,7 +219,9 @@ pub fn run(
                 std::thread::sleep(Duration::from_millis(20));
                 let current = CURRENT.load(Ordering::Acquire);
                 let started = Duration::from_nanos(STARTED_NS.load(Ordering::Acquire));
-                if current != 0 && epoch.elapsed().saturating_sub(started) > deadline {
+                let late = epoch.elapsed().saturating_sub(started) > deadline;
+                // Still the same input (not one that began between the loads).
+                if current != 0 && late && CURRENT.load(Ordering::Acquire) == current {
                     let i = current - 1;
                     eprintln!(
                         "FAIL {target} fuzz: input #{i} (seed {seed}) ran longer than the {} ms deadline; replay: cargo xtask fuzz {target} {inputs} --seed {seed} --input {i}",
