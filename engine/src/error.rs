@@ -264,17 +264,23 @@ mod tests {
             says(OpenedAs::Kprobe, false, false, 2),
             "kprobes need CAP_PERFMON or CAP_SYS_ADMIN, which this process lacks: run as root, or `setcap cap_perfmon+ep /usr/bin/kprobe-perf`"
         );
-        assert!(says(OpenedAs::Kprobe, false, true, 3).contains("although this process has CAP_SYS_ADMIN"));
-        assert!(says(OpenedAs::Kprobe, true, false, 2).contains("although this process has CAP_PERFMON"));
+        assert!(says(OpenedAs::Kprobe, false, true, 3)
+            .contains("although this process has CAP_SYS_ADMIN"));
+        assert!(says(OpenedAs::Kprobe, true, false, 2)
+            .contains("although this process has CAP_PERFMON"));
         assert!(!says(OpenedAs::Uprobe, false, false, 2).contains("CAP_PERFMON"));
     }
 
     #[test]
     fn uprobe_errnos_name_uprobe_causes() {
         let t = "/bin/x:0x1139";
-        assert!(explain_open_errno(524, t, OpenedAs::Uprobe).starts_with("the uprobe layer refuses the instruction at /bin/x:0x1139 (ENOTSUPP)"));
+        assert!(explain_open_errno(524, t, OpenedAs::Uprobe)
+            .starts_with("the uprobe layer refuses the instruction at /bin/x:0x1139 (ENOTSUPP)"));
         let einval = explain_open_errno(libc::EINVAL, t, OpenedAs::Uprobe);
-        assert!(einval.contains("beyond the end of the file") && !einval.contains("blacklisted"), "{einval}");
+        assert!(
+            einval.contains("beyond the end of the file") && !einval.contains("blacklisted"),
+            "{einval}"
+        );
         assert!(explain_open_errno(libc::ENOENT, t, OpenedAs::Uprobe).starts_with("no such file"));
         assert!(explain_open_errno(libc::EINVAL, "f", OpenedAs::Kprobe).contains("blacklisted"));
     }

@@ -7,7 +7,7 @@ use kprobe_perf_arch::{Arch, Register};
 use kprobe_perf_symbols::prototypes::{BtfError, KernelBtf, Shape};
 use kprobe_perf_symbols::KernelSymbols;
 
-use crate::spec::{ArgType, FetchBase, ProbeKind, ProbeSpec, Target, UserLocation};
+use crate::spec::{ArgType, FetchBase, ProbeKind, ProbeSpec, Target};
 
 /// Why a probe cannot be planned.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -320,15 +320,13 @@ pub fn resolve(
         }
         Target::Address(a) => AttachPoint::Address(*a),
         Target::User { path, location } => {
-            let offset = match location {
-                UserLocation::Offset(o) => *o,
-                UserLocation::Symbol { name, offset } => {
-                    let f =
-                        kprobe_perf_symbols::elf::find_function(std::path::Path::new(path), name)
-                            .map_err(|e| PlanError::User(e.to_string()))?;
-                    f.file_offset + offset
-                }
+            // Checked on the binary's bytes before anything is opened.
+            let site = if spec.is_return() {
+                kprobe_perf_arch::boundary::ProbeSite::Return
+            } else {
+                kprobe_perf_arch::boundary::ProbeSite::Entry
             };
+            let offset = crate::preflight::check_uprobe(path, location, site, arch)?;
             AttachPoint::User {
                 path: path.clone(),
                 offset,
