@@ -117,18 +117,14 @@ fn this_exe() -> String {
 }
 
 fn not_permitted(exe: &str) -> String {
-    let p = Privilege::current();
-    let kprobes = if p.paranoid.is_some_and(|n| n >= 3) {
-        format!(
-            "kernel.perf_event_paranoid is {} here (Debian's default; a Debian/Ubuntu patch), so every probe needs CAP_SYS_ADMIN: run as root, or `setcap cap_sys_admin+ep {exe}` (after `sysctl kernel.perf_event_paranoid=2`, `setcap cap_perfmon+ep {exe}` is enough for kprobes)",
-            p.paranoid.unwrap_or(3)
-        )
-    } else {
-        format!("run as root, or `setcap cap_perfmon+ep {exe}` for kprobes")
-    };
-    format!(
-        "this process has neither CAP_PERFMON nor CAP_SYS_ADMIN, and every probe needs one: {kprobes}; uprobes need CAP_SYS_ADMIN on Linux 6.16+ and on stable kernels updated since July 2025 (`setcap cap_sys_admin+ep {exe}`)"
-    )
+    match Privilege::current().paranoid {
+        Some(n) if n >= 3 => format!(
+            "this process lacks CAP_SYS_ADMIN, which every probe needs while kernel.perf_event_paranoid is {n} (the default of Debian's kernels, from a Debian patch): run as root, or `setcap cap_sys_admin+ep {exe}`; after `sysctl kernel.perf_event_paranoid=2`, `setcap cap_perfmon+ep {exe}` is enough for kprobes"
+        ),
+        _ => format!(
+            "this process has neither CAP_PERFMON nor CAP_SYS_ADMIN: run as root, or `setcap cap_perfmon+ep {exe}` for kprobes; uprobes need `setcap cap_sys_admin+ep {exe}` (CAP_SYS_ADMIN on Linux 6.16+ and on stable kernels updated since July 2025)"
+        ),
+    }
 }
 
 /// What EACCES or EPERM from perf_event_open means for a probe opened
