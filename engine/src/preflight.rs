@@ -543,6 +543,9 @@ fn check_user_offset(
             RefuseReason::UprobeUndecodable { at } if *at != offset => format!(
                 "{why} (in {path})"
             ),
+            RefuseReason::UprobeInstruction { rule, .. } if !rule.kernel_refuses() => format!(
+                "{why} (the kernel accepts it, and the program would compute wrong results; bytes from {path})"
+            ),
             RefuseReason::NotFunctionEntry { .. } => format!(
                 "{why} (the kernel does not check this: a uretprobe elsewhere would overwrite whatever is on top of the stack with its trampoline's address)"
             ),

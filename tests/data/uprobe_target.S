@@ -34,11 +34,25 @@ mixed_insns:
 	in	%dx, %al
 	lea	0x10(%rip), %rax
 	call	probe_target
+	vpcmpeqb %xmm1, %xmm0, %xmm0
 	ret
 	.size	mixed_insns, .-mixed_insns
 
+# cmp_fn(x): compares x with itself bytewise (vpcmpeqb) and returns the
+# mask, 0xffff; +10 is the vpcmpeqb.
+	.globl	cmp_fn
+	.type	cmp_fn, @function
+cmp_fn:
+	vmovq	%rdi, %xmm0
+	vmovq	%rdi, %xmm1
+	vpcmpeqb %xmm1, %xmm0, %xmm0
+	vpmovmskb %xmm0, %eax
+	ret
+	.size	cmp_fn, .-cmp_fn
+
 # main: calls probe_target(argc) 7 times after waiting for a byte on
-# stdin (so the test can arm its probes first), prints the last result.
+# stdin (so the test can arm its probes first), then cmp_fn(5), and prints
+# both results.
 	.globl	main
 	.type	main, @function
 main:
@@ -53,6 +67,9 @@ main:
 	mov	%rax, 8(%rsp)
 	dec	%ebx
 	jnz	1b
+	mov	$5, %edi
+	call	cmp_fn
+	mov	%eax, %edx
 	mov	8(%rsp), %rsi
 	lea	fmt(%rip), %rdi
 	xor	%eax, %eax
@@ -65,5 +82,5 @@ main:
 	.size	main, .-main
 
 	.section .rodata
-fmt:	.string	"%lx\n"
+fmt:	.string	"%lx %x\n"
 	.section .note.GNU-stack,"",@progbits

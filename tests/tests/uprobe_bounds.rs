@@ -9,7 +9,9 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use kprobe_perf_arch::boundary::{Errno, FunctionLayout, FunctionText, ProbeSite, Rules, Verdict};
+use kprobe_perf_arch::boundary::{
+    Errno, FunctionLayout, FunctionText, ProbeSite, RefuseReason, Rules, Verdict,
+};
 use kprobe_perf_arch::Arch;
 use kprobe_perf_engine::{plan_probes, KernelSymbols, Session, SessionOptions};
 use kprobe_perf_symbols::elf::UserBinary;
@@ -90,6 +92,15 @@ fn mid_instruction_and_past_the_end_are_refused_with_valid_offsets() {
             "{b}:0x{:x} (probe_target+2) falls inside the instruction at +1 (mov %rsp,%rbp, 3 bytes); valid nearby: +1, +4 \
              (the kernel does not check this: its int3 would land inside an instruction, corrupting it in every process that maps {b})",
             f.file_offset + 2
+        )
+    );
+    // A VEX instruction the kernel would emulate as a branch.
+    assert_eq!(
+        refusal(&format!("p:{b}:mixed_insns+58")),
+        format!(
+            "mixed_insns+58 is vpcmpeqb %xmm1,%xmm0,%xmm0, which uprobes refuse: the kernel would take its opcode byte 0x74 \
+             for a branch or nop and emulate that instead of running it (branch_setup_xol_ops ignores the VEX/EVEX prefix); \
+             valid nearby: +53, +62 (the kernel accepts it, and the program would compute wrong results; bytes from {b})"
         )
     );
     // An instruction the uprobe layer refuses, with the kernel's reason.
@@ -185,6 +196,11 @@ fn uprobe_rules_agree_with_the_kernel() {
             .map_err(|e| e.raw_os_error().unwrap_or(0));
         let model = match &v {
             Verdict::Accept { .. } => Ok(()),
+            // Refused here, accepted by the kernel (which would emulate it
+            // as a branch).
+            Verdict::Refuse(r) if matches!(r.reason, RefuseReason::UprobeInstruction { rule, .. } if !rule.kernel_refuses()) => {
+                Ok(())
+            }
             Verdict::Refuse(r) => Err(r.errno().raw()),
             other => panic!("{other:?}"),
         };
@@ -219,7 +235,10 @@ fn a_valid_offset_fires_with_exact_count_and_value() {
     let pid = i32::try_from(child.id()).unwrap();
     child.stdin.take().unwrap().write_all(b"x").unwrap();
     let out = child.wait_with_output().unwrap();
-    assert_eq!(String::from_utf8_lossy(&out.stdout), "112233445566778b\n");
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout),
+        "112233445566778b ffff\n"
+    );
     let mut events = Vec::new();
     let deadline = Instant::now() + Duration::from_secs(20);
     while events.len() < 7 && Instant::now() < deadline {
@@ -241,4 +260,44 @@ fn a_valid_offset_fires_with_exact_count_and_value() {
         events,
         vec![("0x1122334455667788".to_string(), "0x3".to_string()); 7]
     );
+}
+
+/// Why a VEX instruction with a branch's opcode byte is refused although
+/// the kernel accepts it: probed directly (bypassing the check), the
+/// `vpcmpeqb` at cmp_fn+10 is emulated as a jump and never runs, and the
+/// program's result changes from ffff to 0.
+#[test]
+fn kernel_skips_a_probed_vex_instruction_taken_for_a_branch() {
+    let Some(bin) = target("vex") else { return };
+    let Some(pmu) = uprobes_usable("kernel_skips_a_probed_vex_instruction_taken_for_a_branch")
+    else {
+        return;
+    };
+    let b = bin.display();
+    let refused = refusal(&format!("p:{b}:cmp_fn+10"));
+    assert!(
+        refused.starts_with("cmp_fn+10 is vpcmpeqb %xmm1,%xmm0,%xmm0, which uprobes refuse"),
+        "{refused}"
+    );
+    let f = UserBinary::open(&bin).unwrap().function("cmp_fn").unwrap();
+    let path = std::ffi::CString::new(bin.as_os_str().as_encoded_bytes()).unwrap();
+    let run = |probe: bool| {
+        let mut child = start_target(&bin);
+        let pid = i32::try_from(child.id()).unwrap();
+        let fd = probe.then(|| {
+            let mut attr = kprobe_perf_engine::sys::perf_event_attr {
+                type_: pmu.type_,
+                size: kprobe_perf_engine::sys::ATTR_SIZE,
+                ..Default::default()
+            };
+            attr.__bindgen_anon_4.config2 = f.file_offset + 10;
+            kprobe_perf_engine::sys::perf_event_open(&attr, Some(&path), pid, -1, 0).unwrap()
+        });
+        child.stdin.take().unwrap().write_all(b"x").unwrap();
+        let out = child.wait_with_output().unwrap();
+        drop(fd);
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    assert_eq!(run(false), "112233445566778b ffff\n");
+    assert_eq!(run(true), "112233445566778b 0\n");
 }

@@ -896,6 +896,31 @@ fn uprobe_layer_refusals_follow_uprobes_c() {
     }
     // VEX: the opcode byte after the prefix is what the table sees
     // (vmovdqu's 6f is outs there, vpxor's ef is out).
+    // A VEX opcode byte of a branch or nop: accepted by the kernel, which
+    // would emulate it as that branch; refused here.
+    for (bytes, op) in [
+        ([0xc5, 0xf9, 0x74, 0xc1], 0x74),
+        ([0xc5, 0xf8, 0x90, 0xc1], 0x90),
+    ] {
+        match user(&bytes).verdict(0, ProbeSite::Entry) {
+            Verdict::Refuse(r) => assert_eq!(
+                r.reason,
+                RefuseReason::UprobeInstruction {
+                    insn: Insn::new(
+                        &FunctionText {
+                            start: 0x1139,
+                            bytes: &bytes
+                        },
+                        0,
+                        4
+                    ),
+                    rule: UprobeRule::EmulatedAsBranch(op)
+                }
+            ),
+            v => panic!("{bytes:02x?}: {v:?}"),
+        }
+    }
+    assert!(!UprobeRule::EmulatedAsBranch(0x74).kernel_refuses());
     for bytes in [[0xc5, 0xfe, 0x6f, 0x06], [0xc5, 0xf9, 0xef, 0xc0]] {
         assert_eq!(
             user(&bytes).verdict(0, ProbeSite::Entry).errno(),

@@ -20,6 +20,14 @@
 //!    in the file (`is_trap_insn`), also **ENOTSUPP**; `cc` is not in
 //!    `good_insns_64` either.
 //!
+//! Refused here although the kernel accepts it: a VEX, EVEX or XOP
+//! instruction whose opcode byte is that of a branch or `nop` (`70`..`7f`,
+//! `e8`, `e9`, `eb`, `90`: `vpcmpeqb`, `kmovw`, `vpsubsb` ...).
+//! `branch_setup_xol_ops` looks at that byte without the prefix and sets the
+//! instruction up to be emulated as the jump, call or nop, so it is never
+//! executed (a `vpcmpeqb` probed on the host kernel left its result
+//! unchanged: the program printed `mask=0` instead of `mask=ffff`).
+//!
 //! What the kernel does NOT check: that the offset is an instruction start
 //! in the program's own instruction stream. An offset inside an instruction
 //! decodes as whatever those bytes happen to mean, is accepted, and the
@@ -38,9 +46,19 @@ pub enum UprobeRule {
     Opcode(u8),
     /// A branch with a `66` prefix (`branch_setup_xol_ops`).
     BranchOperandSize,
+    /// A VEX/EVEX/XOP instruction whose opcode byte `branch_setup_xol_ops`
+    /// takes for a branch or `nop`: the kernel accepts it, then emulates it
+    /// as one instead of executing it.
+    EmulatedAsBranch(u8),
 }
 
 impl UprobeRule {
+    /// True when the kernel itself refuses the instruction (ENOTSUPP);
+    /// false for the refusals made here to protect the probed program.
+    pub fn kernel_refuses(self) -> bool {
+        !matches!(self, UprobeRule::EmulatedAsBranch(_))
+    }
+
     /// The clause after "which uprobes refuse", naming the kernel check.
     pub fn why(self) -> String {
         match self {
@@ -77,6 +95,9 @@ impl UprobeRule {
             UprobeRule::BranchOperandSize => {
                 "it is a branch with a 0x66 operand-size prefix (branch_setup_xol_ops)".to_string()
             }
+            UprobeRule::EmulatedAsBranch(op) => format!(
+                "the kernel would take its opcode byte 0x{op:02x} for a branch or nop and emulate that instead of running it (branch_setup_xol_ops ignores the VEX/EVEX prefix)"
+            ),
         }
     }
 }
@@ -130,6 +151,9 @@ pub(super) fn refusal(insn: &[u8]) -> Option<UprobeRule> {
     }
     if !good_insn_64(op) {
         return Some(UprobeRule::Opcode(op));
+    }
+    if vex && matches!(op, 0xe8 | 0xe9 | 0xeb | 0x70..=0x7f | 0x90) {
+        return Some(UprobeRule::EmulatedAsBranch(op));
     }
     let branch = match op {
         0xe8 | 0xe9 | 0xeb | 0x70..=0x7f => true,

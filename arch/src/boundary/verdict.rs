@@ -179,7 +179,8 @@ pub enum RefuseReason {
     /// uprobe, `uprobe_register`).
     Misaligned,
     /// An instruction the uprobe layer refuses (ENOTSUPP, 524;
-    /// `arch_uprobe_analyze_insn`).
+    /// `arch_uprobe_analyze_insn`), or one it would mis-emulate
+    /// ([`UprobeRule::kernel_refuses`] false: the errno is then nominal).
     UprobeInstruction {
         /// The instruction.
         insn: Insn,
