@@ -161,7 +161,7 @@ pub fn explain_permission(as_: OpenedAs, p: Privilege, exe: &str) -> String {
     }
     if paranoid3 {
         return format!(
-            "kernel.perf_event_paranoid is {} (a Debian/Ubuntu patch), which lets only CAP_SYS_ADMIN open perf events{}: run `sysctl kernel.perf_event_paranoid=2` (then CAP_PERFMON is enough for {what}), run as root, or `setcap cap_sys_admin+ep {exe}`",
+            "kernel.perf_event_paranoid is {} (a Debian kernel patch), which lets only CAP_SYS_ADMIN open perf events{}: run `sysctl kernel.perf_event_paranoid=2` (then CAP_PERFMON is enough for {what}), run as root, or `setcap cap_sys_admin+ep {exe}`",
             p.paranoid.unwrap_or(3),
             if p.perfmon { "; CAP_PERFMON is not enough" } else { "" }
         );
@@ -254,7 +254,7 @@ mod tests {
         );
         assert_eq!(
             says(OpenedAs::Kprobe, true, false, 3),
-            "kernel.perf_event_paranoid is 3 (a Debian/Ubuntu patch), which lets only CAP_SYS_ADMIN open perf events; CAP_PERFMON is not enough: run `sysctl kernel.perf_event_paranoid=2` (then CAP_PERFMON is enough for kprobes), run as root, or `setcap cap_sys_admin+ep /usr/bin/kprobe-perf`"
+            "kernel.perf_event_paranoid is 3 (a Debian kernel patch), which lets only CAP_SYS_ADMIN open perf events; CAP_PERFMON is not enough: run `sysctl kernel.perf_event_paranoid=2` (then CAP_PERFMON is enough for kprobes), run as root, or `setcap cap_sys_admin+ep /usr/bin/kprobe-perf`"
         );
         assert_eq!(
             says(OpenedAs::Kprobe, false, false, 2),

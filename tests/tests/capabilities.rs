@@ -137,7 +137,7 @@ fn kprobe_with_only_cap_perfmon_depends_on_paranoid() {
     assert_eq!(
         err3,
         format!(
-            "kprobe-perf: cannot attach p do_sys_openat2 on CPU 0: kernel.perf_event_paranoid is 3 (a Debian/Ubuntu patch), \
+            "kprobe-perf: cannot attach p do_sys_openat2 on CPU 0: kernel.perf_event_paranoid is 3 (a Debian kernel patch), \
              which lets only CAP_SYS_ADMIN open perf events; CAP_PERFMON is not enough: run `sysctl kernel.perf_event_paranoid=2` \
              (then CAP_PERFMON is enough for kprobes), run as root, or `setcap cap_sys_admin+ep {}`: Permission denied (os error 13)\n",
             copy.display()
