@@ -42,6 +42,11 @@ fn perfmon_copy(test: &str) -> Option<(PathBuf, PathBuf)> {
     }
 }
 
+/// Removes the copy and its directory.
+fn remove(dir: &Path) {
+    let _ = std::fs::remove_dir_all(dir);
+}
+
 fn set_mode(p: &Path, mode: u32) {
     use std::os::unix::fs::PermissionsExt;
     std::fs::set_permissions(p, std::fs::Permissions::from_mode(mode)).unwrap();
@@ -67,7 +72,7 @@ fn uprobe_with_only_cap_perfmon_is_told_it_needs_cap_sys_admin() {
         println!("SKIP {test}: no uprobe PMU");
         return;
     }
-    let Some((_dir, copy)) = perfmon_copy("uprobe") else {
+    let Some((dir, copy)) = perfmon_copy("uprobe") else {
         return;
     };
     let libc = "/lib/x86_64-linux-gnu/libc.so.6";
@@ -77,6 +82,7 @@ fn uprobe_with_only_cap_perfmon_is_told_it_needs_cap_sys_admin() {
     }
     let spec = format!("p:{libc}:getpid");
     let out = as_nobody(&copy, &["record", "-a", "-d", "0.2", "-e", &spec]);
+    remove(&dir);
     let err = String::from_utf8_lossy(&out.stderr);
     if out.status.success() {
         // A kernel from before the change (5.8 to 6.15 without the stable
@@ -122,7 +128,7 @@ fn kprobe_with_only_cap_perfmon_depends_on_paranoid() {
         println!("SKIP {test}: kprobes and Debian's paranoid level 3 are tried in the VM only");
         return;
     }
-    let Some((_dir, copy)) = perfmon_copy("kprobe") else {
+    let Some((dir, copy)) = perfmon_copy("kprobe") else {
         return;
     };
     let before = paranoid();
@@ -132,6 +138,7 @@ fn kprobe_with_only_cap_perfmon_depends_on_paranoid() {
     set_paranoid("2");
     let at2 = as_nobody(&copy, &args);
     set_paranoid(&before);
+    remove(&dir);
     let err3 = String::from_utf8_lossy(&at3.stderr);
     assert_eq!(at3.status.code(), Some(1), "{err3}");
     assert_eq!(

@@ -17,9 +17,29 @@ use kprobe_perf_engine::{plan_probes, KernelSymbols, Session, SessionOptions};
 use kprobe_perf_symbols::elf::UserBinary;
 use kprobe_perf_tests::vm_kernel;
 
-/// The assembled target, built once per test process in its own
-/// directory; `None` (after printing SKIP) where it cannot be built.
-fn target(test: &str) -> Option<PathBuf> {
+/// An assembled target program, removed (with its directory, once empty)
+/// when dropped.
+struct Target(PathBuf);
+
+impl std::ops::Deref for Target {
+    type Target = Path;
+    fn deref(&self) -> &Path {
+        &self.0
+    }
+}
+
+impl Drop for Target {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.0);
+        if let Some(dir) = self.0.parent() {
+            let _ = std::fs::remove_dir(dir);
+        }
+    }
+}
+
+/// The assembled target, built for each test in a directory of this test
+/// process; `None` (after printing SKIP) where it cannot be built.
+fn target(test: &str) -> Option<Target> {
     if !cfg!(target_arch = "x86_64") {
         println!("SKIP {test}: the target program is x86-64 assembly");
         return None;
@@ -30,7 +50,7 @@ fn target(test: &str) -> Option<PathBuf> {
     std::fs::create_dir_all(&dir).unwrap();
     let out = dir.join(format!("target-{test}"));
     match Command::new("cc").arg("-o").arg(&out).arg(&src).status() {
-        Ok(s) if s.success() => Some(out),
+        Ok(s) if s.success() => Some(Target(out)),
         r => {
             if let Some(k) = vm_kernel() {
                 panic!(
