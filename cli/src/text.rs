@@ -532,7 +532,10 @@ pub fn misses(session: &Session) -> Vec<String> {
             c.misses,
             c.hits + c.misses
         );
-        if let kprobe_perf_engine::spec::ProbeKind::Return { maxactive } = p.spec.kind {
+        let kernel_return = !p.spec.target.is_user();
+        if let (kprobe_perf_engine::spec::ProbeKind::Return { maxactive }, true) =
+            (p.spec.kind, kernel_return)
+        {
             let had = maxactive.map_or_else(default_maxactive, u64::from);
             let want = (had + c.misses).min(4096);
             line.push_str(&format!(
@@ -547,6 +550,16 @@ pub fn misses(session: &Session) -> Vec<String> {
         }
         let n = session.stats().unreturned(i);
         if n == 0 {
+            continue;
+        }
+        // Uretprobes have no maxactive: the kernel allocates a return
+        // instance per call, and stops hijacking returns only past
+        // MAX_URETPROBE_DEPTH (64) nested calls in one thread.
+        if p.spec.target.is_user() {
+            out.push(format!(
+                "kprobe-perf: {}: {n} calls entered without a reported return: still running at the end, left by longjmp or an exception, or nested deeper than the kernel's 64 pending uretprobes per thread",
+                p.event
+            ));
             continue;
         }
         let had = default_maxactive();

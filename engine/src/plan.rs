@@ -7,7 +7,7 @@ use kprobe_perf_arch::{Arch, Register};
 use kprobe_perf_symbols::prototypes::{BtfError, KernelBtf, Shape};
 use kprobe_perf_symbols::KernelSymbols;
 
-use crate::spec::{ArgType, FetchBase, ProbeKind, ProbeSpec, Target, UserLocation};
+use crate::spec::{ArgType, FetchBase, ProbeKind, ProbeSpec, Target};
 
 /// Why a probe cannot be planned.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -320,29 +320,13 @@ pub fn resolve(
         }
         Target::Address(a) => AttachPoint::Address(*a),
         Target::User { path, location } => {
-            // A regular file (not a device or FIFO), and an offset inside it.
-            let file = std::path::Path::new(path);
-            let size = kprobe_perf_symbols::elf::binary_size(file)
-                .map_err(|e| PlanError::User(e.to_string()))?;
-            let (offset, what) = match location {
-                UserLocation::Offset(o) => (Some(*o), format!("offset 0x{o:x}")),
-                UserLocation::Symbol { name, offset } => {
-                    let f = kprobe_perf_symbols::elf::find_function(file, name)
-                        .map_err(|e| PlanError::User(e.to_string()))?;
-                    (
-                        f.file_offset.checked_add(*offset),
-                        format!(
-                            "{name}+0x{offset:x} ({name} is at file offset 0x{:x})",
-                            f.file_offset
-                        ),
-                    )
-                }
+            // Checked on the binary's bytes before anything is opened.
+            let site = if spec.is_return() {
+                kprobe_perf_arch::boundary::ProbeSite::Return
+            } else {
+                kprobe_perf_arch::boundary::ProbeSite::Entry
             };
-            let offset = offset.filter(|&o| o < size).ok_or_else(|| {
-                PlanError::User(format!(
-                    "{what} lies past the end of {path} ({size} bytes): a uprobe goes at a file offset inside the binary"
-                ))
-            })?;
+            let offset = crate::preflight::check_uprobe(path, location, site, arch)?;
             AttachPoint::User {
                 path: path.clone(),
                 offset,

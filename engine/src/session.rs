@@ -11,7 +11,7 @@ use mio::{Events, Interest, Poll, Token};
 use perf_event_open_sys::bindings::PERF_SAMPLE_REGS_INTR;
 
 use crate::decode::Event;
-use crate::error::{explain_open_errno, Error};
+use crate::error::{explain_open_errno, Error, OpenedAs};
 use crate::plan::{AttachPoint, Backend, ProbePlan};
 use crate::pmu::{ProbePmu, SYSFS_PMUS};
 use crate::records::{self, RecordDecoder, RecordSink};
@@ -545,7 +545,12 @@ impl Session {
                     let reason = if slot.flags != 0 && matches!(errno, libc::ENOENT | libc::EBADF) {
                         "the kernel keeps no perf_event state for this cgroup (it is not a directory of a cgroup hierarchy with the perf_event controller, or that controller is not enabled there)".to_string()
                     } else {
-                        explain_open_errno(errno, &target)
+                        let as_ = match (&plan.attach, openers[i]) {
+                            (_, Opener::Tracepoint(_)) => OpenedAs::Tracepoint,
+                            (AttachPoint::User { .. }, _) => OpenedAs::Uprobe,
+                            _ => OpenedAs::Kprobe,
+                        };
+                        explain_open_errno(errno, &target, as_)
                     };
                     Error::Open {
                         probe: plan.spec.to_string(),
