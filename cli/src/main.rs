@@ -45,8 +45,10 @@ enum Cmd {
     /// without it (or with -a) records every CPU until Ctrl-C or --duration.
     /// A summary with per-probe counts and lost events goes to stderr.
     Record(RecordArgs),
-    /// Remove tracefs events left by kprobe-perf processes (normally removed
-    /// at exit, and at the next start when a process was killed).
+    /// Remove the tracefs events (kprobes and uprobes) left by kprobe-perf
+    /// processes. They are normally removed at exit; when a recording is
+    /// killed, its guardian process removes them at once, and any later
+    /// start removes those of processes that are gone.
     Cleanup,
     /// Print the events of a perf.data file written by `record -o`, exactly
     /// as the recording printed them (text, or JSON Lines with --json).
@@ -191,6 +193,12 @@ enum BackendArg {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
+    // Before any thread: the guardian removes the tracefs definitions of
+    // a recording that dies without removing them (SIGKILL). Without it
+    // (it could not start), the next start or `cleanup` removes them.
+    if matches!(cli.command, Cmd::Record(_)) {
+        let _ = kprobe_perf_engine::guardian::Guardian::start();
+    }
     let result = match cli.command {
         Cmd::Record(args) => record(&args),
         Cmd::Cleanup => cleanup(),

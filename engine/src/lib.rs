@@ -10,6 +10,7 @@
 
 pub mod decode;
 pub mod error;
+pub mod guardian;
 pub mod kcore;
 pub mod perfdata;
 pub mod plan;
