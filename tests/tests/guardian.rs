@@ -1,0 +1,271 @@
+//! Nothing stays in the kernel: a recording killed with SIGKILL has its
+//! tracefs definitions removed by its guardian within 2 s, with no later
+//! start and no `cleanup`; sessions of one process have their own groups.
+//! Uprobes follow a command's forks through uprobe_events.
+
+use std::io::Read;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use kprobe_perf_engine::plan::Backend;
+use kprobe_perf_engine::{plan_probes, KernelSymbols, Session, SessionOptions};
+use kprobe_perf_tests::{kprobe_perf_bin, kprobes_available, vm_kernel};
+
+const TRACEFS: &str = "/sys/kernel/tracing";
+const FORKER: &str = env!("CARGO_BIN_EXE_forker");
+
+/// The lines of a tracefs event list that belong to groups starting with
+/// `prefix` (`kprobe_perf_<pid>_`).
+fn lines_of(file: &str, prefix: &str) -> Vec<String> {
+    std::fs::read_to_string(format!("{TRACEFS}/{file}"))
+        .unwrap_or_default()
+        .lines()
+        .filter(|l| l.contains(&format!(":{prefix}")))
+        .map(str::to_string)
+        .collect()
+}
+
+/// kprobes and uprobes of groups starting with `prefix`.
+fn defined(prefix: &str) -> (Vec<String>, Vec<String>) {
+    (
+        lines_of("kprobe_events", prefix),
+        lines_of("uprobe_events", prefix),
+    )
+}
+
+/// Waits up to `limit` for `done`; returns the time it took, or None.
+fn wait_for(limit: Duration, mut done: impl FnMut() -> bool) -> Option<Duration> {
+    let start = Instant::now();
+    while start.elapsed() < limit {
+        if done() {
+            return Some(start.elapsed());
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    done().then(|| start.elapsed())
+}
+
+/// The pids of a process's children (`/proc/PID/task/*/children`).
+fn children_of(pid: u32) -> Vec<i32> {
+    std::fs::read_dir(format!("/proc/{pid}/task"))
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter_map(|t| std::fs::read_to_string(t.path().join("children")).ok())
+        .flat_map(|s| {
+            s.split_whitespace()
+                .filter_map(|p| p.parse().ok())
+                .collect::<Vec<i32>>()
+        })
+        .collect()
+}
+
+fn kill9(child: &mut Child) {
+    child.kill().unwrap();
+    child.wait().unwrap();
+}
+
+/// `record -a -e 'r8:myret do_sys_openat2'` killed with SIGKILL: within
+/// 2 s dynamic_events holds nothing of its group, and a reader of its
+/// output sees end-of-file (the guardian holds none of its descriptors).
+#[test]
+fn sigkill_of_a_system_wide_recording_leaves_nothing() {
+    if !kprobes_available("sigkill_of_a_system_wide_recording_leaves_nothing") {
+        return;
+    }
+    let mut rec = Command::new(kprobe_perf_bin())
+        .args(["record", "-a", "-e", "r8:myret do_sys_openat2"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let prefix = format!("kprobe_perf_{}_", rec.id());
+    let armed = wait_for(Duration::from_secs(60), || {
+        !lines_of("dynamic_events", &prefix).is_empty()
+    });
+    assert!(armed.is_some(), "no definition of {prefix} within 60 s");
+    assert_eq!(
+        defined(&prefix).0,
+        vec![format!("r8:{prefix}0/myret do_sys_openat2")]
+    );
+    let mut out = rec.stdout.take().unwrap();
+    kill9(&mut rec);
+    let gone = wait_for(Duration::from_secs(2), || {
+        lines_of("dynamic_events", &prefix).is_empty() && defined(&prefix) == (vec![], vec![])
+    });
+    println!("definitions of {prefix} gone {gone:?} after SIGKILL");
+    assert!(
+        gone.is_some(),
+        "still defined 2 s after SIGKILL: {:?}",
+        defined(&prefix)
+    );
+    // EOF on the recorder's stdout: nothing else holds the pipe.
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let mut sink = Vec::new();
+        tx.send(out.read_to_end(&mut sink).is_ok()).unwrap();
+    });
+    assert_eq!(
+        rx.recv_timeout(Duration::from_secs(2)),
+        Ok(true),
+        "the recorder's stdout did not reach EOF: someone still holds it"
+    );
+}
+
+/// A recording of a command with a kretprobe (maxactive, so tracefs) and
+/// a uprobe (a command: uprobe_events) killed with SIGKILL: within 2 s
+/// neither dynamic_events nor uprobe_events holds anything of its group.
+#[test]
+fn sigkill_of_a_command_recording_leaves_no_kprobe_and_no_uprobe() {
+    if !kprobes_available("sigkill_of_a_command_recording_leaves_no_kprobe_and_no_uprobe") {
+        return;
+    }
+    let mut rec = Command::new(kprobe_perf_bin())
+        .args(["record", "-e", "r8:myret do_sys_openat2", "-e"])
+        .arg(format!("p:{FORKER}:kprobe_perf_fork_target a=$arg1"))
+        .args(["--", "sleep", "120"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let prefix = format!("kprobe_perf_{}_", rec.id());
+    let armed = wait_for(Duration::from_secs(60), || {
+        let (k, u) = defined(&prefix);
+        !k.is_empty() && !u.is_empty()
+    });
+    assert!(
+        armed.is_some(),
+        "not both defined within 60 s: {:?}",
+        defined(&prefix)
+    );
+    let (k, u) = defined(&prefix);
+    assert_eq!(k, vec![format!("r8:{prefix}0/myret do_sys_openat2")]);
+    assert_eq!(u.len(), 1, "{u:?}");
+    assert!(
+        u[0].starts_with(&format!(
+            "p:{prefix}0/p_forker_kprobe_perf_fork_target_0 {FORKER}:0x"
+        )) && u[0].ends_with(" a=%di"),
+        "{u:?}"
+    );
+    let sleepers = children_of(rec.id());
+    kill9(&mut rec);
+    let gone = wait_for(Duration::from_secs(2), || {
+        defined(&prefix) == (vec![], vec![]) && lines_of("dynamic_events", &prefix).is_empty()
+    });
+    println!("kprobe and uprobe of {prefix} gone {gone:?} after SIGKILL");
+    for pid in sleepers {
+        let _ = Command::new("kill")
+            .arg(pid.to_string())
+            .stderr(Stdio::null())
+            .status();
+    }
+    assert!(
+        gone.is_some(),
+        "still defined 2 s after SIGKILL: {:?}",
+        defined(&prefix)
+    );
+}
+
+/// Two sessions of one process get different groups, and each removes
+/// only its own definitions.
+#[test]
+fn two_sessions_have_their_own_groups() {
+    if !kprobes_available("two_sessions_have_their_own_groups") {
+        return;
+    }
+    let symbols = KernelSymbols::load().unwrap();
+    let open = || {
+        let plans = plan_probes(&["r4:do_sys_openat2"], &symbols).unwrap();
+        assert_eq!(plans[0].backend, Backend::Tracefs);
+        Session::open(plans, SessionOptions::default()).unwrap()
+    };
+    let a = open();
+    let b = open();
+    let (ga, gb) = (
+        a.tracefs_group().unwrap().to_string(),
+        b.tracefs_group().unwrap().to_string(),
+    );
+    let pid = std::process::id();
+    assert_ne!(ga, gb);
+    for g in [&ga, &gb] {
+        assert!(g.starts_with(&format!("kprobe_perf_{pid}_")), "{g}");
+    }
+    let line = |g: &str| format!("r4:{g}/r_do_sys_openat2_0 do_sys_openat2");
+    let ours = format!("kprobe_perf_{pid}_");
+    let mut both = vec![line(&ga), line(&gb)];
+    both.sort();
+    let mut now = defined(&ours).0;
+    now.sort();
+    assert_eq!(now, both);
+    drop(a);
+    assert_eq!(defined(&ours).0, vec![line(&gb)]);
+    drop(b);
+    assert_eq!(defined(&ours).0, Vec::<String>::new());
+}
+
+/// `record -e 'p:BIN:func' -e 'r:BIN:func' -- BIN` where BIN forks: every
+/// call of parent and child is recorded, with its arguments, return value,
+/// pid and tid. Needs only uprobes and tracefs, so it also runs natively.
+#[test]
+fn uprobes_follow_a_forking_command() {
+    let tracefs_uprobes = std::path::Path::new(TRACEFS).join("uprobe_events").exists();
+    let root = kprobe_perf_engine::session::check_capabilities().is_ok();
+    if !tracefs_uprobes || !root {
+        if let Some(k) = vm_kernel() {
+            panic!("uprobe_events must work inside the VM (kernel {k})");
+        }
+        println!("SKIP uprobes_follow_a_forking_command: no {TRACEFS}/uprobe_events, or no CAP_PERFMON/CAP_SYS_ADMIN");
+        return;
+    }
+    let pidfile = std::env::temp_dir().join(format!("kprobe-perf-forker-{}", std::process::id()));
+    let out = Command::new(kprobe_perf_bin())
+        .args(["record", "--json", "-e"])
+        .arg(format!(
+            "p:{FORKER}:kprobe_perf_fork_target a=$arg1 b=%si:u32"
+        ))
+        .arg("-e")
+        .arg(format!("r:{FORKER}:kprobe_perf_fork_target ret=$retval"))
+        .arg("--")
+        .arg(FORKER)
+        .arg(&pidfile)
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    let pids = std::fs::read_to_string(&pidfile).unwrap();
+    let _ = std::fs::remove_file(&pidfile);
+    let pids: Vec<i64> = pids
+        .split_whitespace()
+        .map(|p| p.parse().unwrap())
+        .collect();
+    let (parent, child) = (pids[0], pids[1]);
+    let events: Vec<(String, i64, i64, String)> = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap())
+        .filter(|v| v["type"] == "event")
+        .map(|v| {
+            (
+                v["event"].as_str().unwrap().to_string(),
+                v["pid"].as_i64().unwrap(),
+                v["tid"].as_i64().unwrap(),
+                v["args"].to_string(),
+            )
+        })
+        .collect();
+    let entry = "p_forker_kprobe_perf_fork_target_0".to_string();
+    let ret = "r_forker_kprobe_perf_fork_target_0".to_string();
+    let want = vec![
+        (entry.clone(), parent, parent, r#"{"a":1,"b":16}"#.to_string()),
+        (ret.clone(), parent, parent, r#"{"ret":1016}"#.to_string()),
+        (entry.clone(), child, child, r#"{"a":2,"b":32}"#.to_string()),
+        (ret.clone(), child, child, r#"{"ret":2032}"#.to_string()),
+        (entry, parent, parent, r#"{"a":3,"b":48}"#.to_string()),
+        (ret, parent, parent, r#"{"ret":3048}"#.to_string()),
+    ];
+    assert_eq!(events, want, "{stderr}");
+    // And nothing of it stays defined.
+    assert_eq!(
+        lines_of("uprobe_events", "kprobe_perf_"),
+        Vec::<String>::new()
+    );
+}
