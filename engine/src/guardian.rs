@@ -130,7 +130,10 @@ fn guard(fd: OwnedFd) {
                 // Bounded: a line per session; keep at most 1 MiB.
                 if read.len() > 1 << 20 {
                     let groups = groups_in(&read);
-                    read = groups.into_iter().flat_map(|g| (g + "\n").into_bytes()).collect();
+                    read = groups
+                        .into_iter()
+                        .flat_map(|g| (g + "\n").into_bytes())
+                        .collect();
                 }
             }
             Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
@@ -149,6 +152,18 @@ fn guard(fd: OwnedFd) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn refused_once_threads_run() {
+        // The test harness runs this on a thread of its own.
+        let e = Guardian::start().unwrap_err();
+        assert!(
+            e.to_string()
+                .starts_with("starting the tracefs guardian: this process already has "),
+            "{e}"
+        );
+        assert!(!Guardian::is_running());
+    }
 
     #[test]
     fn only_our_groups_are_read() {

@@ -27,10 +27,10 @@ pub const GROUP_PREFIX: &str = "kprobe_perf_";
 #[non_exhaustive]
 pub enum TracefsError {
     /// tracefs is mounted nowhere.
-    #[error("tracefs is not mounted (neither /sys/kernel/tracing nor /sys/kernel/debug/tracing has its files); mount it with: mount -t tracefs nodev /sys/kernel/tracing")]
+    #[error("tracefs is not mounted (neither /sys/kernel/tracing nor /sys/kernel/debug/tracing has its files), and probes defined through kprobe_events or uprobe_events (maxactive rN:, arguments read from memory, uprobes of a recorded command) need it: mount it with: mount -t tracefs nodev /sys/kernel/tracing")]
     NotMounted,
     /// tracefs is there but this process may not read it.
-    #[error("{root} cannot be read by this process: {source}; tracefs is root-only by default, so run as root (or remount it with -o gid=GROUP and give the group access)", root = .root.display())]
+    #[error("{root} cannot be read by this process (tracefs is root-only by default): run as root, or remount it with -o gid=GROUP and give that group access", root = .root.display())]
     NotReadable {
         /// The mount point.
         root: PathBuf,
@@ -38,10 +38,12 @@ pub enum TracefsError {
         source: io::Error,
     },
     /// tracefs is mounted but the kernel has no kprobe events.
-    #[error("tracefs is mounted at {root} but has no kprobe_events: this kernel was built without CONFIG_KPROBE_EVENTS, so a probe that needs a kprobe_events definition (maxactive rN:, arguments read from memory, strings, $stackN, 64 or more probes at once, --backend tracefs) cannot be defined; keep to register arguments and plain r: with --backend pmu, or use a kernel with CONFIG_KPROBE_EVENTS=y", root = .root.display())]
+    #[error("tracefs is mounted at {root} but has no kprobe_events: this kernel was built without CONFIG_KPROBE_EVENTS, so a probe that needs a kprobe_events definition (maxactive rN:, arguments read from memory, strings, $stackN, 64 or more probes at once, --backend tracefs) cannot be defined; {instead}", root = .root.display(), instead = if *.kprobe_pmu { "keep to register arguments and plain r: with --backend pmu (the kprobe PMU needs no tracefs), or use a kernel with CONFIG_KPROBE_EVENTS=y" } else { "it has no kprobe PMU either (/sys/bus/event_source/devices/kprobe is absent, CONFIG_KPROBES is off), so no kernel probe works here: use a kernel with CONFIG_KPROBES=y and CONFIG_KPROBE_EVENTS=y (uprobes still work)" })]
     NoKprobeEvents {
         /// The mount point.
         root: PathBuf,
+        /// Whether the kprobe PMU exists (probes without tracefs needs).
+        kprobe_pmu: bool,
     },
     /// tracefs is mounted but the kernel has no uprobe events.
     #[error("tracefs is mounted at {root} but has no uprobe_events: this kernel was built without CONFIG_UPROBE_EVENTS, and uprobes that follow a command's forks need a uprobe_events definition; record system-wide with -a instead, or use a kernel with CONFIG_UPROBE_EVENTS=y", root = .root.display())]
@@ -57,8 +59,9 @@ pub enum TracefsError {
         /// The kernel's `error_log` line, or the errno.
         reason: String,
     },
-    /// Reading or writing a tracefs file failed.
-    #[error("{path}: {source}")]
+    /// Reading or writing a tracefs file failed (the OS error is the
+    /// `source()`).
+    #[error("{}", .path.display())]
     Io {
         /// The file.
         path: PathBuf,
@@ -225,7 +228,10 @@ impl Tracefs {
         }
         let root = self.root.clone();
         Err(match kind {
-            ProbeKind::Kernel => TracefsError::NoKprobeEvents { root },
+            ProbeKind::Kernel => TracefsError::NoKprobeEvents {
+                root,
+                kprobe_pmu: Path::new(crate::pmu::SYSFS_PMUS).join("kprobe").exists(),
+            },
             ProbeKind::User => TracefsError::NoUprobeEvents { root },
         })
     }

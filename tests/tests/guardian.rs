@@ -255,7 +255,12 @@ fn uprobes_follow_a_forking_command() {
     let entry = "p_forker_kprobe_perf_fork_target_0".to_string();
     let ret = "r_forker_kprobe_perf_fork_target_0".to_string();
     let want = vec![
-        (entry.clone(), parent, parent, r#"{"a":1,"b":16}"#.to_string()),
+        (
+            entry.clone(),
+            parent,
+            parent,
+            r#"{"a":1,"b":16}"#.to_string(),
+        ),
         (ret.clone(), parent, parent, r#"{"ret":1016}"#.to_string()),
         (entry.clone(), child, child, r#"{"a":2,"b":32}"#.to_string()),
         (ret.clone(), child, child, r#"{"ret":2032}"#.to_string()),
@@ -267,5 +272,74 @@ fn uprobes_follow_a_forking_command() {
     assert_eq!(
         lines_of("uprobe_events", "kprobe_perf_"),
         Vec::<String>::new()
+    );
+}
+
+/// Live guardians (comm `kprobe-perf-gd`, not zombies) whose command line
+/// (the recorder's, inherited at fork) contains `marker`.
+fn live_guardians(marker: &str) -> Vec<u32> {
+    std::fs::read_dir("/proc")
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter_map(|e| e.file_name().to_str()?.parse::<u32>().ok())
+        .filter(|pid| {
+            let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+            let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
+            stat.contains("(kprobe-perf-gd) ")
+                && !stat.contains(") Z ")
+                && String::from_utf8_lossy(&cmdline).contains(marker)
+        })
+        .collect()
+}
+
+/// Ctrl-C reaches the whole process group: the recorder removes its
+/// uprobe, and its guardian, which ignores the signal, exits once the
+/// recorder is gone. Needs uprobes and tracefs, so it also runs natively.
+#[test]
+fn ctrl_c_of_the_process_group_leaves_nothing_and_no_guardian() {
+    use std::os::unix::process::CommandExt;
+    let tracefs_uprobes = std::path::Path::new(TRACEFS).join("uprobe_events").exists();
+    let root = kprobe_perf_engine::session::check_capabilities().is_ok();
+    if !tracefs_uprobes || !root {
+        if let Some(k) = vm_kernel() {
+            panic!("uprobe_events must work inside the VM (kernel {k})");
+        }
+        println!("SKIP ctrl_c_of_the_process_group_leaves_nothing_and_no_guardian: no {TRACEFS}/uprobe_events, or no CAP_PERFMON/CAP_SYS_ADMIN");
+        return;
+    }
+    let marker = format!("117.{}", std::process::id());
+    let mut rec = Command::new(kprobe_perf_bin())
+        .args(["record", "-e"])
+        .arg(format!("p:{FORKER}:kprobe_perf_fork_target a=$arg1"))
+        .args(["--", "sleep", &marker])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .process_group(0)
+        .spawn()
+        .unwrap();
+    let prefix = format!("kprobe_perf_{}_", rec.id());
+    let armed = wait_for(Duration::from_secs(60), || {
+        !defined(&prefix).1.is_empty() && !children_of(rec.id()).is_empty()
+    });
+    assert!(armed.is_some(), "no uprobe of {prefix} within 60 s");
+    assert_eq!(live_guardians(&marker).len(), 1, "one guardian runs");
+    let status = Command::new("kill")
+        .args(["-INT", "--", &format!("-{}", rec.id())])
+        .status()
+        .unwrap();
+    assert!(status.success());
+    let ended = wait_for(Duration::from_secs(10), || {
+        rec.try_wait().unwrap().is_some()
+    });
+    assert!(ended.is_some(), "the recorder did not end on SIGINT");
+    let gone = wait_for(Duration::from_secs(2), || {
+        defined(&prefix).1.is_empty() && live_guardians(&marker).is_empty()
+    });
+    assert!(
+        gone.is_some(),
+        "2 s after the recorder ended: uprobes {:?}, guardians {:?}",
+        defined(&prefix).1,
+        live_guardians(&marker)
     );
 }

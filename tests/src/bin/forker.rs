@@ -37,8 +37,7 @@ fn main() {
     // SAFETY: waits for our own child, writing into a local integer.
     unsafe { libc::waitpid(child, &mut status, 0) };
     kprobe_perf_fork_target(3, 48);
-    let written = std::fs::File::create(&out)
-        .and_then(|mut f| writeln!(f, "{parent} {child}"));
+    let written = std::fs::File::create(&out).and_then(|mut f| writeln!(f, "{parent} {child}"));
     if let Err(e) = written {
         eprintln!("{out}: {e}");
         std::process::exit(1);
