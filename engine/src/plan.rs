@@ -373,10 +373,9 @@ pub fn resolve(
             });
         }
         if choice == BackendChoice::Tracefs {
-            return Err(PlanError::Unsupported {
-                what: "uprobes through tracefs".into(),
-                instead: "leave --backend at auto or pmu".into(),
-            });
+            // Planned for registers, then given to uprobe_events with them.
+            return resolve(spec, symbols, arch, BackendChoice::Pmu)
+                .map(ProbePlan::through_uprobe_events);
         }
     }
     let spec = resolve_names(spec, arch, KernelBtf::running_kernel)?;
@@ -719,6 +718,13 @@ mod tests {
             r.tracefs_definition("g"),
             "r:g/r_true_0x1000 /bin/true:0x1000 ret=$retval"
         );
+        // --backend tracefs (and a perf.data file's replay) plans the same.
+        let forced = plan_with(
+            "p:/bin/true:0x1000 a=$arg1 %si:u32 $arg2 c=$comm",
+            BackendChoice::Tracefs,
+        )
+        .unwrap();
+        assert_eq!(forced, p);
         // Kernel probes are left as they are.
         let k = plan("p:do_sys_openat2 %di").unwrap();
         assert_eq!(k.clone().through_uprobe_events(), k);
