@@ -228,8 +228,12 @@ fn uprobes_follow_a_forking_command() {
         .arg("--")
         .arg(FORKER)
         .arg(&pidfile)
-        .output()
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
         .unwrap();
+    let prefix = format!("kprobe_perf_{}_", out.id());
+    let out = out.wait_with_output().unwrap();
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "{stderr}");
     let pids = std::fs::read_to_string(&pidfile).unwrap();
@@ -269,10 +273,7 @@ fn uprobes_follow_a_forking_command() {
     ];
     assert_eq!(events, want, "{stderr}");
     // And nothing of it stays defined.
-    assert_eq!(
-        lines_of("uprobe_events", "kprobe_perf_"),
-        Vec::<String>::new()
-    );
+    assert_eq!(lines_of("uprobe_events", &prefix), Vec::<String>::new());
 }
 
 /// Live guardians (comm `kprobe-perf-gd`, not zombies) whose command line
@@ -342,4 +343,70 @@ fn ctrl_c_of_the_process_group_leaves_nothing_and_no_guardian() {
         defined(&prefix).1,
         live_guardians(&marker)
     );
+}
+
+/// Appends one line to a tracefs event list.
+fn append(file: &str, line: &str) {
+    use std::io::Write;
+    std::fs::OpenOptions::new()
+        .append(true)
+        .open(format!("{TRACEFS}/{file}"))
+        .and_then(|mut f| f.write_all(format!("{line}\n").as_bytes()))
+        .unwrap();
+}
+
+/// A start that needs no tracefs at all (a PMU probe) still removes the
+/// kprobes and uprobes of kprobe-perf processes that are gone, in the old
+/// (`kprobe_perf_<pid>`) and new (`kprobe_perf_<pid>_<n>`) group forms.
+/// Natively (no kprobes) only the uprobe part runs.
+#[test]
+fn any_start_removes_definitions_of_dead_processes() {
+    let tracefs_uprobes = std::path::Path::new(TRACEFS).join("uprobe_events").exists();
+    let root = kprobe_perf_engine::session::check_capabilities().is_ok();
+    if !tracefs_uprobes || !root {
+        if let Some(k) = vm_kernel() {
+            panic!("uprobe_events must work inside the VM (kernel {k})");
+        }
+        println!("SKIP any_start_removes_definitions_of_dead_processes: no {TRACEFS}/uprobe_events, or no CAP_PERFMON/CAP_SYS_ADMIN");
+        return;
+    }
+    let kernel = vm_kernel().is_some();
+    // pids above pid_max (4194304 at most) belong to no process.
+    if kernel {
+        append("kprobe_events", "p:kprobe_perf_4999999/left do_sys_openat2");
+        append(
+            "kprobe_events",
+            "r:kprobe_perf_4999998_3/left_ret do_sys_openat2",
+        );
+    }
+    append(
+        "uprobe_events",
+        &format!("p:kprobe_perf_4999997_0/left_u {FORKER}:0x1000"),
+    );
+    let planted = |file| lines_of(file, "kprobe_perf_499999");
+    assert_eq!(planted("kprobe_events").len(), if kernel { 2 } else { 0 });
+    assert_eq!(planted("uprobe_events").len(), 1);
+    // A PMU probe only: a uprobe system-wide (and a kprobe in the VM).
+    let mut args = vec![
+        "record".to_string(),
+        "-a".into(),
+        "-d".into(),
+        "0.1".into(),
+        "-e".into(),
+        format!("p:{FORKER}:kprobe_perf_fork_target"),
+    ];
+    if kernel {
+        args.extend(["-e".into(), "p:do_sys_openat2".into()]);
+    }
+    let out = Command::new(kprobe_perf_bin())
+        .args(&args)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(planted("kprobe_events"), Vec::<String>::new());
+    assert_eq!(planted("uprobe_events"), Vec::<String>::new());
 }
