@@ -46,8 +46,10 @@ enum Cmd {
     /// without it (or with -a) records every CPU until Ctrl-C or --duration.
     /// A summary with per-probe counts and lost events goes to stderr.
     Record(RecordArgs),
-    /// Remove tracefs events left by kprobe-perf processes (normally removed
-    /// at exit, and at the next start when a process was killed).
+    /// Remove the tracefs events (kprobes and uprobes) left by kprobe-perf
+    /// processes. They are normally removed at exit; when a recording is
+    /// killed, its guardian process removes them at once, and any later
+    /// start removes those of processes that are gone.
     Cleanup,
     /// Print the events of a perf.data file written by `record -o`, exactly
     /// as the recording printed them (text, or JSON Lines with --json).
@@ -151,7 +153,9 @@ struct RecordArgs {
     /// the kernel fetches memory arguments and honours maxactive), or
     /// `auto` (the PMU unless the probe needs tracefs; all kernel probes go
     /// through tracefs when there are 64 or more, which shares one kernel
-    /// kprobe between CPUs and detaches much faster).
+    /// kprobe between CPUs and detaches much faster). Uprobes of a
+    /// recorded command (`-- CMD`), and with `tracefs` every uprobe, are
+    /// defined in uprobe_events, so that they follow the command's forks.
     #[arg(long, value_enum, default_value_t = BackendArg::Auto)]
     backend: BackendArg,
     /// Probe every function of a name several functions share (each by
@@ -214,6 +218,12 @@ fn main() -> ExitCode {
         Ok(cli) => cli,
         Err(e) => return validate::usage_error(e),
     };
+    // Before any thread: the guardian removes the tracefs definitions of
+    // a recording that dies without removing them (SIGKILL). Without it
+    // (it could not start), the next start or `cleanup` removes them.
+    if matches!(cli.command, Cmd::Record(_)) {
+        let _ = kprobe_perf_engine::guardian::Guardian::start();
+    }
     let result = match cli.command {
         Cmd::Record(mut args) => {
             validate::merge_duplicates(&mut args.pid);

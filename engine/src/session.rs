@@ -17,7 +17,7 @@ use crate::pmu::{ProbePmu, SYSFS_PMUS};
 use crate::records::{self, RecordDecoder, RecordSink};
 use crate::ring::{BackwardRing, RingBuffer};
 use crate::sys;
-use crate::tracefs::{self, Tracefs, TracefsProbes};
+use crate::tracefs::{self, ProbeKind, Tracefs, TracefsProbes};
 
 /// Default ring size per CPU in data pages (512 KiB with 4 KiB pages).
 pub const DEFAULT_MMAP_PAGES: usize = 128;
@@ -44,6 +44,15 @@ pub enum RecordTarget {
         /// started held before exec).
         enable_on_exec: bool,
     },
+}
+
+impl RecordTarget {
+    /// True when the target's events are inherited by the children it
+    /// creates (a process and its descendants): such uprobes then go
+    /// through `uprobe_events` (see [`ProbePlan::through_uprobe_events`]).
+    pub fn inherits(&self) -> bool {
+        matches!(self, RecordTarget::Process { .. })
+    }
 }
 
 /// Session settings.
@@ -302,7 +311,22 @@ fn base_attr(
 impl Session {
     /// Opens every probe on every online CPU (or for one process), maps one
     /// ring per CPU and leaves the probes disabled until [`Session::enable`].
+    ///
+    /// Every open first removes the tracefs definitions of kprobe-perf
+    /// processes that are gone (silently nothing without tracefs). When
+    /// the target inherits ([`RecordTarget::inherits`]), uprobes are
+    /// defined through `uprobe_events`, whose events follow forks.
     pub fn open(plans: Vec<ProbePlan>, opts: SessionOptions) -> Result<Session, Error> {
+        tracefs::remove_stale_if_mounted();
+        let inherit = opts.target.inherits();
+        let plans: Vec<ProbePlan> = if inherit {
+            plans
+                .into_iter()
+                .map(ProbePlan::through_uprobe_events)
+                .collect()
+        } else {
+            plans
+        };
         let is_user = |p: &ProbePlan| matches!(p.attach, AttachPoint::User { .. });
         let needs_kprobe_pmu = plans
             .iter()
@@ -313,7 +337,10 @@ impl Session {
             check_capabilities()?;
             None
         };
-        let uprobe_pmu = if plans.iter().any(is_user) {
+        let uprobe_pmu = if plans
+            .iter()
+            .any(|p| is_user(p) && p.backend == Backend::Pmu)
+        {
             Some(
                 ProbePmu::discover("uprobe")
                     .map_err(|e| Error::io("reading the uprobe PMU from sysfs", e))?
@@ -345,16 +372,17 @@ impl Session {
                     field_offsets.push(Vec::new());
                 }
                 _ => {
-                    if tracefs_guard.is_none() {
-                        let fs = Tracefs::find()?;
-                        tracefs::remove_stale(&fs);
-                        tracefs_guard = Some(TracefsProbes::new(fs));
-                    }
-                    let Some(guard) = tracefs_guard.as_mut() else {
-                        return Err(Error::Tracefs(crate::tracefs::TracefsError::NotMounted));
+                    let kind = if is_user(plan) {
+                        ProbeKind::User
+                    } else {
+                        ProbeKind::Kernel
+                    };
+                    let guard = match tracefs_guard.as_mut() {
+                        Some(guard) => guard,
+                        None => tracefs_guard.insert(TracefsProbes::new(Tracefs::find()?)),
                     };
                     let group = guard.group().to_string();
-                    guard.define(&plan.tracefs_definition(&group), &plan.event)?;
+                    guard.define(kind, &plan.tracefs_definition(&group), &plan.event)?;
                     let id = guard.tracefs().event_id(&group, &plan.event)?;
                     let fields = guard.tracefs().format(&group, &plan.event)?;
                     let offsets = plan
@@ -367,13 +395,7 @@ impl Session {
                                 .map(|f| f.offset)
                                 .ok_or_else(|| {
                                     Error::Tracefs(crate::tracefs::TracefsError::Format {
-                                        path: guard
-                                            .tracefs()
-                                            .root()
-                                            .join("events")
-                                            .join(&group)
-                                            .join(&plan.event)
-                                            .join("format"),
+                                        path: guard.tracefs().format_path(&group, &plan.event),
                                         field: a.name.clone(),
                                     })
                                 })
@@ -471,7 +493,6 @@ impl Session {
             .map(|(plan, &opener)| sys::attr_bytes(&base_attr(opener, plan, &opts, false, false)))
             .collect();
         let poll = Poll::new().map_err(|e| Error::io("creating the poller", e))?;
-        let inherit = matches!(opts.target, RecordTarget::Process { .. });
         let any_user = plans.iter().any(is_user);
         let mut streams = Vec::with_capacity(slots.len());
         let mut probe_of_id = HashMap::new();
@@ -489,7 +510,8 @@ impl Session {
                 // recorded command, and the kernel then reads config1 (the
                 // name or path) as a user pointer of the forking process,
                 // which is not ours: the fork fails. So inherited kprobes go
-                // by address, and inherited uprobes are refused.
+                // by address, and inherited uprobes through uprobe_events
+                // (made tracepoints above, so they never get here).
                 if inherit && name.is_some() {
                     match (&plan.attach, plan.resolved_address) {
                         (AttachPoint::Symbol { offset, .. }, Some(addr)) => {
@@ -501,7 +523,7 @@ impl Session {
                                 format!("following a command's children with the uprobe {}", plan.spec),
                                 std::io::Error::new(
                                     std::io::ErrorKind::Unsupported,
-                                    "the kernel re-reads the binary's path at each fork; record the command's pid (-p) or system-wide (-a) instead",
+                                    "an inherited uprobe PMU event would make the kernel re-read the binary's path at each fork; it must be defined through uprobe_events (a bug: please report it)",
                                 ),
                             ))
                         }
@@ -743,7 +765,8 @@ impl Session {
             .iter()
             .map(|p| {
                 let fs = self.tracefs.as_ref()?;
-                if p.backend != Backend::Tracefs {
+                // kprobe_profile counts kprobes only.
+                if p.backend != Backend::Tracefs || matches!(p.attach, AttachPoint::User { .. }) {
                     return None;
                 }
                 let (hits, misses) = fs.tracefs().profile(&p.event)?;
