@@ -95,7 +95,9 @@ impl UserBinary {
         // FIFO or device never blocks or streams without end.
         let data = crate::file::read_regular(path, MAX_BINARY_BYTES).map_err(|source| {
             if source.kind() == std::io::ErrorKind::InvalidInput
-                && source.get_ref().is_some_and(|e| e.is::<crate::file::TooLarge>())
+                && source
+                    .get_ref()
+                    .is_some_and(|e| e.is::<crate::file::TooLarge>())
             {
                 ElfError::Parse {
                     path: path.to_path_buf(),
