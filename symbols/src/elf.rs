@@ -33,12 +33,6 @@ pub enum ElfError {
         /// The name.
         name: String,
     },
-    /// The path is not a regular file (a directory, device or FIFO).
-    #[error("{path} is not a regular file; a uprobe needs an executable or a library")]
-    NotRegularFile {
-        /// The path.
-        path: PathBuf,
-    },
     /// The symbol's address lies in no loadable segment.
     #[error("{name} in {path} is at 0x{address:x}, outside every loadable segment")]
     NoSegment {
@@ -289,7 +283,7 @@ mod tests {
         let e = find_function(Path::new("/dev/zero"), "main").unwrap_err();
         assert_eq!(
             e.to_string(),
-            "/dev/zero is not a regular file; a uprobe needs an executable or a library"
+            "cannot read /dev/zero: it is a character device, not a regular file"
         );
     }
 
