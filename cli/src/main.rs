@@ -1,5 +1,6 @@
 //! `kprobe-perf`: dynamic kernel probes through perf_event_open.
 
+mod generate;
 mod inspect;
 mod json;
 mod output;
@@ -24,7 +25,7 @@ use kprobe_perf_engine::{
 #[derive(Parser)]
 #[command(
     name = "kprobe-perf",
-    version,
+    version = env!("KPROBE_PERF_VERSION"),
     about = "Dynamic kernel probes (kprobes, kretprobes) through perf_event_open",
     after_help = "Probe definitions use the kprobe_events language, e.g.\n  \
                   'p:do_sys_openat2 dfd=%di'        entry probe with a register\n  \
@@ -190,6 +191,9 @@ enum BackendArg {
 }
 
 fn main() -> ExitCode {
+    if let Some(code) = generate::intercept::<Cli>() {
+        return code;
+    }
     let cli = Cli::parse();
     let result = match cli.command {
         Cmd::Record(args) => record(&args),
