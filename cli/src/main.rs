@@ -1,5 +1,6 @@
 //! `kprobe-perf`: dynamic kernel probes through perf_event_open.
 
+mod doctor;
 mod generate;
 mod inspect;
 mod json;
@@ -91,9 +92,13 @@ enum Cmd {
         #[command(flatten)]
         image: text_source::ImageArgs,
     },
-    /// Show what kprobe-perf knows of the running kernel: its symbols, the
-    /// vmlinux and System.map matched to it (build ID, KASLR slide), where
-    /// kernel text comes from, BTF and the kprobe blacklist.
+    /// Check that this kernel and this process can probe: kprobe and
+    /// uprobe PMUs, fprobe events, tracefs, BTF, kptr_restrict,
+    /// perf_event_paranoid, lockdown, capabilities, each `ok` or `missing`
+    /// with its fix. Then show what kprobe-perf knows of the running
+    /// kernel: its symbols, the vmlinux and System.map matched to it (build
+    /// ID, KASLR slide), where kernel text comes from, BTF and the kprobe
+    /// blacklist.
     Info {
         #[command(flatten)]
         image: text_source::ImageArgs,

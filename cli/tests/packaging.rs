@@ -243,3 +243,81 @@ fn version_names_the_commit() {
         None => assert_eq!(rest, "commit unknown: not built from a git checkout"),
     }
 }
+
+#[test]
+fn info_is_a_doctor() {
+    let out = Command::new(BIN).arg("info").output().unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    println!("{text}");
+    let line = |what: &str| -> String {
+        text.lines()
+            .find(|l| {
+                l.strip_prefix("  ")
+                    .and_then(|l| l.split_once(' '))
+                    .is_some_and(|(_, rest)| rest.trim_start().starts_with(what))
+            })
+            .unwrap_or_else(|| panic!("no {what:?} check in:\n{text}"))
+            .to_string()
+    };
+    let fix_after = |check: &str| -> Option<String> {
+        let mut lines = text.lines();
+        lines.find(|l| *l == check)?;
+        lines
+            .next()
+            .and_then(|l| l.trim_start().strip_prefix("fix: "))
+            .map(str::to_string)
+    };
+    for what in [
+        "kprobe PMU:",
+        "uprobe PMU:",
+        "tracefs:",
+        "fprobe events:",
+        "BTF:",
+        "kptr_restrict:",
+        "perf_event_paranoid:",
+        "lockdown:",
+        "capabilities:",
+    ] {
+        let l = line(what);
+        let ok = l.trim_start().starts_with("ok ");
+        assert!(ok || l.trim_start().starts_with("missing "), "no mark: {l}");
+        if !ok {
+            assert!(fix_after(&l).is_some(), "{what} missing without a fix");
+        }
+    }
+    // Today's content follows.
+    assert!(text.lines().any(|l| l.starts_with("kallsyms: ")), "{text}");
+    // This host's facts, where it is the development machine: no kprobe
+    // PMU, the uprobe PMU present.
+    let kprobe_pmu = Path::new("/sys/bus/event_source/devices/kprobe").exists();
+    let uprobe_pmu = Path::new("/sys/bus/event_source/devices/uprobe").exists();
+    let k = line("kprobe PMU:");
+    if kprobe_pmu {
+        assert!(k.starts_with("  ok       kprobe PMU: "), "{k}");
+    } else {
+        assert!(
+            k.starts_with("  missing  kprobe PMU: /sys/bus/event_source/devices/kprobe is absent"),
+            "{k}"
+        );
+        assert_eq!(
+            fix_after(&k).as_deref(),
+            Some("run a kernel built with CONFIG_KPROBES=y and CONFIG_KPROBE_EVENTS=y (Linux 4.17 or later has this PMU)")
+        );
+    }
+    let u = line("uprobe PMU:");
+    if uprobe_pmu {
+        let ty = std::fs::read_to_string("/sys/bus/event_source/devices/uprobe/type").unwrap();
+        assert_eq!(
+            u,
+            format!(
+                "  ok       uprobe PMU: /sys/bus/event_source/devices/uprobe (type {})",
+                ty.trim()
+            )
+        );
+    } else {
+        assert!(u.starts_with("  missing  uprobe PMU: "), "{u}");
+    }
+    if std::env::var_os("KPROBE_PERF_IN_VM").is_none() && !kprobe_pmu && uprobe_pmu {
+        println!("the development host: kprobe PMU missing with its fix, uprobe PMU ok");
+    }
+}
