@@ -399,6 +399,50 @@ fn is_root() -> bool {
         .unwrap_or(false)
 }
 
+/// The packaging step of `cargo xtask test`: the dist tree (the static
+/// binary in an empty chroot here and in the VM on each of `kernels`,
+/// default the matrix), then the package installed and removed here
+/// (root only; otherwise skipped, saying so). Returns the summary lines
+/// and the passed and failed counts.
+pub fn test_step(kernels: &[String]) -> (Vec<String>, u64, u64) {
+    let mut lines = Vec::new();
+    let (mut passed, mut failed) = (0, 0);
+    let mut count = |name: &str, r: Result<()>, lines: &mut Vec<String>| match r {
+        Ok(()) => {
+            passed += 1;
+            lines.push(format!("{name}: ok"));
+        }
+        Err(e) => {
+            failed += 1;
+            eprintln!("xtask: {name}: {e:#}");
+            lines.push(format!("{name}: FAILED ({e})"));
+        }
+    };
+    let dist = match dist::build() {
+        Ok(d) => d,
+        Err(e) => {
+            count("cargo xtask dist", Err(e), &mut lines);
+            return (lines, passed, failed);
+        }
+    };
+    count(
+        "static binary (empty chroot, host and VM)",
+        dist::check_all(&dist, kernels),
+        &mut lines,
+    );
+    if !is_root() {
+        println!("SKIP the Debian package check: it installs a package, which needs root");
+        lines.push("Debian package: SKIP (not root)".to_string());
+    } else {
+        count(
+            "Debian package (dpkg -i, man -w, dpkg -r/--purge)",
+            build(&dist).and_then(|deb| check(&deb)),
+            &mut lines,
+        );
+    }
+    (lines, passed, failed)
+}
+
 /// `cargo xtask deb [--check]`.
 pub fn run(check_it: bool) -> Result<()> {
     let dist = dist::build()?;
