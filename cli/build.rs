@@ -52,6 +52,7 @@ fn from_git(dir: &Path) -> Option<String> {
             "xtask",
             "Cargo.toml",
             "Cargo.lock",
+            "README.md",
         ] {
             println!("cargo:rerun-if-changed={}", top.join(d).display());
         }
