@@ -57,13 +57,18 @@ fn from_git(dir: &Path) -> Option<String> {
             println!("cargo:rerun-if-changed={}", top.join(d).display());
         }
     }
-    let dirty = Command::new("git")
-        .arg("-C")
-        .arg(dir)
-        .args(["diff-index", "--quiet", "HEAD", "--"])
-        .status()
-        .map(|s| s.code() == Some(1))
-        .unwrap_or(false);
+    // Compares contents (a file only touched is not a change), without
+    // writing the index (which would rerun this script).
+    let dirty = git(
+        dir,
+        &[
+            "--no-optional-locks",
+            "status",
+            "--porcelain",
+            "--untracked-files=no",
+        ],
+    )
+    .is_some_and(|s| !s.is_empty());
     Some(if dirty { format!("{hash}-dirty") } else { hash })
 }
 
