@@ -205,6 +205,25 @@ fn completions_for_three_shells() {
             "{shell}: no --overwrite-size"
         );
     }
+    // bash loads it and registers the completion for kprobe-perf.
+    let registered = Command::new("bash")
+        .arg("-c")
+        .arg(format!(
+            "source '{}' && complete -p kprobe-perf",
+            dir.join("kprobe-perf.bash").display()
+        ))
+        .output();
+    match registered {
+        Ok(out) => {
+            let text = String::from_utf8_lossy(&out.stdout);
+            assert!(
+                out.status.success() && text.trim_end().ends_with(" kprobe-perf"),
+                "bash did not load the completions: {text}{}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+        }
+        Err(e) => println!("SKIP loading the bash completions: no bash ({e})"),
+    }
     // The generator itself is no command anyone completes or reads about.
     for text in [&bash, &zsh, &fish] {
         assert!(!text.contains("__generate"));
