@@ -403,9 +403,15 @@ fn lockdown_check() -> Check {
     let what = "lockdown";
     let path = "/sys/kernel/security/lockdown";
     match std::fs::read_to_string(path) {
-        Err(_) => Check::ok(
+        // securityfs is mounted (it lists the LSMs) but has no lockdown.
+        Err(_) if Path::new("/sys/kernel/security/lsm").exists() => Check::ok(
             what,
-            format!("{path} absent: no lockdown (or securityfs not mounted)"),
+            format!("{path} is absent: this kernel has no lockdown LSM"),
+        ),
+        Err(_) => Check::missing(
+            what,
+            "unknown: securityfs is not mounted at /sys/kernel/security".to_string(),
+            "mount -t securityfs securityfs /sys/kernel/security (then run info again to read the lockdown mode)".to_string(),
         ),
         Ok(text) => match lockdown_mode(&text) {
             Some("confidentiality") => Check::missing(
@@ -414,6 +420,10 @@ fn lockdown_check() -> Check {
                     "{path}: confidentiality: the kernel refuses kprobes, register samples (PERF_SAMPLE_REGS_INTR), tracefs and /proc/kcore"
                 ),
                 "boot with lockdown=integrity or none on the kernel command line (it cannot be lowered at run time; with Secure Boot, turn it off in the firmware or sign a kernel without lockdown)".to_string(),
+            ),
+            Some("integrity") => Check::ok(
+                what,
+                format!("{path}: integrity (probes allowed; only confidentiality refuses them)"),
             ),
             Some(mode) => Check::ok(what, format!("{path}: {mode}")),
             None => Check::ok(what, format!("{path}: {}", text.trim())),
