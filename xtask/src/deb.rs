@@ -73,6 +73,17 @@ fn changelog_date() -> String {
     .unwrap_or_else(|_| "Thu, 01 Jan 1970 00:00:00 +0000".to_string())
 }
 
+/// The year of the commit built (or this year), for the copyright line.
+fn changelog_year() -> String {
+    output(
+        Command::new("git")
+            .current_dir(crate::workspace_root())
+            .args(["log", "-1", "--format=%ad", "--date=format:%Y"]),
+    )
+    .or_else(|_| output(Command::new("date").arg("+%Y")))
+    .unwrap_or_else(|_| "1970".to_string())
+}
+
 /// Lays out the package tree under `stage` from the dist directory.
 fn stage(dist: &Dist, stage: &Path) -> Result<()> {
     if stage.exists() {
@@ -107,11 +118,12 @@ fn stage(dist: &Dist, stage: &Path) -> Result<()> {
              Upstream-Name: kprobe-perf\n\
              \n\
              Files: *\n\
-             Copyright: the kprobe-perf developers\n\
+             Copyright: {} the kprobe-perf developers\n\
              License: MIT or Apache-2.0\n\
              \x20On Debian systems, the full text of the Apache License 2.0 is in\n\
              \x20/usr/share/common-licenses/Apache-2.0. The MIT license:\n\
              \x20.\n{}",
+            changelog_year(),
             MIT.lines()
                 .map(|l| if l.is_empty() {
                     " .\n".to_string()
@@ -120,6 +132,15 @@ fn stage(dist: &Dist, stage: &Path) -> Result<()> {
                 })
                 .collect::<String>()
         ),
+        0o644,
+    )?;
+    // A static-pie binary has a dynamic section (for its own relocations)
+    // and no DT_NEEDED, which lintian takes for a shared library without
+    // its libc: say why that is expected.
+    write(
+        &stage.join("usr/share/lintian/overrides").join(PACKAGE),
+        "# A static-pie executable: a dynamic section for its own relocations, no shared library needed.\n\
+         kprobe-perf: shared-library-lacks-prerequisites [usr/bin/kprobe-perf]\n",
         0o644,
     )?;
     let commit = dist
@@ -154,6 +175,13 @@ fn stage(dist: &Dist, stage: &Path) -> Result<()> {
             }
         }
     }
+    // DEBIAN/md5sums, which `dpkg --verify` checks installed files against.
+    let sums = output(
+        Command::new("sh")
+            .current_dir(stage)
+            .args(["-c", "find usr -type f -print0 | sort -z | xargs -0 md5sum"]),
+    )?;
+    write(&stage.join("DEBIAN/md5sums"), &format!("{sums}\n"), 0o644)?;
     write(
         &stage.join("DEBIAN/control"),
         &format!(
@@ -300,6 +328,23 @@ pub fn check(deb: &Path) -> Result<()> {
         }
     }
 
+    // Debian's own checker, where it is installed (it is not required).
+    match Command::new("lintian")
+        .args(["--fail-on", "error,warning"])
+        .arg(deb)
+        .output()
+    {
+        Ok(out) if out.status.success() => {
+            println!("xtask: lintian: no error or warning");
+        }
+        Ok(out) => bail!(
+            "lintian found problems in {}:\n{}{}",
+            deb.display(),
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        ),
+        Err(_) => println!("SKIP lintian: not installed (apt-get install lintian)"),
+    }
     let guard = Installed;
     crate::host::run_status(Command::new("dpkg").arg("-i").arg(deb), "dpkg -i")?;
     let installed = listed()?;
@@ -308,6 +353,10 @@ pub fn check(deb: &Path) -> Result<()> {
             bail!("{} is in the package but not installed", f.display());
         }
     }
+    crate::host::run_status(
+        Command::new("dpkg").args(["--verify", PACKAGE]),
+        "dpkg --verify (installed files against the package's md5sums)",
+    )?;
     let version = output(Command::new("/usr/bin/kprobe-perf").arg("--version"))?;
     println!("xtask: /usr/bin/kprobe-perf --version: {version}");
     if !version.starts_with("kprobe-perf ") {
@@ -356,10 +405,15 @@ pub fn check(deb: &Path) -> Result<()> {
     if !left.is_empty() {
         bail!("dpkg -r left {left:?}");
     }
-    crate::host::run_status(
-        Command::new("dpkg").args(["--purge", PACKAGE]),
-        "dpkg --purge",
-    )?;
+    // Without conffiles, dpkg -r already forgot the package; purge what
+    // it still knows of.
+    let removed = status();
+    if !removed.is_empty() && !removed.starts_with("un") {
+        crate::host::run_status(
+            Command::new("dpkg").args(["--purge", PACKAGE]),
+            "dpkg --purge",
+        )?;
+    }
     let after = status();
     if !after.is_empty() && !after.starts_with("un") {
         bail!("dpkg still knows {PACKAGE} after purge: {after}");

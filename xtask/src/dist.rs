@@ -318,8 +318,10 @@ fn chroot_script(binary: &Path, root: &str, runs: &[&str]) -> String {
         binary.display()
     );
     for r in runs {
+        // Echoed exactly: each ' of the command closed, escaped, reopened.
+        let shown = r.replace('\'', "'\\''");
         s.push_str(&format!(
-            "echo '+ chroot {root} /kprobe-perf {r}'; chroot {root} /kprobe-perf {r} 2>&1; "
+            "echo '+ chroot {root} /kprobe-perf {shown}'; chroot {root} /kprobe-perf {r} 2>&1; "
         ));
     }
     s
