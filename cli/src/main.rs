@@ -1,5 +1,7 @@
 //! `kprobe-perf`: dynamic kernel probes through perf_event_open.
 
+mod doctor;
+mod generate;
 mod inspect;
 mod json;
 mod output;
@@ -25,7 +27,7 @@ use kprobe_perf_engine::{
 #[derive(Parser)]
 #[command(
     name = "kprobe-perf",
-    version,
+    version = env!("KPROBE_PERF_VERSION"),
     about = "Dynamic kernel probes (kprobes, kretprobes) through perf_event_open",
     after_help = "Probe definitions use the kprobe_events language, e.g.\n  \
                   'p:do_sys_openat2 dfd=%di'        entry probe with a register\n  \
@@ -93,9 +95,13 @@ enum Cmd {
         #[command(flatten)]
         image: text_source::ImageArgs,
     },
-    /// Show what kprobe-perf knows of the running kernel: its symbols, the
-    /// vmlinux and System.map matched to it (build ID, KASLR slide), where
-    /// kernel text comes from, BTF and the kprobe blacklist.
+    /// Check that this kernel and this process can probe: kprobe and
+    /// uprobe PMUs, fprobe events, tracefs, BTF, kptr_restrict,
+    /// perf_event_paranoid, lockdown, capabilities, each `ok` or `missing`
+    /// with its fix. Then show what kprobe-perf knows of the running
+    /// kernel: its symbols, the vmlinux and System.map matched to it (build
+    /// ID, KASLR slide), where kernel text comes from, BTF and the kprobe
+    /// blacklist.
     Info {
         #[command(flatten)]
         image: text_source::ImageArgs,
@@ -214,6 +220,9 @@ enum BackendArg {
 }
 
 fn main() -> ExitCode {
+    if let Some(code) = generate::intercept::<Cli>() {
+        return code;
+    }
     let cli = match Cli::try_parse() {
         Ok(cli) => cli,
         Err(e) => return validate::usage_error(e),

@@ -1,5 +1,7 @@
-//! Developer tasks: `cargo xtask vm | test | demo`.
+//! Developer tasks: `cargo xtask vm | test | demo | dist | deb`.
 
+mod deb;
+mod dist;
 mod host;
 mod kernels;
 mod test;
@@ -89,6 +91,26 @@ enum Task {
         #[arg(long, default_value = "6.1")]
         kernel: String,
     },
+    /// Build a static x86_64 binary (musl, rust-lld) with its man pages
+    /// and bash/zsh/fish completions in target/dist/, and a tarball.
+    /// --check runs it in an empty chroot here and in the VM on each kernel.
+    Dist {
+        /// Also check it: an empty chroot on the host, then a kprobe
+        /// record in an empty chroot in the VM.
+        #[arg(long)]
+        check: bool,
+        /// With --check: only these kernels (repeatable); default: the matrix.
+        #[arg(long)]
+        kernel: Vec<String>,
+    },
+    /// Build the Debian package (target/dist/kprobe-perf_VERSION_amd64.deb)
+    /// from the dist tree. --check installs it on this host (root), checks
+    /// it, and removes and purges it.
+    Deb {
+        /// Install, check, remove and purge the package on this host.
+        #[arg(long)]
+        check: bool,
+    },
     /// Boot the VM and record a kprobe and a kretprobe on a workload.
     Demo {
         #[arg(long, default_value = "6.12")]
@@ -143,6 +165,8 @@ fn main() -> Result<()> {
         }
         Task::Test { kernel, no_lint } => test::run(&kernel, no_lint),
         Task::Demo { kernel } => test::demo(&kernel),
+        Task::Dist { check, kernel } => dist::run(check, &kernel),
+        Task::Deb { check } => deb::run(check),
         Task::Fuzz {
             target,
             inputs,

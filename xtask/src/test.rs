@@ -204,6 +204,15 @@ pub fn run(kernel_args: &[String], no_lint: bool) -> Result<()> {
     summary.push(format!("native: {native}"));
     total.add(native);
 
+    // The static binary and the Debian package (cargo xtask dist/deb --check).
+    let (lines, passed, failed, skipped) = crate::deb::test_step(kernel_args);
+    summary.extend(lines);
+    total.add(Counts {
+        passed,
+        failed,
+        skipped,
+    });
+
     // perf: the differential test (tests/differential.rs) and perf.data
     // checks (tests/perfdata.rs) run Debian's perf inside the VM.
     host::ensure_packages(&[("linux-perf", "/usr/bin/perf")])?;
