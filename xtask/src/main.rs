@@ -27,7 +27,7 @@ enum Task {
     /// the current directory is kept, and /proc, /sys, debugfs and tracefs
     /// are mounted. Exits with the command's exit status.
     Vm {
-        /// Kernel: a series of the matrix (6.1, 6.12) or a path to a vmlinuz.
+        /// Kernel: a series (5.10, 6.1, 6.12, 6.12-rt, sid) or a path to a vmlinuz.
         #[arg(long, default_value = "6.12")]
         kernel: String,
         /// Give up after this many seconds (boot included).
