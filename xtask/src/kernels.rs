@@ -384,7 +384,7 @@ fn fetch_debug(apt: &Apt, package: &str, release: &str, dir: &Path) -> Result<()
             layouts[1].join(" and ")
         );
     };
-    let boot = dir.join(&boot);
+    let boot = dir.join(boot);
     std::fs::create_dir_all(&boot)?;
     for (from, name) in [(vmlinux, "vmlinux"), (system_map, "System.map")] {
         let to = boot.join(format!("{name}-{release}"));
