@@ -262,6 +262,19 @@ fn pipe_cloexec() -> io::Result<(OwnedFd, OwnedFd)> {
 /// support (x86_64, aarch64): `_NSIG` is 64 there.
 const LAST_SIGNAL: libc::c_int = 64;
 
+/// The kernel's `struct sigaction` for rt_sigaction(2) on x86_64 and
+/// aarch64 (both have `sa_restorer`): all zeros is SIG_DFL, no flags, an
+/// empty mask. The C library's sigaction() refuses the signals it keeps
+/// for itself (32 and 33 in glibc), which an ancestor may still have set
+/// to ignored; the system call resets them too.
+#[repr(C)]
+struct KernelSigaction {
+    handler: usize,
+    flags: libc::c_ulong,
+    restorer: usize,
+    mask: u64,
+}
+
 /// Where exec would find `program`: itself when it names a path (contains
 /// a `/`), else the first executable regular file of that name in a
 /// directory of `PATH` (an empty entry is the current directory; without
@@ -357,15 +370,17 @@ impl HeldChild {
         argv.push(std::ptr::null());
         // What the child installs before exec, prepared here: after fork
         // only async-signal-safe calls are allowed.
-        // SAFETY: an all-zero sigaction is a valid value (handler SIG_DFL,
-        // no flags, empty mask); sigemptyset initialises the set we own.
-        let (default_action, empty_set) = unsafe {
-            let mut action: libc::sigaction = std::mem::zeroed();
-            action.sa_sigaction = libc::SIG_DFL;
-            libc::sigemptyset(&mut action.sa_mask);
+        let default_action = KernelSigaction {
+            handler: libc::SIG_DFL,
+            flags: 0,
+            restorer: 0,
+            mask: 0,
+        };
+        // SAFETY: sigemptyset initialises the set we own (zeroed first).
+        let empty_set = unsafe {
             let mut set: libc::sigset_t = std::mem::zeroed();
             libc::sigemptyset(&mut set);
-            (action, set)
+            set
         };
         let (gate_r, gate_w) = pipe_cloexec()?;
         let (err_r, err_w) = pipe_cloexec()?;
@@ -376,9 +391,10 @@ impl HeldChild {
             err_w.as_raw_fd(),
         );
         // SAFETY: after fork the child only calls async-signal-safe functions
-        // (close, read, sigaction, sigprocmask, execv, write, _exit) on
-        // memory prepared before the fork (`path`, `argv`, `default_action`,
-        // `empty_set`), and never returns into Rust code.
+        // (close, read, the rt_sigaction system call through syscall(),
+        // sigprocmask, execv, write, _exit) on memory prepared before the
+        // fork (`path`, `argv`, `default_action`, `empty_set`), and never
+        // returns into Rust code.
         let pid = unsafe { libc::fork() };
         if pid < 0 {
             return Err(io::Error::last_os_error());
@@ -399,11 +415,17 @@ impl HeldChild {
                         libc::_exit(127);
                     }
                 }
-                // Default action for every signal (SIGKILL/SIGSTOP and the
-                // C library's internal signals refuse, harmlessly), then
-                // an empty mask: exec keeps ignored signals and the mask.
+                // Default action for every signal (SIGKILL and SIGSTOP
+                // refuse, harmlessly), then an empty mask: exec keeps
+                // ignored signals and the mask.
                 for sig in 1..=LAST_SIGNAL {
-                    libc::sigaction(sig, &default_action, std::ptr::null_mut());
+                    libc::syscall(
+                        libc::SYS_rt_sigaction,
+                        sig,
+                        &default_action as *const KernelSigaction,
+                        std::ptr::null_mut::<KernelSigaction>(),
+                        std::mem::size_of::<u64>(),
+                    );
                 }
                 libc::sigprocmask(libc::SIG_SETMASK, &empty_set, std::ptr::null_mut());
                 libc::execv(path.as_ptr(), argv.as_ptr());
