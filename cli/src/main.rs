@@ -6,6 +6,7 @@ mod output;
 mod script;
 mod text;
 mod text_source;
+mod validate;
 
 use std::io::{self, IsTerminal, Write};
 use std::process::ExitCode;
@@ -110,24 +111,30 @@ struct RecordArgs {
     /// Record every task on every CPU, even when a command is given.
     #[arg(short = 'a', long)]
     all_cpus: bool,
-    /// Ring buffer size per CPU, in pages (a power of two).
-    #[arg(short = 'm', long, value_name = "PAGES", default_value_t = kprobe_perf_engine::session::DEFAULT_MMAP_PAGES)]
+    /// Ring buffer size per CPU, in pages: a power of two from 1 to 1 GiB
+    /// of pages (262144 with 4 KiB pages).
+    #[arg(short = 'm', long, value_name = "PAGES", default_value_t = kprobe_perf_engine::session::DEFAULT_MMAP_PAGES, value_parser = validate::mmap_pages, allow_negative_numbers = true)]
     mmap_pages: usize,
-    /// Record only on these CPUs (a list such as 0-3,6).
-    #[arg(short = 'C', long = "cpu", value_name = "LIST", conflicts_with_all = ["pid", "tid"])]
-    cpus: Option<String>,
-    /// Record these processes (comma-separated pids): every thread of
-    /// each, and the threads and child processes they start later; the
-    /// recording ends when all of them have exited.
-    #[arg(short = 'p', long, value_name = "PIDS", value_delimiter = ',', conflicts_with_all = ["tid", "command"])]
+    /// Record only on these CPUs (a list such as 0-3,6, of online CPUs;
+    /// a CPU listed twice counts once).
+    #[arg(short = 'C', long = "cpu", value_name = "LIST", conflicts_with_all = ["pid", "tid"], value_parser = validate::cpu_list, allow_negative_numbers = true)]
+    cpus: Option<validate::CpuList>,
+    /// Record these processes (comma-separated pids of running processes,
+    /// repeats merged): every thread of each, and the threads and child
+    /// processes they start later; the recording ends when all of them
+    /// have exited.
+    #[arg(short = 'p', long, value_name = "PIDS", value_delimiter = ',', conflicts_with_all = ["tid", "command"], value_parser = validate::pid, allow_negative_numbers = true)]
     pid: Vec<i32>,
-    /// Record these threads only (comma-separated tids).
+    /// Record these threads only (comma-separated tids of running threads,
+    /// repeats merged).
     #[arg(
         short = 't',
         long,
         value_name = "TIDS",
         value_delimiter = ',',
-        conflicts_with = "command"
+        conflicts_with = "command",
+        value_parser = validate::tid,
+        allow_negative_numbers = true
     )]
     tid: Vec<i32>,
     /// Record only tasks in this cgroup (v2), on every CPU: a path, or a
@@ -136,11 +143,13 @@ struct RecordArgs {
         short = 'G',
         long,
         value_name = "CGROUP",
-        conflicts_with_all = ["pid", "tid", "cpus"]
+        conflicts_with_all = ["pid", "tid", "cpus"],
+        value_parser = validate::cgroup
     )]
     cgroup: Option<std::path::PathBuf>,
-    /// Stop after this many seconds.
-    #[arg(short = 'd', long, value_name = "SECS")]
+    /// Stop after this many seconds (more than 0, at most 31536000: 365
+    /// days; fractions allowed).
+    #[arg(short = 'd', long, value_name = "SECS", value_parser = validate::duration, allow_negative_numbers = true)]
     duration: Option<f64>,
     /// How probes reach the kernel: `pmu` (perf_event_open on the kprobe
     /// PMU), `tracefs` (a dynamic_events definition opened as a tracepoint;
@@ -161,8 +170,19 @@ struct RecordArgs {
     /// Also write the records to FILE in perf.data format (as `perf record`
     /// writes it): Debian's `perf script -i FILE` reads it, and
     /// `kprobe-perf script -i FILE` prints it as this run printed it.
+    /// An existing FILE is first renamed to FILE.old (replacing an older
+    /// FILE.old); a symbolic link is renamed itself, never followed. FILE
+    /// is then created new (O_EXCL|O_NOFOLLOW: if anything appears at FILE
+    /// meanwhile, the run stops), mode 0600. stderr says what was done
+    /// with an existing FILE. A directory, device, FIFO or socket at FILE
+    /// is refused.
     #[arg(short = 'o', long = "output", value_name = "FILE")]
     output: Option<std::path::PathBuf>,
+    /// With -o: remove an existing FILE instead of renaming it to FILE.old
+    /// (a symbolic link is removed, its target untouched), then create
+    /// FILE new as without --force.
+    #[arg(long, requires = "output")]
+    force: bool,
     /// Print no events (only the summary); useful with -o.
     #[arg(short = 'q', long)]
     quiet: bool,
@@ -176,9 +196,9 @@ struct RecordArgs {
     /// The window per CPU is -m pages or --overwrite-size.
     #[arg(long, conflicts_with = "output")]
     overwrite: bool,
-    /// With --overwrite: the window per CPU ring, in MiB (rounded down to
-    /// a power of two pages); replaces -m.
-    #[arg(long, value_name = "MIB", requires = "overwrite")]
+    /// With --overwrite: the window per CPU ring, in MiB from 1 to 1024
+    /// (rounded down to a power of two pages); replaces -m.
+    #[arg(long, value_name = "MIB", requires = "overwrite", value_parser = validate::overwrite_mib)]
     overwrite_size: Option<usize>,
     #[command(flatten)]
     image: text_source::ImageArgs,
@@ -195,9 +215,16 @@ enum BackendArg {
 }
 
 fn main() -> ExitCode {
-    let cli = Cli::parse();
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(e) => return validate::usage_error(e),
+    };
     let result = match cli.command {
-        Cmd::Record(args) => record(&args),
+        Cmd::Record(mut args) => {
+            validate::merge_duplicates(&mut args.pid);
+            validate::merge_duplicates(&mut args.tid);
+            record(&args)
+        }
         Cmd::Cleanup => cleanup(),
         Cmd::Script(args) => script::run(&args),
         Cmd::Probe {
@@ -283,6 +310,11 @@ fn record(args: &RecordArgs) -> Result<ExitCode> {
     let specs = inspect::expand_globs(specs, &symbols, args.all_instances, &args.image)?;
     let plans = plan_probes_with(&specs, &symbols, choice)?;
     inspect::check_plans(&plans, &symbols, &args.image)?;
+    let out_file = args
+        .output
+        .as_deref()
+        .map(|p| output::create(p, args.force));
+    let out_file = out_file.transpose()?;
 
     let stop = Arc::new(AtomicBool::new(false));
     for sig in [
@@ -314,13 +346,9 @@ fn record(args: &RecordArgs) -> Result<ExitCode> {
     } else if !args.pid.is_empty() {
         RecordTarget::Processes(args.pid.clone())
     } else if let Some(cg) = &args.cgroup {
-        RecordTarget::Cgroup(if cg.is_absolute() {
-            cg.clone()
-        } else {
-            std::path::Path::new("/sys/fs/cgroup").join(cg)
-        })
+        RecordTarget::Cgroup(validate::cgroup_path(cg))
     } else if let Some(list) = &args.cpus {
-        RecordTarget::Cpus(parse_cpu_list(list)?)
+        RecordTarget::Cpus(list.0.clone())
     } else {
         match &child {
             Some(c) if !all_cpus => RecordTarget::Process {
@@ -347,8 +375,8 @@ fn record(args: &RecordArgs) -> Result<ExitCode> {
             overwrite: args.overwrite,
         },
     )?;
-    let file = match &args.output {
-        Some(path) => Some(output::FileOutput::start(path, &mut session, &symbols)?),
+    let file = match out_file {
+        Some(f) => Some(output::FileOutput::start(f, &mut session, &symbols)?),
         None => None,
     };
     session.enable()?;
@@ -489,29 +517,6 @@ fn exit_code(status: std::process::ExitStatus) -> u8 {
         (None, Some(sig)) => (128 + (sig & 0x7f)) as u8,
         (None, None) => 1,
     }
-}
-
-/// `0-3,6` -> [0, 1, 2, 3, 6].
-fn parse_cpu_list(text: &str) -> Result<Vec<u32>> {
-    let mut cpus = Vec::new();
-    for part in text.split(',').filter(|p| !p.is_empty()) {
-        let bad = || anyhow::anyhow!("not a CPU list: {text:?} (write e.g. 0-3,6)");
-        match part.split_once('-') {
-            Some((a, b)) => {
-                let (a, b): (u32, u32) =
-                    (a.parse().map_err(|_| bad())?, b.parse().map_err(|_| bad())?);
-                if a > b {
-                    return Err(bad());
-                }
-                cpus.extend(a..=b);
-            }
-            None => cpus.push(part.parse().map_err(|_| bad())?),
-        }
-    }
-    if cpus.is_empty() {
-        anyhow::bail!("not a CPU list: {text:?} (write e.g. 0-3,6)");
-    }
-    Ok(cpus)
 }
 
 /// How events are written: ftrace-style text or JSON Lines.

@@ -513,22 +513,7 @@ fn write_rest(
 /// The kernel's default kretprobe maxactive on 6.x:
 /// `max(10, 2 * num_possible_cpus())`.
 fn default_maxactive() -> u64 {
-    let possible = std::fs::read_to_string("/sys/devices/system/cpu/possible")
-        .ok()
-        .and_then(|t| {
-            t.trim()
-                .split(',')
-                .map(|r| match r.split_once('-') {
-                    Some((a, b)) => b
-                        .parse::<u64>()
-                        .ok()?
-                        .checked_sub(a.parse().ok()?)
-                        .map(|n| n + 1),
-                    None => r.parse::<u64>().ok().map(|_| 1),
-                })
-                .sum::<Option<u64>>()
-        })
-        .unwrap_or(1);
+    let possible = kprobe_perf_engine::cpus::possible_cpus().map_or(1, |c| c.len() as u64);
     (2 * possible).max(10)
 }
 

@@ -320,15 +320,29 @@ pub fn resolve(
         }
         Target::Address(a) => AttachPoint::Address(*a),
         Target::User { path, location } => {
-            let offset = match location {
-                UserLocation::Offset(o) => *o,
+            // A regular file (not a device or FIFO), and an offset inside it.
+            let file = std::path::Path::new(path);
+            let size = kprobe_perf_symbols::elf::binary_size(file)
+                .map_err(|e| PlanError::User(e.to_string()))?;
+            let (offset, what) = match location {
+                UserLocation::Offset(o) => (Some(*o), format!("offset 0x{o:x}")),
                 UserLocation::Symbol { name, offset } => {
-                    let f =
-                        kprobe_perf_symbols::elf::find_function(std::path::Path::new(path), name)
-                            .map_err(|e| PlanError::User(e.to_string()))?;
-                    f.file_offset + offset
+                    let f = kprobe_perf_symbols::elf::find_function(file, name)
+                        .map_err(|e| PlanError::User(e.to_string()))?;
+                    (
+                        f.file_offset.checked_add(*offset),
+                        format!(
+                            "{name}+0x{offset:x} ({name} is at file offset 0x{:x})",
+                            f.file_offset
+                        ),
+                    )
                 }
             };
+            let offset = offset.filter(|&o| o < size).ok_or_else(|| {
+                PlanError::User(format!(
+                    "{what} lies past the end of {path} ({size} bytes): a uprobe goes at a file offset inside the binary"
+                ))
+            })?;
             AttachPoint::User {
                 path: path.clone(),
                 offset,

@@ -229,30 +229,7 @@ pub struct Session {
     watched: Vec<ProcessWatch>,
 }
 
-/// The CPUs listed in a sysfs cpu list such as `0-3,5`.
-fn parse_cpu_list(text: &str) -> Option<Vec<u32>> {
-    let mut cpus = Vec::new();
-    for part in text.trim().split(',').filter(|p| !p.is_empty()) {
-        match part.split_once('-') {
-            Some((a, b)) => cpus.extend(a.parse::<u32>().ok()?..=b.parse::<u32>().ok()?),
-            None => cpus.push(part.parse().ok()?),
-        }
-    }
-    Some(cpus)
-}
-
-/// The online CPUs.
-pub fn online_cpus() -> Result<Vec<u32>, Error> {
-    let path = "/sys/devices/system/cpu/online";
-    let text =
-        std::fs::read_to_string(path).map_err(|e| Error::io(format!("reading {path}"), e))?;
-    parse_cpu_list(&text).ok_or_else(|| {
-        Error::io(
-            format!("parsing {path}"),
-            std::io::Error::new(std::io::ErrorKind::InvalidData, text.trim().to_string()),
-        )
-    })
-}
+pub use crate::cpus::online_cpus;
 
 /// Checks what a newcomer hits first: a kernel without the kprobe PMU, or
 /// a process without the capability to use it.
@@ -519,10 +496,17 @@ impl Session {
             RecordTarget::Cpus(list) => {
                 if let Some(bad) = list.iter().find(|c| !cpus.contains(c)) {
                     return Err(Error::io(
-                        format!("CPU {bad} is not online (online: {cpus:?})"),
+                        format!(
+                            "CPU {bad} is not online (online: {})",
+                            crate::cpus::format_cpu_list(&cpus)
+                        ),
                         std::io::Error::from(std::io::ErrorKind::NotFound),
                     ));
                 }
+                // A CPU listed twice would count each event twice.
+                let mut list = list.clone();
+                list.sort_unstable();
+                list.dedup();
                 list.iter().map(|&c| Slot::cpu(c)).collect()
             }
             RecordTarget::Process { pid, .. } => cpus
@@ -1102,12 +1086,5 @@ mod tests {
             }
         );
         assert_eq!(st.throttling.len(), 2);
-    }
-
-    #[test]
-    fn cpu_lists() {
-        assert_eq!(parse_cpu_list("0-3,5\n"), Some(vec![0, 1, 2, 3, 5]));
-        assert_eq!(parse_cpu_list("0"), Some(vec![0]));
-        assert_eq!(parse_cpu_list("x"), None);
     }
 }

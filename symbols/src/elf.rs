@@ -58,13 +58,29 @@ pub struct UserSymbol {
     pub file_offset: u64,
 }
 
+/// The largest binary whose symbol tables are read (it is read whole).
+pub const MAX_BINARY_BYTES: u64 = 4 << 30;
+
+/// The size in bytes of the binary at `path`, which must be a regular
+/// file (a uprobe in a device, FIFO or directory is refused here, before
+/// the kernel is asked).
+pub fn binary_size(path: &Path) -> Result<u64, ElfError> {
+    crate::file::open_regular(path)
+        .map(|(_, size)| size)
+        .map_err(|source| ElfError::Read {
+            path: path.to_path_buf(),
+            source,
+        })
+}
+
 /// The function `name` of the binary at `path`, from `.symtab` or, when
 /// stripped, `.dynsym`.
 pub fn find_function(path: &Path, name: &str) -> Result<UserSymbol, ElfError> {
-    let data = std::fs::read(path).map_err(|source| ElfError::Read {
-        path: path.to_path_buf(),
-        source,
-    })?;
+    let data =
+        crate::file::read_regular(path, MAX_BINARY_BYTES).map_err(|source| ElfError::Read {
+            path: path.to_path_buf(),
+            source,
+        })?;
     let file = object::File::parse(&*data).map_err(|e| ElfError::Parse {
         path: path.to_path_buf(),
         reason: e.to_string(),
@@ -113,5 +129,24 @@ mod tests {
         assert!(matches!(e, ElfError::NotFound { .. }), "{e}");
         let e = find_function(Path::new("/proc/cpuinfo"), "main").unwrap_err();
         assert!(matches!(e, ElfError::Parse { .. }), "{e}");
+    }
+
+    #[test]
+    fn only_regular_files_are_read() {
+        let e = find_function(Path::new("/dev/zero"), "main").unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "cannot read /dev/zero: it is a character device, not a regular file"
+        );
+        let e = binary_size(Path::new("/")).unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "cannot read /: it is a directory, not a regular file"
+        );
+        let exe = std::env::current_exe().unwrap();
+        assert_eq!(
+            binary_size(&exe).unwrap(),
+            std::fs::metadata(&exe).unwrap().len()
+        );
     }
 }

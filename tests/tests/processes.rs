@@ -261,8 +261,9 @@ fn threads_appearing_while_attaching_are_counted_once() {
     );
 }
 
-/// A thread's id is refused as a process, naming its process; a pid
-/// that does not exist is refused; both before anything is attached.
+/// A thread's id is refused as a process, naming its process (by the
+/// engine); a pid that does not exist is refused (as the command line is
+/// parsed); both before anything is attached.
 #[test]
 fn a_thread_or_a_missing_pid_is_refused() {
     if !kprobes_available("a_thread_or_a_missing_pid_is_refused") {
@@ -298,7 +299,7 @@ fn a_thread_or_a_missing_pid_is_refused() {
         run(missing.to_string()),
         (
             Some(1),
-            format!("kprobe-perf: no process {missing} (/proc/{missing} does not exist): give the pid of a running process\n")
+            format!("kprobe-perf: invalid value '{missing}' for '--pid <PIDS>': no process {missing} is running (nothing in /proc/{missing}); give the number of a running process, e.g. from ps (see --help)\n")
         )
     );
     done_tx.send(()).unwrap();

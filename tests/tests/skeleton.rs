@@ -6,7 +6,7 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 use kprobe_perf_engine::{plan_probes, KernelSymbols, Session, SessionOptions};
-use kprobe_perf_tests::{kprobe_perf_bin, kprobes_available, vm_kernel};
+use kprobe_perf_tests::{kprobe_perf_bin, kprobes_available, skip_here, vm_kernel};
 
 const AT_FDCWD: i64 = -100;
 const ENOENT: i64 = 2;
@@ -251,8 +251,10 @@ fn unprivileged_user_is_told_which_capability() {
 #[test]
 fn kernel_without_kprobe_pmu_is_explained() {
     if std::path::Path::new("/sys/bus/event_source/devices/kprobe").exists() {
-        println!("SKIP kernel_without_kprobe_pmu_is_explained: this kernel has the kprobe PMU");
-        return;
+        return skip_here(
+            "kernel_without_kprobe_pmu_is_explained",
+            "this kernel has the kprobe PMU",
+        );
     }
     let out = Command::new(kprobe_perf_bin())
         .args(["record", "-e", "p:do_sys_openat2", "--", "true"])

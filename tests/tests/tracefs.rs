@@ -7,7 +7,9 @@ use std::time::{Duration, Instant};
 
 use kprobe_perf_engine::plan::Backend;
 use kprobe_perf_engine::{plan_probes, KernelSymbols, Session, SessionOptions};
-use kprobe_perf_tests::{kprobe_perf_bin, kprobes_available, xorshift};
+use kprobe_perf_tests::{
+    kprobe_perf_bin, kprobes_available, online_cpus, possible_cpus, skip_here, xorshift,
+};
 
 const KPROBE_EVENTS: &str = "/sys/kernel/tracing/kprobe_events";
 
@@ -255,17 +257,17 @@ fn cleanup_removes_events_of_dead_processes() {
     assert_eq!(our_event_lines(), Vec::<String>::new());
 }
 
-/// A PMU kretprobe has the kernel's default instances (max(10, 2 x CPUs),
-/// so 10 on this 2-CPU VM): with 16 threads asleep in hrtimer_nanosleep at
-/// once, 10 returns are reported, and the companion entry probe shows the
-/// 6 calls whose return never came.
+/// A PMU kretprobe has the kernel's default instances, max(10, 2 x possible
+/// CPUs) (10 on the default 2-CPU VM): with 6 threads more than that asleep
+/// in hrtimer_nanosleep at once, that many returns are reported, and the
+/// companion entry probe shows the 6 calls whose return never came.
 #[test]
 fn pmu_kretprobe_misses_are_inferred_from_entries() {
     if !kprobes_available("pmu_kretprobe_misses_are_inferred_from_entries") {
         return;
     }
-    let possible = std::fs::read_to_string("/sys/devices/system/cpu/possible").unwrap();
-    assert_eq!(possible.trim(), "0-1", "the VM has 2 possible CPUs");
+    let instances = (2 * possible_cpus().len() as u64).max(10);
+    let sleepers = instances as usize + 6;
     let symbols = KernelSymbols::load().unwrap();
     let plans = plan_probes(&["r:hrtimer_nanosleep"], &symbols).unwrap();
     assert_eq!(plans.len(), 2);
@@ -273,8 +275,8 @@ fn pmu_kretprobe_misses_are_inferred_from_entries() {
     assert_eq!(plans[1].companion_of, Some(0));
     let mut session = Session::open(plans, SessionOptions::default()).unwrap();
     session.enable().unwrap();
-    let barrier = Arc::new(Barrier::new(16));
-    let threads: Vec<_> = (0..16)
+    let barrier = Arc::new(Barrier::new(sleepers));
+    let threads: Vec<_> = (0..sleepers)
         .map(|_| {
             let b = Arc::clone(&barrier);
             std::thread::spawn(move || {
@@ -300,7 +302,7 @@ fn pmu_kretprobe_misses_are_inferred_from_entries() {
         .iter()
         .map(|t| stats.pairing.get(&(0, *t)).map_or(0, |p| p.0))
         .sum();
-    assert_eq!((entries, returns), (16, 10));
+    assert_eq!((entries, returns), (sleepers as u64, instances));
     let ours: u64 = tids
         .iter()
         .map(|t| {
@@ -341,15 +343,25 @@ fn a_panic_removes_the_events() {
 /// and after the thread renames itself (the write to /proc/.../comm is
 /// the kernel's set_task_comm, as prctl(PR_SET_NAME) is).
 ///
-/// The thread moves from CPU 1 to CPU 0 between its renames, so that the
-/// ring read first (CPU 0's) holds a sample taken before the rename whose
-/// COMM record lies in the ring read second: the name must come from the
-/// sample's time, not from the order the rings are read in.
+/// The thread moves from the second online CPU to the first between its
+/// renames, so that the ring read first (the first CPU's) holds a sample
+/// taken before the rename whose COMM record lies in the ring read second:
+/// the name must come from the sample's time, not from the order the rings
+/// are read in.
 #[test]
 fn pmu_comm_matches_the_kernels_current_comm() {
     if !kprobes_available("pmu_comm_matches_the_kernels_current_comm") {
         return;
     }
+    let online = online_cpus();
+    if online.len() < 2 {
+        return skip_here(
+            "pmu_comm_matches_the_kernels_current_comm",
+            "it moves a thread between 2 CPUs and only 1 is online (KPROBE_PERF_VM_SMP=1?)",
+        );
+    }
+    let (first, second) = (online[0].to_string(), online[1].to_string());
+    let (first_cpu, second_cpu) = (first.clone(), second.clone());
     let symbols = KernelSymbols::load().unwrap();
     let plans = plan_probes(
         &[
@@ -365,7 +377,7 @@ fn pmu_comm_matches_the_kernels_current_comm() {
     session.enable().unwrap();
     let (tid, cpus) = std::thread::Builder::new()
         .name("kpp-start".into())
-        .spawn(|| {
+        .spawn(move || {
             let tid = kprobe_perf_engine::sys::gettid();
             let rename = |name: &str| {
                 std::fs::write(format!("/proc/self/task/{tid}/comm"), name).unwrap();
@@ -385,10 +397,10 @@ fn pmu_comm_matches_the_kernels_current_comm() {
                 let after = stat.rsplit_once(')').unwrap().1;
                 cpus.push(after.split_whitespace().nth(36).unwrap().to_string());
             };
-            pin("1");
+            pin(&second_cpu);
             rename("kpp-before");
             let _ = std::fs::File::open("/nonexistent/kprobe-perf-comm-1");
-            pin("0");
+            pin(&first_cpu);
             rename("kpp-after");
             let _ = std::fs::File::open("/nonexistent/kprobe-perf-comm-2");
             (tid, cpus)
@@ -397,7 +409,7 @@ fn pmu_comm_matches_the_kernels_current_comm() {
         .join()
         .unwrap();
     // Where the thread was after each move.
-    assert_eq!(cpus, ["1", "0"]);
+    assert_eq!(cpus, [second, first]);
     // Every open of the thread, as each probe saw it: (cpu, comm) from
     // ours, (cpu, comm, path) from the kernel's.
     let mut pmu = Vec::new();
@@ -435,15 +447,16 @@ fn pmu_comm_matches_the_kernels_current_comm() {
         })
         .map(|(cpu, c, path)| (*cpu, c.as_str(), path.rsplit('/').next().unwrap_or("")))
         .collect();
+    let (one, zero) = (online[1], online[0]);
     assert_eq!(
         ours,
         [
-            (1, "kpp-start", "stat"),
-            (1, "kpp-start", "comm"),
-            (1, "kpp-before", "kprobe-perf-comm-1"),
-            (0, "kpp-before", "stat"),
-            (0, "kpp-before", "comm"),
-            (0, "kpp-after", "kprobe-perf-comm-2"),
+            (one, "kpp-start", "stat"),
+            (one, "kpp-start", "comm"),
+            (one, "kpp-before", "kprobe-perf-comm-1"),
+            (zero, "kpp-before", "stat"),
+            (zero, "kpp-before", "comm"),
+            (zero, "kpp-after", "kprobe-perf-comm-2"),
         ],
         "all opens: {kernel:?}"
     );

@@ -45,9 +45,13 @@ enum Task {
         #[arg(long)]
         no_lint: bool,
     },
-    /// Run a fuzz target in release mode: `spec` (the probe parser) or
-    /// `record` (the sample decoder and the perf.data reader, on mutated
-    /// samples and files).
+    /// Run a fuzz target in release mode: `spec` (the probe parser: every
+    /// accepted definition's canonical form must parse to the same
+    /// definition and print identically) or `record` (the record decoder
+    /// and the perf.data reader, on mutated records and files: what one
+    /// input allocates is bounded by its size). Every input has a deadline;
+    /// a panic, a broken invariant or a late input stops the run with the
+    /// seed and input index that replay it.
     Fuzz {
         /// What to fuzz.
         #[arg(value_parser = ["spec", "record"])]
@@ -55,6 +59,15 @@ enum Task {
         /// Number of inputs.
         #[arg(default_value_t = 1_000_000)]
         inputs: u64,
+        /// The seed (default: drawn at random, and printed).
+        #[arg(long)]
+        seed: Option<u64>,
+        /// Run only this input of the run (with the run's seed).
+        #[arg(long)]
+        input: Option<u64>,
+        /// The time one input may take, in milliseconds.
+        #[arg(long, default_value_t = 2000)]
+        deadline_ms: u64,
     },
     /// Print benchmark figures in release mode: `spec` (parse speed on
     /// the host), `attach` (attach and detach N kprobes in the VM while
@@ -130,8 +143,18 @@ fn main() -> Result<()> {
         }
         Task::Test { kernel, no_lint } => test::run(&kernel, no_lint),
         Task::Demo { kernel } => test::demo(&kernel),
-        Task::Fuzz { target, inputs } => {
-            run_example(&format!("{target}_fuzz"), &[inputs.to_string()])
+        Task::Fuzz {
+            target,
+            inputs,
+            seed,
+            input,
+            deadline_ms,
+        } => {
+            let mut args = vec![inputs.to_string()];
+            args.extend(seed.map(|s| format!("--seed={s}")));
+            args.extend(input.map(|i| format!("--input={i}")));
+            args.push(format!("--deadline-ms={deadline_ms}"));
+            run_fuzz(&format!("{target}_fuzz"), &args)
         }
         Task::Bench { what, .. } if what == "spec" => run_example("spec_bench", &[]),
         Task::Bench { what, samples, .. } if what == "decode" => bench_decode(samples),
@@ -283,6 +306,28 @@ fn run_example(name: &str, args: &[String]) -> Result<()> {
             .context("running cargo")?;
     if !status.success() {
         bail!("{name} failed ({status})");
+    }
+    Ok(())
+}
+
+/// Runs a fuzzer of the kprobe-perf-fuzz crate in release mode.
+fn run_fuzz(bin: &str, args: &[String]) -> Result<()> {
+    let status =
+        std::process::Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()))
+            .current_dir(workspace_root())
+            .args([
+                "run",
+                "--quiet",
+                "--release",
+                "--package",
+                "kprobe-perf-fuzz",
+            ])
+            .args(["--bin", bin, "--"])
+            .args(args)
+            .status()
+            .context("running cargo")?;
+    if !status.success() {
+        bail!("{bin} failed ({status})");
     }
     Ok(())
 }

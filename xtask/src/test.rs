@@ -10,23 +10,53 @@ use crate::kernels::{self, MATRIX};
 use crate::vm::{self, VmRun};
 use crate::{host, passthrough_env, report_problems, vm_cache, workspace_root};
 
-/// Passed and failed counts, summed over libtest's `test result:` lines.
+/// Passed, failed and skipped counts: libtest's `test result:` lines, less
+/// the tests that printed a skip line (libtest counts those as passed).
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
 struct Counts {
     passed: u64,
     failed: u64,
+    skipped: u64,
 }
 
 impl Counts {
     fn add(&mut self, other: Counts) {
         self.passed += other.passed;
         self.failed += other.failed;
+        self.skipped += other.skipped;
     }
 }
 
-/// Sums `test result: ok. 5 passed; 1 failed; ...` lines.
+impl std::fmt::Display for Counts {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "{} passed, {} failed, {} skipped",
+            self.passed, self.failed, self.skipped
+        )
+    }
+}
+
+/// The test a skip line names: `SKIP <test>: <reason>`, as the tests
+/// crate's `skip` helpers print it (kprobe_perf_tests::skip_line). The
+/// line starts with it under `--show-output`; under `--nocapture` it may
+/// follow libtest's `test <name> ... `.
+fn skipped_test(line: &str) -> Option<&str> {
+    let rest = match line.strip_prefix("SKIP ") {
+        Some(r) => r,
+        None => line.split_once(" ... SKIP ")?.1,
+    };
+    let (test, _reason) = rest.split_once(": ")?;
+    (!test.is_empty() && !test.contains(char::is_whitespace)).then_some(test)
+}
+
+/// Sums `test result: ok. 5 passed; 1 failed; ...` lines, and moves the
+/// tests that printed a skip line from passed to skipped.
 fn parse_counts(output: &str) -> Counts {
-    let mut c = Counts::default();
+    let mut c = Counts {
+        skipped: output.lines().filter_map(skipped_test).count() as u64,
+        ..Counts::default()
+    };
     for line in output.lines().filter(|l| l.contains("test result:")) {
         let num_before = |word: &str| -> u64 {
             line.split(';')
@@ -38,6 +68,7 @@ fn parse_counts(output: &str) -> Counts {
         c.passed += num_before(" passed");
         c.failed += num_before(" failed");
     }
+    c.passed = c.passed.saturating_sub(c.skipped);
     c
 }
 
@@ -129,7 +160,8 @@ fn vm_jobs(kernels: usize) -> usize {
         .clamp(1, kernels.max(1))
 }
 
-/// fmt, clippy, native tests, then the VM matrix. Ends with `N passed, N failed`.
+/// fmt, clippy, native tests, then the VM matrix. Ends with
+/// `N passed, N failed, N skipped`.
 pub fn run(kernel_args: &[String], no_lint: bool) -> Result<()> {
     let started = Instant::now();
     let mut total = Counts::default();
@@ -150,6 +182,7 @@ pub fn run(kernel_args: &[String], no_lint: bool) -> Result<()> {
             total.add(Counts {
                 passed: u64::from(ok),
                 failed: u64::from(!ok),
+                skipped: 0,
             });
         }
     }
@@ -160,15 +193,15 @@ pub fn run(kernel_args: &[String], no_lint: bool) -> Result<()> {
     if !build_ok {
         bail!("building kprobe-perf failed");
     }
-    let (native_ok, native_out) = run_echo(cargo().args(["test", "--workspace"]))?;
+    // --show-output: the skip lines of passing tests are printed, and
+    // counted.
+    let (native_ok, native_out) =
+        run_echo(cargo().args(["test", "--workspace", "--", "--show-output"]))?;
     let mut native = parse_counts(&native_out);
     if !native_ok && native.failed == 0 {
         native.failed = 1; // a build failure runs no test but must count
     }
-    summary.push(format!(
-        "native: {} passed, {} failed",
-        native.passed, native.failed
-    ));
+    summary.push(format!("native: {native}"));
     total.add(native);
 
     // perf: the differential test (tests/differential.rs) and perf.data
@@ -267,9 +300,7 @@ pub fn run(kernel_args: &[String], no_lint: bool) -> Result<()> {
                 .map(|n| n.to_string_lossy().into_owned())
                 .unwrap_or_default();
             summary.push(format!(
-                "kernel {k} ({image}): {} passed, {} failed, boot {:.1} s, {secs:.0} s in all{}",
-                c.passed,
-                c.failed,
+                "kernel {k} ({image}): {c}, boot {:.1} s, {secs:.0} s in all{}",
                 outcome.boot_secs.unwrap_or(f64::NAN),
                 if outcome.problems.is_empty() {
                     String::new()
@@ -289,7 +320,7 @@ pub fn run(kernel_args: &[String], no_lint: bool) -> Result<()> {
     for s in &summary {
         println!("  {s}");
     }
-    println!("{} passed, {} failed", total.passed, total.failed);
+    println!("{total}");
     if total.failed > 0 {
         std::process::exit(1);
     }
@@ -355,8 +386,42 @@ mod tests {
             parse_counts(out),
             Counts {
                 passed: 8,
-                failed: 2
+                failed: 2,
+                skipped: 0
             }
         );
+    }
+
+    #[test]
+    fn skip_lines_move_tests_from_passed_to_skipped() {
+        // --show-output (the native run, and the VM's), then --nocapture
+        // with one test thread.
+        let out = "running 3 tests\n\
+                   test a ... ok\n\
+                   successes:\n\
+                   \n\
+                   ---- a stdout ----\n\
+                   SKIP a: kprobes: CONFIG_KPROBES is off\n\
+                   \n\
+                   ---- b stdout ----\n\
+                   SKIP is a word here, not a skip line\n\
+                   test c ... SKIP c: perf is not installed (apt-get install linux-perf)\n\
+                   ok\n\
+                   test result: ok. 3 passed; 0 failed; 0 ignored; 0 measured\n\
+                   test result: FAILED. 4 passed; 1 failed; 0 ignored; 0 measured\n";
+        assert_eq!(
+            parse_counts(out),
+            Counts {
+                passed: 5,
+                failed: 1,
+                skipped: 2
+            }
+        );
+        assert_eq!(
+            parse_counts(out).to_string(),
+            "5 passed, 1 failed, 2 skipped"
+        );
+        assert_eq!(skipped_test("SKIP t: why: because"), Some("t"));
+        assert_eq!(skipped_test("  SKIP t: indented"), None);
     }
 }
