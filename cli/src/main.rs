@@ -44,9 +44,12 @@ enum Cmd {
     /// Attach probes and print one line per hit, in ftrace's layout:
     /// `comm-tid [cpu] seconds.micros: event: (sym+off/size) name=value ...`.
     ///
-    /// With `-- CMD`, records CMD and its children and stops when CMD exits;
-    /// without it (or with -a) records every CPU until Ctrl-C or --duration.
-    /// A summary with per-probe counts and lost events goes to stderr.
+    /// With `-- CMD`, records CMD and its children and stops when CMD exits,
+    /// then exits with CMD's status (128+N for signal N; 1 for an error of
+    /// the recording). CMD starts with default signal actions and no
+    /// blocked signals. Without it (or with -a) records every CPU until
+    /// Ctrl-C or --duration. A summary with per-probe counts and lost
+    /// events goes to stderr.
     Record(RecordArgs),
     /// Remove the tracefs events (kprobes and uprobes) left by kprobe-perf
     /// processes. They are normally removed at exit; when a recording is
@@ -124,8 +127,10 @@ struct RecordArgs {
     /// a CPU listed twice counts once).
     #[arg(short = 'C', long = "cpu", value_name = "LIST", conflicts_with_all = ["pid", "tid"], value_parser = validate::cpu_list, allow_negative_numbers = true)]
     cpus: Option<validate::CpuList>,
-    /// Record these processes (every thread of each; comma-separated pids
-    /// of running processes, repeats merged).
+    /// Record these processes (comma-separated pids of running processes,
+    /// repeats merged): every thread of each, and the threads and child
+    /// processes they start later; the recording ends when all of them
+    /// have exited.
     #[arg(short = 'p', long, value_name = "PIDS", value_delimiter = ',', conflicts_with_all = ["tid", "command"], value_parser = validate::pid, allow_negative_numbers = true)]
     pid: Vec<i32>,
     /// Record these threads only (comma-separated tids of running threads,
@@ -347,15 +352,18 @@ fn record(args: &RecordArgs) -> Result<ExitCode> {
     .context("installing a signal handler")?;
 
     let mut child = match command.split_first() {
-        Some((prog, args)) => {
-            Some(HeldChild::spawn(prog, args).with_context(|| format!("cannot start {prog}"))?)
-        }
+        // A command that is not found is said as such ("command not
+        // found: X"), before anything is attached.
+        Some((prog, args)) => Some(HeldChild::spawn(prog, args).map_err(|e| match e.kind() {
+            io::ErrorKind::NotFound | io::ErrorKind::PermissionDenied => anyhow::Error::msg(e),
+            _ => anyhow::Error::new(e).context(format!("cannot start {prog}")),
+        })?),
         None => None,
     };
     let target = if !args.tid.is_empty() {
         RecordTarget::Threads(args.tid.clone())
     } else if !args.pid.is_empty() {
-        RecordTarget::Threads(threads_of(&args.pid)?)
+        RecordTarget::Processes(args.pid.clone())
     } else if let Some(cg) = &args.cgroup {
         RecordTarget::Cgroup(validate::cgroup_path(cg))
     } else if let Some(list) = &args.cpus {
@@ -448,6 +456,11 @@ fn record(args: &RecordArgs) -> Result<ExitCode> {
                 break;
             }
         }
+        // -p: every process has exited (a pidfd's readiness ends the
+        // wait above at once).
+        if session.target_exited() {
+            break;
+        }
     }
     if let Some(l) = live.as_mut() {
         l.clear();
@@ -498,28 +511,31 @@ fn record(args: &RecordArgs) -> Result<ExitCode> {
         let addresses = printer.addresses.take().unwrap_or_default();
         file.finish(&mut session, &symbols, addresses, &json_summary, &summary)?;
     }
-    if let Some(status) = command_status {
-        if !status.success() {
-            eprintln!("kprobe-perf: the command exited with {status}");
-        }
+    // The recording stopped first (Ctrl-C, -d, stdout closed): the
+    // command may have ended meanwhile (Ctrl-C reaches it too).
+    if let (None, Some(c)) = (command_status, child.as_mut()) {
+        command_status = c.try_wait().context("waiting for the command")?;
     }
-    Ok(ExitCode::SUCCESS)
+    Ok(match command_status {
+        Some(status) => {
+            if !status.success() {
+                eprintln!("kprobe-perf: the command exited with {status}");
+            }
+            ExitCode::from(exit_code(status))
+        }
+        None => ExitCode::SUCCESS,
+    })
 }
 
-/// Every thread of each process, from /proc/PID/task.
-fn threads_of(pids: &[i32]) -> Result<Vec<i32>> {
-    let mut tids = Vec::new();
-    for pid in pids {
-        let dir = format!("/proc/{pid}/task");
-        let entries =
-            std::fs::read_dir(&dir).with_context(|| format!("no process {pid} ({dir})"))?;
-        for e in entries.flatten() {
-            if let Some(t) = e.file_name().to_str().and_then(|n| n.parse().ok()) {
-                tids.push(t);
-            }
-        }
+/// The exit status a shell gives for `status`: the command's code, or
+/// 128 + N when signal N killed it.
+fn exit_code(status: std::process::ExitStatus) -> u8 {
+    use std::os::unix::process::ExitStatusExt;
+    match (status.code(), status.signal()) {
+        (Some(code), _) => (code & 0xff) as u8,
+        (None, Some(sig)) => (128 + (sig & 0x7f)) as u8,
+        (None, None) => 1,
     }
-    Ok(tids)
 }
 
 /// How events are written: ftrace-style text or JSON Lines.
@@ -686,5 +702,24 @@ fn emit(
         Ok(()) => Ok(true),
         Err(e) if e.kind() == io::ErrorKind::BrokenPipe => Ok(false),
         Err(e) => Err(e).context("writing events"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::exit_code;
+    use std::os::unix::process::ExitStatusExt;
+    use std::process::ExitStatus;
+
+    #[test]
+    fn exit_codes_are_the_shells() {
+        assert_eq!(exit_code(ExitStatus::from_raw(0)), 0);
+        assert_eq!(exit_code(ExitStatus::from_raw(7 << 8)), 7);
+        assert_eq!(exit_code(ExitStatus::from_raw(255 << 8)), 255);
+        // Killed by SIGTERM (15), by SIGKILL (9) with a core flag unset.
+        assert_eq!(exit_code(ExitStatus::from_raw(15)), 143);
+        assert_eq!(exit_code(ExitStatus::from_raw(9)), 137);
+        // SIGSEGV with a core dump (bit 7 set).
+        assert_eq!(exit_code(ExitStatus::from_raw(11 | 0x80)), 139);
     }
 }

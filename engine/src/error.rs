@@ -51,6 +51,10 @@ pub enum Error {
         /// The OS error.
         source: io::Error,
     },
+    /// The recording target cannot be recorded (no such process, a thread
+    /// given as a process): the message says what to give instead.
+    #[error("{0}")]
+    Target(String),
     /// Another system call failed.
     #[error("{what}")]
     Io {

@@ -17,6 +17,7 @@ pub mod perfdata;
 pub mod plan;
 pub mod pmu;
 pub mod preflight;
+pub mod process;
 pub mod records;
 pub mod ring;
 pub mod select;

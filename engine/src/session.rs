@@ -14,6 +14,7 @@ use crate::decode::Event;
 use crate::error::{explain_open_errno, Error, OpenedAs};
 use crate::plan::{AttachPoint, Backend, ProbePlan};
 use crate::pmu::{ProbePmu, SYSFS_PMUS};
+use crate::process::{self, ProcessWatch};
 use crate::records::{self, RecordDecoder, RecordSink};
 use crate::ring::{BackwardRing, RingBuffer};
 use crate::sys;
@@ -44,14 +45,29 @@ pub enum RecordTarget {
         /// started held before exec).
         enable_on_exec: bool,
     },
+
+    /// Processes (pids; duplicates count once): every thread each has
+    /// when the session opens, and every thread and child process they
+    /// start afterwards (the events are inherited, as with `perf record
+    /// -p`). The engine finds the threads in `/proc/PID/task`, and lists
+    /// them again once the events are open: if a thread appeared in
+    /// between (created by a thread not yet attached, so not inherited),
+    /// it closes everything and attaches again (up to 5 times; after
+    /// that, such late threads are not recorded). [`Session::target_exited`]
+    /// says when every process has exited.
+    Processes(Vec<i32>),
 }
 
 impl RecordTarget {
-    /// True when the target's events are inherited by the children it
-    /// creates (a process and its descendants): such uprobes then go
-    /// through `uprobe_events` (see [`ProbePlan::through_uprobe_events`]).
+    /// True when the target's events are inherited by the tasks it
+    /// creates (a command and its children, processes and their new
+    /// threads): such uprobes then go through `uprobe_events` (see
+    /// [`ProbePlan::through_uprobe_events`]).
     pub fn inherits(&self) -> bool {
-        matches!(self, RecordTarget::Process { .. })
+        matches!(
+            self,
+            RecordTarget::Process { .. } | RecordTarget::Processes(_)
+        )
     }
 }
 
@@ -210,6 +226,8 @@ pub struct Session {
     poll: Poll,
     events: Events,
     enabled: bool,
+    /// The processes of [`RecordTarget::Processes`], until they exit.
+    watched: Vec<ProcessWatch>,
 }
 
 pub use crate::cpus::online_cpus;
@@ -300,17 +318,23 @@ fn base_attr(
         // Executable mappings, for perf to name uprobe samples' functions.
         attr.set_mmap(u64::from(mmaps));
     }
-    if let RecordTarget::Process { enable_on_exec, .. } = &opts.target {
-        let enable_on_exec = *enable_on_exec;
+    if opts.target.inherits() {
         attr.set_inherit(1);
-        attr.set_enable_on_exec(u64::from(enable_on_exec));
+    }
+    if let RecordTarget::Process {
+        enable_on_exec: true,
+        ..
+    } = &opts.target
+    {
+        attr.set_enable_on_exec(1);
     }
     attr
 }
 
 impl Session {
-    /// Opens every probe on every online CPU (or for one process), maps one
-    /// ring per CPU and leaves the probes disabled until [`Session::enable`].
+    /// Opens every probe on every online CPU (or for the target's tasks),
+    /// maps one ring per CPU and leaves the probes disabled until
+    /// [`Session::enable`].
     ///
     /// Every open first removes the tracefs definitions of kprobe-perf
     /// processes that are gone (silently nothing without tracefs). When
@@ -318,6 +342,78 @@ impl Session {
     /// defined through `uprobe_events`, whose events follow forks.
     pub fn open(plans: Vec<ProbePlan>, opts: SessionOptions) -> Result<Session, Error> {
         tracefs::remove_stale_if_mounted();
+        let RecordTarget::Processes(pids) = &opts.target else {
+            return Session::open_tasks(plans, opts, &[]);
+        };
+        const ATTEMPTS: usize = 5;
+        let pids = process::unique_pids(pids);
+        if pids.is_empty() {
+            return Err(Error::Target(
+                "no process to record: give at least one pid".into(),
+            ));
+        }
+        // Watched from before the first scan, so an exit is never missed.
+        let watched = pids
+            .iter()
+            .map(|&p| ProcessWatch::new(p))
+            .collect::<Result<Vec<_>, _>>()?;
+        let scan = || -> Result<Vec<(i32, i32)>, Error> {
+            let mut threads = Vec::new();
+            for &pid in &pids {
+                let tids = process::threads_of(pid).map_err(|e| {
+                    Error::io(
+                        format!("listing the threads of process {pid} (/proc/{pid}/task)"),
+                        e,
+                    )
+                })?;
+                threads.extend(tids.unwrap_or_default().into_iter().map(|t| (pid, t)));
+            }
+            Ok(threads)
+        };
+        let mut attempt = 1;
+        loop {
+            let threads = scan()?;
+            let mut session = Session::open_tasks(plans.clone(), opts.clone(), &threads)?;
+            // A thread created before its creator's events were open
+            // inherited nothing: attach again, from a new list.
+            let late = scan()?.iter().any(|t| !threads.contains(t));
+            if !late || attempt == ATTEMPTS {
+                for (k, w) in watched.iter().enumerate() {
+                    if let Some(fd) = w.pidfd() {
+                        session
+                            .poll
+                            .registry()
+                            .register(
+                                &mut SourceFd(&fd.as_raw_fd()),
+                                Token(usize::MAX - k),
+                                Interest::READABLE,
+                            )
+                            .map_err(|e| Error::io("registering a pidfd with the poller", e))?;
+                    }
+                }
+                session.watched = watched;
+                return Ok(session);
+            }
+            attempt += 1;
+        }
+    }
+
+    /// For [`RecordTarget::Processes`]: true once every target process has
+    /// exited (checked with a pidfd, whose readiness also ends the wait of
+    /// [`Session::poll`]; before Linux 5.3, with `/proc/PID/stat`). False
+    /// for every other target.
+    pub fn target_exited(&self) -> bool {
+        !self.watched.is_empty() && self.watched.iter().all(ProcessWatch::exited)
+    }
+
+    /// Opens the probes for `opts.target`; for
+    /// [`RecordTarget::Processes`], on each (pid, tid) of `threads` on
+    /// every CPU, one ring per CPU shared by all threads.
+    fn open_tasks(
+        plans: Vec<ProbePlan>,
+        opts: SessionOptions,
+        threads: &[(i32, i32)],
+    ) -> Result<Session, Error> {
         let inherit = opts.target.inherits();
         let plans: Vec<ProbePlan> = if inherit {
             plans
@@ -436,6 +532,17 @@ impl Session {
                     flags: 0,
                 })
                 .collect(),
+            RecordTarget::Processes(_) => threads
+                .iter()
+                .flat_map(|&(pid, tid)| {
+                    cpus.iter().map(move |&c| Slot {
+                        pid: tid,
+                        cpu: c as i32,
+                        label: format!("thread {tid} of process {pid}, CPU {c}"),
+                        flags: 0,
+                    })
+                })
+                .collect(),
             RecordTarget::Threads(tids) => tids
                 .iter()
                 .map(|&t| Slot {
@@ -494,11 +601,16 @@ impl Session {
             .collect();
         let poll = Poll::new().map_err(|e| Error::io("creating the poller", e))?;
         let any_user = plans.iter().any(is_user);
-        let mut streams = Vec::with_capacity(slots.len());
+        let mut streams: Vec<CpuStream> = Vec::with_capacity(slots.len());
         let mut probe_of_id = HashMap::new();
-        for slot in &slots {
+        // Processes: the stream of each CPU, whose ring every thread's
+        // events on that CPU share (as perf does).
+        let mut ring_of_cpu: Option<HashMap<i32, usize>> =
+            matches!(opts.target, RecordTarget::Processes(_)).then(HashMap::new);
+        'slots: for slot in &slots {
             let mut fds: Vec<OwnedFd> = Vec::with_capacity(plans.len());
             let mut ring = None;
+            let shared = ring_of_cpu.as_ref().and_then(|m| m.get(&slot.cpu)).copied();
             for (i, plan) in plans.iter().enumerate() {
                 let attr = base_attr(openers[i], plan, &opts, fds.is_empty(), any_user);
                 let mut attr = attr;
@@ -556,6 +668,12 @@ impl Session {
                             sys::perf_event_open(&by_addr, None, slot.pid, slot.cpu, slot.flags);
                     }
                 }
+                if ring_of_cpu.is_some()
+                    && matches!(&opened, Err(e) if e.raw_os_error() == Some(libc::ESRCH))
+                {
+                    // The thread exited after the scan: nothing to record.
+                    continue 'slots;
+                }
                 let fd = opened.map_err(|source| {
                     let target = match &plan.attach {
                         AttachPoint::Symbol { name, offset: 0 } => name.clone(),
@@ -583,8 +701,16 @@ impl Session {
                 })?;
                 let id = sys::event_id(&fd).map_err(|e| Error::io("reading a perf event id", e))?;
                 probe_of_id.insert(id, i);
-                match &ring {
-                    None => {
+                let owner = shared
+                    .and_then(|s| streams.get(s))
+                    .and_then(|s| s.fds.first());
+                match (&ring, owner) {
+                    (None, Some(owner)) => {
+                        sys::set_output(&fd, owner).map_err(|e| {
+                            Error::io(format!("sharing the ring buffer of {}", slot.label), e)
+                        })?;
+                    }
+                    (None, None) => {
                         let what = || {
                             format!(
                                 "mapping a {}-page ring buffer for {}",
@@ -612,7 +738,7 @@ impl Session {
                             )
                             .map_err(|e| Error::io("registering a ring with the poller", e))?;
                     }
-                    Some(_) => {
+                    (Some(_), _) => {
                         sys::set_output(&fd, &fds[0]).map_err(|e| {
                             Error::io(format!("sharing the ring buffer of {}", slot.label), e)
                         })?;
@@ -621,7 +747,12 @@ impl Session {
                 fds.push(fd);
             }
             if let Some(ring) = ring {
+                if let Some(m) = ring_of_cpu.as_mut() {
+                    m.insert(slot.cpu, streams.len());
+                }
                 streams.push(CpuStream { ring, fds });
+            } else if let Some(stream) = shared.and_then(|s| streams.get_mut(s)) {
+                stream.fds.extend(fds);
             }
         }
         let enabled = matches!(
@@ -656,6 +787,7 @@ impl Session {
             poll,
             events: Events::with_capacity(64),
             enabled,
+            watched: Vec::new(),
         })
     }
 
@@ -737,10 +869,15 @@ impl Session {
     pub fn kernel_hits(&self) -> Result<Vec<u64>, Error> {
         let mut hits = vec![0u64; self.plans().len()];
         for s in &self.streams {
-            // fds of a stream are in plan order.
+            // fds of a stream are in plan order, once per thread sharing
+            // the stream.
+            let n = hits.len().max(1);
             for (i, fd) in s.fds.iter().enumerate() {
-                hits[i] +=
+                let count =
                     sys::read_count(fd).map_err(|e| Error::io("reading a probe's count", e))?;
+                if let Some(h) = hits.get_mut(i % n) {
+                    *h += count;
+                }
             }
         }
         Ok(hits)

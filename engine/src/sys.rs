@@ -258,9 +258,98 @@ fn pipe_cloexec() -> io::Result<(OwnedFd, OwnedFd)> {
     Ok(unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) })
 }
 
+/// The highest signal number the kernel knows on the architectures we
+/// support (x86_64, aarch64): `_NSIG` is 64 there.
+const LAST_SIGNAL: libc::c_int = 64;
+
+/// The kernel's `struct sigaction` for rt_sigaction(2) on x86_64 and
+/// aarch64 (both have `sa_restorer`): all zeros is SIG_DFL, no flags, an
+/// empty mask. The C library's sigaction() refuses the signals it keeps
+/// for itself (32 and 33 in glibc), which an ancestor may still have set
+/// to ignored; the system call resets them too.
+#[repr(C)]
+struct KernelSigaction {
+    handler: usize,
+    flags: libc::c_ulong,
+    restorer: usize,
+    mask: u64,
+}
+
+/// Where exec would find `program`: itself when it names a path (contains
+/// a `/`), else the first executable regular file of that name in a
+/// directory of `PATH` (an empty entry is the current directory; without
+/// `PATH`, `/usr/local/bin:/usr/bin:/bin`). Errors: `NotFound` with
+/// "command not found: PROGRAM ..." when there is none, `PermissionDenied`
+/// when the file found is not executable.
+pub fn find_program(program: &str) -> io::Result<std::path::PathBuf> {
+    use std::os::unix::fs::PermissionsExt;
+    use std::path::{Path, PathBuf};
+    let executable = |p: &Path| {
+        std::fs::metadata(p)
+            .map(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
+            .unwrap_or(false)
+    };
+    if program.is_empty() {
+        return Err(io::Error::new(
+            io::ErrorKind::NotFound,
+            "command not found: the command name is empty",
+        ));
+    }
+    if program.contains('/') {
+        let path = PathBuf::from(program);
+        return match std::fs::metadata(&path) {
+            Err(e) if e.kind() == io::ErrorKind::NotFound => Err(io::Error::new(
+                io::ErrorKind::NotFound,
+                format!("command not found: {program} (no such file)"),
+            )),
+            Err(e) => Err(io::Error::new(
+                e.kind(),
+                format!("cannot run {program}: {e}"),
+            )),
+            Ok(_) if !executable(&path) => Err(io::Error::new(
+                io::ErrorKind::PermissionDenied,
+                format!("cannot run {program}: not an executable regular file"),
+            )),
+            Ok(_) => Ok(path),
+        };
+    }
+    let search = std::env::var_os("PATH")
+        .map(|p| p.to_string_lossy().into_owned())
+        .unwrap_or_else(|| "/usr/local/bin:/usr/bin:/bin".to_string());
+    let mut not_executable = None;
+    for dir in search.split(':') {
+        let dir = if dir.is_empty() { "." } else { dir };
+        let candidate = Path::new(dir).join(program);
+        if executable(&candidate) {
+            return Ok(candidate);
+        }
+        if not_executable.is_none() && candidate.is_file() {
+            not_executable = Some(candidate);
+        }
+    }
+    Err(match not_executable {
+        Some(p) => io::Error::new(
+            io::ErrorKind::PermissionDenied,
+            format!(
+                "cannot run {program}: {} is not executable, and no other {program} is in PATH ({search})",
+                p.display()
+            ),
+        ),
+        None => io::Error::new(
+            io::ErrorKind::NotFound,
+            format!("command not found: {program} (in no directory of PATH={search})"),
+        ),
+    })
+}
+
 impl HeldChild {
-    /// Forks a child that will run `program` (searched in PATH) with `args`
-    /// once released.
+    /// Forks a child that will run `program` with `args` once released.
+    /// `program` is looked up in `PATH` here, in the parent (see
+    /// [`find_program`]), so a missing command is an error before anything
+    /// else happens. Once released, the child resets every signal to its
+    /// default action and unblocks all signals, then execs: the command
+    /// starts as it would from a shell, whatever this process ignores,
+    /// handles or blocks (Rust ignores SIGPIPE, for instance).
     pub fn spawn(program: &str, args: &[String]) -> io::Result<HeldChild> {
         let invalid = || {
             io::Error::new(
@@ -268,13 +357,31 @@ impl HeldChild {
                 "a NUL byte in the command line",
             )
         };
-        let prog = CString::new(program).map_err(|_| invalid())?;
-        let mut argv_owned = vec![prog.clone()];
+        let path = find_program(program)?;
+        let path = CString::new(std::os::unix::ffi::OsStringExt::into_vec(
+            path.into_os_string(),
+        ))
+        .map_err(|_| invalid())?;
+        let mut argv_owned = vec![CString::new(program).map_err(|_| invalid())?];
         for a in args {
             argv_owned.push(CString::new(a.as_str()).map_err(|_| invalid())?);
         }
         let mut argv: Vec<*const libc::c_char> = argv_owned.iter().map(|a| a.as_ptr()).collect();
         argv.push(std::ptr::null());
+        // What the child installs before exec, prepared here: after fork
+        // only async-signal-safe calls are allowed.
+        let default_action = KernelSigaction {
+            handler: libc::SIG_DFL,
+            flags: 0,
+            restorer: 0,
+            mask: 0,
+        };
+        // SAFETY: sigemptyset initialises the set we own (zeroed first).
+        let empty_set = unsafe {
+            let mut set: libc::sigset_t = std::mem::zeroed();
+            libc::sigemptyset(&mut set);
+            set
+        };
         let (gate_r, gate_w) = pipe_cloexec()?;
         let (err_r, err_w) = pipe_cloexec()?;
         let (gr, gw, er, ew) = (
@@ -284,8 +391,10 @@ impl HeldChild {
             err_w.as_raw_fd(),
         );
         // SAFETY: after fork the child only calls async-signal-safe functions
-        // (close, read, write, execvp, _exit) on memory prepared before the
-        // fork (`prog`, `argv`), and never returns into Rust code.
+        // (close, read, the rt_sigaction system call through syscall(),
+        // sigprocmask, execv, write, _exit) on memory prepared before the
+        // fork (`path`, `argv`, `default_action`, `empty_set`), and never
+        // returns into Rust code.
         let pid = unsafe { libc::fork() };
         if pid < 0 {
             return Err(io::Error::last_os_error());
@@ -306,7 +415,20 @@ impl HeldChild {
                         libc::_exit(127);
                     }
                 }
-                libc::execvp(prog.as_ptr(), argv.as_ptr());
+                // Default action for every signal (SIGKILL and SIGSTOP
+                // refuse, harmlessly), then an empty mask: exec keeps
+                // ignored signals and the mask.
+                for sig in 1..=LAST_SIGNAL {
+                    libc::syscall(
+                        libc::SYS_rt_sigaction,
+                        sig,
+                        &default_action as *const KernelSigaction,
+                        std::ptr::null_mut::<KernelSigaction>(),
+                        std::mem::size_of::<u64>(),
+                    );
+                }
+                libc::sigprocmask(libc::SIG_SETMASK, &empty_set, std::ptr::null_mut());
+                libc::execv(path.as_ptr(), argv.as_ptr());
                 let errno = *libc::__errno_location();
                 libc::write(
                     ew,
@@ -558,6 +680,39 @@ pub fn spawn_detached(name: &CStr, keep: OwnedFd, body: fn(OwnedFd)) -> io::Resu
     Ok(())
 }
 
+/// `pidfd_open(2)`: a descriptor that refers to process `pid` (a thread
+/// group leader) for as long as it is open, immune to pid reuse. It
+/// becomes readable once every thread of the process has exited.
+/// ENOSYS before Linux 5.3; EINVAL when `pid` is a thread that does not
+/// lead its process; ESRCH when there is no such process.
+pub fn pidfd_open(pid: i32) -> io::Result<OwnedFd> {
+    // SAFETY: pidfd_open takes two integers and returns a new descriptor
+    // or -1; no memory is passed.
+    let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid, 0) };
+    if fd < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    let fd = RawFd::try_from(fd).map_err(|_| io::Error::from(io::ErrorKind::InvalidData))?;
+    // SAFETY: the kernel returned a new descriptor that nothing else owns.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+}
+
+/// True when the process of a pidfd has exited (the pidfd is readable),
+/// without waiting.
+pub fn pidfd_exited(pidfd: &OwnedFd) -> io::Result<bool> {
+    let mut p = libc::pollfd {
+        fd: pidfd.as_raw_fd(),
+        events: libc::POLLIN,
+        revents: 0,
+    };
+    // SAFETY: poll reads and writes one pollfd, which lives on our stack.
+    let n = unsafe { libc::poll(&mut p, 1, 0) };
+    if n < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(n > 0 && p.revents & libc::POLLIN != 0)
+}
+
 /// Effective capabilities of this process (bit mask of `CAP_*`).
 pub fn effective_capabilities() -> io::Result<u64> {
     let status = std::fs::read_to_string("/proc/self/status")?;
@@ -572,3 +727,38 @@ pub fn effective_capabilities() -> io::Result<u64> {
 pub const CAP_SYS_ADMIN: u32 = 21;
 /// `CAP_PERFMON` (Linux 5.8+).
 pub const CAP_PERFMON: u32 = 38;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn programs_are_found_in_path_or_refused_by_name() {
+        let sh = find_program("sh").unwrap();
+        assert!(sh.is_absolute() || sh.starts_with("."), "{}", sh.display());
+        assert_eq!(sh.file_name().and_then(|n| n.to_str()), Some("sh"));
+        let e = find_program("kprobe-perf-no-such-command").unwrap_err();
+        assert_eq!(e.kind(), io::ErrorKind::NotFound);
+        assert!(
+            e.to_string().starts_with(
+                "command not found: kprobe-perf-no-such-command (in no directory of PATH="
+            ),
+            "{e}"
+        );
+        let e = find_program("./kprobe-perf-no-such-command").unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "command not found: ./kprobe-perf-no-such-command (no such file)"
+        );
+        let e = find_program("/").unwrap_err();
+        assert_eq!(e.kind(), io::ErrorKind::PermissionDenied);
+        assert_eq!(
+            e.to_string(),
+            "cannot run /: not an executable regular file"
+        );
+        assert_eq!(
+            find_program("").unwrap_err().kind(),
+            io::ErrorKind::NotFound
+        );
+    }
+}

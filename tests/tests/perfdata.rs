@@ -29,8 +29,11 @@ fn record(file: &Path, json: bool) -> String {
         cmd.args(["-e", p]);
     }
     let out = cmd.args(["--", "sh", "-c", WORKLOAD]).output().unwrap();
-    assert!(
-        out.status.success(),
+    // record exits with the workload's status: 1, its last cat's (a
+    // missing file).
+    assert_eq!(
+        out.status.code(),
+        Some(1),
         "record failed: {}",
         String::from_utf8_lossy(&out.stderr)
     );
