@@ -96,6 +96,33 @@ fn reason(v: &Verdict) -> &RefuseReason {
 }
 
 #[test]
+fn k8_ftrace_nop_of_older_kernels_is_the_ftrace_site() {
+    // do_sys_openat2's first instructions on Debian's 5.10 under QEMU,
+    // whose boot picked the K8 NOPs: `66 66 66 66 90`, then push %r13.
+    let bytes = [
+        0x66, 0x66, 0x66, 0x66, 0x90, 0x41, 0x55, 0x49, 0x89, 0xf5, 0xc3,
+    ];
+    let t = FunctionText {
+        start: 0xffff_ffff_82cd_a7f0,
+        bytes: &bytes,
+    };
+    let layout = FunctionLayout::new(Arch::X86_64, &t);
+    assert_eq!(layout.ftrace_site(), Some(0));
+    assert_eq!(
+        layout.verdict(0, ProbeSite::Entry),
+        Verdict::AcceptFtraceSite { offset: 0, at: 0 }
+    );
+    assert_eq!(
+        layout.verdict(2, ProbeSite::Entry).errno(),
+        Some(Errno::Eilseq)
+    );
+    assert_eq!(
+        layout.verdict(5, ProbeSite::Entry),
+        Verdict::Accept { offset: 5, at: 5 }
+    );
+}
+
+#[test]
 fn ftrace_nop_at_entry() {
     let t = FunctionText {
         start: DO_SYS_OPEN_START,

@@ -10,6 +10,13 @@ use super::{FunctionText, Rules};
 /// `x86_nops[5]` on x86_64: the NOP ftrace leaves at each function entry.
 const FTRACE_NOP: [u8; 5] = [0x0f, 0x1f, 0x44, 0x00, 0x00];
 
+/// The 5-byte NOP ftrace writes on kernels before 5.13 that picked the
+/// K8 NOPs at boot (`K8_NOP5_ATOMIC`, `66 66 66 66 90`, in
+/// arch/x86/include/asm/nops.h; "x86: Remove dynamic NOP selection" made
+/// every later kernel use the P6 one above). Seen on Debian's 5.10 under
+/// QEMU's `-cpu max`.
+const FTRACE_NOP_K8: [u8; 5] = [0x66, 0x66, 0x66, 0x66, 0x90];
+
 /// `ud2` followed by the ASCII tag of a Xen or KVM emulate prefix.
 const EMULATE_PREFIXES: [[u8; 5]; 2] = [
     [0x0f, 0x0b, b'x', b'e', b'n'],
@@ -85,7 +92,7 @@ fn starts_with_endbr(bytes: &[u8]) -> bool {
 /// True for the 5 bytes ftrace owns: the ideal NOP, or the `call` ftrace
 /// writes over it while the function is traced.
 fn is_ftrace_site(insn: &[u8]) -> bool {
-    insn == FTRACE_NOP || (insn.len() == 5 && insn.first() == Some(&0xe8))
+    insn == FTRACE_NOP || insn == FTRACE_NOP_K8 || (insn.len() == 5 && insn.first() == Some(&0xe8))
 }
 
 /// Decodes a whole function from its first byte, as `can_probe` walks it
