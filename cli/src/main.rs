@@ -410,7 +410,15 @@ fn record(args: &RecordArgs) -> Result<ExitCode> {
         symbols: &symbols,
         json: args.json,
         quiet: args.quiet,
-        addresses: file.as_ref().map(|_| std::collections::HashSet::new()),
+        // The file names the return trampoline too, so that its replay
+        // decodes a kretprobe's caller as this run does.
+        addresses: file.as_ref().map(|_| {
+            session
+                .plans()
+                .iter()
+                .filter_map(|p| p.return_trampoline)
+                .collect()
+        }),
         cache: text::LineCache::default(),
         line: Vec::with_capacity(256),
     };

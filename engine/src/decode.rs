@@ -449,7 +449,13 @@ pub(crate) fn decode_into(
     head: &mut EventHead,
     args: ArgsOut<'_>,
 ) -> Result<(), DecodeError> {
-    decode_head(probe, plan.is_return(), sample, head)?;
+    decode_head(
+        probe,
+        plan.is_return(),
+        plan.return_trampoline,
+        sample,
+        head,
+    )?;
     let raw = sample.raw;
     for (i, a) in plan.args.iter().enumerate() {
         match a.source {
@@ -472,12 +478,14 @@ pub(crate) fn decode_into(
     Ok(())
 }
 
-/// The head of a sample of probe `probe` (a kretprobe when `is_return`),
-/// into `head`.
+/// The head of a sample of probe `probe` (a kretprobe when `is_return`,
+/// whose kernel's return trampoline is at `trampoline` when known), into
+/// `head`.
 #[inline]
 pub(crate) fn decode_head(
     probe: usize,
     is_return: bool,
+    trampoline: Option<u64>,
     sample: &SampleParts<'_>,
     head: &mut EventHead,
 ) -> Result<(), DecodeError> {
@@ -488,10 +496,17 @@ pub(crate) fn decode_head(
     head.ip = sample.ip.ok_or(DecodeError::Missing("ip"))?;
     // The raw record of a kretprobe also holds a return address, but seen on
     // Debian 6.1 and 6.12: when a kprobe sits on the same function it holds
-    // arch_rethook_trampoline instead of the caller. The sampled ip is the
-    // caller in both cases, so that is what we report (as `ret_addr`).
-    if is_return && raw.len() < TRACE_ENTRY_SIZE + 16 {
-        return Err(DecodeError::ShortRaw(raw.len()));
+    // arch_rethook_trampoline instead of the caller, while the sampled ip is
+    // the caller; so the sampled ip is what we report (as `ret_addr`).
+    // Older kernels (seen on 5.10) leave the sampled ip at the trampoline
+    // (`kretprobe_trampoline`) and the raw record holds the caller: then
+    // the raw record's is taken.
+    if is_return {
+        let raw_ret =
+            read_u64(raw, TRACE_ENTRY_SIZE + 8).ok_or(DecodeError::ShortRaw(raw.len()))?;
+        if trampoline == Some(head.ip) {
+            head.ip = raw_ret;
+        }
     }
     head.cpu = sample.cpu.ok_or(DecodeError::Missing("cpu"))?;
     head.pid = sample.pid.ok_or(DecodeError::Missing("pid"))?;

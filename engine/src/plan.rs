@@ -207,6 +207,27 @@ pub struct ProbePlan {
     /// index of that kretprobe), so that calls whose return the kernel
     /// never reported can be counted. Its events are not delivered.
     pub companion_of: Option<usize>,
+    /// For a kernel return probe: the address of the kernel's kretprobe
+    /// trampoline, when kallsyms names one. Kernels before the return
+    /// address fix-up (seen on 5.10) leave the sampled ip there; the
+    /// decoder then takes the caller from the raw record.
+    pub return_trampoline: Option<u64>,
+}
+
+/// The names the kernel's kretprobe return trampoline has had: 6.0 and
+/// later (rethook), 5.15 to 5.19, and before.
+const RETURN_TRAMPOLINES: [&str; 3] = [
+    "arch_rethook_trampoline",
+    "__kretprobe_trampoline",
+    "kretprobe_trampoline",
+];
+
+/// The kernel's kretprobe trampoline, from `symbols`.
+pub fn return_trampoline(symbols: &KernelSymbols) -> Option<u64> {
+    RETURN_TRAMPOLINES
+        .iter()
+        .find_map(|n| symbols.lookup(n).first().map(|s| s.address))
+        .filter(|&a| a != 0)
 }
 
 impl ProbePlan {
@@ -422,6 +443,9 @@ pub fn resolve(
             ty: a.effective_type(),
         });
     }
+    let return_trampoline = (spec.is_return() && !matches!(spec.target, Target::User { .. }))
+        .then(|| return_trampoline(symbols))
+        .flatten();
     Ok(ProbePlan {
         event: spec.event_name(),
         spec,
@@ -431,6 +455,7 @@ pub fn resolve(
         args,
         regs_mask,
         companion_of: None,
+        return_trampoline,
     })
 }
 

@@ -73,7 +73,7 @@ fn json_lines_are_typed_and_summarised() {
             "-e",
             "p:do_sys_openat2 dfd=%di:s32 path=+0(%si):ustring",
         ])
-        .args(["-e", "r:do_sys_openat2 ret=$retval:s64", "--", "cat"])
+        .args(["-e", "r:do_sys_openat2 ret=$retval:s32", "--", "cat"])
         .arg(&file)
         .arg("/nonexistent/kprobe-perf-json")
         .output()

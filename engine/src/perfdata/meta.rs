@@ -48,7 +48,9 @@ impl StoredProbe {
 
     /// Plans the probe again for `arch`, without symbols or binaries: the
     /// decoding of its arguments is that of the recording.
-    pub fn plan(&self, arch: Arch) -> Result<ProbePlan, String> {
+    /// `symbols` are the file's stored symbols: they name the kernel's
+    /// return trampoline, when the recording used it.
+    pub fn plan(&self, arch: Arch, symbols: &KernelSymbols) -> Result<ProbePlan, String> {
         let mut spec = ProbeSpec::parse(&self.spec, arch).map_err(|e| e.to_string())?;
         if let (Target::User { location, .. }, Some(off)) = (&mut spec.target, self.user_offset) {
             *location = UserLocation::Offset(off);
@@ -61,6 +63,9 @@ impl StoredProbe {
             .map_err(|e| e.to_string())?;
         p.event = self.event.clone();
         p.companion_of = self.companion_of;
+        if p.is_return() && !matches!(p.attach, plan::AttachPoint::User { .. }) {
+            p.return_trampoline = plan::return_trampoline(symbols);
+        }
         Ok(p)
     }
 }

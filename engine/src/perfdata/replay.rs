@@ -41,11 +41,13 @@ impl<R: Read + Seek> Replay<R> {
                 reader.attrs().len()
             )));
         }
+        let symbols = KernelSymbols::parse(&meta.symbols)
+            .map_err(|e| bad(format!("the stored symbols: {e}")))?;
         let plans = meta
             .probes
             .iter()
             .map(|p| {
-                p.plan(meta.arch)
+                p.plan(meta.arch, &symbols)
                     .map_err(|e| bad(format!("probe {}: {e}", p.event)))
             })
             .collect::<Result<Vec<ProbePlan>, _>>()?;
@@ -63,8 +65,6 @@ impl<R: Read + Seek> Replay<R> {
         let attrs = reader.attrs().iter().map(|a| a.attr.clone()).collect();
         let decoder = RecordDecoder::new(plans, offsets, attrs, probe_of_id, false)
             .map_err(|e| bad(e.to_string()))?;
-        let symbols = KernelSymbols::parse(&meta.symbols)
-            .map_err(|e| bad(format!("the stored symbols: {e}")))?;
         Ok(Replay {
             reader,
             meta,

@@ -876,7 +876,14 @@ impl RecordDecoder {
         let (head, args) = self.queue.begin();
         let decoded = match &layout.registers_only {
             // The usual PMU probe: its registers straight from their slots.
-            Some(program) => decode_head(probe, plan.is_return(), &parts, head).and_then(|()| {
+            Some(program) => decode_head(
+                probe,
+                plan.is_return(),
+                plan.return_trampoline,
+                &parts,
+                head,
+            )
+            .and_then(|()| {
                 for &(slot, ty, name) in program {
                     // None when the sample has no registers (ABI 0).
                     let v = u64_at(regs, slot * 8).ok_or(DecodeError::MissingRegister(name))?;

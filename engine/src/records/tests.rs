@@ -462,3 +462,61 @@ fn names_from_proc_name_only_what_no_comm_record_names() {
         [(20, "kpp-now".to_string()), (50, "kpp-now".to_string())]
     );
 }
+
+/// The caller a kretprobe reports: the sampled ip (6.x, where the raw
+/// record may hold the trampoline), or the raw record's return address
+/// when the sampled ip is the trampoline (5.10).
+#[test]
+fn kretprobe_caller_comes_from_the_raw_record_when_the_ip_is_the_trampoline() {
+    const TRAMPOLINE: u64 = 0xffff_ffff_8100_2000;
+    const CALLER: u64 = 0xffff_ffff_8100_0456;
+    let syms = KernelSymbols::parse(
+        "ffffffff81000000 T _text\nffffffff81000400 T __x64_sys_openat\nffffffff81002000 T kretprobe_trampoline\nffffffff812345a0 T do_sys_openat2\n",
+    )
+    .unwrap();
+    let plan = plan::resolve(
+        ProbeSpec::parse("r:do_sys_openat2 ret=$retval:s32", Arch::X86_64).unwrap(),
+        &syms,
+        Arch::X86_64,
+        BackendChoice::Pmu,
+    )
+    .unwrap();
+    assert_eq!(plan.return_trampoline, Some(TRAMPOLINE));
+    let mut d = RecordDecoder::new(
+        vec![plan.clone()],
+        vec![Vec::new()],
+        vec![sample_attr_bytes(&plan)],
+        HashMap::from([(ID, 0)]),
+        false,
+    )
+    .unwrap();
+    // (sampled ip, raw return address) as 5.10 and 6.x write them.
+    for (time, ip, raw_ret) in [
+        (10, TRAMPOLINE, CALLER),
+        (20, CALLER, TRAMPOLINE),
+        (30, CALLER, CALLER),
+    ] {
+        let mut raw = [0u8; 28];
+        raw[8..16].copy_from_slice(&FUNC.to_ne_bytes());
+        raw[16..24].copy_from_slice(&raw_ret.to_ne_bytes());
+        let f = SampleFields {
+            id: ID,
+            ip,
+            pid: 7,
+            tid: 7,
+            time,
+            cpu: 0,
+            raw: &raw,
+            regs: &[0xffff_fffe],
+        };
+        d.record(
+            RECORD_SAMPLE,
+            0,
+            (&sample_record_body(&f, plan.regs_mask), &[]),
+        )
+        .unwrap();
+    }
+    let mut got = Vec::new();
+    d.round(true, |e, _| got.push((e.ret_addr, e.args[0].as_i64())));
+    assert_eq!(got, [(Some(CALLER), Some(-2)); 3]);
+}
