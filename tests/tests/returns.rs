@@ -71,12 +71,23 @@ fn kretprobe_returns_and_losses_count_only_the_users_probe() {
     let delivered = probe["events"].as_u64().unwrap();
     let lost = probe["lost"].as_u64().unwrap();
     let entries = probe["entries"].as_u64().unwrap();
-    assert_eq!(s["probes"].as_array().unwrap().len(), 1, "the user's probe only");
-    assert_eq!(entries, k + N, "entries: the loader's {k} opens and our {N}");
+    assert_eq!(
+        s["probes"].as_array().unwrap().len(),
+        1,
+        "the user's probe only"
+    );
+    assert_eq!(
+        entries,
+        k + N,
+        "entries: the loader's {k} opens and our {N}"
+    );
     assert_eq!(probe["unreturned"], 0);
     // The kernel counted every return: delivered + lost.
     assert_eq!(delivered + lost, k + N, "returns counted by the kernel");
-    assert!(lost > N / 2, "a one-page ring loses most of {N} samples: lost {lost}");
+    assert!(
+        lost > N / 2,
+        "a one-page ring loses most of {N} samples: lost {lost}"
+    );
     assert_eq!(s["lost"].as_u64(), Some(lost));
     let per_cpu: u64 = s["lost_per_cpu"]
         .as_array()
@@ -101,7 +112,11 @@ fn kretprobe_returns_and_losses_count_only_the_users_probe() {
         "{}",
         run.stderr
     );
-    assert!(!run.stderr.contains("without a reported return"), "{}", run.stderr);
+    assert!(
+        !run.stderr.contains("without a reported return"),
+        "{}",
+        run.stderr
+    );
 
     // Debian's perf sees one event, and exactly the samples delivered.
     if vm_kernel().is_none() && !Path::new("/usr/bin/perf").exists() {
@@ -122,7 +137,10 @@ fn kretprobe_returns_and_losses_count_only_the_users_probe() {
             m
         });
     println!("perf script events: {events:?}");
-    assert!(!perf.contains("_entry"), "no hidden entry events: {events:?}");
+    assert!(
+        !perf.contains("_entry"),
+        "no hidden entry events: {events:?}"
+    );
     assert_eq!(events.len(), 1, "{events:?}");
     assert_eq!(events.values().sum::<u64>(), delivered);
     let _ = std::fs::remove_file(&data);
