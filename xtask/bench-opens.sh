@@ -1,11 +1,15 @@
 #!/bin/sh
 # The per-call cost of a probe on do_sys_openat2, run inside the VM by
 # `cargo xtask bench opens`: a workload opens a tmpfs file OPENS times,
-# bare, under `kprobe-perf record` (text to /dev/null, and -q) and under
+# bare, under `kprobe-perf record` (text to /dev/null, -q, and -o FILE)
+# and under
 # `perf record` (the probe defined with `perf probe`), ROUNDS rounds each,
 # for an entry, a return and a string probe. Prints a table of
 # microseconds per open (min-max over the rounds), the added cost per
-# call against the bare run, and the events written and lost.
+# call against the bare run of the same round, and the events written and
+# lost per round. kprobe-perf's losses are its summary's (the kernel's
+# count minus the events read); perf's are the hits kprobe-perf counted in
+# the same round (events + lost) minus the samples perf wrote.
 #
 # usage: bench-opens.sh KPROBE_PERF OPEN_LOOP [OPENS] [ROUNDS]
 set -eu
@@ -55,7 +59,7 @@ echo
 echo "| probe | tool | command | us per open (min-max) | added us per call (min-max) | events written | lost |"
 echo "|---|---|---|---|---|---|---|"
 echo "$PROBES" | while IFS='|' read -r name spec pdef; do
-    for f in bare kp kpq perf; do : >"$W/$f"; done
+    for f in bare kp kpq kpo perf; do : >"$W/$f"; done
     "$PERF" probe -q -d "probe:kpfb_$name" </dev/null 2>/dev/null || true
     "$PERF" probe -q -a "$pdef" </dev/null
     # perf probe names a return probe's event EVENT__return.
@@ -63,6 +67,8 @@ echo "$PROBES" | while IFS='|' read -r name spec pdef; do
     kp_events=""
     kp_lost=""
     kpq_lost=""
+    kpo_events=""
+    kpo_lost=""
     perf_samples=""
     perf_lost=""
     i=0
@@ -73,15 +79,21 @@ echo "$PROBES" | while IFS='|' read -r name spec pdef; do
         kp_lost="$kp_lost $(sed -n 's/^kprobe-perf: .*, \([0-9]*\) lost.*/\1/p' "$W/kp.err" | head -1)"
         timed "$W/kpq.err" "$KP" record -q -e "$spec" -- "$LOOP" "$F" "$N" "$REP" >>"$W/kpq"
         kpq_lost="$kpq_lost $(sed -n 's/^kprobe-perf: .*, \([0-9]*\) lost.*/\1/p' "$W/kpq.err" | head -1)"
+        rm -f "$W/kp.data"
+        timed "$W/kpo.err" "$KP" record -o "$W/kp.data" -e "$spec" -- "$LOOP" "$F" "$N" "$REP" >>"$W/kpo"
+        kpo_events="$kpo_events $(sed -n 's/^kprobe-perf: \([0-9]*\) events.*/\1/p' "$W/kpo.err" | head -1)"
+        kpo_lost="$kpo_lost $(sed -n 's/^kprobe-perf: .*, \([0-9]*\) lost.*/\1/p' "$W/kpo.err" | head -1)"
+        hits=$(sed -n 's/^kprobe-perf: \([0-9]*\) events.*, \([0-9]*\) lost.*/\1 \2/p' "$W/kpo.err" | head -1 | awk '{print $1 + $2}')
         timed "$W/perf.err" "$PERF" record -N -e "$pev" -o "$W/perf.data" -- "$LOOP" "$F" "$N" "$REP" >>"$W/perf"
-        perf_samples="$perf_samples $(sed -n 's/.*(\([0-9]*\) samples).*/\1/p' "$W/perf.err" | head -1)"
-        # perf record's own word on losses, if any ("LOST n events").
-        perf_lost="$perf_lost $(grep -io 'lost [0-9]* events\|[0-9]* lost' "$W/perf.err" | grep -o '[0-9]*' | head -1 || true)"
+        ps=$(sed -n 's/.*(\([0-9]*\) samples).*/\1/p' "$W/perf.err" | head -1)
+        perf_samples="$perf_samples $ps"
+        perf_lost="$perf_lost $((hits - ps))"
         i=$((i + 1))
     done
     "$PERF" probe -q -d "$pev" </dev/null 2>/dev/null || true
     echo "| $name | bare | \`open_loop FILE $N\` | $(range <"$W/bare") | | | |"
     echo "| $name | kprobe-perf | \`kprobe-perf record -e '$spec' -- open_loop FILE $N > /dev/null\` | $(range <"$W/kp") | $(added "$W/kp") | $kp_events | $kp_lost |"
     echo "| $name | kprobe-perf -q | \`kprobe-perf record -q -e '$spec' -- open_loop FILE $N\` | $(range <"$W/kpq") | $(added "$W/kpq") | | $kpq_lost |"
+    echo "| $name | kprobe-perf -o | \`kprobe-perf record -o kp.data -e '$spec' -- open_loop FILE $N\` | $(range <"$W/kpo") | $(added "$W/kpo") | $kpo_events | $kpo_lost |"
     echo "| $name | perf | \`perf probe -a '$pdef'; perf record -N -e $pev -o perf.data -- open_loop FILE $N\` | $(range <"$W/perf") | $(added "$W/perf") | $perf_samples | $perf_lost |"
 done
