@@ -78,6 +78,7 @@
 //! optimized one as a 5-byte `jmp`; the kernel undoes both before decoding,
 //! this module cannot).
 
+mod uprobe;
 mod verdict;
 mod x86;
 
@@ -86,7 +87,21 @@ mod tests;
 
 use crate::Arch;
 
+pub use uprobe::UprobeRule;
 pub use verdict::{DescribedVerdict, Errno, Insn, Nearby, Refusal, RefuseReason, Verdict};
+
+/// Whose rules decide where a probe may go.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub enum Rules {
+    /// Kernel text and the kprobe layer (the module documentation's list).
+    #[default]
+    Kprobe,
+    /// A user binary and the uprobe layer (see [`UprobeRule`]): no ENDBR
+    /// move, no ftrace site; an offset must be an instruction start of the
+    /// function's own instruction stream (the kernel does not check this)
+    /// and the instruction one the uprobe layer accepts.
+    Uprobe,
+}
 
 /// The machine code of one function and the address it starts at.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -128,6 +143,7 @@ pub struct InsnInfo {
 #[derive(Debug, Clone)]
 pub struct FunctionLayout<'a> {
     arch: Arch,
+    rules: Rules,
     text: FunctionText<'a>,
     /// x86: the decoded instructions in offset order (empty on arm64).
     slots: Vec<x86::Slot>,
@@ -142,11 +158,17 @@ pub struct FunctionLayout<'a> {
 }
 
 impl<'a> FunctionLayout<'a> {
-    /// Decodes `text` (x86-64) or just measures it (arm64).
+    /// Decodes `text` (x86-64) or just measures it (arm64), under the
+    /// kprobe rules.
     pub fn new(arch: Arch, text: &FunctionText<'a>) -> FunctionLayout<'a> {
+        FunctionLayout::with_rules(arch, text, Rules::Kprobe)
+    }
+
+    /// Decodes `text` (x86-64) or just measures it (arm64), under `rules`.
+    pub fn with_rules(arch: Arch, text: &FunctionText<'a>, rules: Rules) -> FunctionLayout<'a> {
         match arch {
             Arch::X86_64 => {
-                let d = x86::decode(text);
+                let d = x86::decode(text, rules);
                 let mut accepted = Vec::with_capacity(d.slots.len() + 1);
                 if d.endbr {
                     accepted.push(0);
@@ -167,6 +189,7 @@ impl<'a> FunctionLayout<'a> {
                 }
                 FunctionLayout {
                     arch,
+                    rules,
                     text: *text,
                     slots: d.slots,
                     accepted,
@@ -178,6 +201,7 @@ impl<'a> FunctionLayout<'a> {
             }
             Arch::Aarch64 => FunctionLayout {
                 arch,
+                rules,
                 text: *text,
                 slots: Vec::new(),
                 accepted: Vec::new(),
@@ -187,6 +211,11 @@ impl<'a> FunctionLayout<'a> {
                 undecodable: None,
             },
         }
+    }
+
+    /// Whose rules the layout applies.
+    pub fn rules(&self) -> Rules {
+        self.rules
     }
 
     /// The architecture the text was read as.
@@ -269,7 +298,11 @@ impl<'a> FunctionLayout<'a> {
             .filter(|(_, s)| at < s.end());
         let Some((i, slot)) = found else {
             let first_bad = self.undecodable.unwrap_or(at);
-            return self.refuse(offset, RefuseReason::Undecodable { at: first_bad });
+            let reason = match self.rules {
+                Rules::Kprobe => RefuseReason::Undecodable { at: first_bad },
+                Rules::Uprobe => RefuseReason::UprobeUndecodable { at: first_bad },
+            };
+            return self.refuse(offset, reason);
         };
         let insn = Insn::new(&self.text, slot.offset, slot.len);
         let reason = if slot.offset != at {
@@ -287,6 +320,7 @@ impl<'a> FunctionLayout<'a> {
                 Class::EmulatePrefix => RefuseReason::EmulatePrefix { insn },
                 Class::MasksExceptions => RefuseReason::MasksExceptions { insn },
                 Class::CannotEmulate => RefuseReason::CannotEmulate { insn },
+                Class::Uprobe(rule) => RefuseReason::UprobeInstruction { insn, rule },
             }
         };
         let nearby = if offset == at {
@@ -318,6 +352,15 @@ impl<'a> FunctionLayout<'a> {
                 .checked_sub(1)
                 .and_then(|j| self.accepted.get(j).copied()),
             after: self.accepted.get(le).copied(),
+        }
+    }
+
+    /// Every offset where an entry probe is accepted, ascending (on arm64,
+    /// every 4-byte aligned offset).
+    pub fn accepted_offsets(&self) -> Vec<u64> {
+        match self.arch {
+            Arch::X86_64 => self.accepted.clone(),
+            Arch::Aarch64 => (0..self.size()).step_by(4).collect(),
         }
     }
 

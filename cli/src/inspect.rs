@@ -273,7 +273,9 @@ pub fn lines(func: &str, image: &ImageArgs) -> Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
-/// `kprobe-perf info`: the running kernel as kprobe-perf sees it.
+/// `kprobe-perf info`: first the doctor's checks (can this kernel and
+/// this process probe, and what to do if not), then the running kernel
+/// as kprobe-perf sees it.
 pub fn info(image: &ImageArgs) -> Result<ExitCode> {
     use crate::text_source::{describe_image, match_image};
     use kprobe_perf_symbols::image as img;
@@ -281,6 +283,9 @@ pub fn info(image: &ImageArgs) -> Result<ExitCode> {
     let mut out = std::io::BufWriter::new(stdout.lock());
     let rel = release();
     writeln!(out, "kernel: {rel} ({})", std::env::consts::ARCH)?;
+    writeln!(out, "kprobe-perf: {}", env!("KPROBE_PERF_VERSION"))?;
+    crate::doctor::print(&mut out, &crate::doctor::checks(&rel))?;
+    out.flush()?;
     let symbols = kernel_symbols()?;
     let core = symbols.iter().filter(|s| s.module.is_none()).count();
     writeln!(

@@ -1,11 +1,14 @@
 //! `kprobe-perf`: dynamic kernel probes through perf_event_open.
 
+mod doctor;
+mod generate;
 mod inspect;
 mod json;
 mod output;
 mod script;
 mod text;
 mod text_source;
+mod validate;
 
 use std::io::{self, IsTerminal, Write};
 use std::process::ExitCode;
@@ -24,7 +27,7 @@ use kprobe_perf_engine::{
 #[derive(Parser)]
 #[command(
     name = "kprobe-perf",
-    version,
+    version = env!("KPROBE_PERF_VERSION"),
     about = "Dynamic kernel probes (kprobes, kretprobes) through perf_event_open",
     after_help = "Probe definitions use the kprobe_events language, e.g.\n  \
                   'p:do_sys_openat2 dfd=%di'        entry probe with a register\n  \
@@ -45,8 +48,10 @@ enum Cmd {
     /// without it (or with -a) records every CPU until Ctrl-C or --duration.
     /// A summary with per-probe counts and lost events goes to stderr.
     Record(RecordArgs),
-    /// Remove tracefs events left by kprobe-perf processes (normally removed
-    /// at exit, and at the next start when a process was killed).
+    /// Remove the tracefs events (kprobes and uprobes) left by kprobe-perf
+    /// processes. They are normally removed at exit; when a recording is
+    /// killed, its guardian process removes them at once, and any later
+    /// start removes those of processes that are gone.
     Cleanup,
     /// Print the events of a perf.data file written by `record -o`, exactly
     /// as the recording printed them (text, or JSON Lines with --json).
@@ -90,9 +95,13 @@ enum Cmd {
         #[command(flatten)]
         image: text_source::ImageArgs,
     },
-    /// Show what kprobe-perf knows of the running kernel: its symbols, the
-    /// vmlinux and System.map matched to it (build ID, KASLR slide), where
-    /// kernel text comes from, BTF and the kprobe blacklist.
+    /// Check that this kernel and this process can probe: kprobe and
+    /// uprobe PMUs, fprobe events, tracefs, BTF, kptr_restrict,
+    /// perf_event_paranoid, lockdown, capabilities, each `ok` or `missing`
+    /// with its fix. Then show what kprobe-perf knows of the running
+    /// kernel: its symbols, the vmlinux and System.map matched to it (build
+    /// ID, KASLR slide), where kernel text comes from, BTF and the kprobe
+    /// blacklist.
     Info {
         #[command(flatten)]
         image: text_source::ImageArgs,
@@ -107,22 +116,28 @@ struct RecordArgs {
     /// Record every task on every CPU, even when a command is given.
     #[arg(short = 'a', long)]
     all_cpus: bool,
-    /// Ring buffer size per CPU, in pages (a power of two).
-    #[arg(short = 'm', long, value_name = "PAGES", default_value_t = kprobe_perf_engine::session::DEFAULT_MMAP_PAGES)]
+    /// Ring buffer size per CPU, in pages: a power of two from 1 to 1 GiB
+    /// of pages (262144 with 4 KiB pages).
+    #[arg(short = 'm', long, value_name = "PAGES", default_value_t = kprobe_perf_engine::session::DEFAULT_MMAP_PAGES, value_parser = validate::mmap_pages, allow_negative_numbers = true)]
     mmap_pages: usize,
-    /// Record only on these CPUs (a list such as 0-3,6).
-    #[arg(short = 'C', long = "cpu", value_name = "LIST", conflicts_with_all = ["pid", "tid"])]
-    cpus: Option<String>,
-    /// Record these processes (every thread of each; comma-separated pids).
-    #[arg(short = 'p', long, value_name = "PIDS", value_delimiter = ',', conflicts_with_all = ["tid", "command"])]
+    /// Record only on these CPUs (a list such as 0-3,6, of online CPUs;
+    /// a CPU listed twice counts once).
+    #[arg(short = 'C', long = "cpu", value_name = "LIST", conflicts_with_all = ["pid", "tid"], value_parser = validate::cpu_list, allow_negative_numbers = true)]
+    cpus: Option<validate::CpuList>,
+    /// Record these processes (every thread of each; comma-separated pids
+    /// of running processes, repeats merged).
+    #[arg(short = 'p', long, value_name = "PIDS", value_delimiter = ',', conflicts_with_all = ["tid", "command"], value_parser = validate::pid, allow_negative_numbers = true)]
     pid: Vec<i32>,
-    /// Record these threads only (comma-separated tids).
+    /// Record these threads only (comma-separated tids of running threads,
+    /// repeats merged).
     #[arg(
         short = 't',
         long,
         value_name = "TIDS",
         value_delimiter = ',',
-        conflicts_with = "command"
+        conflicts_with = "command",
+        value_parser = validate::tid,
+        allow_negative_numbers = true
     )]
     tid: Vec<i32>,
     /// Record only tasks in this cgroup (v2), on every CPU: a path, or a
@@ -131,18 +146,22 @@ struct RecordArgs {
         short = 'G',
         long,
         value_name = "CGROUP",
-        conflicts_with_all = ["pid", "tid", "cpus"]
+        conflicts_with_all = ["pid", "tid", "cpus"],
+        value_parser = validate::cgroup
     )]
     cgroup: Option<std::path::PathBuf>,
-    /// Stop after this many seconds.
-    #[arg(short = 'd', long, value_name = "SECS")]
+    /// Stop after this many seconds (more than 0, at most 31536000: 365
+    /// days; fractions allowed).
+    #[arg(short = 'd', long, value_name = "SECS", value_parser = validate::duration, allow_negative_numbers = true)]
     duration: Option<f64>,
     /// How probes reach the kernel: `pmu` (perf_event_open on the kprobe
     /// PMU), `tracefs` (a dynamic_events definition opened as a tracepoint;
     /// the kernel fetches memory arguments and honours maxactive), or
     /// `auto` (the PMU unless the probe needs tracefs; all kernel probes go
     /// through tracefs when there are 64 or more, which shares one kernel
-    /// kprobe between CPUs and detaches much faster).
+    /// kprobe between CPUs and detaches much faster). Uprobes of a
+    /// recorded command (`-- CMD`), and with `tracefs` every uprobe, are
+    /// defined in uprobe_events, so that they follow the command's forks.
     #[arg(long, value_enum, default_value_t = BackendArg::Auto)]
     backend: BackendArg,
     /// Probe every function of a name several functions share (each by
@@ -156,8 +175,19 @@ struct RecordArgs {
     /// Also write the records to FILE in perf.data format (as `perf record`
     /// writes it): Debian's `perf script -i FILE` reads it, and
     /// `kprobe-perf script -i FILE` prints it as this run printed it.
+    /// An existing FILE is first renamed to FILE.old (replacing an older
+    /// FILE.old); a symbolic link is renamed itself, never followed. FILE
+    /// is then created new (O_EXCL|O_NOFOLLOW: if anything appears at FILE
+    /// meanwhile, the run stops), mode 0600. stderr says what was done
+    /// with an existing FILE. A directory, device, FIFO or socket at FILE
+    /// is refused.
     #[arg(short = 'o', long = "output", value_name = "FILE")]
     output: Option<std::path::PathBuf>,
+    /// With -o: remove an existing FILE instead of renaming it to FILE.old
+    /// (a symbolic link is removed, its target untouched), then create
+    /// FILE new as without --force.
+    #[arg(long, requires = "output")]
+    force: bool,
     /// Print no events (only the summary); useful with -o.
     #[arg(short = 'q', long)]
     quiet: bool,
@@ -171,9 +201,9 @@ struct RecordArgs {
     /// The window per CPU is -m pages or --overwrite-size.
     #[arg(long, conflicts_with = "output")]
     overwrite: bool,
-    /// With --overwrite: the window per CPU ring, in MiB (rounded down to
-    /// a power of two pages); replaces -m.
-    #[arg(long, value_name = "MIB", requires = "overwrite")]
+    /// With --overwrite: the window per CPU ring, in MiB from 1 to 1024
+    /// (rounded down to a power of two pages); replaces -m.
+    #[arg(long, value_name = "MIB", requires = "overwrite", value_parser = validate::overwrite_mib)]
     overwrite_size: Option<usize>,
     #[command(flatten)]
     image: text_source::ImageArgs,
@@ -190,9 +220,25 @@ enum BackendArg {
 }
 
 fn main() -> ExitCode {
-    let cli = Cli::parse();
+    if let Some(code) = generate::intercept::<Cli>() {
+        return code;
+    }
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(e) => return validate::usage_error(e),
+    };
+    // Before any thread: the guardian removes the tracefs definitions of
+    // a recording that dies without removing them (SIGKILL). Without it
+    // (it could not start), the next start or `cleanup` removes them.
+    if matches!(cli.command, Cmd::Record(_)) {
+        let _ = kprobe_perf_engine::guardian::Guardian::start();
+    }
     let result = match cli.command {
-        Cmd::Record(args) => record(&args),
+        Cmd::Record(mut args) => {
+            validate::merge_duplicates(&mut args.pid);
+            validate::merge_duplicates(&mut args.tid);
+            record(&args)
+        }
         Cmd::Cleanup => cleanup(),
         Cmd::Script(args) => script::run(&args),
         Cmd::Probe {
@@ -278,6 +324,11 @@ fn record(args: &RecordArgs) -> Result<ExitCode> {
     let specs = inspect::expand_globs(specs, &symbols, args.all_instances, &args.image)?;
     let plans = plan_probes_with(&specs, &symbols, choice)?;
     inspect::check_plans(&plans, &symbols, &args.image)?;
+    let out_file = args
+        .output
+        .as_deref()
+        .map(|p| output::create(p, args.force));
+    let out_file = out_file.transpose()?;
 
     let stop = Arc::new(AtomicBool::new(false));
     for sig in [
@@ -306,13 +357,9 @@ fn record(args: &RecordArgs) -> Result<ExitCode> {
     } else if !args.pid.is_empty() {
         RecordTarget::Threads(threads_of(&args.pid)?)
     } else if let Some(cg) = &args.cgroup {
-        RecordTarget::Cgroup(if cg.is_absolute() {
-            cg.clone()
-        } else {
-            std::path::Path::new("/sys/fs/cgroup").join(cg)
-        })
+        RecordTarget::Cgroup(validate::cgroup_path(cg))
     } else if let Some(list) = &args.cpus {
-        RecordTarget::Cpus(parse_cpu_list(list)?)
+        RecordTarget::Cpus(list.0.clone())
     } else {
         match &child {
             Some(c) if !all_cpus => RecordTarget::Process {
@@ -339,8 +386,8 @@ fn record(args: &RecordArgs) -> Result<ExitCode> {
             overwrite: args.overwrite,
         },
     )?;
-    let file = match &args.output {
-        Some(path) => Some(output::FileOutput::start(path, &mut session, &symbols)?),
+    let file = match out_file {
+        Some(f) => Some(output::FileOutput::start(f, &mut session, &symbols)?),
         None => None,
     };
     session.enable()?;
@@ -473,29 +520,6 @@ fn threads_of(pids: &[i32]) -> Result<Vec<i32>> {
         }
     }
     Ok(tids)
-}
-
-/// `0-3,6` -> [0, 1, 2, 3, 6].
-fn parse_cpu_list(text: &str) -> Result<Vec<u32>> {
-    let mut cpus = Vec::new();
-    for part in text.split(',').filter(|p| !p.is_empty()) {
-        let bad = || anyhow::anyhow!("not a CPU list: {text:?} (write e.g. 0-3,6)");
-        match part.split_once('-') {
-            Some((a, b)) => {
-                let (a, b): (u32, u32) =
-                    (a.parse().map_err(|_| bad())?, b.parse().map_err(|_| bad())?);
-                if a > b {
-                    return Err(bad());
-                }
-                cpus.extend(a..=b);
-            }
-            None => cpus.push(part.parse().map_err(|_| bad())?),
-        }
-    }
-    if cpus.is_empty() {
-        anyhow::bail!("not a CPU list: {text:?} (write e.g. 0-3,6)");
-    }
-    Ok(cpus)
 }
 
 /// How events are written: ftrace-style text or JSON Lines.

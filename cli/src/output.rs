@@ -3,16 +3,79 @@
 use std::cell::RefCell;
 use std::collections::HashSet;
 use std::fs::File;
-use std::io::BufWriter;
+use std::io::{self, BufWriter};
 use std::path::{Path, PathBuf};
 use std::rc::Rc;
 
 use anyhow::{Context, Result};
 use kprobe_perf_engine::perfdata::{self, symbol_subset, Metadata, StoredProbe, Writer};
 use kprobe_perf_engine::plan::Backend;
+use kprobe_perf_engine::records::RecordSink;
 use kprobe_perf_engine::spec::BaseType;
 use kprobe_perf_engine::tracefs;
 use kprobe_perf_engine::{Arch, Event, KernelSymbols, Session, Value};
+
+mod create;
+pub use create::NewFile;
+
+/// Creates the `-o` file before the recording starts: an existing `path`
+/// is renamed to `path.old` (or with `force` removed; a symbolic link is
+/// never followed), then `path` is made anew, mode 0600. Says on stderr
+/// what was done with an existing file.
+pub fn create(path: &Path, force: bool) -> Result<NewFile> {
+    let (file, note) = create::create(path, force).map_err(anyhow::Error::msg)?;
+    if let Some(note) = note {
+        eprintln!("kprobe-perf: {note}");
+    }
+    Ok(file)
+}
+
+/// One line for a failed write of the perf.data file at `path`: the
+/// writer's own text (which already holds the OS error once) and what to
+/// do.
+fn write_error(path: &Path, what: &dyn std::fmt::Display, e: Option<&io::Error>) -> anyhow::Error {
+    let advice = match e {
+        Some(e) => create::advice(path, e),
+        None => "choose another path".into(),
+    };
+    anyhow::anyhow!("-o {}: {what}; {advice}", path.display())
+}
+
+/// The OS error under a perf.data writer error, if any.
+fn io_source(e: &perfdata::PerfDataError) -> Option<&io::Error> {
+    std::error::Error::source(e).and_then(|s| s.downcast_ref::<io::Error>())
+}
+
+/// The session's record sink: the writer, with the file's path and advice
+/// in its errors (the session reports them as "writing records to the
+/// output file").
+struct PathSink {
+    path: PathBuf,
+    writer: Rc<RefCell<Writer<BufWriter<File>>>>,
+}
+
+impl PathSink {
+    fn named(&self, e: io::Error) -> io::Error {
+        let advice = create::advice(&self.path, &e);
+        io::Error::new(e.kind(), format!("{}: {e}; {advice}", self.path.display()))
+    }
+}
+
+impl RecordSink for PathSink {
+    fn record(&mut self, kind: u32, misc: u16, body: (&[u8], &[u8])) -> io::Result<()> {
+        self.writer
+            .borrow_mut()
+            .record(kind, misc, body)
+            .map_err(|e| self.named(e))
+    }
+
+    fn round_end(&mut self) -> io::Result<()> {
+        self.writer
+            .borrow_mut()
+            .round_end()
+            .map_err(|e| self.named(e))
+    }
+}
 
 /// Note keys of the closing summaries, which `script` prints again.
 pub const NOTE_JSON_SUMMARY: &str = "json_summary";
@@ -45,29 +108,39 @@ pub fn note_addresses(set: &mut HashSet<u64>, e: &Event) {
 }
 
 impl FileOutput {
-    /// Creates `path` and has `session` copy every record into it.
+    /// Starts writing `file` (made by [`create`]) and has `session` copy
+    /// every record into it.
     pub fn start(
-        path: &Path,
+        file: NewFile,
         session: &mut Session,
         symbols: &KernelSymbols,
     ) -> Result<FileOutput> {
-        let file =
-            File::create(path).with_context(|| format!("cannot create {}", path.display()))?;
+        let path = file.path().to_path_buf();
+        let tracing_data = tracing_data(session)?;
+        let Some(file) = file.into_file() else {
+            anyhow::bail!("-o {}: the file was already handed over", path.display());
+        };
         let mut writer = Writer::new(BufWriter::with_capacity(1 << 20, file))
-            .with_context(|| format!("writing {}", path.display()))?;
+            .map_err(|e| write_error(&path, &e, io_source(&e)))?;
         // perf resolves kernel samples through the kernel's MMAP record.
         if !symbols.addresses_hidden() {
             if let Some(text) = symbols.lookup("_text").first() {
-                writer
-                    .kernel_mmap(text.address)
-                    .with_context(|| format!("writing {}", path.display()))?;
+                writer.kernel_mmap(text.address).map_err(|e| {
+                    write_error(
+                        &path,
+                        &format!("writing the kernel's MMAP record: {e}"),
+                        Some(&e),
+                    )
+                })?;
             }
         }
-        let tracing_data = tracing_data(session)?;
         let writer = Rc::new(RefCell::new(writer));
-        session.set_record_sink(Box::new(Rc::clone(&writer)));
+        session.set_record_sink(Box::new(PathSink {
+            path: path.clone(),
+            writer: Rc::clone(&writer),
+        }));
         Ok(FileOutput {
-            path: path.to_path_buf(),
+            path,
             tracing_data,
             writer,
         })
@@ -90,18 +163,8 @@ impl FileOutput {
                 .map(|s| s.trim().to_string())
                 .unwrap_or_default()
         };
-        let count = |p: &str| {
-            read(p)
-                .split(',')
-                .filter_map(|r| match r.split_once('-') {
-                    Some((a, b)) => b
-                        .parse::<u32>()
-                        .ok()?
-                        .checked_sub(a.parse().ok()?)
-                        .map(|n| n + 1),
-                    None => r.parse::<u32>().ok().map(|_| 1),
-                })
-                .sum::<u32>()
+        let count = |cpus: Result<Vec<u32>, kprobe_perf_engine::Error>| {
+            cpus.map_or(0, |c| u32::try_from(c.len()).unwrap_or(u32::MAX))
         };
         let meta = Metadata {
             arch: Arch::host().unwrap_or(Arch::X86_64),
@@ -117,8 +180,8 @@ impl FileOutput {
             hostname: read("/proc/sys/kernel/hostname"),
             osrelease: read("/proc/sys/kernel/osrelease"),
             nr_cpus: (
-                count("/sys/devices/system/cpu/possible"),
-                count("/sys/devices/system/cpu/online"),
+                count(kprobe_perf_engine::cpus::possible_cpus()),
+                count(kprobe_perf_engine::cpus::online_cpus()),
             ),
             cmdline: std::env::args().collect(),
             notes: vec![
@@ -132,7 +195,7 @@ impl FileOutput {
             .into_inner();
         writer
             .finish(&meta)
-            .with_context(|| format!("writing {}", self.path.display()))?;
+            .map_err(|e| write_error(&self.path, &e, io_source(&e)))?;
         Ok(())
     }
 }

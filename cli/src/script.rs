@@ -1,7 +1,6 @@
 //! `kprobe-perf script -i FILE`: a perf.data file written by `record -o`,
 //! printed as the recording printed it.
 
-use std::fs::File;
 use std::io::{self, Write};
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -31,7 +30,9 @@ pub struct ScriptArgs {
 /// Prints every event of the file, then the recording's summary.
 pub fn run(args: &ScriptArgs) -> Result<ExitCode> {
     let path = &args.input;
-    let file = File::open(path).with_context(|| format!("cannot open {}", path.display()))?;
+    // A regular file only: a FIFO would block, /dev/zero never end.
+    let (file, _) = kprobe_perf_symbols::file::open_regular(path)
+        .with_context(|| format!("cannot read {} (give a perf.data file)", path.display()))?;
     let reader = Reader::new(file).with_context(|| format!("reading {}", path.display()))?;
     let mut replay = Replay::new(reader).with_context(|| format!("reading {}", path.display()))?;
     let stdout = io::stdout();

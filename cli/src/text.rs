@@ -513,22 +513,7 @@ fn write_rest(
 /// The kernel's default kretprobe maxactive on 6.x:
 /// `max(10, 2 * num_possible_cpus())`.
 fn default_maxactive() -> u64 {
-    let possible = std::fs::read_to_string("/sys/devices/system/cpu/possible")
-        .ok()
-        .and_then(|t| {
-            t.trim()
-                .split(',')
-                .map(|r| match r.split_once('-') {
-                    Some((a, b)) => b
-                        .parse::<u64>()
-                        .ok()?
-                        .checked_sub(a.parse().ok()?)
-                        .map(|n| n + 1),
-                    None => r.parse::<u64>().ok().map(|_| 1),
-                })
-                .sum::<Option<u64>>()
-        })
-        .unwrap_or(1);
+    let possible = kprobe_perf_engine::cpus::possible_cpus().map_or(1, |c| c.len() as u64);
     (2 * possible).max(10)
 }
 
@@ -547,9 +532,9 @@ pub fn misses(session: &Session) -> Vec<String> {
             c.misses,
             c.hits + c.misses
         );
-        let is_user = matches!(p.spec.target, kprobe_perf_engine::spec::Target::User { .. });
-        if let (kprobe_perf_engine::spec::ProbeKind::Return { maxactive }, false) =
-            (p.spec.kind, is_user)
+        let kernel_return = !p.spec.target.is_user();
+        if let (kprobe_perf_engine::spec::ProbeKind::Return { maxactive }, true) =
+            (p.spec.kind, kernel_return)
         {
             let had = maxactive.map_or_else(default_maxactive, u64::from);
             let want = (had + c.misses).min(4096);
@@ -576,10 +561,12 @@ pub fn misses(session: &Session) -> Vec<String> {
 /// kretprobe has instances to raise (maxactive, `rN:`); a uretprobe's
 /// returns are missed for other reasons.
 fn unreturned_line(p: &ProbePlan, n: u64, default_maxactive: impl Fn() -> u64) -> String {
-    let is_user = matches!(p.spec.target, kprobe_perf_engine::spec::Target::User { .. });
-    if is_user {
+    // Uretprobes have no maxactive: the kernel allocates a return
+    // instance per call, and stops hijacking returns only past
+    // MAX_URETPROBE_DEPTH (64) nested calls in one thread.
+    if p.spec.target.is_user() {
         return format!(
-            "kprobe-perf: {}: {n} calls entered without a reported return: still running at the end, or left without returning (longjmp, exceptions, exit, exec), or the kernel's limit of 64 nested return probes per thread was reached",
+            "kprobe-perf: {}: {n} calls entered without a reported return: still running at the end, left by longjmp or an exception, or nested deeper than the kernel's 64 pending uretprobes per thread",
             p.event
         );
     }
@@ -834,7 +821,7 @@ mod tests {
         let line = unreturned_line(&user, 3, || 8);
         assert_eq!(
             line,
-            "kprobe-perf: myret: 3 calls entered without a reported return: still running at the end, or left without returning (longjmp, exceptions, exit, exec), or the kernel's limit of 64 nested return probes per thread was reached"
+            "kprobe-perf: myret: 3 calls entered without a reported return: still running at the end, left by longjmp or an exception, or nested deeper than the kernel's 64 pending uretprobes per thread"
         );
         assert!(!line.contains("maxactive") && !line.contains("r11:"));
     }

@@ -31,18 +31,27 @@ pub struct ImageArgs {
     /// function sizes and, when /proc/kcore is not readable, the bytes of
     /// kernel text. Its build ID and KASLR slide are checked against the
     /// running kernel; a mismatch is refused.
-    #[arg(long, value_name = "PATH")]
+    #[arg(long, value_name = "PATH", value_parser = regular_file)]
     pub vmlinux: Option<PathBuf>,
     /// The running kernel's System.map (default: /usr/lib/debug/boot or
     /// /boot System.map-$(uname -r)): symbols for a stripped vmlinux, and a
     /// check of the KASLR slide.
-    #[arg(long, value_name = "PATH")]
+    #[arg(long, value_name = "PATH", value_parser = regular_file)]
     pub system_map: Option<PathBuf>,
     /// Where kernel text bytes come from: `auto` (/proc/kcore, else the
     /// vmlinux), `kcore`, or `vmlinux` (link-time bytes: runtime patching
     /// of jump labels, static calls and alternatives is not seen).
     #[arg(long, value_enum, value_name = "SOURCE", default_value_t = TextFrom::Auto)]
     pub text_from: TextFrom,
+}
+
+/// `--vmlinux` and `--system-map`: an existing regular file (a FIFO would
+/// block the read, a device never end), checked before anything is read.
+fn regular_file(text: &str) -> Result<PathBuf, String> {
+    let path = PathBuf::from(text);
+    kprobe_perf_symbols::file::open_regular(&path)
+        .map(|_| path)
+        .map_err(|e| format!("{e}; give the path of the file"))
 }
 
 /// `uname -r`.

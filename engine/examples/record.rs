@@ -8,6 +8,9 @@ use std::time::{Duration, Instant};
 use kprobe_perf_engine::{plan_probes, KernelSymbols, Session, SessionOptions};
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
+    // First, before any thread: a guardian process removes the tracefs
+    // definitions of this process's sessions if it dies without doing it.
+    kprobe_perf_engine::guardian::Guardian::start()?;
     let secs: u64 = std::env::args()
         .nth(1)
         .and_then(|s| s.parse().ok())

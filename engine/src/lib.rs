@@ -8,8 +8,10 @@
 
 #![deny(missing_docs)]
 
+pub mod cpus;
 pub mod decode;
 pub mod error;
+pub mod guardian;
 pub mod kcore;
 pub mod perfdata;
 pub mod plan;

@@ -7,7 +7,7 @@ use kprobe_perf_arch::{Arch, Register};
 use kprobe_perf_symbols::prototypes::{BtfError, KernelBtf, Shape};
 use kprobe_perf_symbols::KernelSymbols;
 
-use crate::spec::{ArgType, FetchBase, ProbeKind, ProbeSpec, Target, UserLocation};
+use crate::spec::{ArgType, FetchBase, ProbeKind, ProbeSpec, Target};
 
 /// Why a probe cannot be planned.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -211,16 +211,46 @@ impl ProbePlan {
         matches!(self.spec.kind, ProbeKind::Return { .. })
     }
 
-    /// The kprobe_events line that defines this probe in `group`.
+    /// The same uprobe defined through `uprobe_events` and opened as a
+    /// tracepoint, whose perf events the kernel re-creates at each fork
+    /// (an inherited uprobe PMU event cannot be: the kernel would re-read
+    /// its path, a pointer of ours, in the forking process). Arguments the
+    /// PMU read from sampled registers become fields the kernel fetches
+    /// from the same registers (`uprobe_events` knows no `$argN`), each
+    /// named as before. Other plans are returned unchanged.
+    pub fn through_uprobe_events(mut self) -> ProbePlan {
+        if !matches!(self.attach, AttachPoint::User { .. }) || self.backend == Backend::Tracefs {
+            return self;
+        }
+        for (spec_arg, arg) in self.spec.args.iter_mut().zip(&mut self.args) {
+            if let (FetchBase::Arg(_), ArgSource::Register(r)) = (&spec_arg.fetch.base, arg.source)
+            {
+                spec_arg.fetch.base = FetchBase::Register(r.name.to_string());
+            }
+            spec_arg.name = Some(arg.name.clone());
+            arg.source = ArgSource::Field;
+        }
+        self.backend = Backend::Tracefs;
+        self.regs_mask = 0;
+        self
+    }
+
+    /// The kprobe_events (or, for a uprobe, uprobe_events) line that
+    /// defines this probe in `group`.
     pub fn tracefs_definition(&self, group: &str) -> String {
-        // kprobe_events knows no NAME@ADDR: give it the address.
         let target = match (&self.spec.target, &self.attach) {
+            // kprobe_events knows no NAME@ADDR: give it the address.
             (
                 Target::Symbol {
                     instance: Some(_), ..
                 },
                 AttachPoint::Address(a),
             ) => Target::Address(*a),
+            // uprobe_events knows no symbols: give it the file offset.
+            (Target::User { .. }, AttachPoint::User { path, offset }) => Target::User {
+                path: path.clone(),
+                location: crate::spec::UserLocation::Offset(*offset),
+            },
             (t, _) => t.clone(),
         };
         ProbeSpec {
@@ -297,15 +327,13 @@ pub fn resolve(
         }
         Target::Address(a) => AttachPoint::Address(*a),
         Target::User { path, location } => {
-            let offset = match location {
-                UserLocation::Offset(o) => *o,
-                UserLocation::Symbol { name, offset } => {
-                    let f =
-                        kprobe_perf_symbols::elf::find_function(std::path::Path::new(path), name)
-                            .map_err(|e| PlanError::User(e.to_string()))?;
-                    f.file_offset + offset
-                }
+            // Checked on the binary's bytes before anything is opened.
+            let site = if spec.is_return() {
+                kprobe_perf_arch::boundary::ProbeSite::Return
+            } else {
+                kprobe_perf_arch::boundary::ProbeSite::Entry
             };
+            let offset = crate::preflight::check_uprobe(path, location, site, arch)?;
             AttachPoint::User {
                 path: path.clone(),
                 offset,
@@ -320,10 +348,9 @@ pub fn resolve(
             });
         }
         if choice == BackendChoice::Tracefs {
-            return Err(PlanError::Unsupported {
-                what: "uprobes through tracefs".into(),
-                instead: "leave --backend at auto or pmu".into(),
-            });
+            // Planned for registers, then given to uprobe_events with them.
+            return resolve(spec, symbols, arch, BackendChoice::Pmu)
+                .map(ProbePlan::through_uprobe_events);
         }
     }
     let spec = resolve_names(spec, arch, KernelBtf::running_kernel)?;
@@ -644,6 +671,37 @@ mod tests {
             "ffffffff81000000 T _text\nffffffff81234570 T do_sys_openat2\nffffffff81234660 T do_sys_open\nffffffff81300000 D jiffies\nffffffffc0001000 t ext4_file_open\t[ext4]\n",
         )
         .unwrap()
+    }
+
+    #[test]
+    fn uprobes_through_uprobe_events_fetch_the_same_registers() {
+        let p = plan("p:/bin/true:0x1000 a=$arg1 %si:u32 $arg2 c=$comm")
+            .unwrap()
+            .through_uprobe_events();
+        assert_eq!(p.backend, Backend::Tracefs);
+        assert_eq!(p.regs_mask, 0);
+        assert!(p.args.iter().all(|a| a.source == ArgSource::Field));
+        assert_eq!(
+            p.tracefs_definition("kprobe_perf_7_0"),
+            "p:kprobe_perf_7_0/p_true_0x1000 /bin/true:0x1000 a=%di arg2=%si:u32 arg3=%si c=$comm"
+        );
+        let r = plan("r:/bin/true:0x1000 ret=$retval")
+            .unwrap()
+            .through_uprobe_events();
+        assert_eq!(
+            r.tracefs_definition("g"),
+            "r:g/r_true_0x1000 /bin/true:0x1000 ret=$retval"
+        );
+        // --backend tracefs (and a perf.data file's replay) plans the same.
+        let forced = plan_with(
+            "p:/bin/true:0x1000 a=$arg1 %si:u32 $arg2 c=$comm",
+            BackendChoice::Tracefs,
+        )
+        .unwrap();
+        assert_eq!(forced, p);
+        // Kernel probes are left as they are.
+        let k = plan("p:do_sys_openat2 %di").unwrap();
+        assert_eq!(k.clone().through_uprobe_events(), k);
     }
 
     fn plan_with(text: &str, choice: BackendChoice) -> Result<ProbePlan, PlanError> {

@@ -11,13 +11,13 @@ use mio::{Events, Interest, Poll, Token};
 use perf_event_open_sys::bindings::PERF_SAMPLE_REGS_INTR;
 
 use crate::decode::Event;
-use crate::error::{explain_open_errno, Error};
+use crate::error::{explain_open_errno, Error, OpenedAs};
 use crate::plan::{AttachPoint, Backend, ProbePlan};
 use crate::pmu::{ProbePmu, SYSFS_PMUS};
 use crate::records::{self, RecordDecoder, RecordSink};
 use crate::ring::{BackwardRing, RingBuffer};
 use crate::sys;
-use crate::tracefs::{self, Tracefs, TracefsProbes};
+use crate::tracefs::{self, ProbeKind, Tracefs, TracefsProbes};
 
 /// Default ring size per CPU in data pages (512 KiB with 4 KiB pages).
 pub const DEFAULT_MMAP_PAGES: usize = 128;
@@ -44,6 +44,15 @@ pub enum RecordTarget {
         /// started held before exec).
         enable_on_exec: bool,
     },
+}
+
+impl RecordTarget {
+    /// True when the target's events are inherited by the children it
+    /// creates (a process and its descendants): such uprobes then go
+    /// through `uprobe_events` (see [`ProbePlan::through_uprobe_events`]).
+    pub fn inherits(&self) -> bool {
+        matches!(self, RecordTarget::Process { .. })
+    }
 }
 
 /// Session settings.
@@ -218,30 +227,7 @@ pub struct Session {
     enabled: bool,
 }
 
-/// The CPUs listed in a sysfs cpu list such as `0-3,5`.
-fn parse_cpu_list(text: &str) -> Option<Vec<u32>> {
-    let mut cpus = Vec::new();
-    for part in text.trim().split(',').filter(|p| !p.is_empty()) {
-        match part.split_once('-') {
-            Some((a, b)) => cpus.extend(a.parse::<u32>().ok()?..=b.parse::<u32>().ok()?),
-            None => cpus.push(part.parse().ok()?),
-        }
-    }
-    Some(cpus)
-}
-
-/// The online CPUs.
-pub fn online_cpus() -> Result<Vec<u32>, Error> {
-    let path = "/sys/devices/system/cpu/online";
-    let text =
-        std::fs::read_to_string(path).map_err(|e| Error::io(format!("reading {path}"), e))?;
-    parse_cpu_list(&text).ok_or_else(|| {
-        Error::io(
-            format!("parsing {path}"),
-            std::io::Error::new(std::io::ErrorKind::InvalidData, text.trim().to_string()),
-        )
-    })
-}
+pub use crate::cpus::online_cpus;
 
 /// Checks what a newcomer hits first: a kernel without the kprobe PMU, or
 /// a process without the capability to use it.
@@ -371,7 +357,12 @@ fn open_at(
         let reason = if slot.flags != 0 && matches!(errno, libc::ENOENT | libc::EBADF) {
             "the kernel keeps no perf_event state for this cgroup (it is not a directory of a cgroup hierarchy with the perf_event controller, or that controller is not enabled there)".to_string()
         } else {
-            explain_open_errno(errno, &target)
+            let as_ = match (&plan.attach, opener) {
+                (_, Opener::Tracepoint(_)) => OpenedAs::Tracepoint,
+                (AttachPoint::User { .. }, _) => OpenedAs::Uprobe,
+                _ => OpenedAs::Kprobe,
+            };
+            explain_open_errno(errno, &target, as_)
         };
         Error::Open {
             probe: plan.spec.to_string(),
@@ -408,7 +399,22 @@ fn entry_counter_attr(ret: &sys::perf_event_attr, retprobe_bit: u32) -> sys::per
 impl Session {
     /// Opens every probe on every online CPU (or for one process), maps one
     /// ring per CPU and leaves the probes disabled until [`Session::enable`].
+    ///
+    /// Every open first removes the tracefs definitions of kprobe-perf
+    /// processes that are gone (silently nothing without tracefs). When
+    /// the target inherits ([`RecordTarget::inherits`]), uprobes are
+    /// defined through `uprobe_events`, whose events follow forks.
     pub fn open(plans: Vec<ProbePlan>, opts: SessionOptions) -> Result<Session, Error> {
+        tracefs::remove_stale_if_mounted();
+        let inherit = opts.target.inherits();
+        let plans: Vec<ProbePlan> = if inherit {
+            plans
+                .into_iter()
+                .map(ProbePlan::through_uprobe_events)
+                .collect()
+        } else {
+            plans
+        };
         let is_user = |p: &ProbePlan| matches!(p.attach, AttachPoint::User { .. });
         let needs_kprobe_pmu = plans
             .iter()
@@ -419,7 +425,10 @@ impl Session {
             check_capabilities()?;
             None
         };
-        let uprobe_pmu = if plans.iter().any(is_user) {
+        let uprobe_pmu = if plans
+            .iter()
+            .any(|p| is_user(p) && p.backend == Backend::Pmu)
+        {
             Some(
                 ProbePmu::discover("uprobe")
                     .map_err(|e| Error::io("reading the uprobe PMU from sysfs", e))?
@@ -451,16 +460,17 @@ impl Session {
                     field_offsets.push(Vec::new());
                 }
                 _ => {
-                    if tracefs_guard.is_none() {
-                        let fs = Tracefs::find()?;
-                        tracefs::remove_stale(&fs);
-                        tracefs_guard = Some(TracefsProbes::new(fs));
-                    }
-                    let Some(guard) = tracefs_guard.as_mut() else {
-                        return Err(Error::Tracefs(crate::tracefs::TracefsError::NotMounted));
+                    let kind = if is_user(plan) {
+                        ProbeKind::User
+                    } else {
+                        ProbeKind::Kernel
+                    };
+                    let guard = match tracefs_guard.as_mut() {
+                        Some(guard) => guard,
+                        None => tracefs_guard.insert(TracefsProbes::new(Tracefs::find()?)),
                     };
                     let group = guard.group().to_string();
-                    guard.define(&plan.tracefs_definition(&group), &plan.event)?;
+                    guard.define(kind, &plan.tracefs_definition(&group), &plan.event)?;
                     let id = guard.tracefs().event_id(&group, &plan.event)?;
                     let fields = guard.tracefs().format(&group, &plan.event)?;
                     let offsets = plan
@@ -473,13 +483,7 @@ impl Session {
                                 .map(|f| f.offset)
                                 .ok_or_else(|| {
                                     Error::Tracefs(crate::tracefs::TracefsError::Format {
-                                        path: guard
-                                            .tracefs()
-                                            .root()
-                                            .join("events")
-                                            .join(&group)
-                                            .join(&plan.event)
-                                            .join("format"),
+                                        path: guard.tracefs().format_path(&group, &plan.event),
                                         field: a.name.clone(),
                                     })
                                 })
@@ -498,10 +502,17 @@ impl Session {
             RecordTarget::Cpus(list) => {
                 if let Some(bad) = list.iter().find(|c| !cpus.contains(c)) {
                     return Err(Error::io(
-                        format!("CPU {bad} is not online (online: {cpus:?})"),
+                        format!(
+                            "CPU {bad} is not online (online: {})",
+                            crate::cpus::format_cpu_list(&cpus)
+                        ),
                         std::io::Error::from(std::io::ErrorKind::NotFound),
                     ));
                 }
+                // A CPU listed twice would count each event twice.
+                let mut list = list.clone();
+                list.sort_unstable();
+                list.dedup();
                 list.iter().map(|&c| Slot::cpu(c)).collect()
             }
             RecordTarget::Process { pid, .. } => cpus
@@ -576,7 +587,6 @@ impl Session {
             .map(|(plan, &opener)| sys::attr_bytes(&base_attr(opener, plan, &opts, false, false)))
             .collect();
         let poll = Poll::new().map_err(|e| Error::io("creating the poller", e))?;
-        let inherit = matches!(opts.target, RecordTarget::Process { .. });
         let any_user = plans.iter().any(is_user);
         let mut streams = Vec::with_capacity(slots.len());
         let mut probe_of_id = HashMap::new();
@@ -595,7 +605,8 @@ impl Session {
                 // recorded command, and the kernel then reads config1 (the
                 // name or path) as a user pointer of the forking process,
                 // which is not ours: the fork fails. So inherited kprobes go
-                // by address, and inherited uprobes are refused.
+                // by address, and inherited uprobes through uprobe_events
+                // (made tracepoints above, so they never get here).
                 if inherit && name.is_some() {
                     match (&plan.attach, plan.resolved_address) {
                         (AttachPoint::Symbol { offset, .. }, Some(addr)) => {
@@ -607,7 +618,7 @@ impl Session {
                                 format!("following a command's children with the uprobe {}", plan.spec),
                                 std::io::Error::new(
                                     std::io::ErrorKind::Unsupported,
-                                    "the kernel re-reads the binary's path at each fork; record the command's pid (-p) or system-wide (-a) instead",
+                                    "an inherited uprobe PMU event would make the kernel re-read the binary's path at each fork; it must be defined through uprobe_events (a bug: please report it)",
                                 ),
                             ))
                         }
@@ -873,7 +884,8 @@ impl Session {
             .iter()
             .map(|p| {
                 let fs = self.tracefs.as_ref()?;
-                if p.backend != Backend::Tracefs {
+                // kprobe_profile counts kprobes only.
+                if p.backend != Backend::Tracefs || matches!(p.attach, AttachPoint::User { .. }) {
                     return None;
                 }
                 let (hits, misses) = fs.tracefs().profile(&p.event)?;
@@ -1083,12 +1095,5 @@ mod tests {
             }
         );
         assert_eq!(st.throttling.len(), 2);
-    }
-
-    #[test]
-    fn cpu_lists() {
-        assert_eq!(parse_cpu_list("0-3,5\n"), Some(vec![0, 1, 2, 3, 5]));
-        assert_eq!(parse_cpu_list("0"), Some(vec![0]));
-        assert_eq!(parse_cpu_list("x"), None);
     }
 }

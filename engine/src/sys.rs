@@ -396,6 +396,168 @@ impl Drop for HeldChild {
     }
 }
 
+/// A connected pair of Unix stream sockets, both close-on-exec: used as
+/// a pipe whose writer never gets SIGPIPE ([`send_all`]), and whose
+/// reader sees end-of-file once every copy of the other end is closed.
+pub fn socket_pair_cloexec() -> io::Result<(OwnedFd, OwnedFd)> {
+    let mut fds = [0 as RawFd; 2];
+    // SAFETY: socketpair writes two descriptors into the array we pass.
+    check(unsafe {
+        libc::socketpair(
+            libc::AF_UNIX,
+            libc::SOCK_STREAM | libc::SOCK_CLOEXEC,
+            0,
+            fds.as_mut_ptr(),
+        )
+    })?;
+    // SAFETY: socketpair succeeded, so both descriptors are new and ours.
+    Ok(unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) })
+}
+
+/// Sends all of `bytes` on a stream socket, without raising SIGPIPE when
+/// the peer is gone (EPIPE is returned instead).
+pub fn send_all(fd: &OwnedFd, mut bytes: &[u8]) -> io::Result<()> {
+    while !bytes.is_empty() {
+        // SAFETY: send reads at most `bytes.len()` bytes from a live slice.
+        let n = unsafe {
+            libc::send(
+                fd.as_raw_fd(),
+                bytes.as_ptr().cast(),
+                bytes.len(),
+                libc::MSG_NOSIGNAL,
+            )
+        };
+        if n < 0 {
+            let e = io::Error::last_os_error();
+            if e.kind() == io::ErrorKind::Interrupted {
+                continue;
+            }
+            return Err(e);
+        }
+        bytes = bytes.get(n as usize..).unwrap_or_default();
+    }
+    Ok(())
+}
+
+/// The number of threads of this process (`/proc/self/task`).
+pub fn thread_count() -> io::Result<usize> {
+    Ok(std::fs::read_dir("/proc/self/task")?.count())
+}
+
+/// Starts `body(keep)` in a detached process named `name` (its comm, up
+/// to 15 bytes) and returns once it runs.
+///
+/// The process is a grandchild (its parent exits at once), so it is
+/// reparented to init and is never a child this process waits for or
+/// reaps. It runs in a session of its own, with SIGINT, SIGTERM, SIGHUP,
+/// SIGQUIT and SIGPIPE ignored (a Ctrl-C or a hang-up of the terminal does
+/// not reach it), its working directory at `/`, stdin, stdout and stderr
+/// on `/dev/null`, and every other descriptor closed but `keep`: it holds
+/// no pipe or file of this process. It exits when `body` returns (or
+/// panics). This process's copy of `keep` is closed.
+///
+/// Call only while this process has a single thread: the forked copy then
+/// holds no lock another thread held, so `body` may allocate and use std.
+/// Fails (and forks nothing) when there are more threads.
+pub fn spawn_detached(name: &CStr, keep: OwnedFd, body: fn(OwnedFd)) -> io::Result<()> {
+    let threads = thread_count()?;
+    if threads != 1 {
+        return Err(io::Error::new(
+            io::ErrorKind::Unsupported,
+            format!("this process already has {threads} threads; a detached process must be forked before any thread starts"),
+        ));
+    }
+    let devnull = c"/dev/null";
+    let root = c"/";
+    let keep_raw = keep.as_raw_fd();
+    // SAFETY: this process has one thread (checked above), so the child is
+    // a complete copy in which any function may be called: no lock is held
+    // by a thread that does not exist there. The intermediate child only
+    // calls setsid, fork and _exit. The grandchild rearranges its
+    // descriptors with plain syscalls on numbers it owns, runs `body` under
+    // catch_unwind and ends in _exit, never returning into the caller's
+    // code.
+    let pid = unsafe { libc::fork() };
+    if pid < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    if pid == 0 {
+        // SAFETY: see above; the intermediate child ends in _exit.
+        unsafe {
+            if libc::setsid() < 0 {
+                libc::_exit(1);
+            }
+            let grandchild = libc::fork();
+            if grandchild != 0 {
+                libc::_exit(if grandchild < 0 { 1 } else { 0 });
+            }
+        }
+        // SAFETY: the grandchild: prctl, signal dispositions, chdir, open,
+        // dup2 and close_range take no pointers but the C strings above,
+        // which live in this copy of the caller's memory.
+        unsafe {
+            libc::prctl(libc::PR_SET_NAME, name.as_ptr());
+            for sig in [
+                libc::SIGINT,
+                libc::SIGTERM,
+                libc::SIGHUP,
+                libc::SIGQUIT,
+                libc::SIGPIPE,
+            ] {
+                libc::signal(sig, libc::SIG_IGN);
+            }
+            libc::chdir(root.as_ptr());
+            // `keep` to descriptor 3 first, so that stdio can be replaced
+            // even if `keep` was one of them.
+            if keep_raw != 3 && libc::dup2(keep_raw, 3) < 0 {
+                libc::_exit(1);
+            }
+            let null = libc::open(devnull.as_ptr(), libc::O_RDWR);
+            if null >= 0 {
+                for std_fd in 0..3 {
+                    if null != std_fd {
+                        libc::dup2(null, std_fd);
+                    }
+                }
+            }
+            if libc::syscall(libc::SYS_close_range, 4u32, u32::MAX, 0u32) < 0 {
+                // Kernels before 5.9: close one by one.
+                let max = libc::sysconf(libc::_SC_OPEN_MAX).clamp(4, 1 << 20) as libc::c_int;
+                for fd in 4..max {
+                    libc::close(fd);
+                }
+            }
+        }
+        // SAFETY: descriptor 3 is `keep`'s copy, owned by nothing else in
+        // this process (the original number was closed above or is 3).
+        let kept = unsafe { OwnedFd::from_raw_fd(3) };
+        let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| body(kept)));
+        // SAFETY: _exit ends this process without running the caller's
+        // atexit handlers or destructors, which belong to the parent.
+        unsafe { libc::_exit(0) }
+    }
+    drop(keep);
+    let mut status = 0;
+    loop {
+        // SAFETY: waitpid writes the status into our local integer; `pid`
+        // is our unreaped child.
+        let rc = unsafe { libc::waitpid(pid, &mut status, 0) };
+        if rc == pid {
+            break;
+        }
+        let e = io::Error::last_os_error();
+        if e.kind() != io::ErrorKind::Interrupted {
+            return Err(e);
+        }
+    }
+    if !libc::WIFEXITED(status) || libc::WEXITSTATUS(status) != 0 {
+        return Err(io::Error::other(
+            "the intermediate process failed to start the detached one (setsid or fork failed)",
+        ));
+    }
+    Ok(())
+}
+
 /// Effective capabilities of this process (bit mask of `CAP_*`).
 pub fn effective_capabilities() -> io::Result<u64> {
     let status = std::fs::read_to_string("/proc/self/status")?;

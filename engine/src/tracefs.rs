@@ -1,28 +1,56 @@
-//! The tracefs control path, used only where the kprobe PMU offers nothing:
-//! kretprobe maxactive and fetch arguments the kernel must read at hit time
-//! (memory, strings, stack entries). Probes are defined in `dynamic_events`
-//! under a group private to this process (`kprobe_perf_<pid>`), opened as
-//! tracepoint events, and removed again when the [`TracefsProbes`] guard is
-//! dropped. Groups left by a process that died are removed by
-//! [`remove_stale`].
+//! The tracefs control path, used only where the perf PMUs offer nothing:
+//! kretprobe maxactive, fetch arguments the kernel must read at hit time
+//! (memory, strings, stack entries), and uprobes whose events must follow
+//! a command's forks. Probes are defined in `kprobe_events` /
+//! `dynamic_events` or `uprobe_events` under a group private to one
+//! session (`kprobe_perf_<pid>_<n>`), opened as tracepoint events, and
+//! removed again when the [`TracefsProbes`] guard is dropped. When the
+//! process dies without dropping it (SIGKILL, abort), the
+//! [`guardian`](crate::guardian) removes them, if one was started; and any
+//! start removes the groups of processes that are gone
+//! ([`remove_stale_if_mounted`]).
 //!
-//! Nothing here parses trace text output: only `id`, `format`,
-//! `dynamic_events`, `error_log` and `kprobe_profile` are read.
+//! Nothing here parses trace text output: only `id`, `format`, the event
+//! lists, `error_log` and `kprobe_profile` are read.
 
 use std::fs::OpenOptions;
 use std::io::{self, Write};
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
 
-/// Prefix of every group this engine creates; the pid follows.
+/// Prefix of every group this engine creates; the pid follows (then `_`
+/// and the session's number in that process).
 pub const GROUP_PREFIX: &str = "kprobe_perf_";
 
 /// Errors of the tracefs path.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum TracefsError {
-    /// tracefs is not mounted (or the kernel lacks dynamic events).
-    #[error("tracefs is not mounted at /sys/kernel/tracing or /sys/kernel/debug/tracing (mount it with: mount -t tracefs nodev /sys/kernel/tracing)")]
+    /// tracefs is mounted nowhere.
+    #[error("tracefs is not mounted (neither /sys/kernel/tracing nor /sys/kernel/debug/tracing has its files), and probes defined through kprobe_events or uprobe_events (maxactive rN:, arguments read from memory, uprobes of a recorded command) need it: mount it with: mount -t tracefs nodev /sys/kernel/tracing")]
     NotMounted,
+    /// tracefs is there but this process may not read it.
+    #[error("{root} cannot be read by this process (tracefs is root-only by default): run as root, or remount it with -o gid=GROUP and give that group access", root = .root.display())]
+    NotReadable {
+        /// The mount point.
+        root: PathBuf,
+        /// The OS error.
+        source: io::Error,
+    },
+    /// tracefs is mounted but the kernel has no kprobe events.
+    #[error("tracefs is mounted at {root} but has no kprobe_events: this kernel was built without CONFIG_KPROBE_EVENTS, so a probe that needs a kprobe_events definition (maxactive rN:, arguments read from memory, strings, $stackN, 64 or more probes at once, --backend tracefs) cannot be defined; {instead}", root = .root.display(), instead = if *.kprobe_pmu { "keep to register arguments and plain r: with --backend pmu (the kprobe PMU needs no tracefs), or use a kernel with CONFIG_KPROBE_EVENTS=y" } else { "it has no kprobe PMU either (/sys/bus/event_source/devices/kprobe is absent, CONFIG_KPROBES is off), so no kernel probe works here: use a kernel with CONFIG_KPROBES=y and CONFIG_KPROBE_EVENTS=y (uprobes still work)" })]
+    NoKprobeEvents {
+        /// The mount point.
+        root: PathBuf,
+        /// Whether the kprobe PMU exists (probes without tracefs needs).
+        kprobe_pmu: bool,
+    },
+    /// tracefs is mounted but the kernel has no uprobe events.
+    #[error("tracefs is mounted at {root} but has no uprobe_events: this kernel was built without CONFIG_UPROBE_EVENTS, and uprobes that follow a command's forks need a uprobe_events definition; record system-wide with -a instead, or use a kernel with CONFIG_UPROBE_EVENTS=y", root = .root.display())]
+    NoUprobeEvents {
+        /// The mount point.
+        root: PathBuf,
+    },
     /// The kernel refused a definition.
     #[error("the kernel refused the definition `{definition}`: {reason}")]
     Refused {
@@ -31,8 +59,9 @@ pub enum TracefsError {
         /// The kernel's `error_log` line, or the errno.
         reason: String,
     },
-    /// Reading or writing a tracefs file failed.
-    #[error("{path}: {source}")]
+    /// Reading or writing a tracefs file failed (the OS error is the
+    /// `source()`).
+    #[error("{}", .path.display())]
     Io {
         /// The file.
         path: PathBuf,
@@ -60,6 +89,37 @@ fn io_err(path: &Path) -> impl FnOnce(io::Error) -> TracefsError + '_ {
 #[derive(Debug, Clone)]
 pub struct Tracefs {
     root: PathBuf,
+}
+
+/// Which kind of dynamic event a definition is, and so which list holds
+/// it and where its removal is written.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum ProbeKind {
+    /// A kprobe or kretprobe (`kprobe_events`).
+    Kernel,
+    /// A uprobe or uretprobe (`uprobe_events`).
+    User,
+}
+
+impl ProbeKind {
+    /// The tracefs file listing (and removing) this kind.
+    pub fn list_file(self) -> &'static str {
+        match self {
+            ProbeKind::Kernel => "kprobe_events",
+            ProbeKind::User => "uprobe_events",
+        }
+    }
+}
+
+/// One dynamic event of ours, as listed by the kernel.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct Defined {
+    /// kprobe or uprobe.
+    pub kind: ProbeKind,
+    /// Its group.
+    pub group: String,
+    /// Its event name.
+    pub event: String,
 }
 
 /// One field of an event's `format` file.
@@ -113,15 +173,67 @@ pub fn parse_format(text: &str) -> Vec<Field> {
     fields
 }
 
+/// The `(group, event)` of each line of an event list (`kprobe_events`,
+/// `uprobe_events`, `dynamic_events`) whose group starts with
+/// [`GROUP_PREFIX`].
+pub fn parse_event_list(text: &str) -> Vec<(String, String)> {
+    text.lines()
+        .filter_map(|l| {
+            let head = l.split_whitespace().next()?;
+            let (_, name) = head.split_once(':')?;
+            let (g, e) = name.split_once('/')?;
+            g.starts_with(GROUP_PREFIX)
+                .then(|| (g.to_string(), e.to_string()))
+        })
+        .collect()
+}
+
 impl Tracefs {
-    /// Finds the tracefs mount.
+    /// Finds the tracefs mount (whatever dynamic events the kernel has).
     pub fn find() -> Result<Tracefs, TracefsError> {
-        ["/sys/kernel/tracing", "/sys/kernel/debug/tracing"]
-            .iter()
-            .map(PathBuf::from)
-            .find(|p| p.join("kprobe_events").exists())
-            .map(|root| Tracefs { root })
-            .ok_or(TracefsError::NotMounted)
+        let mut unreadable = None;
+        for root in ["/sys/kernel/tracing", "/sys/kernel/debug/tracing"] {
+            let root = PathBuf::from(root);
+            // An unmounted /sys/kernel/tracing is an empty directory.
+            match std::fs::metadata(root.join("events")) {
+                Ok(m) if m.is_dir() => return Ok(Tracefs { root }),
+                Ok(_) => {}
+                Err(e) if e.kind() == io::ErrorKind::PermissionDenied => {
+                    unreadable.get_or_insert(TracefsError::NotReadable { root, source: e });
+                }
+                Err(_) => {
+                    // /sys/kernel/tracing itself may be closed to us.
+                    if let Err(e) = std::fs::read_dir(&root) {
+                        if e.kind() == io::ErrorKind::PermissionDenied {
+                            unreadable.get_or_insert(TracefsError::NotReadable { root, source: e });
+                        }
+                    }
+                }
+            }
+        }
+        Err(unreadable.unwrap_or(TracefsError::NotMounted))
+    }
+
+    /// Finds the tracefs mount and checks that it can define kprobes.
+    pub fn find_for_kprobes() -> Result<Tracefs, TracefsError> {
+        let fs = Tracefs::find()?;
+        fs.require(ProbeKind::Kernel)?;
+        Ok(fs)
+    }
+
+    /// Fails with the cause when this kernel cannot define `kind` probes.
+    pub fn require(&self, kind: ProbeKind) -> Result<(), TracefsError> {
+        if self.root.join(kind.list_file()).exists() {
+            return Ok(());
+        }
+        let root = self.root.clone();
+        Err(match kind {
+            ProbeKind::Kernel => TracefsError::NoKprobeEvents {
+                root,
+                kprobe_pmu: Path::new(crate::pmu::SYSFS_PMUS).join("kprobe").exists(),
+            },
+            ProbeKind::User => TracefsError::NoUprobeEvents { root },
+        })
     }
 
     /// The mount point.
@@ -148,30 +260,32 @@ impl Tracefs {
         let text = std::fs::read_to_string(self.root.join("error_log")).ok()?;
         let mut lines = text.lines().rev();
         // The log ends with "  Command: ..." and a caret line; the message
-        // is the line carrying "[kprobe]"/"[trace_kprobe]".
+        // is the line carrying "[kprobe]"/"trace_kprobe:"/"trace_uprobe:".
         lines
-            .find(|l| l.contains("kprobe") || l.contains("trace_probe"))
+            .find(|l| l.contains("kprobe") || l.contains("uprobe") || l.contains("trace_probe"))
             .map(|l| {
                 l.split_once("]: ")
+                    .or_else(|| l.split_once("error: "))
                     .map_or(l, |(_, msg)| msg)
                     .trim()
                     .to_string()
             })
     }
 
-    /// Defines one probe (a kprobe_events line with group and event).
-    pub fn define(&self, definition: &str) -> Result<(), TracefsError> {
-        let file = if self.root.join("dynamic_events").exists() {
-            "dynamic_events"
-        } else {
-            "kprobe_events"
+    /// Defines one probe of `kind` (a kprobe_events or uprobe_events line
+    /// with group and event).
+    pub fn define(&self, kind: ProbeKind, definition: &str) -> Result<(), TracefsError> {
+        self.require(kind)?;
+        let file = match kind {
+            ProbeKind::Kernel if self.root.join("dynamic_events").exists() => "dynamic_events",
+            _ => kind.list_file(),
         };
         self.append(file, definition)
     }
 
     /// Removes one probe.
-    pub fn remove(&self, group: &str, event: &str) -> Result<(), TracefsError> {
-        self.append("kprobe_events", &format!("-:{group}/{event}"))
+    pub fn remove(&self, kind: ProbeKind, group: &str, event: &str) -> Result<(), TracefsError> {
+        self.append(kind.list_file(), &format!("-:{group}/{event}"))
     }
 
     /// The tracepoint id of an event (for `PERF_TYPE_TRACEPOINT`).
@@ -184,14 +298,18 @@ impl Tracefs {
         })
     }
 
-    /// The fields of an event's record.
-    pub fn format(&self, group: &str, event: &str) -> Result<Vec<Field>, TracefsError> {
-        let path = self
-            .root
+    /// The path of an event's `format` file.
+    pub fn format_path(&self, group: &str, event: &str) -> PathBuf {
+        self.root
             .join("events")
             .join(group)
             .join(event)
-            .join("format");
+            .join("format")
+    }
+
+    /// The fields of an event's record.
+    pub fn format(&self, group: &str, event: &str) -> Result<Vec<Field>, TracefsError> {
+        let path = self.format_path(group, event);
         let text = std::fs::read_to_string(&path).map_err(io_err(&path))?;
         Ok(parse_format(&text))
     }
@@ -210,42 +328,59 @@ impl Tracefs {
         })
     }
 
-    /// Every `(group, event)` of ours currently defined.
-    pub fn our_events(&self) -> Vec<(String, String)> {
-        let text = std::fs::read_to_string(self.root.join("kprobe_events")).unwrap_or_default();
-        text.lines()
-            .filter_map(|l| {
-                let head = l.split_whitespace().next()?;
-                let (_, name) = head.split_once(':')?;
-                let (g, e) = name.split_once('/')?;
-                g.starts_with(GROUP_PREFIX)
-                    .then(|| (g.to_string(), e.to_string()))
+    /// Every kprobe and uprobe of ours currently defined (a list this
+    /// process cannot read counts as empty).
+    pub fn our_events(&self) -> Vec<Defined> {
+        [ProbeKind::Kernel, ProbeKind::User]
+            .into_iter()
+            .flat_map(|kind| {
+                let text =
+                    std::fs::read_to_string(self.root.join(kind.list_file())).unwrap_or_default();
+                parse_event_list(&text)
+                    .into_iter()
+                    .map(move |(group, event)| Defined { kind, group, event })
             })
             .collect()
     }
 }
 
-/// The private group of this process.
-pub fn own_group() -> String {
-    format!("{GROUP_PREFIX}{}", std::process::id())
+/// Sessions opened by this process so far (the `<n>` of the next group).
+static SESSIONS: AtomicU64 = AtomicU64::new(0);
+
+/// A new group private to one session of this process:
+/// `kprobe_perf_<pid>_<n>`.
+pub fn new_group() -> String {
+    let n = SESSIONS.fetch_add(1, Ordering::Relaxed);
+    format!("{GROUP_PREFIX}{}_{n}", std::process::id())
 }
 
-fn pid_of_group(group: &str) -> Option<u32> {
-    group.strip_prefix(GROUP_PREFIX)?.parse().ok()
+/// The pid in a group of ours: `kprobe_perf_<pid>` (older releases) or
+/// `kprobe_perf_<pid>_<n>`.
+pub fn pid_of_group(group: &str) -> Option<u32> {
+    let rest = group.strip_prefix(GROUP_PREFIX)?;
+    let (pid, n) = rest.split_once('_').unwrap_or((rest, "0"));
+    n.parse::<u64>().ok()?;
+    pid.parse().ok()
 }
 
 /// Removes events left by processes of this engine that are gone.
 /// Returns how many were removed.
 pub fn remove_stale(fs: &Tracefs) -> usize {
     let mut removed = 0;
-    for (group, event) in fs.our_events() {
+    for d in fs.our_events() {
         let alive =
-            pid_of_group(&group).is_some_and(|pid| Path::new(&format!("/proc/{pid}")).exists());
-        if !alive && fs.remove(&group, &event).is_ok() {
+            pid_of_group(&d.group).is_some_and(|pid| Path::new(&format!("/proc/{pid}")).exists());
+        if !alive && fs.remove(d.kind, &d.group, &d.event).is_ok() {
             removed += 1;
         }
     }
     removed
+}
+
+/// [`remove_stale`] when tracefs is mounted and readable; nothing (0)
+/// otherwise. Every session start calls it, whatever its backend.
+pub fn remove_stale_if_mounted() -> usize {
+    Tracefs::find().map_or(0, |fs| remove_stale(&fs))
 }
 
 /// Removes every event of ours, whoever created it (`kprobe-perf cleanup`).
@@ -253,31 +388,58 @@ pub fn remove_stale(fs: &Tracefs) -> usize {
 pub fn remove_all(fs: &Tracefs) -> (usize, Vec<String>) {
     let mut removed = 0;
     let mut busy = Vec::new();
-    for (group, event) in fs.our_events() {
-        match fs.remove(&group, &event) {
+    for d in fs.our_events() {
+        match fs.remove(d.kind, &d.group, &d.event) {
             Ok(()) => removed += 1,
-            Err(_) => busy.push(format!("{group}/{event}")),
+            Err(_) => busy.push(format!("{}/{}", d.group, d.event)),
         }
     }
     (removed, busy)
 }
 
-/// Events this process defined; removed on drop (after the perf fds that
+/// Removes every event of `groups`, retrying those the kernel still
+/// holds (EBUSY while the perf fds of a dead process are being released)
+/// until `patience` has passed. Returns the events that stayed.
+pub fn remove_groups(
+    fs: &Tracefs,
+    groups: &std::collections::HashSet<String>,
+    patience: std::time::Duration,
+) -> Vec<Defined> {
+    let deadline = std::time::Instant::now() + patience;
+    loop {
+        let left: Vec<Defined> = fs
+            .our_events()
+            .into_iter()
+            .filter(|d| groups.contains(&d.group))
+            .filter(|d| fs.remove(d.kind, &d.group, &d.event).is_err())
+            .collect();
+        if left.is_empty() || std::time::Instant::now() >= deadline {
+            return left;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+}
+
+/// Events one session defined; removed on drop (after the perf fds that
 /// use them are closed: keep this guard declared before them, or drop it
 /// last).
 #[derive(Debug)]
 pub struct TracefsProbes {
     fs: Tracefs,
     group: String,
-    events: Vec<String>,
+    events: Vec<(ProbeKind, String)>,
 }
 
 impl TracefsProbes {
-    /// An empty set in this process's private group.
+    /// An empty set in a new private group, which the
+    /// [`guardian`](crate::guardian) (if running) is told about before
+    /// anything is defined in it.
     pub fn new(fs: Tracefs) -> TracefsProbes {
+        let group = new_group();
+        crate::guardian::watch(&group);
         TracefsProbes {
             fs,
-            group: own_group(),
+            group,
             events: Vec::new(),
         }
     }
@@ -292,18 +454,24 @@ impl TracefsProbes {
         &self.group
     }
 
-    /// Defines `p|r...:GROUP/EVENT REST` and remembers it for removal.
-    pub fn define(&mut self, definition: &str, event: &str) -> Result<(), TracefsError> {
-        self.fs.define(definition)?;
-        self.events.push(event.to_string());
+    /// Defines `p|r...:GROUP/EVENT REST` of `kind` and remembers it for
+    /// removal.
+    pub fn define(
+        &mut self,
+        kind: ProbeKind,
+        definition: &str,
+        event: &str,
+    ) -> Result<(), TracefsError> {
+        self.fs.define(kind, definition)?;
+        self.events.push((kind, event.to_string()));
         Ok(())
     }
 
     /// Removes every event now; returns the ones the kernel kept.
     pub fn remove_all(&mut self) -> Vec<String> {
         let mut kept = Vec::new();
-        for e in self.events.drain(..) {
-            if self.fs.remove(&self.group, &e).is_err() {
+        for (kind, e) in self.events.drain(..) {
+            if self.fs.remove(kind, &self.group, &e).is_err() {
                 kept.push(e);
             }
         }
@@ -352,6 +520,34 @@ mod tests {
     #[test]
     fn group_pids() {
         assert_eq!(pid_of_group("kprobe_perf_1234"), Some(1234));
+        assert_eq!(pid_of_group("kprobe_perf_1234_0"), Some(1234));
+        assert_eq!(pid_of_group("kprobe_perf_1234_17"), Some(1234));
+        assert_eq!(pid_of_group("kprobe_perf_1234_x"), None);
+        assert_eq!(pid_of_group("kprobe_perf_"), None);
         assert_eq!(pid_of_group("kprobes"), None);
+    }
+
+    #[test]
+    fn groups_differ_per_session() {
+        let (a, b) = (new_group(), new_group());
+        assert_ne!(a, b);
+        assert_eq!(pid_of_group(&a), Some(std::process::id()));
+        assert_eq!(pid_of_group(&b), Some(std::process::id()));
+    }
+
+    #[test]
+    fn event_lists_of_both_kinds() {
+        let text = "p:kprobe_perf_12_0/a do_sys_openat2\n\
+            r8:kprobe_perf_12_0/b do_sys_openat2\n\
+            p:kprobe_perf_7/c /bin/true:0x0000000000001000 a=%di\n\
+            p:other/d do_sys_open\n";
+        assert_eq!(
+            parse_event_list(text),
+            vec![
+                ("kprobe_perf_12_0".to_string(), "a".to_string()),
+                ("kprobe_perf_12_0".to_string(), "b".to_string()),
+                ("kprobe_perf_7".to_string(), "c".to_string()),
+            ]
+        );
     }
 }

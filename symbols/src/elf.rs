@@ -3,7 +3,7 @@
 
 use std::path::{Path, PathBuf};
 
-use object::{Object, ObjectSegment, ObjectSymbol, SymbolKind};
+use object::{Object, ObjectSection, ObjectSegment, ObjectSymbol, SymbolKind};
 
 /// Errors from reading a user binary.
 #[derive(Debug, thiserror::Error)]
@@ -58,44 +58,209 @@ pub struct UserSymbol {
     pub file_offset: u64,
 }
 
+/// Largest binary read (a reader's bound, far above any real executable
+/// or library).
+const MAX_BINARY_BYTES: u64 = 1 << 31;
+
+/// A user binary read into memory once: its symbols and its bytes, for
+/// checking uprobe offsets.
+pub struct UserBinary {
+    path: PathBuf,
+    data: Vec<u8>,
+}
+
+/// A text symbol with the file range its code occupies.
+struct TextSymbol<'a> {
+    name: &'a str,
+    address: u64,
+    /// Size from the table, or up to the next symbol or section end when
+    /// the table says 0.
+    size: u64,
+    /// Size as the symbol table gives it.
+    table_size: u64,
+    file_offset: u64,
+}
+
+impl UserBinary {
+    /// Reads the regular file at `path` (a symbolic link is followed, as
+    /// the kernel does for a uprobe path), bounded by its size.
+    pub fn open(path: &Path) -> Result<UserBinary, ElfError> {
+        // Opened non-blocking and checked to be a regular file first, so a
+        // FIFO or device never blocks or streams without end.
+        let data = crate::file::read_regular(path, MAX_BINARY_BYTES).map_err(|source| {
+            if source.kind() == std::io::ErrorKind::InvalidInput
+                && source
+                    .get_ref()
+                    .is_some_and(|e| e.is::<crate::file::TooLarge>())
+            {
+                ElfError::Parse {
+                    path: path.to_path_buf(),
+                    reason: source.to_string(),
+                }
+            } else {
+                ElfError::Read {
+                    path: path.to_path_buf(),
+                    source,
+                }
+            }
+        })?;
+        Ok(UserBinary {
+            path: path.to_path_buf(),
+            data,
+        })
+    }
+
+    /// The file's path.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// The file's size in bytes.
+    pub fn len(&self) -> u64 {
+        self.data.len() as u64
+    }
+
+    /// True for an empty file.
+    pub fn is_empty(&self) -> bool {
+        self.data.is_empty()
+    }
+
+    fn parse(&self) -> Result<object::File<'_>, ElfError> {
+        object::File::parse(&*self.data).map_err(|e| ElfError::Parse {
+            path: self.path.clone(),
+            reason: e.to_string(),
+        })
+    }
+
+    /// Every named function with an address, `.symtab` first, then
+    /// `.dynsym`, each with its file range.
+    fn text_symbols<'d>(&self, file: &object::File<'d>) -> Vec<TextSymbol<'d>> {
+        let mut out = Vec::new();
+        let mut starts: Vec<u64> = Vec::new();
+        for sym in file.symbols().chain(file.dynamic_symbols()) {
+            if sym.kind() != SymbolKind::Text || sym.address() == 0 {
+                continue;
+            }
+            starts.push(sym.address());
+            let Ok(name) = sym.name() else { continue };
+            let Some(file_offset) = file_offset_of(file, sym.address()) else {
+                continue;
+            };
+            // The end of the section holding it bounds its size.
+            let section_end = sym
+                .section_index()
+                .and_then(|i| file.section_by_index(i).ok())
+                .map(|sec| sec.address().saturating_add(sec.size()));
+            let mut size = sym.size();
+            if let Some(end) = section_end {
+                size = size.min(end.saturating_sub(sym.address()));
+            }
+            out.push((
+                TextSymbol {
+                    name,
+                    address: sym.address(),
+                    size,
+                    table_size: sym.size(),
+                    file_offset,
+                },
+                section_end,
+            ));
+        }
+        starts.sort_unstable();
+        starts.dedup();
+        out.into_iter()
+            .map(|(mut t, section_end)| {
+                if t.size == 0 {
+                    // No size in the table: up to the next symbol, within
+                    // the section.
+                    let i = starts.partition_point(|&a| a <= t.address);
+                    let next = starts.get(i).copied();
+                    let end = match (next, section_end) {
+                        (Some(n), Some(e)) => n.min(e),
+                        (Some(n), None) => n,
+                        (None, Some(e)) => e,
+                        (None, None) => t.address,
+                    };
+                    t.size = end.saturating_sub(t.address);
+                }
+                t
+            })
+            .collect()
+    }
+
+    /// The function `name`, from `.symtab` or, when stripped, `.dynsym`.
+    /// `size` is the table's, or (when it says 0) the distance to the next
+    /// symbol or the end of the section.
+    pub fn function(&self, name: &str) -> Result<UserSymbol, ElfError> {
+        let file = self.parse()?;
+        let syms = self.text_symbols(&file);
+        if let Some(t) = syms.iter().find(|t| t.name == name) {
+            return Ok(self.user_symbol(t));
+        }
+        let named = file
+            .symbols()
+            .chain(file.dynamic_symbols())
+            .find(|s| s.kind() == SymbolKind::Text && s.address() != 0 && s.name() == Ok(name));
+        Err(match named {
+            Some(s) => ElfError::NoSegment {
+                path: self.path.clone(),
+                name: name.to_string(),
+                address: s.address(),
+            },
+            None => ElfError::NotFound {
+                path: self.path.clone(),
+                name: name.to_string(),
+            },
+        })
+    }
+
+    /// The function whose code holds file offset `offset`, if a symbol
+    /// with a size covers it.
+    pub fn function_at(&self, offset: u64) -> Result<Option<UserSymbol>, ElfError> {
+        let file = self.parse()?;
+        let syms = self.text_symbols(&file);
+        Ok(syms
+            .iter()
+            .filter(|t| t.table_size > 0)
+            .find(|t| offset >= t.file_offset && offset - t.file_offset < t.size)
+            .map(|t| self.user_symbol(t)))
+    }
+
+    fn user_symbol(&self, t: &TextSymbol<'_>) -> UserSymbol {
+        UserSymbol {
+            name: t.name.to_string(),
+            address: t.address,
+            size: t.size,
+            file_offset: t.file_offset,
+        }
+    }
+
+    /// The bytes of `sym` (up to `sym.size`, and at most `max`), bounded by
+    /// the file.
+    pub fn bytes(&self, sym: &UserSymbol, max: u64) -> &[u8] {
+        let start = usize::try_from(sym.file_offset).unwrap_or(usize::MAX);
+        let len = usize::try_from(sym.size.min(max)).unwrap_or(usize::MAX);
+        let Some(rest) = self.data.get(start..) else {
+            return &[];
+        };
+        &rest[..len.min(rest.len())]
+    }
+}
+
+/// The file offset of virtual address `address`, through the loadable
+/// segment that maps it.
+fn file_offset_of(file: &object::File<'_>, address: u64) -> Option<u64> {
+    file.segments().find_map(|seg| {
+        let (off, size) = seg.file_range();
+        let start = seg.address();
+        (address >= start && address - start < size).then(|| off + (address - start))
+    })
+}
+
 /// The function `name` of the binary at `path`, from `.symtab` or, when
 /// stripped, `.dynsym`.
 pub fn find_function(path: &Path, name: &str) -> Result<UserSymbol, ElfError> {
-    let data = std::fs::read(path).map_err(|source| ElfError::Read {
-        path: path.to_path_buf(),
-        source,
-    })?;
-    let file = object::File::parse(&*data).map_err(|e| ElfError::Parse {
-        path: path.to_path_buf(),
-        reason: e.to_string(),
-    })?;
-    let sym = file
-        .symbols()
-        .chain(file.dynamic_symbols())
-        .find(|s| s.kind() == SymbolKind::Text && s.address() != 0 && s.name() == Ok(name))
-        .ok_or_else(|| ElfError::NotFound {
-            path: path.to_path_buf(),
-            name: name.to_string(),
-        })?;
-    let address = sym.address();
-    let file_offset = file
-        .segments()
-        .find_map(|seg| {
-            let (off, size) = seg.file_range();
-            let start = seg.address();
-            (address >= start && address - start < size).then(|| off + (address - start))
-        })
-        .ok_or_else(|| ElfError::NoSegment {
-            path: path.to_path_buf(),
-            name: name.to_string(),
-            address,
-        })?;
-    Ok(UserSymbol {
-        name: name.to_string(),
-        address,
-        size: sym.size(),
-        file_offset,
-    })
+    UserBinary::open(path)?.function(name)
 }
 
 #[cfg(test)]
@@ -113,5 +278,29 @@ mod tests {
         assert!(matches!(e, ElfError::NotFound { .. }), "{e}");
         let e = find_function(Path::new("/proc/cpuinfo"), "main").unwrap_err();
         assert!(matches!(e, ElfError::Parse { .. }), "{e}");
+        // A device or a FIFO is refused before any read (no endless read
+        // of /dev/zero, no blocking on a FIFO).
+        let e = find_function(Path::new("/dev/zero"), "main").unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "cannot read /dev/zero: it is a character device, not a regular file"
+        );
+    }
+
+    #[test]
+    fn function_bytes_and_the_function_at_an_offset() {
+        let exe = std::env::current_exe().unwrap();
+        let bin = UserBinary::open(&exe).unwrap();
+        let main = bin.function("main").unwrap();
+        assert!(main.size > 0);
+        let bytes = bin.bytes(&main, u64::MAX);
+        assert_eq!(bytes.len() as u64, main.size);
+        let data = std::fs::read(&exe).unwrap();
+        let at = main.file_offset as usize;
+        assert_eq!(bytes, &data[at..at + bytes.len()]);
+        assert_eq!(bin.bytes(&main, 3).len(), 3);
+        let inside = bin.function_at(main.file_offset + 1).unwrap().unwrap();
+        assert_eq!(inside.file_offset, main.file_offset);
+        assert_eq!(bin.function_at(0).unwrap(), None);
     }
 }

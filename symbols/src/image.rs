@@ -23,8 +23,9 @@ use crate::KernelSymbols;
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum ImageError {
-    /// The file could not be read.
-    #[error("cannot read {path}: {source}")]
+    /// The file could not be read (why: the `source()`, which a caller
+    /// printing the chain shows once).
+    #[error("cannot read {path}")]
     Read {
         /// The file.
         path: PathBuf,
@@ -179,6 +180,10 @@ pub fn system_map_candidates(release: &str) -> Vec<PathBuf> {
     .collect()
 }
 
+/// The largest System.map read (it is read whole; a kernel's has a few
+/// hundred thousand lines, well under 64 MiB).
+pub const MAX_SYSTEM_MAP_BYTES: u64 = 256 << 20;
+
 impl KernelImage {
     /// Reads a vmlinux: its symbol table (if not stripped), its allocated
     /// sections and its build ID. Section bytes are read on demand.
@@ -191,7 +196,8 @@ impl KernelImage {
             path: path.to_path_buf(),
             reason,
         };
-        let file = File::open(path).map_err(read_error)?;
+        // A regular file: a FIFO would block, a device never end.
+        let (file, file_len) = crate::file::open_regular(path).map_err(read_error)?;
         // Headers through object's cache; the symbol and string tables
         // are read whole, one pread each (a string at a time is a system
         // call per symbol, minutes over 9p under TCG).
@@ -202,10 +208,22 @@ impl KernelImage {
             return Err(parse_error("big-endian images are not supported".into()));
         }
         let endian = LittleEndian;
+        // Every section read or kept lies inside the file, so that no
+        // allocation exceeds the file's size.
+        let inside = |sh: &SectionHeader64<LittleEndian>| -> Result<(), ImageError> {
+            let (offset, size) = (sh.sh_offset(endian), sh.sh_size(endian));
+            match offset.checked_add(size) {
+                Some(end) if end <= file_len => Ok(()),
+                _ => Err(parse_error(format!(
+                    "a section of {size} bytes at byte {offset} runs past the end of the file ({file_len} bytes): the file is truncated or corrupt"
+                ))),
+            }
+        };
         let headers = header
             .section_headers(endian, &cache)
             .map_err(|e| parse_error(e.to_string()))?;
         let read_section = |sh: &SectionHeader64<LittleEndian>| -> Result<Vec<u8>, ImageError> {
+            inside(sh)?;
             let len = usize::try_from(sh.sh_size(endian))
                 .map_err(|_| parse_error("a section too large to read".into()))?;
             let mut buf = vec![0u8; len];
@@ -228,6 +246,7 @@ impl KernelImage {
             if flags.0 & SHF_ALLOC.0 == 0 || kind == SHT_NOBITS || addr == 0 {
                 continue;
             }
+            inside(sh)?;
             sections.push((addr, sh.sh_size(endian), sh.sh_offset(endian)));
         }
         let mut symbols = Vec::new();
@@ -283,10 +302,13 @@ impl KernelImage {
     /// Reads a System.map (`ADDR TYPE NAME` lines): names and link-time
     /// addresses, no sizes and no bytes.
     pub fn open_system_map(path: &Path) -> Result<KernelImage, ImageError> {
-        let text = std::fs::read_to_string(path).map_err(|source| ImageError::Read {
-            path: path.to_path_buf(),
-            source,
-        })?;
+        let text =
+            crate::file::read_regular_text(path, MAX_SYSTEM_MAP_BYTES).map_err(|source| {
+                ImageError::Read {
+                    path: path.to_path_buf(),
+                    source,
+                }
+            })?;
         let mut symbols = Vec::new();
         for line in text.lines() {
             let mut words = line.split_whitespace();

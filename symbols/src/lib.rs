@@ -30,6 +30,7 @@
 
 pub mod elf;
 mod exclusion;
+pub mod file;
 mod glob;
 pub mod image;
 mod kallsyms;

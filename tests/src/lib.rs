@@ -3,6 +3,34 @@
 //! These tests run inside the VM (`cargo xtask test` boots Debian kernels
 //! with kprobes and sets `KPROBE_PERF_IN_VM`). There, a test that cannot run
 //! fails. Elsewhere it is skipped with the reason printed.
+//!
+//! # Skipping a test
+//!
+//! libtest has no "skipped" outcome, so a test that cannot run here calls
+//! one of the two helpers below and returns; `cargo xtask test` finds the
+//! line they print (`SKIP <test>: <reason>`, at the start of a line) and
+//! counts the test as skipped, not passed:
+//!
+//! ```no_run
+//! # use kprobe_perf_tests::{skip, skip_here};
+//! #[test]
+//! fn my_test() {
+//!     if !std::path::Path::new("/usr/bin/perf").exists() {
+//!         // Missing privilege or tool: panics inside the VM, where
+//!         // everything a privileged test needs is there.
+//!         return skip("my_test", "perf is not installed (apt-get install linux-perf)");
+//!     }
+//!     if kprobe_perf_tests::online_cpus().len() < 2 {
+//!         // The machine's shape, not a missing piece: skips in the VM too.
+//!         return skip_here("my_test", "it needs 2 online CPUs");
+//!     }
+//!     // ...
+//! }
+//! ```
+//!
+//! [`kprobes_available`] and the other `*_available` style checks call
+//! [`skip`] themselves. Write the test's own function name: the summary
+//! lists it.
 
 use std::path::PathBuf;
 
@@ -11,19 +39,73 @@ pub fn vm_kernel() -> Option<String> {
     std::env::var("KPROBE_PERF_IN_VM").ok()
 }
 
+/// The fixed form of a skip line, as `cargo xtask test` parses it.
+pub fn skip_line(test: &str, reason: &str) -> String {
+    format!("SKIP {test}: {reason}")
+}
+
+/// Skips `test` because something it needs is missing here (privilege, a
+/// kernel feature, a tool): prints `SKIP <test>: <reason>`. Inside the VM
+/// it panics instead, since there every privileged test must run. The
+/// caller returns right after (`return skip(...)`).
+pub fn skip(test: &str, reason: &str) {
+    if let Some(k) = vm_kernel() {
+        panic!("{test} must not skip inside the VM (kernel {k}): {reason}");
+    }
+    println!("{}", skip_line(test, reason));
+}
+
+/// Skips `test` because the machine is not the shape it tests (a kernel
+/// that has the feature whose absence is tested, a single CPU): prints
+/// `SKIP <test>: <reason>`, inside the VM too.
+pub fn skip_here(test: &str, reason: &str) {
+    println!("{}", skip_line(test, reason));
+}
+
 /// True when kprobes can be opened here. Inside the VM, panics instead of
-/// returning false; outside, prints why the test is skipped.
+/// returning false; outside, prints why the test is skipped ([`skip`]).
 pub fn kprobes_available(test: &str) -> bool {
     match kprobe_perf_engine::session::preflight() {
         Ok(_) => true,
         Err(e) => {
-            if let Some(k) = vm_kernel() {
-                panic!("{test}: kprobes must work inside the VM (kernel {k}): {e}");
-            }
-            println!("SKIP {test}: {e}");
+            skip(test, &e.to_string());
             false
         }
     }
+}
+
+/// The CPUs in a sysfs list such as `0-3,5`; panics on anything else.
+pub fn parse_cpu_list(text: &str) -> Vec<u32> {
+    let mut cpus = Vec::new();
+    for part in text.trim().split(',').filter(|p| !p.is_empty()) {
+        let num = |s: &str| -> u32 {
+            s.parse()
+                .unwrap_or_else(|_| panic!("bad CPU number {s:?} in the list {text:?}"))
+        };
+        match part.split_once('-') {
+            Some((a, b)) => cpus.extend(num(a)..=num(b)),
+            None => cpus.push(num(part)),
+        }
+    }
+    cpus
+}
+
+fn cpu_list(name: &str) -> Vec<u32> {
+    let path = format!("/sys/devices/system/cpu/{name}");
+    let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("reading {path}: {e}"));
+    parse_cpu_list(&text)
+}
+
+/// The online CPUs (/sys/devices/system/cpu/online): the VM has as many as
+/// `KPROBE_PERF_VM_SMP` says (2 by default); tests read them, never assume.
+pub fn online_cpus() -> Vec<u32> {
+    cpu_list("online")
+}
+
+/// The possible CPUs (/sys/devices/system/cpu/possible), which size the
+/// kernel's per-CPU tables (kretprobe instances among them).
+pub fn possible_cpus() -> Vec<u32> {
+    cpu_list("possible")
 }
 
 /// The `kprobe-perf` binary built next to this test (`target/<profile>/`),
@@ -55,4 +137,21 @@ pub fn xorshift(state: &mut u64) -> u64 {
     *state ^= *state << 25;
     *state ^= *state >> 27;
     state.wrapping_mul(0x2545_f491_4f6c_dd1d)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn cpu_lists_expand() {
+        assert_eq!(parse_cpu_list("0-1\n"), [0, 1]);
+        assert_eq!(parse_cpu_list("0,2-4,7"), [0, 2, 3, 4, 7]);
+        assert_eq!(parse_cpu_list("3"), [3]);
+    }
+
+    #[test]
+    fn skip_lines_have_one_form() {
+        assert_eq!(skip_line("t", "no perf"), "SKIP t: no perf");
+    }
 }

@@ -8,7 +8,7 @@
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
-use kprobe_perf_tests::{kprobe_perf_bin, kprobes_available, vm_kernel};
+use kprobe_perf_tests::{kprobe_perf_bin, kprobes_available, skip, vm_kernel};
 
 #[test]
 fn only_tasks_in_the_cgroup_are_recorded() {
@@ -16,8 +16,10 @@ fn only_tasks_in_the_cgroup_are_recorded() {
         return;
     }
     if vm_kernel().is_none() {
-        println!("SKIP only_tasks_in_the_cgroup_are_recorded: it mounts a cgroup hierarchy, which only the VM may");
-        return;
+        return skip(
+            "only_tasks_in_the_cgroup_are_recorded",
+            "it mounts a cgroup hierarchy, which only the VM may",
+        );
     }
     let root = std::path::PathBuf::from(format!("/tmp/kprobe-perf-cg-{}", std::process::id()));
     std::fs::create_dir_all(&root).unwrap();

@@ -5,7 +5,7 @@ use std::process::Command;
 use std::time::Duration;
 
 use kprobe_perf_engine::{plan_probes, KernelSymbols, RecordTarget, Session, SessionOptions};
-use kprobe_perf_tests::{kprobe_perf_bin, kprobes_available};
+use kprobe_perf_tests::{kprobe_perf_bin, kprobes_available, online_cpus};
 
 /// A one-page ring under a burst of 3000 opens loses most samples; the
 /// loss the session reports is exact: the hits the kernel counted (3000,
@@ -119,8 +119,10 @@ fn json_lines_are_typed_and_summarised() {
         .all(|e| e["function"] == "do_sys_openat2" && e["ret_addr"].is_u64()));
 }
 
-/// Four threads on two CPUs open files at once; everything delivered while
-/// recording, across all polls and CPUs, comes out in time order.
+/// At least four threads, pinned round the online CPUs (every CPU gets
+/// one), open files at once; every CPU delivers events, and everything
+/// delivered while recording, across all polls and CPUs, comes out in time
+/// order.
 #[test]
 fn events_from_all_cpus_come_out_in_time_order() {
     if !kprobes_available("events_from_all_cpus_come_out_in_time_order") {
@@ -129,10 +131,24 @@ fn events_from_all_cpus_come_out_in_time_order() {
     let symbols = KernelSymbols::load().unwrap();
     let plans = plan_probes(&["p:do_sys_openat2"], &symbols).unwrap();
     let mut s = Session::open(plans, SessionOptions::default()).unwrap();
-    s.enable().unwrap();
-    let workers: Vec<_> = (0..4)
+    let online = online_cpus();
+    let threads = online.len().max(4);
+    // Each worker pins itself before recording starts (running taskset
+    // opens /dev/null in the worker), then opens its files.
+    let pinned = std::sync::Arc::new(std::sync::Barrier::new(threads + 1));
+    let workers: Vec<_> = (0..threads)
         .map(|t| {
+            let cpu = online[t % online.len()];
+            let pinned = std::sync::Arc::clone(&pinned);
             std::thread::spawn(move || {
+                let tid = kprobe_perf_engine::sys::gettid();
+                let out = Command::new("taskset")
+                    .args(["-p", "-c", &cpu.to_string(), &tid.to_string()])
+                    .output()
+                    .unwrap();
+                assert!(out.status.success(), "taskset -p -c {cpu} {tid}: {out:?}");
+                pinned.wait();
+                pinned.wait();
                 for i in 0..50 {
                     let _ = std::fs::File::open(format!("/nonexistent/kprobe-perf-order-{t}-{i}"));
                 }
@@ -140,6 +156,9 @@ fn events_from_all_cpus_come_out_in_time_order() {
             })
         })
         .collect();
+    pinned.wait();
+    s.enable().unwrap();
+    pinned.wait();
     let mut times = Vec::new();
     let mut tids_seen = Vec::new();
     let mut cpus = std::collections::BTreeSet::new();
@@ -154,8 +173,12 @@ fn events_from_all_cpus_come_out_in_time_order() {
     }
     let tids: Vec<i32> = workers.into_iter().map(|w| w.join().unwrap()).collect();
     let ours = tids_seen.iter().filter(|t| tids.contains(t)).count();
-    assert_eq!(ours, 200, "every open of the four threads");
-    assert!(cpus.len() == 2, "events came from both CPUs: {cpus:?}");
+    assert_eq!(ours, 50 * threads, "every open of the {threads} threads");
+    assert_eq!(
+        cpus.into_iter().collect::<Vec<u32>>(),
+        online,
+        "events came from every online CPU"
+    );
     assert!(
         times.windows(2).all(|w| w[0] <= w[1]),
         "time order across CPUs and polls"

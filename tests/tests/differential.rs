@@ -7,7 +7,7 @@ use std::collections::BTreeMap;
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
-use kprobe_perf_tests::{kprobe_perf_bin, kprobes_available, vm_kernel};
+use kprobe_perf_tests::{kprobe_perf_bin, kprobes_available, skip};
 
 const THREADS: usize = 4;
 const OPENS: usize = 150;
@@ -50,13 +50,10 @@ fn kprobe_perf_and_perf_record_the_same_values() {
         return;
     }
     let Some(perf) = perf() else {
-        if let Some(k) = vm_kernel() {
-            panic!(
-                "perf must be installed for the VM tests (kernel {k}): apt-get install linux-perf"
-            );
-        }
-        println!("SKIP kprobe_perf_and_perf_record_the_same_values: perf is not installed");
-        return;
+        return skip(
+            "kprobe_perf_and_perf_record_the_same_values",
+            "perf is not installed (apt-get install linux-perf)",
+        );
     };
     let dir = std::env::temp_dir().join(format!("kprobe-perf-diff-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();

@@ -7,7 +7,7 @@ use std::collections::HashMap;
 use std::path::Path;
 use std::process::Command;
 
-use kprobe_perf_tests::{kprobe_perf_bin, kprobes_available, vm_kernel};
+use kprobe_perf_tests::{kprobe_perf_bin, kprobes_available, skip};
 
 const WORKLOAD: &str = "for i in 1 2 3 4 5 6 7 8 9 10; do cat /etc/hostname /nonexistent/kprobe-perf-pd 2>/dev/null >/dev/null; done";
 
@@ -74,9 +74,11 @@ fn script_prints_what_the_live_run_printed() {
 
     // Debian's perf reads the file: every sample shows its event name,
     // comm, tid, cpu, time, ip and symbol.
-    if vm_kernel().is_none() && !Path::new("/usr/bin/perf").exists() {
-        println!("SKIP perf script: /usr/bin/perf is missing (apt-get install linux-perf)");
-        return;
+    if !Path::new("/usr/bin/perf").exists() {
+        return skip(
+            "script_prints_what_the_live_run_printed",
+            "its perf script half needs /usr/bin/perf (apt-get install linux-perf)",
+        );
     }
     let out = Command::new("perf")
         .args(["script", "-F", "comm,tid,cpu,time,event,ip,sym", "-i"])
@@ -138,11 +140,10 @@ fn uprobe_files_replay_and_perf_names_the_function() {
         && libc.exists()
         && Path::new("/usr/bin/perf").exists();
     if !ok {
-        if let Some(k) = vm_kernel() {
-            panic!("uprobes, x86_64 libc and perf must be there inside the VM (kernel {k})");
-        }
-        println!("SKIP uprobe perf.data test: no uprobe PMU, capability, x86_64 libc or perf");
-        return;
+        return skip(
+            "uprobe_files_replay_and_perf_names_the_function",
+            "no uprobe PMU, CAP_PERFMON/CAP_SYS_ADMIN, x86_64 libc or /usr/bin/perf",
+        );
     }
     let file = std::env::temp_dir().join(format!("kprobe-perf-pd-u-{}.data", std::process::id()));
     let live_file = file.with_extension("live");

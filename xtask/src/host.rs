@@ -12,7 +12,14 @@ const NEEDED: &[(&str, &str)] = &[
     ("xz-utils", "/usr/bin/xz"),
 ];
 
-/// Installs whatever of [`NEEDED`] (plus `extra`) is missing.
+/// Installs whatever of [`NEEDED`] (plus `extra`) is missing, never
+/// removing an installed package: apt runs with `--no-remove`, after a
+/// simulation that must show no removal. When the default release's
+/// versions would need one (a `qemu-utils` from bookworm-backports breaks
+/// bookworm's `qemu-system-common`, so apt would remove it to install
+/// `qemu-system-x86`), the release of the installed package of the same
+/// source is tried instead (`-t bookworm-backports`); if that does not do
+/// either, nothing is installed and the message says what to do.
 pub fn ensure_packages(extra: &[(&str, &str)]) -> Result<()> {
     let missing: Vec<&str> = NEEDED
         .iter()
@@ -26,7 +33,7 @@ pub fn ensure_packages(extra: &[(&str, &str)]) -> Result<()> {
     let root = effective_uid() == 0;
     if !root {
         bail!(
-            "missing host packages; install them with: sudo apt-get install -y {}",
+            "missing host packages; install them with: sudo apt-get install --no-remove -y {}",
             missing.join(" ")
         );
     }
@@ -34,12 +41,213 @@ pub fn ensure_packages(extra: &[(&str, &str)]) -> Result<()> {
     let mut update = Command::new("apt-get");
     update.args(["update", "-qq"]);
     run_status(&mut update, "apt-get update")?;
-    let mut install = Command::new("apt-get");
+    let args = install_args(&missing)?;
+    let mut install = apt_get();
     install
-        .env("DEBIAN_FRONTEND", "noninteractive")
-        .args(["install", "-y", "-qq", "--no-install-recommends"])
-        .args(&missing);
-    run_status(&mut install, "apt-get install")
+        .args([
+            "install",
+            "-y",
+            "-qq",
+            "--no-remove",
+            "--no-install-recommends",
+        ])
+        .args(&args);
+    run_status(&mut install, "apt-get install --no-remove").with_context(|| {
+        format!(
+            "installing {} failed; no package was removed (--no-remove). Install them yourself, choosing versions that keep your installed packages, then rerun",
+            missing.join(" ")
+        )
+    })
+}
+
+fn apt_get() -> Command {
+    let mut c = Command::new("apt-get");
+    c.env("DEBIAN_FRONTEND", "noninteractive")
+        .env("LC_ALL", "C");
+    c
+}
+
+/// What `apt-get install -s` says it would do.
+struct Simulation {
+    ok: bool,
+    /// Packages it would remove (`Remv` lines).
+    removals: Vec<String>,
+    /// Its complaints (`E:` lines, unmet dependencies).
+    problems: Vec<String>,
+}
+
+fn simulate(args: &[String]) -> Result<Simulation> {
+    let out = apt_get()
+        .args(["install", "-s", "--no-install-recommends"])
+        .args(args)
+        .output()
+        .context("could not start apt-get install -s")?;
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    Ok(parse_simulation(out.status.success(), &text))
+}
+
+fn parse_simulation(ok: bool, text: &str) -> Simulation {
+    let removals = text
+        .lines()
+        .filter_map(|l| l.strip_prefix("Remv "))
+        .filter_map(|r| r.split_whitespace().next())
+        .map(str::to_string)
+        .collect();
+    let problems = text
+        .lines()
+        .filter(|l| l.starts_with("E: ") || l.contains(" but ") || l.contains("Breaks:"))
+        .map(|l| l.trim().to_string())
+        .collect();
+    Simulation {
+        ok,
+        removals,
+        problems,
+    }
+}
+
+/// The arguments for `apt-get install` that install `missing` without
+/// removing anything, checked by simulation.
+fn install_args(missing: &[&str]) -> Result<Vec<String>> {
+    let plain: Vec<String> = missing.iter().map(|p| p.to_string()).collect();
+    let first = simulate(&plain)?;
+    if first.ok && first.removals.is_empty() {
+        return Ok(plain);
+    }
+    // The release an installed sibling (same source package) came from.
+    let mut siblings = installed_siblings(missing);
+    // The packages apt wanted to remove first.
+    siblings.sort_by_key(|(name, _, _)| !first.removals.contains(name));
+    for (pkg, version, suite) in siblings
+        .iter()
+        .flat_map(|(p, v, suites)| suites.iter().map(move |s| (p, v, s)))
+    {
+        let mut args = vec!["-t".to_string(), suite.clone()];
+        args.extend(plain.iter().cloned());
+        let sim = simulate(&args)?;
+        if sim.ok && sim.removals.is_empty() {
+            eprintln!(
+                "xtask: installing {} from {suite}, the release of your {pkg} {version}: the default release's versions would {}",
+                missing.join(" "),
+                what_went_wrong(&first)
+            );
+            return Ok(args);
+        }
+    }
+    let advice = match siblings.first() {
+        Some((pkg, version, suites)) if !suites.is_empty() => format!(
+            "your {pkg} {version} comes from {}: install the same release's packages yourself (sudo apt-get install --no-remove -t {} {}), or make your {pkg} match the default release, then rerun",
+            suites.join(", "),
+            suites[0],
+            missing.join(" ")
+        ),
+        Some((pkg, version, _)) => format!(
+            "your {pkg} {version} comes from no release apt lists (a .deb installed by hand, or a release removed from sources.list): add that release back and install its {} (apt-get install --no-remove -t RELEASE ...), or make your {pkg} match the default release, then rerun",
+            missing.join(" ")
+        ),
+        None => format!(
+            "install them yourself, choosing versions that keep your installed packages (sudo apt-get install --no-remove {}), then rerun",
+            missing.join(" ")
+        ),
+    };
+    bail!(
+        "nothing was installed: apt would {} to install {}; {advice}",
+        what_went_wrong(&first),
+        missing.join(" ")
+    )
+}
+
+fn what_went_wrong(sim: &Simulation) -> String {
+    if !sim.removals.is_empty() {
+        format!("remove your installed {}", sim.removals.join(", "))
+    } else {
+        format!("fail ({})", sim.problems.join("; "))
+    }
+}
+
+/// Installed packages built from the same source as one of `missing` (and
+/// not among them), with their version and the releases (suites) that
+/// version comes from.
+fn installed_siblings(missing: &[&str]) -> Vec<(String, String, Vec<String>)> {
+    let query = Command::new("dpkg-query")
+        .args([
+            "-W",
+            "-f",
+            "${db:Status-Abbrev}\t${Package}\t${source:Package}\t${Version}\n",
+        ])
+        .output();
+    let Ok(query) = query else {
+        return Vec::new();
+    };
+    let installed = String::from_utf8_lossy(&query.stdout).into_owned();
+    let mut found = Vec::new();
+    for pkg in missing {
+        let show = Command::new("apt-cache")
+            .args(["show", "--no-all-versions", pkg])
+            .env("LC_ALL", "C")
+            .output();
+        let Ok(show) = show else { continue };
+        let source = source_of(pkg, &String::from_utf8_lossy(&show.stdout));
+        for line in installed.lines() {
+            let f: Vec<&str> = line.split('\t').collect();
+            let [status, name, src, version] = f[..] else {
+                continue;
+            };
+            if !status.starts_with("ii")
+                || src != source
+                || missing.contains(&name)
+                || found.iter().any(|(n, _, _)| n == name)
+            {
+                continue;
+            }
+            let policy = Command::new("apt-cache")
+                .args(["policy", name])
+                .env("LC_ALL", "C")
+                .output();
+            let Ok(policy) = policy else { continue };
+            let suites = suites_of(&String::from_utf8_lossy(&policy.stdout), version);
+            found.push((name.to_string(), version.to_string(), suites));
+        }
+    }
+    found
+}
+
+/// The source package of `pkg` in `apt-cache show` output (`Source: qemu
+/// (1:7.2...)`), or `pkg` itself when the field is absent.
+fn source_of(pkg: &str, show: &str) -> String {
+    show.lines()
+        .find_map(|l| l.strip_prefix("Source: "))
+        .and_then(|s| s.split_whitespace().next())
+        .unwrap_or(pkg)
+        .to_string()
+}
+
+/// The suites (`bookworm-backports`) `apt-cache policy` lists for `version`.
+fn suites_of(policy: &str, version: &str) -> Vec<String> {
+    let mut current: Option<&str> = None;
+    let mut suites = Vec::new();
+    for line in policy.lines() {
+        let indent = line.len() - line.trim_start().len();
+        let words: Vec<&str> = line.split_whitespace().collect();
+        if line.trim_start().starts_with("***") {
+            current = words.get(1).copied();
+        } else if indent == 5 {
+            current = words.first().copied();
+        } else if indent >= 8 && current == Some(version) {
+            if let (Some(url), Some(dist)) = (words.get(1), words.get(2)) {
+                if url.contains("://") {
+                    let suite = dist.split('/').next().unwrap_or(dist).to_string();
+                    if !suites.contains(&suite) {
+                        suites.push(suite);
+                    }
+                }
+            }
+        }
+    }
+    suites
 }
 
 fn effective_uid() -> u32 {
@@ -64,4 +272,65 @@ pub fn run_status(cmd: &mut Command, what: &str) -> Result<()> {
         bail!("{what} failed ({status})");
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// What apt-cache policy printed on a bookworm host with qemu-utils
+    /// from backports.
+    const POLICY: &str = "qemu-utils:
+  Installed: 1:10.0.2+ds-2+deb13u1~bpo12+1
+  Candidate: 1:10.0.2+ds-2+deb13u1~bpo12+1
+  Version table:
+ *** 1:10.0.2+ds-2+deb13u1~bpo12+1 100
+        100 http://deb.debian.org/debian bookworm-backports/main amd64 Packages
+        100 /var/lib/dpkg/status
+     1:7.2+dfsg-7+deb12u18+b3 500
+        500 http://deb.debian.org/debian bookworm/main amd64 Packages
+     1:7.2+dfsg-7+deb12u15 500
+        500 http://deb.debian.org/debian-security bookworm-security/main amd64 Packages
+";
+
+    #[test]
+    fn the_installed_versions_release_is_found() {
+        assert_eq!(
+            suites_of(POLICY, "1:10.0.2+ds-2+deb13u1~bpo12+1"),
+            ["bookworm-backports"]
+        );
+        assert_eq!(
+            suites_of(POLICY, "1:7.2+dfsg-7+deb12u15"),
+            ["bookworm-security"]
+        );
+        assert!(suites_of(POLICY, "9:9").is_empty());
+    }
+
+    #[test]
+    fn removals_and_complaints_are_read() {
+        let sim = parse_simulation(
+            true,
+            "Remv qemu-utils [1:10.0.2+ds-2+deb13u1~bpo12+1]\nInst qemu-system-x86 (1:7.2)\n",
+        );
+        assert_eq!(sim.removals, ["qemu-utils"]);
+        assert_eq!(what_went_wrong(&sim), "remove your installed qemu-utils");
+        let sim = parse_simulation(
+            false,
+            " qemu-utils : Breaks: qemu-system-common (< 1:8.0+dfsg-5~) but 1:7.2+dfsg-7+deb12u18+b3 is to be installed\nE: Error, pkgProblemResolver::Resolve generated breaks\n",
+        );
+        assert!(sim.removals.is_empty());
+        assert_eq!(sim.problems.len(), 2);
+    }
+
+    #[test]
+    fn source_names_come_from_apt_cache_show() {
+        assert_eq!(
+            source_of(
+                "qemu-system-x86",
+                "Package: qemu-system-x86\nSource: qemu (1:7.2+dfsg-7+deb12u18)\n"
+            ),
+            "qemu"
+        );
+        assert_eq!(source_of("kmod", "Package: kmod\nVersion: 30\n"), "kmod");
+    }
 }

@@ -21,19 +21,80 @@ pub struct Kernel {
     pub debug_boot: Option<PathBuf>,
 }
 
-/// The series the test matrix covers, oldest first.
+/// The series the full test matrix covers, oldest first.
 pub const MATRIX: &[&str] = &["6.1", "6.12"];
 
-/// The package-name pattern of a series' generic (not -cloud, not -rt) image.
-fn package_regex(series: &str) -> Result<&'static str> {
-    Ok(match series {
-        "6.1" => r"^linux-image-6\.1\.0-[0-9]+-amd64-unsigned$",
-        "6.12" => r"^linux-image-6\.12\.[0-9]+\+deb[0-9]+-amd64-unsigned$",
-        other => bail!("unknown kernel series {other:?}: use 6.1, 6.12, or a path to a vmlinuz"),
+/// The series that run the smoke set (see `test::SMOKE`), oldest first.
+pub const SMOKE_MATRIX: &[&str] = &["5.10", "6.12-rt", "sid"];
+
+/// Every series `--kernel` accepts, for messages.
+const SERIES_NAMES: &str = "5.10, 6.1, 6.12, 6.12-rt, sid";
+
+/// Where a series' packages come from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Source {
+    /// The host's own apt sources (Debian 12, bookworm).
+    Host,
+    /// A private apt configuration under the cache, with these
+    /// `deb` lines; the host's sources and apt state are never changed.
+    Private {
+        /// A directory name for its lists and state.
+        name: &'static str,
+        /// `(URI, suite)` pairs, component `main`.
+        suites: &'static [(&'static str, &'static str)],
+    },
+}
+
+/// One kernel series: where its packages are, and the package-name
+/// pattern of its generic (not -cloud) image.
+#[derive(Debug, Clone, Copy)]
+struct Series {
+    source: Source,
+    regex: &'static str,
+}
+
+const DEBIAN: &str = "http://deb.debian.org/debian";
+const DEBIAN_SECURITY: &str = "http://deb.debian.org/debian-security";
+
+fn series(name: &str) -> Result<Series> {
+    Ok(match name {
+        // Debian 11 (bullseye): 5.10 LTS.
+        "5.10" => Series {
+            source: Source::Private {
+                name: "bullseye",
+                suites: &[(DEBIAN, "bullseye"), (DEBIAN_SECURITY, "bullseye-security")],
+            },
+            regex: r"^linux-image-5\.10\.0-[0-9]+-amd64-unsigned$",
+        },
+        "6.1" => Series {
+            source: Source::Host,
+            regex: r"^linux-image-6\.1\.0-[0-9]+-amd64-unsigned$",
+        },
+        "6.12" => Series {
+            source: Source::Host,
+            regex: r"^linux-image-6\.12\.[0-9]+\+deb[0-9]+-amd64-unsigned$",
+        },
+        // PREEMPT_RT build of the same 6.12 series.
+        "6.12-rt" => Series {
+            source: Source::Host,
+            regex: r"^linux-image-6\.12\.[0-9]+\+deb[0-9]+-rt-amd64-unsigned$",
+        },
+        // The newest kernel Debian unstable offers (its image packages
+        // have no -unsigned twin any more).
+        "sid" => Series {
+            source: Source::Private {
+                name: "sid",
+                suites: &[(DEBIAN, "sid")],
+            },
+            regex: r"^linux-image-[0-9]+\.[0-9]+\.[0-9]+\+deb[0-9]+-amd64(-unsigned)?$",
+        },
+        other => bail!(
+            "unknown kernel series {other:?}: use one of {SERIES_NAMES}, or a path to a vmlinuz"
+        ),
     })
 }
 
-/// Resolves `--kernel` (a series of [`MATRIX`] or a path to a kernel image).
+/// Resolves `--kernel` (a series name or a path to a kernel image).
 pub fn resolve(spec: &str, cache: &Path) -> Result<Kernel> {
     let path = Path::new(spec);
     if spec.contains('/') || path.exists() {
@@ -47,21 +108,16 @@ pub fn resolve(spec: &str, cache: &Path) -> Result<Kernel> {
             debug_boot: None,
         });
     }
-    let package = newest_package(spec)?;
+    let series = series(spec)?;
+    let apt = Apt::new(series.source, cache)?;
+    let package = apt.newest_package(series.regex)?;
     let dir = cache.join(&package);
     let stamp = dir.join(".unpacked");
     if !stamp.exists() {
-        fetch(&package, &dir)?;
+        fetch(&apt, &package, &dir)?;
         std::fs::write(&stamp, b"")?;
     }
-    let image = find_one(&dir.join("boot"), "vmlinuz-")?;
-    let modules_root = dir.join("lib/modules");
-    let release = std::fs::read_dir(&modules_root)
-        .with_context(|| format!("reading {}", modules_root.display()))?
-        .filter_map(|e| e.ok())
-        .map(|e| e.path())
-        .find(|p| p.is_dir())
-        .with_context(|| format!("no module tree under {}", modules_root.display()))?;
+    let (image, release) = image_and_modules(&dir)?;
     let version = release
         .file_name()
         .and_then(|n| n.to_str())
@@ -69,7 +125,7 @@ pub fn resolve(spec: &str, cache: &Path) -> Result<Kernel> {
         .to_string();
     let debug_stamp = dir.join(".dbg-unpacked");
     if !debug_stamp.exists() {
-        fetch_debug(&package, &version, &dir)?;
+        fetch_debug(&apt, &package, &version, &dir)?;
         std::fs::write(&debug_stamp, b"")?;
     }
     Ok(Kernel {
@@ -78,6 +134,137 @@ pub fn resolve(spec: &str, cache: &Path) -> Result<Kernel> {
         modules: Some(release),
         debug_boot: Some(dir.join("usr/lib/debug/boot")),
     })
+}
+
+/// apt-get / apt-cache with either the host's configuration or a private
+/// one (sources list, lists, cache and state under the VM cache).
+struct Apt {
+    /// `-o` options of the private configuration (empty for the host's).
+    options: Vec<String>,
+    /// Where the private configuration lives (for messages).
+    private_dir: Option<PathBuf>,
+}
+
+impl Apt {
+    fn new(source: Source, cache: &Path) -> Result<Apt> {
+        let Source::Private { name, suites } = source else {
+            return Ok(Apt {
+                options: Vec::new(),
+                private_dir: None,
+            });
+        };
+        let dir = cache.join("apt").join(name);
+        for sub in ["lists/partial", "archives/partial"] {
+            std::fs::create_dir_all(dir.join(sub))
+                .with_context(|| format!("creating {}", dir.join(sub).display()))?;
+        }
+        let keyring = "/usr/share/keyrings/debian-archive-keyring.gpg";
+        if !Path::new(keyring).exists() {
+            bail!("{keyring} is missing: apt-get install debian-archive-keyring");
+        }
+        let list: String = suites
+            .iter()
+            .map(|(uri, suite)| format!("deb [signed-by={keyring}] {uri} {suite} main\n"))
+            .collect();
+        let sources = dir.join("sources.list");
+        std::fs::write(&sources, list).with_context(|| format!("writing {}", sources.display()))?;
+        let d = dir.display();
+        let options = vec![
+            format!("Dir::Etc::SourceList={}", sources.display()),
+            "Dir::Etc::SourceParts=/dev/null".to_string(),
+            format!("Dir::State::Lists={d}/lists"),
+            format!("Dir::Cache={d}"),
+            format!("Dir::Cache::Archives={d}/archives"),
+            "APT::Architecture=amd64".to_string(),
+            // Downloads go to the cache as root; apt's sandbox user could
+            // not write there and says so on every download.
+            "APT::Sandbox::User=root".to_string(),
+        ];
+        Ok(Apt {
+            options,
+            private_dir: Some(dir),
+        })
+    }
+
+    fn command(&self, program: &str) -> Command {
+        let mut c = Command::new(program);
+        for o in &self.options {
+            c.arg("-o").arg(o);
+        }
+        c
+    }
+
+    /// Asks apt for the newest package matching `regex`. Runs `apt-get
+    /// update` (of the private lists only, when private) when the lists
+    /// know none (a fresh machine).
+    fn newest_package(&self, regex: &str) -> Result<String> {
+        let mut names = self.search(regex)?;
+        if names.is_empty() {
+            host::run_status(
+                self.command("apt-get").args(["update", "-qq"]),
+                "apt-get update",
+            )?;
+            names = self.search(regex)?;
+        }
+        names.sort_by_key(|n| version_key(n));
+        names.pop().with_context(|| match &self.private_dir {
+            Some(d) => format!("apt knows no package matching {regex} in the sources of {}", d.display()),
+            None => format!("apt knows no package matching {regex}; is a Debian bookworm (or newer) source configured?"),
+        })
+    }
+
+    fn search(&self, regex: &str) -> Result<Vec<String>> {
+        let out = self
+            .command("apt-cache")
+            .args(["search", "--names-only", regex])
+            .output()
+            .context("running apt-cache (this harness needs a Debian-family host)")?;
+        Ok(String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .filter_map(|l| l.split_whitespace().next())
+            .map(str::to_string)
+            .collect())
+    }
+
+    /// `apt-get download PACKAGE` into `dir`.
+    fn download(&self, package: &str, dir: &Path) -> Result<()> {
+        host::run_status(
+            self.command("apt-get")
+                .arg("download")
+                .arg(package)
+                .current_dir(dir),
+            "apt-get download",
+        )
+    }
+}
+
+/// The vmlinuz and the `lib/modules/<release>` tree of an unpacked kernel:
+/// `boot/vmlinuz-*` and `lib/modules` (Debian 11, 12), or
+/// `usr/lib/modules/<release>/vmlinuz` beside its modules (unstable).
+fn image_and_modules(dir: &Path) -> Result<(PathBuf, PathBuf)> {
+    for root in ["lib/modules", "usr/lib/modules"] {
+        let modules_root = dir.join(root);
+        let Ok(entries) = std::fs::read_dir(&modules_root) else {
+            continue;
+        };
+        let Some(release) = entries
+            .filter_map(|e| e.ok())
+            .map(|e| e.path())
+            .find(|p| p.is_dir())
+        else {
+            continue;
+        };
+        let image = match find_one(&dir.join("boot"), "vmlinuz-") {
+            Ok(image) => image,
+            Err(_) if release.join("vmlinuz").is_file() => release.join("vmlinuz"),
+            Err(e) => return Err(e),
+        };
+        return Ok((image, release));
+    }
+    bail!(
+        "no lib/modules/<release> or usr/lib/modules/<release> under {}",
+        dir.display()
+    )
 }
 
 fn find_one(dir: &Path, prefix: &str) -> Result<PathBuf> {
@@ -93,36 +280,6 @@ fn find_one(dir: &Path, prefix: &str) -> Result<PathBuf> {
         .with_context(|| format!("no {prefix}* in {}", dir.display()))
 }
 
-/// Asks apt for the newest package of a series. Runs `apt-get update` only
-/// when the local lists know none (a fresh machine).
-fn newest_package(series: &str) -> Result<String> {
-    let regex = package_regex(series)?;
-    let mut names = apt_search(regex)?;
-    if names.is_empty() {
-        host::run_status(
-            Command::new("apt-get").args(["update", "-qq"]),
-            "apt-get update",
-        )?;
-        names = apt_search(regex)?;
-    }
-    names.sort_by_key(|n| version_key(n));
-    names.pop().with_context(|| {
-        format!("apt knows no package matching {regex}; is a Debian bookworm (or newer) source configured?")
-    })
-}
-
-fn apt_search(regex: &str) -> Result<Vec<String>> {
-    let out = Command::new("apt-cache")
-        .args(["search", "--names-only", regex])
-        .output()
-        .context("running apt-cache (this harness needs a Debian-family host)")?;
-    Ok(String::from_utf8_lossy(&out.stdout)
-        .lines()
-        .filter_map(|l| l.split_whitespace().next())
-        .map(str::to_string)
-        .collect())
-}
-
 /// Numeric runs of a package name, for a version-aware sort.
 fn version_key(name: &str) -> Vec<u64> {
     name.split(|c: char| !c.is_ascii_digit())
@@ -131,7 +288,26 @@ fn version_key(name: &str) -> Vec<u64> {
         .collect()
 }
 
-fn fetch(package: &str, dir: &Path) -> Result<()> {
+/// Downloads and unpacks a kernel package into `dir`. Newer Debian
+/// kernels (unstable since 6.17 or so) ship the image package as a stub
+/// that depends on `linux-binary-*` (the vmlinuz) and `linux-modules-*`:
+/// those are unpacked into the same directory when the stub has no
+/// `boot/`.
+fn fetch(apt: &Apt, package: &str, dir: &Path) -> Result<()> {
+    let _ = std::fs::remove_dir_all(dir);
+    unpack(apt, package, dir)?;
+    if image_and_modules(dir).is_err() {
+        if let Some(rest) = package.strip_prefix("linux-image-") {
+            for part in ["linux-binary-", "linux-modules-"] {
+                unpack(apt, &format!("{part}{rest}"), dir)?;
+            }
+        }
+    }
+    Ok(())
+}
+
+/// `apt-get download` one package and `dpkg-deb -x` it into `dir`.
+fn unpack(apt: &Apt, package: &str, dir: &Path) -> Result<()> {
     let parent = dir.parent().context("cache dir has no parent")?;
     std::fs::create_dir_all(parent)?;
     eprintln!(
@@ -141,15 +317,8 @@ fn fetch(package: &str, dir: &Path) -> Result<()> {
     let dl = parent.join("download");
     let _ = std::fs::remove_dir_all(&dl);
     std::fs::create_dir_all(&dl)?;
-    host::run_status(
-        Command::new("apt-get")
-            .arg("download")
-            .arg(package)
-            .current_dir(&dl),
-        "apt-get download",
-    )?;
+    apt.download(package, &dl)?;
     let deb = find_one(&dl, package)?;
-    let _ = std::fs::remove_dir_all(dir);
     host::run_status(
         Command::new("dpkg-deb").arg("-x").arg(&deb).arg(dir),
         "dpkg-deb -x",
@@ -161,7 +330,7 @@ fn fetch(package: &str, dir: &Path) -> Result<()> {
 /// The vmlinux and System.map of `package` from its `-dbg` package (about
 /// 0.9-1 GiB): only those two files are unpacked, and tar stops reading
 /// once it has them (they come first), which takes seconds.
-fn fetch_debug(package: &str, release: &str, dir: &Path) -> Result<()> {
+fn fetch_debug(apt: &Apt, package: &str, release: &str, dir: &Path) -> Result<()> {
     let dbg = format!(
         "{}-dbg",
         package.strip_suffix("-unsigned").unwrap_or(package)
@@ -171,35 +340,58 @@ fn fetch_debug(package: &str, release: &str, dir: &Path) -> Result<()> {
     let dl = parent.join("download-dbg");
     let _ = std::fs::remove_dir_all(&dl);
     std::fs::create_dir_all(&dl)?;
-    host::run_status(
-        Command::new("apt-get")
-            .arg("download")
-            .arg(&dbg)
-            .current_dir(&dl),
-        "apt-get download",
-    )?;
+    apt.download(&dbg, &dl)?;
     let deb = find_one(&dl, &dbg)?;
-    let wanted = [
-        format!("./usr/lib/debug/boot/vmlinux-{release}"),
-        format!("./usr/lib/debug/boot/System.map-{release}"),
+    // Debian 11 and 12 put both files under usr/lib/debug/boot; unstable
+    // keeps them in usr/lib/debug/lib/modules/<release>/ (boot/ holds a
+    // link). Either way they end up as boot/vmlinux-<release> and
+    // boot/System.map-<release>, where the tests look for them.
+    let boot = "./usr/lib/debug/boot";
+    let layouts = [
+        [
+            format!("{boot}/vmlinux-{release}"),
+            format!("{boot}/System.map-{release}"),
+        ],
+        [
+            format!("./usr/lib/debug/lib/modules/{release}/vmlinux"),
+            format!("./usr/lib/debug/lib/modules/{release}/System.map"),
+        ],
     ];
-    // dpkg-deb complains of a broken pipe when tar stops early; tar's
-    // status is the pipeline's.
-    host::run_status(
-        Command::new("sh")
+    let mut found = None;
+    for wanted in &layouts {
+        // dpkg-deb complains of a broken pipe when tar stops early; tar's
+        // status is the pipeline's.
+        let ok = Command::new("sh")
             .arg("-c")
-            .arg("dpkg-deb --fsys-tarfile \"$1\" 2>/dev/null | tar -x -C \"$2\" --occurrence=1 \"$3\" \"$4\"")
+            .arg("dpkg-deb --fsys-tarfile \"$1\" 2>/dev/null | tar -x -C \"$2\" --occurrence=1 \"$3\" \"$4\" 2>/dev/null")
             .arg("sh")
             .arg(&deb)
             .arg(dir)
-            .args(&wanted),
-        "unpacking vmlinux and System.map",
-    )?;
+            .args(wanted)
+            .status()
+            .context("running dpkg-deb and tar")?
+            .success();
+        if ok && wanted.iter().all(|w| dir.join(w).is_file()) {
+            found = Some(wanted);
+            break;
+        }
+    }
     std::fs::remove_dir_all(&dl)?;
-    for w in &wanted {
-        let p = dir.join(w);
-        if !p.is_file() {
-            bail!("{dbg} has no {w}");
+    let Some([vmlinux, system_map]) = found else {
+        bail!(
+            "{dbg} has neither {} nor {}",
+            layouts[0].join(" and "),
+            layouts[1].join(" and ")
+        );
+    };
+    let boot = dir.join(boot);
+    std::fs::create_dir_all(&boot)?;
+    for (from, name) in [(vmlinux, "vmlinux"), (system_map, "System.map")] {
+        let to = boot.join(format!("{name}-{release}"));
+        if dir.join(from) != to {
+            let _ = std::fs::remove_file(&to);
+            std::fs::rename(dir.join(from), &to)
+                .with_context(|| format!("moving {from} to {}", to.display()))?;
         }
     }
     Ok(())
@@ -222,7 +414,9 @@ mod tests {
 
     #[test]
     fn unknown_series_is_refused() {
-        assert!(package_regex("5.10").is_err());
-        assert!(package_regex("6.12").is_ok());
+        assert!(series("4.19").is_err());
+        for s in MATRIX.iter().chain(SMOKE_MATRIX) {
+            assert!(series(s).is_ok(), "{s}");
+        }
     }
 }

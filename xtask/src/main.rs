@@ -1,5 +1,7 @@
-//! Developer tasks: `cargo xtask vm | test | demo`.
+//! Developer tasks: `cargo xtask vm | test | demo | dist | deb`.
 
+mod deb;
+mod dist;
 mod host;
 mod kernels;
 mod test;
@@ -25,7 +27,7 @@ enum Task {
     /// the current directory is kept, and /proc, /sys, debugfs and tracefs
     /// are mounted. Exits with the command's exit status.
     Vm {
-        /// Kernel: a series of the matrix (6.1, 6.12) or a path to a vmlinuz.
+        /// Kernel: a series (5.10, 6.1, 6.12, 6.12-rt, sid) or a path to a vmlinuz.
         #[arg(long, default_value = "6.12")]
         kernel: String,
         /// Give up after this many seconds (boot included).
@@ -45,9 +47,13 @@ enum Task {
         #[arg(long)]
         no_lint: bool,
     },
-    /// Run a fuzz target in release mode: `spec` (the probe parser) or
-    /// `record` (the sample decoder and the perf.data reader, on mutated
-    /// samples and files).
+    /// Run a fuzz target in release mode: `spec` (the probe parser: every
+    /// accepted definition's canonical form must parse to the same
+    /// definition and print identically) or `record` (the record decoder
+    /// and the perf.data reader, on mutated records and files: what one
+    /// input allocates is bounded by its size). Every input has a deadline;
+    /// a panic, a broken invariant or a late input stops the run with the
+    /// seed and input index that replay it.
     Fuzz {
         /// What to fuzz.
         #[arg(value_parser = ["spec", "record"])]
@@ -55,6 +61,15 @@ enum Task {
         /// Number of inputs.
         #[arg(default_value_t = 1_000_000)]
         inputs: u64,
+        /// The seed (default: drawn at random, and printed).
+        #[arg(long)]
+        seed: Option<u64>,
+        /// Run only this input of the run (with the run's seed).
+        #[arg(long)]
+        input: Option<u64>,
+        /// The time one input may take, in milliseconds.
+        #[arg(long, default_value_t = 2000)]
+        deadline_ms: u64,
     },
     /// Print benchmark figures in release mode: `spec` (parse speed on
     /// the host), `attach` (attach and detach N kprobes in the VM while
@@ -85,6 +100,26 @@ enum Task {
         /// vmlinuz path.
         #[arg(long, default_value = "6.1")]
         kernel: String,
+    },
+    /// Build a static x86_64 binary (musl, rust-lld) with its man pages
+    /// and bash/zsh/fish completions in target/dist/, and a tarball.
+    /// --check runs it in an empty chroot here and in the VM on each kernel.
+    Dist {
+        /// Also check it: an empty chroot on the host, then a kprobe
+        /// record in an empty chroot in the VM.
+        #[arg(long)]
+        check: bool,
+        /// With --check: only these kernels (repeatable); default: the matrix.
+        #[arg(long)]
+        kernel: Vec<String>,
+    },
+    /// Build the Debian package (target/dist/kprobe-perf_VERSION_amd64.deb)
+    /// from the dist tree. --check installs it on this host (root), checks
+    /// it, and removes and purges it.
+    Deb {
+        /// Install, check, remove and purge the package on this host.
+        #[arg(long)]
+        check: bool,
     },
     /// Boot the VM and record a kprobe and a kretprobe on a workload.
     Demo {
@@ -140,8 +175,20 @@ fn main() -> Result<()> {
         }
         Task::Test { kernel, no_lint } => test::run(&kernel, no_lint),
         Task::Demo { kernel } => test::demo(&kernel),
-        Task::Fuzz { target, inputs } => {
-            run_example(&format!("{target}_fuzz"), &[inputs.to_string()])
+        Task::Dist { check, kernel } => dist::run(check, &kernel),
+        Task::Deb { check } => deb::run(check),
+        Task::Fuzz {
+            target,
+            inputs,
+            seed,
+            input,
+            deadline_ms,
+        } => {
+            let mut args = vec![inputs.to_string()];
+            args.extend(seed.map(|s| format!("--seed={s}")));
+            args.extend(input.map(|i| format!("--input={i}")));
+            args.push(format!("--deadline-ms={deadline_ms}"));
+            run_fuzz(&format!("{target}_fuzz"), &args)
         }
         Task::Bench { what, .. } if what == "spec" => run_example("spec_bench", &[]),
         Task::Bench { what, samples, .. } if what == "decode" => bench_decode(samples),
@@ -358,6 +405,28 @@ fn run_example(name: &str, args: &[String]) -> Result<()> {
             .context("running cargo")?;
     if !status.success() {
         bail!("{name} failed ({status})");
+    }
+    Ok(())
+}
+
+/// Runs a fuzzer of the kprobe-perf-fuzz crate in release mode.
+fn run_fuzz(bin: &str, args: &[String]) -> Result<()> {
+    let status =
+        std::process::Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()))
+            .current_dir(workspace_root())
+            .args([
+                "run",
+                "--quiet",
+                "--release",
+                "--package",
+                "kprobe-perf-fuzz",
+            ])
+            .args(["--bin", bin, "--"])
+            .args(args)
+            .status()
+            .context("running cargo")?;
+    if !status.success() {
+        bail!("{bin} failed ({status})");
     }
     Ok(())
 }

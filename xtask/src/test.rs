@@ -6,27 +6,57 @@ use std::path::PathBuf;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use crate::kernels::{self, MATRIX};
+use crate::kernels::{self, MATRIX, SMOKE_MATRIX};
 use crate::vm::{self, VmRun};
 use crate::{host, passthrough_env, report_problems, vm_cache, workspace_root};
 
-/// Passed and failed counts, summed over libtest's `test result:` lines.
+/// Passed, failed and skipped counts: libtest's `test result:` lines, less
+/// the tests that printed a skip line (libtest counts those as passed).
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
 struct Counts {
     passed: u64,
     failed: u64,
+    skipped: u64,
 }
 
 impl Counts {
     fn add(&mut self, other: Counts) {
         self.passed += other.passed;
         self.failed += other.failed;
+        self.skipped += other.skipped;
     }
 }
 
-/// Sums `test result: ok. 5 passed; 1 failed; ...` lines.
+impl std::fmt::Display for Counts {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "{} passed, {} failed, {} skipped",
+            self.passed, self.failed, self.skipped
+        )
+    }
+}
+
+/// The test a skip line names: `SKIP <test>: <reason>`, as the tests
+/// crate's `skip` helpers print it (kprobe_perf_tests::skip_line). The
+/// line starts with it under `--show-output`; under `--nocapture` it may
+/// follow libtest's `test <name> ... `.
+fn skipped_test(line: &str) -> Option<&str> {
+    let rest = match line.strip_prefix("SKIP ") {
+        Some(r) => r,
+        None => line.split_once(" ... SKIP ")?.1,
+    };
+    let (test, _reason) = rest.split_once(": ")?;
+    (!test.is_empty() && !test.contains(char::is_whitespace)).then_some(test)
+}
+
+/// Sums `test result: ok. 5 passed; 1 failed; ...` lines, and moves the
+/// tests that printed a skip line from passed to skipped.
 fn parse_counts(output: &str) -> Counts {
-    let mut c = Counts::default();
+    let mut c = Counts {
+        skipped: output.lines().filter_map(skipped_test).count() as u64,
+        ..Counts::default()
+    };
     for line in output.lines().filter(|l| l.contains("test result:")) {
         let num_before = |word: &str| -> u64 {
             line.split(';')
@@ -38,6 +68,7 @@ fn parse_counts(output: &str) -> Counts {
         c.passed += num_before(" passed");
         c.failed += num_before(" failed");
     }
+    c.passed = c.passed.saturating_sub(c.skipped);
     c
 }
 
@@ -118,6 +149,99 @@ fn build_vm_tests() -> Result<Vec<PathBuf>> {
     Ok(exes)
 }
 
+/// Which tests a kernel runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Suite {
+    /// Every test of the tests/ crate.
+    Full,
+    /// The named smoke set ([`SMOKE`]).
+    Smoke,
+}
+
+impl Suite {
+    fn describe(self) -> &'static str {
+        match self {
+            Suite::Full => "full suite",
+            Suite::Smoke => "smoke set",
+        }
+    }
+}
+
+/// The smoke set run on the kernels of [`SMOKE_MATRIX`]: per test file
+/// (the executable's name before its hash), the tests to run (by name;
+/// empty: all of the file). What each shows on an older, a real-time and
+/// the newest kernel:
+/// - skeleton: the demo's recording (a kprobe and a kretprobe on a
+///   command, values checked) and the exact entry/return values;
+/// - differential: the same values as perf record;
+/// - tracefs: the tracefs route with maxactive, misses counted, and a
+///   kernel-fetched string;
+/// - boundaries: predicted verdicts against perf_event_open on
+///   [`SMOKE_AGREEMENT_FUNCTIONS`] functions;
+/// - guardian: nothing left after SIGKILL;
+/// - uprobes: uprobe and uretprobe values;
+/// - fprobe: fprobe events where the kernel has them, a clear refusal
+///   where it does not.
+const SMOKE: &[(&str, &[&str])] = &[
+    (
+        "skeleton",
+        &[
+            "record_a_command_prints_ftrace_lines",
+            "openat_entry_and_return_values_of_a_known_thread",
+        ],
+    ),
+    ("differential", &[]),
+    (
+        "tracefs",
+        &[
+            "maxactive_bounds_concurrent_returns_and_misses_are_counted",
+            "kernel_fetched_string_is_exact",
+        ],
+    ),
+    ("boundaries", &[]),
+    (
+        "guardian",
+        &["sigkill_of_a_system_wide_recording_leaves_nothing"],
+    ),
+    ("uprobes", &[]),
+    ("fprobe", &[]),
+];
+
+/// Functions the boundary agreement test takes in the smoke set.
+const SMOKE_AGREEMENT_FUNCTIONS: usize = 50;
+
+/// The test file an executable was built from: `skeleton-0123abcd` ->
+/// `skeleton`.
+fn test_file_of(exe: &std::path::Path) -> Option<&str> {
+    let name = exe.file_name()?.to_str()?;
+    Some(name.rsplit_once('-').map_or(name, |(stem, _)| stem))
+}
+
+/// The guest's shell script: each test executable with its filters.
+fn vm_script(exes: &[PathBuf], suite: Suite) -> String {
+    let mut runs = Vec::new();
+    for exe in exes {
+        let filters: Vec<String> = match suite {
+            Suite::Full => Vec::new(),
+            Suite::Smoke => {
+                let Some(file) = test_file_of(exe) else {
+                    continue;
+                };
+                let Some((_, names)) = SMOKE.iter().find(|(f, _)| *f == file) else {
+                    continue;
+                };
+                names.iter().map(|n| format!(" '{n}'")).collect()
+            }
+        };
+        runs.push(format!(
+            "'{}' --test-threads=1 --color never --show-output{} || rc=1",
+            exe.display(),
+            filters.concat()
+        ));
+    }
+    format!("rc=0; {}; exit $rc", runs.join("; "))
+}
+
 /// How many VMs run at once: KPROBE_PERF_VM_JOBS, else one per host core
 /// (each VM keeps one busy), at most `kernels`.
 fn vm_jobs(kernels: usize) -> usize {
@@ -129,7 +253,8 @@ fn vm_jobs(kernels: usize) -> usize {
         .clamp(1, kernels.max(1))
 }
 
-/// fmt, clippy, native tests, then the VM matrix. Ends with `N passed, N failed`.
+/// fmt, clippy, native tests, then the VM matrix. Ends with
+/// `N passed, N failed, N skipped`.
 pub fn run(kernel_args: &[String], no_lint: bool) -> Result<()> {
     let started = Instant::now();
     let mut total = Counts::default();
@@ -150,6 +275,7 @@ pub fn run(kernel_args: &[String], no_lint: bool) -> Result<()> {
             total.add(Counts {
                 passed: u64::from(ok),
                 failed: u64::from(!ok),
+                skipped: 0,
             });
         }
     }
@@ -160,60 +286,95 @@ pub fn run(kernel_args: &[String], no_lint: bool) -> Result<()> {
     if !build_ok {
         bail!("building kprobe-perf failed");
     }
-    let (native_ok, native_out) = run_echo(cargo().args(["test", "--workspace"]))?;
+    // --show-output: the skip lines of passing tests are printed, and
+    // counted.
+    let (native_ok, native_out) =
+        run_echo(cargo().args(["test", "--workspace", "--", "--show-output"]))?;
     let mut native = parse_counts(&native_out);
     if !native_ok && native.failed == 0 {
         native.failed = 1; // a build failure runs no test but must count
     }
-    summary.push(format!(
-        "native: {} passed, {} failed",
-        native.passed, native.failed
-    ));
+    summary.push(format!("native: {native}"));
     total.add(native);
+
+    // The static binary and the Debian package (cargo xtask dist/deb --check).
+    let (lines, passed, failed, skipped) = crate::deb::test_step(kernel_args);
+    summary.extend(lines);
+    total.add(Counts {
+        passed,
+        failed,
+        skipped,
+    });
 
     // perf: the differential test (tests/differential.rs) and perf.data
     // checks (tests/perfdata.rs) run Debian's perf inside the VM.
     host::ensure_packages(&[("linux-perf", "/usr/bin/perf")])?;
     let exes = build_vm_tests()?;
-    let kernels: Vec<String> = if kernel_args.is_empty() {
-        MATRIX.iter().map(|s| s.to_string()).collect()
+    // The full suite on the matrix, the smoke set on the other series;
+    // `--kernel K` runs the full suite on K.
+    let runs: Vec<(String, Suite)> = if kernel_args.is_empty() {
+        MATRIX
+            .iter()
+            .map(|s| (s.to_string(), Suite::Full))
+            .chain(SMOKE_MATRIX.iter().map(|s| (s.to_string(), Suite::Smoke)))
+            .collect()
     } else {
-        kernel_args.to_vec()
+        kernel_args
+            .iter()
+            .map(|k| {
+                let suite = if SMOKE_MATRIX.contains(&k.as_str()) {
+                    Suite::Smoke
+                } else {
+                    Suite::Full
+                };
+                (k.clone(), suite)
+            })
+            .collect()
     };
-    let script = {
-        let list: Vec<String> = exes.iter().map(|e| format!("'{}'", e.display())).collect();
-        format!(
-            "rc=0; for t in {}; do \"$t\" --test-threads=1 --color never --show-output || rc=1; done; exit $rc",
-            list.join(" ")
-        )
-    };
+    let full_script = vm_script(&exes, Suite::Full);
+    let smoke_script = vm_script(&exes, Suite::Smoke);
     // Every kernel first (downloads print their own progress), then the
     // VMs: side by side when the host has a core for each, as each runs
     // its vCPUs on one host thread (single-threaded TCG).
-    let resolved = kernels
+    let resolved = runs
         .iter()
-        .map(|k| Ok((k.clone(), kernels::resolve(k, &vm_cache().join("kernels"))?)))
+        .map(|(k, suite)| {
+            Ok((
+                k.clone(),
+                kernels::resolve(k, &vm_cache().join("kernels"))?,
+                *suite,
+            ))
+        })
         .collect::<Result<Vec<_>>>()?;
     let jobs = vm_jobs(resolved.len());
-    for group in resolved.chunks(jobs) {
-        let side_by_side = group.len() > 1;
-        if side_by_side {
-            let names: Vec<&str> = group.iter().map(|(k, _)| k.as_str()).collect();
-            println!(
-                "xtask: running the VM tests on kernels {} side by side (lines tagged [kernel]; KPROBE_PERF_VM_JOBS=1 runs one at a time)",
-                names.join(" and ")
-            );
-        }
-        let outcomes: Vec<Result<(vm::VmOutcome, f64)>> = std::thread::scope(|scope| {
-            let handles: Vec<_> = group
-                .iter()
-                .map(|(k, kernel)| {
-                    let script = &script;
-                    scope.spawn(move || {
+    let tagged = jobs > 1;
+    if tagged {
+        println!(
+            "xtask: running the VM tests on {} kernels, {jobs} at a time (lines tagged [kernel]; KPROBE_PERF_VM_JOBS=1 runs one at a time)",
+            resolved.len()
+        );
+    }
+    // A queue: each of `jobs` threads takes the next kernel as soon as its
+    // VM is done, so a short smoke run fills the gap a long one leaves.
+    let next = std::sync::atomic::AtomicUsize::new(0);
+    let outcomes: Vec<Option<Result<(vm::VmOutcome, f64)>>> = std::thread::scope(|scope| {
+        let handles: Vec<_> = (0..jobs)
+            .map(|_| {
+                let (next, resolved) = (&next, &resolved);
+                let (full_script, smoke_script) = (&full_script, &smoke_script);
+                scope.spawn(move || {
+                    let mut done = Vec::new();
+                    loop {
+                        let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                        let Some((k, kernel, suite)) = resolved.get(i) else {
+                            return done;
+                        };
+                        let script = match suite {
+                            Suite::Full => full_script,
+                            Suite::Smoke => smoke_script,
+                        };
+                        println!("xtask: running the {} on kernel {k}", suite.describe());
                         let t0 = Instant::now();
-                        if !side_by_side {
-                            println!("xtask: running the VM tests on kernel {k}");
-                        }
                         let outcome = vm::run(&VmRun {
                             kernel,
                             command: &["sh".to_string(), "-c".to_string(), script.clone()],
@@ -226,59 +387,71 @@ pub fn run(kernel_args: &[String], no_lint: bool) -> Result<()> {
                                         d.display().to_string(),
                                     ));
                                 }
+                                if *suite == Suite::Smoke {
+                                    env.push((
+                                        "KPROBE_PERF_FUNCTIONS".to_string(),
+                                        SMOKE_AGREEMENT_FUNCTIONS.to_string(),
+                                    ));
+                                }
                                 env
                             },
                             // A hang, not a slow run: the slowest kernel
                             // takes ~10-14 min, alone or side by side.
                             timeout: Duration::from_secs(1800),
                             echo: true,
-                            label: side_by_side.then(|| k.clone()),
+                            label: tagged.then(|| k.clone()),
                             work_dir: vm_cache(),
-                        })?;
-                        let secs = t0.elapsed().as_secs_f64();
-                        if side_by_side {
+                        })
+                        .map(|o| (o, t0.elapsed().as_secs_f64()));
+                        if let Ok((_, secs)) = &outcome {
                             println!("xtask: kernel {k} finished in {secs:.0} s");
                         }
-                        Ok((outcome, secs))
-                    })
+                        done.push((i, outcome));
+                    }
                 })
-                .collect();
-            handles
-                .into_iter()
-                .map(|h| {
-                    h.join()
-                        .unwrap_or_else(|_| Err(anyhow::anyhow!("a VM thread panicked")))
-                })
-                .collect()
-        });
-        for ((k, kernel), outcome) in group.iter().zip(outcomes) {
-            let (outcome, secs) = outcome?;
-            if !outcome.problems.is_empty() {
-                eprintln!("xtask: kernel {k}:");
-            }
-            report_problems(&outcome);
-            let mut c = parse_counts(&outcome.output);
-            if !outcome.success() && c.failed == 0 {
-                c.failed = 1; // the guest failed outside any test
-            }
-            let image = kernel
-                .image
-                .file_name()
-                .map(|n| n.to_string_lossy().into_owned())
-                .unwrap_or_default();
-            summary.push(format!(
-                "kernel {k} ({image}): {} passed, {} failed, boot {:.1} s, {secs:.0} s in all{}",
-                c.passed,
-                c.failed,
-                outcome.boot_secs.unwrap_or(f64::NAN),
-                if outcome.problems.is_empty() {
-                    String::new()
-                } else {
-                    format!(", problems: {}", outcome.problems.join("; "))
+            })
+            .collect();
+        let mut all: Vec<Option<Result<(vm::VmOutcome, f64)>>> =
+            (0..resolved.len()).map(|_| None).collect();
+        for h in handles {
+            match h.join() {
+                Ok(done) => {
+                    for (i, o) in done {
+                        all[i] = Some(o);
+                    }
                 }
-            ));
-            total.add(c);
+                Err(_) => eprintln!("xtask: a VM thread panicked"),
+            }
         }
+        all
+    });
+    for ((k, kernel, suite), outcome) in resolved.iter().zip(outcomes) {
+        let (outcome, secs) =
+            outcome.unwrap_or_else(|| Err(anyhow::anyhow!("a VM thread panicked")))?;
+        if !outcome.problems.is_empty() {
+            eprintln!("xtask: kernel {k}:");
+        }
+        report_problems(&outcome);
+        let mut c = parse_counts(&outcome.output);
+        if !outcome.success() && c.failed == 0 {
+            c.failed = 1; // the guest failed outside any test
+        }
+        let image = kernel
+            .image
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_default();
+        summary.push(format!(
+            "kernel {k} ({image}, {}): {c}, boot {:.1} s, {secs:.0} s in all{}",
+            suite.describe(),
+            outcome.boot_secs.unwrap_or(f64::NAN),
+            if outcome.problems.is_empty() {
+                String::new()
+            } else {
+                format!(", problems: {}", outcome.problems.join("; "))
+            }
+        ));
+        total.add(c);
     }
 
     println!();
@@ -289,7 +462,7 @@ pub fn run(kernel_args: &[String], no_lint: bool) -> Result<()> {
     for s in &summary {
         println!("  {s}");
     }
-    println!("{} passed, {} failed", total.passed, total.failed);
+    println!("{total}");
     if total.failed > 0 {
         std::process::exit(1);
     }
@@ -355,8 +528,62 @@ mod tests {
             parse_counts(out),
             Counts {
                 passed: 8,
-                failed: 2
+                failed: 2,
+                skipped: 0
             }
         );
+    }
+
+    #[test]
+    fn skip_lines_move_tests_from_passed_to_skipped() {
+        // --show-output (the native run, and the VM's), then --nocapture
+        // with one test thread.
+        let out = "running 3 tests\n\
+                   test a ... ok\n\
+                   successes:\n\
+                   \n\
+                   ---- a stdout ----\n\
+                   SKIP a: kprobes: CONFIG_KPROBES is off\n\
+                   \n\
+                   ---- b stdout ----\n\
+                   SKIP is a word here, not a skip line\n\
+                   test c ... SKIP c: perf is not installed (apt-get install linux-perf)\n\
+                   ok\n\
+                   test result: ok. 3 passed; 0 failed; 0 ignored; 0 measured\n\
+                   test result: FAILED. 4 passed; 1 failed; 0 ignored; 0 measured\n";
+        assert_eq!(
+            parse_counts(out),
+            Counts {
+                passed: 5,
+                failed: 1,
+                skipped: 2
+            }
+        );
+        assert_eq!(
+            parse_counts(out).to_string(),
+            "5 passed, 1 failed, 2 skipped"
+        );
+        assert_eq!(skipped_test("SKIP t: why: because"), Some("t"));
+        assert_eq!(skipped_test("  SKIP t: indented"), None);
+    }
+
+    #[test]
+    fn smoke_script_runs_only_the_named_tests() {
+        let exes = [
+            PathBuf::from("/t/release/deps/skeleton-0123abcd"),
+            PathBuf::from("/t/release/deps/flight-89ab"),
+            PathBuf::from("/t/release/deps/differential-77"),
+        ];
+        assert_eq!(test_file_of(&exes[0]), Some("skeleton"));
+        let smoke = vm_script(&exes, Suite::Smoke);
+        assert_eq!(
+            smoke,
+            "rc=0; '/t/release/deps/skeleton-0123abcd' --test-threads=1 --color never --show-output \
+             'record_a_command_prints_ftrace_lines' 'openat_entry_and_return_values_of_a_known_thread' || rc=1; \
+             '/t/release/deps/differential-77' --test-threads=1 --color never --show-output || rc=1; exit $rc"
+        );
+        let full = vm_script(&exes, Suite::Full);
+        assert_eq!(full.matches("|| rc=1").count(), 3);
+        assert!(!full.contains("record_a_command"));
     }
 }

@@ -255,13 +255,27 @@ fn build_initramfs(opts: &VmRun, out: &Path) -> Result<()> {
     std::fs::write(out, cpio.finish()).with_context(|| format!("writing {}", out.display()))
 }
 
+/// The guest's vCPU count: `DEFAULT_SMP` whatever the host, or
+/// `KPROBE_PERF_VM_SMP` (1 to 64). Tests read the real count from the
+/// guest's /sys/devices/system/cpu/{online,possible}.
+const DEFAULT_SMP: usize = 2;
+
+fn vm_smp(var: Option<&str>) -> Result<usize> {
+    match var {
+        None => Ok(DEFAULT_SMP),
+        Some(v) => match v.trim().parse::<usize>() {
+            Ok(n @ 1..=64) => Ok(n),
+            _ => bail!(
+                "KPROBE_PERF_VM_SMP={v:?} is not a vCPU count from 1 to 64; unset it for the default of {DEFAULT_SMP}"
+            ),
+        },
+    }
+}
+
 fn boot(opts: &VmRun, initramfs: &Path) -> Result<VmOutcome> {
     // KPROBE_PERF_VM_SMP and KPROBE_PERF_VM_TCG (single|multi) let a
     // developer tell kernel behaviour from emulation artefacts.
-    let smp = std::env::var("KPROBE_PERF_VM_SMP")
-        .ok()
-        .and_then(|v| v.parse::<usize>().ok())
-        .unwrap_or_else(|| std::thread::available_parallelism().map_or(2, |n| n.get().min(4)));
+    let smp = vm_smp(std::env::var("KPROBE_PERF_VM_SMP").ok().as_deref())?;
     // Single-threaded TCG by default: with one host thread per vCPU, a
     // 6.12 guest once died in __schedule (RIP inside a jump-label NOP)
     // while code was being patched, which real hardware serialises; the
@@ -453,6 +467,17 @@ mod tests {
             init.contains("mount -o bind /hosttmp/'fresh' /mnt/tmp/'fresh'"),
             "{init}"
         );
+    }
+
+    #[test]
+    fn vcpus_are_two_unless_overridden() {
+        assert_eq!(vm_smp(None).unwrap(), 2);
+        assert_eq!(vm_smp(Some("4")).unwrap(), 4);
+        assert_eq!(vm_smp(Some("1")).unwrap(), 1);
+        for bad in ["0", "65", "two", ""] {
+            let e = vm_smp(Some(bad)).unwrap_err().to_string();
+            assert!(e.contains("KPROBE_PERF_VM_SMP"), "{bad}: {e}");
+        }
     }
 
     #[test]

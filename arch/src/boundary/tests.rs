@@ -782,3 +782,192 @@ fn synthetic_function(size: usize) -> Vec<u8> {
     out.truncate(size);
     out
 }
+
+// ---- uprobe rules ----
+
+fn user(bytes: &[u8]) -> FunctionLayout<'_> {
+    FunctionLayout::with_rules(
+        Arch::X86_64,
+        &FunctionText {
+            start: 0x1139,
+            bytes,
+        },
+        Rules::Uprobe,
+    )
+}
+
+fn user_says(bytes: &[u8], offset: u64) -> String {
+    user(bytes)
+        .verdict(offset, ProbeSite::Entry)
+        .describe("f")
+        .to_string()
+}
+
+/// endbr64; push %rbp; mov %rsp,%rbp; mov %edi,-0x4(%rbp);
+/// movabs $0x1122334455667788,%rax; pop %rbp; ret
+const USER_FN: [u8; 26] = [
+    0xf3, 0x0f, 0x1e, 0xfa, 0x55, 0x48, 0x89, 0xe5, 0x89, 0x7d, 0xfc, 0x48, 0xb8, 0x88, 0x77, 0x66,
+    0x55, 0x44, 0x33, 0x22, 0x11, 0x5d, 0xc3, 0x90, 0x90, 0x90,
+];
+
+#[test]
+fn uprobe_offsets_are_instruction_starts_without_the_kernel_moves() {
+    let l = user(&USER_FN);
+    // No ENDBR move, no ftrace site: +0 is the ENDBR itself.
+    assert_eq!(l.rules(), Rules::Uprobe);
+    assert!(!l.has_endbr());
+    assert_eq!(l.ftrace_site(), None);
+    assert_eq!(
+        l.accepted_offsets(),
+        vec![0, 4, 5, 8, 11, 21, 22, 23, 24, 25]
+    );
+    assert_eq!(
+        l.verdict(0, ProbeSite::Entry),
+        Verdict::Accept { offset: 0, at: 0 }
+    );
+    assert_eq!(
+        user_says(&USER_FN, 2),
+        "f+2 falls inside the instruction at +0 (endbr64, 4 bytes); valid nearby: +0, +4"
+    );
+    assert_eq!(
+        user_says(&USER_FN, 13),
+        "f+13 falls inside the instruction at +11 (movabs $0x1122334455667788,%rax, 10 bytes); valid nearby: +11, +21"
+    );
+    assert_eq!(
+        l.verdict(100, ProbeSite::Entry),
+        Verdict::OutsideFunction {
+            offset: 100,
+            size: 26
+        }
+    );
+    // A return probe goes at the entry only.
+    assert!(l.verdict(0, ProbeSite::Return).is_accepted());
+    assert_eq!(
+        user_says_ret(&USER_FN, 4),
+        "f+4 is not the function entry; a return probe goes at +0"
+    );
+}
+
+fn user_says_ret(bytes: &[u8], offset: u64) -> String {
+    user(bytes)
+        .verdict(offset, ProbeSite::Return)
+        .describe("f")
+        .to_string()
+}
+
+#[test]
+fn uprobe_layer_refusals_follow_uprobes_c() {
+    let cases: &[(&[u8], &str)] = &[
+        (&[0xcc], "f+0 is int3, which uprobes refuse: its opcode 0xcc (int3) is not in the kernel's good_insns_64 table (uprobe_init_insn)"),
+        (&[0xcd, 0x80], "f+0 is int $0x80, which uprobes refuse: its opcode 0xcd (int n) is not in the kernel's good_insns_64 table (uprobe_init_insn)"),
+        (&[0xf4], "f+0 is hlt, which uprobes refuse: its opcode 0xf4 (hlt) is not in the kernel's good_insns_64 table (uprobe_init_insn)"),
+        (&[0xf0, 0x48, 0x0f, 0xb1, 0x0a], "f+0 is lock cmpxchg %rcx,(%rdx), which uprobes refuse: it has the lock prefix 0xf0 (is_prefix_bad)"),
+        (&[0x3e, 0xff, 0xe0], "f+0 is notrack jmp *%rax, which uprobes refuse: it has the ds segment (or notrack) prefix 0x3e (is_prefix_bad)"),
+        (&[0x66, 0x2e, 0x0f, 0x1f, 0x84, 0, 0, 0, 0, 0], "f+0 is nopw 0x0(%rax,%rax,1), which uprobes refuse: it has the cs segment prefix 0x2e (is_prefix_bad)"),
+        (&[0x8e, 0xd0], "f+0 is mov %eax,%ss, which uprobes refuse: it loads %ss, which cannot be single-stepped (insn_masking_exception)"),
+        (&[0x66, 0xe9, 0, 0, 0, 0], "f+0 is jmp 0x000000000000113f, which uprobes refuse: it is a branch with a 0x66 operand-size prefix (branch_setup_xol_ops)"),
+    ];
+    for (bytes, want) in cases {
+        let l = user(bytes);
+        let v = l.verdict(0, ProbeSite::Entry);
+        assert_eq!(v.describe("f").to_string(), *want, "{bytes:02x?}");
+        assert_eq!(v.errno(), Some(Errno::Enotsupp), "{bytes:02x?}");
+    }
+    // Accepted: two-byte opcodes (0f is set in good_insns_64, so
+    // good_2byte_insns is never consulted: syscall and ud2 pass), fs/gs
+    // prefixes, VEX instructions whose opcode byte is good, a 66-prefixed
+    // non-branch, rip-relative loads.
+    let fine: &[&[u8]] = &[
+        &[0x0f, 0x05],
+        &[0x0f, 0x0b],
+        &[0x64, 0x48, 0x8b, 0x04, 0x25, 0x28, 0, 0, 0],
+        &[0xc5, 0xf8, 0x28, 0xc1],
+        &[0x66, 0x89, 0xc8],
+        &[0x48, 0x8b, 0x05, 0x10, 0, 0, 0],
+        &[0xf3, 0x0f, 0x1e, 0xfa],
+        &[0xe8, 0, 0, 0, 0],
+    ];
+    for bytes in fine {
+        assert!(
+            user(bytes).verdict(0, ProbeSite::Entry).is_accepted(),
+            "{bytes:02x?}: {}",
+            user_says(bytes, 0)
+        );
+    }
+    // VEX: the opcode byte after the prefix is what the table sees
+    // (vmovdqu's 6f is outs there, vpxor's ef is out).
+    // A VEX opcode byte of a branch or nop: accepted by the kernel, which
+    // would emulate it as that branch; refused here.
+    for (bytes, op) in [
+        ([0xc5, 0xf9, 0x74, 0xc1], 0x74),
+        ([0xc5, 0xf8, 0x90, 0xc1], 0x90),
+    ] {
+        match user(&bytes).verdict(0, ProbeSite::Entry) {
+            Verdict::Refuse(r) => assert_eq!(
+                r.reason,
+                RefuseReason::UprobeInstruction {
+                    insn: Insn::new(
+                        &FunctionText {
+                            start: 0x1139,
+                            bytes: &bytes
+                        },
+                        0,
+                        4
+                    ),
+                    rule: UprobeRule::EmulatedAsBranch(op)
+                }
+            ),
+            v => panic!("{bytes:02x?}: {v:?}"),
+        }
+    }
+    assert!(!UprobeRule::EmulatedAsBranch(0x74).kernel_refuses());
+    for bytes in [[0xc5, 0xfe, 0x6f, 0x06], [0xc5, 0xf9, 0xef, 0xc0]] {
+        assert_eq!(
+            user(&bytes).verdict(0, ProbeSite::Entry).errno(),
+            Some(Errno::Enotsupp),
+            "{bytes:02x?}"
+        );
+    }
+    // ud2 is an exception instruction for kprobes, not for uprobes.
+    assert_eq!(
+        verdict(Arch::X86_64, &text(&[0x0f, 0x0b]), 0, ProbeSite::Entry).errno(),
+        Some(Errno::Eilseq)
+    );
+}
+
+#[test]
+fn uprobe_undecodable_bytes_stop_the_walk() {
+    // push %rbp; then 06 (invalid in 64-bit mode); then ret.
+    let bytes = [0x55, 0x06, 0xc3];
+    assert_eq!(
+        user_says(&bytes, 1),
+        "f+1 does not decode as an x86-64 instruction; valid nearby: +0"
+    );
+    assert_eq!(
+        user_says(&bytes, 2),
+        "f+2 cannot be checked: the bytes at +1 do not decode as an x86-64 instruction, so no instruction boundary past them is known; valid nearby: +0"
+    );
+    assert_eq!(
+        user(&bytes).verdict(1, ProbeSite::Entry).errno(),
+        Some(Errno::Enoexec)
+    );
+    assert_eq!(Errno::Enotsupp.raw(), 524);
+}
+
+#[test]
+fn uprobe_alignment_on_arm64() {
+    let bytes = [0u8; 16];
+    let l = FunctionLayout::with_rules(
+        Arch::Aarch64,
+        &FunctionText {
+            start: 0x400,
+            bytes: &bytes,
+        },
+        Rules::Uprobe,
+    );
+    assert_eq!(l.accepted_offsets(), vec![0, 4, 8, 12]);
+    assert_eq!(
+        l.verdict(6, ProbeSite::Entry).describe("f").to_string(),
+        "f+6 is not 4-byte aligned (arm64 instructions are 4 bytes); valid nearby: +4, +8"
+    );
+}

@@ -4,7 +4,7 @@
 
 use std::fmt;
 
-use super::{x86, FunctionText};
+use super::{x86, FunctionText, UprobeRule};
 
 /// The error number the kernel answers a refused probe with.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -17,6 +17,11 @@ pub enum Errno {
     Einval,
     /// `EOPNOTSUPP` (95): an instruction x86 kprobes cannot emulate.
     Eopnotsupp,
+    /// `ENOTSUPP` (524, kernel-internal, printed as "Unknown error 524"):
+    /// an instruction the uprobe layer refuses.
+    Enotsupp,
+    /// `ENOEXEC` (8): the uprobe layer cannot decode the instruction.
+    Enoexec,
 }
 
 impl Errno {
@@ -26,6 +31,8 @@ impl Errno {
             Errno::Eilseq => 84,
             Errno::Einval => 22,
             Errno::Eopnotsupp => 95,
+            Errno::Enotsupp => 524,
+            Errno::Enoexec => 8,
         }
     }
 
@@ -35,6 +42,8 @@ impl Errno {
             Errno::Eilseq => "EILSEQ",
             Errno::Einval => "EINVAL",
             Errno::Eopnotsupp => "EOPNOTSUPP",
+            Errno::Enotsupp => "ENOTSUPP (524)",
+            Errno::Enoexec => "ENOEXEC",
         }
     }
 }
@@ -166,8 +175,25 @@ pub enum RefuseReason {
         /// True when the function starts with ENDBR, so +4 is the entry too.
         endbr: bool,
     },
-    /// Not 4-byte aligned on arm64 (EINVAL, `arch_prepare_kprobe`).
+    /// Not 4-byte aligned on arm64 (EINVAL, `arch_prepare_kprobe`; for a
+    /// uprobe, `uprobe_register`).
     Misaligned,
+    /// An instruction the uprobe layer refuses (ENOTSUPP, 524;
+    /// `arch_uprobe_analyze_insn`), or one it would mis-emulate
+    /// ([`UprobeRule::kernel_refuses`] false: the errno is then nominal).
+    UprobeInstruction {
+        /// The instruction.
+        insn: Insn,
+        /// The kernel's rule.
+        rule: UprobeRule,
+    },
+    /// Uprobe rules: the bytes at `at` do not decode (the uprobe layer
+    /// answers ENOEXEC for an instruction it cannot decode; past such
+    /// bytes no boundary is known).
+    UprobeUndecodable {
+        /// Offset of the first byte that does not decode.
+        at: u64,
+    },
 }
 
 impl RefuseReason {
@@ -185,6 +211,8 @@ impl RefuseReason {
             | RefuseReason::NotFunctionEntry { .. }
             | RefuseReason::Misaligned => Errno::Einval,
             RefuseReason::CannotEmulate { .. } => Errno::Eopnotsupp,
+            RefuseReason::UprobeInstruction { .. } => Errno::Enotsupp,
+            RefuseReason::UprobeUndecodable { .. } => Errno::Enoexec,
         }
     }
 
@@ -265,6 +293,19 @@ impl RefuseReason {
             RefuseReason::Misaligned => {
                 f.write_str("is not 4-byte aligned (arm64 instructions are 4 bytes)")
             }
+            RefuseReason::UprobeInstruction { insn, rule } => write!(
+                f,
+                "is {}, which uprobes refuse: {}",
+                insn.text(),
+                rule.why()
+            ),
+            RefuseReason::UprobeUndecodable { at } if *at == offset => {
+                f.write_str("does not decode as an x86-64 instruction")
+            }
+            RefuseReason::UprobeUndecodable { at } => write!(
+                f,
+                "cannot be checked: the bytes at +{at} do not decode as an x86-64 instruction, so no instruction boundary past them is known"
+            ),
         }
     }
 }

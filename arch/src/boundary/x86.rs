@@ -5,7 +5,7 @@
 use iced_x86::{Code, Decoder, DecoderOptions, Formatter, GasFormatter, Instruction, Register};
 
 use super::verdict::MAX_INSN_BYTES;
-use super::FunctionText;
+use super::{FunctionText, Rules};
 
 /// `x86_nops[5]` on x86_64: the NOP ftrace leaves at each function entry.
 const FTRACE_NOP: [u8; 5] = [0x0f, 0x1f, 0x44, 0x00, 0x00];
@@ -36,6 +36,8 @@ pub(super) enum Class {
     MasksExceptions,
     /// `prepare_emulation`: EOPNOTSUPP.
     CannotEmulate,
+    /// Refused by the uprobe layer (ENOTSUPP), uprobe rules only.
+    Uprobe(super::uprobe::UprobeRule),
 }
 
 impl Class {
@@ -86,10 +88,13 @@ fn is_ftrace_site(insn: &[u8]) -> bool {
     insn == FTRACE_NOP || (insn.len() == 5 && insn.first() == Some(&0xe8))
 }
 
-/// Decodes a whole function from its first byte, as `can_probe` walks it.
-pub(super) fn decode(text: &FunctionText<'_>) -> Decoded {
+/// Decodes a whole function from its first byte, as `can_probe` walks it
+/// (kprobe rules), or as the program runs it (uprobe rules: no ENDBR move,
+/// no ftrace site, no emulate prefixes, and the uprobe layer's refusals).
+pub(super) fn decode(text: &FunctionText<'_>, rules: Rules) -> Decoded {
     let bytes = text.bytes;
-    let endbr = starts_with_endbr(bytes);
+    let kernel = rules == Rules::Kprobe;
+    let endbr = kernel && starts_with_endbr(bytes);
     let mut slots = Vec::with_capacity(bytes.len() / 3 + 1);
     let mut undecodable = None;
     let mut decoder = Decoder::with_ip(64, bytes, text.start, DecoderOptions::NO_INVALID_CHECK);
@@ -97,7 +102,7 @@ pub(super) fn decode(text: &FunctionText<'_>) -> Decoded {
     let mut pos = 0usize;
     while pos < bytes.len() {
         let here = &bytes[pos..];
-        let prefixed = EMULATE_PREFIXES.iter().any(|p| here.starts_with(p));
+        let prefixed = kernel && EMULATE_PREFIXES.iter().any(|p| here.starts_with(p));
         let skip = if prefixed {
             EMULATE_PREFIXES[0].len()
         } else {
@@ -122,8 +127,10 @@ pub(super) fn decode(text: &FunctionText<'_>) -> Decoded {
         };
         let class = if prefixed {
             Class::EmulatePrefix
-        } else {
+        } else if kernel {
             classify(&here[..insn.len()], here)
+        } else {
+            super::uprobe::refusal(&here[..insn.len()]).map_or(Class::Plain, Class::Uprobe)
         };
         slots.push(Slot {
             offset: pos as u64,
@@ -142,7 +149,11 @@ pub(super) fn decode(text: &FunctionText<'_>) -> Decoded {
         entry = 4;
     }
     let mut ftrace_site = None;
-    if let Some(slot) = slots.iter_mut().find(|s| s.offset == entry) {
+    if let Some(slot) = slots
+        .iter_mut()
+        .find(|s| s.offset == entry)
+        .filter(|_| kernel)
+    {
         let at = usize::try_from(slot.offset).unwrap_or(usize::MAX);
         let insn = bytes
             .get(at..)

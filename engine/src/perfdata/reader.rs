@@ -155,6 +155,19 @@ impl<R: Read + Seek> Reader<R> {
                 ),
             ));
         }
+        // What the id and feature sections may take in all: the file's
+        // size (in a sound file they do not overlap), so that sections
+        // pointing at the same bytes cannot multiply the memory taken.
+        let mut budget = len;
+        let mut spend = |size: u64, at: u64, what: &str| {
+            budget = budget.checked_sub(size).ok_or_else(|| {
+                header_err(
+                    at,
+                    format!("the {what} ({size} bytes) overlaps others: the sections hold more bytes than the file ({len} bytes)"),
+                )
+            })?;
+            Ok::<(), PerfDataError>(())
+        };
         let mut attrs = Vec::new();
         for i in 0..attrs_sec.size / attr_size {
             let at = attrs_sec.offset + i * attr_size;
@@ -181,6 +194,7 @@ impl<R: Read + Seek> Reader<R> {
                     format!("id section of attr #{i} has {} bytes", ids_sec.size),
                 ));
             }
+            spend(ids_sec.size, at, &format!("id section of attr #{i}"))?;
             let mut raw = vec![0u8; ids_sec.size as usize];
             r.seek(SeekFrom::Start(ids_sec.offset))
                 .and_then(|_| r.read_exact(&mut raw))
@@ -221,6 +235,7 @@ impl<R: Read + Seek> Reader<R> {
                     format!("feature section {bit} of {} bytes", s.size),
                 ));
             }
+            spend(s.size, at, &format!("feature section {bit}"))?;
             let mut b = vec![0u8; s.size as usize];
             r.seek(SeekFrom::Start(s.offset))
                 .and_then(|_| r.read_exact(&mut b))

@@ -185,3 +185,29 @@ fn truncated_and_corrupted_files_are_errors_not_panics() {
         let _ = replay_lines(&b);
     }
 }
+
+#[test]
+fn sections_sharing_bytes_cannot_multiply_the_memory_taken() {
+    let (bytes, _) = file();
+    // Every feature section pointed at the whole file: each lies inside
+    // it, but together they would take (features x file size) bytes.
+    let mut bad = bytes.clone();
+    let at = |b: &[u8], i: usize| u64::from_le_bytes(b[i..i + 8].try_into().unwrap());
+    let table = (at(&bytes, 40) + at(&bytes, 48)) as usize;
+    let features: u32 = (0..4).map(|w| at(&bytes, 72 + w * 8).count_ones()).sum();
+    assert!(features >= 2, "{features}");
+    for i in 0..features as usize {
+        let entry = table + i * 16;
+        bad[entry..entry + 8].copy_from_slice(&0u64.to_le_bytes());
+        bad[entry + 8..entry + 16].copy_from_slice(&(bytes.len() as u64).to_le_bytes());
+    }
+    let e = Reader::new(Cursor::new(&bad[..]))
+        .err()
+        .unwrap()
+        .to_string();
+    assert!(
+        e.contains("overlaps others: the sections hold more bytes than the file"),
+        "{e}"
+    );
+    assert!(Reader::new(Cursor::new(&bytes[..])).is_ok());
+}

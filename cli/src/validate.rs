@@ -1,0 +1,318 @@
+//! Checks of `record`'s numbers, lists and paths, run by clap as it parses
+//! them: each refusal says what is wrong and what is accepted, before any
+//! probe is planned or the kernel touched. Usage errors print as one
+//! `kprobe-perf: ` line and exit 1, as every other error does.
+
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+
+use kprobe_perf_engine::cpus;
+
+/// The longest `-d`: 365 days, in seconds.
+pub const MAX_DURATION_SECS: f64 = 365.0 * 24.0 * 3600.0;
+/// The largest ring per CPU or thread, in bytes (`-m`, `--overwrite-size`).
+pub const MAX_RING_BYTES: usize = 1 << 30;
+
+/// `-d SECS`: a finite number of seconds, more than 0 and at most
+/// [`MAX_DURATION_SECS`].
+pub fn duration(text: &str) -> Result<f64, String> {
+    let accepted = format!(
+        "give a number of seconds more than 0 and at most {MAX_DURATION_SECS:.0} (365 days), such as 10 or 0.5"
+    );
+    let secs: f64 = text
+        .trim()
+        .parse()
+        .map_err(|_| format!("not a number; {accepted}"))?;
+    if !secs.is_finite() {
+        return Err(format!("not a finite number; {accepted}"));
+    }
+    if secs <= 0.0 {
+        return Err(format!("not more than 0; {accepted}"));
+    }
+    if secs > MAX_DURATION_SECS {
+        return Err(format!("too long; {accepted}"));
+    }
+    Ok(secs)
+}
+
+/// The most pages a ring may have (a power of two: 1 GiB with 4 KiB pages).
+fn max_ring_pages() -> usize {
+    let page = kprobe_perf_engine::sys::page_size().max(1);
+    1usize << (MAX_RING_BYTES / page).max(1).ilog2()
+}
+
+/// `-m PAGES`: a power of two from 1 to a ring of [`MAX_RING_BYTES`].
+pub fn mmap_pages(text: &str) -> Result<usize, String> {
+    let max = max_ring_pages();
+    let accepted = format!(
+        "give a power of two from 1 to {max} ({} MiB per ring)",
+        MAX_RING_BYTES >> 20
+    );
+    let pages: u64 = text
+        .trim()
+        .parse()
+        .map_err(|_| format!("not a number of pages; {accepted}"))?;
+    if pages == 0 {
+        return Err(format!("a ring needs at least one page; {accepted}"));
+    }
+    if pages > max as u64 {
+        return Err(format!("more than {max} pages; {accepted}"));
+    }
+    if !pages.is_power_of_two() {
+        let below = 1u64 << pages.ilog2();
+        return Err(format!(
+            "not a power of two; {accepted}, such as {below} or {}",
+            below * 2
+        ));
+    }
+    usize::try_from(pages).map_err(|_| accepted)
+}
+
+/// `--overwrite-size MIB`: from 1 MiB to [`MAX_RING_BYTES`].
+pub fn overwrite_mib(text: &str) -> Result<usize, String> {
+    let max = MAX_RING_BYTES >> 20;
+    let accepted = format!("give a number of MiB from 1 to {max}");
+    let mib: u64 = text
+        .trim()
+        .parse()
+        .map_err(|_| format!("not a whole number of MiB; {accepted}"))?;
+    if mib == 0 || mib > max as u64 {
+        return Err(format!("out of range; {accepted}"));
+    }
+    usize::try_from(mib).map_err(|_| accepted)
+}
+
+/// A `-C` list: online CPUs, sorted, each once.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct CpuList(pub Vec<u32>);
+
+/// `-C LIST`: CPUs of this machine that are online. Numbers are checked
+/// against the possible CPUs before a range is expanded.
+pub fn cpu_list(text: &str) -> Result<CpuList, String> {
+    let list = cpus::parse_cpu_list(text, cpus::cpu_limit()).map_err(|e| e.to_string())?;
+    if let Ok(online) = cpus::online_cpus() {
+        let offline: Vec<u32> = list
+            .iter()
+            .copied()
+            .filter(|c| !online.contains(c))
+            .collect();
+        if !offline.is_empty() {
+            return Err(format!(
+                "CPU {} is not online; the online CPUs are {}",
+                cpus::format_cpu_list(&offline),
+                cpus::format_cpu_list(&online)
+            ));
+        }
+    }
+    Ok(CpuList(list))
+}
+
+/// A positive pid or tid that names a task in /proc.
+fn task_id(text: &str, what: &str, plural: &str) -> Result<i32, String> {
+    let id: i64 = text
+        .trim()
+        .parse()
+        .map_err(|_| format!("not a {what}; give the number of a running {what}, e.g. from ps"))?;
+    let id = i32::try_from(id)
+        .ok()
+        .filter(|&i| i > 0)
+        .ok_or_else(|| {
+            format!("no {what} has this number ({plural} are numbered from 1 to kernel.pid_max); give the number of a running {what}, e.g. from ps")
+        })?;
+    if !Path::new(&format!("/proc/{id}")).exists() {
+        return Err(format!(
+            "no {what} {id} is running (nothing in /proc/{id}); give the number of a running {what}, e.g. from ps"
+        ));
+    }
+    Ok(id)
+}
+
+/// One pid of `-p`.
+pub fn pid(text: &str) -> Result<i32, String> {
+    task_id(text, "process", "processes")
+}
+
+/// One tid of `-t`.
+pub fn tid(text: &str) -> Result<i32, String> {
+    task_id(text, "thread", "threads")
+}
+
+/// Sorts pids or tids and drops repeats: a task listed twice would have
+/// each of its events counted twice.
+pub fn merge_duplicates(ids: &mut Vec<i32>) {
+    ids.sort_unstable();
+    ids.dedup();
+}
+
+/// Where a `-G` cgroup is: a path, or a name under /sys/fs/cgroup.
+pub fn cgroup_path(cg: &Path) -> PathBuf {
+    if cg.is_absolute() {
+        cg.to_path_buf()
+    } else {
+        Path::new("/sys/fs/cgroup").join(cg)
+    }
+}
+
+/// `-G CGROUP`: an existing directory of the cgroup hierarchy.
+pub fn cgroup(text: &str) -> Result<PathBuf, String> {
+    let given = PathBuf::from(text);
+    let dir = cgroup_path(&given);
+    if text.is_empty() || !dir.is_dir() {
+        return Err(format!(
+            "no cgroup directory {}; give a directory of the cgroup2 hierarchy, as a path or a name under /sys/fs/cgroup (e.g. system.slice)",
+            dir.display()
+        ));
+    }
+    Ok(given)
+}
+
+/// Prints a command-line error as one `kprobe-perf: ` line (clap's tip,
+/// if any, kept on that line) and returns exit status 1; help and version
+/// requests print as clap prints them.
+pub fn usage_error(e: clap::Error) -> ExitCode {
+    use clap::error::ErrorKind;
+    if matches!(
+        e.kind(),
+        ErrorKind::DisplayHelp
+            | ErrorKind::DisplayVersion
+            | ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand
+    ) {
+        let _ = e.print();
+        return if e.exit_code() == 0 {
+            ExitCode::SUCCESS
+        } else {
+            ExitCode::FAILURE
+        };
+    }
+    eprintln!("kprobe-perf: {}", one_line(&e.render().to_string()));
+    ExitCode::FAILURE
+}
+
+/// Clap's rendered error on one line: the message, then its tips; the
+/// usage and "For more information" lines give way to a pointer to --help.
+fn one_line(rendered: &str) -> String {
+    let mut parts: Vec<&str> = Vec::new();
+    for line in rendered.lines().map(str::trim) {
+        if line.is_empty() {
+            continue;
+        }
+        if line.starts_with("Usage:") || line.starts_with("For more information") {
+            break;
+        }
+        parts.push(line.strip_prefix("error: ").unwrap_or(line));
+    }
+    let mut text = String::new();
+    for p in parts {
+        if !text.is_empty() {
+            text.push_str(if text.ends_with(':') { " " } else { "; " });
+        }
+        text.push_str(p);
+    }
+    text.push_str(" (see --help)");
+    text
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn durations() {
+        assert_eq!(duration("10"), Ok(10.0));
+        assert_eq!(duration("0.5"), Ok(0.5));
+        assert_eq!(duration("31536000"), Ok(MAX_DURATION_SECS));
+        for bad in [
+            "inf",
+            "-inf",
+            "NaN",
+            "1e300",
+            "0",
+            "-1",
+            "-0",
+            "",
+            "1s",
+            "31536000.5",
+        ] {
+            assert!(duration(bad).is_err(), "{bad}");
+        }
+        assert!(duration("NaN")
+            .unwrap_err()
+            .starts_with("not a finite number; give"));
+        assert!(duration("1e300").unwrap_err().starts_with("too long; give"));
+        assert!(duration("-1")
+            .unwrap_err()
+            .starts_with("not more than 0; give"));
+    }
+
+    #[test]
+    fn ring_sizes() {
+        let max = max_ring_pages();
+        assert!(max.is_power_of_two());
+        assert_eq!(max * kprobe_perf_engine::sys::page_size(), MAX_RING_BYTES);
+        assert_eq!(mmap_pages("1"), Ok(1));
+        assert_eq!(mmap_pages("128"), Ok(128));
+        assert_eq!(mmap_pages(&max.to_string()), Ok(max));
+        let e = mmap_pages("3").unwrap_err();
+        assert!(
+            e.starts_with("not a power of two;") && e.ends_with("such as 2 or 4"),
+            "{e}"
+        );
+        for bad in ["0", "-1", "", "x", "1099511627776", &(2 * max).to_string()] {
+            assert!(mmap_pages(bad).is_err(), "{bad}");
+        }
+        assert_eq!(overwrite_mib("1"), Ok(1));
+        assert_eq!(overwrite_mib("1024"), Ok(1024));
+        for bad in ["0", "1025", "-1", "18446744073709551616", "0.5"] {
+            assert!(overwrite_mib(bad).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn cpu_lists_are_online_cpus() {
+        assert_eq!(cpu_list("0,0"), Ok(CpuList(vec![0])));
+        let e = cpu_list("0-4294967295").unwrap_err();
+        assert!(
+            e.starts_with("bad CPU list \"0-4294967295\": CPU 4294967295 does not exist"),
+            "{e}"
+        );
+        let beyond = cpus::cpu_limit();
+        assert!(cpu_list(&beyond.to_string()).is_err());
+    }
+
+    #[test]
+    fn task_ids() {
+        let me = std::process::id() as i32;
+        assert_eq!(pid(&me.to_string()), Ok(me));
+        assert_eq!(tid(&me.to_string()), Ok(me));
+        for bad in ["0", "-1", "", "x", "2147483648", "99999999"] {
+            assert!(pid(bad).is_err(), "{bad}");
+        }
+        assert_eq!(
+            pid("0").unwrap_err(),
+            "no process has this number (processes are numbered from 1 to kernel.pid_max); give the number of a running process, e.g. from ps"
+        );
+        let mut ids = vec![3, 1, 3, 2, 1];
+        merge_duplicates(&mut ids);
+        assert_eq!(ids, [1, 2, 3]);
+    }
+
+    #[test]
+    fn paths() {
+        assert!(cgroup("no/such/cgroup/kprobe-perf").is_err());
+        assert!(cgroup("").is_err());
+    }
+
+    #[test]
+    fn clap_errors_fold_into_one_line() {
+        let rendered = "error: unexpected argument '-x' found\n\n  tip: to pass '-x' as a value, use '-- -x'\n\nUsage: kprobe-perf record [OPTIONS]\n\nFor more information, try '--help'.\n";
+        assert_eq!(
+            one_line(rendered),
+            "unexpected argument '-x' found; tip: to pass '-x' as a value, use '-- -x' (see --help)"
+        );
+        let rendered = "error: the following required arguments were not provided:\n  --event <SPEC>\n\nUsage: kprobe-perf record --event <SPEC>\n";
+        assert_eq!(
+            one_line(rendered),
+            "the following required arguments were not provided: --event <SPEC> (see --help)"
+        );
+    }
+}

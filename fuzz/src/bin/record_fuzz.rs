@@ -1,0 +1,442 @@
+//! The record decoder and the perf.data reader on mutated inputs (default
+//! one million): three in four a run of one to three records (samples of
+//! five probes, PMU and tracefs, entry and return, with strings and arrays;
+//! COMM, LOST, THROTTLE and UNTHROTTLE records) through a fresh decoder,
+//! each whole and split as at a ring's wrap; one in four a whole perf.data
+//! file through the reader and replay. Each input starts from scratch, so
+//! that `--input I` replays it alone. Beyond "no panic": every input ends within the
+//! deadline, and what one input allocates at once is bounded by its size
+//! (a ceiling on any single allocation stops the run before it happens).
+//! `cargo xtask fuzz record [N] [--seed S]` runs it in release mode.
+
+use std::collections::HashMap;
+use std::io::Cursor;
+use std::sync::Arc;
+
+use kprobe_perf_arch::Arch;
+use kprobe_perf_engine::perfdata::{
+    symbol_subset, tracing_data, Metadata, Reader, Replay, StoredProbe, Writer, RECORD_LOST,
+};
+use kprobe_perf_engine::plan::{self, BackendChoice};
+use kprobe_perf_engine::records::{
+    comm_record_body, sample_attr_bytes, sample_record_body, RecordDecoder, RecordSink,
+    SampleFields, RECORD_COMM, RECORD_SAMPLE,
+};
+use kprobe_perf_engine::{KernelSymbols, ProbePlan, ProbeSpec};
+use kprobe_perf_fuzz::{alloc, run, Options, Rng, Verdict};
+
+/// `PERF_RECORD_THROTTLE` and `PERF_RECORD_UNTHROTTLE`.
+const RECORD_THROTTLE: u32 = 5;
+const RECORD_UNTHROTTLE: u32 = 6;
+
+const KALLSYMS: &str = "ffffffff81000000 T _text\nffffffff81234570 T do_sys_openat2\nffffffff81234660 T do_sys_open\nffffffff81234750 T ksys_close\n";
+const OPENAT2: u64 = 0xffffffff81234570;
+const OPEN: u64 = 0xffffffff81234660;
+const CLOSE: u64 = 0xffffffff81234750;
+
+/// The probes: (definition, route, tracefs field offsets).
+const PROBES: &[(&str, BackendChoice, &[usize])] = &[
+    (
+        "p:do_sys_openat2 dfd=%di:s32 flags=%dx:x32",
+        BackendChoice::Pmu,
+        &[],
+    ),
+    (
+        "r:do_sys_openat2 ret=$retval:s32 c=$comm",
+        BackendChoice::Pmu,
+        &[],
+    ),
+    // 8-byte common head, __probe_ip, then __data_loc, s32, u16[3].
+    (
+        "p:do_sys_openat2 path=+0(%si):string dfd=%di:s32 a=+8(%di):u16[3]",
+        BackendChoice::Tracefs,
+        &[16, 20, 24],
+    ),
+    ("p:ksys_close", BackendChoice::Pmu, &[]),
+    // Head, __probe_func, __probe_ret_ip, then s64 and __data_loc.
+    (
+        "r4:do_sys_open ret=$retval:s64 s=+0($retval):string",
+        BackendChoice::Tracefs,
+        &[24, 32],
+    ),
+];
+
+fn plans() -> Vec<ProbePlan> {
+    let syms = KernelSymbols::parse(KALLSYMS).expect("fixture kallsyms");
+    PROBES
+        .iter()
+        .map(|(s, choice, _)| {
+            let spec = ProbeSpec::parse(s, Arch::X86_64).expect("fixture spec");
+            plan::resolve(spec, &syms, Arch::X86_64, *choice).expect("fixture plan")
+        })
+        .collect()
+}
+
+fn offsets() -> Vec<Vec<usize>> {
+    PROBES.iter().map(|(_, _, o)| o.to_vec()).collect()
+}
+
+fn id_of(probe: usize) -> u64 {
+    100 + probe as u64
+}
+
+/// Pads a tracefs raw record as the kernel does (with the u32 size before
+/// it, a multiple of 8).
+fn pad(mut raw: Vec<u8>) -> Vec<u8> {
+    while (raw.len() + 4) % 8 != 0 {
+        raw.push(0);
+    }
+    raw
+}
+
+/// A tracefs string: its __data_loc (length << 16 | offset) goes at
+/// `loc`, the bytes at the end of `raw`.
+fn push_string(raw: &mut Vec<u8>, loc: usize, s: &str) {
+    let offset = raw.len() as u32;
+    let len = s.len() as u32 + 1;
+    raw[loc..loc + 4].copy_from_slice(&((len << 16) | offset).to_le_bytes());
+    raw.extend_from_slice(s.as_bytes());
+    raw.push(0);
+}
+
+/// The raw data and registers of a sample of each probe.
+fn raws(variant: u64) -> Vec<(Vec<u8>, Vec<u64>)> {
+    let mut kraw = vec![0u8; 20];
+    kraw[8..16].copy_from_slice(&OPENAT2.to_ne_bytes());
+    let mut rraw = vec![0u8; 28];
+    rraw[8..16].copy_from_slice(&OPENAT2.to_ne_bytes());
+    rraw[16..24].copy_from_slice(&(OPEN + 0xf1).to_ne_bytes());
+    let mut traw = vec![0u8; 30];
+    traw[8..16].copy_from_slice(&OPENAT2.to_le_bytes());
+    traw[20..24].copy_from_slice(&(-100i32).to_le_bytes());
+    for (i, v) in [1u16, 2, 3].iter().enumerate() {
+        traw[24 + 2 * i..26 + 2 * i].copy_from_slice(&v.to_le_bytes());
+    }
+    push_string(&mut traw, 16, if variant == 0 { "/etc/hosts" } else { "" });
+    let mut craw = vec![0u8; 20];
+    craw[8..16].copy_from_slice(&CLOSE.to_ne_bytes());
+    let mut rtraw = vec![0u8; 36];
+    rtraw[8..16].copy_from_slice(&OPEN.to_le_bytes());
+    rtraw[16..24].copy_from_slice(&(OPENAT2 + 0x40).to_le_bytes());
+    rtraw[24..32].copy_from_slice(&(-2i64 - variant as i64).to_le_bytes());
+    push_string(&mut rtraw, 32, "/usr/lib/x86_64-linux-gnu/libc.so.6");
+    vec![
+        (kraw, vec![3 + variant, 0xffff_ff9c]),
+        (rraw, vec![5]),
+        (pad(traw), vec![]),
+        (craw, vec![]),
+        (pad(rtraw), vec![]),
+    ]
+}
+
+/// The sample_id trailer of non-sample records (TID, TIME, CPU,
+/// IDENTIFIER), as the kernel writes it for the engine's attrs.
+fn trailer(b: &mut Vec<u8>, tid: i32, time: u64, cpu: u32, id: u64) {
+    b.extend_from_slice(&42i32.to_ne_bytes());
+    b.extend_from_slice(&tid.to_ne_bytes());
+    b.extend_from_slice(&time.to_ne_bytes());
+    b.extend_from_slice(&cpu.to_ne_bytes());
+    b.extend_from_slice(&0u32.to_ne_bytes());
+    b.extend_from_slice(&id.to_ne_bytes());
+}
+
+fn lost_body(probe: usize, count: u64, time: u64, cpu: u32) -> Vec<u8> {
+    let mut b = Vec::new();
+    b.extend_from_slice(&id_of(probe).to_ne_bytes());
+    b.extend_from_slice(&count.to_ne_bytes());
+    trailer(&mut b, 43, time, cpu, id_of(probe));
+    b
+}
+
+fn throttle_body(probe: usize, time: u64, cpu: u32) -> Vec<u8> {
+    let mut b = Vec::new();
+    b.extend_from_slice(&time.to_ne_bytes());
+    b.extend_from_slice(&id_of(probe).to_ne_bytes());
+    b.extend_from_slice(&id_of(probe).to_ne_bytes());
+    trailer(&mut b, 43, time, cpu, id_of(probe));
+    b
+}
+
+/// The starting records: (kind, body), in time order over two CPUs.
+fn records(plans: &[ProbePlan]) -> Vec<(u32, Vec<u8>)> {
+    let mut out = vec![(RECORD_COMM, comm_record_body(42, 43, "cat", 900, 0, 100))];
+    let mut time = 1000;
+    for variant in 0..2u64 {
+        for (i, (p, (raw, regs))) in plans.iter().zip(raws(variant)).enumerate() {
+            let f = SampleFields {
+                id: id_of(i),
+                ip: OPENAT2 + 1,
+                pid: 42,
+                tid: 43 + variant as i32,
+                time,
+                cpu: (i % 2) as u32,
+                raw: &raw,
+                regs: &regs,
+            };
+            out.push((RECORD_SAMPLE, sample_record_body(&f, p.regs_mask)));
+            time += 10;
+        }
+        if variant == 0 {
+            out.push((RECORD_LOST, lost_body(2, 7, time, 1)));
+            out.push((RECORD_THROTTLE, throttle_body(0, time + 1, 0)));
+            out.push((RECORD_UNTHROTTLE, throttle_body(0, time + 2, 0)));
+            out.push((
+                RECORD_COMM,
+                comm_record_body(42, 44, "renamed-thread", time + 3, 1, 101),
+            ));
+            time += 10;
+        }
+    }
+    out
+}
+
+/// A tracefs `format` file as the kernel writes it for probe `i`.
+fn format_file(i: usize, fields: &[(&str, usize, usize, u8)]) -> String {
+    let mut s = format!(
+        "name: fuzz_{i}\nID: {}\nformat:\n\tfield:unsigned short common_type;\toffset:0;\tsize:2;\tsigned:0;\n\tfield:unsigned char common_flags;\toffset:2;\tsize:1;\tsigned:0;\n\tfield:unsigned char common_preempt_count;\toffset:3;\tsize:1;\tsigned:0;\n\tfield:int common_pid;\toffset:4;\tsize:4;\tsigned:1;\n\n",
+        1500 + i
+    );
+    for (decl, offset, size, signed) in fields {
+        s.push_str(&format!(
+            "\tfield:{decl};\toffset:{offset};\tsize:{size};\tsigned:{signed};\n"
+        ));
+    }
+    s.push_str("\nprint fmt: \"(%lx)\", REC->__probe_ip\n");
+    s
+}
+
+fn file(plans: &[ProbePlan], records: &[(u32, Vec<u8>)]) -> Vec<u8> {
+    let run = || -> Result<Vec<u8>, Box<dyn std::error::Error>> {
+        let mut w = Writer::new(Cursor::new(Vec::new()))?;
+        w.kernel_mmap(0xffffffff81000000)?;
+        for (n, (kind, body)) in records.iter().enumerate() {
+            w.record(*kind, 1, (body, &[]))?;
+            if n % 4 == 3 {
+                w.round_end()?;
+            }
+        }
+        w.round_end()?;
+        let syms = KernelSymbols::parse(KALLSYMS)?;
+        let events = vec![
+            (
+                "kprobe_perf_1".to_string(),
+                format_file(
+                    2,
+                    &[
+                        ("unsigned long __probe_ip", 8, 8, 0),
+                        ("__data_loc char[] path", 16, 4, 1),
+                        ("s32 dfd", 20, 4, 1),
+                        ("u16 a[3]", 24, 6, 0),
+                    ],
+                ),
+            ),
+            (
+                "kprobe_perf_1".to_string(),
+                format_file(
+                    4,
+                    &[
+                        ("unsigned long __probe_func", 8, 8, 0),
+                        ("unsigned long __probe_ret_ip", 16, 8, 0),
+                        ("s64 ret", 24, 8, 1),
+                        ("__data_loc char[] s", 32, 4, 1),
+                    ],
+                ),
+            ),
+        ];
+        let meta = Metadata {
+            arch: Arch::X86_64,
+            probes: plans
+                .iter()
+                .zip(offsets())
+                .map(|(p, o)| StoredProbe::from_plan(p, &o))
+                .collect(),
+            attrs: plans.iter().map(sample_attr_bytes).collect(),
+            ids: (0..plans.len()).map(|i| vec![id_of(i)]).collect(),
+            symbols: symbol_subset(&syms, [OPENAT2, OPEN, CLOSE, OPENAT2 + 1]),
+            hostname: "fuzz".into(),
+            osrelease: "6.1".into(),
+            nr_cpus: (2, 2),
+            cmdline: vec!["record_fuzz".into()],
+            notes: vec![("summary".into(), "x".into())],
+            tracing_data: Some(tracing_data(
+                4096,
+                "\tfield: u64 timestamp;\toffset:0;\tsize:8;\tsigned:0;\n",
+                "# compressed entry header\n\ttype_len    :    5 bits\n",
+                &events,
+            )),
+        };
+        Ok(w.finish(&meta)?.into_inner())
+    };
+    run().expect("the base perf.data file")
+}
+
+/// Byte-level mutations, and sizes and counts set to edge values.
+fn mutate(rng: &mut Rng, base: &[u8]) -> Vec<u8> {
+    let mut b = base.to_vec();
+    for _ in 0..1 + rng.below(4) {
+        let at = rng.below(b.len() + 1);
+        match rng.below(7) {
+            0 => b.truncate(at),
+            1 if at < b.len() => b[at] ^= 1 << rng.below(8),
+            2 if at < b.len() => b[at] = rng.next_u64() as u8,
+            3 => {
+                let edge = [
+                    0u64,
+                    1,
+                    7,
+                    8,
+                    0xff,
+                    0xffff,
+                    0x7fff_ffff,
+                    u32::MAX.into(),
+                    u64::MAX,
+                ];
+                let v = rng.pick(&edge).to_ne_bytes();
+                let w = *rng.pick(&[1, 2, 4, 8]);
+                let at = at & !(w - 1);
+                if at + w <= b.len() {
+                    b[at..at + w].copy_from_slice(&v[..w]);
+                }
+            }
+            4 => {
+                let n = rng.below(16);
+                b.splice(at..at, (0..n).map(|_| rng.next_u64() as u8));
+            }
+            5 if !b.is_empty() => {
+                let end = (at + 1 + rng.below(16)).min(b.len());
+                b.drain(at.min(end)..end);
+            }
+            _ => {
+                let from = rng.below(b.len());
+                let to = (from + rng.below(64)).min(b.len());
+                let chunk = b[from..to].to_vec();
+                b.splice(at..at, chunk);
+            }
+        }
+    }
+    b
+}
+
+/// Most bytes one input may have allocated at once (on top of what was
+/// live before it): the reader's tables, decoder and symbols for the base
+/// file take about 40 KiB; 64 bytes per input byte on top is far more than
+/// reading needs, and far less than a length field taken on trust.
+fn ceiling(len: usize) -> usize {
+    256 * 1024 + 64 * len
+}
+
+fn replay(bytes: &[u8]) -> Result<u64, String> {
+    let reader = Reader::new(Cursor::new(bytes)).map_err(|e| e.to_string())?;
+    let mut r = Replay::new(reader).map_err(|e| e.to_string())?;
+    r.run(|_, _, _| {}).map_err(|e| e.to_string())
+}
+
+fn main() {
+    let opts = Options::from_env("record");
+    // A stored definition that names arguments (`dfd` rather than `%di`;
+    // the engine stores registers, a mutated file may not) makes replay
+    // resolve the names in the running kernel's BTF, which is loaded once
+    // per process and kept: load it before any input, so that the one
+    // load of ~1 MiB is not charged to whichever input first needs it.
+    let _ = kprobe_perf_symbols::prototypes::KernelBtf::running_kernel();
+    let plans = plans();
+    let records = records(&plans);
+    let base_file = file(&plans, &records);
+    let attrs: Vec<Vec<u8>> = plans.iter().map(sample_attr_bytes).collect();
+    let ids: HashMap<u64, usize> = (0..plans.len()).map(|i| (id_of(i), i)).collect();
+    let new_decoder = || {
+        RecordDecoder::new(plans.clone(), offsets(), attrs.clone(), ids.clone(), false)
+            .expect("fixture decoder")
+    };
+    let mut decoder = new_decoder();
+    // The unmutated inputs decode, every one.
+    let comm: Arc<str> = Arc::from("cat");
+    for (n, (kind, body)) in records.iter().enumerate() {
+        let sample = *kind != RECORD_SAMPLE || decoder.decode_sample_bytes(1, body, &comm).is_ok();
+        if !sample || decoder.record(*kind, 1, (body, &[])).is_err() {
+            eprintln!("record fuzz: starting record #{n} (type {kind}) does not decode");
+            std::process::exit(1);
+        }
+    }
+    let mut handed = 0;
+    decoder.round(true, |_, _| handed += 1);
+    let samples = records.iter().filter(|(k, _)| *k == RECORD_SAMPLE).count();
+    match replay(&base_file) {
+        Ok(n) if n as usize == samples && handed == samples => {}
+        other => {
+            eprintln!(
+                "record fuzz: the base file replays as {other:?}, the records as {handed} events; expected {samples} samples"
+            );
+            std::process::exit(1);
+        }
+    }
+    let (mut files, mut peak_file, mut peak_record) = (0u64, 0usize, 0usize);
+    let s = run("record", &opts, |_, rng| {
+        let is_file = rng.below(4) == 0;
+        files += u64::from(is_file);
+        let inputs: Vec<(u32, Vec<u8>)> = if is_file {
+            vec![(0, mutate(rng, &base_file))]
+        } else {
+            (0..1 + rng.below(3))
+                .map(|_| {
+                    let (kind, body) = rng.pick(&records);
+                    (*kind, mutate(rng, body))
+                })
+                .collect()
+        };
+        let len: usize = inputs.iter().map(|(_, b)| b.len()).sum();
+        let mut decoder = (!is_file).then(new_decoder);
+        let limit = ceiling(len);
+        let start = alloc::begin(limit);
+        let ok = match &mut decoder {
+            None => replay(&inputs[0].1).is_ok(),
+            Some(decoder) => {
+                let mut ok = true;
+                for (kind, input) in &inputs {
+                    let a = *kind != RECORD_SAMPLE
+                        || decoder.decode_sample_bytes(1, input, &comm).is_ok();
+                    let b = decoder.record(*kind, 1, (input, &[])).is_ok();
+                    // Split the record as a ring wrap would.
+                    let cut = input.len() / 2;
+                    let c = decoder
+                        .record(*kind, 1, (&input[..cut], &input[cut..]))
+                        .is_ok();
+                    ok &= a && b && c;
+                }
+                decoder.round(true, |e, _| {
+                    std::hint::black_box(e);
+                });
+                ok
+            }
+        };
+        let used = alloc::end(start);
+        drop(decoder);
+        if is_file {
+            peak_file = peak_file.max(used);
+        } else {
+            peak_record = peak_record.max(used);
+        }
+        if used > limit {
+            return Err(format!(
+                "{} of {len} bytes: {used} bytes allocated at once, past the bound of {limit}; input: {inputs:02x?}",
+                if is_file { "a perf.data file" } else { "a run of records" },
+            ));
+        }
+        Ok(if ok {
+            Verdict::Accepted
+        } else {
+            Verdict::Refused
+        })
+    });
+    println!(
+        "record fuzz: {} inputs (seed {}; {} runs of records, {files} perf.data files of ~{} bytes) in {:.2} s: {} decoded, {} refused, 0 panics; slowest input {:.2} ms; most allocated at once: {peak_file} bytes for a file, {peak_record} for a run of records",
+        s.inputs,
+        opts.seed,
+        s.inputs - files,
+        base_file.len(),
+        s.secs,
+        s.accepted,
+        s.refused,
+        s.slowest.as_secs_f64() * 1e3,
+    );
+}
