@@ -1,8 +1,9 @@
 #!/bin/sh
 # The per-call cost of a probe on do_sys_openat2, run inside the VM by
 # `cargo xtask bench opens`: a workload opens a tmpfs file OPENS times,
-# bare, under `kprobe-perf record` (text to /dev/null, -q, and -o FILE)
-# and under
+# bare, under `kprobe-perf record` (text to /dev/null, -q, -o FILE, and
+# -q --backend tracefs: one kernel probe for every CPU, as perf has) and
+# under
 # `perf record` (the probe defined with `perf probe`), ROUNDS rounds each,
 # for an entry, a return and a string probe. Prints a table of
 # microseconds per open (min-max over the rounds), the added cost per
@@ -59,7 +60,7 @@ echo
 echo "| probe | tool | command | us per open (min-max) | added us per call (min-max) | events written | lost |"
 echo "|---|---|---|---|---|---|---|"
 echo "$PROBES" | while IFS='|' read -r name spec pdef; do
-    for f in bare kp kpq kpo perf; do : >"$W/$f"; done
+    for f in bare kp kpq kpo kpt perf; do : >"$W/$f"; done
     "$PERF" probe -q -d "probe:kpfb_$name" </dev/null 2>/dev/null || true
     "$PERF" probe -q -a "$pdef" </dev/null
     # perf probe names a return probe's event EVENT__return.
@@ -68,6 +69,7 @@ echo "$PROBES" | while IFS='|' read -r name spec pdef; do
     kp_lost=""
     kpq_lost=""
     kpo_events=""
+    kpt_lost=""
     kpo_lost=""
     perf_samples=""
     perf_lost=""
@@ -79,6 +81,8 @@ echo "$PROBES" | while IFS='|' read -r name spec pdef; do
         kp_lost="$kp_lost $(sed -n 's/^kprobe-perf: .*, \([0-9]*\) lost.*/\1/p' "$W/kp.err" | head -1)"
         timed "$W/kpq.err" "$KP" record -q -e "$spec" -- "$LOOP" "$F" "$N" "$REP" >>"$W/kpq"
         kpq_lost="$kpq_lost $(sed -n 's/^kprobe-perf: .*, \([0-9]*\) lost.*/\1/p' "$W/kpq.err" | head -1)"
+        timed "$W/kpt.err" "$KP" record -q --backend tracefs -e "$spec" -- "$LOOP" "$F" "$N" "$REP" >>"$W/kpt"
+        kpt_lost="$kpt_lost $(sed -n 's/^kprobe-perf: .*, \([0-9]*\) lost.*/\1/p' "$W/kpt.err" | head -1)"
         rm -f "$W/kp.data"
         timed "$W/kpo.err" "$KP" record -o "$W/kp.data" -e "$spec" -- "$LOOP" "$F" "$N" "$REP" >>"$W/kpo"
         kpo_events="$kpo_events $(sed -n 's/^kprobe-perf: \([0-9]*\) events.*/\1/p' "$W/kpo.err" | head -1)"
@@ -95,5 +99,6 @@ echo "$PROBES" | while IFS='|' read -r name spec pdef; do
     echo "| $name | kprobe-perf | \`kprobe-perf record -e '$spec' -- open_loop FILE $N > /dev/null\` | $(range <"$W/kp") | $(added "$W/kp") | $kp_events | $kp_lost |"
     echo "| $name | kprobe-perf -q | \`kprobe-perf record -q -e '$spec' -- open_loop FILE $N\` | $(range <"$W/kpq") | $(added "$W/kpq") | | $kpq_lost |"
     echo "| $name | kprobe-perf -o | \`kprobe-perf record -o kp.data -e '$spec' -- open_loop FILE $N\` | $(range <"$W/kpo") | $(added "$W/kpo") | $kpo_events | $kpo_lost |"
+    echo "| $name | kprobe-perf -q tracefs | \`kprobe-perf record -q --backend tracefs -e '$spec' -- open_loop FILE $N\` | $(range <"$W/kpt") | $(added "$W/kpt") | | $kpt_lost |"
     echo "| $name | perf | \`perf probe -a '$pdef'; perf record -N -e $pev -o perf.data -- open_loop FILE $N\` | $(range <"$W/perf") | $(added "$W/perf") | $perf_samples | $perf_lost |"
 done
