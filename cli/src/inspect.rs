@@ -55,7 +55,7 @@ pub fn check_plans(
     };
     let rel = release();
     let pre = Preflight::new(symbols, text.as_ref(), host_arch()?).with_release(&rel);
-    for p in plans.iter().filter(|p| p.companion_of.is_none()) {
+    for p in plans {
         pre.check(p)?;
     }
     Ok(())

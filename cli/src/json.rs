@@ -71,10 +71,9 @@ pub fn summary(session: &Session) -> String {
         "lost"
     };
     let mut probes = Vec::new();
+    let calls = session.call_counts().ok();
+    let lost_per_cpu = session.lost_per_cpu().ok();
     for (i, p) in session.plans().iter().enumerate() {
-        if p.companion_of.is_some() {
-            continue;
-        }
         let mut o = json!({
             "event": p.event,
             "backend": match p.backend { Backend::Pmu => "pmu", Backend::Tracefs => "tracefs" },
@@ -89,8 +88,9 @@ pub fn summary(session: &Session) -> String {
                 m.insert("kernel_hits".into(), json!(c.hits));
                 m.insert("kernel_misses".into(), json!(c.misses));
             }
-            if p.is_return() && p.backend == Backend::Pmu {
-                m.insert("unreturned".into(), json!(stats.unreturned(i)));
+            if let Some(Some(c)) = calls.as_ref().map(|c| c.get(i).copied().flatten()) {
+                m.insert("entries".into(), json!(c.entries));
+                m.insert("unreturned".into(), json!(c.unreturned()));
             }
             let t = stats.throttling_of(i);
             m.insert("throttled".into(), json!(t.throttled));
@@ -105,8 +105,9 @@ pub fn summary(session: &Session) -> String {
         "events": total,
         "lost_records": stats.lost,
         "undecodable": stats.undecodable,
-        "lost_per_cpu": stats
-            .lost_per_cpu
+        "lost_per_cpu": lost_per_cpu
+            .as_ref()
+            .unwrap_or(&stats.lost_per_cpu)
             .iter()
             .map(|(cpu, n)| json!({ "cpu": cpu, "lost": n }))
             .collect::<Vec<_>>(),

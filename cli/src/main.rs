@@ -638,13 +638,28 @@ fn loss_and_throttle_lines(session: &Session) -> Vec<String> {
     let stats = session.stats();
     let cpu = |c: &Option<u32>| c.map_or_else(|| "CPU ?".to_string(), |c| format!("CPU {c}"));
     let mut lines = Vec::new();
-    if !stats.lost_per_cpu.is_empty() {
-        let parts: Vec<String> = stats
-            .lost_per_cpu
+    // Exact per ring (the kernel's counts minus the samples read), so the
+    // figures sum to the summary's total; PERF_RECORD_LOST's when the
+    // counts cannot be read.
+    let lost = session
+        .lost_per_cpu()
+        .unwrap_or_else(|_| stats.lost_per_cpu.clone());
+    if !lost.is_empty() {
+        let parts: Vec<String> = lost
             .iter()
-            .map(|(c, n)| format!("{}: {n}", cpu(c)))
+            .map(|(c, n)| {
+                format!(
+                    "{}: {n}",
+                    c.map_or_else(|| "threads".to_string(), |c| format!("CPU {c}"))
+                )
+            })
             .collect();
-        lines.push(format!("lost samples per CPU: {}", parts.join(", ")));
+        let what = if session.is_overwrite() {
+            "samples not kept per CPU"
+        } else {
+            "lost samples per CPU"
+        };
+        lines.push(format!("{what}: {}", parts.join(", ")));
     }
     for ((c, probe), t) in &stats.throttling {
         let name = session

@@ -544,32 +544,41 @@ pub fn misses(session: &Session) -> Vec<String> {
         }
         out.push(line);
     }
-    for (i, p) in session.plans().iter().enumerate() {
-        if !p.is_return() || p.backend != kprobe_perf_engine::plan::Backend::Pmu {
-            continue;
-        }
-        let n = session.stats().unreturned(i);
+    let calls = session.call_counts().unwrap_or_default();
+    for (p, c) in session.plans().iter().zip(calls) {
+        let Some(c) = c else { continue };
+        let n = c.unreturned();
         if n == 0 {
             continue;
         }
-        // Uretprobes have no maxactive: the kernel allocates a return
-        // instance per call, and stops hijacking returns only past
-        // MAX_URETPROBE_DEPTH (64) nested calls in one thread.
-        if p.spec.target.is_user() {
-            out.push(format!(
-                "kprobe-perf: {}: {n} calls entered without a reported return: still running at the end, left by longjmp or an exception, or nested deeper than the kernel's 64 pending uretprobes per thread",
-                p.event
-            ));
-            continue;
-        }
-        let had = default_maxactive();
-        out.push(format!(
-            "kprobe-perf: {}: {n} calls entered without a reported return: missed for lack of kretprobe instances (the kernel's default is {had}) or still running at the end; if missed, use r{}: (maxactive)",
-            p.event,
-            (had + n).min(4096)
-        ));
+        out.push(unreturned_line(p, n, default_maxactive));
     }
     out
+}
+
+/// The line for `n` calls of the PMU kretprobe `p` whose entry the
+/// kernel counted and whose return it did not report. Only a kernel
+/// kretprobe has instances to raise (maxactive, `rN:`); a uretprobe's
+/// returns are missed for other reasons.
+fn unreturned_line(p: &ProbePlan, n: u64, default_maxactive: impl Fn() -> u64) -> String {
+    // Uretprobes have no maxactive: the kernel allocates a return
+    // instance per call, and stops hijacking returns only past
+    // MAX_URETPROBE_DEPTH (64) nested calls in one thread.
+    if p.spec.target.is_user() {
+        return format!(
+            "kprobe-perf: {}: {n} calls entered without a reported return: still running at the end, left by longjmp or an exception, or nested deeper than the kernel's 64 pending uretprobes per thread",
+            p.event
+        );
+    }
+    let had = match p.spec.kind {
+        kprobe_perf_engine::spec::ProbeKind::Return { maxactive: Some(m) } => u64::from(m),
+        _ => default_maxactive(),
+    };
+    format!(
+        "kprobe-perf: {}: {n} calls entered without a reported return: missed for lack of kretprobe instances (it had {had}) or still running at the end; if missed, use r{}: (maxactive)",
+        p.event,
+        (had + n).min(4096)
+    )
 }
 
 /// The closing summary: events per probe and losses, never omitted. The
@@ -590,9 +599,6 @@ pub fn summary(session: &Session) -> String {
     let mut total_lost = 0;
     let mut per_probe = Vec::new();
     for (i, p) in session.plans().iter().enumerate() {
-        if p.companion_of.is_some() {
-            continue;
-        }
         let n = stats.hits.get(i).copied().unwrap_or(0);
         total += n;
         match lost.as_ref().and_then(|l| l.get(i)).copied() {
@@ -787,5 +793,36 @@ mod tests {
             push_signed(&mut s, v);
             assert_eq!(text(&s), v.to_string());
         }
+    }
+
+    /// Unreturned calls of a kernel kretprobe point at maxactive; those
+    /// of a uretprobe (which has no maxactive) never do.
+    #[test]
+    fn unreturned_advice_names_maxactive_only_for_kernel_kretprobes() {
+        let symbols =
+            KernelSymbols::parse("ffffffff81000000 T _text\nffffffff812345a0 T do_sys_openat2\n")
+                .unwrap();
+        let kernel = plan::resolve(
+            ProbeSpec::parse("r:myret do_sys_openat2", Arch::X86_64).unwrap(),
+            &symbols,
+            Arch::X86_64,
+            BackendChoice::Pmu,
+        )
+        .unwrap();
+        assert_eq!(
+            unreturned_line(&kernel, 3, || 8),
+            "kprobe-perf: myret: 3 calls entered without a reported return: missed for lack of kretprobe instances (it had 8) or still running at the end; if missed, use r11: (maxactive)"
+        );
+        let mut user = kernel.clone();
+        user.spec.target = kprobe_perf_engine::spec::Target::User {
+            path: "/bin/true".into(),
+            location: kprobe_perf_engine::spec::UserLocation::Offset(0x10),
+        };
+        let line = unreturned_line(&user, 3, || 8);
+        assert_eq!(
+            line,
+            "kprobe-perf: myret: 3 calls entered without a reported return: still running at the end, left by longjmp or an exception, or nested deeper than the kernel's 64 pending uretprobes per thread"
+        );
+        assert!(!line.contains("maxactive") && !line.contains("r11:"));
     }
 }

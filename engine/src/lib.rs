@@ -31,7 +31,7 @@ pub use error::Error;
 pub use kprobe_perf_arch::Arch;
 pub use kprobe_perf_symbols::KernelSymbols;
 pub use plan::ProbePlan;
-pub use session::{RecordTarget, Session, SessionOptions, SessionStats, Throttling};
+pub use session::{CallCounts, RecordTarget, Session, SessionOptions, SessionStats, Throttling};
 pub use spec::ProbeSpec;
 
 /// Parses and plans probe definitions for this machine's architecture,
@@ -55,10 +55,9 @@ pub const BULK_THROUGH_TRACEFS: usize = 64;
 /// [`Auto`](plan::BackendChoice::Auto) and at least
 /// [`BULK_THROUGH_TRACEFS`] kernel probes, all kernel probes go through
 /// tracefs. Event names that repeat get a `_2`, `_3` ... suffix so each
-/// probe stays distinct. Each
-/// PMU kretprobe gets a companion entry probe, appended after the user's
-/// probes, so that returns the kernel never reported can be counted
-/// ([`SessionStats::unreturned`]).
+/// probe stays distinct. The plans are the user's probes only, in order:
+/// the calls a PMU kretprobe saw enter but not return are counted by the
+/// [`Session`] itself ([`Session::call_counts`]).
 pub fn plan_probes_with<S: AsRef<str>>(
     specs: &[S],
     symbols: &KernelSymbols,
@@ -103,13 +102,6 @@ pub fn plan_probes_with<S: AsRef<str>>(
                     p.event = format!("{}_{n}", p.event);
                 }
             }
-            let companions: Vec<ProbePlan> = plans
-                .iter()
-                .enumerate()
-                .filter(|(_, p)| p.is_return() && p.backend == plan::Backend::Pmu)
-                .map(|(i, p)| p.companion(i))
-                .collect();
-            plans.extend(companions);
             plans
         })
 }

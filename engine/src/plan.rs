@@ -203,10 +203,6 @@ pub struct ProbePlan {
     pub args: Vec<ArgPlan>,
     /// `sample_regs_intr`: the registers the arguments need.
     pub regs_mask: u64,
-    /// Set on the entry probe the engine adds beside a PMU kretprobe (the
-    /// index of that kretprobe), so that calls whose return the kernel
-    /// never reported can be counted. Its events are not delivered.
-    pub companion_of: Option<usize>,
     /// For a kernel return probe: the address of the kernel's kretprobe
     /// trampoline, when kallsyms names one. Kernels before the return
     /// address fix-up (seen on 5.10) leave the sampled ip there; the
@@ -234,25 +230,6 @@ impl ProbePlan {
     /// True for a kretprobe.
     pub fn is_return(&self) -> bool {
         matches!(self.spec.kind, ProbeKind::Return { .. })
-    }
-
-    /// The entry probe that counts calls of this PMU kretprobe, whose
-    /// index in the plan list is `index`.
-    pub fn companion(&self, index: usize) -> ProbePlan {
-        ProbePlan {
-            spec: ProbeSpec {
-                kind: ProbeKind::Entry,
-                group: None,
-                event: Some(format!("{}__entry", self.event)),
-                args: Vec::new(),
-                ..self.spec.clone()
-            },
-            event: format!("{}__entry", self.event),
-            args: Vec::new(),
-            regs_mask: 0,
-            companion_of: Some(index),
-            ..self.clone()
-        }
     }
 
     /// The same uprobe defined through `uprobe_events` and opened as a
@@ -454,7 +431,6 @@ pub fn resolve(
         resolved_address,
         args,
         regs_mask,
-        companion_of: None,
         return_trampoline,
     })
 }

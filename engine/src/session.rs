@@ -111,9 +111,26 @@ pub struct SessionStats {
     /// kernel stopped sampling that probe on that CPU for exceeding
     /// `perf_event_max_sample_rate`, and resumed it.
     pub throttling: BTreeMap<(Option<u32>, usize), Throttling>,
-    /// Per (probe, tid): entries seen by a kretprobe's companion entry
-    /// probe, and returns seen by the kretprobe.
-    pub pairing: HashMap<(usize, i32), (u64, u64)>,
+}
+
+/// Calls of a PMU kretprobe's function, as the kernel counted them: the
+/// entries (a counting-only kprobe at the function's entry, which writes
+/// no sample) and the returns the kretprobe reported (its own count,
+/// samples lost to a full ring included).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct CallCounts {
+    /// Calls that entered the function while the session was enabled.
+    pub entries: u64,
+    /// Returns the kretprobe reported.
+    pub returns: u64,
+}
+
+impl CallCounts {
+    /// Calls whose entry was counted and whose return was not: missed for
+    /// lack of a kretprobe instance, or still running at the end.
+    pub fn unreturned(&self) -> u64 {
+        self.entries.saturating_sub(self.returns)
+    }
 }
 
 /// How often the kernel throttled one probe on one CPU.
@@ -153,16 +170,6 @@ impl SessionStats {
                 unthrottled: acc.unthrottled + t.unthrottled,
             })
     }
-
-    /// For a PMU kretprobe, calls whose entry was seen and whose return was
-    /// not: missed for lack of a kretprobe instance, or still running.
-    pub fn unreturned(&self, probe: usize) -> u64 {
-        self.pairing
-            .iter()
-            .filter(|((p, _), _)| *p == probe)
-            .map(|(_, (entries, returns))| entries.saturating_sub(*returns))
-            .sum()
-    }
 }
 
 /// A stream's ring: read as it fills, or kept as a flight recorder.
@@ -175,6 +182,11 @@ struct CpuStream {
     ring: StreamRing,
     /// All fds of this CPU; the first owns the ring.
     fds: Vec<OwnedFd>,
+    /// The CPU the ring's events were opened on (`None`: per thread).
+    cpu: Option<u32>,
+    /// Samples decoded from this ring: the rest of its events' counts
+    /// were lost (or, in flight-recorder mode, not kept).
+    samples: u64,
 }
 
 /// Hits and misses the kernel counted for a tracefs probe.
@@ -214,6 +226,9 @@ pub struct Session {
     // Field order matters: the perf fds in `streams` must close before
     // `tracefs` removes the events they use.
     streams: Vec<CpuStream>,
+    /// Per PMU kretprobe (its index) and slot, a counting-only event at
+    /// the function's entry: no ring, no samples, read with read(2).
+    entry_counters: Vec<(usize, OwnedFd)>,
     tracefs: Option<TracefsProbes>,
     /// Plans, attrs, ids, thread names and counters.
     decoder: RecordDecoder,
@@ -328,6 +343,79 @@ fn base_attr(
     {
         attr.set_enable_on_exec(1);
     }
+    attr
+}
+
+/// Opens one probe's event on `slot`; a `MOD:SYM` name the kernel refuses
+/// is retried by the address kallsyms gave.
+fn open_at(
+    attr: &sys::perf_event_attr,
+    name: Option<&std::ffi::CStr>,
+    plan: &ProbePlan,
+    opener: Opener,
+    slot: &Slot,
+) -> Result<OwnedFd, Error> {
+    let mut opened = sys::perf_event_open(attr, name, slot.pid, slot.cpu, slot.flags);
+    // Some kernels refuse MOD:SYM names over perf_event_open
+    // (ENOENT on some 6.1/5.10 stables, EINVAL before ~5.3):
+    // retry by the address kallsyms gives.
+    if let (Err(e), Opener::Pmu(_), Some(addr)) = (&opened, opener, plan.resolved_address) {
+        let refused_name = matches!(e.raw_os_error(), Some(libc::ENOENT | libc::EINVAL));
+        if refused_name && plan.spec.target_module().is_some() {
+            let mut by_addr = *attr;
+            if let AttachPoint::Symbol { offset, .. } = plan.attach {
+                by_addr.__bindgen_anon_4.config2 = addr.wrapping_add(offset);
+            }
+            opened = sys::perf_event_open(&by_addr, None, slot.pid, slot.cpu, slot.flags);
+        }
+    }
+    opened.map_err(|source| {
+        let target = match &plan.attach {
+            AttachPoint::Symbol { name, offset: 0 } => name.clone(),
+            AttachPoint::Symbol { name, offset } => format!("{name}+{offset}"),
+            AttachPoint::Address(a) => format!("0x{a:x}"),
+            AttachPoint::User { path, offset } => format!("{path}:0x{offset:x}"),
+        };
+        let errno = source.raw_os_error().unwrap_or(0);
+        let reason = if slot.flags != 0 && matches!(errno, libc::ENOENT | libc::EBADF) {
+            "the kernel keeps no perf_event state for this cgroup (it is not a directory of a cgroup hierarchy with the perf_event controller, or that controller is not enabled there)".to_string()
+        } else {
+            let as_ = match (&plan.attach, opener) {
+                (_, Opener::Tracepoint(_)) => OpenedAs::Tracepoint,
+                (AttachPoint::User { .. }, _) => OpenedAs::Uprobe,
+                _ => OpenedAs::Kprobe,
+            };
+            explain_open_errno(errno, &target, as_)
+        };
+        Error::Open {
+            probe: plan.spec.to_string(),
+            where_: slot.label.clone(),
+            reason,
+            source,
+        }
+    })
+}
+
+/// The counting-only twin of a kretprobe's `attr`: the same function
+/// (name or address) and target, at its entry, sampling nothing and
+/// writing nothing to any ring. The kernel adds one to its count at each
+/// hit (perf_tp_event -> perf_swevent_event), read with read(2).
+fn entry_counter_attr(ret: &sys::perf_event_attr, retprobe_bit: u32) -> sys::perf_event_attr {
+    // The function (config1/config2), target flags (inherit,
+    // enable_on_exec) and disabled state are kept; all that is about
+    // samples and rings is cleared.
+    let mut attr = *ret;
+    attr.config &= !(1u64 << retprobe_bit);
+    attr.__bindgen_anon_1.sample_period = 0;
+    attr.sample_type = 0;
+    attr.sample_regs_intr = 0;
+    attr.__bindgen_anon_2.wakeup_events = 0;
+    attr.set_watermark(0);
+    attr.set_sample_id_all(0);
+    attr.set_write_backward(0);
+    attr.set_comm(0);
+    attr.set_comm_exec(0);
+    attr.set_mmap(0);
     attr
 }
 
@@ -575,13 +663,19 @@ impl Session {
                     .collect()
             }
         };
-        sys::raise_fd_limit(slots.len() * plans.len() + 64).map_err(|e| {
+        // A PMU kretprobe has a second fd per slot: its entry counter.
+        let per_slot = plans.len()
+            + plans
+                .iter()
+                .filter(|p| p.is_return() && p.backend == Backend::Pmu)
+                .count();
+        sys::raise_fd_limit(slots.len() * per_slot + 64).map_err(|e| {
             Error::io(
                 format!(
                     "{} probes on {} CPUs/threads need {} file descriptors; raise the hard limit (ulimit -Hn)",
                     plans.len(),
                     slots.len(),
-                    slots.len() * plans.len()
+                    slots.len() * per_slot
                 ),
                 e,
             )
@@ -607,6 +701,7 @@ impl Session {
         // events on that CPU share (as perf does).
         let mut ring_of_cpu: Option<HashMap<i32, usize>> =
             matches!(opts.target, RecordTarget::Processes(_)).then(HashMap::new);
+        let mut entry_counters = Vec::new();
         'slots: for slot in &slots {
             let mut fds: Vec<OwnedFd> = Vec::with_capacity(plans.len());
             let mut ring = None;
@@ -650,55 +745,23 @@ impl Session {
                         }
                     }
                 }
-                let mut opened = sys::perf_event_open(&attr, name, slot.pid, slot.cpu, slot.flags);
-                // Some kernels refuse MOD:SYM names over perf_event_open
-                // (ENOENT on some 6.1/5.10 stables, EINVAL before ~5.3):
-                // retry by the address kallsyms gives.
-                if let (Err(e), Opener::Pmu(_), Some(addr)) =
-                    (&opened, openers[i], plan.resolved_address)
-                {
-                    let refused_name =
-                        matches!(e.raw_os_error(), Some(libc::ENOENT | libc::EINVAL));
-                    if refused_name && plan.spec.target_module().is_some() {
-                        let mut by_addr = attr;
-                        if let AttachPoint::Symbol { offset, .. } = plan.attach {
-                            by_addr.__bindgen_anon_4.config2 = addr.wrapping_add(offset);
-                        }
-                        opened =
-                            sys::perf_event_open(&by_addr, None, slot.pid, slot.cpu, slot.flags);
-                    }
-                }
-                if ring_of_cpu.is_some()
-                    && matches!(&opened, Err(e) if e.raw_os_error() == Some(libc::ESRCH))
-                {
+                let fd = match open_at(&attr, name, plan, openers[i], slot) {
                     // The thread exited after the scan: nothing to record.
-                    continue 'slots;
-                }
-                let fd = opened.map_err(|source| {
-                    let target = match &plan.attach {
-                        AttachPoint::Symbol { name, offset: 0 } => name.clone(),
-                        AttachPoint::Symbol { name, offset } => format!("{name}+{offset}"),
-                        AttachPoint::Address(a) => format!("0x{a:x}"),
-                        AttachPoint::User { path, offset } => format!("{path}:0x{offset:x}"),
-                    };
-                    let errno = source.raw_os_error().unwrap_or(0);
-                    let reason = if slot.flags != 0 && matches!(errno, libc::ENOENT | libc::EBADF) {
-                        "the kernel keeps no perf_event state for this cgroup (it is not a directory of a cgroup hierarchy with the perf_event controller, or that controller is not enabled there)".to_string()
-                    } else {
-                        let as_ = match (&plan.attach, openers[i]) {
-                            (_, Opener::Tracepoint(_)) => OpenedAs::Tracepoint,
-                            (AttachPoint::User { .. }, _) => OpenedAs::Uprobe,
-                            _ => OpenedAs::Kprobe,
-                        };
-                        explain_open_errno(errno, &target, as_)
-                    };
-                    Error::Open {
-                        probe: plan.spec.to_string(),
-                        where_: slot.label.clone(),
-                        reason,
-                        source,
+                    Err(Error::Open { source, .. })
+                        if ring_of_cpu.is_some() && source.raw_os_error() == Some(libc::ESRCH) =>
+                    {
+                        continue 'slots;
                     }
-                })?;
+                    opened => opened?,
+                };
+                // A PMU kretprobe's entries, counted by the kernel: the
+                // same function's entry probe on the same slot, in
+                // counting mode.
+                if let (true, Opener::Pmu(pmu)) = (plan.is_return(), openers[i]) {
+                    let counting = entry_counter_attr(&attr, pmu.retprobe_bit);
+                    let counter = open_at(&counting, name, plan, openers[i], slot)?;
+                    entry_counters.push((i, counter));
+                }
                 let id = sys::event_id(&fd).map_err(|e| Error::io("reading a perf event id", e))?;
                 probe_of_id.insert(id, i);
                 let owner = shared
@@ -750,7 +813,12 @@ impl Session {
                 if let Some(m) = ring_of_cpu.as_mut() {
                     m.insert(slot.cpu, streams.len());
                 }
-                streams.push(CpuStream { ring, fds });
+                streams.push(CpuStream {
+                    ring,
+                    fds,
+                    cpu: u32::try_from(slot.cpu).ok(),
+                    samples: 0,
+                });
             } else if let Some(stream) = shared.and_then(|s| streams.get_mut(s)) {
                 stream.fds.extend(fds);
             }
@@ -779,6 +847,7 @@ impl Session {
             .collect();
         Ok(Session {
             streams,
+            entry_counters,
             tracefs: tracefs_guard,
             decoder,
             sink: None,
@@ -801,12 +870,19 @@ impl Session {
                 sys::enable(fd).map_err(|e| Error::io("enabling a probe", e))?;
             }
         }
+        // Entries counted from now on have their kretprobe armed.
+        for (_, fd) in &self.entry_counters {
+            sys::enable(fd).map_err(|e| Error::io("enabling a kretprobe's entry counter", e))?;
+        }
         self.enabled = true;
         Ok(())
     }
 
     /// Disarms every probe; buffered events can still be read.
     pub fn disable(&mut self) -> Result<(), Error> {
+        for (_, fd) in &self.entry_counters {
+            sys::disable(fd).map_err(|e| Error::io("disabling a kretprobe's entry counter", e))?;
+        }
         for s in &self.streams {
             for fd in &s.fds {
                 sys::disable(fd).map_err(|e| Error::io("disabling a probe", e))?;
@@ -895,6 +971,51 @@ impl Session {
             .collect())
     }
 
+    /// Samples lost per CPU ring (`None`: a ring per thread; those are
+    /// summed): the counts the kernel kept for the ring's events minus the
+    /// samples decoded from it. Unlike [`SessionStats::lost_per_cpu`]
+    /// (from `PERF_RECORD_LOST`, which the kernel writes only once a ring
+    /// has room again), exact once the rings are drained, and summing to
+    /// the total of [`Session::lost_per_probe`]. In flight-recorder mode,
+    /// the samples not kept. CPUs that lost nothing are left out.
+    pub fn lost_per_cpu(&self) -> Result<BTreeMap<Option<u32>, u64>, Error> {
+        let mut lost = BTreeMap::new();
+        for s in &self.streams {
+            let mut counted = 0u64;
+            for fd in &s.fds {
+                counted +=
+                    sys::read_count(fd).map_err(|e| Error::io("reading a probe's count", e))?;
+            }
+            let n = counted.saturating_sub(s.samples);
+            if n > 0 {
+                *lost.entry(s.cpu).or_insert(0) += n;
+            }
+        }
+        Ok(lost)
+    }
+
+    /// For each PMU kretprobe (`None` for other probes), the calls the
+    /// kernel counted entering its function and the returns the kretprobe
+    /// reported, over every CPU or thread; exact after
+    /// [`Session::disable`]. Calls still running when the session was
+    /// disabled count as unreturned.
+    pub fn call_counts(&self) -> Result<Vec<Option<CallCounts>>, Error> {
+        let mut counts: Vec<Option<CallCounts>> = vec![None; self.plans().len()];
+        for (probe, fd) in &self.entry_counters {
+            let n = sys::read_count(fd)
+                .map_err(|e| Error::io("reading a kretprobe's entry count", e))?;
+            if let Some(c) = counts.get_mut(*probe) {
+                c.get_or_insert_with(CallCounts::default).entries += n;
+            }
+        }
+        for (c, returns) in counts.iter_mut().zip(self.kernel_hits()?) {
+            if let Some(c) = c {
+                c.returns = returns;
+            }
+        }
+        Ok(counts)
+    }
+
     /// Hits and misses the kernel counted, for tracefs probes (`None` for
     /// PMU probes, whose counts the kernel does not expose).
     pub fn kernel_counts(&self) -> Vec<Option<KernelCounts>> {
@@ -919,7 +1040,7 @@ impl Session {
 
     /// Number of perf event fds this session holds.
     pub fn fd_count(&self) -> usize {
-        self.streams.iter().map(|s| s.fds.len()).sum()
+        self.streams.iter().map(|s| s.fds.len()).sum::<usize>() + self.entry_counters.len()
     }
 
     /// Flight-recorder mode: pauses every ring's output, takes the records
@@ -943,7 +1064,10 @@ impl Session {
             // Newest first in the ring: decode oldest first.
             for rec in taken.iter().rev() {
                 // An undecodable record is counted in the stats.
-                let _ = self.decoder.record(rec.kind, rec.misc, (&rec.body, &[]));
+                let decoded = self.decoder.record(rec.kind, rec.misc, (&rec.body, &[]));
+                if decoded.is_ok() && rec.kind == records::RECORD_SAMPLE {
+                    stream.samples += 1;
+                }
             }
         }
         let n = self.decoder.round(true, |e, _| f(e));
@@ -989,9 +1113,13 @@ impl Session {
             let StreamRing::Forward(ring) = &mut stream.ring else {
                 continue;
             };
+            let samples = &mut stream.samples;
             ring.drain(|rec| {
                 // An undecodable record is counted in the stats.
-                let _ = decoder.record(rec.kind, rec.misc, rec.body);
+                let decoded = decoder.record(rec.kind, rec.misc, rec.body).is_ok();
+                if decoded && rec.kind == records::RECORD_SAMPLE {
+                    *samples += 1;
+                }
                 let Some(sink) = sink.as_mut() else { return };
                 if sink_error.is_some() {
                     return;

@@ -35,7 +35,7 @@ fn openat_entry_and_return_values_of_a_known_thread() {
     assert_eq!(
         session.fd_count(),
         3 * kprobe_perf_engine::session::online_cpus().unwrap().len(),
-        "one fd per probe per online CPU: the two probes and the kretprobe's companion"
+        "per online CPU: one fd per probe, and the kretprobe's counting-only entry event"
     );
     session.enable().expect("enabling");
 

@@ -65,3 +65,73 @@ fn uprobe_and_uretprobe_values_are_exact() {
         kprobe_perf_uprobe_target as *const () as usize as u64
     );
 }
+
+/// Called only by `uretprobe_losses_and_calls_count_only_the_users_probe`.
+#[no_mangle]
+#[inline(never)]
+pub extern "C" fn kprobe_perf_uretprobe_loss_target(a: u64) -> u64 {
+    std::hint::black_box(a.wrapping_mul(3))
+}
+
+/// A uretprobe into a one-page ring: the kernel counts every entry (a
+/// counting-only uprobe event, no second sampling probe) and every
+/// return; most samples are lost, and the losses per CPU ring sum to the
+/// probe's loss, which is the kernel's count minus the events delivered.
+#[test]
+fn uretprobe_losses_and_calls_count_only_the_users_probe() {
+    if !uprobes_available("uretprobe_losses_and_calls_count_only_the_users_probe") {
+        return;
+    }
+    const CALLS: u64 = 5000;
+    let exe = std::env::current_exe().unwrap();
+    let spec = format!(
+        "r:{}:kprobe_perf_uretprobe_loss_target ret=$retval",
+        exe.display()
+    );
+    let plans = plan_probes(&[spec], &KernelSymbols::default()).unwrap();
+    assert_eq!(plans.len(), 1, "the user's probe only");
+    let mut s = Session::open(
+        plans,
+        SessionOptions {
+            mmap_pages: 1,
+            ..SessionOptions::default()
+        },
+    )
+    .unwrap();
+    let cpus = kprobe_perf_engine::session::online_cpus().unwrap().len();
+    assert_eq!(
+        s.fd_count(),
+        2 * cpus,
+        "per CPU: the uretprobe and its entry counter"
+    );
+    s.enable().unwrap();
+    let mut sum = 0u64;
+    for i in 0..CALLS {
+        sum = sum.wrapping_add(kprobe_perf_uretprobe_loss_target(i));
+    }
+    assert_eq!(sum, 3 * CALLS * (CALLS - 1) / 2);
+    s.disable().unwrap();
+    let mut delivered = 0u64;
+    for _ in 0..3 {
+        s.poll(Some(Duration::from_millis(50)), |_| delivered += 1)
+            .unwrap();
+    }
+    let calls = s.call_counts().unwrap()[0].expect("a PMU uretprobe has call counts");
+    let lost = s.lost_per_probe().unwrap()[0];
+    let per_cpu = s.lost_per_cpu().unwrap();
+    println!(
+        "uretprobe: entries {}, returns {}, delivered {delivered}, lost {lost}, per CPU {per_cpu:?}, LOST records {}",
+        calls.entries,
+        calls.returns,
+        s.stats().lost
+    );
+    assert_eq!((calls.entries, calls.returns), (CALLS, CALLS));
+    assert_eq!(calls.unreturned(), 0);
+    assert_eq!(delivered + lost, CALLS);
+    assert!(
+        lost > CALLS / 2,
+        "a one-page ring cannot hold {CALLS} samples"
+    );
+    assert_eq!(per_cpu.values().sum::<u64>(), lost);
+    assert!(s.stats().lost <= lost, "LOST records are a floor");
+}

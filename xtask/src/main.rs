@@ -74,12 +74,15 @@ enum Task {
     /// Print benchmark figures in release mode: `spec` (parse speed on
     /// the host), `attach` (attach and detach N kprobes in the VM while
     /// shell loops keep every CPU busy, against perf probe + perf record
-    /// and bpftrace in the same VM) or `decode`
+    /// and bpftrace in the same VM), `opens` (the cost per call of an
+    /// entry, a return and a string probe on do_sys_openat2 in the VM:
+    /// a workload's opens of a tmpfs file, bare, under kprobe-perf and
+    /// under perf probe + perf record; xtask/bench-opens.sh) or `decode`
     /// (decoding and text formatting of recorded samples on one core on the
     /// host, against `perf script` on the same perf.data file).
     Bench {
         /// What to measure.
-        #[arg(value_parser = ["spec", "attach", "decode"], default_value = "spec")]
+        #[arg(value_parser = ["spec", "attach", "opens", "decode"], default_value = "spec")]
         what: String,
         /// For decode: how many samples.
         #[arg(long, default_value_t = 2_000_000)]
@@ -87,7 +90,14 @@ enum Task {
         /// For attach: how many functions.
         #[arg(long, default_value_t = 1000)]
         functions: usize,
-        /// For attach: the kernel series (6.1, 6.12) or a vmlinuz path.
+        /// For opens: opens per run.
+        #[arg(long, default_value_t = 100_000)]
+        opens: u64,
+        /// For opens: rounds (each runs every tool once).
+        #[arg(long, default_value_t = 3)]
+        rounds: u32,
+        /// For attach and opens: the kernel series (6.1, 6.12) or a
+        /// vmlinuz path.
         #[arg(long, default_value = "6.1")]
         kernel: String,
     },
@@ -183,6 +193,13 @@ fn main() -> Result<()> {
         Task::Bench { what, .. } if what == "spec" => run_example("spec_bench", &[]),
         Task::Bench { what, samples, .. } if what == "decode" => bench_decode(samples),
         Task::Bench {
+            what,
+            opens,
+            rounds,
+            kernel,
+            ..
+        } if what == "opens" => bench_opens(opens, rounds, &kernel),
+        Task::Bench {
             functions, kernel, ..
         } => bench_attach(functions, &kernel),
     }
@@ -231,6 +248,64 @@ fn bench_attach(functions: usize, kernel: &str) -> Result<()> {
     report_problems(&outcome);
     if !outcome.success() {
         bail!("the attach benchmark failed");
+    }
+    Ok(())
+}
+
+/// Boots the VM and runs xtask/bench-opens.sh there: the cost per call
+/// of probes on do_sys_openat2, kprobe-perf against perf.
+fn bench_opens(opens: u64, rounds: u32, kernel: &str) -> Result<()> {
+    host::ensure_packages(&[("linux-perf", "/usr/bin/perf")])?;
+    let status =
+        std::process::Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()))
+            .current_dir(workspace_root())
+            .args([
+                "build",
+                "--quiet",
+                "--release",
+                "--package",
+                "kprobe-perf",
+                "--package",
+                "kprobe-perf-tests",
+                "--bin",
+                "kprobe-perf",
+                "--bin",
+                "open_loop",
+            ])
+            .status()
+            .context("running cargo")?;
+    if !status.success() {
+        bail!("building kprobe-perf and open_loop failed");
+    }
+    let kernel = kernels::resolve(kernel, &vm_cache().join("kernels"))?;
+    let target = vm_cache()
+        .parent()
+        .map(PathBuf::from)
+        .unwrap_or_else(|| workspace_root().join("target"));
+    let path = |p: &str| target.join(p).to_string_lossy().into_owned();
+    let outcome = vm::run(&vm::VmRun {
+        kernel: &kernel,
+        command: &[
+            "sh".into(),
+            workspace_root()
+                .join("xtask/bench-opens.sh")
+                .to_string_lossy()
+                .into_owned(),
+            path("release/kprobe-perf"),
+            path("release/open_loop"),
+            opens.to_string(),
+            rounds.to_string(),
+        ],
+        cwd: workspace_root(),
+        env: passthrough_env(),
+        timeout: Duration::from_secs(3600),
+        echo: true,
+        label: None,
+        work_dir: vm_cache(),
+    })?;
+    report_problems(&outcome);
+    if !outcome.success() {
+        bail!("the opens benchmark failed");
     }
     Ok(())
 }

@@ -20,8 +20,6 @@ pub struct StoredProbe {
     pub event: String,
     /// The backend it was recorded with.
     pub backend: Backend,
-    /// For a companion entry probe, the kretprobe it counts for.
-    pub companion_of: Option<usize>,
     /// For a uprobe, the file offset the symbol resolved to.
     pub user_offset: Option<u64>,
     /// Where each argument lies in the raw record (tracefs probes).
@@ -36,7 +34,6 @@ impl StoredProbe {
         StoredProbe {
             event: plan.event.clone(),
             backend: plan.backend,
-            companion_of: plan.companion_of,
             user_offset: match plan.attach {
                 AttachPoint::User { offset, .. } => Some(offset),
                 _ => None,
@@ -62,7 +59,6 @@ impl StoredProbe {
         let mut p = plan::resolve(spec, &KernelSymbols::default(), arch, choice)
             .map_err(|e| e.to_string())?;
         p.event = self.event.clone();
-        p.companion_of = self.companion_of;
         if p.is_return() && !matches!(p.attach, plan::AttachPoint::User { .. }) {
             p.return_trampoline = plan::return_trampoline(symbols);
         }
@@ -138,7 +134,10 @@ impl Metadata {
                 "probe\t{}\t{}\t{}\t{}\t{}\t{}\n",
                 one_line(&p.event),
                 backend_name(p.backend),
-                p.companion_of.map_or("-".into(), |c| c.to_string()),
+                // A column kept for the layout's sake: builds before
+                // entries were counted in the kernel stored here the
+                // kretprobe a hidden entry probe counted for.
+                "-",
                 p.user_offset.map_or("-".into(), |o| o.to_string()),
                 if offsets.is_empty() {
                     "-".into()
@@ -179,7 +178,8 @@ impl Metadata {
                 }
                 Some("probe") => {
                     let fields: Vec<&str> = f.collect();
-                    let [event, backend, companion, user, offsets, spec] = fields[..] else {
+                    // The third column is always "-" (see `encode`).
+                    let [event, backend, _, user, offsets, spec] = fields[..] else {
                         return Err(bad("a probe line has 7 fields"));
                     };
                     let num = |s: &str| -> Result<Option<u64>, String> {
@@ -196,10 +196,6 @@ impl Metadata {
                             "tracefs" => Backend::Tracefs,
                             _ => return Err(bad("unknown backend")),
                         },
-                        companion_of: num(companion)?
-                            .map(usize::try_from)
-                            .transpose()
-                            .map_err(|_| bad("index out of range"))?,
                         user_offset: num(user)?,
                         field_offsets: if offsets == "-" {
                             Vec::new()

@@ -463,8 +463,6 @@ pub(crate) struct ProbeShape {
     pub kinds: Vec<Option<BaseType>>,
     /// A kretprobe: the sampled ip is the return address.
     pub is_return: bool,
-    /// The kretprobe this entry probe is the companion of.
-    pub companion_of: Option<usize>,
     /// The arguments that are the thread's name (`$comm` read by the
     /// engine), set when the event is handed over.
     pub comm_args: Vec<usize>,
@@ -577,7 +575,6 @@ impl RecordDecoder {
                 .map(|p| ProbeShape {
                     kinds: arg_kinds(p),
                     is_return: p.is_return(),
-                    companion_of: p.companion_of,
                     comm_args: p
                         .args
                         .iter()
@@ -754,10 +751,7 @@ impl RecordDecoder {
                     head,
                     args,
                 );
-                let tid = parts.tid.unwrap_or(-1);
-                let decoded = decoded.map(|()| (probe, tid));
-                let shape = self.shapes.get(probe);
-                account(&mut self.stats, &mut self.queue, shape, decoded)
+                account(&mut self.stats, &mut self.queue, decoded.map(|()| probe))
                     .map_err(RecordError::Decode)
             }
             Ok(EventRecord::Comm(c)) => {
@@ -872,7 +866,6 @@ impl RecordDecoder {
             let slot = *layout.slot.get(i as usize).filter(|&&s| s != u8::MAX)?;
             u64_at(regs, usize::from(slot) * 8)
         };
-        let tid = parts.tid.unwrap_or(-1);
         let (head, args) = self.queue.begin();
         let decoded = match &layout.registers_only {
             // The usual PMU probe: its registers straight from their slots.
@@ -902,13 +895,8 @@ impl RecordDecoder {
                 args,
             ),
         }
-        .map(|()| (probe, tid));
-        Some(account(
-            &mut self.stats,
-            &mut self.queue,
-            self.shapes.get(probe),
-            decoded,
-        ))
+        .map(|()| probe);
+        Some(account(&mut self.stats, &mut self.queue, decoded))
     }
 }
 
@@ -924,28 +912,18 @@ fn u32_at(b: &[u8], at: usize) -> Option<u32> {
         .map(u32::from_ne_bytes)
 }
 
-/// Counts a decoded sample (of `(probe, tid)`) and commits the queue's
-/// slot it was decoded into, unless it belongs to a companion entry probe
-/// (only counted) or failed (counted as undecodable).
+/// Counts a decoded sample of `probe` and commits the queue's slot it was
+/// decoded into, or counts a failure as undecodable.
 #[inline]
 fn account(
     stats: &mut SessionStats,
     queue: &mut EventQueue,
-    shape: Option<&ProbeShape>,
-    decoded: Result<(usize, i32), DecodeError>,
+    decoded: Result<usize, DecodeError>,
 ) -> Result<(), DecodeError> {
     match decoded {
-        Ok((probe, tid)) => {
+        Ok(probe) => {
             if let Some(h) = stats.hits.get_mut(probe) {
                 *h += 1;
-            }
-            if let Some(ret_probe) = shape.and_then(|s| s.companion_of) {
-                stats.pairing.entry((ret_probe, tid)).or_default().0 += 1;
-                queue.abort();
-                return Ok(());
-            }
-            if shape.is_some_and(|s| s.is_return) {
-                stats.pairing.entry((probe, tid)).or_default().1 += 1;
             }
             queue.commit();
             Ok(())
