@@ -329,11 +329,9 @@ fn record(args: &RecordArgs) -> Result<ExitCode> {
     let specs = inspect::expand_globs(specs, &symbols, args.all_instances, &args.image)?;
     let plans = plan_probes_with(&specs, &symbols, choice)?;
     inspect::check_plans(&plans, &symbols, &args.image)?;
-    let out_file = args
-        .output
-        .as_deref()
-        .map(|p| output::create(p, args.force));
-    let out_file = out_file.transpose()?;
+    if let Some(p) = args.output.as_deref() {
+        output::check(p)?;
+    }
 
     let stop = Arc::new(AtomicBool::new(false));
     for sig in [
@@ -394,8 +392,14 @@ fn record(args: &RecordArgs) -> Result<ExitCode> {
             overwrite: args.overwrite,
         },
     )?;
-    let file = match out_file {
-        Some(f) => Some(output::FileOutput::start(f, &mut session, &symbols)?),
+    // The file is made (an existing one moved aside, or removed with
+    // --force) only once the probes are open and the command is ready, so
+    // a run refused before that leaves an existing FILE as it was.
+    let file = match args.output.as_deref() {
+        Some(p) => {
+            let f = output::create(p, args.force)?;
+            Some(output::FileOutput::start(f, &mut session, &symbols)?)
+        }
         None => None,
     };
     session.enable()?;

@@ -18,7 +18,27 @@ use kprobe_perf_engine::{Arch, Event, KernelSymbols, Session, Value};
 mod create;
 pub use create::NewFile;
 
-/// Creates the `-o` file before the recording starts: an existing `path`
+/// Refuses, before anything is attached, a `-o` path the file could never
+/// be written at (a directory, device, FIFO or socket; a directory that
+/// does not exist). Changes nothing.
+pub fn check(path: &Path) -> Result<()> {
+    create::check(path).map_err(anyhow::Error::msg)?;
+    let dir = match path.parent() {
+        Some(d) if !d.as_os_str().is_empty() => d,
+        _ => Path::new("."),
+    };
+    if let Err(e) = std::fs::metadata(dir) {
+        anyhow::bail!(
+            "-o {}: cannot use the directory {}: {e}; {}",
+            path.display(),
+            dir.display(),
+            create::advice(path, &e)
+        );
+    }
+    Ok(())
+}
+
+/// Creates the `-o` file just before the recording starts: an existing `path`
 /// is renamed to `path.old` (or with `force` removed; a symbolic link is
 /// never followed), then `path` is made anew, mode 0600. Says on stderr
 /// what was done with an existing file.

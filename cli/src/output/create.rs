@@ -96,10 +96,10 @@ fn refused_kind(m: &Metadata) -> Option<&'static str> {
     }
 }
 
-/// Renames (or with `force` removes) what exists at `path`, never
-/// following a symbolic link. Returns what was done, or `None` when
-/// nothing was there.
-pub fn move_aside(path: &Path, force: bool) -> Result<Option<String>, String> {
+/// What is at `path` now (`None`: nothing), refusing what `-o` never
+/// writes (a directory, device, FIFO or socket). Changes nothing, so it
+/// can run before anything is attached.
+pub fn check(path: &Path) -> Result<Option<Metadata>, String> {
     let p = path.display();
     let meta = match std::fs::symlink_metadata(path) {
         Ok(m) => m,
@@ -122,6 +122,17 @@ pub fn move_aside(path: &Path, force: bool) -> Result<Option<String>, String> {
         };
         return Err(format!("-o {p}: {p} is {kind}; {hint}"));
     }
+    Ok(Some(meta))
+}
+
+/// Renames (or with `force` removes) what exists at `path`, never
+/// following a symbolic link. Returns what was done, or `None` when
+/// nothing was there.
+pub fn move_aside(path: &Path, force: bool) -> Result<Option<String>, String> {
+    let p = path.display();
+    let Some(meta) = check(path)? else {
+        return Ok(None);
+    };
     let link = meta
         .file_type()
         .is_symlink()
