@@ -241,7 +241,9 @@ fn table(f: &Fixtures) -> Vec<(Vec<String>, &'static str)> {
 #[test]
 fn bad_inputs_are_refused_with_one_line() {
     if Command::new("prlimit").arg("--version").output().is_err() {
-        println!("SKIP bad inputs: prlimit (util-linux) is not installed");
+        println!(
+            "SKIP bad_inputs_are_refused_with_one_line: prlimit (util-linux) is not installed"
+        );
         return;
     }
     let f = Fixtures::new();

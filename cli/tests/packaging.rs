@@ -222,7 +222,7 @@ fn completions_for_three_shells() {
                 String::from_utf8_lossy(&out.stderr)
             );
         }
-        Err(e) => println!("SKIP loading the bash completions: no bash ({e})"),
+        Err(e) => println!("note: the bash completions were not loaded: no bash ({e})"),
     }
     // The generator itself is no command anyone completes or reads about.
     for text in [&bash, &zsh, &fish] {

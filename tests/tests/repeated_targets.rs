@@ -17,14 +17,14 @@ pub extern "C" fn kprobe_perf_repeated_target(call: u64) -> u64 {
     std::hint::black_box(call)
 }
 
-fn uprobes_available() -> bool {
+fn uprobes_available(test: &str) -> bool {
     let ok = std::path::Path::new("/sys/bus/event_source/devices/uprobe").exists()
         && kprobe_perf_engine::session::check_capabilities().is_ok();
     if !ok {
         if let Some(k) = vm_kernel() {
             panic!("uprobes must work inside the VM (kernel {k})");
         }
-        println!("SKIP repeated targets: no uprobe PMU here, or no CAP_PERFMON/CAP_SYS_ADMIN");
+        println!("SKIP {test}: no uprobe PMU here, or no CAP_PERFMON/CAP_SYS_ADMIN");
     }
     ok
 }
@@ -108,7 +108,7 @@ fn check(what: &str, seen: &BTreeMap<u64, u32>) {
 
 #[test]
 fn a_cpu_named_twice_is_recorded_once() {
-    if !uprobes_available() {
+    if !uprobes_available("a_cpu_named_twice_is_recorded_once") {
         return;
     }
     let seen = record_calls(|_| vec!["-C".into(), "0,0".into()]);
@@ -117,7 +117,7 @@ fn a_cpu_named_twice_is_recorded_once() {
 
 #[test]
 fn a_process_named_twice_is_recorded_once() {
-    if !uprobes_available() {
+    if !uprobes_available("a_process_named_twice_is_recorded_once") {
         return;
     }
     // -p follows the threads a process starts later: its events are
@@ -136,7 +136,7 @@ fn a_process_named_twice_is_recorded_once() {
 
 #[test]
 fn a_thread_named_twice_is_recorded_once() {
-    if !uprobes_available() {
+    if !uprobes_available("a_thread_named_twice_is_recorded_once") {
         return;
     }
     let seen = record_calls(|tid| {

@@ -120,7 +120,9 @@ fn kretprobe_returns_and_losses_count_only_the_users_probe() {
 
     // Debian's perf sees one event, and exactly the samples delivered.
     if vm_kernel().is_none() && !Path::new("/usr/bin/perf").exists() {
-        println!("SKIP perf script: /usr/bin/perf is missing (apt-get install linux-perf)");
+        println!(
+            "note: perf script not compared: /usr/bin/perf is missing (apt-get install linux-perf)"
+        );
         return;
     }
     let out = Command::new("perf")
