@@ -165,8 +165,9 @@ struct RecordArgs {
     /// `auto` (the PMU unless the probe needs tracefs; all kernel probes go
     /// through tracefs when there are 64 or more, which shares one kernel
     /// kprobe between CPUs and detaches much faster). Uprobes of a
-    /// recorded command (`-- CMD`), and with `tracefs` every uprobe, are
-    /// defined in uprobe_events, so that they follow the command's forks.
+    /// recorded command (`-- CMD`) or of processes (`-p`), and with
+    /// `tracefs` every uprobe, are defined in uprobe_events, so that they
+    /// follow forks and new threads.
     #[arg(long, value_enum, default_value_t = BackendArg::Auto)]
     backend: BackendArg,
     /// Probe every function of a name several functions share (each by
@@ -526,7 +527,21 @@ fn record(args: &RecordArgs) -> Result<ExitCode> {
     // The recording stopped first (Ctrl-C, -d, stdout closed): the
     // command may have ended meanwhile (Ctrl-C reaches it too).
     if let (None, Some(c)) = (command_status, child.as_mut()) {
-        command_status = c.try_wait().context("waiting for the command")?;
+        // After Ctrl-C (or SIGTERM/SIGHUP) the command got the signal too:
+        // give it a moment to end, so its status is the one passed on.
+        let grace = if stop.load(Ordering::Relaxed) {
+            Duration::from_millis(500)
+        } else {
+            Duration::ZERO
+        };
+        let until = Instant::now() + grace;
+        loop {
+            command_status = c.try_wait().context("waiting for the command")?;
+            if command_status.is_some() || Instant::now() >= until {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
     }
     Ok(match command_status {
         Some(status) => {

@@ -101,9 +101,15 @@ pub(crate) fn watch(group: &str) {
     let _ = sys::send_all(&fd, format!("{group}\n").as_bytes());
 }
 
-/// The groups named in what the guardian read: one per line, ours only.
+/// The groups named in what the guardian read: one per complete line
+/// (a line the recorder died while writing could name a shorter pid's
+/// group), ours only.
 fn groups_in(bytes: &[u8]) -> HashSet<String> {
-    bytes
+    let complete = bytes
+        .iter()
+        .rposition(|&b| b == b'\n')
+        .map_or(&[][..], |end| &bytes[..end]);
+    complete
         .split(|&b| b == b'\n')
         .filter_map(|line| std::str::from_utf8(line).ok())
         .filter(|g| {
@@ -130,10 +136,17 @@ fn guard(fd: OwnedFd) {
                 // Bounded: a line per session; keep at most 1 MiB.
                 if read.len() > 1 << 20 {
                     let groups = groups_in(&read);
-                    read = groups
+                    // The unfinished last line stays to be completed.
+                    let tail = read
+                        .iter()
+                        .rposition(|&b| b == b'\n')
+                        .map_or(read.len(), |end| end + 1);
+                    let mut kept: Vec<u8> = groups
                         .into_iter()
                         .flat_map(|g| (g + "\n").into_bytes())
                         .collect();
+                    kept.extend_from_slice(&read[tail..]);
+                    read = kept;
                 }
             }
             Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
@@ -168,8 +181,10 @@ mod tests {
     #[test]
     fn only_our_groups_are_read() {
         let g = groups_in(
-            b"kprobe_perf_12_0\nkprobe_perf_12_1\nkprobes\nkprobe_perf_12_0\nkprobe_perf_1/x\nkprobe_perf_9",
+            b"kprobe_perf_12_0\nkprobe_perf_12_1\nkprobes\nkprobe_perf_12_0\nkprobe_perf_1/x\nkprobe_perf_9\nkprobe_perf_1",
         );
+        // The unfinished last line (`kprobe_perf_1`, perhaps the start of
+        // `kprobe_perf_1234_0`) is not taken for pid 1's group.
         let mut g: Vec<_> = g.into_iter().collect();
         g.sort();
         assert_eq!(g, ["kprobe_perf_12_0", "kprobe_perf_12_1", "kprobe_perf_9"]);

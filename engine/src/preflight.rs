@@ -471,12 +471,11 @@ pub fn check_uprobe(
         UserLocation::Offset(o) => {
             let bin = match UserBinary::open(file) {
                 Ok(b) => b,
-                // Unreadable here (permissions): the kernel decides. A
-                // device, FIFO or directory is refused, never handed on.
+                // Unreadable by us only (permissions): the kernel, which
+                // opens it with its own rights, decides. Anything else (no
+                // such file, a device or FIFO, an I/O error) is refused.
                 Err(ElfError::Read { source, .. })
-                    if !source
-                        .get_ref()
-                        .is_some_and(|e| e.is::<kprobe_perf_symbols::file::NotRegular>()) =>
+                    if source.kind() == std::io::ErrorKind::PermissionDenied =>
                 {
                     return Ok(*o)
                 }

@@ -214,13 +214,6 @@ impl Tracefs {
         Err(unreadable.unwrap_or(TracefsError::NotMounted))
     }
 
-    /// Finds the tracefs mount and checks that it can define kprobes.
-    pub fn find_for_kprobes() -> Result<Tracefs, TracefsError> {
-        let fs = Tracefs::find()?;
-        fs.require(ProbeKind::Kernel)?;
-        Ok(fs)
-    }
-
     /// Fails with the cause when this kernel cannot define `kind` probes.
     pub fn require(&self, kind: ProbeKind) -> Result<(), TracefsError> {
         if self.root.join(kind.list_file()).exists() {
