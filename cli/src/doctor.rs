@@ -367,14 +367,16 @@ fn paranoid_check(caps: Option<u64>) -> Check {
             "run a kernel built with CONFIG_PERF_EVENTS=y".to_string(),
         );
     };
-    let privileged = has(caps, CAP_PERFMON) || has(caps, CAP_SYS_ADMIN);
+    // CAP_SYS_ADMIN passes every level; CAP_PERFMON not Debian's level 3
+    // (its patch asks for CAP_SYS_ADMIN there: README, Requirements).
+    let privileged = has(caps, CAP_SYS_ADMIN) || (has(caps, CAP_PERFMON) && v <= 2);
     if privileged || v <= -1 {
         Check::ok(
             what,
             format!(
                 "kernel.perf_event_paranoid = {v}{}",
                 if privileged {
-                    " (not a limit for this process: it holds CAP_PERFMON or CAP_SYS_ADMIN)"
+                    " (not a limit for this process: it holds CAP_SYS_ADMIN, or CAP_PERFMON at level 2 or below)"
                 } else {
                     ""
                 }
@@ -384,7 +386,7 @@ fn paranoid_check(caps: Option<u64>) -> Check {
         Check::missing(
             what,
             format!(
-                "kernel.perf_event_paranoid = {v} limits this process (it holds neither CAP_PERFMON nor CAP_SYS_ADMIN)"
+                "kernel.perf_event_paranoid = {v} limits this process (it holds neither CAP_SYS_ADMIN nor, at this level, a CAP_PERFMON that would do)"
             ),
             "see Capabilities below; or sysctl -w kernel.perf_event_paranoid=-1".to_string(),
         )
@@ -462,7 +464,7 @@ fn caps_check(caps: Option<u64>) -> Check {
     } else {
         Check::missing(
             what,
-            format!("{detail} (the kprobe and uprobe PMUs need CAP_PERFMON or CAP_SYS_ADMIN)"),
+            format!("{detail} (kprobes need CAP_SYS_ADMIN, or CAP_PERFMON where perf_event_paranoid is 2 or below; uprobes need CAP_SYS_ADMIN on kernels with the 6.16 change and its stable backports)"),
             "run as root, or grant the binary a capability as the README's Requirements say for your kernel".to_string(),
         )
     }
