@@ -325,7 +325,7 @@ fn base_attr(
 impl Session {
     /// Opens every probe on every online CPU (or for one process), maps one
     /// ring per CPU and leaves the probes disabled until [`Session::enable`].
-    pub fn open(plans: Vec<ProbePlan>, opts: SessionOptions) -> Result<Session, Error> {
+    pub fn open(mut plans: Vec<ProbePlan>, opts: SessionOptions) -> Result<Session, Error> {
         let is_user = |p: &ProbePlan| matches!(p.attach, AttachPoint::User { .. });
         let needs_kprobe_pmu = plans
             .iter()
@@ -352,7 +352,7 @@ impl Session {
         let mut tracefs_guard = None;
         let mut openers = Vec::with_capacity(plans.len());
         let mut field_offsets = Vec::with_capacity(plans.len());
-        for plan in &plans {
+        for plan in plans.iter_mut() {
             match (plan.backend, pmu) {
                 (Backend::Pmu, _) if is_user(plan) => {
                     let Some(up) = uprobe_pmu else {
@@ -380,6 +380,15 @@ impl Session {
                     guard.define(&plan.tracefs_definition(&group), &plan.event)?;
                     let id = guard.tracefs().event_id(&group, &plan.event)?;
                     let fields = guard.tracefs().format(&group, &plan.event)?;
+                    if plan.args_from_kernel() {
+                        // BTF names, $arg*, fprobe/tracepoint probes: the
+                        // kernel named and typed the fields.
+                        let path = guard.tracefs().root().join("events").join(&group);
+                        let path = path.join(&plan.event).join("format");
+                        if let Ok(text) = std::fs::read_to_string(path) {
+                            plan.set_args_from_format(&text);
+                        }
+                    }
                     let offsets = plan
                         .args
                         .iter()
