@@ -150,7 +150,7 @@ impl Tracefs {
         // The log ends with "  Command: ..." and a caret line; the message
         // is the line carrying "[kprobe]"/"[trace_kprobe]".
         lines
-            .find(|l| l.contains("kprobe") || l.contains("trace_probe"))
+            .find(|l| l.contains("kprobe") || l.contains("fprobe") || l.contains("trace_probe"))
             .map(|l| {
                 l.split_once("]: ")
                     .map_or(l, |(_, msg)| msg)
@@ -169,9 +169,19 @@ impl Tracefs {
         self.append(file, definition)
     }
 
+    /// The file that lists and removes every kind of dynamic event
+    /// (fprobe and tracepoint probes are not in kprobe_events).
+    fn events_file(&self) -> &'static str {
+        if self.root.join("dynamic_events").exists() {
+            "dynamic_events"
+        } else {
+            "kprobe_events"
+        }
+    }
+
     /// Removes one probe.
     pub fn remove(&self, group: &str, event: &str) -> Result<(), TracefsError> {
-        self.append("kprobe_events", &format!("-:{group}/{event}"))
+        self.append(self.events_file(), &format!("-:{group}/{event}"))
     }
 
     /// The tracepoint id of an event (for `PERF_TYPE_TRACEPOINT`).
@@ -212,7 +222,7 @@ impl Tracefs {
 
     /// Every `(group, event)` of ours currently defined.
     pub fn our_events(&self) -> Vec<(String, String)> {
-        let text = std::fs::read_to_string(self.root.join("kprobe_events")).unwrap_or_default();
+        let text = std::fs::read_to_string(self.root.join(self.events_file())).unwrap_or_default();
         text.lines()
             .filter_map(|l| {
                 let head = l.split_whitespace().next()?;

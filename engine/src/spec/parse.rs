@@ -90,7 +90,10 @@ fn tokens(input: &str) -> Vec<(usize, &str)> {
 
 /// True for a token that can only be a fetch argument, never a target.
 fn looks_like_fetch_arg(t: &str) -> bool {
-    t.contains('=') || t.contains("->") || t.starts_with(['%', '$', '@', '+', '-', '\\'])
+    t.contains('=')
+        || t.contains("->")
+        || t.contains(":%")
+        || t.starts_with(['%', '$', '@', '+', '-', '\\'])
 }
 
 pub(crate) fn is_identifier(s: &str) -> bool {
