@@ -286,7 +286,7 @@ fn record(args: &RecordArgs) -> Result<ExitCode> {
         BackendArg::Pmu => BackendChoice::Pmu,
         BackendArg::Tracefs => BackendChoice::Tracefs,
     };
-    let specs = inspect::expand_globs(specs, &symbols, args.all_instances, &args.image)?;
+    let specs = inspect::expand_globs(specs, &symbols, args.all_instances, &args.image, choice)?;
     let plans = plan_probes_with(&specs, &symbols, choice)?;
     inspect::check_plans(&plans, &symbols, &args.image)?;
     let out_file = args
@@ -360,6 +360,7 @@ fn record(args: &RecordArgs) -> Result<ExitCode> {
         None => None,
     };
     session.enable()?;
+    inspect::report_armed(session.plans());
     if let Some(c) = child.as_mut() {
         let prog = command.first().map_or("", String::as_str);
         c.release().with_context(|| format!("cannot run {prog}"))?;

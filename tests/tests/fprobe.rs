@@ -299,3 +299,79 @@ fn fprobe_refused_where_the_kernel_lacks_it() {
         "{err}"
     );
 }
+
+/// `--backend auto` turns a glob into one fprobe event: `r:vfs_rea*
+/// $retval:s64` over `cat` of a 12-byte file reports that read as
+/// `vfs_read` returning 12, lists the functions the kernel armed, and
+/// `list --why` names the route.
+#[test]
+fn cli_glob_becomes_one_fprobe_event() {
+    if fprobe_kernel("cli_glob_becomes_one_fprobe_event").is_none() {
+        return;
+    }
+    let path = format!("/tmp/cli-glob-{}", std::process::id());
+    std::fs::write(&path, b"hello world\n").unwrap();
+    let out = std::process::Command::new(kprobe_perf_tests::kprobe_perf_bin())
+        .args(["record", "-e", "r:vfs_rea* $retval:s64", "--", "cat", &path])
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    assert!(
+        stderr.contains(
+            "r:vfs_rea* $retval:s64: one fprobe event f vfs_rea*%return $retval:s64 over the"
+        ),
+        "{stderr}"
+    );
+    let armed = stderr
+        .lines()
+        .find(|l| l.contains("the kernel armed"))
+        .unwrap_or_default();
+    assert!(
+        armed.contains(" vfs_read ") || armed.ends_with(" vfs_read"),
+        "{armed}"
+    );
+    assert!(armed.contains("vfs_readv"), "{armed}");
+    let twelve: Vec<&str> = stdout
+        .lines()
+        .filter(|l| l.starts_with("cat") || l.trim_start().starts_with("cat-"))
+        .filter(|l| l.ends_with(" arg1=12"))
+        .collect();
+    assert_eq!(twelve.len(), 1, "{stdout}");
+    assert!(twelve[0].contains("<- vfs_read)"), "{}", twelve[0]);
+    let list = std::process::Command::new(kprobe_perf_tests::kprobe_perf_bin())
+        .args(["list", "--why", "vfs_rea*"])
+        .output()
+        .unwrap();
+    let why = String::from_utf8_lossy(&list.stderr);
+    assert!(
+        why.contains("vfs_rea*: route with --backend auto: one fprobe event f vfs_rea*"),
+        "{why}"
+    );
+    // vfs_* holds fragile functions the kernel's wildcard would arm
+    // (vfs_dentry_acceptable, the "entry" family): narrower fprobe
+    // events leave them out, and none of them is armed.
+    let out = std::process::Command::new(kprobe_perf_tests::kprobe_perf_bin())
+        .args(["record", "-e", "p:vfs_*", "--", "cat", &path])
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    assert!(
+        stderr.contains("fprobe events (vfs_") && stderr.contains("leaving out"),
+        "{stderr}"
+    );
+    let armed: Vec<&str> = stderr
+        .lines()
+        .filter(|l| l.contains("the kernel armed"))
+        .collect();
+    assert!(armed.len() > 1, "{stderr}");
+    assert!(
+        armed.iter().all(|l| !l.contains("vfs_dentry_acceptable")),
+        "{stderr}"
+    );
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(stdout.contains("(vfs_read+"), "{stdout}");
+    let _ = std::fs::remove_file(path);
+}
