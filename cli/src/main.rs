@@ -142,7 +142,9 @@ struct RecordArgs {
     /// the kernel fetches memory arguments and honours maxactive), or
     /// `auto` (the PMU unless the probe needs tracefs; all kernel probes go
     /// through tracefs when there are 64 or more, which shares one kernel
-    /// kprobe between CPUs and detaches much faster).
+    /// kprobe between CPUs and detaches much faster; on a kernel with
+    /// fprobe events, a glob becomes one fprobe event, or a few narrower
+    /// ones, instead of one kprobe per function).
     #[arg(long, value_enum, default_value_t = BackendArg::Auto)]
     backend: BackendArg,
     /// Probe every function of a name several functions share (each by

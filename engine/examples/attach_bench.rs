@@ -180,7 +180,7 @@ fn bpftrace(funcs: &[String]) -> Option<(f64, f64)> {
 
 /// Globs whose union is exactly `n` safe functions (see [`pick`]'s
 /// rules), and those functions. Functions are taken by whole families
-/// (`ext4_*`), in a seeded order; a family whose glob would also match
+/// (`ext4_*`), those with nothing to leave out first, largest first; a family whose glob would also match
 /// unsafe functions (or module ones, which the kernel's wildcard also
 /// arms) is split into narrower globs when that takes at most 3, else
 /// skipped; the last family is cut to reach `n` exactly.
@@ -206,11 +206,16 @@ fn pick_globs(n: usize, seed: u64) -> (Vec<String>, Vec<String>) {
         .into_iter()
         .filter(|(_, (keep, _))| !keep.is_empty())
         .collect();
+    // Each fprobe event costs an ftrace_ops registration (and an RCU
+    // tasks grace period when removed), whatever its size: the largest
+    // families first, so that few globs cover the functions (ties in a
+    // seeded order).
     let mut state = seed | 1;
     for i in (1..order.len()).rev() {
         let j = (xorshift(&mut state) % (i as u64 + 1)) as usize;
         order.swap(i, j);
     }
+    order.sort_by_key(|(_, (keep, avoid))| (!avoid.is_empty(), std::cmp::Reverse(keep.len())));
     let (mut globs, mut funcs) = (Vec::new(), Vec::new());
     for (prefix, (mut keep, mut avoid)) in order {
         if funcs.len() >= n {
@@ -224,8 +229,7 @@ fn pick_globs(n: usize, seed: u64) -> (Vec<String>, Vec<String>) {
         }
         let keep_refs: Vec<&str> = keep.iter().map(String::as_str).collect();
         let avoid_refs: Vec<&str> = avoid.iter().map(String::as_str).collect();
-        match kprobe_perf_symbols::narrower_globs(&format!("{prefix}*"), &keep_refs, &avoid_refs)
-        {
+        match kprobe_perf_symbols::narrower_globs(&format!("{prefix}*"), &keep_refs, &avoid_refs) {
             Some(g) if g.len() <= 3 => {
                 globs.extend(g);
                 funcs.extend(keep);
@@ -247,13 +251,18 @@ fn ours_fprobe(globs: &[String], funcs: &[String]) -> (f64, f64, usize) {
     s.enable().expect("enabling");
     let attach = secs(t);
     let want: HashSet<&str> = funcs.iter().map(String::as_str).collect();
-    let enabled = std::fs::read_to_string("/sys/kernel/tracing/enabled_functions").unwrap_or_default();
+    let enabled =
+        std::fs::read_to_string("/sys/kernel/tracing/enabled_functions").unwrap_or_default();
     let armed: HashSet<&str> = enabled
         .lines()
         .filter_map(|l| l.split_whitespace().next())
         .filter(|n| globs.iter().any(|g| kprobe_perf_symbols::glob_match(g, n)))
         .collect();
-    let extra: Vec<&&str> = armed.iter().filter(|n| !want.contains(**n)).take(5).collect();
+    let extra: Vec<&&str> = armed
+        .iter()
+        .filter(|n| !want.contains(**n))
+        .take(5)
+        .collect();
     if armed.len() != want.len() || !extra.is_empty() {
         println!(
             "WARNING: the kernel armed {} functions of the globs, {} expected (unexpected: {extra:?})",
@@ -314,7 +323,11 @@ fn fprobe_bench(sizes: &[usize], seed: u64, skip_peers: bool) {
             "kprobe-perf (fprobe): attach {a:.2} s, detach {d:.2} s, total {:.2} s, {armed} functions armed",
             a + d
         );
-        let bt = if skip_peers { None } else { bpftrace_globs(&globs, funcs.len()) };
+        let bt = if skip_peers {
+            None
+        } else {
+            bpftrace_globs(&globs, funcs.len())
+        };
         if let Some(t) = bt {
             println!("bpftrace (kprobe_multi): attach + run + detach {t:.2} s");
         }
@@ -382,8 +395,8 @@ fn main() {
         .skip_while(|a| a != "--fprobe")
         .nth(1)
         .map(|v| v.split(',').filter_map(|x| x.parse().ok()).collect());
-    let has_fprobe = kprobe_perf_engine::plan::KernelFeatures::running_kernel()
-        .is_some_and(|f| f.fprobe);
+    let has_fprobe =
+        kprobe_perf_engine::plan::KernelFeatures::running_kernel().is_some_and(|f| f.fprobe);
     match (&fprobe_sizes, has_fprobe) {
         (Some(sizes), true) => {
             fprobe_bench(sizes, seed, skip_peers);
