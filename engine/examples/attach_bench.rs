@@ -178,12 +178,15 @@ fn bpftrace(funcs: &[String]) -> Option<(f64, f64)> {
     Some((total, 0.0))
 }
 
+/// A family's safe functions, and the others its glob matches.
+type Family = (Vec<String>, Vec<String>);
+
 /// Globs whose union is exactly `n` safe functions (see [`pick`]'s
 /// rules), and those functions. Functions are taken by whole families
-/// (`ext4_*`), those with nothing to leave out first, largest first; a family whose glob would also match
-/// unsafe functions (or module ones, which the kernel's wildcard also
-/// arms) is split into narrower globs when that takes at most 3, else
-/// skipped; the last family is cut to reach `n` exactly.
+/// (`ext4_*`), most functions per glob first; a family whose glob would
+/// also match unsafe functions (or module ones, which the kernel's
+/// wildcard also arms) is split into narrower globs when that takes at
+/// most 8, else skipped; the last family is cut to reach `n` exactly.
 fn pick_globs(n: usize, seed: u64) -> (Vec<String>, Vec<String>) {
     let safe: HashSet<String> = pick(usize::MAX, seed).into_iter().collect();
     let filter = std::fs::read_to_string("/sys/kernel/tracing/available_filter_functions")
@@ -202,39 +205,47 @@ fn pick_globs(n: usize, seed: u64) -> (Vec<String>, Vec<String>) {
             fam.1.push(name.to_string());
         }
     }
-    let mut order: Vec<(String, (Vec<String>, Vec<String>))> = families
+    // Each fprobe event costs an ftrace_ops registration (and an RCU
+    // tasks grace period when removed), whatever its size: the families
+    // that give the most functions per glob come first (ties in a seeded
+    // order), each split to leave out what is not safe.
+    let mut order: Vec<(String, Family)> = families
         .into_iter()
         .filter(|(_, (keep, _))| !keep.is_empty())
         .collect();
-    // Each fprobe event costs an ftrace_ops registration (and an RCU
-    // tasks grace period when removed), whatever its size: the largest
-    // families first, so that few globs cover the functions (ties in a
-    // seeded order).
     let mut state = seed | 1;
     for i in (1..order.len()).rev() {
         let j = (xorshift(&mut state) % (i as u64 + 1)) as usize;
         order.swap(i, j);
     }
-    order.sort_by_key(|(_, (keep, avoid))| (!avoid.is_empty(), std::cmp::Reverse(keep.len())));
+    let split = |prefix: &str, keep: &[String], avoid: &[String]| {
+        let keep_refs: Vec<&str> = keep.iter().map(String::as_str).collect();
+        let avoid_refs: Vec<&str> = avoid.iter().map(String::as_str).collect();
+        kprobe_perf_symbols::narrower_globs(&format!("{prefix}*"), &keep_refs, &avoid_refs)
+            .filter(|g| g.len() <= 8)
+    };
+    let mut scored: Vec<(usize, String, Family)> = order
+        .into_iter()
+        .filter_map(|(prefix, (mut keep, avoid))| {
+            keep.sort();
+            keep.dedup();
+            let g = split(&prefix, &keep, &avoid)?;
+            Some((keep.len() * 1000 / g.len(), prefix, (keep, avoid)))
+        })
+        .collect();
+    scored.sort_by_key(|(score, _, _)| std::cmp::Reverse(*score));
     let (mut globs, mut funcs) = (Vec::new(), Vec::new());
-    for (prefix, (mut keep, mut avoid)) in order {
+    for (_, prefix, (mut keep, mut avoid)) in scored {
         if funcs.len() >= n {
             break;
         }
-        keep.sort();
-        keep.dedup();
         let need = n - funcs.len();
         if keep.len() > need {
             avoid.extend(keep.split_off(need));
         }
-        let keep_refs: Vec<&str> = keep.iter().map(String::as_str).collect();
-        let avoid_refs: Vec<&str> = avoid.iter().map(String::as_str).collect();
-        match kprobe_perf_symbols::narrower_globs(&format!("{prefix}*"), &keep_refs, &avoid_refs) {
-            Some(g) if g.len() <= 3 => {
-                globs.extend(g);
-                funcs.extend(keep);
-            }
-            _ => continue,
+        if let Some(g) = split(&prefix, &keep, &avoid) {
+            globs.extend(g);
+            funcs.extend(keep);
         }
     }
     (globs, funcs)
