@@ -181,16 +181,35 @@ fn bpftrace(funcs: &[String]) -> Option<(f64, f64)> {
 /// A family's safe functions, and the others its glob matches.
 type Family = (Vec<String>, Vec<String>);
 
-/// Globs whose union is exactly `n` safe functions (see [`pick`]'s
-/// rules), and those functions. Functions are taken by whole families
+/// Globs whose union is exactly `n` safe functions, and those functions. Functions are taken by whole families
 /// (`ext4_*`), most functions per glob first; a family whose glob would
 /// also match unsafe functions (or module ones, which the kernel's
 /// wildcard also arms) is split into narrower globs when that takes at
 /// most 8, else skipped; the last family is cut to reach `n` exactly.
 fn pick_globs(n: usize, seed: u64) -> (Vec<String>, Vec<String>) {
-    let safe: HashSet<String> = pick(usize::MAX, seed).into_iter().collect();
+    // Safe for fprobe and kprobe_multi alike: a traceable kernel function
+    // (modules' are left out), not on the kprobe blacklist, not in a
+    // fragile family. Names shared by several functions are fine: both
+    // arm every function of the name.
+    let symbols = KernelSymbols::load().expect("reading /proc/kallsyms");
+    let blacklist: HashSet<String> = std::fs::read_to_string("/sys/kernel/debug/kprobes/blacklist")
+        .unwrap_or_default()
+        .lines()
+        .filter_map(|l| l.split_whitespace().nth(1).map(str::to_string))
+        .collect();
     let filter = std::fs::read_to_string("/sys/kernel/tracing/available_filter_functions")
         .expect("reading available_filter_functions");
+    let safe: HashSet<String> = filter
+        .lines()
+        .filter(|l| !l.contains('['))
+        .map(|l| l.trim().to_string())
+        .filter(|n| !FRAGILE_FAMILIES.iter().any(|f| n.contains(f)))
+        .filter(|n| !blacklist.contains(n) && !n.starts_with("__"))
+        .filter(|n| {
+            let inst = symbols.lookup(n);
+            !inst.is_empty() && inst.iter().all(|s| s.is_text() && s.module.is_none())
+        })
+        .collect();
     let mut families: std::collections::BTreeMap<String, (Vec<String>, Vec<String>)> =
         Default::default();
     for line in filter.lines() {
