@@ -29,7 +29,7 @@
 //!
 //! The grammar is the union of what recent kernels accept; which of these
 //! forms the running kernel has is checked when a probe is planned (from
-//! tracefs's `README`, see [`crate::plan::KernelFeatures`]).
+//! tracefs's `README`, see [`KernelFeatures`]).
 //!
 //! ```
 //! use kprobe_perf_engine::spec::{ProbeSpec, ProbeKind, FetchBase};
@@ -44,11 +44,13 @@
 
 use std::fmt;
 
+mod features;
 mod parse;
 pub mod proto;
 #[cfg(test)]
 mod tests;
 
+pub use features::KernelFeatures;
 pub use parse::SpecError;
 
 /// Longest argument list the kernel accepts (`MAX_TRACE_ARGS`).
