@@ -15,7 +15,7 @@ pub struct KernelFeatures {
     pub btf_args: bool,
     /// `<argname>->field[->field|.field...]`.
     pub btf_members: bool,
-    /// "kernel return probes support: $retval, $arg<N>".
+    /// `kernel return probes support: $retval, $arg<N>`.
     pub return_args: bool,
     /// The `symstr` type.
     pub symstr: bool,
