@@ -6,8 +6,10 @@ use std::io::Write;
 use std::process::ExitCode;
 
 use anyhow::{bail, Context, Result};
+use kprobe_perf_engine::plan::{BackendChoice, KernelFeatures};
 use kprobe_perf_engine::preflight::{KernelTextSource, Prediction, Preflight};
 use kprobe_perf_engine::select::{self, SelectOptions};
+use kprobe_perf_engine::spec::{Definition, FetchBase, ProbeKind, ProbeSpec, Target};
 use kprobe_perf_engine::{Arch, KernelSymbols};
 use kprobe_perf_symbols::Blacklist;
 
@@ -63,11 +65,15 @@ pub fn check_plans(
 
 /// Expands globs in the definitions (`p:tcp_v4_*`) into one definition
 /// per function `list` would keep, and says on stderr how many each made.
+/// Under `--backend auto`, on a kernel with fprobe events, a glob becomes
+/// one fprobe event instead (or a few narrower ones, when the kernel's
+/// wildcard would also arm functions `list` leaves out): see [`glob_route`].
 pub fn expand_globs(
     specs: &[String],
     symbols: &KernelSymbols,
     all_instances: bool,
     image: &ImageArgs,
+    choice: BackendChoice,
 ) -> Result<Vec<String>> {
     let arch = host_arch()?;
     // The target is the first or second word (`p:tcp_*`, `p:ev tcp_*`);
@@ -85,28 +91,227 @@ pub fn expand_globs(
     let preflight = text
         .as_deref()
         .map(|t| Preflight::new(symbols, t, arch).with_release(&rel));
-    let traceable = match &preflight {
-        Some(_) => None,
-        None => select::traceable_functions().ok(),
-    };
+    let traceable = select::traceable_functions().ok();
     let opts = SelectOptions {
         preflight: preflight.as_ref(),
-        traceable: traceable.as_ref(),
+        traceable: if preflight.is_some() {
+            None
+        } else {
+            traceable.as_ref()
+        },
         include_fragile: false,
         all_instances,
     };
+    let features = KernelFeatures::running_kernel();
     let mut out = Vec::new();
     for s in specs {
+        let route = match (choice, ProbeSpec::parse(s, arch)) {
+            (BackendChoice::Auto, Ok(spec)) if has_glob(s) => Some(glob_route(
+                &spec,
+                symbols,
+                &opts,
+                traceable.as_ref(),
+                features,
+            )),
+            _ => None,
+        };
+        if let Some(GlobRoute::Fprobe { definitions, note }) = &route {
+            eprintln!("kprobe-perf: {s}: {note}");
+            out.extend(definitions.iter().cloned());
+            continue;
+        }
         let expanded = select::expand_globs(std::slice::from_ref(s), symbols, arch, &opts)?;
         if expanded.len() != 1 || expanded[0] != *s {
+            let why = match &route {
+                Some(GlobRoute::Kprobes(why)) => format!("; not an fprobe event: {why}"),
+                _ => String::new(),
+            };
             eprintln!(
-                "kprobe-perf: {s}: {} probes (what was left out and why: kprobe-perf list --why PATTERN)",
+                "kprobe-perf: {s}: {} probes (what was left out and why: kprobe-perf list --why PATTERN){why}",
                 expanded.len()
             );
         }
         out.extend(expanded);
     }
     Ok(out)
+}
+
+/// Most narrower fprobe events one glob is split into before the engine
+/// falls back to one kprobe per function.
+const MAX_FPROBE_SPLIT: usize = 32;
+
+/// How a glob definition reaches the kernel under `--backend auto`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum GlobRoute {
+    /// fprobe definitions: one for the glob, or narrower ones that leave
+    /// out what `list` excludes; `note` says which.
+    Fprobe {
+        /// The `f:` definitions.
+        definitions: Vec<String>,
+        /// What to tell the user.
+        note: String,
+    },
+    /// One kprobe per kept function, and why not an fprobe event.
+    Kprobes(String),
+}
+
+/// Whether a glob definition can be fprobe events on this kernel, and
+/// which. The kernel's wildcard arms every function of
+/// `available_filter_functions` it matches (`traceable`), and an fprobe
+/// definition takes one glob with no exclusion (trace_fprobe.c: no symbol
+/// list); so when it would also arm a function `list` leaves out, the glob
+/// is split into narrower ones (`narrower_globs`), or, past
+/// [`MAX_FPROBE_SPLIT`], left to kprobes.
+pub fn glob_route(
+    spec: &ProbeSpec,
+    symbols: &KernelSymbols,
+    opts: &SelectOptions<'_>,
+    traceable: Option<&std::collections::HashSet<String>>,
+    features: Option<&KernelFeatures>,
+) -> GlobRoute {
+    let kprobes = |why: &str| GlobRoute::Kprobes(why.to_string());
+    if !features.is_some_and(|f| f.fprobe) {
+        return kprobes("this kernel's tracefs README has no fprobe events (f:; CONFIG_FPROBE_EVENTS, Linux 6.4+)");
+    }
+    let Target::Symbol {
+        module: None,
+        name: pattern,
+        instance: None,
+        offset: 0,
+    } = &spec.target
+    else {
+        return kprobes("an fprobe event takes a function glob with no module and no offset");
+    };
+    let kind = match spec.kind {
+        ProbeKind::Entry => ProbeKind::Entry,
+        ProbeKind::Return { maxactive: None } => ProbeKind::Return { maxactive: None },
+        ProbeKind::Return { .. } => return kprobes("maxactive is kept on kprobes"),
+    };
+    if let Some(a) = spec
+        .args
+        .iter()
+        .find(|a| matches!(a.fetch.base, FetchBase::Register(_)))
+    {
+        return kprobes(&format!(
+            "{a}: fprobe events cannot fetch registers (use $argN)"
+        ));
+    }
+    let Some(traceable) = traceable else {
+        return kprobes("available_filter_functions is unreadable, so what the kernel's wildcard arms is unknown");
+    };
+    let found = select::candidates(symbols, pattern, opts);
+    let kept: std::collections::HashSet<&str> = found
+        .iter()
+        .filter(|c| c.excluded.is_none())
+        .map(|c| c.symbol.name.as_str())
+        .collect();
+    if kept.is_empty() {
+        return kprobes("it keeps no function");
+    }
+    let mut avoid: Vec<&str> = found
+        .iter()
+        .filter(|c| c.excluded.is_some())
+        .map(|c| c.symbol.name.as_str())
+        .filter(|n| traceable.contains(*n) && !kept.contains(n))
+        .collect();
+    avoid.sort_unstable();
+    avoid.dedup();
+    let globs = if avoid.is_empty() {
+        vec![pattern.clone()]
+    } else {
+        let keep: Vec<&str> = kept.iter().copied().collect();
+        match kprobe_perf_symbols::narrower_globs(pattern, &keep, &avoid) {
+            Some(g) if g.len() <= MAX_FPROBE_SPLIT => g,
+            Some(g) => {
+                return kprobes(&format!(
+                    "leaving out {} functions the kernel's wildcard would arm (e.g. {}) takes {} narrower fprobe events, more than {MAX_FPROBE_SPLIT}",
+                    avoid.len(),
+                    avoid[0],
+                    g.len()
+                ))
+            }
+            None => {
+                return kprobes(&format!(
+                    "the kernel's wildcard would arm {} functions left out (e.g. {}), and {pattern} cannot be split into narrower globs",
+                    avoid.len(),
+                    avoid[0]
+                ))
+            }
+        }
+    };
+    let mut definitions = Vec::with_capacity(globs.len());
+    for g in &globs {
+        let f = ProbeSpec {
+            kind,
+            target: Target::Fprobe { name: g.clone() },
+            ..spec.clone()
+        };
+        // The fprobe grammar is stricter (no BTF names on a glob): what
+        // it refuses stays on kprobes.
+        let text = f.to_string();
+        if let Err(e) = Definition::parse(&text, Arch::host().unwrap_or(Arch::X86_64)) {
+            return GlobRoute::Kprobes(format!("as an fprobe event: {}", e.message));
+        }
+        definitions.push(text);
+    }
+    let note = if globs.len() == 1 {
+        format!(
+            "one fprobe event {} over the {} functions kept (the kernel arms every traceable match)",
+            definitions[0],
+            kept.len()
+        )
+    } else {
+        format!(
+            "{} fprobe events ({}) over the {} functions kept, leaving out {} the kernel's wildcard would arm (kprobe-perf list --why {pattern})",
+            globs.len(),
+            globs.join(" "),
+            kept.len(),
+            avoid.len()
+        )
+    };
+    GlobRoute::Fprobe { definitions, note }
+}
+
+/// After the session is enabled: for each fprobe event over a glob, the
+/// functions the kernel armed (`enabled_functions`, the lines matching the
+/// event's glob), on stderr.
+pub fn report_armed(plans: &[kprobe_perf_engine::ProbePlan]) {
+    let globs: Vec<(&str, &str)> = plans
+        .iter()
+        .filter_map(|p| match &p.spec.target {
+            Target::Fprobe { name } if kprobe_perf_symbols::is_glob(name) => {
+                Some((p.event.as_str(), name.as_str()))
+            }
+            _ => None,
+        })
+        .collect();
+    if globs.is_empty() {
+        return;
+    }
+    let Ok(text) = std::fs::read_to_string("/sys/kernel/tracing/enabled_functions")
+        .or_else(|_| std::fs::read_to_string("/sys/kernel/debug/tracing/enabled_functions"))
+    else {
+        eprintln!("kprobe-perf: enabled_functions is unreadable: cannot list the functions the kernel armed");
+        return;
+    };
+    let enabled: Vec<&str> = text
+        .lines()
+        .filter_map(|l| l.split_whitespace().next())
+        .collect();
+    for (event, glob) in globs {
+        let mut armed: Vec<&str> = enabled
+            .iter()
+            .copied()
+            .filter(|n| kprobe_perf_symbols::glob_match(glob, n))
+            .collect();
+        armed.sort_unstable();
+        armed.dedup();
+        eprintln!(
+            "kprobe-perf: {event} ({glob}): the kernel armed {} functions: {}",
+            armed.len(),
+            armed.join(" ")
+        );
+    }
 }
 
 /// `kprobe-perf list PATTERN... [--why] [--include-fragile]`.
@@ -182,12 +387,41 @@ pub fn list(
             found.len(),
             found.len() - kept
         );
+        if why {
+            eprintln!(
+                "kprobe-perf: {pattern}: {}",
+                route_text(pattern, &symbols, &opts)
+            );
+        }
     }
     Ok(if any {
         ExitCode::SUCCESS
     } else {
         ExitCode::FAILURE
     })
+}
+
+/// The route `p:PATTERN` takes under `--backend auto`, in words.
+fn route_text(pattern: &str, symbols: &KernelSymbols, opts: &SelectOptions<'_>) -> String {
+    let Ok(arch) = host_arch() else {
+        return "route unknown on this architecture".into();
+    };
+    let Ok(spec) = ProbeSpec::parse(&format!("p:{pattern}"), arch) else {
+        return "route: one kprobe per kept function".into();
+    };
+    let traceable = select::traceable_functions().ok();
+    match glob_route(
+        &spec,
+        symbols,
+        opts,
+        traceable.as_ref(),
+        KernelFeatures::running_kernel(),
+    ) {
+        GlobRoute::Fprobe { note, .. } => format!("route with --backend auto: {note}"),
+        GlobRoute::Kprobes(why) => {
+            format!("route with --backend auto: one kprobe per kept function; not an fprobe event: {why}")
+        }
+    }
 }
 
 /// `kprobe-perf probe --lines FUNC`: every instruction of FUNC with the
@@ -376,4 +610,103 @@ pub fn info(image: &ImageArgs) -> Result<ExitCode> {
     }
     out.flush()?;
     Ok(ExitCode::SUCCESS)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn syms() -> KernelSymbols {
+        KernelSymbols::parse(
+            "ffffffff81000000 T _text\n\
+             ffffffff81100000 T vfs_read\n\
+             ffffffff81100100 T vfs_readv\n\
+             ffffffff81100200 T vfs_write\n\
+             ffffffff81100300 T vfs_lock_file\n\
+             ffffffff81100400 T vfs_open\n\
+             ffffffff81100500 T vfs_notrace_me\n",
+        )
+        .unwrap()
+    }
+
+    fn route(text: &str, traceable: &[&str], fprobe: bool) -> GlobRoute {
+        let symbols = syms();
+        let traceable: std::collections::HashSet<String> =
+            traceable.iter().map(|s| s.to_string()).collect();
+        let opts = SelectOptions {
+            traceable: Some(&traceable),
+            ..SelectOptions::default()
+        };
+        let features = KernelFeatures {
+            fprobe,
+            ..KernelFeatures::default()
+        };
+        glob_route(
+            &ProbeSpec::parse(text, Arch::X86_64).unwrap(),
+            &symbols,
+            &opts,
+            Some(&traceable),
+            Some(&features),
+        )
+    }
+
+    const TRACEABLE: &[&str] = &[
+        "vfs_read",
+        "vfs_readv",
+        "vfs_write",
+        "vfs_lock_file",
+        "vfs_open",
+    ];
+
+    #[test]
+    fn a_glob_becomes_one_fprobe_event_when_nothing_armable_is_left_out() {
+        // vfs_notrace_me is not traceable: the kernel's wildcard skips it.
+        assert_eq!(
+            route("p:vfs_*", &["vfs_read", "vfs_open"], true),
+            GlobRoute::Fprobe {
+                definitions: vec!["f vfs_*".into()],
+                note: "one fprobe event f vfs_* over the 2 functions kept (the kernel arms every traceable match)".into()
+            }
+        );
+        assert_eq!(
+            route("r:ev vfs_r* $retval", &["vfs_read", "vfs_readv"], true),
+            GlobRoute::Fprobe {
+                definitions: vec!["f:ev vfs_r*%return $retval".into()],
+                note: "one fprobe event f:ev vfs_r*%return $retval over the 2 functions kept (the kernel arms every traceable match)".into()
+            }
+        );
+    }
+
+    #[test]
+    fn a_fragile_family_splits_the_glob() {
+        // vfs_lock_file is in the "lock" family and traceable: one glob
+        // would arm it, so vfs_* becomes narrower globs that leave it out.
+        assert_eq!(
+            route("p:vfs_* $arg1", TRACEABLE, true),
+            GlobRoute::Fprobe {
+                definitions: vec!["f vfs_o* $arg1".into(), "f vfs_r* $arg1".into(), "f vfs_w* $arg1".into()],
+                note: "3 fprobe events (vfs_o* vfs_r* vfs_w*) over the 4 functions kept, leaving out 1 the kernel's wildcard would arm (kprobe-perf list --why vfs_*)".into()
+            }
+        );
+    }
+
+    #[test]
+    fn what_fprobe_cannot_do_stays_on_kprobes() {
+        assert_eq!(
+            route("p:vfs_* %di", TRACEABLE, true),
+            GlobRoute::Kprobes("%di: fprobe events cannot fetch registers (use $argN)".into())
+        );
+        assert_eq!(
+            route("r5:vfs_*", TRACEABLE, true),
+            GlobRoute::Kprobes("maxactive is kept on kprobes".into())
+        );
+        assert_eq!(
+            route("p:vfs_*", TRACEABLE, false),
+            GlobRoute::Kprobes("this kernel's tracefs README has no fprobe events (f:; CONFIG_FPROBE_EVENTS, Linux 6.4+)".into())
+        );
+        assert_eq!(
+            route("p:v?s_*", TRACEABLE, true),
+            GlobRoute::Kprobes("the kernel's wildcard would arm 1 functions left out (e.g. vfs_lock_file), and v?s_* cannot be split into narrower globs".into())
+        );
+    }
 }

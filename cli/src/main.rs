@@ -164,10 +164,12 @@ struct RecordArgs {
     /// the kernel fetches memory arguments and honours maxactive), or
     /// `auto` (the PMU unless the probe needs tracefs; all kernel probes go
     /// through tracefs when there are 64 or more, which shares one kernel
-    /// kprobe between CPUs and detaches much faster). Uprobes of a
-    /// recorded command (`-- CMD`) or of processes (`-p`), and with
-    /// `tracefs` every uprobe, are defined in uprobe_events, so that they
-    /// follow forks and new threads.
+    /// kprobe between CPUs and detaches much faster; on a kernel with
+    /// fprobe events, a glob becomes one fprobe event, or a few narrower
+    /// ones, instead of one kprobe per function). Uprobes of a recorded
+    /// command (`-- CMD`) or of processes (`-p`), and with `tracefs` every
+    /// uprobe, are defined in uprobe_events, so that they follow forks and
+    /// new threads.
     #[arg(long, value_enum, default_value_t = BackendArg::Auto)]
     backend: BackendArg,
     /// Probe every function of a name several functions share (each by
@@ -327,7 +329,7 @@ fn record(args: &RecordArgs) -> Result<ExitCode> {
         BackendArg::Pmu => BackendChoice::Pmu,
         BackendArg::Tracefs => BackendChoice::Tracefs,
     };
-    let specs = inspect::expand_globs(specs, &symbols, args.all_instances, &args.image)?;
+    let specs = inspect::expand_globs(specs, &symbols, args.all_instances, &args.image, choice)?;
     let plans = plan_probes_with(&specs, &symbols, choice)?;
     inspect::check_plans(&plans, &symbols, &args.image)?;
     if let Some(p) = args.output.as_deref() {
@@ -404,6 +406,7 @@ fn record(args: &RecordArgs) -> Result<ExitCode> {
         None => None,
     };
     session.enable()?;
+    inspect::report_armed(session.plans());
     if let Some(c) = child.as_mut() {
         let prog = command.first().map_or("", String::as_str);
         c.release().with_context(|| format!("cannot run {prog}"))?;

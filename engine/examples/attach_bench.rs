@@ -6,6 +6,13 @@
 //! The functions are drawn (seeded, printed) from the ftrace-able functions
 //! that are unique text symbols in kallsyms, not on the kprobe blacklist,
 //! and not in families known to be fragile or recursive under probes.
+//!
+//! With `--fprobe SIZES` (`1000,10000`) on a kernel with fprobe events,
+//! it measures instead, per size, attach + detach of that many functions
+//! through fprobe events (a few globs, each one definition) against
+//! bpftrace given the same globs (kprobe_multi) and perf probe given the
+//! same functions, and checks that the kernel armed exactly those
+//! functions.
 
 use std::collections::HashSet;
 use std::process::{Command, Stdio};
@@ -171,6 +178,216 @@ fn bpftrace(funcs: &[String]) -> Option<(f64, f64)> {
     Some((total, 0.0))
 }
 
+/// A family's safe functions, and the others its glob matches.
+type Family = (Vec<String>, Vec<String>);
+
+/// Globs whose union is exactly `n` safe functions, and those functions. Functions are taken by whole families
+/// (`ext4_*`), most functions per glob first; a family whose glob would
+/// also match unsafe functions (or module ones, which the kernel's
+/// wildcard also arms) is split into narrower globs when that takes at
+/// most 8, else skipped; the last family is cut to reach `n` exactly.
+fn pick_globs(n: usize, seed: u64) -> (Vec<String>, Vec<String>) {
+    // Safe for fprobe and kprobe_multi alike: a traceable kernel function
+    // (modules' are left out), not on the kprobe blacklist, not in a
+    // fragile family. Names shared by several functions are fine: both
+    // arm every function of the name.
+    let symbols = KernelSymbols::load().expect("reading /proc/kallsyms");
+    let blacklist: HashSet<String> = std::fs::read_to_string("/sys/kernel/debug/kprobes/blacklist")
+        .unwrap_or_default()
+        .lines()
+        .filter_map(|l| l.split_whitespace().nth(1).map(str::to_string))
+        .collect();
+    let filter = std::fs::read_to_string("/sys/kernel/tracing/available_filter_functions")
+        .expect("reading available_filter_functions");
+    let safe: HashSet<String> = filter
+        .lines()
+        .filter(|l| !l.contains('['))
+        .map(|l| l.trim().to_string())
+        .filter(|n| !FRAGILE_FAMILIES.iter().any(|f| n.contains(f)))
+        .filter(|n| !blacklist.contains(n) && !n.starts_with("__"))
+        .filter(|n| {
+            let inst = symbols.lookup(n);
+            !inst.is_empty() && inst.iter().all(|s| s.is_text() && s.module.is_none())
+        })
+        .collect();
+    let mut families: std::collections::BTreeMap<String, (Vec<String>, Vec<String>)> =
+        Default::default();
+    for line in filter.lines() {
+        let name = line.split_whitespace().next().unwrap_or_default();
+        let Some(cut) = name.get(1..).and_then(|r| r.find('_')).map(|i| i + 2) else {
+            continue;
+        };
+        let fam = families.entry(name[..cut].to_string()).or_default();
+        if safe.contains(name) && !line.contains('[') {
+            fam.0.push(name.to_string());
+        } else {
+            fam.1.push(name.to_string());
+        }
+    }
+    // Each fprobe event costs an ftrace_ops registration (and an RCU
+    // tasks grace period when removed), whatever its size: the families
+    // that give the most functions per glob come first (ties in a seeded
+    // order), each split to leave out what is not safe.
+    let mut order: Vec<(String, Family)> = families
+        .into_iter()
+        .filter(|(_, (keep, _))| !keep.is_empty())
+        .collect();
+    let mut state = seed | 1;
+    for i in (1..order.len()).rev() {
+        let j = (xorshift(&mut state) % (i as u64 + 1)) as usize;
+        order.swap(i, j);
+    }
+    let split = |prefix: &str, keep: &[String], avoid: &[String]| {
+        let keep_refs: Vec<&str> = keep.iter().map(String::as_str).collect();
+        let avoid_refs: Vec<&str> = avoid.iter().map(String::as_str).collect();
+        kprobe_perf_symbols::narrower_globs(&format!("{prefix}*"), &keep_refs, &avoid_refs)
+            .filter(|g| g.len() <= 8)
+    };
+    let mut scored: Vec<(usize, String, Family)> = order
+        .into_iter()
+        .filter_map(|(prefix, (mut keep, avoid))| {
+            keep.sort();
+            keep.dedup();
+            let g = split(&prefix, &keep, &avoid)?;
+            Some((keep.len() * 1000 / g.len(), prefix, (keep, avoid)))
+        })
+        .collect();
+    scored.sort_by_key(|(score, _, _)| std::cmp::Reverse(*score));
+    let (mut globs, mut funcs) = (Vec::new(), Vec::new());
+    for (_, prefix, (mut keep, mut avoid)) in scored {
+        if funcs.len() >= n {
+            break;
+        }
+        let need = n - funcs.len();
+        if keep.len() > need {
+            avoid.extend(keep.split_off(need));
+        }
+        if let Some(g) = split(&prefix, &keep, &avoid) {
+            globs.extend(g);
+            funcs.extend(keep);
+        }
+    }
+    (globs, funcs)
+}
+
+/// Attaches the globs as fprobe events through the engine, checks what
+/// the kernel armed, detaches; (attach s, detach s, functions armed).
+fn ours_fprobe(globs: &[String], funcs: &[String]) -> (f64, f64, usize) {
+    let symbols = KernelSymbols::load().expect("kallsyms");
+    let specs: Vec<String> = globs.iter().map(|g| format!("f {g}")).collect();
+    let t = Instant::now();
+    let plans = plan_probes_with(&specs, &symbols, BackendChoice::Auto).expect("planning");
+    let mut s = Session::open(plans, SessionOptions::default()).expect("attaching");
+    s.enable().expect("enabling");
+    let attach = secs(t);
+    let want: HashSet<&str> = funcs.iter().map(String::as_str).collect();
+    let enabled =
+        std::fs::read_to_string("/sys/kernel/tracing/enabled_functions").unwrap_or_default();
+    let armed: HashSet<&str> = enabled
+        .lines()
+        .filter_map(|l| l.split_whitespace().next())
+        .filter(|n| globs.iter().any(|g| kprobe_perf_symbols::glob_match(g, n)))
+        .collect();
+    let extra: Vec<&&str> = armed
+        .iter()
+        .filter(|n| !want.contains(**n))
+        .take(5)
+        .collect();
+    if armed.len() != want.len() || !extra.is_empty() {
+        println!(
+            "WARNING: the kernel armed {} functions of the globs, {} expected (unexpected: {extra:?})",
+            armed.len(),
+            want.len()
+        );
+    }
+    let t = Instant::now();
+    drop(s);
+    (attach, secs(t), armed.len())
+}
+
+/// bpftrace on the same globs: wildcards, so kprobe_multi.
+fn bpftrace_globs(globs: &[String], n: usize) -> Option<f64> {
+    if !have("bpftrace") {
+        println!("bpftrace: not installed (apt-get install bpftrace), skipped");
+        return None;
+    }
+    let probes: Vec<String> = globs.iter().map(|g| format!("kprobe:{g}")).collect();
+    let prog = format!("{} {{ }}", probes.join(","));
+    let t = Instant::now();
+    let out = Command::new("bpftrace")
+        .args(["-e", &prog, "-c", "/usr/bin/true"])
+        .env("BPFTRACE_MAX_PROBES", (n + 16).to_string())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .output()
+        .ok()?;
+    let total = secs(t);
+    if !out.status.success() {
+        let err = String::from_utf8_lossy(&out.stderr);
+        let tail: Vec<&str> = err.lines().rev().take(3).collect();
+        println!(
+            "bpftrace failed ({}) after {total:.1} s; it said: {}",
+            out.status,
+            tail.into_iter().rev().collect::<Vec<_>>().join(" | ")
+        );
+        return None;
+    }
+    Some(total)
+}
+
+/// Most functions perf probe is asked to define (~0.16 s each under TCG).
+const PERF_MAX: usize = 2000;
+
+fn fprobe_bench(sizes: &[usize], seed: u64, skip_peers: bool) {
+    let mut rows = Vec::new();
+    for &n in sizes {
+        let (globs, funcs) = pick_globs(n, seed);
+        println!(
+            "fprobe bench: {} functions in {} globs (seed {seed}): {}",
+            funcs.len(),
+            globs.len(),
+            globs.iter().take(8).cloned().collect::<Vec<_>>().join(" ")
+        );
+        let (a, d, armed) = ours_fprobe(&globs, &funcs);
+        println!(
+            "kprobe-perf (fprobe): attach {a:.2} s, detach {d:.2} s, total {:.2} s, {armed} functions armed",
+            a + d
+        );
+        let bt = if skip_peers {
+            None
+        } else {
+            bpftrace_globs(&globs, funcs.len())
+        };
+        if let Some(t) = bt {
+            println!("bpftrace (kprobe_multi): attach + run + detach {t:.2} s");
+        }
+        let pf = if skip_peers {
+            None
+        } else if funcs.len() > PERF_MAX {
+            println!(
+                "perf: skipped above {PERF_MAX} functions (perf probe defines one kprobe at a time, ~0.16 s each under TCG)"
+            );
+            None
+        } else {
+            perf(&funcs).map(|(x, y)| x + y)
+        };
+        rows.push((funcs.len(), globs.len(), a, d, bt, pf));
+    }
+    println!();
+    println!("| functions | globs | kprobe-perf fprobe attach | detach | total | bpftrace total | perf total | kprobe-perf / bpftrace |");
+    println!("|---:|---:|---:|---:|---:|---:|---:|---:|");
+    let show = |v: Option<f64>| v.map_or("-".to_string(), |t| format!("{t:.2} s"));
+    for (n, g, a, d, bt, pf) in rows {
+        let ratio = bt.map_or("-".to_string(), |b| format!("{:.3}", (a + d) / b));
+        println!(
+            "| {n} | {g} | {a:.2} s | {d:.2} s | {:.2} s | {} | {} | {ratio} |",
+            a + d,
+            show(bt),
+            show(pf)
+        );
+    }
+}
+
 fn main() {
     let n: usize = std::env::args()
         .nth(1)
@@ -203,6 +420,23 @@ fn main() {
     };
     if !workload.is_empty() {
         println!("workload: {} shell loops running", workload.len());
+    }
+    let fprobe_sizes: Option<Vec<usize>> = std::env::args()
+        .skip_while(|a| a != "--fprobe")
+        .nth(1)
+        .map(|v| v.split(',').filter_map(|x| x.parse().ok()).collect());
+    let has_fprobe =
+        kprobe_perf_engine::plan::KernelFeatures::running_kernel().is_some_and(|f| f.fprobe);
+    match (&fprobe_sizes, has_fprobe) {
+        (Some(sizes), true) => {
+            fprobe_bench(sizes, seed, skip_peers);
+            stop(&mut workload);
+            return;
+        }
+        (Some(_), false) => {
+            println!("fprobe bench: this kernel's tracefs README has no fprobe events (CONFIG_FPROBE_EVENTS, Linux 6.4+); measuring kprobes instead");
+        }
+        _ => {}
     }
     let funcs = pick(n, seed);
     let cpus = std::thread::available_parallelism().map_or(1, |c| c.get());

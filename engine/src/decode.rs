@@ -80,6 +80,7 @@ impl Value {
     pub(crate) fn typed(reg: u64, ty: BaseType) -> u64 {
         match ty {
             BaseType::Unsigned(b) | BaseType::Hex(b) => low_bits(reg, u32::from(b)),
+            BaseType::Char => low_bits(reg, 8),
             BaseType::Signed(b) if b < 64 => {
                 let shift = 64 - u32::from(b);
                 (((reg << shift) as i64) >> shift) as u64
@@ -128,6 +129,11 @@ impl fmt::Display for Value {
                 raw,
                 ty: BaseType::Signed(_),
             } => write!(f, "{}", *raw as i64),
+            // `char` prints as ftrace's '%c' does: the byte itself.
+            Value::Int {
+                raw,
+                ty: BaseType::Char,
+            } => write!(f, "'{}'", char::from(*raw as u8)),
             Value::Int { raw, .. } => write!(f, "0x{raw:x}"),
             Value::Str(Some(s)) => write!(f, "\"{s}\""),
             Value::Str(None) => f.write_str("(fault)"),
@@ -194,13 +200,19 @@ fn element_size(ty: BaseType) -> usize {
         BaseType::Unsigned(b) | BaseType::Signed(b) | BaseType::Hex(b) => usize::from(b / 8),
         BaseType::Bitfield { container, .. } => usize::from(container / 8),
         BaseType::Symbol => 8,
-        BaseType::String | BaseType::UString => 4,
+        BaseType::Char => 1,
+        // `string`, `ustring`, `symstr`, `%pd`, `%pD`: a u32 __data_loc.
+        BaseType::String
+        | BaseType::UString
+        | BaseType::SymStr
+        | BaseType::Dentry
+        | BaseType::File => 4,
     }
 }
 
 fn decode_element(raw: &[u8], at: usize, ty: BaseType) -> Result<Value, DecodeError> {
     match ty {
-        BaseType::String | BaseType::UString => read_data_loc(raw, at),
+        t if t.is_data_loc() => read_data_loc(raw, at),
         // The kernel has already extracted the bitfield into its container.
         BaseType::Bitfield { container, .. } => Ok(Value::Int {
             raw: read_le(raw, at, usize::from(container / 8))?,
@@ -371,7 +383,7 @@ pub(crate) fn arg_kinds(plan: &ProbePlan) -> Vec<Option<BaseType>> {
         .map(|a| match (a.source, a.ty.array, a.ty.base) {
             (ArgSource::Register(_), _, base) => Some(base),
             (ArgSource::Comm, ..) | (ArgSource::Field, Some(_), _) => None,
-            (ArgSource::Field, None, BaseType::String | BaseType::UString) => None,
+            (ArgSource::Field, None, base) if base.is_data_loc() => None,
             // The kernel has already extracted the bitfield.
             (ArgSource::Field, None, BaseType::Bitfield { container, .. }) => {
                 Some(BaseType::Unsigned(container))
@@ -547,6 +559,36 @@ mod tests {
         };
         assert_eq!(Value::new(0xff_b6, bf).to_string(), "13"); // 0xb6 = 1011_0110
         assert_eq!(Value::new(u64::MAX, BaseType::Signed(64)).to_string(), "-1");
+    }
+
+    /// `char` is one byte printed as '%c'; `symstr`, `%pd` and `%pD` are
+    /// `__data_loc` strings, as the 6.12 VM's format files show
+    /// (`u8 arg2`, `__data_loc char[] arg1`).
+    #[test]
+    fn char_and_string_like_types() {
+        let mut raw = vec![0u8; 16];
+        raw.extend_from_slice(&((12u32 << 16) | 25).to_le_bytes());
+        raw.push(b'k');
+        raw.extend_from_slice(b"abcd");
+        raw.extend_from_slice(b"vfs_read+0\0\0");
+        let ch = ArgType::scalar(BaseType::Char);
+        assert_eq!(decode_field(&raw, 20, ch).unwrap().to_string(), "'k'");
+        let arr = ArgType {
+            base: BaseType::Char,
+            array: Some(4),
+        };
+        assert_eq!(
+            decode_field(&raw, 21, arr).unwrap().to_string(),
+            "{'a','b','c','d'}"
+        );
+        for t in [BaseType::SymStr, BaseType::Dentry, BaseType::File] {
+            assert_eq!(
+                decode_field(&raw, 16, ArgType::scalar(t)).unwrap(),
+                Value::Str(Some("vfs_read+0".into())),
+                "{t}"
+            );
+        }
+        assert_eq!(Value::new(0x4141, BaseType::Char).to_string(), "'A'");
     }
 
     #[test]

@@ -7,7 +7,7 @@ use kprobe_perf_arch::{Arch, Register};
 use kprobe_perf_symbols::prototypes::{BtfError, KernelBtf, Shape};
 use kprobe_perf_symbols::KernelSymbols;
 
-use crate::spec::{ArgType, FetchBase, ProbeKind, ProbeSpec, Target};
+use crate::spec::{ArgType, BaseType, FetchBase, ProbeKind, ProbeSpec, Target};
 
 /// Why a probe cannot be planned.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -92,6 +92,15 @@ pub enum PlanError {
         probe: String,
         /// Why, and what the kernel would answer.
         reason: String,
+    },
+    /// The running kernel lacks a form of the probe language, as its
+    /// tracefs `README` shows.
+    #[error("this kernel's tracefs README has no {what}; needs {needs}")]
+    KernelLacks {
+        /// The form, as the user wrote it.
+        what: String,
+        /// The kernel configuration and version that have it.
+        needs: String,
     },
     /// The symbol exists but is not code.
     #[error("{name} is a data symbol (kallsyms type {kind}); kprobes go on functions")]
@@ -256,6 +265,58 @@ impl ProbePlan {
         self
     }
 
+    /// True when the kernel names and types the arguments itself (BTF
+    /// names, member access, `$arg*`, fprobe and tracepoint probes, entry
+    /// arguments of return probes): the session then takes them, in order,
+    /// from the event's `format` file ([`ProbePlan::set_args_from_format`]).
+    pub fn args_from_kernel(&self) -> bool {
+        self.backend == Backend::Tracefs
+            && (self.spec.target.is_dynamic_only()
+                || self.spec.args.iter().any(|a| {
+                    matches!(
+                        a.fetch.base,
+                        FetchBase::Name(_) | FetchBase::Member { .. } | FetchBase::AllArgs
+                    ) || (self.is_return() && matches!(a.fetch.base, FetchBase::Arg(_)))
+                }))
+    }
+
+    /// Replaces the argument plans with the fields of the event's `format`
+    /// file (`text`), in order: the kernel's names, the type written in
+    /// the definition when there is one, else the field's own type (hex
+    /// where the kernel prints hex, `char` where it prints `%c`).
+    pub fn set_args_from_format(&mut self, text: &str) {
+        let print_fmt = text
+            .lines()
+            .find(|l| l.starts_with("print fmt:"))
+            .unwrap_or("");
+        let fields: Vec<_> = crate::tracefs::parse_format(text)
+            .into_iter()
+            .filter(|f| !f.name.starts_with("common_") && !f.name.starts_with("__probe_"))
+            .collect();
+        let one_to_one = !self
+            .spec
+            .args
+            .iter()
+            .any(|a| a.fetch.base == FetchBase::AllArgs)
+            && fields.len() == self.spec.args.len();
+        self.args = fields
+            .iter()
+            .enumerate()
+            .map(|(i, f)| {
+                let written = if one_to_one {
+                    self.spec.args[i].ty
+                } else {
+                    None
+                };
+                ArgPlan {
+                    name: f.name.clone(),
+                    source: ArgSource::Field,
+                    ty: written.unwrap_or_else(|| field_type(f, print_fmt)),
+                }
+            })
+            .collect();
+    }
+
     /// The kprobe_events (or, for a uprobe, uprobe_events) line that
     /// defines this probe in `group`.
     pub fn tracefs_definition(&self, group: &str) -> String {
@@ -284,8 +345,45 @@ impl ProbePlan {
     }
 }
 
+/// The type of a `format` field as the kernel declared and prints it.
+fn field_type(f: &crate::tracefs::Field, print_fmt: &str) -> ArgType {
+    if f.c_type.starts_with("__data_loc") {
+        return ArgType::scalar(BaseType::String);
+    }
+    let bits = match f.c_type.trim_start_matches("unsigned ") {
+        "u8" | "s8" | "char" => 8u8,
+        "u16" | "s16" | "short" => 16,
+        "u32" | "s32" | "int" => 32,
+        _ => 64,
+    };
+    let elem = usize::from(bits / 8);
+    let shown = |how: &str| {
+        print_fmt.contains(&format!(" {}={how}", f.name))
+            || print_fmt.contains(&format!(" {}={{{how}", f.name))
+    };
+    let base = if shown("'%c'") {
+        BaseType::Char
+    } else if shown("0x%") {
+        BaseType::Hex(bits)
+    } else if f.c_type.starts_with('s') {
+        BaseType::Signed(bits)
+    } else {
+        BaseType::Unsigned(bits)
+    };
+    let n = f.size / elem.max(1);
+    ArgType {
+        base,
+        array: (n > 1).then(|| u32::try_from(n).unwrap_or(u32::MAX)),
+    }
+}
+
 /// Why a probe cannot go through the PMU, if it cannot.
 pub fn tracefs_reason(spec: &ProbeSpec, arch: Arch) -> Option<String> {
+    match &spec.target {
+        Target::Fprobe { .. } => return Some("an fprobe event (f:)".into()),
+        Target::Tracepoint { .. } => return Some("a tracepoint probe (t:)".into()),
+        _ => {}
+    }
     if let ProbeKind::Return { maxactive: Some(n) } = spec.kind {
         return Some(format!("maxactive (r{n}:)"));
     }
@@ -293,14 +391,99 @@ pub fn tracefs_reason(spec: &ProbeSpec, arch: Arch) -> Option<String> {
         let ty = a.effective_type();
         let memory = a.fetch.reads_memory()
             || ty.array.is_some()
-            || ty.base.is_string() && a.fetch.base != FetchBase::Comm
+            || ty.base.is_data_loc() && a.fetch.base != FetchBase::Comm
             || match &a.fetch.base {
-                FetchBase::Arg(n) => arch.arg_register(*n).is_none(),
-                FetchBase::StackEntry(_) | FetchBase::Immediate(_) => true,
+                FetchBase::Arg(n) => arch.arg_register(*n).is_none() || spec.is_return(),
+                FetchBase::Name(_) => spec.is_return(),
+                FetchBase::StackEntry(_)
+                | FetchBase::Immediate(_)
+                | FetchBase::Member { .. }
+                | FetchBase::AllArgs => true,
                 _ => false,
             };
         memory.then(|| format!("{a} (the kernel must fetch it at hit time)"))
     })
+}
+
+pub use crate::spec::KernelFeatures;
+
+impl KernelFeatures {
+    /// Refuses a form of `spec` this kernel lacks, naming the feature.
+    pub fn check(&self, spec: &ProbeSpec) -> Result<(), PlanError> {
+        let lacks = |what: String, needs: &str| {
+            Err(PlanError::KernelLacks {
+                what,
+                needs: needs.to_string(),
+            })
+        };
+        match &spec.target {
+            Target::Fprobe { .. } if !self.fprobe => {
+                return lacks(
+                    "fprobe events (f:)".into(),
+                    "CONFIG_FPROBE_EVENTS, Linux 6.4+",
+                )
+            }
+            Target::Tracepoint { .. } if !self.tprobe => {
+                return lacks(
+                    "tracepoint probes (t:)".into(),
+                    "CONFIG_FPROBE_EVENTS, Linux 6.4+",
+                )
+            }
+            _ => {}
+        }
+        // Names on a p:/r: entry probe are turned into $argN here (from
+        // BTF); elsewhere the kernel looks them up.
+        let kernel_names = spec.target.is_dynamic_only() || spec.is_return();
+        for a in &spec.args {
+            match &a.fetch.base {
+                FetchBase::Name(n) if kernel_names && !self.btf_args => {
+                    return lacks(
+                        format!("BTF argument names ({n} resolved by the kernel)"),
+                        "CONFIG_PROBE_EVENTS_BTF_ARGS, Linux 6.5+",
+                    )
+                }
+                FetchBase::AllArgs if !self.btf_args => {
+                    return lacks(
+                        "$arg* (every parameter by BTF)".into(),
+                        "CONFIG_PROBE_EVENTS_BTF_ARGS, Linux 6.5+",
+                    )
+                }
+                FetchBase::Member { .. } if !self.btf_members => {
+                    return lacks(
+                        format!("BTF member access ({})", a.fetch),
+                        "CONFIG_PROBE_EVENTS_BTF_ARGS, Linux 6.7+",
+                    )
+                }
+                _ => {}
+            }
+            let entry_value = matches!(
+                a.fetch.base,
+                FetchBase::Arg(_)
+                    | FetchBase::Name(_)
+                    | FetchBase::Member { .. }
+                    | FetchBase::AllArgs
+            );
+            if spec.is_return() && entry_value && !self.return_args {
+                return lacks(
+                    format!("entry arguments in return probes ({})", a.fetch),
+                    "Linux 6.10+ (\"kernel return probes support: $retval, $arg<N>\")",
+                );
+            }
+            let ty = a.effective_type().base;
+            let missing = match ty {
+                BaseType::SymStr if !self.symstr => Some("Linux 6.2+"),
+                BaseType::Char if !self.char_type => Some("Linux 6.7+"),
+                BaseType::Dentry | BaseType::File if !self.dentry => {
+                    Some("CONFIG_PROBE_EVENTS_BTF_ARGS, Linux 6.9+")
+                }
+                _ => None,
+            };
+            if let Some(needs) = missing {
+                return lacks(format!("{ty} type ({a})"), needs);
+            }
+        }
+        Ok(())
+    }
 }
 
 /// Plans a parsed probe against the kernel's symbols. When `symbols` is
@@ -311,9 +494,77 @@ pub fn resolve(
     arch: Arch,
     choice: BackendChoice,
 ) -> Result<ProbePlan, PlanError> {
+    resolve_with(
+        spec,
+        symbols,
+        arch,
+        choice,
+        KernelFeatures::running_kernel(),
+    )
+}
+
+/// As [`resolve`], against the given kernel features (`None`: unknown, so
+/// the kernel is left to refuse what it lacks when the probe is defined).
+pub fn resolve_with(
+    spec: ProbeSpec,
+    symbols: &KernelSymbols,
+    arch: Arch,
+    choice: BackendChoice,
+    features: Option<&KernelFeatures>,
+) -> Result<ProbePlan, PlanError> {
     let spec = short_form_with_names(spec, symbols);
+    if let (Some(f), true) = (features, tracefs_reason(&spec, arch).is_some()) {
+        f.check(&spec)?;
+    }
     let mut resolved_address = None;
     let attach = match &spec.target {
+        Target::Fprobe { name } => {
+            if !symbols.is_empty() {
+                if name.contains(['*', '?', '[']) {
+                    if !symbols.matches(name).iter().any(|s| s.is_text()) {
+                        return Err(PlanError::Glob {
+                            pattern: name.clone(),
+                            reason: "matches no function in /proc/kallsyms".into(),
+                        });
+                    }
+                } else {
+                    let text: Vec<_> = symbols
+                        .lookup(name)
+                        .into_iter()
+                        .filter(|s| s.is_text())
+                        .collect();
+                    if text.is_empty() {
+                        return Err(PlanError::UnknownSymbol {
+                            name: name.clone(),
+                            module: None,
+                            suggestion: suggest(symbols, name),
+                        });
+                    }
+                    resolved_address = text
+                        .first()
+                        .map(|s| s.address)
+                        .filter(|_| text.len() == 1 && !symbols.addresses_hidden());
+                }
+            }
+            AttachPoint::Symbol {
+                name: name.clone(),
+                offset: 0,
+            }
+        }
+        Target::Tracepoint { name } => {
+            if !symbols.is_empty() && symbols.lookup(&format!("__tracepoint_{name}")).is_empty() {
+                return Err(PlanError::UnknownSymbol {
+                    name: format!("tracepoint {name}"),
+                    module: None,
+                    suggestion: suggest(symbols, &format!("__tracepoint_{name}"))
+                        .and_then(|s| s.strip_prefix("__tracepoint_").map(str::to_string)),
+                });
+            }
+            AttachPoint::Symbol {
+                name: name.clone(),
+                offset: 0,
+            }
+        }
         Target::Symbol {
             module,
             name,
@@ -497,6 +748,9 @@ fn resolve_names<'b>(
         return Ok(spec);
     }
     let function = match &spec.target {
+        // The tracepoint's arguments are checked by the kernel.
+        Target::Tracepoint { .. } => return Ok(spec),
+        Target::Fprobe { name } => name.clone(),
         Target::Symbol {
             module: None, name, ..
         } => name.clone(),
@@ -526,14 +780,12 @@ fn resolve_names<'b>(
             )));
         }
     }
-    if spec.is_return() {
-        return Err(fail(
-            "argument names read parameters at the entry; at the return their registers hold other values: probe the entry (p:) for parameters and use $retval here".into(),
-        ));
-    }
     let proto = btf()
         .and_then(|b| b.function(&function))
         .map_err(|e| fail(e.to_string()))?;
+    // Return probes and fprobes: the kernel saves or fetches the named
+    // parameters itself; the names are only checked here.
+    let kernel_resolves = spec.is_return() || spec.target.is_dynamic_only();
     for a in &mut spec.args {
         let FetchBase::Name(n) = &a.fetch.base else {
             continue;
@@ -557,6 +809,9 @@ fn resolve_names<'b>(
                 }
             )));
         };
+        if kernel_resolves {
+            continue;
+        }
         let param = &proto.params[pos - 1];
         let n32 = u32::try_from(pos).unwrap_or(u32::MAX);
         if arch.arg_register(n32).is_none() {
@@ -729,12 +984,23 @@ mod tests {
         assert_eq!(k.clone().through_uprobe_events(), k);
     }
 
+    /// Plans against a kernel with none of the newer forms (as 6.1): the
+    /// host's own README never decides a unit test.
     fn plan_with(text: &str, choice: BackendChoice) -> Result<ProbePlan, PlanError> {
-        resolve(
+        plan_on(text, choice, &KernelFeatures::default())
+    }
+
+    fn plan_on(
+        text: &str,
+        choice: BackendChoice,
+        features: &KernelFeatures,
+    ) -> Result<ProbePlan, PlanError> {
+        resolve_with(
             ProbeSpec::parse(text, Arch::X86_64).unwrap(),
             &syms(),
             Arch::X86_64,
             choice,
+            Some(features),
         )
     }
 
@@ -905,7 +1171,152 @@ mod tests {
         );
         assert_eq!(
             plan("r:do_sys_openat2 dfd").unwrap_err().to_string(),
-            "do_sys_openat2: argument names read parameters at the entry; at the return their registers hold other values: probe the entry (p:) for parameters and use $retval here"
+            "this kernel's tracefs README has no BTF argument names (dfd resolved by the kernel); needs CONFIG_PROBE_EVENTS_BTF_ARGS, Linux 6.5+"
+        );
+    }
+
+    const README_6_1: &str = include_str!("spec/fixtures/README-6.1");
+    const README_6_12: &str = include_str!("spec/fixtures/README-6.12");
+
+    /// The READMEs of Debian's 6.1 and 6.12 kernels, as read in the VM.
+    #[test]
+    fn features_from_the_readme() {
+        let old = KernelFeatures::from_readme(README_6_1);
+        assert_eq!(
+            old,
+            KernelFeatures {
+                symstr: true,
+                ..KernelFeatures::default()
+            }
+        );
+        let new = KernelFeatures::from_readme(README_6_12);
+        assert_eq!(
+            new,
+            KernelFeatures {
+                fprobe: true,
+                tprobe: true,
+                btf_args: true,
+                btf_members: true,
+                return_args: true,
+                symstr: true,
+                char_type: true,
+                dentry: true,
+            }
+        );
+    }
+
+    #[test]
+    fn forms_the_kernel_lacks_are_refused_by_name() {
+        let old = KernelFeatures::from_readme(README_6_1);
+        let refused = [
+            ("f:kpf/ret do_sys_openat2%return $retval", "fprobe events (f:); needs CONFIG_FPROBE_EVENTS, Linux 6.4+"),
+            ("t:kpf/ss sched_switch", "tracepoint probes (t:); needs CONFIG_FPROBE_EVENTS, Linux 6.4+"),
+            ("p:do_sys_openat2 $arg*", "$arg* (every parameter by BTF); needs CONFIG_PROBE_EVENTS_BTF_ARGS, Linux 6.5+"),
+            ("p:do_sys_openat2 how->flags", "BTF member access (how->flags); needs CONFIG_PROBE_EVENTS_BTF_ARGS, Linux 6.7+"),
+            ("r:do_sys_openat2 $arg1", "entry arguments in return probes ($arg1); needs Linux 6.10+ (\"kernel return probes support: $retval, $arg<N>\")"),
+            ("p:do_sys_openat2 +0(%si):char", "char type (+0(%si):char); needs Linux 6.7+"),
+            ("p:do_sys_openat2 %si:%pd", "%pd type (%si:%pd); needs CONFIG_PROBE_EVENTS_BTF_ARGS, Linux 6.9+"),
+        ];
+        for (text, why) in refused {
+            assert_eq!(
+                plan_on(text, BackendChoice::Auto, &old)
+                    .unwrap_err()
+                    .to_string(),
+                format!("this kernel's tracefs README has no {why}"),
+                "{text}"
+            );
+        }
+        // A register shown as a char needs no kernel support: the PMU
+        // samples the register and the engine prints it.
+        let p = plan_on("p:do_sys_openat2 %di:char", BackendChoice::Auto, &old).unwrap();
+        assert_eq!(p.backend, Backend::Pmu);
+        // symstr is in 6.1's README.
+        let p = plan_on("p:do_sys_openat2 %si:symstr", BackendChoice::Auto, &old).unwrap();
+        assert_eq!(p.backend, Backend::Tracefs);
+    }
+
+    #[test]
+    fn newer_forms_go_through_tracefs_with_the_kernel_naming_fields() {
+        let new = KernelFeatures::from_readme(README_6_12);
+        let p = plan_on(
+            "f:kpf/ret do_sys_openat2%return $retval",
+            BackendChoice::Auto,
+            &new,
+        )
+        .unwrap();
+        assert_eq!(p.backend, Backend::Tracefs);
+        assert!(p.args_from_kernel());
+        assert_eq!(
+            p.tracefs_definition("kprobe_perf_7"),
+            "f:kprobe_perf_7/ret do_sys_openat2%return $retval"
+        );
+        let p = plan_on("f:kpf/all do_sys_*", BackendChoice::Auto, &new).unwrap();
+        assert_eq!(p.tracefs_definition("g"), "f:g/all do_sys_*");
+        assert_eq!(
+            plan_on("f:kpf/none nothing_*", BackendChoice::Auto, &new)
+                .unwrap_err()
+                .to_string(),
+            "nothing_*: matches no function in /proc/kallsyms"
+        );
+        assert_eq!(
+            plan_on("f:do_sys_openx", BackendChoice::Auto, &new)
+                .unwrap_err()
+                .to_string(),
+            "unknown symbol do_sys_openx: it is not in /proc/kallsyms; did you mean do_sys_open?"
+        );
+        assert_eq!(
+            plan_on("f:kpf/x do_sys_open", BackendChoice::Pmu, &new).unwrap_err().to_string(),
+            "an fprobe event (f:) needs a dynamic_events definition, which --backend pmu rules out; drop --backend pmu (auto defines such probes through tracefs)"
+        );
+        let p = plan_on("r:do_sys_openat2 $arg1 $retval", BackendChoice::Auto, &new).unwrap();
+        assert_eq!((p.backend, p.args_from_kernel()), (Backend::Tracefs, true));
+        // A plain tracefs probe keeps its own names.
+        let p = plan_on("p:do_sys_openat2 +0(%si):string", BackendChoice::Auto, &new).unwrap();
+        assert!(!p.args_from_kernel());
+    }
+
+    /// The format of `f:kpf/ra vfs_read%return $arg1 count $retval` and of
+    /// a `char` array as the 6.12 VM showed them.
+    #[test]
+    fn fields_from_the_format_file() {
+        let new = KernelFeatures::from_readme(README_6_12);
+        let mut p = plan_on(
+            "f:kpf/ra do_sys_openat2%return $arg1 $retval",
+            BackendChoice::Auto,
+            &new,
+        )
+        .unwrap();
+        let format = "name: ra\nID: 1\nformat:\n\tfield:unsigned short common_type;\toffset:0;\tsize:2;\tsigned:0;\n\tfield:int common_pid;\toffset:4;\tsize:4;\tsigned:1;\n\n\tfield:unsigned long __probe_func;\toffset:8;\tsize:8;\tsigned:0;\n\tfield:unsigned long __probe_ret_ip;\toffset:16;\tsize:8;\tsigned:0;\n\tfield:u64 file;\toffset:24;\tsize:8;\tsigned:0;\n\tfield:s64 arg2;\toffset:32;\tsize:8;\tsigned:1;\n\nprint fmt: \"(%lx <- %lx) file=0x%Lx arg2=%Ld\", REC->__probe_func, REC->__probe_ret_ip, REC->file, REC->arg2\n";
+        p.set_args_from_format(format);
+        let got: Vec<_> = p
+            .args
+            .iter()
+            .map(|a| (a.name.as_str(), a.ty.to_string()))
+            .collect();
+        assert_eq!(
+            got,
+            vec![("file", "x64".to_string()), ("arg2", "s64".to_string())]
+        );
+        let mut p = plan_on(
+            "p:kpf/t do_sys_openat2 %di:char +0(%si):char[4] $comm",
+            BackendChoice::Tracefs,
+            &new,
+        )
+        .unwrap();
+        let format = "format:\n\tfield:unsigned long __probe_ip;\toffset:8;\tsize:8;\tsigned:0;\n\tfield:u8 arg1;\toffset:16;\tsize:1;\tsigned:0;\n\tfield:u8 arg2[];\toffset:17;\tsize:4;\tsigned:0;\n\tfield:__data_loc char[] arg3;\toffset:21;\tsize:4;\tsigned:1;\n\nprint fmt: \"(%lx) arg1='%c' arg2={'%c','%c','%c','%c'} arg3=\\\"%s\\\"\", REC->__probe_ip\n";
+        p.set_args_from_format(format);
+        let got: Vec<_> = p
+            .args
+            .iter()
+            .map(|a| (a.name.as_str(), a.ty.to_string()))
+            .collect();
+        assert_eq!(
+            got,
+            vec![
+                ("arg1", "char".into()),
+                ("arg2", "char[4]".into()),
+                ("arg3", "string".to_string())
+            ]
         );
     }
 }

@@ -503,7 +503,7 @@ impl Session {
         threads: &[(i32, i32)],
     ) -> Result<Session, Error> {
         let inherit = opts.target.inherits();
-        let plans: Vec<ProbePlan> = if inherit {
+        let mut plans: Vec<ProbePlan> = if inherit {
             plans
                 .into_iter()
                 .map(ProbePlan::through_uprobe_events)
@@ -540,7 +540,7 @@ impl Session {
         let mut tracefs_guard = None;
         let mut openers = Vec::with_capacity(plans.len());
         let mut field_offsets = Vec::with_capacity(plans.len());
-        for plan in &plans {
+        for plan in plans.iter_mut() {
             match (plan.backend, pmu) {
                 (Backend::Pmu, _) if is_user(plan) => {
                     let Some(up) = uprobe_pmu else {
@@ -569,6 +569,15 @@ impl Session {
                     guard.define(kind, &plan.tracefs_definition(&group), &plan.event)?;
                     let id = guard.tracefs().event_id(&group, &plan.event)?;
                     let fields = guard.tracefs().format(&group, &plan.event)?;
+                    if plan.args_from_kernel() {
+                        // BTF names, $arg*, fprobe/tracepoint probes: the
+                        // kernel named and typed the fields.
+                        let path = guard.tracefs().root().join("events").join(&group);
+                        let path = path.join(&plan.event).join("format");
+                        if let Ok(text) = std::fs::read_to_string(path) {
+                            plan.set_args_from_format(&text);
+                        }
+                    }
                     let offsets = plan
                         .args
                         .iter()

@@ -255,7 +255,12 @@ impl Tracefs {
         // The log ends with "  Command: ..." and a caret line; the message
         // is the line carrying "[kprobe]"/"trace_kprobe:"/"trace_uprobe:".
         lines
-            .find(|l| l.contains("kprobe") || l.contains("uprobe") || l.contains("trace_probe"))
+            .find(|l| {
+                l.contains("kprobe")
+                    || l.contains("uprobe")
+                    || l.contains("fprobe")
+                    || l.contains("trace_probe")
+            })
             .map(|l| {
                 l.split_once("]: ")
                     .or_else(|| l.split_once("error: "))
@@ -276,9 +281,20 @@ impl Tracefs {
         self.append(file, definition)
     }
 
+    /// The file that lists and removes probes of `kind`: for kernel
+    /// probes `dynamic_events` where the kernel has it (fprobe and
+    /// tracepoint probes are not in kprobe_events), else kprobe_events;
+    /// uprobe_events for uprobes.
+    fn kind_file(&self, kind: ProbeKind) -> &'static str {
+        match kind {
+            ProbeKind::Kernel if self.root.join("dynamic_events").exists() => "dynamic_events",
+            _ => kind.list_file(),
+        }
+    }
+
     /// Removes one probe.
     pub fn remove(&self, kind: ProbeKind, group: &str, event: &str) -> Result<(), TracefsError> {
-        self.append(kind.list_file(), &format!("-:{group}/{event}"))
+        self.append(self.kind_file(kind), &format!("-:{group}/{event}"))
     }
 
     /// The tracepoint id of an event (for `PERF_TYPE_TRACEPOINT`).
@@ -324,15 +340,27 @@ impl Tracefs {
     /// Every kprobe and uprobe of ours currently defined (a list this
     /// process cannot read counts as empty).
     pub fn our_events(&self) -> Vec<Defined> {
-        [ProbeKind::Kernel, ProbeKind::User]
+        let list = |kind: ProbeKind| {
+            let text =
+                std::fs::read_to_string(self.root.join(self.kind_file(kind))).unwrap_or_default();
+            parse_event_list(&text)
+        };
+        let user = list(ProbeKind::User);
+        // dynamic_events lists the uprobes too: each once, as a uprobe.
+        let kernel = list(ProbeKind::Kernel)
             .into_iter()
-            .flat_map(|kind| {
-                let text =
-                    std::fs::read_to_string(self.root.join(kind.list_file())).unwrap_or_default();
-                parse_event_list(&text)
-                    .into_iter()
-                    .map(move |(group, event)| Defined { kind, group, event })
-            })
+            .filter(|e| !user.contains(e))
+            .map(|(group, event)| Defined {
+                kind: ProbeKind::Kernel,
+                group,
+                event,
+            });
+        kernel
+            .chain(user.iter().cloned().map(|(group, event)| Defined {
+                kind: ProbeKind::User,
+                group,
+                event,
+            }))
             .collect()
     }
 }

@@ -42,7 +42,7 @@ use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
 
 pub use exclusion::{Blacklist, BlacklistEntry, BlacklistError, Exclusion, BLACKLIST_PATH};
-pub use glob::is_glob;
+pub use glob::{glob_match, is_glob, narrower_globs};
 
 use glob::Glob;
 use kallsyms::{Entry, LoadError, ParseError, Table};

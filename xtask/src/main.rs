@@ -237,6 +237,10 @@ fn bench_attach(functions: usize, kernel: &str) -> Result<()> {
             functions.to_string(),
             "42".into(),
             "--workload".into(),
+            // On a kernel with fprobe events: 1,000 and 10,000 functions
+            // through fprobe against bpftrace (kprobe_multi) and perf.
+            "--fprobe".into(),
+            "1000,10000".into(),
         ],
         cwd: workspace_root(),
         env: passthrough_env(),

@@ -7,6 +7,11 @@
 //! - `p[:[GRP/][EVENT]] [MOD:]SYM[+0]%return [FETCHARGS]` (a return probe)
 //! - `r[MAXACTIVE][:[GRP/][EVENT]] [MOD:]SYM[+0] [FETCHARGS]`
 //! - `p|r[:[GRP/][EVENT]] /PATH:SYMBOL[+offs]|/PATH:0xOFFSET [FETCHARGS]` (uprobes)
+//! - `f[:[GRP/][EVENT]] SYM[%return] [FETCHARGS]` (an fprobe event; SYM may
+//!   be a glob, one event for every matching function; `$retval` among the
+//!   args makes it a return probe, as the kernel does)
+//! - `f[MAXACTIVE][:[GRP/][EVENT]] SYM%return [FETCHARGS]`
+//! - `t[:[GRP/][EVENT]] TRACEPOINT [FETCHARGS]` (a probe on a tracepoint)
 //! - `-:[GRP/]EVENT` (delete; see [`Definition`])
 //! - the short form `p:SYM [FETCHARGS]`: when what follows the colon has a
 //!   module or path prefix or an offset, or is followed only by fetch
@@ -16,9 +21,15 @@
 //! FETCHARGS: `%REG`, `@ADDR`, `@SYM[+|-offs]`, `@+OFFS` (uprobes),
 //! `$stackN`, `$stack`, `$argN`, `$retval`, `$comm`, `\IMM`,
 //! `+|-[u]OFFS(FETCHARG)` nested to any depth, a bare `NAME` (resolved
-//! later from BTF), each with optional `NAME=` and `:TYPE` (`u8..u64`,
-//! `s8..s64`, `x8..x64`, `string`, `ustring`, `symbol`,
-//! `b<width>@<offset>/<container>`, and arrays `TYPE[N]`).
+//! later from BTF), BTF member access `NAME->field[->field|.field...]`,
+//! `$arg*` (every parameter, by BTF), each with optional `NAME=` and
+//! `:TYPE` (`u8..u64`, `s8..s64`, `x8..x64`, `char`, `string`, `ustring`,
+//! `symbol`, `symstr`, `%pd`, `%pD`, `b<width>@<offset>/<container>`, and
+//! arrays `TYPE[N]`).
+//!
+//! The grammar is the union of what recent kernels accept; which of these
+//! forms the running kernel has is checked when a probe is planned (from
+//! tracefs's `README`, see [`KernelFeatures`]).
 //!
 //! ```
 //! use kprobe_perf_engine::spec::{ProbeSpec, ProbeKind, FetchBase};
@@ -33,11 +44,13 @@
 
 use std::fmt;
 
+mod features;
 mod parse;
 pub mod proto;
 #[cfg(test)]
 mod tests;
 
+pub use features::KernelFeatures;
 pub use parse::SpecError;
 
 /// Longest argument list the kernel accepts (`MAX_TRACE_ARGS`).
@@ -48,6 +61,17 @@ pub const MAX_MAXACTIVE: u32 = 4096;
 pub const MAX_ARRAY_LEN: u32 = 64;
 /// The group the kernel uses when none is given.
 pub const DEFAULT_GROUP: &str = "kprobes";
+/// The group of an fprobe event when none is given (`FPROBE_EVENT_SYSTEM`).
+pub const FPROBE_GROUP: &str = "fprobes";
+/// The group of a tracepoint probe when none is given
+/// (`TRACEPOINT_EVENT_SYSTEM`).
+pub const TPROBE_GROUP: &str = "tracepoints";
+/// Longest event or group name the kernel accepts (`MAX_EVENT_NAME_LEN`
+/// less the NUL).
+pub const MAX_EVENT_NAME: usize = 63;
+/// Longest argument name the kernel accepts (`MAX_ARG_NAME_LEN` less the
+/// NUL).
+pub const MAX_ARG_NAME: usize = 31;
 /// Field names the kernel reserves in every probe event.
 pub const RESERVED_NAMES: &[&str] = &[
     "common_type",
@@ -132,6 +156,19 @@ pub enum Target {
         /// Where in it.
         location: UserLocation,
     },
+    /// `f:... SYM`: an fprobe event on a function's entry (or return),
+    /// through ftrace; `SYM` may be a glob (`vfs_*`), one event for every
+    /// function it matches.
+    Fprobe {
+        /// The function, or a glob of functions.
+        name: String,
+    },
+    /// `t:... TRACEPOINT`: a probe on a tracepoint (its arguments are
+    /// the tracepoint's, by BTF).
+    Tracepoint {
+        /// The tracepoint, as in `sched_switch`.
+        name: String,
+    },
 }
 
 impl Target {
@@ -145,11 +182,19 @@ impl Target {
                 ..
             } => *offset == 0,
             Target::Address(_)
+            | Target::Fprobe { .. }
+            | Target::Tracepoint { .. }
             | Target::User {
                 location: UserLocation::Offset(_),
                 ..
             } => true,
         }
+    }
+
+    /// True for the forms only the kernel's dynamic events can define
+    /// (fprobe and tracepoint probes): no PMU carries them.
+    pub fn is_dynamic_only(&self) -> bool {
+        matches!(self, Target::Fprobe { .. } | Target::Tracepoint { .. })
     }
 
     /// True for a uprobe.
@@ -197,6 +242,26 @@ pub enum FetchBase {
     Immediate(Immediate),
     /// A bare name, to be resolved to `$argN` from BTF by the planner.
     Name(String),
+    /// `NAME->field[->field|.field...]`: a member of a parameter (or of a
+    /// tracepoint argument), found and fetched by the kernel through BTF.
+    Member {
+        /// The parameter.
+        name: String,
+        /// The members, outermost last.
+        path: Vec<Member>,
+    },
+    /// `$arg*`: every parameter of the function, named and typed by the
+    /// kernel from BTF.
+    AllArgs,
+}
+
+/// One step of a BTF member access.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Member {
+    /// `->` (through a pointer) rather than `.` (within a struct).
+    pub through_pointer: bool,
+    /// The member.
+    pub field: String,
 }
 
 /// One `+|-[u]OFFS(...)` step.
@@ -228,6 +293,7 @@ impl Fetch {
                 self.base,
                 FetchBase::Address(_) | FetchBase::Symbol { .. } | FetchBase::FileOffset(_)
             )
+            || matches!(&self.base, FetchBase::Member { path, .. } if path.iter().any(|m| m.through_pointer))
     }
 }
 
@@ -246,6 +312,16 @@ pub enum BaseType {
     UString,
     /// `symbol`: a pointer shown as `sym+off`.
     Symbol,
+    /// `char`: one byte shown as a character.
+    Char,
+    /// `symstr`: an address the kernel turns into `sym+off/size`, stored
+    /// as a string.
+    SymStr,
+    /// `%pd`: a `struct dentry *`, shown as its name (the kernel fetches
+    /// `d_name.name` as a string).
+    Dentry,
+    /// `%pD`: a `struct file *`, shown as the name of its dentry.
+    File,
     /// `b<width>@<offset>/<container>` (all in bits).
     Bitfield {
         /// Width of the field.
@@ -261,6 +337,19 @@ impl BaseType {
     /// True for `string` and `ustring`.
     pub fn is_string(self) -> bool {
         matches!(self, BaseType::String | BaseType::UString)
+    }
+
+    /// True for every type the kernel stores as a `__data_loc` string
+    /// (`string`, `ustring`, `symstr`, `%pd`, `%pD`).
+    pub fn is_data_loc(self) -> bool {
+        matches!(
+            self,
+            BaseType::String
+                | BaseType::UString
+                | BaseType::SymStr
+                | BaseType::Dentry
+                | BaseType::File
+        )
     }
 }
 
@@ -348,7 +437,17 @@ impl ProbeSpec {
             ProbeKind::Entry => 'p',
             ProbeKind::Return { .. } => 'r',
         };
+        // As __trace_fprobe_create names them: `SYM__entry`, `SYM__exit`,
+        // and the tracepoint itself (`_` first when it starts with a digit).
         let raw = match &self.target {
+            Target::Fprobe { name } => {
+                let end = if self.is_return() { "exit" } else { "entry" };
+                format!("{name}__{end}")
+            }
+            Target::Tracepoint { name } if name.starts_with(|c: char| c.is_ascii_digit()) => {
+                format!("_{name}")
+            }
+            Target::Tracepoint { name } => name.clone(),
             Target::Symbol {
                 module: Some(m),
                 name,
@@ -371,12 +470,15 @@ impl ProbeSpec {
         sanitize(&raw)
     }
 
-    /// The group name: as given, or `kprobes` (`uprobes` for uprobes).
+    /// The group name: as given, or `kprobes` (`uprobes` for uprobes,
+    /// `fprobes` and `tracepoints` for fprobe and tracepoint probes).
     pub fn group_name(&self) -> &str {
-        match (&self.group, self.target.is_user()) {
+        match (&self.group, &self.target) {
             (Some(g), _) => g,
-            (None, true) => "uprobes",
-            (None, false) => DEFAULT_GROUP,
+            (None, Target::User { .. }) => "uprobes",
+            (None, Target::Fprobe { .. }) => FPROBE_GROUP,
+            (None, Target::Tracepoint { .. }) => TPROBE_GROUP,
+            (None, _) => DEFAULT_GROUP,
         }
     }
 
@@ -432,6 +534,10 @@ impl fmt::Display for BaseType {
             BaseType::String => f.write_str("string"),
             BaseType::UString => f.write_str("ustring"),
             BaseType::Symbol => f.write_str("symbol"),
+            BaseType::Char => f.write_str("char"),
+            BaseType::SymStr => f.write_str("symstr"),
+            BaseType::Dentry => f.write_str("%pd"),
+            BaseType::File => f.write_str("%pD"),
             BaseType::Bitfield {
                 width,
                 offset,
@@ -490,6 +596,14 @@ impl fmt::Display for Fetch {
             FetchBase::Immediate(Immediate::Number(n)) => write!(f, "\\{n}")?,
             FetchBase::Immediate(Immediate::String(s)) => write!(f, "\\\"{s}\"")?,
             FetchBase::Name(n) => f.write_str(n)?,
+            FetchBase::Member { name, path } => {
+                f.write_str(name)?;
+                for m in path {
+                    f.write_str(if m.through_pointer { "->" } else { "." })?;
+                    f.write_str(&m.field)?;
+                }
+            }
+            FetchBase::AllArgs => f.write_str("$arg*")?,
         }
         for _ in &self.derefs {
             f.write_str(")")?;
@@ -538,6 +652,7 @@ impl fmt::Display for Target {
                 UserLocation::Symbol { name, offset: 0 } => write!(f, "{path}:{name}"),
                 UserLocation::Symbol { name, offset } => write!(f, "{path}:{name}+{offset}"),
             },
+            Target::Fprobe { name } | Target::Tracepoint { name } => f.write_str(name),
         }
     }
 }
@@ -547,10 +662,13 @@ impl fmt::Display for ProbeSpec {
     /// group and event the AST holds; see [`ProbeSpec::qualified`] for the
     /// form with both spelled out.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self.kind {
-            ProbeKind::Entry => f.write_str("p")?,
-            ProbeKind::Return { maxactive: None } => f.write_str("r")?,
-            ProbeKind::Return { maxactive: Some(n) } => write!(f, "r{n}")?,
+        match (&self.target, self.kind) {
+            (Target::Fprobe { .. }, ProbeKind::Return { maxactive: Some(n) }) => write!(f, "f{n}")?,
+            (Target::Fprobe { .. }, _) => f.write_str("f")?,
+            (Target::Tracepoint { .. }, _) => f.write_str("t")?,
+            (_, ProbeKind::Entry) => f.write_str("p")?,
+            (_, ProbeKind::Return { maxactive: None }) => f.write_str("r")?,
+            (_, ProbeKind::Return { maxactive: Some(n) }) => write!(f, "r{n}")?,
         }
         match (&self.group, &self.event) {
             (Some(g), Some(e)) => write!(f, ":{g}/{e}")?,
@@ -559,6 +677,9 @@ impl fmt::Display for ProbeSpec {
             (None, None) => {}
         }
         write!(f, " {}", self.target)?;
+        if matches!(self.target, Target::Fprobe { .. }) && self.is_return() {
+            f.write_str("%return")?;
+        }
         for a in &self.args {
             write!(f, " {a}")?;
         }

@@ -5,9 +5,21 @@ use std::fmt;
 use kprobe_perf_arch::Arch;
 
 use super::{
-    proto, ArgType, BaseType, Definition, Deref, Fetch, FetchArg, FetchBase, Immediate, ProbeKind,
-    ProbeSpec, Span, Target, UserLocation, MAX_ARGS, MAX_ARRAY_LEN, MAX_MAXACTIVE, RESERVED_NAMES,
+    proto, ArgType, BaseType, Definition, Deref, Fetch, FetchArg, FetchBase, Immediate, Member,
+    ProbeKind, ProbeSpec, Span, Target, UserLocation, MAX_ARGS, MAX_ARG_NAME, MAX_ARRAY_LEN,
+    MAX_EVENT_NAME, MAX_MAXACTIVE, RESERVED_NAMES,
 };
+
+/// Which kind of dynamic event a definition's first letter asks for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Flavor {
+    /// `p:`/`r:` (kprobes and uprobes).
+    Kprobe,
+    /// `f:` (trace_fprobe.c).
+    Fprobe,
+    /// `t:` (trace_fprobe.c, tracepoint probes).
+    Tprobe,
+}
 
 /// A refused probe definition: the input, where, and why.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -78,7 +90,10 @@ fn tokens(input: &str) -> Vec<(usize, &str)> {
 
 /// True for a token that can only be a fetch argument, never a target.
 fn looks_like_fetch_arg(t: &str) -> bool {
-    t.contains('=') || t.starts_with(['%', '$', '@', '+', '-', '\\'])
+    t.contains('=')
+        || t.contains("->")
+        || t.contains(":%")
+        || t.starts_with(['%', '$', '@', '+', '-', '\\'])
 }
 
 pub(crate) fn is_identifier(s: &str) -> bool {
@@ -174,7 +189,7 @@ impl ProbeSpec {
             Some((k, n)) => (k, Some(n)),
             None => (head, None),
         };
-        let mut kind = parse_kind(&cur, head_at, kind_text)?;
+        let (mut kind, flavor) = parse_kind(&cur, head_at, kind_text)?;
 
         // Short form `p:SYM [ARGS]`: what follows the colon is the target
         // when it cannot be an event name, or only fetch args follow it.
@@ -182,6 +197,7 @@ impl ProbeSpec {
         let short_form = name_part.is_some_and(|n| {
             !n.is_empty()
                 && (n.contains([':', '+', '%'])
+                    || n.bytes().any(|b| GLOB_CHARS.contains(&b))
                     || n.starts_with(|c: char| c.is_ascii_digit())
                     || next_is_arg)
         });
@@ -202,7 +218,41 @@ impl ProbeSpec {
             };
             (group, event, target_at, target_text, 2)
         };
-        let (target, returns) = parse_target(&cur, target_at, target_text)?;
+        let arg_toks = &toks[args_from.min(toks.len())..];
+        let (target, returns) = match flavor {
+            Flavor::Kprobe => parse_target(&cur, target_at, target_text)?,
+            Flavor::Fprobe | Flavor::Tprobe => {
+                let (target, mut returns) =
+                    parse_dynamic_target(&cur, flavor, target_at, target_text)?;
+                // As parse_symbol_and_return does: `$retval` among the args
+                // makes an fprobe a return probe, and is refused on a
+                // tracepoint.
+                for &(at, t) in arg_toks {
+                    let Some(i) = find_retval(t) else { continue };
+                    if flavor == Flavor::Tprobe {
+                        return Err(cur.err(
+                            at + i,
+                            7,
+                            "$retval is not available at a tracepoint: it fires inside the traced function",
+                        ));
+                    }
+                    returns = true;
+                }
+                if let (ProbeKind::Return { maxactive: Some(_) }, false) = (kind, returns) {
+                    return Err(cur.err(
+                        head_at + 1,
+                        kind_text.len() - 1,
+                        "maxactive applies only to return fprobes: add %return to the function (f100:EV SYM%return)",
+                    ));
+                }
+                if returns {
+                    if let ProbeKind::Entry = kind {
+                        kind = ProbeKind::Return { maxactive: None };
+                    }
+                }
+                (target, false)
+            }
+        };
         if returns {
             if kind != ProbeKind::Entry {
                 return Err(cur.err(
@@ -232,7 +282,6 @@ impl ProbeSpec {
             target,
             args: Vec::new(),
         };
-        let arg_toks = &toks[args_from.min(toks.len())..];
         if arg_toks.len() > MAX_ARGS {
             let (at, t) = arg_toks[MAX_ARGS];
             return Err(cur.err(
@@ -243,6 +292,16 @@ impl ProbeSpec {
         }
         for &(at, text) in arg_toks {
             let arg = parse_arg(&cur, &spec, arch, at, text)?;
+            if arg.fetch.base == FetchBase::AllArgs
+                && spec.args.iter().any(|a| a.fetch.base == FetchBase::AllArgs)
+            {
+                // traceprobe_expand_meta_args: once only.
+                return Err(cur.err(
+                    at,
+                    text.len(),
+                    "$arg* can be used only once: it already stands for every parameter",
+                ));
+            }
             spec.args.push(arg);
             check_names(&cur, &spec, at, text)?;
         }
@@ -250,25 +309,39 @@ impl ProbeSpec {
     }
 }
 
-fn parse_kind(cur: &Cursor, at: usize, kind_text: &str) -> Result<ProbeKind, SpecError> {
+fn parse_kind(cur: &Cursor, at: usize, kind_text: &str) -> Result<(ProbeKind, Flavor), SpecError> {
+    let flavor = match kind_text.as_bytes().first() {
+        Some(b'f') => Flavor::Fprobe,
+        Some(b't') => Flavor::Tprobe,
+        _ => Flavor::Kprobe,
+    };
     match kind_text.as_bytes().first() {
-        Some(b'p') if kind_text.len() == 1 => Ok(ProbeKind::Entry),
-        Some(b'r') => {
+        Some(b'p') if kind_text.len() == 1 => Ok((ProbeKind::Entry, flavor)),
+        Some(b'f' | b't') if kind_text.len() == 1 => Ok((ProbeKind::Entry, flavor)),
+        Some(b't') => Err(cur.err(
+            at + 1,
+            kind_text.len() - 1,
+            "a tracepoint probe takes no maxactive: write t:[GRP/]EVENT TRACEPOINT",
+        )),
+        Some(b'r' | b'f') => {
             let digits = &kind_text[1..];
             if digits.is_empty() {
-                return Ok(ProbeKind::Return { maxactive: None });
+                return Ok((ProbeKind::Return { maxactive: None }, flavor));
             }
             match digits.parse::<u32>() {
                 Ok(n)
                     if (1..=MAX_MAXACTIVE).contains(&n)
                         && digits.bytes().all(|b| b.is_ascii_digit()) =>
                 {
-                    Ok(ProbeKind::Return { maxactive: Some(n) })
+                    Ok((ProbeKind::Return { maxactive: Some(n) }, flavor))
                 }
                 _ => Err(cur.err(
                     at + 1,
                     digits.len(),
-                    format!("maxactive must be a number from 1 to {MAX_MAXACTIVE}, as in r100:"),
+                    format!(
+                        "maxactive must be a number from 1 to {MAX_MAXACTIVE}, as in {}100:",
+                        &kind_text[..1]
+                    ),
                 )),
             }
         }
@@ -285,9 +358,86 @@ fn parse_kind(cur: &Cursor, at: usize, kind_text: &str) -> Result<ProbeKind, Spe
         _ => Err(cur.err(
             at,
             kind_text.len().max(1),
-            "a probe starts with p (entry) or r (return), as in p:do_sys_openat2",
+            "a probe starts with p (entry), r (return), f (fprobe) or t (tracepoint), as in p:do_sys_openat2",
         )),
     }
+}
+
+/// Where `$retval` stands in an argument as the kernel looks for it
+/// (parse_symbol_and_return: the text `$retval` not followed by a name
+/// character).
+fn find_retval(arg: &str) -> Option<usize> {
+    let i = arg.find("$retval")?;
+    let next = arg.as_bytes().get(i + 7).copied();
+    (!next.is_some_and(|b| b.is_ascii_alphanumeric() || b == b'_')).then_some(i)
+}
+
+/// The target of an `f:` or `t:` definition, and whether it carried
+/// `%return`.
+fn parse_dynamic_target(
+    cur: &Cursor,
+    flavor: Flavor,
+    at: usize,
+    text: &str,
+) -> Result<(Target, bool), SpecError> {
+    let (name, returns) = match text.find('%') {
+        Some(i) if flavor == Flavor::Fprobe && &text[i..] == "%return" => (&text[..i], true),
+        Some(i) => {
+            let msg = if flavor == Flavor::Tprobe {
+                "a tracepoint probe fires at the tracepoint: it takes no %return or other suffix"
+            } else {
+                "the only suffix an fprobe takes is %return"
+            };
+            return Err(cur.err(at + i, text.len() - i, msg));
+        }
+        None => (text, false),
+    };
+    if name.is_empty() {
+        return Err(cur.err(at, 1, "missing function name before %return"));
+    }
+    if flavor == Flavor::Tprobe {
+        if !name.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_') {
+            return Err(cur.err(
+                at,
+                name.len(),
+                "a tracepoint is named by letters, digits and _, as in sched_switch (no group, no glob)",
+            ));
+        }
+        return Ok((
+            Target::Tracepoint {
+                name: name.to_string(),
+            },
+            false,
+        ));
+    }
+    if let Some(i) = name.find(':') {
+        return Err(cur.err(
+            at,
+            i + 1,
+            "fprobe events take no MOD: prefix: name the function alone (modules' functions are found by name)",
+        ));
+    }
+    if let Some(i) = name.find(['+', '-']) {
+        return Err(cur.err(
+            at + i,
+            name.len() - i,
+            "an fprobe goes on a function's entry or return: no offset (use p:SYM+OFFS for an offset)",
+        ));
+    }
+    if name.starts_with(|c: char| c.is_ascii_digit()) {
+        return Err(cur.err(
+            at,
+            name.len(),
+            "an fprobe takes a function name or a glob, not an address",
+        ));
+    }
+    let (name, _) = parse_sym_offset(cur, at, name)?;
+    Ok((
+        Target::Fprobe {
+            name: name.to_string(),
+        },
+        returns,
+    ))
 }
 
 type GroupEvent = (Option<String>, Option<String>);
@@ -321,6 +471,21 @@ fn parse_group_event(cur: &Cursor, at: usize, n: &str) -> Result<GroupEvent, Spe
             e_at,
             e.len(),
             "event names are letters, digits and _, starting with a letter or _",
+        ));
+    }
+    // traceprobe_parse_event_name: both fit MAX_EVENT_NAME_LEN.
+    if let Some(g) = g.filter(|g| g.len() > MAX_EVENT_NAME) {
+        return Err(cur.err(
+            at,
+            g.len(),
+            format!("group names are at most {MAX_EVENT_NAME} characters"),
+        ));
+    }
+    if e.len() > MAX_EVENT_NAME {
+        return Err(cur.err(
+            e_at,
+            e.len(),
+            format!("event names are at most {MAX_EVENT_NAME} characters"),
         ));
     }
     Ok((g.map(str::to_string), Some(e.to_string())))
@@ -544,12 +709,16 @@ fn parse_type(cur: &Cursor, at: usize, text: &str) -> Result<ArgType, SpecError>
         None => (text, None),
     };
     let unknown = || {
-        cur.err(at, base_text.len().max(1), format!("unknown type {base_text}: use u8..u64, s8..s64, x8..x64, string, ustring, symbol or b<width>@<offset>/<container>"))
+        cur.err(at, base_text.len().max(1), format!("unknown type {base_text}: use u8..u64, s8..s64, x8..x64, char, string, ustring, symbol, symstr, %pd, %pD or b<width>@<offset>/<container>"))
     };
     let base = match base_text {
         "string" => BaseType::String,
         "ustring" => BaseType::UString,
         "symbol" => BaseType::Symbol,
+        "char" => BaseType::Char,
+        "symstr" => BaseType::SymStr,
+        "%pd" => BaseType::Dentry,
+        "%pD" => BaseType::File,
         t if t.starts_with('b') && t.contains('@') => parse_bitfield(cur, at, t)?,
         t => {
             let mut chars = t.chars();
@@ -719,6 +888,10 @@ fn parse_base(
         return err("missing fetch argument: use %REG, $argN, $retval, $stack, $stackN, $comm, @ADDR, @SYM or +OFFS(...)".into());
     }
     if let Some(reg) = text.strip_prefix('%') {
+        // parse_probe_arg: fprobe and tracepoint probes have no registers.
+        if spec.target.is_dynamic_only() {
+            return err(format!("%{reg}: fprobe and tracepoint probes cannot fetch registers: use $argN, a parameter name or $retval"));
+        }
         if arch.register(reg).is_none() {
             let hint = arch
                 .closest_register(reg)
@@ -744,6 +917,10 @@ fn parse_base(
                 Ok(n) if v[5..].bytes().all(|b| b.is_ascii_digit()) => Ok(FetchBase::StackEntry(n)),
                 _ => err("$stack takes a number from 0, as in $stack0".into()),
             },
+            "arg*" => {
+                check_btf_place(spec, "$arg*").map_err(|m| cur.err(at, text.len(), m))?;
+                Ok(FetchBase::AllArgs)
+            }
             v if v.starts_with("arg") => {
                 let n = match v[3..].parse::<u32>() {
                     Ok(n) if v[3..].bytes().all(|b| b.is_ascii_digit()) => n,
@@ -752,8 +929,11 @@ fn parse_base(
                 if n == 0 {
                     return err("arguments count from 1: $arg1 is the first".into());
                 }
-                if spec.is_return() {
-                    return err(format!("$arg{n} is not available at a return probe: the argument registers are overwritten by then"));
+                // A return probe's $argN is saved at the entry by the kernel
+                // (6.10+, "kernel return probes support: $retval, $arg<N>"
+                // in tracefs's README); the planner checks the kernel has it.
+                if spec.is_return() && spec.target.is_user() {
+                    return err(format!("$arg{n} is not available at a uprobe's return: the argument registers are overwritten by then"));
                 }
                 if !spec.target.at_entry() {
                     return err(format!("$arg{n} is only meaningful at a function's entry (offset 0); fetch the register instead"));
@@ -823,9 +1003,90 @@ fn parse_base(
         };
     }
     if is_identifier(text) {
+        check_btf_place(spec, text).map_err(|m| cur.err(at, text.len(), m))?;
         return Ok(FetchBase::Name(text.to_string()));
     }
+    if text.starts_with(|c: char| c.is_ascii_alphabetic() || c == '_') && text.contains(['.', '-'])
+    {
+        return parse_member(cur, spec, at, text);
+    }
     err(format!("unknown fetch argument {text}: use %REG, $argN, $retval, $stack, $stackN, $comm, @ADDR, @SYM, +OFFS(...) or a BTF argument name"))
+}
+
+/// Where BTF names may be used (parse_btf_arg, traceprobe_expand_meta_args):
+/// at the entry of one kernel function (or its return), or on a tracepoint.
+fn check_btf_place(spec: &ProbeSpec, what: &str) -> Result<(), String> {
+    match &spec.target {
+        Target::User { .. } => Err(format!(
+            "{what} needs the kernel's BTF: uprobes have none; fetch registers or $argN"
+        )),
+        Target::Fprobe { name } if name.bytes().any(|b| GLOB_CHARS.contains(&b)) => Err(format!(
+            "{what} needs one function's BTF, and {name} is a glob of functions: use $argN"
+        )),
+        Target::Symbol { offset, .. } if *offset != 0 => Err(format!(
+            "{what} reads parameters, which only the function entry has: remove the offset"
+        )),
+        Target::Address(_) => Err(format!(
+            "{what} needs a function name to find its BTF: probe the function by name"
+        )),
+        _ => Ok(()),
+    }
+}
+
+/// `NAME->field[->field|.field...]` (parse_btf_arg, parse_btf_field).
+fn parse_member(
+    cur: &Cursor,
+    spec: &ProbeSpec,
+    at: usize,
+    text: &str,
+) -> Result<FetchBase, SpecError> {
+    let root_end = text.find(['.', '-']).unwrap_or(text.len());
+    let name = &text[..root_end];
+    if !is_identifier(name) {
+        return Err(cur.err(
+            at,
+            root_end.max(1),
+            format!("{name} is not a parameter name"),
+        ));
+    }
+    check_btf_place(spec, &format!("{name}->...")).map_err(|m| cur.err(at, text.len(), m))?;
+    let mut path = Vec::new();
+    let mut pos = root_end;
+    while pos < text.len() {
+        let rest = &text[pos..];
+        let (through_pointer, sep) = if rest.starts_with("->") {
+            (true, 2)
+        } else if rest.starts_with('.') {
+            (false, 1)
+        } else {
+            return Err(cur.err(
+                at + pos,
+                rest.len(),
+                "members are reached with ->field (through a pointer) or .field (within a struct)",
+            ));
+        };
+        let field_at = pos + sep;
+        let field_end = text[field_at..]
+            .find(['.', '-'])
+            .map_or(text.len(), |i| field_at + i);
+        let field = &text[field_at..field_end];
+        if !is_identifier(field) {
+            return Err(cur.err(
+                at + field_at.min(text.len() - 1),
+                field.len().max(1),
+                "missing member name: write NAME->field or NAME->field.sub",
+            ));
+        }
+        path.push(Member {
+            through_pointer,
+            field: field.to_string(),
+        });
+        pos = field_end;
+    }
+    Ok(FetchBase::Member {
+        name: name.to_string(),
+        path,
+    })
 }
 
 fn parse_arg(
@@ -847,6 +1108,13 @@ fn parse_arg(
                 "argument names are letters, digits and _, starting with a letter or _",
             ));
         }
+        if n.len() > MAX_ARG_NAME {
+            return Err(cur.err(
+                at,
+                n.len(),
+                format!("argument names are at most {MAX_ARG_NAME} characters"),
+            ));
+        }
         if RESERVED_NAMES.contains(&n) {
             return Err(cur.err(
                 at,
@@ -862,6 +1130,16 @@ fn parse_arg(
         None => None,
     };
     let fetch = parse_fetch(cur, spec, arch, body_at, fetch_text)?;
+    if fetch.base == FetchBase::AllArgs
+        && (name.is_some() || ty.is_some() || !fetch.derefs.is_empty())
+    {
+        // traceprobe_expand_meta_args only expands `$arg*` written alone.
+        return Err(cur.err(
+            at,
+            text.len(),
+            "$arg* stands alone: it expands to every parameter with its own name and type",
+        ));
+    }
     let arg = FetchArg {
         name: name.map(str::to_string),
         fetch,
@@ -902,6 +1180,56 @@ fn check_type(
             return Err(cur.err(ty_at, ty_len, "an immediate string has type string"));
         }
         _ => {}
+    }
+    if matches!(ty.base, BaseType::Dentry | BaseType::File) {
+        // traceprobe_expand_dentry_args rewrites `ARG:%pd` only when the
+        // type is exactly `%pd`/`%pD`, of a pointer.
+        if ty.array.is_some() {
+            return Err(cur.err(
+                ty_at,
+                ty_len,
+                format!("{} takes no array: it names one dentry or file", ty.base),
+            ));
+        }
+        if matches!(
+            arg.fetch.base,
+            FetchBase::Comm | FetchBase::Immediate(_) | FetchBase::Retval
+        ) && arg.fetch.derefs.is_empty()
+        {
+            return Err(cur.err(
+                ty_at,
+                ty_len,
+                format!(
+                    "{} prints the name of a struct {} pointer: fetch one, as in file:%pD",
+                    ty.base,
+                    if ty.base == BaseType::File {
+                        "file"
+                    } else {
+                        "dentry"
+                    }
+                ),
+            ));
+        }
+        return Ok(());
+    }
+    if ty.base == BaseType::SymStr {
+        // symstr turns any value into `sym+off/size`; only strings of
+        // text cannot be one.
+        if matches!(
+            arg.fetch.base,
+            FetchBase::Comm | FetchBase::Immediate(Immediate::String(_))
+        ) && arg.fetch.derefs.is_empty()
+        {
+            return Err(cur.err(
+                ty_at,
+                ty_len,
+                "symstr names an address: $comm and strings are not addresses",
+            ));
+        }
+        if ty.array.is_some() && !memory {
+            return Err(cur.err(ty_at, ty_len, format!("arrays are read from memory: write +0({fetch_text}):{ty}, not {fetch_text}:{ty}")));
+        }
+        return Ok(());
     }
     let string_source = memory
         || matches!(

@@ -419,7 +419,7 @@ fn error_display_has_a_caret_under_the_token() {
 /// (input, message, span start, span length), asserted verbatim.
 const BAD: &[(&str, &str, usize, usize)] = &[
     ("", "empty probe definition; expected e.g. p:do_sys_openat2", 0, 0),
-    ("q:foo do_sys_open", "a probe starts with p (entry) or r (return), as in p:do_sys_openat2", 0, 1),
+    ("q:foo do_sys_open", "a probe starts with p (entry), r (return), f (fprobe) or t (tracepoint), as in p:do_sys_openat2", 0, 1),
     ("p100:foo do_sys_open", "maxactive applies only to return probes: write r100:, not p100:", 1, 3),
     ("r0:foo do_sys_open", "maxactive must be a number from 1 to 4096, as in r100:", 1, 1),
     ("r5000 do_sys_open", "maxactive must be a number from 1 to 4096, as in r100:", 1, 4),
@@ -436,7 +436,7 @@ const BAD: &[(&str, &str, usize, usize)] = &[
     ("r:ev do_sys_open+8%return", "%return makes a return probe of a p: definition; with r: leave it out", 5, 20),
     ("r:ev do_sys_open%return", "%return makes a return probe of a p: definition; with r: leave it out", 5, 18),
     ("p:ev do_sys_open+4 $arg1", "$arg1 is only meaningful at a function's entry (offset 0); fetch the register instead", 19, 5),
-    ("r:ev do_sys_open $arg1", "$arg1 is not available at a return probe: the argument registers are overwritten by then", 17, 5),
+    ("r:ev /bin/true:main $arg1", "$arg1 is not available at a uprobe's return: the argument registers are overwritten by then", 20, 5),
     ("p:ev do_sys_open $arg0", "arguments count from 1: $arg1 is the first", 17, 5),
     ("p:ev do_sys_open $argx", "$arg takes a number from 1, as in $arg1", 17, 5),
     ("p:ev do_sys_open $retval", "$retval is only available at a return probe: use r: instead of p:", 17, 7),
@@ -449,7 +449,36 @@ const BAD: &[(&str, &str, usize, usize)] = &[
     ("p:ev do_sys_open 1x=%di", "argument names are letters, digits and _, starting with a letter or _", 17, 2),
     ("p:ev do_sys_open common_pid=%di", "common_pid is a field name the kernel reserves; pick another name", 17, 10),
     ("p:ev do_sys_open %di:u12", "u12 is not a size: integer types are 8, 16, 32 or 64 bits", 21, 3),
-    ("p:ev do_sys_open %di:float", "unknown type float: use u8..u64, s8..s64, x8..x64, string, ustring, symbol or b<width>@<offset>/<container>", 21, 5),
+    ("p:ev do_sys_open %di:float", "unknown type float: use u8..u64, s8..s64, x8..x64, char, string, ustring, symbol, symstr, %pd, %pD or b<width>@<offset>/<container>", 21, 5),
+    // fprobe and tracepoint probes (trace_fprobe.c: __trace_fprobe_create,
+    // parse_symbol_and_return).
+    ("f:ev vfs_read+4", "an fprobe goes on a function's entry or return: no offset (use p:SYM+OFFS for an offset)", 13, 2),
+    ("f:ev ext4:ext4_file_open", "fprobe events take no MOD: prefix: name the function alone (modules' functions are found by name)", 5, 5),
+    ("f:ev 0xffffffff81000000", "an fprobe takes a function name or a glob, not an address", 5, 18),
+    ("f:ev vfs_read%ret", "the only suffix an fprobe takes is %return", 13, 4),
+    ("f100:ev vfs_read", "maxactive applies only to return fprobes: add %return to the function (f100:EV SYM%return)", 1, 3),
+    ("f0:ev vfs_read%return", "maxactive must be a number from 1 to 4096, as in f100:", 1, 1),
+    ("f:ev vfs_read %di", "%di: fprobe and tracepoint probes cannot fetch registers: use $argN, a parameter name or $retval", 14, 3),
+    ("f:ev vfs_* $arg*", "$arg* needs one function's BTF, and vfs_* is a glob of functions: use $argN", 11, 5),
+    ("f:ev vfs_* count", "count needs one function's BTF, and vfs_* is a glob of functions: use $argN", 11, 5),
+    ("t:ev sched_switch%return", "a tracepoint probe fires at the tracepoint: it takes no %return or other suffix", 17, 7),
+    ("t:ev sched_switch $retval", "$retval is not available at a tracepoint: it fires inside the traced function", 18, 7),
+    ("t:ev sched:sched_switch", "a tracepoint is named by letters, digits and _, as in sched_switch (no group, no glob)", 5, 18),
+    ("t1:ev sched_switch", "a tracepoint probe takes no maxactive: write t:[GRP/]EVENT TRACEPOINT", 1, 1),
+    // $arg* and BTF members (traceprobe_expand_meta_args, parse_btf_arg).
+    ("p:ev vfs_read $arg* $arg*", "$arg* can be used only once: it already stands for every parameter", 20, 5),
+    ("p:ev vfs_read all=$arg*", "$arg* stands alone: it expands to every parameter with its own name and type", 14, 9),
+    ("p:ev vfs_read $arg*:u32", "$arg* stands alone: it expands to every parameter with its own name and type", 14, 9),
+    ("p:ev vfs_read+4 $arg*", "$arg* reads parameters, which only the function entry has: remove the offset", 16, 5),
+    ("p:ev vfs_read file->", "missing member name: write NAME->field or NAME->field.sub", 19, 1),
+    ("p:ev vfs_read file->f_path..dentry", "missing member name: write NAME->field or NAME->field.sub", 27, 1),
+    ("p:ev vfs_read file-f_flags", "members are reached with ->field (through a pointer) or .field (within a struct)", 18, 8),
+    ("p:ev /bin/true:main argc", "argc needs the kernel's BTF: uprobes have none; fetch registers or $argN", 20, 4),
+    ("p:ev vfs_read file->f_flags:%pd[2]", "%pd takes no array: it names one dentry or file", 28, 6),
+    ("p:ev vfs_read $comm:%pD", "$comm is a string: leave out the type or write $comm:string", 20, 3),
+    ("p:ev vfs_read \\\"x\":symstr", "an immediate string has type string", 19, 6),
+    ("p:ev vfs_read %di:char[2]", "arrays are read from memory: write +0(%di):char[2], not %di:char[2]", 18, 7),
+    ("p:ev vfs_read abcdefghijabcdefghijabcdefghijabc=%di", "argument names are at most 31 characters", 14, 33),
     ("p:ev do_sys_open %di:string", "string reads memory at an address: write +0(%di):string, not %di:string", 21, 6),
     ("p:ev do_sys_open $stack3:x8[8]", "arrays are read from memory: write +0($stack3):x8[8], not $stack3:x8[8]", 25, 5),
     ("p:ev do_sys_open +0(%di):x8[0]", "array length must be a number from 1 to 64", 28, 1),
@@ -611,8 +640,94 @@ fn spec() -> impl Strategy<Value = ProbeSpec> {
         })
 }
 
+/// fprobe and tracepoint probes: no registers; `$retval` only in a
+/// return fprobe (where it makes the kind), BTF names and members only on
+/// one function, the newer types.
+fn dynamic_spec() -> impl Strategy<Value = ProbeSpec> {
+    let types = prop_oneof![
+        Just(None),
+        Just(Some(ArgType::scalar(BaseType::SymStr))),
+        Just(Some(ArgType::scalar(BaseType::Char))),
+        Just(Some(ArgType::scalar(BaseType::File))),
+        Just(Some(ArgType::scalar(BaseType::Dentry))),
+        (1u32..=64).prop_map(|n| Some(ArgType {
+            base: BaseType::Char,
+            array: Some(n)
+        })),
+        scalar_type().prop_map(|b| Some(ArgType::scalar(b))),
+    ];
+    let member = (any::<bool>(), ident()).prop_map(|(through_pointer, field)| Member {
+        through_pointer,
+        field,
+    });
+    let base = prop_oneof![
+        (1u32..7).prop_map(FetchBase::Arg),
+        ident().prop_map(FetchBase::Name),
+        (ident(), prop::collection::vec(member, 1..4))
+            .prop_map(|(name, path)| FetchBase::Member { name, path }),
+        (0u32..8).prop_map(FetchBase::StackEntry),
+    ];
+    let arg = (prop::option::of(ident()), base, types).prop_map(|(name, base, ty)| {
+        let fetch = Fetch {
+            base,
+            derefs: vec![],
+        };
+        // Arrays and strings read memory: behind a dereference.
+        let fetch = match ty {
+            Some(t) if t.array.is_some() || t.base == BaseType::SymStr => Fetch {
+                derefs: vec![Deref {
+                    offset: 0,
+                    user: false,
+                }],
+                ..fetch
+            },
+            _ => fetch,
+        };
+        FetchArg { name, fetch, ty }
+    });
+    (
+        0u8..3,
+        prop::option::of(1u32..=4096),
+        prop::option::of(ident()),
+        ident(),
+        prop::collection::vec(arg, 0..5),
+    )
+        .prop_map(|(form, maxactive, event, func, args)| {
+            let args: Vec<FetchArg> = args
+                .into_iter()
+                .enumerate()
+                .map(|(i, mut a)| {
+                    a.name = Some(format!("{}_{i}", a.name.unwrap_or_else(|| "a".into())));
+                    a
+                })
+                .collect();
+            let (kind, target) = match form {
+                0 => (ProbeKind::Entry, Target::Fprobe { name: func }),
+                1 => (
+                    ProbeKind::Return { maxactive },
+                    Target::Fprobe { name: func },
+                ),
+                _ => (ProbeKind::Entry, Target::Tracepoint { name: func }),
+            };
+            ProbeSpec {
+                kind,
+                group: event.as_ref().map(|_| "grp".to_string()),
+                event,
+                target,
+                args,
+            }
+        })
+}
+
 proptest! {
     #![proptest_config(ProptestConfig::with_cases(2000))]
+
+    #[test]
+    fn newer_forms_print_then_parse_is_identity(s in dynamic_spec()) {
+        let text = s.to_string();
+        let back = parse(&text).map_err(|e| TestCaseError::fail(format!("{text}\n{e}")))?;
+        prop_assert_eq!(back, s);
+    }
 
     #[test]
     fn print_then_parse_is_identity(s in spec()) {
@@ -658,5 +773,149 @@ fn instance_of_a_duplicate_name() {
     assert_eq!(
         e.to_string(),
         "not an instance address: write NAME@0xffffffff81234560 (from kprobe-perf list)\n  p init_once@12\n              ^^"
+    );
+}
+
+/// Every form of the current grammar: parse, print the canonical form,
+/// parse that again: the same definition.
+#[test]
+fn newer_forms_round_trip() {
+    let forms = [
+        ("f:kpf/all vfs_*", "f:kpf/all vfs_*"),
+        ("f:vfs_read", "f:fprobes/vfs_read__entry vfs_read"),
+        (
+            "f vfs_read%return",
+            "f:fprobes/vfs_read__exit vfs_read%return",
+        ),
+        (
+            "f:kpf/ret vfs_read%return $retval",
+            "f:kpf/ret vfs_read%return $retval",
+        ),
+        // `$retval` alone makes an fprobe a return probe.
+        (
+            "f:kpf/ret vfs_read ret=$retval",
+            "f:kpf/ret vfs_read%return ret=$retval",
+        ),
+        (
+            "f100:kpf/ret vfs_read%return $retval",
+            "f100:kpf/ret vfs_read%return $retval",
+        ),
+        ("f:kpf/wc vfs_r* $arg1", "f:kpf/wc vfs_r* $arg1"),
+        (
+            "t:kpf/ss sched_switch prev next",
+            "t:kpf/ss sched_switch prev next",
+        ),
+        ("t sched_switch", "t:tracepoints/sched_switch sched_switch"),
+        (
+            "t 9p_client_req",
+            "t:tracepoints/_9p_client_req 9p_client_req",
+        ),
+        (
+            "p:kpf/btf vfs_read file->f_flags count",
+            "p:kpf/btf vfs_read file->f_flags count",
+        ),
+        (
+            "f:kpf/btf vfs_read fn=file->f_path.dentry->d_name.name:string",
+            "f:kpf/btf vfs_read fn=file->f_path.dentry->d_name.name:string",
+        ),
+        ("r:ev vfs_read $arg1", "r:kprobes/ev vfs_read $arg1"),
+        (
+            "r:ev vfs_read file count $retval",
+            "r:kprobes/ev vfs_read file count $retval",
+        ),
+        ("p:ev vfs_read $arg*", "p:kprobes/ev vfs_read $arg*"),
+        ("r:ev vfs_read $arg*", "r:kprobes/ev vfs_read $arg*"),
+        (
+            "p:ev vfs_read +0(%di):symstr %di:char",
+            "p:kprobes/ev vfs_read +0(%di):symstr %di:char",
+        ),
+        (
+            "p:ev vfs_read %di:symstr +0(%si):char[4]",
+            "p:kprobes/ev vfs_read %di:symstr +0(%si):char[4]",
+        ),
+        ("p:ev vfs_read file:%pD", "p:kprobes/ev vfs_read file:%pD"),
+        (
+            "p:ev d_path path->dentry:%pd",
+            "p:kprobes/ev d_path path->dentry:%pd",
+        ),
+        (
+            "p:ev vfs_read +0(%di):%pD",
+            "p:kprobes/ev vfs_read +0(%di):%pD",
+        ),
+    ];
+    for (text, canonical) in forms {
+        let d = Definition::parse(text, Arch::X86_64).unwrap_or_else(|e| panic!("{text}: {e}"));
+        let Definition::Probe(p) = d else {
+            panic!("{text}: not a probe")
+        };
+        assert_eq!(p.qualified().to_string(), canonical, "{text}");
+        let back = parse(canonical).unwrap_or_else(|e| panic!("{canonical}: {e}"));
+        assert_eq!(back, p.qualified(), "{text}");
+    }
+}
+
+#[test]
+fn newer_forms_parse_to_their_parts() {
+    let s = parse("f:kpf/all vfs_*").unwrap();
+    assert_eq!(
+        s.target,
+        Target::Fprobe {
+            name: "vfs_*".into()
+        }
+    );
+    assert_eq!(s.kind, ProbeKind::Entry);
+    let s = parse("f:kpf/ret vfs_read $retval").unwrap();
+    assert_eq!(s.kind, ProbeKind::Return { maxactive: None });
+    let s = parse("t:kpf/ss sched_switch prev").unwrap();
+    assert_eq!(
+        s.target,
+        Target::Tracepoint {
+            name: "sched_switch".into()
+        }
+    );
+    assert_eq!(s.args[0].fetch.base, FetchBase::Name("prev".into()));
+    let s = parse("p:ev vfs_read fn=file->f_path.dentry").unwrap();
+    assert_eq!(
+        s.args[0].fetch.base,
+        FetchBase::Member {
+            name: "file".into(),
+            path: vec![
+                Member {
+                    through_pointer: true,
+                    field: "f_path".into()
+                },
+                Member {
+                    through_pointer: false,
+                    field: "dentry".into()
+                },
+            ]
+        }
+    );
+    assert!(s.args[0].fetch.reads_memory());
+    let s = parse("p:ev vfs_read $arg* +0(%di):symstr %di:char file:%pD").unwrap();
+    assert_eq!(s.args[0].fetch.base, FetchBase::AllArgs);
+    let types: Vec<_> = s.args[1..].iter().map(|a| a.ty.unwrap().base).collect();
+    assert_eq!(
+        types,
+        vec![BaseType::SymStr, BaseType::Char, BaseType::File]
+    );
+    assert!(
+        BaseType::File.is_data_loc()
+            && BaseType::SymStr.is_data_loc()
+            && !BaseType::Char.is_data_loc()
+    );
+}
+
+#[test]
+fn newer_form_errors_have_carets() {
+    let e = parse("f:ev vfs_read+4").unwrap_err();
+    assert_eq!(
+        e.to_string(),
+        "an fprobe goes on a function's entry or return: no offset (use p:SYM+OFFS for an offset)\n  f:ev vfs_read+4\n               ^^"
+    );
+    let e = parse("t:ev sched_switch $retval").unwrap_err();
+    assert_eq!(
+        e.to_string(),
+        "$retval is not available at a tracepoint: it fires inside the traced function\n  t:ev sched_switch $retval\n                    ^^^^^^^"
     );
 }
