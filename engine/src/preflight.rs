@@ -204,9 +204,6 @@ impl<'a> Preflight<'a> {
             None | Some(Exclusion::ColdFragment) => {}
             Some(x) => return Some(FunctionRefusal::Excluded(x)),
         }
-        if self.arch != Arch::X86_64 {
-            return None;
-        }
         // A clone is judged by its base function's ftrace site.
         if FunctionLayout::new(self.arch, &f.text())
             .ftrace_site()
@@ -408,7 +405,8 @@ impl<'a> Preflight<'a> {
     pub fn listing(&self, f: &KernelFunction) -> Listing {
         let layout = FunctionLayout::new(self.arch, &f.text());
         let refusal = self.function_refusal(f);
-        let lines = kprobe_perf_arch::boundary::instructions(&f.text())
+        let lines = layout
+            .instructions()
             .into_iter()
             .map(|insn| {
                 let entry = match &refusal {
