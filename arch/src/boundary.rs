@@ -83,16 +83,17 @@
 //!      `arm_probe_decode_insn` single-steps what is steppable and
 //!      simulates `b.cond`, `cbz`/`cbnz`, `tbz`/`tbnz`, `adr`/`adrp`,
 //!      `b`/`bl`, `br`/`blr`/`ret`; it rejects the rest: authenticated
-//!      branches (`retaa`, `braa`, ...), `msr`, `mrs` of anything but DAIF
-//!      (so `mrs x0, sp_el0`, the `current` task), exception-generating
+//!      branches (`retaa`, `braa`, ...), `msr`, `mrs` of DAIF (other
+//!      `mrs`, such as `mrs x0, sp_el0` for `current`, are stepped), exception-generating
 //!      instructions (`brk` of BUG()/WARN(), `svc`, `hvc`, `smc`), `eret`,
 //!      `hint`s outside nop/bti/pac*/xpaclri (so `autiasp`, `csdb`,
 //!      `yield`), `prfm` of a literal, and exclusive loads/stores;
 //!    - `is_probed_address_atomic`: looking back up to 16 instructions
 //!      (never before the symbol), an exclusive load met before any
-//!      exclusive store means the probe is inside an atomic sequence. The
-//!      masks of kernels before 6.15 also count `ldar`/`stlr`/`cas*` as
-//!      exclusive loads/stores there, and so does this module.
+//!      exclusive store means the probe is inside an atomic sequence.
+//!      Mainline before 6.15 also counted `ldar`/`stlr`/`cas*` there; the
+//!      6.1 and 6.12 stable kernels Debian ships do not (a probe right
+//!      after `casa` is accepted), and neither does this module.
 //!
 //! What the bytes cannot tell: the tables named in point 3, `notrace`
 //! (`within_notrace_func` in `trace_kprobe.c` refuses, with EINVAL, any

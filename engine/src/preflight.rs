@@ -15,7 +15,9 @@
 //!    kprobes cannot handle ([`kprobe_perf_arch::boundary`]).
 //!
 //! Not predicted: jump-label and static-call sites and alternatives
-//! (EINVAL), whose tables the kernel does not export.
+//! (EINVAL), whose tables the kernel does not export. (On arm64 a jump
+//! label is a plain `nop`; in the VM most mid-function `nop`s were
+//! alternatives or padding the kernel accepts, so they are not guessed.)
 //!
 //! Uprobes ([`check_uprobe`]) are checked on the binary's own bytes: the
 //! offset must be an instruction start of the function's instruction

@@ -46,11 +46,13 @@ const LDR_LIT: Pattern = (0xbf00_0000, 0x1800_0000);
 const LDRSW_LIT: Pattern = (0xff00_0000, 0x9800_0000);
 const PRFM_LIT: Pattern = (0xff00_0000, 0xd800_0000);
 const EXCLUSIVE: Pattern = (0x3f80_0000, 0x0800_0000);
-/// The kernel's `load_ex`/`store_ex` before 6.15 leave bit 23 out of the
-/// mask, so load-acquire/store-release (`ldar`, `stlr`) and `cas` count
-/// as exclusive loads and stores in the atomic-sequence scan.
-const LOAD_EX: Pattern = (0x3f40_0000, 0x0840_0000);
-const STORE_EX: Pattern = (0x3f40_0000, 0x0800_0000);
+/// `load_ex`/`store_ex` with bit 23 in the mask (mainline 6.15, and the
+/// stable 6.1 and 6.12 releases Debian ships): load-acquire/store-release
+/// (`ldar`, `stlr`) and `cas*` are not exclusives. (Older masks left bit
+/// 23 out; Debian 6.1.192 accepts a probe right after a `casa`, which
+/// they would refuse.)
+const LOAD_EX: Pattern = (0x3fc0_0000, 0x0840_0000);
+const STORE_EX: Pattern = (0x3fc0_0000, 0x0800_0000);
 /// Unprivileged loads and stores (`ldtr*`, `sttr*`): user-memory accesses,
 /// each with an exception-table entry in kernel text.
 const UNPRIVILEGED: Pattern = (0x3f20_0c00, 0x3800_0800);
@@ -116,7 +118,7 @@ pub enum Arm64Refusal {
     AuthenticatedBranch,
     /// `msr` to a system register or PSTATE field.
     SystemRegisterWrite,
-    /// `mrs` of any system register but DAIF.
+    /// `mrs` of DAIF, the interrupt mask, which single-stepping changes.
     SystemRegisterRead,
     /// `svc`, `hvc`, `smc`, `brk`, `hlt`, `dcps*` (BUG()/WARN() sites are
     /// `brk`).
@@ -146,7 +148,7 @@ impl Arm64Refusal {
                 "an msr, which arm64 kprobes never single-step (it could change the CPU state the step relies on)"
             }
             Arm64Refusal::SystemRegisterRead => {
-                "an mrs of a register other than DAIF, which may read differently while single-stepping"
+                "a read of DAIF (the interrupt mask), which single-stepping changes"
             }
             Arm64Refusal::Exception => {
                 "an exception-generating instruction (BUG()/WARN() sites are brk)"
@@ -179,8 +181,9 @@ pub(super) fn classify(w: u32) -> Class {
         } else if is(w, ERET) || is(w, ERET_AUTH) {
             return Class::Rejected(R::ExceptionReturn);
         } else if is(w, MRS) {
-            // aarch64_insn_extract_system_reg != AARCH64_INSN_SPCLREG_DAIF
-            (w & 0x1f_ffe0) >> 5 == 0xda11
+            // Steppable unless it reads DAIF, which the step itself masks
+            // (aarch64_insn_extract_system_reg != AARCH64_INSN_SPCLREG_DAIF).
+            (w & 0x1f_ffe0) >> 5 != 0xda11
         } else if is(w, HINT) {
             is_steppable_hint(w)
         } else {

@@ -13,7 +13,7 @@ const FUNCTION: [u32; 14] = [
     0xd503_233f, // +8  paciasp
     0xa9bf_7bfd, // +12 stp x29, x30, [sp, #-0x10]!
     0x9100_03fd, // +16 mov x29, sp
-    0xd538_4100, // +20 mrs x0, sp_el0
+    0xd53b_4220, // +20 mrs x0, daif
     0xc85f_7c01, // +24 ldxr x1, [x0]
     0x9100_0421, // +28 add x1, x1, #0x1
     0xc802_7c01, // +32 stxr w2, x1, [x0]
@@ -119,7 +119,7 @@ fn the_ftrace_site_is_found_and_refused() {
 fn refusals_name_the_instruction_and_the_rule() {
     assert_eq!(
         sentence(&FUNCTION, 20, ProbeSite::Entry),
-        "f+20 is mrs x0, sp_el0, which arm64 kprobes refuse: an mrs of a register other than DAIF, which may read differently while single-stepping; valid nearby: +16, +36"
+        "f+20 is mrs x0, daif, which arm64 kprobes refuse: a read of DAIF (the interrupt mask), which single-stepping changes; valid nearby: +16, +36"
     );
     assert_eq!(
         sentence(&FUNCTION, 24, ProbeSite::Entry),
@@ -161,7 +161,8 @@ fn simulated_and_stepped_instructions_are_accepted() {
         0xd63f_0200,    // blr x16
         0x5800_0040,    // ldr x0, literal
         0x9800_0040,    // ldrsw x0, literal
-        0xd53b_4220,    // mrs x0, daif
+        0xd538_4100,    // mrs x0, sp_el0 (current)
+        0xd538_d083,    // mrs x3, tpidr_el1
         0xd503_245f,    // bti c
         0xd503_20ff,    // xpaclri
         0xd503_3fbf,    // dmb sy
@@ -179,7 +180,7 @@ fn rejected_instructions() {
         (0xd400_0001, R::Exception),           // svc #0
         (0xd503_42df, R::SystemRegisterWrite), // msr daifset, #2
         (0xd518_2020, R::SystemRegisterWrite), // msr ttbr0_el1 ... (msr reg)
-        (0xd538_4100, R::SystemRegisterRead),  // mrs x0, sp_el0
+        (0xd53b_4220, R::SystemRegisterRead),  // mrs x0, daif
         (0xd503_229f, R::Hint),                // csdb
         (0xd503_203f, R::Hint),                // yield
         (0xd69f_03e0, R::ExceptionReturn),     // eret
@@ -196,15 +197,18 @@ fn rejected_instructions() {
 }
 
 #[test]
-fn load_acquire_opens_an_atomic_window_on_these_kernels() {
-    // ldar x1, [x0]; add; add: the adds follow an "exclusive load" by the
-    // kernel's pre-6.15 masks; a stlr closes it again.
-    let ws = [0xc8df_fc01, 0x9100_0421, 0xc89f_fc01, 0x9100_0421];
-    let errnos = layout_errnos(&ws);
+fn only_exclusive_loads_open_an_atomic_window() {
+    // ldar x1, [x0]; add; casa w4, w2, [x0]; add: load-acquire and cas
+    // are not exclusives (Debian 6.1 accepts all four).
+    let ws = [0xc8df_fc01, 0x9100_0421, 0x88e4_7c02, 0x9100_0421];
+    assert!(layout_errnos(&ws).iter().all(|(_, e)| e.is_none()));
+    // ldaxr x1, [x0]; add; stlxr w2, x1, [x0]; add: the add after the
+    // load is refused, the one after the store is not.
+    let ws = [0xc85f_fc01, 0x9100_0421, 0xc802_fc01, 0x9100_0421];
     assert_eq!(
-        errnos,
+        layout_errnos(&ws),
         vec![
-            (0, None),
+            (0, Some("EINVAL")),
             (4, Some("EINVAL")),
             (8, Some("EINVAL")),
             (12, None)
@@ -235,7 +239,7 @@ fn listing_uses_arm64_syntax_with_absolute_targets() {
             "paciasp",
             "stp x29, x30, [sp, #-0x10]!",
             "mov x29, sp",
-            "mrs x0, sp_el0",
+            "mrs x0, daif",
             "ldxr x1, [x0]",
             "add x1, x1, #0x1",
             "stxr w2, x1, [x0]",
