@@ -265,6 +265,19 @@ mod tests {
         assert_eq!(a.arg_register(8).map(|r| r.name), Some("x7"));
         assert_eq!(a.arg_register(9), None);
         assert_eq!(a.retval_register().name, "x0");
+        // $argN is x0..x7, $retval x0, $stack sp (perf_regs index 31).
+        let args: Vec<_> = (1..=8).filter_map(|n| a.arg_register(n)).collect();
+        assert_eq!(
+            args.iter().map(|r| r.perf_index).collect::<Vec<_>>(),
+            (0..8).collect::<Vec<u32>>()
+        );
+        assert_eq!(
+            a.stack_register(),
+            Register {
+                name: "sp",
+                perf_index: 31
+            }
+        );
     }
 
     #[test]

@@ -553,6 +553,20 @@ mod tests {
     }
 
     #[test]
+    fn the_arm64_guest_runs_without_chroot_and_links_host_paths() {
+        let init = init_script_arm64(&["9p.ko".into()], Some("fresh"));
+        assert!(init.contains("insmod /modules/9p.ko"), "{init}");
+        assert!(init.contains("hostroot /host"), "{init}");
+        assert!(!init.contains("chroot"), "{init}");
+        assert!(init.contains(r#"ln -s "$d" "/$n""#), "{init}");
+        assert!(
+            init.contains("mount -o bind /host/tmp/'fresh' /tmp/'fresh'"),
+            "{init}"
+        );
+        assert!(init.contains("mount -t tracefs tracefs /sys/kernel/tracing"));
+    }
+
+    #[test]
     fn vcpus_are_two_unless_overridden() {
         assert_eq!(vm_smp(None).unwrap(), 2);
         assert_eq!(vm_smp(Some("4")).unwrap(), 4);
