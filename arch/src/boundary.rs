@@ -66,9 +66,34 @@
 //!    `ea`, `ff /3`, `ff /5`), `iret` (`cf`), VMX `0f 01` with reg 0 and
 //!    mod 3 (`vmcall`, `vmlaunch`, ...), and indirect `call`/`jmp` (`ff /2`,
 //!    `ff /4`) through memory or with a 32-bit address size.
-//! 7. arm64 `arch_prepare_kprobe`: an address that is not 4-byte aligned is
-//!    **EINVAL**. Instructions `arm_kprobe_decode_insn` rejects (also
-//!    EINVAL) are not modelled: arm64 text is not decoded here.
+//! 7. arm64 (`arch/arm64/kernel/probes/kprobes.c`, `decode-insn.c`), every
+//!    refusal being **EINVAL**, in the kernel's order:
+//!    - there is no ENDBR move: `sym+0` stays at +0 and return probes go
+//!      only there;
+//!    - `check_ftrace_location`: with `-fpatchable-function-entry=2` a
+//!      traced function starts (after `bti c`, if any) with two NOPs; at
+//!      boot the first becomes `mov x9, x30` and the second, the ftrace
+//!      site (`ftrace_call_adjust`), becomes `bl ftrace_caller` while
+//!      traced. arm64 has no kprobes-on-ftrace, so a probe exactly on that
+//!      site is refused; `sym+0` is not the site and is accepted;
+//!    - `arch_prepare_kprobe`: an address that is not 4-byte aligned; an
+//!      address in the exception table (`search_exception_tables`: the
+//!      `ldtr`/`sttr` user accesses are recognised from their encoding);
+//!    - `arm_kprobe_decode_insn`: `ldr`/`ldrsw` of a literal are simulated;
+//!      `arm_probe_decode_insn` single-steps what is steppable and
+//!      simulates `b.cond`, `cbz`/`cbnz`, `tbz`/`tbnz`, `adr`/`adrp`,
+//!      `b`/`bl`, `br`/`blr`/`ret`; it rejects the rest: authenticated
+//!      branches (`retaa`, `braa`, ...), `msr`, `mrs` of DAIF (other
+//!      `mrs`, such as `mrs x0, sp_el0` for `current`, are stepped), exception-generating
+//!      instructions (`brk` of BUG()/WARN(), `svc`, `hvc`, `smc`), `eret`,
+//!      `hint`s outside nop/bti/pac*/xpaclri (so `autiasp`, `csdb`,
+//!      `yield`), `prfm` of a literal, and exclusive loads/stores;
+//!    - `is_probed_address_atomic`: looking back up to 16 instructions
+//!      (never before the symbol), an exclusive load met before any
+//!      exclusive store means the probe is inside an atomic sequence.
+//!      Mainline before 6.15 also counted `ldar`/`stlr`/`cas*` there; the
+//!      6.1 and 6.12 stable kernels Debian ships do not (a probe right
+//!      after `casa` is accepted), and neither does this module.
 //!
 //! What the bytes cannot tell: the tables named in point 3, `notrace`
 //! (`within_notrace_func` in `trace_kprobe.c` refuses, with EINVAL, any
@@ -78,15 +103,19 @@
 //! optimized one as a 5-byte `jmp`; the kernel undoes both before decoding,
 //! this module cannot).
 
+mod arm64;
 mod uprobe;
 mod verdict;
 mod x86;
 
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod tests_arm64;
 
 use crate::Arch;
 
+pub use arm64::Arm64Refusal;
 pub use uprobe::UprobeRule;
 pub use verdict::{DescribedVerdict, Errno, Insn, Nearby, Refusal, RefuseReason, Verdict};
 
@@ -108,8 +137,7 @@ pub enum Rules {
 pub struct FunctionText<'a> {
     /// Address of the first byte (the symbol's address).
     pub start: u64,
-    /// The function's bytes, from the symbol to its end (on arm64 only the
-    /// length matters).
+    /// The function's bytes, from the symbol to its end.
     pub bytes: &'a [u8],
 }
 
@@ -131,8 +159,9 @@ pub struct InsnInfo {
     pub len: usize,
     /// The bytes.
     pub bytes: Vec<u8>,
-    /// AT&T text as objdump prints it (`(bad)` for bytes that do not
-    /// decode, `.inst 0x...` for arm64 words, which are not decoded).
+    /// x86-64: AT&T text as objdump prints it (`(bad)` for bytes that do
+    /// not decode); arm64: the usual assembler syntax (`.inst 0x...` for a
+    /// word that does not decode).
     pub text: String,
     /// The verdict for an entry probe at this offset.
     pub verdict: Verdict,
@@ -147,7 +176,9 @@ pub struct FunctionLayout<'a> {
     text: FunctionText<'a>,
     /// x86: the decoded instructions in offset order (empty on arm64).
     slots: Vec<x86::Slot>,
-    /// x86: offsets where an entry probe is accepted, ascending.
+    /// arm64: one per 4-byte word (empty on x86).
+    words: Vec<arm64::Slot>,
+    /// Offsets where an entry probe is accepted, ascending.
     accepted: Vec<u64>,
     /// x86: for each slot, how many accepted offsets are <= its offset, so a
     /// refusal finds its neighbours without searching again.
@@ -158,13 +189,13 @@ pub struct FunctionLayout<'a> {
 }
 
 impl<'a> FunctionLayout<'a> {
-    /// Decodes `text` (x86-64) or just measures it (arm64), under the
-    /// kprobe rules.
+    /// Decodes `text` under the kprobe rules.
     pub fn new(arch: Arch, text: &FunctionText<'a>) -> FunctionLayout<'a> {
         FunctionLayout::with_rules(arch, text, Rules::Kprobe)
     }
 
-    /// Decodes `text` (x86-64) or just measures it (arm64), under `rules`.
+    /// Decodes `text` under `rules` (on arm64 the uprobe rules check
+    /// alignment only).
     pub fn with_rules(arch: Arch, text: &FunctionText<'a>, rules: Rules) -> FunctionLayout<'a> {
         match arch {
             Arch::X86_64 => {
@@ -192,6 +223,7 @@ impl<'a> FunctionLayout<'a> {
                     rules,
                     text: *text,
                     slots: d.slots,
+                    words: Vec::new(),
                     accepted,
                     ranks,
                     endbr: d.endbr,
@@ -199,17 +231,30 @@ impl<'a> FunctionLayout<'a> {
                     undecodable: d.undecodable,
                 }
             }
-            Arch::Aarch64 => FunctionLayout {
-                arch,
-                rules,
-                text: *text,
-                slots: Vec::new(),
-                accepted: Vec::new(),
-                ranks: Vec::new(),
-                endbr: false,
-                ftrace_site: None,
-                undecodable: None,
-            },
+            Arch::Aarch64 => {
+                let d = match rules {
+                    Rules::Kprobe => arm64::decode(text.bytes),
+                    Rules::Uprobe => arm64::aligned_only(text.bytes),
+                };
+                let accepted = d
+                    .slots
+                    .iter()
+                    .filter(|s| s.class.accepted())
+                    .map(|s| s.offset)
+                    .collect();
+                FunctionLayout {
+                    arch,
+                    rules,
+                    text: *text,
+                    slots: Vec::new(),
+                    words: d.slots,
+                    accepted,
+                    ranks: Vec::new(),
+                    endbr: false,
+                    ftrace_site: d.ftrace_site,
+                    undecodable: None,
+                }
+            }
         }
     }
 
@@ -243,7 +288,8 @@ impl<'a> FunctionLayout<'a> {
         }
     }
 
-    /// Offset of the 5-byte ftrace site at the entry, if the bytes show one.
+    /// Offset of the ftrace site at the entry, if the bytes show one (x86:
+    /// the 5-byte NOP or call; arm64: the second patchable NOP or `bl`).
     /// `None` hints at a `notrace` function, which kprobe events refuse
     /// unless CONFIG_KPROBE_EVENTS_ON_NOTRACE is set.
     pub fn ftrace_site(&self) -> Option<u64> {
@@ -266,14 +312,32 @@ impl<'a> FunctionLayout<'a> {
         }
         match self.arch {
             Arch::X86_64 => self.verdict_x86(offset),
-            Arch::Aarch64 => {
-                if offset % 4 == 0 {
-                    Verdict::Accept { offset, at: offset }
-                } else {
-                    self.refuse(offset, RefuseReason::Misaligned)
-                }
-            }
+            Arch::Aarch64 => self.verdict_arm64(offset),
         }
+    }
+
+    fn verdict_arm64(&self, offset: u64) -> Verdict {
+        use arm64::Class;
+        if offset % 4 != 0 {
+            return self.refuse(offset, RefuseReason::Misaligned);
+        }
+        let slot = usize::try_from(offset / 4)
+            .ok()
+            .and_then(|i| self.words.get(i));
+        let Some(slot) = slot else {
+            return self.refuse(offset, RefuseReason::Misaligned);
+        };
+        let insn = Insn::new_arm64(&self.text, offset);
+        let reason = match slot.class {
+            Class::Stepped | Class::Simulated => return Verdict::Accept { offset, at: offset },
+            Class::FtraceSite => RefuseReason::FtraceCallSite { site: insn },
+            Class::Rejected(refusal) => RefuseReason::Arm64Instruction { insn, refusal },
+            Class::InAtomicSequence(at) => RefuseReason::AtomicSequence {
+                insn,
+                load: Insn::new_arm64(&self.text, at),
+            },
+        };
+        self.refuse(offset, reason)
     }
 
     fn refuse(&self, offset: u64, reason: RefuseReason) -> Verdict {
@@ -355,45 +419,26 @@ impl<'a> FunctionLayout<'a> {
         }
     }
 
-    /// Every offset where an entry probe is accepted, ascending (on arm64,
-    /// every 4-byte aligned offset).
+    /// Every offset where an entry probe is accepted, ascending.
     pub fn accepted_offsets(&self) -> Vec<u64> {
-        match self.arch {
-            Arch::X86_64 => self.accepted.clone(),
-            Arch::Aarch64 => (0..self.size()).step_by(4).collect(),
-        }
+        self.accepted.clone()
     }
 
     /// The nearest offsets strictly before and after `offset` where an entry
     /// probe is accepted.
     pub fn nearest_valid(&self, offset: u64) -> Nearby {
-        let size = self.size();
-        match self.arch {
-            Arch::X86_64 => {
-                let below = self.accepted.partition_point(|&o| o < offset);
-                let above = self.accepted.partition_point(|&o| o <= offset);
-                Nearby {
-                    before: below
-                        .checked_sub(1)
-                        .and_then(|i| self.accepted.get(i).copied()),
-                    after: self.accepted.get(above).copied(),
-                }
-            }
-            Arch::Aarch64 => {
-                // The last aligned offset inside the function.
-                let last = size.checked_sub(1).map(|l| l - l % 4);
-                let before = match offset.checked_sub(1) {
-                    Some(b) => last.map(|l| (b - b % 4).min(l)),
-                    None => None,
-                };
-                let after = offset.checked_add(4 - offset % 4).filter(|&a| a < size);
-                Nearby { before, after }
-            }
+        let below = self.accepted.partition_point(|&o| o < offset);
+        let above = self.accepted.partition_point(|&o| o <= offset);
+        Nearby {
+            before: below
+                .checked_sub(1)
+                .and_then(|i| self.accepted.get(i).copied()),
+            after: self.accepted.get(above).copied(),
         }
     }
 
-    /// Every instruction with its text and entry-probe verdict. On arm64,
-    /// every 4-byte word, undecoded.
+    /// Every instruction with its text and entry-probe verdict (on arm64,
+    /// every 4-byte word).
     pub fn instructions(&self) -> Vec<InsnInfo> {
         match self.arch {
             Arch::X86_64 => self.instructions_x86(),
@@ -408,7 +453,7 @@ impl<'a> FunctionLayout<'a> {
                         offset,
                         len: 4,
                         bytes: w.to_vec(),
-                        text: format!(".inst 0x{word:08x}"),
+                        text: arm64::text(word, self.text.start.wrapping_add(offset)),
                         verdict: self.verdict(offset, ProbeSite::Entry),
                     }
                 })

@@ -121,6 +121,26 @@ impl Arch {
         }
     }
 
+    /// The architecture `uname -m` (or `/proc/sys/kernel/arch`) names:
+    /// `x86_64`, `aarch64` (Debian's `amd64`/`arm64` are accepted too).
+    pub fn from_machine(machine: &str) -> Option<Arch> {
+        match machine.trim() {
+            "x86_64" | "amd64" => Some(Arch::X86_64),
+            "aarch64" | "arm64" => Some(Arch::Aarch64),
+            _ => None,
+        }
+    }
+
+    /// The architecture of an ELF file's `e_machine` (62 `EM_X86_64`, 183
+    /// `EM_AARCH64`).
+    pub fn from_elf_machine(machine: u16) -> Option<Arch> {
+        match machine {
+            62 => Some(Arch::X86_64),
+            183 => Some(Arch::Aarch64),
+            _ => None,
+        }
+    }
+
     /// The name the kernel and kprobe_events use for this architecture.
     pub fn name(self) -> &'static str {
         match self {
@@ -245,6 +265,29 @@ mod tests {
         assert_eq!(a.arg_register(8).map(|r| r.name), Some("x7"));
         assert_eq!(a.arg_register(9), None);
         assert_eq!(a.retval_register().name, "x0");
+        // $argN is x0..x7, $retval x0, $stack sp (perf_regs index 31).
+        let args: Vec<_> = (1..=8).filter_map(|n| a.arg_register(n)).collect();
+        assert_eq!(
+            args.iter().map(|r| r.perf_index).collect::<Vec<_>>(),
+            (0..8).collect::<Vec<u32>>()
+        );
+        assert_eq!(
+            a.stack_register(),
+            Register {
+                name: "sp",
+                perf_index: 31
+            }
+        );
+    }
+
+    #[test]
+    fn machine_names() {
+        assert_eq!(Arch::from_machine("aarch64\n"), Some(Arch::Aarch64));
+        assert_eq!(Arch::from_machine("arm64"), Some(Arch::Aarch64));
+        assert_eq!(Arch::from_machine("x86_64"), Some(Arch::X86_64));
+        assert_eq!(Arch::from_machine("riscv64"), None);
+        assert_eq!(Arch::from_elf_machine(183), Some(Arch::Aarch64));
+        assert_eq!(Arch::from_elf_machine(62), Some(Arch::X86_64));
     }
 
     #[test]

@@ -40,8 +40,15 @@ fn kernel_text(
     crate::text_source::open(args, symbols, with_sizes)
 }
 
+/// The running kernel's architecture (`/proc/sys/kernel/arch`, as
+/// `uname -m` says it), which decides how its text is decoded; the
+/// build's own when that file is missing.
 fn host_arch() -> Result<Arch> {
-    Arch::host().context("kprobe-perf supports x86_64 and aarch64 only")
+    std::fs::read_to_string("/proc/sys/kernel/arch")
+        .ok()
+        .and_then(|m| Arch::from_machine(&m))
+        .or_else(Arch::host)
+        .context("kprobe-perf supports x86_64 and aarch64 only")
 }
 
 /// Refuses, before anything is opened, a probe the kernel would refuse

@@ -68,10 +68,13 @@ enum Cmd {
         #[arg(long, required_unless_present = "lines", requires = "specs")]
         parse: bool,
         /// List every instruction of FUNC (`NAME` or `MOD:NAME`) in AT&T
-        /// syntax with the kernel's predicted answer at its offset: `p` a
-        /// kprobe is accepted, `r` a kretprobe too, `-` refused with the
-        /// errno and the reason (ftrace site, mid-instruction, INT/UD, BUG
-        /// site, jump label, notrace, blacklist). Reads /proc/kcore (root).
+        /// syntax (x86_64 kernels) or arm64 syntax (arm64 kernels) with the
+        /// kernel's predicted answer at its offset: `p` a kprobe is
+        /// accepted, `r` a kretprobe too, `-` refused with the errno and
+        /// the reason (ftrace site, mid-instruction, INT/UD, BUG site, jump
+        /// label, notrace, blacklist; on arm64 also misaligned, instructions
+        /// arm64 kprobes refuse, exclusive sequences). Reads /proc/kcore
+        /// (root).
         #[arg(long, value_name = "FUNC", conflicts_with = "parse")]
         lines: Option<String>,
         /// The definitions (`-:EVENT` deletions included).

@@ -15,7 +15,9 @@
 //!    kprobes cannot handle ([`kprobe_perf_arch::boundary`]).
 //!
 //! Not predicted: jump-label and static-call sites and alternatives
-//! (EINVAL), whose tables the kernel does not export.
+//! (EINVAL), whose tables the kernel does not export. (On arm64 a jump
+//! label is a plain `nop`; in the VM most mid-function `nop`s were
+//! alternatives or padding the kernel accepts, so they are not guessed.)
 //!
 //! Uprobes ([`check_uprobe`]) are checked on the binary's own bytes: the
 //! offset must be an instruction start of the function's instruction
@@ -203,9 +205,6 @@ impl<'a> Preflight<'a> {
         match self.symbols.exclusion(&f.symbol) {
             None | Some(Exclusion::ColdFragment) => {}
             Some(x) => return Some(FunctionRefusal::Excluded(x)),
-        }
-        if self.arch != Arch::X86_64 {
-            return None;
         }
         // A clone is judged by its base function's ftrace site.
         if FunctionLayout::new(self.arch, &f.text())
@@ -408,7 +407,8 @@ impl<'a> Preflight<'a> {
     pub fn listing(&self, f: &KernelFunction) -> Listing {
         let layout = FunctionLayout::new(self.arch, &f.text());
         let refusal = self.function_refusal(f);
-        let lines = kprobe_perf_arch::boundary::instructions(&f.text())
+        let lines = layout
+            .instructions()
             .into_iter()
             .map(|insn| {
                 let entry = match &refusal {

@@ -130,6 +130,40 @@ pub fn kprobe_perf_bin() -> PathBuf {
     bin
 }
 
+/// The running kernel's architecture: `/proc/sys/kernel/arch` (what
+/// `uname -m` says), the build's own when that file is missing.
+pub fn kernel_arch() -> kprobe_perf_arch::Arch {
+    std::fs::read_to_string("/proc/sys/kernel/arch")
+        .ok()
+        .and_then(|m| kprobe_perf_arch::Arch::from_machine(&m))
+        .or_else(kprobe_perf_arch::Arch::host)
+        .unwrap_or(kprobe_perf_arch::Arch::X86_64)
+}
+
+/// A probe definition written with x86_64 argument registers (`%di`,
+/// `%si`, `%dx`, `%cx`, `%r8`, `%r9`) and `%ax`, for the running kernel:
+/// unchanged on x86_64, `%x0`..`%x5` and `%x0` on arm64.
+pub fn for_kernel(definition: &str) -> String {
+    match kernel_arch() {
+        kprobe_perf_arch::Arch::Aarch64 => {
+            let mut d = definition.to_string();
+            for (x86, arm) in [
+                ("%di", "%x0"),
+                ("%si", "%x1"),
+                ("%dx", "%x2"),
+                ("%cx", "%x3"),
+                ("%r8", "%x4"),
+                ("%r9", "%x5"),
+                ("%ax", "%x0"),
+            ] {
+                d = d.replace(x86, arm);
+            }
+            d
+        }
+        _ => definition.to_string(),
+    }
+}
+
 /// xorshift64*: seeded randomness for tests (print the seed so a failure
 /// can be replayed).
 pub fn xorshift(state: &mut u64) -> u64 {

@@ -100,10 +100,21 @@ fn preflight_agrees_with_the_kernel() {
     let text =
         kprobe_perf_engine::kcore::Kcore::open().expect("/proc/kcore must be readable in the VM");
     let release = std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap();
-    let pre = Preflight::new(&symbols, &text, Arch::X86_64).with_release(release.trim());
+    // The running kernel's architecture decides how its text decodes.
+    let arch = std::fs::read_to_string("/proc/sys/kernel/arch")
+        .ok()
+        .and_then(|m| Arch::from_machine(&m))
+        .or_else(Arch::host)
+        .unwrap();
+    println!("kernel architecture {}", arch.name());
+    let pre = Preflight::new(&symbols, &text, arch).with_release(release.trim());
     // Each accepted probe is armed and disarmed; the jump optimizer would
     // triple the cost of that under TCG and does not change the verdicts.
-    let _optimizer = Sysctl::set("/proc/sys/debug/kprobes-optimization", "0");
+    // (arm64 has no optimized kprobes, and no such sysctl.)
+    let optimizer = "/proc/sys/debug/kprobes-optimization";
+    let _optimizer = std::path::Path::new(optimizer)
+        .exists()
+        .then(|| Sysctl::set(optimizer, "0"));
 
     // Functions with one instance, so that name+offset is unambiguous.
     let mut counts: BTreeMap<&str, usize> = BTreeMap::new();
@@ -156,8 +167,8 @@ fn preflight_agrees_with_the_kernel() {
     let mut by_class: BTreeMap<String, usize> = BTreeMap::new();
     let mut mismatches = Vec::new();
     for f in &picked {
-        let layout = FunctionLayout::new(Arch::X86_64, &f.text());
-        let insns = kprobe_perf_arch::boundary::instructions(&f.text());
+        let layout = FunctionLayout::new(arch, &f.text());
+        let insns = layout.instructions();
         let mut asks: Vec<(u64, ProbeSite)> =
             insns.iter().map(|i| (i.offset, ProbeSite::Entry)).collect();
         let multi: Vec<_> = insns.iter().filter(|i| i.len > 1).collect();
@@ -194,6 +205,10 @@ fn preflight_agrees_with_the_kernel() {
                     ("notrace", "notrace"),
                     ("blacklist", "blacklist"),
                     ("falls inside", "mid-instruction"),
+                    ("not 4-byte aligned", "misaligned"),
+                    ("ftrace call site", "ftrace call site"),
+                    ("exclusive sequence", "atomic sequence"),
+                    ("arm64 kprobes refuse", "arm64 instruction"),
                 ]
                 .iter()
                 .find(|(k, _)| reason.contains(k))

@@ -6,7 +6,7 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 use kprobe_perf_engine::{plan_probes, KernelSymbols, Session, SessionOptions};
-use kprobe_perf_tests::{kprobe_perf_bin, kprobes_available, skip_here, vm_kernel};
+use kprobe_perf_tests::{for_kernel, kprobe_perf_bin, kprobes_available, skip_here, vm_kernel};
 
 const AT_FDCWD: i64 = -100;
 const ENOENT: i64 = 2;
@@ -25,8 +25,8 @@ fn openat_entry_and_return_values_of_a_known_thread() {
     // came back as 0x00000000fffffffe); the fd or -errno is an int on all.
     let plans = plan_probes(
         &[
-            "p:do_sys_openat2 dfd=%di:s32 path=%si",
-            "r:do_sys_openat2 ret=$retval:s32",
+            for_kernel("p:do_sys_openat2 dfd=%di:s32 path=%si"),
+            "r:do_sys_openat2 ret=$retval:s32".to_string(),
         ],
         &symbols,
     )
@@ -130,7 +130,7 @@ fn record_a_command_prints_ftrace_lines() {
         .args([
             "record",
             "-e",
-            "p:do_sys_openat2 dfd=%di:s32",
+            &for_kernel("p:do_sys_openat2 dfd=%di:s32"),
             "-e",
             "r:do_sys_openat2 ret=$retval:s32",
             "--",

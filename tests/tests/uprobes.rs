@@ -4,7 +4,7 @@
 use std::time::{Duration, Instant};
 
 use kprobe_perf_engine::{plan_probes, Event, KernelSymbols, Session, SessionOptions};
-use kprobe_perf_tests::skip;
+use kprobe_perf_tests::{for_kernel, skip};
 
 /// The probed function: not inlined, not mangled, so the ELF symbol table
 /// has it by this name.
@@ -33,7 +33,9 @@ fn uprobe_and_uretprobe_values_are_exact() {
     let exe = std::env::current_exe().unwrap();
     let exe = exe.display();
     let specs = [
-        format!("p:{exe}:kprobe_perf_uprobe_target a=$arg1 b=%si:u32"),
+        for_kernel(&format!(
+            "p:{exe}:kprobe_perf_uprobe_target a=$arg1 b=%si:u32"
+        )),
         format!("r:{exe}:kprobe_perf_uprobe_target ret=$retval"),
     ];
     let plans = plan_probes(&specs, &KernelSymbols::default()).unwrap();

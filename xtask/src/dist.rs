@@ -2,17 +2,21 @@
 //! no C toolchain, no glibc at run time) with its man pages and shell
 //! completions beside it, and a tarball of the lot. `--check` then runs
 //! it in an empty chroot on the host and in the VM on each kernel.
+//! `--arch arm64` makes the same for aarch64 (man pages, completions and
+//! the version line come from a native build of the same tree, as the
+//! host cannot run the aarch64 binary); its `--check` runs in the arm64
+//! VM only.
 
 use anyhow::{bail, Context, Result};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Duration;
 
-use crate::kernels::{self, MATRIX};
+use crate::kernels::{self, GuestArch, ARM64_MATRIX, MATRIX};
 use crate::vm::{self, VmRun};
 use crate::{passthrough_env, report_problems, vm_cache, workspace_root};
 
-/// The Rust target of the static binary.
+/// The Rust target of the static x86_64 binary.
 pub const MUSL: &str = "x86_64-unknown-linux-musl";
 
 /// What `cargo xtask dist` made.
@@ -54,8 +58,8 @@ fn cargo() -> Command {
     c
 }
 
-/// Adds the musl target with rustup when it is missing.
-fn ensure_musl_target() -> Result<()> {
+/// Adds the Rust `target` with rustup when it is missing.
+pub fn ensure_target(target: &str) -> Result<()> {
     let installed = Command::new("rustup")
         .args(["target", "list", "--installed"])
         .output();
@@ -63,20 +67,20 @@ fn ensure_musl_target() -> Result<()> {
         Ok(out)
             if String::from_utf8_lossy(&out.stdout)
                 .lines()
-                .any(|l| l == MUSL) =>
+                .any(|l| l == target) =>
         {
             Ok(())
         }
         Ok(_) => {
-            eprintln!("xtask: adding the {MUSL} target (rustup target add {MUSL})");
+            eprintln!("xtask: adding the {target} target (rustup target add {target})");
             crate::host::run_status(
-                Command::new("rustup").args(["target", "add", MUSL]),
-                &format!("rustup target add {MUSL}"),
+                Command::new("rustup").args(["target", "add", target]),
+                &format!("rustup target add {target}"),
             )
         }
         // No rustup: the toolchain may still have the target's std.
         Err(_) => {
-            eprintln!("xtask: rustup not found; assuming the toolchain has the {MUSL} standard library (if the build fails, install it)");
+            eprintln!("xtask: rustup not found; assuming the toolchain has the {target} standard library (if the build fails, install it)");
             Ok(())
         }
     }
@@ -170,13 +174,38 @@ pub fn entry_offset(elf: &[u8]) -> Result<u64> {
 
 /// Builds the static binary and lays out the dist directory.
 pub fn build() -> Result<Dist> {
-    ensure_musl_target()?;
-    eprintln!("xtask: building kprobe-perf for {MUSL} (release, linked by rust-lld, stripped)");
+    build_for(GuestArch::X86_64)
+}
+
+/// `e_machine` of an ELF64 file (62 x86_64, 183 aarch64).
+fn elf_machine(elf: &[u8]) -> Option<u16> {
+    u16_at(elf, 18)
+}
+
+/// The native release build of kprobe-perf, which runs here: it writes
+/// the man pages, completions and version line of a cross build.
+fn native_binary() -> Result<PathBuf> {
+    crate::host::run_status(
+        cargo().args(["build", "--release", "--locked", "--package", "kprobe-perf"]),
+        "cargo build --release --package kprobe-perf",
+    )?;
+    Ok(target_dir().join("release/kprobe-perf"))
+}
+
+/// [`build`] for `arch`.
+pub fn build_for(arch: GuestArch) -> Result<Dist> {
+    let target = arch.musl_target();
+    let machine = match arch {
+        GuestArch::X86_64 => "x86_64",
+        GuestArch::Arm64 => "aarch64",
+    };
+    ensure_target(target)?;
+    eprintln!("xtask: building kprobe-perf for {target} (release, linked by rust-lld, stripped)");
     // rust-lld with the target's own crt objects and libc.a: no musl-gcc
     // or cross toolchain is needed on the build host.
     let linker_var = format!(
         "CARGO_TARGET_{}_LINKER",
-        MUSL.to_uppercase().replace('-', "_")
+        target.to_uppercase().replace('-', "_")
     );
     crate::host::run_status(
         cargo()
@@ -187,14 +216,27 @@ pub fn build() -> Result<Dist> {
                 "--release",
                 "--locked",
                 "--target",
-                MUSL,
+                target,
                 "--package",
                 "kprobe-perf",
             ]),
-        "cargo build --target x86_64-unknown-linux-musl",
+        &format!("cargo build --target {target}"),
     )?;
-    let built = target_dir().join(MUSL).join("release/kprobe-perf");
+    let built = target_dir().join(target).join("release/kprobe-perf");
     let bytes = std::fs::read(&built).with_context(|| format!("reading {}", built.display()))?;
+    let want = if arch == GuestArch::Arm64 { 183 } else { 62 };
+    if elf_machine(&bytes) != Some(want) {
+        bail!(
+            "{} is not an {machine} ELF (e_machine {:?})",
+            built.display(),
+            elf_machine(&bytes)
+        );
+    }
+    // What runs here writes the version line, man pages and completions.
+    let runner = match arch {
+        GuestArch::X86_64 => built.clone(),
+        GuestArch::Arm64 => native_binary()?,
+    };
     let link = linkage(&bytes).with_context(|| format!("reading {}", built.display()))?;
     if link.interp.is_some() || link.needed > 0 {
         bail!(
@@ -204,7 +246,7 @@ pub fn build() -> Result<Dist> {
             link.needed
         );
     }
-    let version_line = output(Command::new(&built).arg("--version"))?;
+    let version_line = output(Command::new(&runner).arg("--version"))?;
     let version = version_line
         .split_whitespace()
         .nth(1)
@@ -212,7 +254,7 @@ pub fn build() -> Result<Dist> {
         .to_string();
     let dir = target_dir()
         .join("dist")
-        .join(format!("kprobe-perf-{version}-x86_64-linux-musl"));
+        .join(format!("kprobe-perf-{version}-{machine}-linux-musl"));
     if dir.exists() {
         std::fs::remove_dir_all(&dir).with_context(|| format!("removing {}", dir.display()))?;
     }
@@ -226,14 +268,15 @@ pub fn build() -> Result<Dist> {
         version_line,
     };
     let man = dist.man_dir();
-    output(
-        Command::new(&dist.binary)
-            .args(["__generate", "man"])
-            .arg(&man),
-    )?;
+    let runner = if arch == GuestArch::X86_64 {
+        dist.binary.clone()
+    } else {
+        runner
+    };
+    output(Command::new(&runner).args(["__generate", "man"]).arg(&man))?;
     let staged = dist.dir.join("completions.tmp");
     output(
-        Command::new(&dist.binary)
+        Command::new(&runner)
             .args(["__generate", "completions"])
             .arg(&staged),
     )?;
@@ -391,15 +434,36 @@ fn check_host_chroot(dist: &Dist) -> Result<()> {
 /// itself as a perf.data file (dfd AT_FDCWD = -100, return fd 3; a missing
 /// file would be refused by a stat, with no open to see).
 fn check_vm(dist: &Dist, kernel: &str) -> Result<()> {
-    let resolved = kernels::resolve(kernel, &vm_cache().join("kernels"))?;
-    let script = chroot_script(
-        &dist.binary,
-        "/tmp/empty-root",
-        &[
-            "--version",
-            "record -e 'p:do_sys_openat2 dfd=%di:s32' -e 'r:do_sys_openat2 ret=$retval:s64' -- /kprobe-perf script -i /kprobe-perf",
-        ],
-    );
+    check_vm_arch(dist, kernel, GuestArch::X86_64)
+}
+
+/// [`check_vm`] in a VM of `arch` (the arm64 one for an aarch64 binary).
+fn check_vm_arch(dist: &Dist, kernel: &str, arch: GuestArch) -> Result<()> {
+    let cache = vm_cache().join("kernels");
+    // `script -i` looks its file up (fstatat) before opening it. On
+    // x86_64 the recorded command opens the binary itself as its file
+    // (do_sys_openat2: dfd AT_FDCWD, fd 3 returned); on arm64 (seen in
+    // the arm64 VM) the probes go on vfs_fstatat(dfd, filename, ...) of a
+    // missing file (-ENOENT). Both return an int, read as s32 (arm64
+    // leaves the upper half of x0 zero: s64 read 4294967294).
+    let (resolved, dfd, func, file, want_ret) = match arch {
+        GuestArch::X86_64 => (
+            kernels::resolve(kernel, &cache)?,
+            "%di",
+            "do_sys_openat2",
+            "/kprobe-perf",
+            "3",
+        ),
+        GuestArch::Arm64 => (
+            kernels::resolve_arm64(kernel, &cache)?,
+            "%x0",
+            "vfs_fstatat",
+            "/no/such/file",
+            "-2",
+        ),
+    };
+    let record = format!("record -e 'p:{func} dfd={dfd}:s32' -e 'r:{func} ret=$retval:s32' -- /kprobe-perf script -i {file}");
+    let script = chroot_script(&dist.binary, "/tmp/empty-root", &["--version", &record]);
     let outcome = vm::run(&VmRun {
         kernel: &resolved,
         command: &["sh".to_string(), "-c".to_string(), script],
@@ -419,18 +483,17 @@ fn check_vm(dist: &Dist, kernel: &str) -> Result<()> {
     if !has(&dist.version_line) {
         bail!("{kernel}: the static binary did not print its version in the VM");
     }
-    // The recorded command exits 1 (not a perf.data file), after opening
-    // it as fd 3.
+    // The recorded command exits 1 (not a perf.data file, or none).
     let entry = text.lines().any(|l| {
         l.contains("kprobe-perf-")
-            && l.contains(": p_do_sys_openat2_0: (do_sys_openat2+0x0/")
+            && l.contains(&format!(": p_{func}_0: ({func}+0x0/"))
             && l.ends_with(" dfd=-100")
     });
-    let ret = text
-        .lines()
-        .any(|l| l.contains(": r_do_sys_openat2_0: (") && l.ends_with(" ret=3"));
+    let ret = text.lines().any(|l| {
+        l.contains(&format!(": r_{func}_0: (")) && l.ends_with(&format!(" ret={want_ret}"))
+    });
     if !entry || !ret || !has("0 lost") {
-        bail!("{kernel}: the record in the empty chroot did not show its open of /kprobe-perf (entry dfd=-100, return 3)");
+        bail!("{kernel}: the record in the empty chroot did not show {func} on {file} (entry dfd=-100, return {want_ret})");
     }
     println!(
         "xtask: kernel {kernel} ({}): the static binary ran in an empty chroot and recorded a kprobe and a kretprobe",
@@ -446,6 +509,30 @@ pub fn run(check: bool, kernels: &[String]) -> Result<()> {
         return Ok(());
     }
     check_all(&dist, kernels)
+}
+
+/// `cargo xtask dist --arch arm64 [--check] [--kernel K]...`: the check
+/// runs in the arm64 VM on each kernel (default: the arm64 matrix).
+pub fn run_arm64(check: bool, kernels: &[String]) -> Result<()> {
+    let dist = build_for(GuestArch::Arm64)?;
+    if !check {
+        return Ok(());
+    }
+    crate::host::ensure_packages(&[("qemu-system-arm", "/usr/bin/qemu-system-aarch64")])?;
+    let list: Vec<String> = if kernels.is_empty() {
+        ARM64_MATRIX.iter().map(|s| s.to_string()).collect()
+    } else {
+        kernels.to_vec()
+    };
+    for k in &list {
+        let t0 = std::time::Instant::now();
+        check_vm_arch(&dist, k, GuestArch::Arm64)?;
+        println!(
+            "xtask: arm64 kernel {k}: checked in {:.0} s",
+            t0.elapsed().as_secs_f64()
+        );
+    }
+    Ok(())
 }
 
 /// The host chroot, then each kernel of `kernels` (default: the matrix).

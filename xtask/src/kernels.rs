@@ -19,7 +19,48 @@ pub struct Kernel {
     /// The directory holding `vmlinux-<release>` and `System.map-<release>`
     /// from the matching `-dbg` package, if fetched.
     pub debug_boot: Option<PathBuf>,
+    /// The guest's architecture.
+    pub arch: GuestArch,
+    /// A static busybox for the guest's architecture (`None`: the host's
+    /// `/bin/busybox`, for an x86_64 guest).
+    pub busybox: Option<PathBuf>,
 }
+
+/// The architecture a VM emulates.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum GuestArch {
+    /// x86_64 (`qemu-system-x86_64`): the guest runs the host's binaries
+    /// in a chroot of the host's root file system.
+    #[default]
+    X86_64,
+    /// arm64 (`qemu-system-aarch64 -M virt`, TCG): the host's root is
+    /// shown but not chrooted into (its binaries are x86_64); commands run
+    /// in the initramfs with an arm64 busybox, and must be static aarch64
+    /// builds.
+    Arm64,
+}
+
+impl GuestArch {
+    /// Parses `--arch`.
+    pub fn parse(name: &str) -> Result<GuestArch> {
+        match name {
+            "x86_64" | "amd64" => Ok(GuestArch::X86_64),
+            "arm64" | "aarch64" => Ok(GuestArch::Arm64),
+            other => bail!("unknown --arch {other:?}: use x86_64 or arm64"),
+        }
+    }
+
+    /// The Rust target of static builds that run in this guest.
+    pub fn musl_target(self) -> &'static str {
+        match self {
+            GuestArch::X86_64 => crate::dist::MUSL,
+            GuestArch::Arm64 => "aarch64-unknown-linux-musl",
+        }
+    }
+}
+
+/// The series the arm64 set runs on (see `test::ARM64`), oldest first.
+pub const ARM64_MATRIX: &[&str] = &["6.1", "6.12"];
 
 /// The series the full test matrix covers, oldest first.
 pub const MATRIX: &[&str] = &["6.1", "6.12"];
@@ -94,6 +135,78 @@ fn series(name: &str) -> Result<Series> {
     })
 }
 
+/// Debian 12's own suites, for a private (arm64) apt configuration.
+const BOOKWORM: &[(&str, &str)] = &[
+    (DEBIAN, "bookworm"),
+    (DEBIAN, "bookworm-updates"),
+    (DEBIAN_SECURITY, "bookworm-security"),
+];
+
+/// An arm64 series: the 6.1 and 6.12 generic images of Debian 12, through
+/// a private apt configuration whose architecture is arm64.
+fn arm64_series(name: &str) -> Result<Series> {
+    let regex = match name {
+        "6.1" => r"^linux-image-6\.1\.0-[0-9]+-arm64-unsigned$",
+        "6.12" => r"^linux-image-6\.12\.[0-9]+\+deb[0-9]+-arm64-unsigned$",
+        other => bail!(
+            "no arm64 kernel series {other:?}: --arch arm64 takes 6.1 or 6.12, or a path to an arm64 vmlinuz"
+        ),
+    };
+    Ok(Series {
+        source: Source::Private {
+            name: "bookworm-arm64",
+            suites: BOOKWORM,
+        },
+        regex,
+    })
+}
+
+/// Resolves `--kernel` for an `--arch arm64` VM: the image and modules of
+/// the series (no `-dbg` package: the arm64 set needs no vmlinux), and
+/// Debian's `busybox-static` for arm64, both through the private apt
+/// configuration `apt/bookworm-arm64` under the cache.
+pub fn resolve_arm64(spec: &str, cache: &Path) -> Result<Kernel> {
+    let series = arm64_series(spec)?;
+    let Source::Private { name, suites } = series.source else {
+        bail!("arm64 series come from a private apt configuration");
+    };
+    let apt = Apt::new_for(name, suites, "arm64", cache)?;
+    let busybox_dir = cache.join("busybox-static-arm64");
+    let busybox = busybox_dir.join("bin/busybox");
+    if !busybox.is_file() {
+        unpack(&apt, "busybox-static", &busybox_dir)?;
+    }
+    if !busybox.is_file() {
+        bail!(
+            "busybox-static (arm64) has no bin/busybox under {}",
+            busybox_dir.display()
+        );
+    }
+    let mut kernel = if spec.contains('/') || Path::new(spec).exists() {
+        resolve(spec, cache)?
+    } else {
+        let package = apt.newest_package(series.regex)?;
+        let dir = cache.join(&package);
+        let stamp = dir.join(".unpacked");
+        if !stamp.exists() {
+            fetch(&apt, &package, &dir)?;
+            std::fs::write(&stamp, b"")?;
+        }
+        let (image, release) = image_and_modules(&dir)?;
+        Kernel {
+            label: format!("arm64-{spec}"),
+            image,
+            modules: Some(release),
+            debug_boot: None,
+            arch: GuestArch::Arm64,
+            busybox: None,
+        }
+    };
+    kernel.arch = GuestArch::Arm64;
+    kernel.busybox = Some(busybox);
+    Ok(kernel)
+}
+
 /// Resolves `--kernel` (a series name or a path to a kernel image).
 pub fn resolve(spec: &str, cache: &Path) -> Result<Kernel> {
     let path = Path::new(spec);
@@ -106,6 +219,8 @@ pub fn resolve(spec: &str, cache: &Path) -> Result<Kernel> {
             image,
             modules: None,
             debug_boot: None,
+            arch: GuestArch::X86_64,
+            busybox: None,
         });
     }
     let series = series(spec)?;
@@ -133,6 +248,8 @@ pub fn resolve(spec: &str, cache: &Path) -> Result<Kernel> {
         image,
         modules: Some(release),
         debug_boot: Some(dir.join("usr/lib/debug/boot")),
+        arch: GuestArch::X86_64,
+        busybox: None,
     })
 }
 
@@ -153,6 +270,13 @@ impl Apt {
                 private_dir: None,
             });
         };
+        Apt::new_for(name, suites, "amd64", cache)
+    }
+
+    /// A private configuration `name` for packages of `arch` (`amd64`,
+    /// `arm64`): apt sees only that architecture, and neither the host's
+    /// dpkg architectures nor its sources change.
+    fn new_for(name: &str, suites: &[(&str, &str)], arch: &str, cache: &Path) -> Result<Apt> {
         let dir = cache.join("apt").join(name);
         for sub in ["lists/partial", "archives/partial"] {
             std::fs::create_dir_all(dir.join(sub))
@@ -169,17 +293,21 @@ impl Apt {
         let sources = dir.join("sources.list");
         std::fs::write(&sources, list).with_context(|| format!("writing {}", sources.display()))?;
         let d = dir.display();
-        let options = vec![
+        let mut options = vec![
             format!("Dir::Etc::SourceList={}", sources.display()),
             "Dir::Etc::SourceParts=/dev/null".to_string(),
             format!("Dir::State::Lists={d}/lists"),
             format!("Dir::Cache={d}"),
             format!("Dir::Cache::Archives={d}/archives"),
-            "APT::Architecture=amd64".to_string(),
+            format!("APT::Architecture={arch}"),
             // Downloads go to the cache as root; apt's sandbox user could
             // not write there and says so on every download.
             "APT::Sandbox::User=root".to_string(),
         ];
+        if arch != "amd64" {
+            // Only this architecture, whatever the host's dpkg knows.
+            options.push(format!("APT::Architectures::={arch}"));
+        }
         Ok(Apt {
             options,
             private_dir: Some(dir),
@@ -418,5 +546,11 @@ mod tests {
         for s in MATRIX.iter().chain(SMOKE_MATRIX) {
             assert!(series(s).is_ok(), "{s}");
         }
+        for s in ARM64_MATRIX {
+            assert!(arm64_series(s).is_ok(), "{s}");
+        }
+        assert!(arm64_series("5.10").is_err());
+        assert_eq!(GuestArch::parse("aarch64").unwrap(), GuestArch::Arm64);
+        assert!(GuestArch::parse("riscv64").is_err());
     }
 }

@@ -27,9 +27,17 @@ enum Task {
     /// the current directory is kept, and /proc, /sys, debugfs and tracefs
     /// are mounted. Exits with the command's exit status.
     Vm {
-        /// Kernel: a series (5.10, 6.1, 6.12, 6.12-rt, sid) or a path to a vmlinuz.
+        /// Kernel: a series (5.10, 6.1, 6.12, 6.12-rt, sid; with --arch
+        /// arm64: 6.1, 6.12) or a path to a vmlinuz.
         #[arg(long, default_value = "6.12")]
         kernel: String,
+        /// The guest's architecture: x86_64, or arm64 (qemu-system-aarch64
+        /// -M virt under TCG, Debian's arm64 kernels and busybox; the host's
+        /// root is mounted at /host, its /work, /root ... linked at the same
+        /// paths, and commands must be static aarch64 builds, e.g. from
+        /// `cargo build --target aarch64-unknown-linux-musl`).
+        #[arg(long, default_value = "x86_64")]
+        arch: String,
         /// Give up after this many seconds (boot included).
         #[arg(long, default_value_t = 600)]
         timeout: u64,
@@ -101,7 +109,7 @@ enum Task {
         #[arg(long, default_value = "6.1")]
         kernel: String,
     },
-    /// Build a static x86_64 binary (musl, rust-lld) with its man pages
+    /// Build a static x86_64 (or, with --arch arm64, aarch64) binary (musl, rust-lld) with its man pages
     /// and bash/zsh/fish completions in target/dist/, and a tarball.
     /// --check runs it in an empty chroot here and in the VM on each kernel.
     Dist {
@@ -112,6 +120,11 @@ enum Task {
         /// With --check: only these kernels (repeatable); default: the matrix.
         #[arg(long)]
         kernel: Vec<String>,
+        /// x86_64, or arm64: a static aarch64 binary
+        /// (target/dist/kprobe-perf-VERSION-aarch64-linux-musl/), checked
+        /// in the arm64 VM (kernels 6.1 and 6.12).
+        #[arg(long, default_value = "x86_64")]
+        arch: String,
     },
     /// Build the Debian package (target/dist/kprobe-perf_VERSION_amd64.deb)
     /// from the dist tree. --check installs it on this host (root), checks
@@ -149,11 +162,20 @@ fn main() -> Result<()> {
     match cli.task {
         Task::Vm {
             kernel,
+            arch,
             timeout,
             command,
         } => {
             host::ensure_packages(&[])?;
-            let kernel = kernels::resolve(&kernel, &vm_cache().join("kernels"))?;
+            let kernel = match kernels::GuestArch::parse(&arch)? {
+                kernels::GuestArch::X86_64 => {
+                    kernels::resolve(&kernel, &vm_cache().join("kernels"))?
+                }
+                kernels::GuestArch::Arm64 => {
+                    host::ensure_packages(&[("qemu-system-arm", "/usr/bin/qemu-system-aarch64")])?;
+                    kernels::resolve_arm64(&kernel, &vm_cache().join("kernels"))?
+                }
+            };
             let outcome = vm::run(&vm::VmRun {
                 kernel: &kernel,
                 command: &command,
@@ -175,7 +197,14 @@ fn main() -> Result<()> {
         }
         Task::Test { kernel, no_lint } => test::run(&kernel, no_lint),
         Task::Demo { kernel } => test::demo(&kernel),
-        Task::Dist { check, kernel } => dist::run(check, &kernel),
+        Task::Dist {
+            check,
+            kernel,
+            arch,
+        } => match kernels::GuestArch::parse(&arch)? {
+            kernels::GuestArch::X86_64 => dist::run(check, &kernel),
+            kernels::GuestArch::Arm64 => dist::run_arm64(check, &kernel),
+        },
         Task::Deb { check } => deb::run(check),
         Task::Fuzz {
             target,

@@ -6,7 +6,7 @@ use std::path::PathBuf;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use crate::kernels::{self, MATRIX, SMOKE_MATRIX};
+use crate::kernels::{self, GuestArch, ARM64_MATRIX, MATRIX, SMOKE_MATRIX};
 use crate::vm::{self, VmRun};
 use crate::{host, passthrough_env, report_problems, vm_cache, workspace_root};
 
@@ -131,9 +131,63 @@ fn build_vm_tests() -> Result<Vec<PathBuf>> {
     if !out.status.success() {
         bail!("building the VM tests failed");
     }
-    let text = String::from_utf8_lossy(&out.stdout);
+    let exes = test_executables(&String::from_utf8_lossy(&out.stdout));
+    if exes.is_empty() {
+        bail!("cargo reported no test executables for kprobe-perf-tests");
+    }
+    Ok(exes)
+}
+
+/// The static aarch64 builds for the arm64 VM: kprobe-perf and the test
+/// executables of the `tests/` crate, for `aarch64-unknown-linux-musl`
+/// linked by rust-lld (no cross C toolchain).
+fn build_vm_tests_arm64() -> Result<Vec<PathBuf>> {
+    let target = GuestArch::Arm64.musl_target();
+    crate::dist::ensure_target(target)?;
+    let linker = format!(
+        "CARGO_TARGET_{}_LINKER",
+        target.to_uppercase().replace('-', "_")
+    );
+    let (ok, _) = run_echo(cargo().env(&linker, "rust-lld").args([
+        "build",
+        "--release",
+        "--target",
+        target,
+        "--package",
+        "kprobe-perf",
+    ]))?;
+    if !ok {
+        bail!("building kprobe-perf for {target} failed");
+    }
+    let out = cargo()
+        .env(&linker, "rust-lld")
+        .args([
+            "test",
+            "--release",
+            "--target",
+            target,
+            "--package",
+            "kprobe-perf-tests",
+            "--no-run",
+            "--message-format=json",
+        ])
+        .stderr(Stdio::inherit())
+        .output()
+        .context("running cargo test --no-run")?;
+    if !out.status.success() {
+        bail!("building the arm64 VM tests failed");
+    }
+    let exes = test_executables(&String::from_utf8_lossy(&out.stdout));
+    if exes.is_empty() {
+        bail!("cargo reported no {target} test executables for kprobe-perf-tests");
+    }
+    Ok(exes)
+}
+
+/// The test executables cargo's JSON messages name.
+fn test_executables(json: &str) -> Vec<PathBuf> {
     let mut exes = Vec::new();
-    for line in text.lines() {
+    for line in json.lines() {
         if !line.contains("\"reason\":\"compiler-artifact\"") || !line.contains("\"test\":true") {
             continue;
         }
@@ -143,10 +197,7 @@ fn build_vm_tests() -> Result<Vec<PathBuf>> {
             }
         }
     }
-    if exes.is_empty() {
-        bail!("cargo reported no test executables for kprobe-perf-tests");
-    }
-    Ok(exes)
+    exes
 }
 
 /// Which tests a kernel runs.
@@ -156,6 +207,9 @@ enum Suite {
     Full,
     /// The named smoke set ([`SMOKE`]).
     Smoke,
+    /// The named arm64 set ([`ARM64`]), static aarch64 builds in the arm64
+    /// VM.
+    Arm64,
 }
 
 impl Suite {
@@ -163,6 +217,7 @@ impl Suite {
         match self {
             Suite::Full => "full suite",
             Suite::Smoke => "smoke set",
+            Suite::Arm64 => "arm64 set",
         }
     }
 }
@@ -207,6 +262,39 @@ const SMOKE: &[(&str, &[&str])] = &[
     ("fprobe", &[]),
 ];
 
+/// The arm64 set, run on [`ARM64_MATRIX`] in the arm64 VM (TCG emulating
+/// another architecture is several times slower, so it is small):
+/// - skeleton: a kprobe and a kretprobe with exact values, registers named
+///   the arm64 way (`%x0`);
+/// - tracefs: the tracefs route with maxactive, misses counted, and a
+///   kernel-fetched string;
+/// - btf: BTF argument names fetch the right registers;
+/// - uprobes: uprobe and uretprobe values on an arm64 binary (the test
+///   executable itself);
+/// - differential: prints its SKIP reason (no arm64 perf in the VM);
+/// - boundaries: predicted verdicts against perf_event_open on
+///   [`SMOKE_AGREEMENT_FUNCTIONS`] functions, arm64 rules.
+const ARM64: &[(&str, &[&str])] = &[
+    (
+        "skeleton",
+        &[
+            "record_a_command_prints_ftrace_lines",
+            "openat_entry_and_return_values_of_a_known_thread",
+        ],
+    ),
+    (
+        "tracefs",
+        &[
+            "maxactive_bounds_concurrent_returns_and_misses_are_counted",
+            "kernel_fetched_string_is_exact",
+        ],
+    ),
+    ("btf", &[]),
+    ("uprobes", &[]),
+    ("differential", &[]),
+    ("boundaries", &[]),
+];
+
 /// Functions the boundary agreement test takes in the smoke set.
 const SMOKE_AGREEMENT_FUNCTIONS: usize = 50;
 
@@ -223,11 +311,12 @@ fn vm_script(exes: &[PathBuf], suite: Suite) -> String {
     for exe in exes {
         let filters: Vec<String> = match suite {
             Suite::Full => Vec::new(),
-            Suite::Smoke => {
+            Suite::Smoke | Suite::Arm64 => {
+                let set = if suite == Suite::Smoke { SMOKE } else { ARM64 };
                 let Some(file) = test_file_of(exe) else {
                     continue;
                 };
-                let Some((_, names)) = SMOKE.iter().find(|(f, _)| *f == file) else {
+                let Some((_, names)) = set.iter().find(|(f, _)| *f == file) else {
                     continue;
                 };
                 names.iter().map(|n| format!(" '{n}'")).collect()
@@ -312,11 +401,18 @@ pub fn run(kernel_args: &[String], no_lint: bool) -> Result<()> {
     let exes = build_vm_tests()?;
     // The full suite on the matrix, the smoke set on the other series;
     // `--kernel K` runs the full suite on K.
+    // The arm64 set: `arm64-6.1`, `arm64-6.12` (the whole ARM64_MATRIX
+    // by default).
     let runs: Vec<(String, Suite)> = if kernel_args.is_empty() {
         MATRIX
             .iter()
             .map(|s| (s.to_string(), Suite::Full))
             .chain(SMOKE_MATRIX.iter().map(|s| (s.to_string(), Suite::Smoke)))
+            .chain(
+                ARM64_MATRIX
+                    .iter()
+                    .map(|s| (format!("arm64-{s}"), Suite::Arm64)),
+            )
             .collect()
     } else {
         kernel_args
@@ -324,6 +420,8 @@ pub fn run(kernel_args: &[String], no_lint: bool) -> Result<()> {
             .map(|k| {
                 let suite = if SMOKE_MATRIX.contains(&k.as_str()) {
                     Suite::Smoke
+                } else if k.starts_with("arm64-") {
+                    Suite::Arm64
                 } else {
                     Suite::Full
                 };
@@ -333,17 +431,24 @@ pub fn run(kernel_args: &[String], no_lint: bool) -> Result<()> {
     };
     let full_script = vm_script(&exes, Suite::Full);
     let smoke_script = vm_script(&exes, Suite::Smoke);
+    let arm64_script = if runs.iter().any(|(_, s)| *s == Suite::Arm64) {
+        host::ensure_packages(&[("qemu-system-arm", "/usr/bin/qemu-system-aarch64")])?;
+        vm_script(&build_vm_tests_arm64()?, Suite::Arm64)
+    } else {
+        String::new()
+    };
     // Every kernel first (downloads print their own progress), then the
     // VMs: side by side when the host has a core for each, as each runs
     // its vCPUs on one host thread (single-threaded TCG).
     let resolved = runs
         .iter()
         .map(|(k, suite)| {
-            Ok((
-                k.clone(),
-                kernels::resolve(k, &vm_cache().join("kernels"))?,
-                *suite,
-            ))
+            let cache = vm_cache().join("kernels");
+            let kernel = match k.strip_prefix("arm64-") {
+                Some(series) if *suite == Suite::Arm64 => kernels::resolve_arm64(series, &cache)?,
+                _ => kernels::resolve(k, &cache)?,
+            };
+            Ok((k.clone(), kernel, *suite))
         })
         .collect::<Result<Vec<_>>>()?;
     let jobs = vm_jobs(resolved.len());
@@ -362,6 +467,7 @@ pub fn run(kernel_args: &[String], no_lint: bool) -> Result<()> {
             .map(|_| {
                 let (next, resolved) = (&next, &resolved);
                 let (full_script, smoke_script) = (&full_script, &smoke_script);
+                let arm64_script = &arm64_script;
                 scope.spawn(move || {
                     let mut done = Vec::new();
                     loop {
@@ -372,6 +478,7 @@ pub fn run(kernel_args: &[String], no_lint: bool) -> Result<()> {
                         let script = match suite {
                             Suite::Full => full_script,
                             Suite::Smoke => smoke_script,
+                            Suite::Arm64 => arm64_script,
                         };
                         println!("xtask: running the {} on kernel {k}", suite.describe());
                         let t0 = Instant::now();
@@ -387,7 +494,7 @@ pub fn run(kernel_args: &[String], no_lint: bool) -> Result<()> {
                                         d.display().to_string(),
                                     ));
                                 }
-                                if *suite == Suite::Smoke {
+                                if matches!(*suite, Suite::Smoke | Suite::Arm64) {
                                     env.push((
                                         "KPROBE_PERF_FUNCTIONS".to_string(),
                                         SMOKE_AGREEMENT_FUNCTIONS.to_string(),
@@ -585,5 +692,25 @@ mod tests {
         let full = vm_script(&exes, Suite::Full);
         assert_eq!(full.matches("|| rc=1").count(), 3);
         assert!(!full.contains("record_a_command"));
+    }
+
+    #[test]
+    fn arm64_script_runs_the_arm64_set() {
+        let exes = [
+            PathBuf::from("/t/aarch64-unknown-linux-musl/release/deps/tracefs-01"),
+            PathBuf::from("/t/aarch64-unknown-linux-musl/release/deps/guardian-02"),
+            PathBuf::from("/t/aarch64-unknown-linux-musl/release/deps/btf-03"),
+        ];
+        assert_eq!(
+            vm_script(&exes, Suite::Arm64),
+            "rc=0; '/t/aarch64-unknown-linux-musl/release/deps/tracefs-01' --test-threads=1 --color never --show-output \
+             'maxactive_bounds_concurrent_returns_and_misses_are_counted' 'kernel_fetched_string_is_exact' || rc=1; \
+             '/t/aarch64-unknown-linux-musl/release/deps/btf-03' --test-threads=1 --color never --show-output || rc=1; exit $rc"
+        );
+        let json = r#"{"reason":"compiler-artifact","profile":{"test":true},"executable":"/t/a/deps/btf-03","fresh":true}"#;
+        assert_eq!(
+            test_executables(json),
+            vec![PathBuf::from("/t/a/deps/btf-03")]
+        );
     }
 }

@@ -9,7 +9,7 @@ use std::process::{Command, Stdio};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
-use crate::kernels::Kernel;
+use crate::kernels::{GuestArch, Kernel};
 
 const READY: &str = "KPROBE_PERF_VM_READY";
 const EXIT: &str = "KPROBE_PERF_VM_EXIT";
@@ -133,8 +133,72 @@ sleep 10
     s
 }
 
+/// The arm64 guest's /init: the host's root is x86_64, so it is mounted
+/// at /host and not chrooted into; its top-level directories other than
+/// the system ones (/work, /root, /home ...) are linked at the same paths,
+/// so paths baked into test binaries resolve. The command runs with the
+/// arm64 busybox's applets as its only tools.
+fn init_script_arm64(modules: &[String], keep_tmp: Option<&str>) -> String {
+    let mut s = String::from(
+        r#"#!/bin/busybox sh
+/bin/busybox mkdir -p /bin /sbin /proc /sys /dev /host /tmp /etc
+/bin/busybox --install -s /bin
+export PATH=/bin
+mount -t proc proc /proc
+mount -t sysfs sysfs /sys
+mount -t devtmpfs devtmpfs /dev
+"#,
+    );
+    for m in modules {
+        s.push_str(&format!(
+            "insmod /modules/{m} || echo 'kprobe-perf-vm: insmod {m} failed'\n"
+        ));
+    }
+    s.push_str(&format!(
+        r#"fail() {{ echo "kprobe-perf-vm: $*"; echo "{EXIT} 125"; echo o > /proc/sysrq-trigger; sleep 10; }}
+mount -t 9p -o trans=virtio,version=9p2000.L,ro,msize=524288 hostroot /host || fail "cannot mount the host file system over 9p"
+mount -t tmpfs -o mode=1777 tmpfs /tmp || fail "cannot mount /tmp"
+{keep}for d in /host/*; do
+  n=${{d#/host/}}
+  case "$n" in
+    bin|sbin|lib|lib32|lib64|libx32|usr|etc|proc|sys|dev|tmp|run|host|init|modules|cmd.sh|lost+found) ;;
+    *) [ -e "/$n" ] || ln -s "$d" "/$n" ;;
+  esac
+done
+echo kprobe-perf-vm > /etc/hostname
+hostname kprobe-perf-vm
+echo 'root:x:0:0:root:/tmp:/bin/sh' > /etc/passwd
+echo 'root:x:0:' > /etc/group
+mkdir -p /dev/shm /dev/pts
+mount -t tmpfs tmpfs /dev/shm
+mount -t devpts devpts /dev/pts
+mount -t debugfs debugfs /sys/kernel/debug
+mount -t tracefs tracefs /sys/kernel/tracing
+mount -t cgroup2 cgroup2 /sys/fs/cgroup 2>/dev/null
+echo "{READY} $(cut -d' ' -f1 /proc/uptime)"
+/bin/sh /cmd.sh </dev/null 2>&1
+rc=$?
+dmesg | grep -E 'Oops|BUG:|WARNING:|Kernel panic|general protection|Call Trace' | sed 's/^/{DMESG} /'
+echo "{EXIT} $rc"
+echo o > /proc/sysrq-trigger
+sleep 10
+"#,
+        keep = keep_tmp
+            .map(|c| {
+                let q = shell_quote(c);
+                format!("mkdir -p /tmp/{q} && mount -o bind /host/tmp/{q} /tmp/{q}\n")
+            })
+            .unwrap_or_default()
+    ));
+    s
+}
+
 fn command_script(opts: &VmRun) -> String {
-    let mut s = String::from("export PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin\nexport HOME=/tmp TMPDIR=/tmp\n");
+    let path = match opts.kernel.arch {
+        GuestArch::X86_64 => "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+        GuestArch::Arm64 => "/bin",
+    };
+    let mut s = format!("export PATH={path}\nexport HOME=/tmp TMPDIR=/tmp\n");
     s.push_str(&format!(
         "export KPROBE_PERF_IN_VM={}\n",
         shell_quote(&opts.kernel.label)
@@ -216,7 +280,13 @@ fn build_initramfs(opts: &VmRun, out: &Path) -> Result<()> {
     let mut cpio = Cpio::default();
     cpio.dir("bin");
     cpio.dir("modules");
-    let busybox = std::fs::read("/bin/busybox").context("reading /bin/busybox (busybox-static)")?;
+    let busybox_path = opts
+        .kernel
+        .busybox
+        .clone()
+        .unwrap_or_else(|| PathBuf::from("/bin/busybox"));
+    let busybox = std::fs::read(&busybox_path)
+        .with_context(|| format!("reading {} (busybox-static)", busybox_path.display()))?;
     cpio.file("bin/busybox", 0o755, &busybox);
     let mut names = Vec::new();
     if let Some(modules_dir) = &opts.kernel.modules {
@@ -246,11 +316,11 @@ fn build_initramfs(opts: &VmRun, out: &Path) -> Result<()> {
         }
     }
     let keep = tmp_component(&opts.cwd);
-    cpio.file(
-        "init",
-        0o755,
-        init_script(&names, keep.as_deref()).as_bytes(),
-    );
+    let init = match opts.kernel.arch {
+        GuestArch::X86_64 => init_script(&names, keep.as_deref()),
+        GuestArch::Arm64 => init_script_arm64(&names, keep.as_deref()),
+    };
+    cpio.file("init", 0o755, init.as_bytes());
     cpio.file("cmd.sh", 0o644, command_script(opts).as_bytes());
     std::fs::write(out, cpio.finish()).with_context(|| format!("writing {}", out.display()))
 }
@@ -285,8 +355,21 @@ fn boot(opts: &VmRun, initramfs: &Path) -> Result<VmOutcome> {
         _ => "tcg,thread=single",
     };
     let start = Instant::now();
-    let mut child = Command::new("qemu-system-x86_64")
-        .args(["-accel", tcg, "-cpu", "max"])
+    // arm64: the `virt` board; `pauth-impdef` makes TCG emulate pointer
+    // authentication (every pac-ret kernel function uses it) with a cheap
+    // implementation-defined algorithm instead of QARMA.
+    let (qemu, machine, cpu, console): (&str, &[&str], &str, &str) = match opts.kernel.arch {
+        GuestArch::X86_64 => ("qemu-system-x86_64", &[], "max", "ttyS0"),
+        GuestArch::Arm64 => (
+            "qemu-system-aarch64",
+            &["-M", "virt"],
+            "max,pauth-impdef=on",
+            "ttyAMA0",
+        ),
+    };
+    let mut child = Command::new(qemu)
+        .args(machine)
+        .args(["-accel", tcg, "-cpu", cpu])
         .args(["-smp", &smp.to_string(), "-m", "2048"])
         .args(["-nodefaults", "-display", "none", "-no-reboot"])
         .args(["-serial", "stdio", "-monitor", "none"])
@@ -296,7 +379,7 @@ fn boot(opts: &VmRun, initramfs: &Path) -> Result<VmOutcome> {
         .arg(initramfs)
         .args([
             "-append",
-            "console=ttyS0 quiet loglevel=3 panic=-1 rdinit=/init",
+            &format!("console={console} quiet loglevel=3 panic=-1 rdinit=/init"),
         ])
         .args([
             "-virtfs",
@@ -306,7 +389,7 @@ fn boot(opts: &VmRun, initramfs: &Path) -> Result<VmOutcome> {
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
-        .context("starting qemu-system-x86_64")?;
+        .with_context(|| format!("starting {qemu}"))?;
     let stdout = child.stdout.take().context("qemu stdout")?;
     let stderr = child.stderr.take().context("qemu stderr")?;
     let (tx, rx) = mpsc::channel::<String>();
@@ -467,6 +550,20 @@ mod tests {
             init.contains("mount -o bind /hosttmp/'fresh' /mnt/tmp/'fresh'"),
             "{init}"
         );
+    }
+
+    #[test]
+    fn the_arm64_guest_runs_without_chroot_and_links_host_paths() {
+        let init = init_script_arm64(&["9p.ko".into()], Some("fresh"));
+        assert!(init.contains("insmod /modules/9p.ko"), "{init}");
+        assert!(init.contains("hostroot /host"), "{init}");
+        assert!(!init.contains("chroot"), "{init}");
+        assert!(init.contains(r#"ln -s "$d" "/$n""#), "{init}");
+        assert!(
+            init.contains("mount -o bind /host/tmp/'fresh' /tmp/'fresh'"),
+            "{init}"
+        );
+        assert!(init.contains("mount -t tracefs tracefs /sys/kernel/tracing"));
     }
 
     #[test]

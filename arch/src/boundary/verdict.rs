@@ -4,7 +4,7 @@
 
 use std::fmt;
 
-use super::{x86, FunctionText, UprobeRule};
+use super::{arm64, x86, Arm64Refusal, FunctionText, UprobeRule};
 
 /// The error number the kernel answers a refused probe with.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -65,6 +65,7 @@ pub struct Insn {
     address: u64,
     size: u8,
     bytes: [u8; MAX_INSN_BYTES],
+    arm64: bool,
 }
 
 impl Insn {
@@ -80,6 +81,15 @@ impl Insn {
             address: text.start.wrapping_add(offset),
             size,
             bytes,
+            arm64: false,
+        }
+    }
+
+    /// The arm64 instruction (one 4-byte word) at `offset`.
+    pub(super) fn new_arm64(text: &FunctionText<'_>, offset: u64) -> Insn {
+        Insn {
+            arm64: true,
+            ..Insn::new(text, offset, 4)
         }
     }
 
@@ -104,9 +114,16 @@ impl Insn {
         &self.bytes[..self.size().min(MAX_INSN_BYTES)]
     }
 
-    /// AT&T text as objdump prints it, e.g. `nopl 0x0(%rax,%rax,1)`.
+    /// x86-64: AT&T text as objdump prints it, e.g. `nopl
+    /// 0x0(%rax,%rax,1)`; arm64: the usual assembler syntax, e.g. `mrs
+    /// x0, sp_el0`.
     pub fn text(&self) -> String {
-        x86::att_text(self.bytes(), self.address)
+        if self.arm64 {
+            let b = self.bytes;
+            arm64::text(u32::from_le_bytes([b[0], b[1], b[2], b[3]]), self.address)
+        } else {
+            x86::att_text(self.bytes(), self.address)
+        }
     }
 }
 
@@ -187,6 +204,31 @@ pub enum RefuseReason {
         /// The kernel's rule.
         rule: UprobeRule,
     },
+    /// arm64: an instruction `arm_probe_decode_insn` rejects, or one the
+    /// exception table lists (EINVAL, `arch_prepare_kprobe`).
+    Arm64Instruction {
+        /// The instruction.
+        insn: Insn,
+        /// Which rule refuses it.
+        refusal: Arm64Refusal,
+    },
+    /// arm64: an exclusive load (`ldxr`, or on kernels before 6.15 any
+    /// load-acquire or `casa`) precedes the offset within 16 instructions
+    /// with no exclusive store between (EINVAL,
+    /// `is_probed_address_atomic`).
+    AtomicSequence {
+        /// The instruction at the offset.
+        insn: Insn,
+        /// The exclusive load that opens the sequence.
+        load: Insn,
+    },
+    /// arm64: the ftrace call site at the entry (the second patchable
+    /// NOP, `bl ftrace_caller` while traced): arm64 has no
+    /// kprobes-on-ftrace, so `check_ftrace_location` answers EINVAL.
+    FtraceCallSite {
+        /// The site.
+        site: Insn,
+    },
     /// Uprobe rules: the bytes at `at` do not decode (the uprobe layer
     /// answers ENOEXEC for an instruction it cannot decode; past such
     /// bytes no boundary is known).
@@ -209,6 +251,9 @@ impl RefuseReason {
             RefuseReason::EmulatePrefix { .. }
             | RefuseReason::MasksExceptions { .. }
             | RefuseReason::NotFunctionEntry { .. }
+            | RefuseReason::Arm64Instruction { .. }
+            | RefuseReason::AtomicSequence { .. }
+            | RefuseReason::FtraceCallSite { .. }
             | RefuseReason::Misaligned => Errno::Einval,
             RefuseReason::CannotEmulate { .. } => Errno::Eopnotsupp,
             RefuseReason::UprobeInstruction { .. } => Errno::Enotsupp,
@@ -293,6 +338,24 @@ impl RefuseReason {
             RefuseReason::Misaligned => {
                 f.write_str("is not 4-byte aligned (arm64 instructions are 4 bytes)")
             }
+            RefuseReason::Arm64Instruction { insn, refusal } => write!(
+                f,
+                "is {}, which arm64 kprobes refuse: {}",
+                insn.text(),
+                refusal.why()
+            ),
+            RefuseReason::AtomicSequence { insn, load } => write!(
+                f,
+                "({}) is inside the exclusive sequence opened by {} at +{}, which arm64 kprobes refuse: a single-step there would make the store-exclusive fail every time",
+                insn.text(),
+                load.text(),
+                load.offset()
+            ),
+            RefuseReason::FtraceCallSite { site } => write!(
+                f,
+                "is the ftrace call site ({}), where arm64 kernels put no kprobe (they have no kprobes-on-ftrace); +0 fires at the same moment",
+                site.text()
+            ),
             RefuseReason::UprobeInstruction { insn, rule } => write!(
                 f,
                 "is {}, which uprobes refuse: {}",
