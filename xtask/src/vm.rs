@@ -120,6 +120,8 @@ chroot /mnt /bin/sh /tmp/.kprobe-perf-vm/cmd.sh </dev/null 2>&1
 rc=$?
 dmesg | grep -E 'Oops|BUG:|WARNING:|Kernel panic|general protection|Call Trace' | sed 's/^/{DMESG} /'
 echo "{EXIT} $rc"
+# Let the console print that line whole before the power-off message.
+sleep 1
 echo o > /proc/sysrq-trigger
 sleep 10
 "#,
@@ -180,6 +182,8 @@ echo "{READY} $(cut -d' ' -f1 /proc/uptime)"
 rc=$?
 dmesg | grep -E 'Oops|BUG:|WARNING:|Kernel panic|general protection|Call Trace' | sed 's/^/{DMESG} /'
 echo "{EXIT} $rc"
+# Let the console print that line whole before the power-off message.
+sleep 1
 echo o > /proc/sysrq-trigger
 sleep 10
 "#,
