@@ -74,38 +74,31 @@ pub fn kprobes_available(test: &str) -> bool {
     }
 }
 
-/// The CPUs in a sysfs list such as `0-3,5`; panics on anything else.
-pub fn parse_cpu_list(text: &str) -> Vec<u32> {
-    let mut cpus = Vec::new();
-    for part in text.trim().split(',').filter(|p| !p.is_empty()) {
-        let num = |s: &str| -> u32 {
-            s.parse()
-                .unwrap_or_else(|_| panic!("bad CPU number {s:?} in the list {text:?}"))
-        };
-        match part.split_once('-') {
-            Some((a, b)) => cpus.extend(num(a)..=num(b)),
-            None => cpus.push(num(part)),
-        }
+/// True when uprobes can be opened here: the uprobe PMU exists and this
+/// process holds CAP_SYS_ADMIN, which uprobes need on kernels with the
+/// 6.16 change (and its stable backports; CAP_PERFMON is not enough there).
+/// Inside the VM, panics instead of returning false; outside, prints why
+/// the test is skipped ([`skip`]).
+pub fn uprobes_available(test: &str) -> bool {
+    let pmu = std::path::Path::new("/sys/bus/event_source/devices/uprobe").exists();
+    let admin = kprobe_perf_engine::sys::effective_capabilities()
+        .is_ok_and(|c| c & (1u64 << kprobe_perf_engine::sys::CAP_SYS_ADMIN) != 0);
+    if !(pmu && admin) {
+        skip(test, "no uprobe PMU here, or no CAP_SYS_ADMIN");
     }
-    cpus
-}
-
-fn cpu_list(name: &str) -> Vec<u32> {
-    let path = format!("/sys/devices/system/cpu/{name}");
-    let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("reading {path}: {e}"));
-    parse_cpu_list(&text)
+    pmu && admin
 }
 
 /// The online CPUs (/sys/devices/system/cpu/online): the VM has as many as
 /// `KPROBE_PERF_VM_SMP` says (2 by default); tests read them, never assume.
 pub fn online_cpus() -> Vec<u32> {
-    cpu_list("online")
+    kprobe_perf_engine::cpus::online_cpus().expect("reading the online CPUs")
 }
 
 /// The possible CPUs (/sys/devices/system/cpu/possible), which size the
 /// kernel's per-CPU tables (kretprobe instances among them).
 pub fn possible_cpus() -> Vec<u32> {
-    cpu_list("possible")
+    kprobe_perf_engine::cpus::possible_cpus().expect("reading the possible CPUs")
 }
 
 /// The `kprobe-perf` binary built next to this test (`target/<profile>/`),
@@ -176,13 +169,6 @@ pub fn xorshift(state: &mut u64) -> u64 {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn cpu_lists_expand() {
-        assert_eq!(parse_cpu_list("0-1\n"), [0, 1]);
-        assert_eq!(parse_cpu_list("0,2-4,7"), [0, 2, 3, 4, 7]);
-        assert_eq!(parse_cpu_list("3"), [3]);
-    }
 
     #[test]
     fn skip_lines_have_one_form() {

@@ -8,25 +8,13 @@ use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use kprobe_perf_tests::{kprobe_perf_bin, vm_kernel};
+use kprobe_perf_tests::{kprobe_perf_bin, uprobes_available, vm_kernel};
 
 /// The probed function: its argument numbers each call.
 #[no_mangle]
 #[inline(never)]
 pub extern "C" fn kprobe_perf_repeated_target(call: u64) -> u64 {
     std::hint::black_box(call)
-}
-
-fn uprobes_available(test: &str) -> bool {
-    let ok = std::path::Path::new("/sys/bus/event_source/devices/uprobe").exists()
-        && kprobe_perf_engine::session::check_capabilities().is_ok();
-    if !ok {
-        if let Some(k) = vm_kernel() {
-            panic!("uprobes must work inside the VM (kernel {k})");
-        }
-        println!("SKIP {test}: no uprobe PMU here, or no CAP_PERFMON/CAP_SYS_ADMIN");
-    }
-    ok
 }
 
 /// Records for 2 s with `target(tid)` as the target options while a

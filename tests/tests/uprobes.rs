@@ -4,7 +4,7 @@
 use std::time::{Duration, Instant};
 
 use kprobe_perf_engine::{plan_probes, Event, KernelSymbols, Session, SessionOptions};
-use kprobe_perf_tests::{for_kernel, skip};
+use kprobe_perf_tests::{for_kernel, uprobes_available};
 
 /// The probed function: not inlined, not mangled, so the ELF symbol table
 /// has it by this name.
@@ -12,15 +12,6 @@ use kprobe_perf_tests::{for_kernel, skip};
 #[inline(never)]
 pub extern "C" fn kprobe_perf_uprobe_target(a: u64, b: u64) -> u64 {
     std::hint::black_box(a ^ b)
-}
-
-fn uprobes_available(test: &str) -> bool {
-    let ok = std::path::Path::new("/sys/bus/event_source/devices/uprobe").exists()
-        && kprobe_perf_engine::session::check_capabilities().is_ok();
-    if !ok {
-        skip(test, "no uprobe PMU here, or no CAP_PERFMON/CAP_SYS_ADMIN");
-    }
-    ok
 }
 
 /// An entry uprobe sees the two arguments, a uretprobe the return value,
