@@ -82,22 +82,29 @@ fn tmp_component(cwd: &Path) -> Option<String> {
         .map(|c| c.as_os_str().to_string_lossy().into_owned())
 }
 
-fn init_script(modules: &[String], keep_tmp: Option<&str>) -> String {
-    let mut s = String::from(
+/// The start of every guest's /init: busybox's applets, `dirs` made,
+/// /proc, /sys and /dev mounted, and `modules` loaded in order.
+fn init_prologue(dirs: &str, modules: &[String]) -> String {
+    let mut s = format!(
         r#"#!/bin/busybox sh
-/bin/busybox mkdir -p /bin /sbin /proc /sys /dev /mnt
+/bin/busybox mkdir -p {dirs}
 /bin/busybox --install -s /bin
 export PATH=/bin
 mount -t proc proc /proc
 mount -t sysfs sysfs /sys
 mount -t devtmpfs devtmpfs /dev
-"#,
+"#
     );
     for m in modules {
         s.push_str(&format!(
             "insmod /modules/{m} || echo 'kprobe-perf-vm: insmod {m} failed'\n"
         ));
     }
+    s
+}
+
+fn init_script(modules: &[String], keep_tmp: Option<&str>) -> String {
+    let mut s = init_prologue("/bin /sbin /proc /sys /dev /mnt", modules);
     s.push_str(&format!(
         r#"fail() {{ echo "kprobe-perf-vm: $*"; echo "{EXIT} 125"; echo o > /proc/sysrq-trigger; sleep 10; }}
 mount -t 9p -o trans=virtio,version=9p2000.L,ro,msize=524288 hostroot /mnt || fail "cannot mount the host file system over 9p"
@@ -141,21 +148,7 @@ sleep 10
 /// so paths baked into test binaries resolve. The command runs with the
 /// arm64 busybox's applets as its only tools.
 fn init_script_arm64(modules: &[String], keep_tmp: Option<&str>) -> String {
-    let mut s = String::from(
-        r#"#!/bin/busybox sh
-/bin/busybox mkdir -p /bin /sbin /proc /sys /dev /host /tmp /etc
-/bin/busybox --install -s /bin
-export PATH=/bin
-mount -t proc proc /proc
-mount -t sysfs sysfs /sys
-mount -t devtmpfs devtmpfs /dev
-"#,
-    );
-    for m in modules {
-        s.push_str(&format!(
-            "insmod /modules/{m} || echo 'kprobe-perf-vm: insmod {m} failed'\n"
-        ));
-    }
+    let mut s = init_prologue("/bin /sbin /proc /sys /dev /host /tmp /etc", modules);
     s.push_str(&format!(
         r#"fail() {{ echo "kprobe-perf-vm: $*"; echo "{EXIT} 125"; echo o > /proc/sysrq-trigger; sleep 10; }}
 mount -t 9p -o trans=virtio,version=9p2000.L,ro,msize=524288 hostroot /host || fail "cannot mount the host file system over 9p"
