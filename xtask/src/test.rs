@@ -108,18 +108,35 @@ fn run_echo(cmd: &mut Command) -> Result<(bool, String)> {
     Ok((status.success(), text))
 }
 
-/// The test executables of the `tests/` crate (built, not run).
+/// The test executables of the `tests/` crate (built, not run), and the
+/// kprobe-perf binary they run, for the host or, with `target`, for that
+/// musl target linked by rust-lld (no cross C toolchain).
 /// The VM tests run release builds: under TCG a debug build spends
 /// seconds just parsing /proc/kallsyms.
-fn build_vm_tests() -> Result<Vec<PathBuf>> {
-    let (ok, _) = run_echo(cargo().args(["build", "--release", "--package", "kprobe-perf"]))?;
+fn build_tests_for(target: Option<&str>) -> Result<Vec<PathBuf>> {
+    let what = target.unwrap_or("the host");
+    let cargo_for = || {
+        let mut c = cargo();
+        if let Some(t) = target {
+            let linker = format!("CARGO_TARGET_{}_LINKER", t.to_uppercase().replace('-', "_"));
+            c.env(linker, "rust-lld");
+        }
+        c
+    };
+    let target_args: Vec<&str> = target.map(|t| vec!["--target", t]).unwrap_or_default();
+    let (ok, _) = run_echo(
+        cargo_for()
+            .args(["build", "--release"])
+            .args(&target_args)
+            .args(["--package", "kprobe-perf"]),
+    )?;
     if !ok {
-        bail!("building kprobe-perf (release) failed");
+        bail!("building kprobe-perf (release) for {what} failed");
     }
-    let out = cargo()
+    let out = cargo_for()
+        .args(["test", "--release"])
+        .args(&target_args)
         .args([
-            "test",
-            "--release",
             "--package",
             "kprobe-perf-tests",
             "--no-run",
@@ -129,59 +146,25 @@ fn build_vm_tests() -> Result<Vec<PathBuf>> {
         .output()
         .context("running cargo test --no-run")?;
     if !out.status.success() {
-        bail!("building the VM tests failed");
+        bail!("building the VM tests for {what} failed");
     }
     let exes = test_executables(&String::from_utf8_lossy(&out.stdout));
     if exes.is_empty() {
-        bail!("cargo reported no test executables for kprobe-perf-tests");
+        bail!("cargo reported no test executables for kprobe-perf-tests ({what})");
     }
     Ok(exes)
 }
 
-/// The static aarch64 builds for the arm64 VM: kprobe-perf and the test
-/// executables of the `tests/` crate, for `aarch64-unknown-linux-musl`
-/// linked by rust-lld (no cross C toolchain).
+/// The x86_64 VM's tests: the host's own build.
+fn build_vm_tests() -> Result<Vec<PathBuf>> {
+    build_tests_for(None)
+}
+
+/// The static aarch64 builds for the arm64 VM.
 fn build_vm_tests_arm64() -> Result<Vec<PathBuf>> {
     let target = GuestArch::Arm64.musl_target();
     crate::dist::ensure_target(target)?;
-    let linker = format!(
-        "CARGO_TARGET_{}_LINKER",
-        target.to_uppercase().replace('-', "_")
-    );
-    let (ok, _) = run_echo(cargo().env(&linker, "rust-lld").args([
-        "build",
-        "--release",
-        "--target",
-        target,
-        "--package",
-        "kprobe-perf",
-    ]))?;
-    if !ok {
-        bail!("building kprobe-perf for {target} failed");
-    }
-    let out = cargo()
-        .env(&linker, "rust-lld")
-        .args([
-            "test",
-            "--release",
-            "--target",
-            target,
-            "--package",
-            "kprobe-perf-tests",
-            "--no-run",
-            "--message-format=json",
-        ])
-        .stderr(Stdio::inherit())
-        .output()
-        .context("running cargo test --no-run")?;
-    if !out.status.success() {
-        bail!("building the arm64 VM tests failed");
-    }
-    let exes = test_executables(&String::from_utf8_lossy(&out.stdout));
-    if exes.is_empty() {
-        bail!("cargo reported no {target} test executables for kprobe-perf-tests");
-    }
-    Ok(exes)
+    build_tests_for(Some(target))
 }
 
 /// The test executables cargo's JSON messages name.
