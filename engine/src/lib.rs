@@ -8,6 +8,7 @@
 
 #![deny(missing_docs)]
 
+mod command;
 pub mod cpus;
 pub mod decode;
 pub mod error;
@@ -24,6 +25,7 @@ pub mod select;
 pub mod session;
 pub mod spec;
 pub mod sys;
+pub mod target;
 pub mod tracefs;
 
 pub use decode::{Event, Value};
@@ -31,8 +33,9 @@ pub use error::Error;
 pub use kprobe_perf_arch::Arch;
 pub use kprobe_perf_symbols::KernelSymbols;
 pub use plan::ProbePlan;
-pub use session::{CallCounts, RecordTarget, Session, SessionOptions, SessionStats, Throttling};
+pub use session::{CallCounts, Session, SessionOptions, SessionStats, Throttling};
 pub use spec::ProbeSpec;
+pub use target::{CommandScope, RecordTarget};
 
 /// Parses and plans probe definitions for this machine's architecture,
 /// choosing the backend of each automatically (see [`plan_probes_with`]).
@@ -63,15 +66,7 @@ pub fn plan_probes_with<S: AsRef<str>>(
     symbols: &KernelSymbols,
     choice: plan::BackendChoice,
 ) -> Result<Vec<ProbePlan>, Error> {
-    let arch = Arch::host().ok_or_else(|| {
-        Error::io(
-            "choosing the register table",
-            std::io::Error::new(
-                std::io::ErrorKind::Unsupported,
-                "kprobe-perf supports x86_64 and aarch64",
-            ),
-        )
-    })?;
+    let arch = Arch::host().ok_or(Error::UnsupportedArch)?;
     let parsed = specs
         .iter()
         .map(|s| ProbeSpec::parse(s.as_ref(), arch))

@@ -10,6 +10,7 @@ use mio::unix::SourceFd;
 use mio::{Events, Interest, Poll, Token};
 use perf_event_open_sys::bindings::PERF_SAMPLE_REGS_INTR;
 
+use crate::command::HeldCommand;
 use crate::decode::Event;
 use crate::error::{explain_open_errno, Error, OpenedAs};
 use crate::plan::{AttachPoint, Backend, ProbePlan};
@@ -18,58 +19,13 @@ use crate::process::{self, ProcessWatch};
 use crate::records::{self, RecordDecoder, RecordSink};
 use crate::ring::{BackwardRing, RingBuffer};
 use crate::sys;
+use crate::target::{self, Slot};
 use crate::tracefs::{self, ProbeKind, Tracefs, TracefsProbes};
 
 /// Default ring size per CPU in data pages (512 KiB with 4 KiB pages).
 pub const DEFAULT_MMAP_PAGES: usize = 128;
 
-/// Whose probe hits are recorded.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum RecordTarget {
-    /// Every task on every online CPU.
-    AllCpus,
-    /// Every task, on these CPUs only.
-    Cpus(Vec<u32>),
-    /// These threads (tids), on any CPU; children are not followed.
-    Threads(Vec<i32>),
-
-    /// Every task in a cgroup (v2: a directory under the cgroup2 mount),
-    /// on every online CPU, through `PERF_FLAG_PID_CGROUP`.
-    Cgroup(std::path::PathBuf),
-
-    /// One process and the children it creates afterwards.
-    Process {
-        /// The process id.
-        pid: i32,
-        /// Arm the probes only when the process calls exec (for a command
-        /// started held before exec).
-        enable_on_exec: bool,
-    },
-
-    /// Processes (pids; duplicates count once): every thread each has
-    /// when the session opens, and every thread and child process they
-    /// start afterwards (the events are inherited, as with `perf record
-    /// -p`). The engine finds the threads in `/proc/PID/task`, and lists
-    /// them again once the events are open: if a thread appeared in
-    /// between (created by a thread not yet attached, so not inherited),
-    /// it closes everything and attaches again (up to 5 times; after
-    /// that, such late threads are not recorded). [`Session::target_exited`]
-    /// says when every process has exited.
-    Processes(Vec<i32>),
-}
-
-impl RecordTarget {
-    /// True when the target's events are inherited by the tasks it
-    /// creates (a command and its children, processes and their new
-    /// threads): such uprobes then go through `uprobe_events` (see
-    /// [`ProbePlan::through_uprobe_events`]).
-    pub fn inherits(&self) -> bool {
-        matches!(
-            self,
-            RecordTarget::Process { .. } | RecordTarget::Processes(_)
-        )
-    }
-}
+pub use crate::target::{CommandScope, RecordTarget};
 
 /// Session settings.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -199,28 +155,6 @@ pub struct KernelCounts {
     pub misses: u64,
 }
 
-/// Where one ring's events are opened: perf_event_open's pid and cpu, and
-/// how to name it in messages.
-struct Slot {
-    pid: i32,
-    cpu: i32,
-    label: String,
-    /// perf_event_open flags (`PERF_FLAG_PID_CGROUP` when `pid` is a
-    /// cgroup directory's fd).
-    flags: u64,
-}
-
-impl Slot {
-    fn cpu(c: u32) -> Slot {
-        Slot {
-            pid: -1,
-            cpu: c as i32,
-            label: format!("CPU {c}"),
-            flags: 0,
-        }
-    }
-}
-
 /// Armed probes and their ring buffers.
 pub struct Session {
     // Field order matters: the perf fds in `streams` must close before
@@ -243,6 +177,9 @@ pub struct Session {
     enabled: bool,
     /// The processes of [`RecordTarget::Processes`], until they exit.
     watched: Vec<ProcessWatch>,
+    /// The command of [`RecordTarget::Command`], and its pidfd (whose
+    /// readiness ends a poll's wait when it exits).
+    command: Option<(HeldCommand, Option<OwnedFd>)>,
 }
 
 pub use crate::cpus::online_cpus;
@@ -336,11 +273,7 @@ fn base_attr(
     if opts.target.inherits() {
         attr.set_inherit(1);
     }
-    if let RecordTarget::Process {
-        enable_on_exec: true,
-        ..
-    } = &opts.target
-    {
+    if opts.target.enables_on_exec() {
         attr.set_enable_on_exec(1);
     }
     attr
@@ -430,38 +363,30 @@ impl Session {
     /// defined through `uprobe_events`, whose events follow forks.
     pub fn open(plans: Vec<ProbePlan>, opts: SessionOptions) -> Result<Session, Error> {
         tracefs::remove_stale_if_mounted();
+        if let RecordTarget::Command { argv, .. } = &opts.target {
+            let command = HeldCommand::spawn(argv)?;
+            let mut session = Session::open_tasks(plans, opts, &[], Some(command.pid()))?;
+            session.hold_command(command)?;
+            return Ok(session);
+        }
         let RecordTarget::Processes(pids) = &opts.target else {
-            return Session::open_tasks(plans, opts, &[]);
+            return Session::open_tasks(plans, opts, &[], None);
         };
         const ATTEMPTS: usize = 5;
         let pids = process::unique_pids(pids);
         if pids.is_empty() {
-            return Err(Error::Target(
-                "no process to record: give at least one pid".into(),
-            ));
+            return Err(Error::NoProcesses);
         }
         // Watched from before the first scan, so an exit is never missed.
         let watched = pids
             .iter()
             .map(|&p| ProcessWatch::new(p))
             .collect::<Result<Vec<_>, _>>()?;
-        let scan = || -> Result<Vec<(i32, i32)>, Error> {
-            let mut threads = Vec::new();
-            for &pid in &pids {
-                let tids = process::threads_of(pid).map_err(|e| {
-                    Error::io(
-                        format!("listing the threads of process {pid} (/proc/{pid}/task)"),
-                        e,
-                    )
-                })?;
-                threads.extend(tids.unwrap_or_default().into_iter().map(|t| (pid, t)));
-            }
-            Ok(threads)
-        };
+        let scan = || target::threads_of_processes(&pids);
         let mut attempt = 1;
         loop {
             let threads = scan()?;
-            let mut session = Session::open_tasks(plans.clone(), opts.clone(), &threads)?;
+            let mut session = Session::open_tasks(plans.clone(), opts.clone(), &threads, None)?;
             // A thread created before its creator's events were open
             // inherited nothing: attach again, from a new list.
             let late = scan()?.iter().any(|t| !threads.contains(t));
@@ -496,11 +421,13 @@ impl Session {
 
     /// Opens the probes for `opts.target`; for
     /// [`RecordTarget::Processes`], on each (pid, tid) of `threads` on
-    /// every CPU, one ring per CPU shared by all threads.
+    /// every CPU, one ring per CPU shared by all threads; for a
+    /// [`RecordTarget::Command`], for the held `command`'s pid.
     fn open_tasks(
         plans: Vec<ProbePlan>,
         opts: SessionOptions,
         threads: &[(i32, i32)],
+        command: Option<i32>,
     ) -> Result<Session, Error> {
         let inherit = opts.target.inherits();
         let mut plans: Vec<ProbePlan> = if inherit {
@@ -600,78 +527,10 @@ impl Session {
             }
         }
         // One ring per slot: (pid, cpu) as perf_event_open takes them.
-        // Kept open until every event is opened.
-        let mut _cgroup_dir = None;
-        let slots: Vec<Slot> = match &opts.target {
-            RecordTarget::AllCpus => cpus.iter().map(|&c| Slot::cpu(c)).collect(),
-            RecordTarget::Cpus(list) => {
-                if let Some(bad) = list.iter().find(|c| !cpus.contains(c)) {
-                    return Err(Error::io(
-                        format!(
-                            "CPU {bad} is not online (online: {})",
-                            crate::cpus::format_cpu_list(&cpus)
-                        ),
-                        std::io::Error::from(std::io::ErrorKind::NotFound),
-                    ));
-                }
-                // A CPU listed twice would count each event twice.
-                let mut list = list.clone();
-                list.sort_unstable();
-                list.dedup();
-                list.iter().map(|&c| Slot::cpu(c)).collect()
-            }
-            RecordTarget::Process { pid, .. } => cpus
-                .iter()
-                .map(|&c| Slot {
-                    pid: *pid,
-                    cpu: c as i32,
-                    label: format!("pid {pid}, CPU {c}"),
-                    flags: 0,
-                })
-                .collect(),
-            RecordTarget::Processes(_) => threads
-                .iter()
-                .flat_map(|&(pid, tid)| {
-                    cpus.iter().map(move |&c| Slot {
-                        pid: tid,
-                        cpu: c as i32,
-                        label: format!("thread {tid} of process {pid}, CPU {c}"),
-                        flags: 0,
-                    })
-                })
-                .collect(),
-            RecordTarget::Threads(tids) => tids
-                .iter()
-                .map(|&t| Slot {
-                    pid: t,
-                    cpu: -1,
-                    label: format!("tid {t}"),
-                    flags: 0,
-                })
-                .collect(),
-            RecordTarget::Cgroup(path) => {
-                let dir = std::fs::File::open(path).map_err(|e| {
-                    Error::io(
-                        format!(
-                            "cannot open the cgroup {} (give a directory of the cgroup2 hierarchy, e.g. /sys/fs/cgroup/system.slice)",
-                            path.display()
-                        ),
-                        e,
-                    )
-                })?;
-                let fd = dir.as_raw_fd();
-                // perf_event_open takes its own reference to the cgroup.
-                _cgroup_dir = Some(dir);
-                cpus.iter()
-                    .map(|&c| Slot {
-                        pid: fd,
-                        cpu: c as i32,
-                        label: format!("cgroup {}, CPU {c}", path.display()),
-                        flags: u64::from(perf_event_open_sys::bindings::PERF_FLAG_PID_CGROUP),
-                    })
-                    .collect()
-            }
-        };
+        // Kept (with the cgroup directory it names) until every event is
+        // opened.
+        let scopes = opts.target.scopes(&cpus, threads, command)?;
+        let slots = &scopes.slots;
         // A PMU kretprobe has a second fd per slot: its entry counter.
         let per_slot = plans.len()
             + plans
@@ -711,7 +570,7 @@ impl Session {
         let mut ring_of_cpu: Option<HashMap<i32, usize>> =
             matches!(opts.target, RecordTarget::Processes(_)).then(HashMap::new);
         let mut entry_counters = Vec::new();
-        'slots: for slot in &slots {
+        'slots: for slot in slots {
             let mut fds: Vec<OwnedFd> = Vec::with_capacity(plans.len());
             let mut ring = None;
             let shared = ring_of_cpu.as_ref().and_then(|m| m.get(&slot.cpu)).copied();
@@ -735,22 +594,17 @@ impl Session {
                             attr.__bindgen_anon_4.config2 = addr.wrapping_add(*offset);
                         }
                         (AttachPoint::User { .. }, _) => {
-                            return Err(Error::io(
-                                format!("following a command's children with the uprobe {}", plan.spec),
-                                std::io::Error::new(
-                                    std::io::ErrorKind::Unsupported,
-                                    "an inherited uprobe PMU event would make the kernel re-read the binary's path at each fork; it must be defined through uprobe_events (a bug: please report it)",
+                            return Err(Error::Internal {
+                                what: format!(
+                                    "following a command's children with the uprobe {}: an inherited uprobe PMU event would make the kernel re-read the binary's path at each fork; it must be defined through uprobe_events",
+                                    plan.spec
                                 ),
-                            ))
+                            })
                         }
                         _ => {
-                            return Err(Error::io(
-                                format!("following a command's children with {}", plan.spec),
-                                std::io::Error::new(
-                                    std::io::ErrorKind::Unsupported,
-                                    "this needs the symbol's address, which /proc/kallsyms hides from this process (kernel.kptr_restrict=2 hides it even from root): lower kernel.kptr_restrict, or record system-wide with -a",
-                                ),
-                            ))
+                            return Err(Error::InheritNeedsAddress {
+                                probe: plan.spec.to_string(),
+                            })
                         }
                     }
                 }
@@ -832,19 +686,12 @@ impl Session {
                 stream.fds.extend(fds);
             }
         }
-        let enabled = matches!(
-            opts.target,
-            RecordTarget::Process {
-                enable_on_exec: true,
-                ..
-            }
-        );
+        let enabled = opts.target.enables_on_exec();
         let decoder =
             RecordDecoder::new(plans, field_offsets, attrs, probe_of_id, true).map_err(|e| {
-                Error::io(
-                    "describing the sample layout",
-                    std::io::Error::new(std::io::ErrorKind::InvalidData, e),
-                )
+                Error::Internal {
+                    what: format!("describing the sample layout: {e}"),
+                }
             })?;
         let user_binaries = decoder
             .plans()
@@ -866,25 +713,77 @@ impl Session {
             events: Events::with_capacity(64),
             enabled,
             watched: Vec::new(),
+            command: None,
         })
     }
 
-    /// Arms every probe (not needed when the target enables on exec).
+    /// Arms every probe (the kernel does it at exec for a command's
+    /// descendants, [`RecordTarget::enables_on_exec`]), then releases the
+    /// command of a [`RecordTarget::Command`], reporting exec's failure.
     pub fn enable(&mut self) -> Result<(), Error> {
-        if self.enabled {
-            return Ok(());
-        }
-        for s in &self.streams {
-            for fd in &s.fds {
-                sys::enable(fd).map_err(|e| Error::io("enabling a probe", e))?;
+        if !self.enabled {
+            for s in &self.streams {
+                for fd in &s.fds {
+                    sys::enable(fd).map_err(|e| Error::io("enabling a probe", e))?;
+                }
             }
+            // Entries counted from now on have their kretprobe armed.
+            for (_, fd) in &self.entry_counters {
+                sys::enable(fd)
+                    .map_err(|e| Error::io("enabling a kretprobe's entry counter", e))?;
+            }
+            self.enabled = true;
         }
-        // Entries counted from now on have their kretprobe armed.
-        for (_, fd) in &self.entry_counters {
-            sys::enable(fd).map_err(|e| Error::io("enabling a kretprobe's entry counter", e))?;
+        if let Some((command, _)) = self.command.as_mut() {
+            command.release()?;
         }
-        self.enabled = true;
         Ok(())
+    }
+
+    /// Keeps the held command of a [`RecordTarget::Command`], its pidfd
+    /// registered with the poller so that its exit ends a poll's wait.
+    fn hold_command(&mut self, command: HeldCommand) -> Result<(), Error> {
+        // Before Linux 5.3 (no pidfd), its exit is seen at the next poll.
+        let pidfd = sys::pidfd_open(command.pid()).ok();
+        if let Some(fd) = &pidfd {
+            self.poll
+                .registry()
+                .register(
+                    &mut SourceFd(&fd.as_raw_fd()),
+                    Token(usize::MAX),
+                    Interest::READABLE,
+                )
+                .map_err(|e| Error::io("registering a pidfd with the poller", e))?;
+        }
+        self.command = Some((command, pidfd));
+        Ok(())
+    }
+
+    /// The pid of the command of a [`RecordTarget::Command`].
+    pub fn command_pid(&self) -> Option<i32> {
+        self.command.as_ref().map(|(c, _)| c.pid())
+    }
+
+    /// The exit status of the command of a [`RecordTarget::Command`] once
+    /// it has ended (it is then reaped); `None` while it runs, and for
+    /// other targets. Does not block.
+    pub fn command_status(&mut self) -> Result<Option<std::process::ExitStatus>, Error> {
+        match self.command.as_mut() {
+            Some((command, _)) => command.try_wait(),
+            None => Ok(None),
+        }
+    }
+
+    /// As [`Session::command_status`], waiting up to `grace` for the
+    /// command to end (for instance after a Ctrl-C that reached it too).
+    pub fn wait_command(
+        &mut self,
+        grace: Duration,
+    ) -> Result<Option<std::process::ExitStatus>, Error> {
+        match self.command.as_mut() {
+            Some((command, _)) => command.wait(grace),
+            None => Ok(None),
+        }
     }
 
     /// Disarms every probe; buffered events can still be read.
