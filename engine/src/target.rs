@@ -17,7 +17,8 @@ pub enum RecordTarget {
     /// Every task, on these CPUs only (each must be online; a CPU listed
     /// twice counts once).
     Cpus(Vec<u32>),
-    /// These threads (tids), on any CPU; children are not followed.
+    /// These threads (tids; duplicates count once), on any CPU; children
+    /// are not followed.
     Threads(Vec<i32>),
 
     /// Every task in a cgroup (v2: a directory under the cgroup2 mount),
@@ -142,8 +143,10 @@ impl RecordTarget {
                     .collect(),
             )),
             RecordTarget::Threads(tids) => Ok(Scopes::new(
-                tids.iter()
-                    .map(|&t| Slot {
+                // A thread listed twice would count each event twice.
+                process::unique_pids(tids)
+                    .into_iter()
+                    .map(|t| Slot {
                         pid: t,
                         cpu: -1,
                         label: format!("tid {t}"),
@@ -284,7 +287,7 @@ mod tests {
         assert_eq!(pairs(&s), [(-1, 0, "CPU 0"), (-1, 3, "CPU 3")]);
         let e = RecordTarget::Cpus(vec![2]).scopes(&cpus, &[], None);
         assert!(matches!(e, Err(Error::CpuNotOnline { cpu: 2, .. })));
-        let s = RecordTarget::Threads(vec![42, 43])
+        let s = RecordTarget::Threads(vec![42, 43, 42])
             .scopes(&cpus, &[], None)
             .unwrap();
         assert_eq!(pairs(&s), [(42, -1, "tid 42"), (43, -1, "tid 43")]);
