@@ -15,8 +15,8 @@
 //! ```
 //!
 //! A fake that answers `PerfEventOpen` must return a descriptor the test
-//! owns and gives away (for instance `File::into_raw_fd` of `/dev/null`):
-//! the engine wraps it in an `OwnedFd`, which closes it. A fake that
+//! owns and gives away ([`new_fd`]): the engine wraps it in an `OwnedFd`,
+//! which closes it. A fake that
 //! answers `Mmap` returns the address of memory that outlives the mapping
 //! (see the ring tests); `Munmap` then reaches the fake, never the kernel.
 
@@ -66,6 +66,14 @@ pub(super) fn answer(call: Syscall<'_>) -> Result<io::Result<i64>, Syscall<'_>> 
         Some(fake) => Ok(fake(call)),
         None => Err(call),
     })
+}
+
+/// A fresh descriptor (of `/dev/null`) for a fake to return from
+/// `PerfEventOpen`: the engine takes it as its own and closes it.
+pub(crate) fn new_fd() -> i64 {
+    use std::os::fd::IntoRawFd;
+    let file = std::fs::File::open("/dev/null").expect("/dev/null opens");
+    i64::from(file.into_raw_fd())
 }
 
 /// The error a system call failing with `errno` returns.

@@ -1,6 +1,5 @@
 use std::cell::RefCell;
 use std::fs::File;
-use std::os::fd::IntoRawFd;
 use std::rc::Rc;
 
 use super::*;
@@ -8,7 +7,7 @@ use super::*;
 /// A descriptor the test gives away, as a fake perf_event_open returns it
 /// (the engine's `OwnedFd` closes it).
 fn spare_fd() -> RawFd {
-    File::open("/dev/null").unwrap().into_raw_fd()
+    RawFd::try_from(fake::new_fd()).unwrap()
 }
 
 /// The calls a fake saw, as their `Debug` lines.
