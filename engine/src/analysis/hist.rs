@@ -203,7 +203,8 @@ fn log2_bounds(i: usize) -> (i128, i128) {
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct Log2Hist {
-    counts: [u64; 65],
+    /// Boxed: keeps [`Hist`] small.
+    counts: Box<[u64; 65]>,
     count: u64,
     sum: u128,
     min: u64,
@@ -228,7 +229,7 @@ impl Log2Hist {
     /// percentiles (0: always estimate from the buckets).
     pub fn with_exact_limit(limit: usize) -> Log2Hist {
         Log2Hist {
-            counts: [0; 65],
+            counts: Box::new([0; 65]),
             count: 0,
             sum: 0,
             min: u64::MAX,
@@ -857,7 +858,7 @@ mod tests {
         let mut b = Log2Hist::with_exact_limit(3);
         b.record(8);
         a.merge(&b);
-        assert_eq!(a.percentiles().unwrap().exact, true);
+        assert!(a.percentiles().unwrap().exact);
         assert_eq!(a.percentile(1000), Some(8));
         a.merge(&b);
         assert_eq!(a.count(), 4);
