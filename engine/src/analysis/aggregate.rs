@@ -347,6 +347,8 @@ pub struct Aggregator {
     names: Vec<Arc<str>>,
     counts: Vec<(CountBy, HashMap<Vec<KeyPart>, u64>)>,
     hists: Vec<HistState>,
+    /// The key being built (no allocation for a key already counted).
+    scratch: Vec<KeyPart>,
 }
 
 impl Aggregator {
@@ -363,6 +365,7 @@ impl Aggregator {
                     spec,
                 })
                 .collect(),
+            scratch: Vec::new(),
         }
     }
 
@@ -375,12 +378,11 @@ impl Aggregator {
 
     /// Takes one event.
     pub fn record(&mut self, e: &Event) {
+        let mut key = std::mem::take(&mut self.scratch);
         for i in 0..self.counts.len() {
-            let key: Vec<KeyPart> = self.counts[i]
-                .0
-                .keys
-                .iter()
-                .map(|k| match k {
+            key.clear();
+            for k in &self.counts[i].0.keys {
+                key.push(match k {
                     CountKey::Comm => KeyPart::Comm(e.comm.clone()),
                     CountKey::Pid => KeyPart::Pid(e.pid),
                     CountKey::Tid => KeyPart::Tid(e.tid),
@@ -395,10 +397,17 @@ impl Aggregator {
                         .flatten()
                         .and_then(|a| e.args.get(a))
                         .map_or(KeyPart::Missing, KeyPart::of_value),
-                })
-                .collect();
-            *self.counts[i].1.entry(key).or_insert(0) += 1;
+                });
+            }
+            let map = &mut self.counts[i].1;
+            match map.get_mut(key.as_slice()) {
+                Some(n) => *n += 1,
+                None => {
+                    map.insert(key.clone(), 1);
+                }
+            }
         }
+        self.scratch = key;
         for h in &mut self.hists {
             let Some(Value::Int { raw, ty }) = h
                 .spec

@@ -850,6 +850,33 @@ mod tests {
         assert_eq!(s.percentile(1000), Some(1024));
     }
 
+    proptest::proptest! {
+        /// The estimate of every percentile lies in the bucket of the
+        /// exact nearest-rank value, for log2 and linear histograms.
+        #[test]
+        fn estimates_share_the_exact_bucket(
+            values in proptest::collection::vec(0u64..1_000_000, 1..300),
+            q in 0u32..=1000,
+        ) {
+            let mut exact = Log2Hist::new();
+            let mut est = Log2Hist::with_exact_limit(0);
+            let range = LinearRange::new(1000, 900_000, 7000).unwrap();
+            let mut lexact = LinearHist::new(range);
+            let mut lest = LinearHist::with_exact_limit(range, 0);
+            for &v in &values {
+                exact.record(v);
+                est.record(v);
+                lexact.record(v as i64);
+                lest.record(v as i64);
+            }
+            let (x, e) = (exact.percentile(q).unwrap(), est.percentile(q).unwrap());
+            proptest::prop_assert_eq!(log2_index(x), log2_index(e), "exact {} estimate {}", x, e);
+            let (x, e) = (lexact.percentile(q).unwrap(), lest.percentile(q).unwrap());
+            proptest::prop_assert_eq!(lexact.index(x), lest.index(e), "exact {} estimate {}", x, e);
+            proptest::prop_assert!(e >= lexact.min().unwrap() && e <= lexact.max().unwrap());
+        }
+    }
+
     #[test]
     fn merge_and_take() {
         let mut a = Log2Hist::with_exact_limit(3);

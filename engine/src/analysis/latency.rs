@@ -308,6 +308,9 @@ fn ser_key<S: serde::Serializer>(k: &Option<Key>, s: S) -> Result<S::Ok, S::Erro
     }
 }
 
+/// Threads tracked before empty stacks are first swept.
+const SWEEP_MIN: usize = 4096;
+
 struct Pending {
     time_ns: u64,
     pid: i32,
@@ -329,8 +332,12 @@ pub struct LatencyPairer {
     /// Probe index to (function, is the return).
     roles: HashMap<usize, (usize, bool)>,
     options: LatencyOptions,
-    /// Per thread: one stack per function.
+    /// Per thread: one stack per function. A thread's entry stays when
+    /// its stacks empty (no allocation per call); empty ones are swept
+    /// when the map doubles.
     stacks: HashMap<i32, Vec<Vec<Pending>>>,
+    /// Map size at which empty stacks are swept.
+    sweep_at: usize,
     totals: Vec<Totals>,
 }
 
@@ -367,6 +374,7 @@ impl LatencyPairer {
             roles,
             options,
             stacks: HashMap::new(),
+            sweep_at: SWEEP_MIN,
             totals,
         })
     }
@@ -391,6 +399,10 @@ impl LatencyPairer {
 
     fn stack_of(&mut self, tid: i32, f: usize, pid: i32) -> &mut Vec<Pending> {
         let n = self.functions.len();
+        if self.stacks.len() >= self.sweep_at && !self.stacks.contains_key(&tid) {
+            self.stacks.retain(|_, s| s.iter().any(|f| !f.is_empty()));
+            self.sweep_at = (self.stacks.len() * 2).max(SWEEP_MIN);
+        }
         let stacks = self.stacks.entry(tid).or_insert_with(|| {
             let mut v = Vec::with_capacity(n);
             v.resize_with(n, Vec::new);
@@ -440,14 +452,12 @@ impl LatencyPairer {
         };
         let Some(at) = at.filter(|&i| stack[i].time_ns <= e.time_ns) else {
             self.totals[f].unpaired_returns += 1;
-            self.forget_if_empty(e.tid);
             return None;
         };
         // Entries above the frame returned without their return seen.
         let skipped = (stack.len() - at - 1) as u64;
         stack.truncate(at + 1);
         let entry = stack.pop()?;
-        self.forget_if_empty(e.tid);
         let duration_ns = e.time_ns - entry.time_ns;
         let totals = &mut self.totals[f];
         totals.dropped_entries += skipped;
@@ -485,16 +495,6 @@ impl LatencyPairer {
             entry_args: entry.args,
             return_args: e.args.clone(),
         })
-    }
-
-    fn forget_if_empty(&mut self, tid: i32) {
-        if self
-            .stacks
-            .get(&tid)
-            .is_some_and(|s| s.iter().all(Vec::is_empty))
-        {
-            self.stacks.remove(&tid);
-        }
     }
 
     /// Thread `tid` exited: its pending entries are dropped.
@@ -663,7 +663,7 @@ mod tests {
         // [2^19, 2^20).
         assert_eq!(h.count_in_bucket_of(1 << 19), 64);
         assert_eq!((h.min(), h.max()), (Some(874_000), Some(1_000_000)));
-        assert!(p.stacks.is_empty());
+        assert_eq!(p.unreturned(), vec![0]);
     }
 
     #[test]
@@ -762,6 +762,25 @@ mod tests {
             ),
             (0, 3, 4, 0)
         );
+    }
+
+    /// Empty stacks of gone threads are swept once the map doubles; a
+    /// pending entry survives the sweep.
+    #[test]
+    fn empty_stacks_are_swept() {
+        let mut p = pairer(every_call());
+        p.record(&ev(ENTRY, 1, 1, 0, vec![]));
+        for tid in 2..=(SWEEP_MIN as i32) {
+            p.record(&ev(ENTRY, tid, tid, 1, vec![]));
+            p.record(&ev(RET, tid, tid, 2, vec![]));
+        }
+        assert_eq!(p.stacks.len(), SWEEP_MIN);
+        p.record(&ev(ENTRY, 9999, 9999, 3, vec![]));
+        assert_eq!(p.stacks.len(), 2);
+        assert_eq!(p.sweep_at, SWEEP_MIN);
+        let c = p.record(&ev(RET, 1, 1, 10, vec![])).unwrap();
+        assert_eq!(c.duration_ns, 10);
+        assert_eq!(p.snapshot().functions[0].paired, SWEEP_MIN as u64);
     }
 
     #[test]
