@@ -255,6 +255,40 @@ pub fn parse_hist(arg: &str, probes: &[ProbeFields]) -> Result<HistBy, AnalysisE
     hist_by("--hist", arg.trim(), probes, HistShape::Log2)
 }
 
+enum RangeError {
+    Syntax(String),
+    Hist(super::HistError),
+}
+
+fn parse_range(range: &str) -> Result<LinearRange, RangeError> {
+    let nums = range
+        .split(',')
+        .map(|n| {
+            n.trim()
+                .parse::<i64>()
+                .map_err(|_| RangeError::Syntax(format!("{:?} is not an integer", n.trim())))
+        })
+        .collect::<Result<Vec<i64>, _>>()?;
+    let [min, max, step] = nums[..] else {
+        return Err(RangeError::Syntax(format!(
+            "the range has {} numbers, not 3",
+            nums.len()
+        )));
+    };
+    LinearRange::new(min, max, step).map_err(RangeError::Hist)
+}
+
+/// Parses `--linear MIN,MAX,STEP` (latency buckets, in the chosen unit).
+pub fn parse_linear(spec: &str) -> Result<LinearRange, AnalysisError> {
+    parse_range(spec).map_err(|e| match e {
+        RangeError::Syntax(why) => AnalysisError::BadLinear {
+            spec: spec.to_string(),
+            why,
+        },
+        RangeError::Hist(h) => AnalysisError::Hist(h),
+    })
+}
+
 /// Parses `--lhist ARG:MIN,MAX,STEP`: a linear histogram (see
 /// [`LinearRange`]).
 pub fn parse_lhist(spec: &str, probes: &[ProbeFields]) -> Result<HistBy, AnalysisError> {
@@ -265,18 +299,10 @@ pub fn parse_lhist(spec: &str, probes: &[ProbeFields]) -> Result<HistBy, Analysi
     let (arg, range) = spec
         .rsplit_once(':')
         .ok_or_else(|| bad("no ':' between the argument and its range"))?;
-    let nums = range
-        .split(',')
-        .map(|n| {
-            n.trim()
-                .parse::<i64>()
-                .map_err(|_| bad(&format!("{:?} is not an integer", n.trim())))
-        })
-        .collect::<Result<Vec<i64>, _>>()?;
-    let [min, max, step] = nums[..] else {
-        return Err(bad(&format!("the range has {} numbers, not 3", nums.len())));
-    };
-    let range = LinearRange::new(min, max, step)?;
+    let range = parse_range(range).map_err(|e| match e {
+        RangeError::Syntax(why) => bad(&why),
+        RangeError::Hist(h) => AnalysisError::Hist(h),
+    })?;
     hist_by("--lhist", arg.trim(), probes, HistShape::Linear(range))
 }
 
@@ -667,6 +693,19 @@ mod tests {
         assert_eq!(
             parse_lhist("count:5,0,1", &p).unwrap_err(),
             AnalysisError::Hist(crate::analysis::HistError::EmptyRange { min: 5, max: 0 })
+        );
+        assert_eq!(
+            parse_linear("0,100,10"),
+            Ok(LinearRange::new(0, 100, 10).unwrap())
+        );
+        assert_eq!(
+            parse_linear("0,x,10").unwrap_err().to_string(),
+            "--linear \"0,x,10\": \"x\" is not an integer; write MIN,MAX,STEP, e.g. --linear \
+             0,1000,100"
+        );
+        assert_eq!(
+            parse_linear("0,10,-1").unwrap_err().to_string(),
+            "linear histogram step -1 must be above 0 (e.g. 0,1000,100)"
         );
         let plain = [ProbeFields::new("p", vec![])];
         assert!(parse_hist("x", &plain)

@@ -204,6 +204,52 @@ impl TimeUnit {
     }
 }
 
+/// Parses a duration with its unit (`--min`): `250ns`, `500us`, `1.5ms`,
+/// `2s`; up to 9 decimals; into nanoseconds.
+pub fn parse_duration(s: &str) -> Result<u64, AnalysisError> {
+    let bad = |why: &str| AnalysisError::BadDuration {
+        spec: s.to_string(),
+        why: why.to_string(),
+    };
+    let t = s.trim();
+    let digits_end = t
+        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+        .ok_or_else(|| bad("it has no unit"))?;
+    let (number, unit) = t.split_at(digits_end);
+    let per: u64 = match unit {
+        "ns" => 1,
+        "us" => 1_000,
+        "ms" => 1_000_000,
+        "s" => 1_000_000_000,
+        _ => return Err(bad(&format!("{unit:?} is not a unit"))),
+    };
+    let (whole, frac) = number.split_once('.').unwrap_or((number, ""));
+    if whole.is_empty() && frac.is_empty() {
+        return Err(bad("it has no number"));
+    }
+    if frac.contains('.') {
+        return Err(bad(&format!("{number:?} is not a number")));
+    }
+    if frac.len() > 9 {
+        return Err(bad("it has more than 9 decimals"));
+    }
+    let parse = |d: &str| {
+        if d.is_empty() {
+            Ok(0)
+        } else {
+            d.parse::<u64>().map_err(|_| bad("the number is too large"))
+        }
+    };
+    let (whole, frac_value) = (parse(whole)?, parse(frac)?);
+    // frac_value / 10^len of a unit, in nanoseconds.
+    let frac_ns = u128::from(frac_value) * u128::from(per) / 10u128.pow(frac.len() as u32);
+    u128::from(whole)
+        .checked_mul(u128::from(per))
+        .and_then(|w| w.checked_add(frac_ns))
+        .and_then(|ns| u64::try_from(ns).ok())
+        .ok_or_else(|| bad("it is more than 2^64 nanoseconds"))
+}
+
 /// How a [`LatencyPairer`] histograms and what it returns.
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
@@ -409,7 +455,12 @@ impl LatencyPairer {
             v
         });
         // A different process on this tid: the old thread is gone.
-        if stacks.iter().flatten().any(|p| p.pid != pid) {
+        // (All entries of a tid share one pid: the newest one tells.)
+        if stacks
+            .iter()
+            .find_map(|s| s.last())
+            .is_some_and(|p| p.pid != pid)
+        {
             for (g, s) in stacks.iter_mut().enumerate() {
                 self.totals[g].dropped_entries += s.len() as u64;
                 s.clear();
@@ -867,6 +918,36 @@ mod tests {
             serde_json::to_value(&snap).unwrap()["functions"][0]["by_key"][0]["key"],
             serde_json::json!(-2)
         );
+    }
+
+    #[test]
+    fn durations_parse_to_ns() {
+        for (text, ns) in [
+            ("250ns", 250),
+            ("500us", 500_000),
+            ("1.5ms", 1_500_000),
+            ("2s", 2_000_000_000),
+            (".25us", 250),
+            ("0.000000001s", 1),
+            ("1.0000001ms", 1_000_000),
+        ] {
+            assert_eq!(parse_duration(text), Ok(ns), "{text}");
+        }
+        for (text, why) in [
+            ("10", "it has no unit"),
+            ("10m", "\"m\" is not a unit"),
+            ("ms", "it has no number"),
+            ("1.2.3ms", "\"1.2.3\" is not a number"),
+            ("1.0000000001s", "it has more than 9 decimals"),
+            ("20000000000s", "it is more than 2^64 nanoseconds"),
+        ] {
+            assert_eq!(
+                parse_duration(text).unwrap_err().to_string(),
+                format!(
+                    "duration {text:?}: {why}; write a number and a unit: 250ns, 500us, 1.5ms, 2s"
+                ),
+            );
+        }
     }
 
     #[test]

@@ -15,6 +15,34 @@
 //!
 //! Each accumulator has a `take()` that returns what it holds and starts
 //! again empty, for per-interval (`-I MS`) output.
+//!
+//! ```
+//! use std::sync::Arc;
+//! use kprobe_perf_engine::analysis::{render, FunctionProbes, LatencyOptions, LatencyPairer};
+//! use kprobe_perf_engine::Event;
+//!
+//! // Probe 0 is the entry of a function, probe 1 its return.
+//! let mut pairer = LatencyPairer::new(&[FunctionProbes::new(0, 1)], LatencyOptions::default())?;
+//! let event = |probe, time_ns| Event {
+//!     probe, cpu: 0, pid: 42, tid: 42, comm: Arc::from("app"), time_ns,
+//!     ip: 0, probe_addr: 0, ret_addr: None, args: Vec::new(),
+//! };
+//! for (entry, ret) in [(1_000, 1_700), (5_000, 5_300), (9_000, 10_500)] {
+//!     pairer.record(&event(0, entry));
+//!     pairer.record(&event(1, ret));
+//! }
+//! let snapshot = pairer.take();
+//! assert_eq!(snapshot.functions[0].paired, 3);
+//! assert_eq!(
+//!     render::render_latency(&snapshot, &["my_func"]),
+//!     "my_func: count 3, avg 833.3ns, min 300ns, p50 700ns, p90 1500ns, p99 1500ns, \
+//!      p99.9 1500ns, max 1500ns\n\
+//!      [256, 512) 1 |@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@|\n\
+//!      [512, 1K)  1 |@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@|\n\
+//!      [1K, 2K)   1 |@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@|\n"
+//! );
+//! # Ok::<(), kprobe_perf_engine::analysis::AnalysisError>(())
+//! ```
 
 pub mod aggregate;
 pub mod hist;
@@ -24,16 +52,16 @@ pub mod render;
 mod key;
 
 pub use aggregate::{
-    parse_count_by, parse_hist, parse_lhist, AggregateSnapshot, Aggregator, ArgField, ArgHists,
-    ArgKind, CountBy, CountKey, CountRow, CountTable, HistBy, ProbeFields, ProbeHist,
+    parse_count_by, parse_hist, parse_lhist, parse_linear, AggregateSnapshot, Aggregator, ArgField,
+    ArgHists, ArgKind, CountBy, CountKey, CountRow, CountTable, HistBy, ProbeFields, ProbeHist,
 };
 pub use hist::{
     Bucket, Hist, HistError, HistShape, LinearHist, LinearRange, Log2Hist, Percentiles,
 };
 pub use key::KeyPart;
 pub use latency::{
-    Call, FrameMatch, FunctionLatency, FunctionProbes, Key, KeyedHist, LatencyOptions,
-    LatencyPairer, LatencySnapshot, TimeUnit,
+    parse_duration, Call, FrameMatch, FunctionLatency, FunctionProbes, Key, KeyedHist,
+    LatencyOptions, LatencyPairer, LatencySnapshot, TimeUnit,
 };
 
 /// Why an analysis cannot be set up as asked.
@@ -100,6 +128,22 @@ pub enum AnalysisError {
     /// A `--by` key that is not comm, pid, tid, cpu or ret.
     #[error("unknown key {0:?} for --by: use comm, pid, tid, cpu or ret")]
     UnknownByKey(String),
+    /// A `--linear` spec that is not `MIN,MAX,STEP`.
+    #[error("--linear {spec:?}: {why}; write MIN,MAX,STEP, e.g. --linear 0,1000,100")]
+    BadLinear {
+        /// The spec as given.
+        spec: String,
+        /// What is wrong with it.
+        why: String,
+    },
+    /// A duration that is not a number and a unit.
+    #[error("duration {spec:?}: {why}; write a number and a unit: 250ns, 500us, 1.5ms, 2s")]
+    BadDuration {
+        /// The duration as given.
+        spec: String,
+        /// What is wrong with it.
+        why: String,
+    },
     /// A `--unit` that is not ns, us or ms.
     #[error("unknown unit {0:?}: use ns, us or ms")]
     UnknownUnit(String),
