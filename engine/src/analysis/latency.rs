@@ -13,6 +13,8 @@
 //!   the start, or lost) is counted in `unpaired_returns`, never paired.
 //! - A return earlier than the newest entry cannot be its return: counted
 //!   as unpaired, the entry stays.
+//! - tid 0 is each CPU's idle task (and interrupts taken while idle): its
+//!   stacks are kept per CPU, so calls on two idle CPUs do not mix.
 //! - Thread exits and tid reuse: [`LatencyPairer::thread_exited`] drops a
 //!   thread's stacks (the CLI calls it on the kernel's exit record when it
 //!   has one). Without it, an entry or return whose pid differs from the
@@ -354,6 +356,16 @@ fn ser_key<S: serde::Serializer>(k: &Option<Key>, s: S) -> Result<S::Ok, S::Erro
     }
 }
 
+/// The stacks of thread `tid` on `cpu`: the tid, except for tid 0 (each
+/// CPU's idle task, and interrupts taken in it), whose stacks are per CPU.
+fn thread_key(tid: i32, cpu: u32) -> i64 {
+    if tid == 0 {
+        -1 - i64::from(cpu)
+    } else {
+        i64::from(tid)
+    }
+}
+
 /// Threads tracked before empty stacks are first swept.
 const SWEEP_MIN: usize = 4096;
 
@@ -381,7 +393,8 @@ pub struct LatencyPairer {
     /// Per thread: one stack per function. A thread's entry stays when
     /// its stacks empty (no allocation per call); empty ones are swept
     /// when the map doubles.
-    stacks: HashMap<i32, Vec<Vec<Pending>>>,
+    /// Keyed by [`thread_key`].
+    stacks: HashMap<i64, Vec<Vec<Pending>>>,
     /// Map size at which empty stacks are swept.
     sweep_at: usize,
     totals: Vec<Totals>,
@@ -443,7 +456,7 @@ impl LatencyPairer {
         }
     }
 
-    fn stack_of(&mut self, tid: i32, f: usize, pid: i32) -> &mut Vec<Pending> {
+    fn stack_of(&mut self, tid: i64, f: usize, pid: i32) -> &mut Vec<Pending> {
         let n = self.functions.len();
         if self.stacks.len() >= self.sweep_at && !self.stacks.contains_key(&tid) {
             self.stacks.retain(|_, s| s.iter().any(|f| !f.is_empty()));
@@ -471,7 +484,7 @@ impl LatencyPairer {
 
     fn on_entry(&mut self, f: usize, e: &Event) {
         let max_depth = self.options.max_depth.max(1);
-        let stack = self.stack_of(e.tid, f, e.pid);
+        let stack = self.stack_of(thread_key(e.tid, e.cpu), f, e.pid);
         let mut dropped = 0;
         if stack.len() >= max_depth {
             let excess = stack.len() + 1 - max_depth;
@@ -489,7 +502,12 @@ impl LatencyPairer {
 
     fn on_return(&mut self, f: usize, e: &Event) -> Option<Call> {
         let frame = self.functions[f].frame;
-        let stack = self.stack_of(e.tid, f, e.pid);
+        let thread = thread_key(e.tid, e.cpu);
+        if !self.stacks.contains_key(&thread) {
+            self.totals[f].unpaired_returns += 1;
+            return None;
+        }
+        let stack = self.stack_of(thread, f, e.pid);
         let at = match frame {
             None => stack.len().checked_sub(1),
             Some(m) => {
@@ -548,9 +566,13 @@ impl LatencyPairer {
         })
     }
 
-    /// Thread `tid` exited: its pending entries are dropped.
+    /// Thread `tid` exited: its pending entries are dropped (tid 0, the
+    /// idle tasks, never exits: ignored).
     pub fn thread_exited(&mut self, tid: i32) {
-        if let Some(stacks) = self.stacks.remove(&tid) {
+        if tid == 0 {
+            return;
+        }
+        if let Some(stacks) = self.stacks.remove(&i64::from(tid)) {
             for (f, s) in stacks.iter().enumerate() {
                 self.totals[f].dropped_entries += s.len() as u64;
             }
@@ -813,6 +835,25 @@ mod tests {
             ),
             (0, 3, 4, 0)
         );
+    }
+
+    /// tid 0 on two CPUs: two idle tasks, two stacks.
+    #[test]
+    fn idle_tid_0_is_per_cpu() {
+        let mut p = pairer(every_call());
+        let on = |probe, cpu, t| Event {
+            cpu,
+            ..ev(probe, 0, 0, t, vec![])
+        };
+        p.record(&on(ENTRY, 0, 10));
+        p.record(&on(ENTRY, 1, 20));
+        let c = p.record(&on(RET, 0, 50)).unwrap();
+        assert_eq!((c.duration_ns, c.cpu, c.entry_cpu), (40, 0, 0));
+        let c = p.record(&on(RET, 1, 100)).unwrap();
+        assert_eq!((c.duration_ns, c.cpu, c.entry_cpu), (80, 1, 1));
+        p.thread_exited(0);
+        assert_eq!(p.record(&on(RET, 1, 200)), None);
+        assert_eq!(p.snapshot().functions[0].unpaired_returns, 1);
     }
 
     /// Empty stacks of gone threads are swept once the map doubles; a
