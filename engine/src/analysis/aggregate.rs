@@ -760,6 +760,14 @@ mod tests {
                 open(Some(4), None, 1),
             ]
         );
+        let json = serde_json::to_value(&s).unwrap();
+        assert_eq!(json["hists"][1]["arg"], "ret");
+        assert_eq!(json["hists"][1]["probes"][0]["probe"], "close");
+        assert_eq!(
+            json["hists"][1]["probes"][0]["hist"]["buckets"][0],
+            serde_json::json!({"low": null, "high": -4, "count": 1})
+        );
+        assert_eq!(json["hists"][2]["probes"][0]["negative"], 3);
         // log2 of a signed argument: negatives counted apart.
         assert_eq!(s.hists[2].probes[0].negative, 3);
         assert_eq!(s.hists[2].probes[0].hist.count(), 3);

@@ -474,6 +474,12 @@ impl LinearHist {
         LinearHist::with_exact_limit(range, DEFAULT_EXACT_LIMIT)
     }
 
+    /// An empty histogram from `min` to `max` by `step`, checked as
+    /// [`LinearRange::new`] does.
+    pub fn try_new(min: i64, max: i64, step: i64) -> Result<LinearHist, HistError> {
+        Ok(LinearHist::new(LinearRange::new(min, max, step)?))
+    }
+
     /// An empty histogram keeping up to `limit` values for exact
     /// percentiles.
     pub fn with_exact_limit(range: LinearRange, limit: usize) -> LinearHist {
@@ -937,7 +943,11 @@ mod tests {
 
     #[test]
     fn linear_buckets_hold_exact_counts() {
-        let mut h = LinearHist::new(LinearRange::new(0, 25, 10).unwrap());
+        assert_eq!(
+            LinearHist::try_new(0, 25, 0),
+            Err(HistError::BadStep { step: 0 })
+        );
+        let mut h = LinearHist::try_new(0, 25, 10).unwrap();
         for v in [-5, -1, 0, 9, 10, 19, 19, 20, 24, 25, 1000] {
             h.record(v);
         }
