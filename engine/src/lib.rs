@@ -8,6 +8,7 @@
 
 #![deny(missing_docs)]
 
+pub mod analysis;
 pub mod cpus;
 pub mod decode;
 pub mod error;
