@@ -11,6 +11,7 @@
 pub mod cpus;
 pub mod decode;
 pub mod error;
+pub mod filter;
 pub mod guardian;
 pub mod kcore;
 pub mod perfdata;
