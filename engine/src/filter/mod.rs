@@ -373,11 +373,8 @@ impl FieldType {
     pub fn from_format(type_text: &str, size: usize, signed: bool) -> FieldType {
         let t = type_text.trim();
         let is_char = t.contains("char");
-        if (t.contains("__data_loc") || t.contains("__rel_loc")) && is_char
-            || t.contains('[') && is_char
-            || t == "char *"
-            || t == "const char *"
-        {
+        let char_array = t.contains("__data_loc") || t.contains("__rel_loc") || t.contains('[');
+        if char_array && is_char || t == "char *" || t == "const char *" {
             return FieldType::Str;
         }
         if t.contains('[') || t.contains("__data_loc") || t.contains("__rel_loc") {

@@ -119,15 +119,13 @@ impl<'a> Parser<'a> {
             match b {
                 b'"' | b'\'' => quote = Some((b, i)),
                 b'(' => open.push(i),
-                b')' => {
-                    if open.pop().is_none() {
-                        return Err(self.err(
-                            i,
-                            1,
-                            "Too few '('",
-                            "unbalanced parenthesis: this `)` has no matching `(`".to_string(),
-                        ));
-                    }
+                b')' if open.pop().is_none() => {
+                    return Err(self.err(
+                        i,
+                        1,
+                        "Too few '('",
+                        "unbalanced parenthesis: this `)` has no matching `(`".to_string(),
+                    ));
                 }
                 _ => {}
             }
@@ -186,12 +184,13 @@ impl<'a> Parser<'a> {
     }
 
     fn or(&mut self) -> Result<Expr, FilterError> {
-        let mut items = vec![self.and()?];
+        let mut items = Vec::new();
+        push_flat(&mut items, self.and()?, true);
         loop {
             self.skip_ws();
             if self.bytes[self.pos..].starts_with(b"||") {
                 self.pos += 2;
-                items.push(self.and()?);
+                push_flat(&mut items, self.and()?, true);
             } else {
                 break;
             }
@@ -204,12 +203,13 @@ impl<'a> Parser<'a> {
     }
 
     fn and(&mut self) -> Result<Expr, FilterError> {
-        let mut items = vec![self.unary()?];
+        let mut items = Vec::new();
+        push_flat(&mut items, self.unary()?, false);
         loop {
             self.skip_ws();
             if self.bytes[self.pos..].starts_with(b"&&") {
                 self.pos += 2;
-                items.push(self.unary()?);
+                push_flat(&mut items, self.unary()?, false);
             } else {
                 self.after_term()?;
                 break;
@@ -350,7 +350,13 @@ impl<'a> Parser<'a> {
         let (op_text, op) = match found {
             Some(&(t, op)) if !(op == Op::BitAnd && rest.starts_with(b"&&")) => (t, op),
             _ => {
-                let len = word_len(self.bytes, op_at).max(usize::from(op_at < self.bytes.len()));
+                let len = if rest.starts_with(b"&&") || rest.starts_with(b"||") {
+                    2
+                } else if rest.is_empty() {
+                    0
+                } else {
+                    word_len(self.bytes, op_at).max(1)
+                };
                 let tok = self.text(op_at, len);
                 let message = if rest.starts_with(b"&&")
                     || rest.starts_with(b"||")
@@ -374,7 +380,7 @@ impl<'a> Parser<'a> {
                          found `{tok}`"
                     )
                 };
-                return Err(self.err(op_at, len.max(1), "Invalid operator", message));
+                return Err(self.err(op_at, len, "Invalid operator", message));
             }
         };
         self.pos += op_text.len();
@@ -479,6 +485,18 @@ impl<'a> Parser<'a> {
                 Err(self.err(at, len, "Invalid value (did you forget quotes)?", message))
             }
         }
+    }
+}
+
+/// Appends `e` to the operands of an `||` (`or`) or `&&` list, taking in
+/// the operands of a parenthesized list of the same kind: `a && (b && c)`
+/// is `a && b && c`, so the tree, like the canonical form, has one shape
+/// per meaning of the grouping.
+fn push_flat(items: &mut Vec<Expr>, e: Expr, or: bool) {
+    match e {
+        Expr::Or(v) if or => items.extend(v),
+        Expr::And(v) if !or => items.extend(v),
+        e => items.push(e),
     }
 }
 
