@@ -103,27 +103,7 @@ fn check_one(
                         p.op.as_str()
                     ),
                 )),
-                Literal::Str(s) => {
-                    if p.op == Op::Glob {
-                        let pat = s.strip_prefix('!').unwrap_or(s);
-                        if pat.starts_with(|c: char| c.is_ascii_digit()) {
-                            let first = &pat[..1];
-                            let rest = &pat[1..];
-                            return Err(err(
-                                input,
-                                p.value_span,
-                                "Illegal operation for field type",
-                                format!(
-                                    "a ~ pattern that starts with a digit is compared literally by \
-                                     the kernel (not as a glob); write the digit as a class: \
-                                     \"{}[{first}]{rest}\"",
-                                    if s.starts_with('!') { "!" } else { "" }
-                                ),
-                            ));
-                        }
-                    }
-                    Ok((fref, ty))
-                }
+                Literal::Str(_) => Ok((fref, ty)),
             }
         }
         (FieldType::Int { bits, signed }, value) => {

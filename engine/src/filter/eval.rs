@@ -10,7 +10,7 @@ const FALSE: usize = usize::MAX;
 
 /// How a string test compares (the kernel's `regex_type`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum MatchKind {
+pub(crate) enum MatchKind {
     /// Equal.
     Full,
     /// `abc*`
@@ -60,7 +60,7 @@ pub(crate) struct Program {
 /// The kernel's reading of a `~` pattern (`filter_parse_regex()`): a
 /// leading `!` negates; `*` first, last or both make suffix, prefix and
 /// substring tests; a `*` elsewhere, `?`, `[` or `\` make a full glob.
-fn classify(pattern: &str) -> (MatchKind, &str, bool) {
+pub(crate) fn classify(pattern: &str) -> (MatchKind, &str, bool) {
     let (negate, p) = match pattern.strip_prefix('!') {
         Some(rest) => (true, rest),
         None => (false, pattern),

@@ -22,7 +22,8 @@
 use std::cell::Cell;
 use std::fmt;
 
-use super::{FieldDef, FieldRef, FieldType, Filter};
+use super::eval::{classify, MatchKind};
+use super::{FieldDef, FieldRef, FieldType, Filter, Literal, Op, Predicate};
 
 /// Longest filter string the kernel copies from the ioctl's argument
 /// (`strndup_user(arg, PAGE_SIZE)`: 4096 bytes with the NUL on 4 KiB
@@ -51,6 +52,54 @@ pub enum Placement {
     Kernel(String),
     /// In user space only, and why.
     UserSpace(UserSpaceReason),
+}
+
+/// The kernel reads a `~` pattern differently from its documentation in
+/// two cases, so a filter with them stays in user space (where it means
+/// what it says):
+///
+/// - a pattern whose first character (after a `!`) is a digit is compared
+///   literally (`filter_parse_regex()` returns `MATCH_INDEX` before looking
+///   for `*`; observed on 6.18: `comm ~ "1*"` passed no exec of `1abc`);
+/// - a suffix pattern (`*sh`) on the generic `comm` compares the end of the
+///   16-byte `comm` buffer, not of the name (`filter_pred_comm()` passes
+///   `TASK_COMM_LEN` as the length; observed on 6.18: `comm ~ "*sh"` passed
+///   no exec of `kpfxbash` while `comm ~ "kpfx*"` passed it).
+fn glob_quirk(p: &Predicate, r: FieldRef) -> Option<UserSpaceReason> {
+    let Literal::Str(s) = &p.value else {
+        return None;
+    };
+    if p.op != Op::Glob {
+        return None;
+    }
+    let body = s.strip_prefix('!').unwrap_or(s);
+    if body.starts_with(|c: char| c.is_ascii_digit()) {
+        return Some(UserSpaceReason {
+            fields: vec![p.field.clone()],
+            reason: format!(
+                "the kernel compares a ~ pattern that starts with a digit literally, not as a \
+                 glob (write the digit as a class, \"[{}]{}\", to filter in the kernel)",
+                &body[..1],
+                &body[1..]
+            ),
+        });
+    }
+    let (kind, suffix, _) = classify(s);
+    if r == FieldRef::Comm && kind == MatchKind::Suffix && !suffix.is_empty() {
+        let mut chars = suffix.chars();
+        let first = chars.next().map(String::from).unwrap_or_default();
+        let bang = if s.starts_with('!') { "!" } else { "" };
+        return Some(UserSpaceReason {
+            fields: vec![p.field.clone()],
+            reason: format!(
+                "the kernel's suffix match on comm (\"{s}\") compares the end of its 16-byte \
+                 buffer, not of the name, so it misses shorter names (a full glob, \
+                 \"{bang}*[{first}]{}\", works in the kernel)",
+                chars.as_str()
+            ),
+        });
+    }
+    None
 }
 
 const PID_REASON: &str = "`pid` (the process id) is in no field of the kernel's records, which \
@@ -82,12 +131,13 @@ impl Filter {
             .predicates()
             .into_iter()
             .zip(&self.resolved)
-            .map(|(p, (r, _))| match r {
-                FieldRef::Arg(_) => Ok(p.field.clone()),
-                FieldRef::Tid => Ok("common_pid".to_string()),
-                FieldRef::Cpu => Ok("cpu".to_string()),
-                FieldRef::Comm => Ok("comm".to_string()),
-                FieldRef::Pid => Err(UserSpaceReason {
+            .map(|(p, (r, _))| match (glob_quirk(p, *r), r) {
+                (Some(why), _) => Err(why),
+                (None, FieldRef::Arg(_)) => Ok(p.field.clone()),
+                (None, FieldRef::Tid) => Ok("common_pid".to_string()),
+                (None, FieldRef::Cpu) => Ok("cpu".to_string()),
+                (None, FieldRef::Comm) => Ok("comm".to_string()),
+                (None, FieldRef::Pid) => Err(UserSpaceReason {
                     fields: vec![p.field.clone()],
                     reason: PID_REASON.to_string(),
                 }),
@@ -172,8 +222,9 @@ impl Filter {
             .predicates()
             .into_iter()
             .zip(&self.resolved)
-            .map(|(p, (r, ty))| match r {
-                FieldRef::Arg(_) => match find(&p.field) {
+            .map(|(p, (r, ty))| match (glob_quirk(p, *r), r) {
+                (Some(why), _) => Err(why),
+                (None, FieldRef::Arg(_)) => match find(&p.field) {
                     Some(f) if f.ty == *ty => Ok(p.field.clone()),
                     Some(f) => Err(UserSpaceReason {
                         fields: vec![p.field.clone()],
@@ -191,16 +242,16 @@ impl Filter {
                         ),
                     }),
                 },
-                FieldRef::Tid => match find("common_pid") {
+                (None, FieldRef::Tid) => match find("common_pid") {
                     Some(_) => Ok("common_pid".to_string()),
                     None => Err(UserSpaceReason {
                         fields: vec![p.field.clone()],
                         reason: "the event's format has no `common_pid`".to_string(),
                     }),
                 },
-                FieldRef::Cpu => generic("cpu", "CPU", &p.field),
-                FieldRef::Comm => generic("comm", "COMM", &p.field),
-                FieldRef::Pid => Err(UserSpaceReason {
+                (None, FieldRef::Cpu) => generic("cpu", "CPU", &p.field),
+                (None, FieldRef::Comm) => generic("comm", "COMM", &p.field),
+                (None, FieldRef::Pid) => Err(UserSpaceReason {
                     fields: vec![p.field.clone()],
                     reason: PID_REASON.to_string(),
                 }),

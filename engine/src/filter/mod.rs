@@ -19,7 +19,11 @@
 //! - `~` patterns: `*` at the start, the end or both is a suffix, prefix or
 //!   substring test; a `*` elsewhere, `?`, `[...]` or `\` make a full glob
 //!   (`*`, `?`, classes `[a-z]` and `[!a-z]`); a leading `!` in the
-//!   pattern negates it; `==`/`!=` compare literally;
+//!   pattern negates it; `==`/`!=` compare literally. Two patterns the
+//!   kernel reads otherwise (one starting with a digit, compared
+//!   literally; a `*suffix` on `comm`, tested against the end of the
+//!   16-byte buffer) mean here what they say, and
+//!   [`Filter::where_it_can_run`] keeps them in user space;
 //! - `!` negates the predicate or parenthesized group after it, `&&` binds
 //!   tighter than `||`, parentheses group.
 //!
