@@ -4,7 +4,8 @@
 //!
 //! The kernel resolves a filter's field names against the event's own
 //! fields (those of its `format` file), then its generic fields (`cpu`,
-//! `CPU`, `comm`, `COMM`, and `common_cpu` on newer kernels), then the
+//! `CPU`, `comm`, `COMM`, and `common_cpu` — all accepted by Debian's
+//! 6.1.0-56 and 6.12.117 kernels and a 6.18 one), then the
 //! common ones (`common_type`, `common_flags`, `common_preempt_count`,
 //! `common_pid`) — `trace_find_event_field()` in
 //! kernel/trace/trace_events.c. The filter runs on the record the probe
@@ -60,11 +61,14 @@ pub enum Placement {
 ///
 /// - a pattern whose first character (after a `!`) is a digit is compared
 ///   literally (`filter_parse_regex()` returns `MATCH_INDEX` before looking
-///   for `*`; observed on 6.18: `comm ~ "1*"` passed no exec of `1abc`);
+///   for `*`): `comm ~ "1*"` passed no exec of `1abc`;
 /// - a suffix pattern (`*sh`) on the generic `comm` compares the end of the
 ///   16-byte `comm` buffer, not of the name (`filter_pred_comm()` passes
-///   `TASK_COMM_LEN` as the length; observed on 6.18: `comm ~ "*sh"` passed
-///   no exec of `kpfxbash` while `comm ~ "kpfx*"` passed it).
+///   `TASK_COMM_LEN` as the length): `comm ~ "*sh"` passed no exec of
+///   `kpfxbash` while `comm ~ "kpfx*"` passed it.
+///
+/// Both observed with `sched_process_exec` filters on Debian's 6.1.0-56
+/// and 6.12.117 kernels (QEMU) and on a 6.18.44 host.
 fn glob_quirk(p: &Predicate, r: FieldRef) -> Option<UserSpaceReason> {
     let Literal::Str(s) = &p.value else {
         return None;
