@@ -12,6 +12,7 @@ pub mod analysis;
 pub mod cpus;
 pub mod decode;
 pub mod error;
+pub mod filter;
 pub mod guardian;
 pub mod kcore;
 pub mod perfdata;
