@@ -327,6 +327,9 @@ pub fn explain_kprobe_errno(errno: i32, target: &str) -> String {
 }
 
 #[cfg(test)]
+mod explain_tests;
+
+#[cfg(test)]
 mod tests {
     use super::*;
 

@@ -8,10 +8,12 @@
 
 #![deny(missing_docs)]
 
+pub mod analysis;
 mod command;
 pub mod cpus;
 pub mod decode;
 pub mod error;
+pub mod filter;
 pub mod guardian;
 pub mod kcore;
 pub mod perfdata;
