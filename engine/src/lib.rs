@@ -8,6 +8,7 @@
 
 #![deny(missing_docs)]
 
+mod attr;
 pub mod cpus;
 pub mod decode;
 pub mod error;
@@ -23,6 +24,7 @@ pub mod ring;
 pub mod select;
 pub mod session;
 pub mod spec;
+mod stats;
 pub mod sys;
 pub mod tracefs;
 

@@ -22,8 +22,8 @@ use crate::decode::{
     Value,
 };
 use crate::plan::{ArgSource, ProbePlan};
-use crate::session::SessionStats;
 use crate::spec::BaseType;
+use crate::stats::{SessionStats, ThrottleChange};
 
 mod build;
 mod order;
@@ -36,6 +36,8 @@ pub use build::{
 };
 use order::EventQueue;
 
+pub use crate::attr::sample_type;
+
 /// The thread name a queued sample is decoded with: its `$comm` arguments
 /// are set when it is handed over, from its thread's name at its time.
 const COMM_AT_HANDOVER: &str = "";
@@ -44,22 +46,6 @@ const COMM_AT_HANDOVER: &str = "";
 pub const RECORD_COMM: u32 = 3;
 /// `PERF_RECORD_SAMPLE`.
 pub const RECORD_SAMPLE: u32 = 9;
-
-/// The `sample_type` a session asks the kernel for with this plan: every
-/// sample carries its event id, ip, pid/tid, time, cpu and raw data, plus
-/// the registers the arguments need.
-pub fn sample_type(plan: &ProbePlan) -> u64 {
-    let mut t = PERF_SAMPLE_IDENTIFIER
-        | PERF_SAMPLE_IP
-        | PERF_SAMPLE_TID
-        | PERF_SAMPLE_TIME
-        | PERF_SAMPLE_CPU
-        | PERF_SAMPLE_RAW;
-    if plan.regs_mask != 0 {
-        t |= PERF_SAMPLE_REGS_INTR;
-    }
-    u64::from(t)
-}
 
 /// Why a set of probes cannot be decoded.
 #[derive(Debug, thiserror::Error)]
@@ -766,11 +752,13 @@ impl RecordDecoder {
                 Ok(())
             }
             Ok(EventRecord::Throttle(_)) => {
-                self.stats.note_throttle(cpu(), probe, true);
+                self.stats
+                    .note_throttle(cpu(), probe, ThrottleChange::Throttled);
                 Ok(())
             }
             Ok(EventRecord::Unthrottle(_)) => {
-                self.stats.note_throttle(cpu(), probe, false);
+                self.stats
+                    .note_throttle(cpu(), probe, ThrottleChange::Unthrottled);
                 Ok(())
             }
             Ok(_) => Ok(()),
