@@ -13,7 +13,7 @@ use crate::error::Error;
 use crate::plan::{AttachPoint, Backend, ProbePlan};
 use crate::pmu::{ProbePmu, SYSFS_PMUS};
 use crate::process::{self, ProcessWatch};
-use crate::records::{self, RecordDecoder, RecordSink};
+use crate::records::{self, Handover, RecordDecoder, RecordSink, ThreadNames};
 use crate::ring::{BackwardRing, RingBuffer};
 pub use crate::stats::{SessionStats, ThrottleChange, Throttling};
 use crate::sys;
@@ -299,13 +299,19 @@ impl Session {
                 ..
             }
         );
-        let decoder =
-            RecordDecoder::new(plans, field_offsets, attrs, probe_of_id, true).map_err(|e| {
-                Error::io(
-                    "describing the sample layout",
-                    std::io::Error::new(std::io::ErrorKind::InvalidData, e),
-                )
-            })?;
+        let decoder = RecordDecoder::new(
+            plans,
+            field_offsets,
+            attrs,
+            probe_of_id,
+            ThreadNames::ReadProc,
+        )
+        .map_err(|e| {
+            Error::io(
+                "describing the sample layout",
+                std::io::Error::new(std::io::ErrorKind::InvalidData, e),
+            )
+        })?;
         let user_binaries = decoder
             .plans()
             .iter()
@@ -539,7 +545,7 @@ impl Session {
                 }
             }
         }
-        let n = self.decoder.round(true, |e, _| f(e));
+        let n = self.decoder.round(Handover::All, |e, _| f(e));
         // No file in this mode: nothing keeps names learned from /proc.
         let _ = self.decoder.take_learned();
         Ok(n)
@@ -598,8 +604,12 @@ impl Session {
                 }
             });
         }
-        let all = !self.enabled;
-        let n = self.decoder.round(all, |e, _| f(e));
+        let handover = if self.enabled {
+            Handover::Ordered
+        } else {
+            Handover::All
+        };
+        let n = self.decoder.round(handover, |e, _| f(e));
         // Names read from /proc that this round used, dated at the first
         // event they named: in the file before the round ends, so that a
         // replay's round has them too.
@@ -624,86 +634,5 @@ impl Session {
             return Err(Error::io("writing records to the output file", e));
         }
         Ok(n)
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use std::collections::HashMap;
-
-    use super::*;
-
-    /// A decoder for two probes with ids 7 (probe 0) and 8 (probe 1).
-    fn decoder() -> RecordDecoder {
-        let syms = kprobe_perf_symbols::KernelSymbols::parse(
-            "ffffffff81000000 T _text\nffffffff81234570 T do_sys_openat2\nffffffff81234660 T do_sys_open\n",
-        )
-        .unwrap();
-        let plans: Vec<ProbePlan> = ["p:a do_sys_openat2", "p:b do_sys_open"]
-            .iter()
-            .map(|s| {
-                crate::plan::resolve(
-                    crate::spec::ProbeSpec::parse(s, kprobe_perf_arch::Arch::X86_64).unwrap(),
-                    &syms,
-                    kprobe_perf_arch::Arch::X86_64,
-                    crate::plan::BackendChoice::Auto,
-                )
-                .unwrap()
-            })
-            .collect();
-        let attrs = plans.iter().map(records::sample_attr_bytes).collect();
-        let ids = HashMap::from([(7u64, 0usize), (8, 1)]);
-        RecordDecoder::new(plans, vec![vec![], vec![]], attrs, ids, false).unwrap()
-    }
-
-    /// `fields` then the sample_id trailer (pid, tid, time, cpu, id).
-    fn with_sample_id(fields: &[u64], cpu: u32, id: u64) -> Vec<u8> {
-        let mut b: Vec<u8> = fields.iter().flat_map(|v| v.to_ne_bytes()).collect();
-        b.extend_from_slice(&1i32.to_ne_bytes());
-        b.extend_from_slice(&1i32.to_ne_bytes());
-        b.extend_from_slice(&100u64.to_ne_bytes());
-        b.extend_from_slice(&cpu.to_ne_bytes());
-        b.extend_from_slice(&0u32.to_ne_bytes());
-        b.extend_from_slice(&id.to_ne_bytes());
-        b
-    }
-
-    #[test]
-    fn throttle_and_lost_records_are_counted_per_cpu_and_probe() {
-        const LOST: u32 = 2;
-        const THROTTLE: u32 = 5;
-        const UNTHROTTLE: u32 = 6;
-        let mut d = decoder();
-        let mut feed = |kind, body: Vec<u8>| d.record(kind, 0, (&body, &[])).unwrap();
-        // THROTTLE/UNTHROTTLE: time, id, stream_id; LOST: id, count.
-        feed(THROTTLE, with_sample_id(&[50, 7, 7], 1, 7));
-        feed(UNTHROTTLE, with_sample_id(&[60, 7, 7], 1, 7));
-        feed(THROTTLE, with_sample_id(&[70, 7, 7], 1, 7));
-        feed(THROTTLE, with_sample_id(&[80, 8, 8], 0, 8));
-        feed(LOST, with_sample_id(&[7, 5], 1, 7));
-        feed(LOST, with_sample_id(&[8, 3], 0, 8));
-        feed(LOST, with_sample_id(&[7, 2], 1, 7));
-        assert_eq!(d.round(true, |_, _| {}), 0);
-        let st = d.stats();
-        assert_eq!(st.lost, 10);
-        assert_eq!(
-            st.lost_per_cpu,
-            BTreeMap::from([(Some(0), 3), (Some(1), 7)])
-        );
-        assert_eq!(
-            st.throttling.get(&(Some(1), 0)),
-            Some(&Throttling {
-                throttled: 2,
-                unthrottled: 1
-            })
-        );
-        assert_eq!(
-            st.throttling_of(1),
-            Throttling {
-                throttled: 1,
-                unthrottled: 0
-            }
-        );
-        assert_eq!(st.throttling.len(), 2);
     }
 }

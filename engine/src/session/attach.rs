@@ -465,11 +465,16 @@ pub(super) fn open_events(
         let owner = shared
             .and_then(|s| opened.streams.get(s))
             .and_then(|s| s.fds.first());
+        let exited = if ring_of_cpu.is_some() {
+            ExitedThread::Skip
+        } else {
+            ExitedThread::Fail
+        };
         let outcome = opening.open_slot(
             slot,
             owner,
             opened.streams.len(),
-            ring_of_cpu.is_some(),
+            exited,
             &mut opened.probe_of_id,
             &mut opened.entry_counters,
         )?;
@@ -507,21 +512,16 @@ impl Opening<'_> {
     /// Opens every probe on `slot`: the first event maps the slot's ring,
     /// or shares `owner`'s (the ring of another thread on the same CPU);
     /// the others write to the first's. `token` is the poll token of a new
-    /// ring.
+    /// ring; `exited` says what a thread gone since the scan means.
     fn open_slot(
         &self,
         slot: &Slot,
         owner: Option<&OwnedFd>,
         token: usize,
-        threads_scanned: bool,
+        exited: ExitedThread,
         probe_of_id: &mut HashMap<u64, usize>,
         entry_counters: &mut Vec<(usize, OwnedFd)>,
     ) -> Result<SlotOutcome, Error> {
-        let exited = if threads_scanned {
-            ExitedThread::Skip
-        } else {
-            ExitedThread::Fail
-        };
         let mut fds: Vec<OwnedFd> = Vec::with_capacity(self.plans.len());
         let mut ring = None;
         for (i, plan) in self.plans.iter().enumerate() {
