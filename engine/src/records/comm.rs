@@ -39,7 +39,7 @@ pub(super) struct CommTable {
     /// Read /proc for threads not seen in a COMM record.
     live: bool,
     /// Names from /proc dated since the last
-    /// [`RecordDecoder::take_learned`].
+    /// [`RecordDecoder::take_learned`](super::RecordDecoder::take_learned).
     pub(super) learned: Vec<LearnedComm>,
 }
 
