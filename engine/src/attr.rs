@@ -32,8 +32,8 @@ pub(crate) enum Opener {
 /// samples.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum SideRecords {
-    /// None: the ring's first event asks for them, or the attr describes
-    /// the sample layout only (as stored in a perf.data file).
+    /// None: a ring's other events (its first asks for them), or an attr
+    /// stored in a perf.data file.
     None,
     /// Thread names (COMM, also at exec).
     Comm,
