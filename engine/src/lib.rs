@@ -8,7 +8,6 @@
 
 #![deny(missing_docs)]
 
-mod attr;
 pub mod cpus;
 pub mod decode;
 pub mod error;
@@ -27,6 +26,8 @@ pub mod spec;
 mod stats;
 pub mod sys;
 pub mod tracefs;
+
+mod attr;
 
 pub use decode::{Event, Value};
 pub use error::Error;
