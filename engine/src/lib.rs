@@ -25,8 +25,11 @@ pub mod ring;
 pub mod select;
 pub mod session;
 pub mod spec;
+mod stats;
 pub mod sys;
 pub mod tracefs;
+
+mod attr;
 
 pub use decode::{Event, Value};
 pub use error::Error;
