@@ -5,8 +5,12 @@
 use std::fs::File;
 use std::io;
 use std::os::unix::fs::FileExt;
+use std::sync::Arc;
 
 use kprobe_perf_symbols::image::{KaslrSlide, KernelImage};
+use object::elf::{FileHeader64, PT_LOAD};
+use object::read::elf::{FileHeader, ProgramHeader};
+use object::{LittleEndian, ReadCache};
 
 use crate::preflight::KernelTextSource;
 
@@ -17,55 +21,50 @@ pub struct Kcore {
     segments: Vec<(u64, u64, u64)>,
 }
 
-const PT_LOAD: u32 = 1;
-
-fn u16_at(b: &[u8], at: usize) -> u16 {
-    b.get(at..at + 2)
-        .and_then(|s| s.try_into().ok())
-        .map_or(0, u16::from_le_bytes)
-}
-
-fn u32_at(b: &[u8], at: usize) -> u32 {
-    b.get(at..at + 4)
-        .and_then(|s| s.try_into().ok())
-        .map_or(0, u32::from_le_bytes)
-}
-
-fn u64_at(b: &[u8], at: usize) -> u64 {
-    b.get(at..at + 8)
-        .and_then(|s| s.try_into().ok())
-        .map_or(0, u64::from_le_bytes)
-}
-
 impl Kcore {
     /// Opens `/proc/kcore` (root, CONFIG_PROC_KCORE).
     pub fn open() -> io::Result<Kcore> {
         Self::open_path("/proc/kcore")
     }
 
-    /// Opens a kcore-format file.
+    /// Opens a kcore-format file: a little-endian ELF64 core whose
+    /// `PT_LOAD` program headers map kernel addresses to file offsets.
     pub fn open_path(path: &str) -> io::Result<Kcore> {
         let file = File::open(path)?;
-        let mut header = [0u8; 64];
-        file.read_exact_at(&mut header, 0)?;
-        if header[..4] != *b"\x7fELF" || header[4] != 2 || header[5] != 1 {
-            return Err(io::Error::new(
+        let not_core = |reason: &dyn std::fmt::Display| {
+            io::Error::new(
                 io::ErrorKind::InvalidData,
-                format!("{path} is not a little-endian ELF64 core"),
-            ));
-        }
-        let phoff = u64_at(&header, 0x20);
-        let phentsize = u64::from(u16_at(&header, 0x36));
-        let phnum = u64::from(u16_at(&header, 0x38));
-        let mut segments = Vec::new();
-        for i in 0..phnum {
-            let mut ph = [0u8; 56];
-            file.read_exact_at(&mut ph, phoff + i * phentsize)?;
-            if u32_at(&ph, 0) == PT_LOAD {
-                segments.push((u64_at(&ph, 16), u64_at(&ph, 32), u64_at(&ph, 8)));
+                format!("{path} is not a little-endian ELF64 core: {reason}"),
+            )
+        };
+        // Only the headers are read, through object's cache (kcore is as
+        // large as the kernel's address space).
+        let segments = {
+            let cache = ReadCache::new(&file);
+            let header = FileHeader64::<LittleEndian>::parse(&cache).map_err(|e| not_core(&e))?;
+            if !header.is_little_endian() {
+                return Err(not_core(&"it is big-endian"));
             }
-        }
+            header
+                .program_headers(LittleEndian, &cache)
+                .map_err(|e| not_core(&e))?
+                .iter()
+                .filter(|ph| ph.p_type(LittleEndian) == PT_LOAD)
+                .map(|ph| {
+                    (
+                        ph.p_vaddr(LittleEndian),
+                        ph.p_filesz(LittleEndian),
+                        ph.p_offset(LittleEndian),
+                    )
+                })
+                .collect()
+        };
         Ok(Kcore { file, segments })
+    }
+
+    /// The loadable segments: (kernel virtual address, size, file offset).
+    pub fn segments(&self) -> &[(u64, u64, u64)] {
+        &self.segments
     }
 }
 
@@ -93,15 +92,18 @@ impl KernelTextSource for Kcore {
 /// KASLR slide). Runtime patching (alternatives, jump labels, static calls,
 /// ftrace) is not visible in it.
 pub struct ImageText {
-    image: KernelImage,
+    image: Arc<KernelImage>,
     slide: KaslrSlide,
 }
 
 impl ImageText {
     /// Text of `image`, whose link-time addresses `slide` moves to the
     /// running kernel's.
-    pub fn new(image: KernelImage, slide: KaslrSlide) -> ImageText {
-        ImageText { image, slide }
+    pub fn new(image: impl Into<Arc<KernelImage>>, slide: KaslrSlide) -> ImageText {
+        ImageText {
+            image: image.into(),
+            slide,
+        }
     }
 
     /// The image.
