@@ -252,6 +252,12 @@ impl Kernel {
         &self.symbols
     }
 
+    /// The symbols, keeping nothing else (the text source and images are
+    /// closed): the table a recording symbolizes with.
+    pub fn into_symbols(self) -> KernelSymbols {
+        self.symbols
+    }
+
     /// The options given.
     pub fn options(&self) -> &KernelOptions {
         &self.options
@@ -386,8 +392,8 @@ fn unreachable_cell(what: &str) -> Error {
     )
 }
 
-/// `uname -r`.
-fn running_release() -> String {
+/// `uname -r` of the running kernel (empty when unknown).
+pub fn running_release() -> String {
     std::fs::read_to_string("/proc/sys/kernel/osrelease")
         .map(|r| r.trim().to_string())
         .unwrap_or_default()
