@@ -411,3 +411,87 @@ fn running_arch() -> Option<Arch> {
 fn first_existing(paths: Vec<PathBuf>) -> Option<PathBuf> {
     paths.into_iter().find(|p| p.is_file())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn symbols() -> KernelSymbols {
+        KernelSymbols::parse(
+            "ffffffff81000000 T _text\n\
+             ffffffff81100000 T vfs_read\n\
+             ffffffff81100100 T vfs_readv\n\
+             ffffffff81100200 T vfs_write\n",
+        )
+        .unwrap()
+    }
+
+    #[test]
+    fn a_kernel_can_be_shared_between_threads() {
+        fn send_sync<T: Send + Sync>() {}
+        send_sync::<Kernel>();
+    }
+
+    #[test]
+    fn the_text_is_opened_only_when_a_glob_or_a_check_needs_it() {
+        let missing = PathBuf::from("/nonexistent/vmlinux");
+        let kernel = Kernel::with_symbols(
+            symbols(),
+            KernelOptions::default()
+                .vmlinux(missing.clone())
+                .text_from(TextFrom::Vmlinux),
+        );
+        // No glob: the definitions pass through, the vmlinux is not read.
+        let expanded = kernel
+            .expand_globs(&["p:vfs_read", "r:vfs_write"], &GlobOptions::default())
+            .unwrap();
+        assert_eq!(
+            expanded
+                .iter()
+                .map(|e| (e.definitions.clone(), e.how.clone()))
+                .collect::<Vec<_>>(),
+            [
+                (vec!["p:vfs_read".to_string()], ExpandedAs::Unchanged),
+                (vec!["r:vfs_write".to_string()], ExpandedAs::Unchanged)
+            ]
+        );
+        // A glob reads it: the given vmlinux that cannot be read is an
+        // error naming it, and so is the check of a plan.
+        let e = kernel
+            .expand_globs(&["p:vfs_*"], &GlobOptions::default())
+            .unwrap_err();
+        match e {
+            Error::Kernel(KernelError::Image(ImageError::Read { path, source })) => {
+                assert_eq!(path, missing);
+                assert_eq!(source.kind(), std::io::ErrorKind::NotFound);
+            }
+            other => panic!("{other:?}"),
+        }
+        let plans = kernel.plan(&["p:vfs_read"], BackendChoice::Pmu).unwrap();
+        assert_eq!(plans.len(), 1);
+        assert!(matches!(
+            kernel.check(&plans),
+            Err(Error::Kernel(KernelError::Image(ImageError::Read { .. })))
+        ));
+        assert!(kernel.take_skipped().is_empty());
+    }
+
+    #[test]
+    fn messages_name_what_to_give_not_an_option() {
+        let e = KernelError::NoVmlinux {
+            release: "6.1.0-50-amd64".into(),
+            candidates: vec!["/boot/vmlinux-6.1.0-50-amd64".into(), "/a/vmlinux".into()],
+        };
+        assert_eq!(
+            e.to_string(),
+            "no vmlinux for 6.1.0-50-amd64 (looked in /boot/vmlinux-6.1.0-50-amd64, /a/vmlinux); give the vmlinux path (Debian: the linux-image-VERSION-dbg package)"
+        );
+        let e = KernelError::Unplaced {
+            path: "/boot/vmlinux".into(),
+        };
+        assert_eq!(
+            e.to_string(),
+            "/boot/vmlinux cannot be placed at the running kernel's addresses (no symbols to compute the KASLR slide from: give the System.map too, and run as root so kallsyms shows addresses)"
+        );
+    }
+}
