@@ -15,6 +15,7 @@ pub mod error;
 pub mod filter;
 pub mod guardian;
 pub mod kcore;
+pub mod kernel;
 pub mod perfdata;
 pub mod plan;
 pub mod pmu;
@@ -33,6 +34,7 @@ mod attr;
 
 pub use decode::{Event, Value};
 pub use error::Error;
+pub use kernel::{Kernel, KernelOptions};
 pub use kprobe_perf_arch::Arch;
 pub use kprobe_perf_symbols::KernelSymbols;
 pub use plan::ProbePlan;
