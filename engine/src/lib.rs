@@ -16,6 +16,7 @@ pub mod error;
 pub mod filter;
 pub mod guardian;
 pub mod kcore;
+pub mod kernel;
 pub mod perfdata;
 pub mod plan;
 pub mod pmu;
@@ -26,12 +27,16 @@ pub mod ring;
 pub mod select;
 pub mod session;
 pub mod spec;
+mod stats;
 pub mod sys;
 pub mod target;
 pub mod tracefs;
 
+mod attr;
+
 pub use decode::{Event, Value};
 pub use error::Error;
+pub use kernel::{Kernel, KernelOptions};
 pub use kprobe_perf_arch::Arch;
 pub use kprobe_perf_symbols::KernelSymbols;
 pub use plan::ProbePlan;
