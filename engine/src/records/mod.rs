@@ -48,9 +48,9 @@ pub use crate::attr::sample_type;
 const COMM_AT_HANDOVER: &str = "";
 
 /// `PERF_RECORD_COMM`.
-pub const RECORD_COMM: u32 = 3;
+pub const RECORD_COMM: u32 = perf_event_open_sys::bindings::PERF_RECORD_COMM;
 /// `PERF_RECORD_SAMPLE`.
-pub const RECORD_SAMPLE: u32 = 9;
+pub const RECORD_SAMPLE: u32 = perf_event_open_sys::bindings::PERF_RECORD_SAMPLE;
 
 /// Which decoded events [`RecordDecoder::round`] hands over.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
