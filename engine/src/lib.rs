@@ -22,7 +22,9 @@ pub mod records;
 pub mod ring;
 pub mod select;
 pub mod session;
+pub mod sink;
 pub mod spec;
+pub mod summary;
 pub mod sys;
 pub mod tracefs;
 
@@ -32,7 +34,9 @@ pub use kprobe_perf_arch::Arch;
 pub use kprobe_perf_symbols::KernelSymbols;
 pub use plan::ProbePlan;
 pub use session::{CallCounts, RecordTarget, Session, SessionOptions, SessionStats, Throttling};
+pub use sink::{sink_fn, EventSink};
 pub use spec::ProbeSpec;
+pub use summary::Summary;
 
 /// Parses and plans probe definitions for this machine's architecture,
 /// choosing the backend of each automatically (see [`plan_probes_with`]).
