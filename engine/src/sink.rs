@@ -95,3 +95,79 @@ impl<F: FnMut(&Event)> EventSink for FnSink<F> {
         Ok(ControlFlow::Continue(()))
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Counts events, breaks at `stop_at`, fails on a tid of 0.
+    struct Counter {
+        events: u64,
+        stop_at: u64,
+    }
+
+    impl EventSink for Counter {
+        type Error = crate::Error;
+
+        fn event(&mut self, e: &Event) -> Result<Flow, Self::Error> {
+            if e.tid == 0 {
+                return Err(crate::Error::Target("tid 0".into()));
+            }
+            self.events += 1;
+            Ok(if self.events == self.stop_at {
+                ControlFlow::Break(())
+            } else {
+                ControlFlow::Continue(())
+            })
+        }
+    }
+
+    fn event(tid: i32) -> Event {
+        crate::decode::EventHead {
+            tid,
+            ..Default::default()
+        }
+        .event(std::sync::Arc::from("t"), Vec::new(), false)
+    }
+
+    /// Hands `events` to `sink` as a drain does: stops at a break or an
+    /// error.
+    fn feed<S: EventSink>(mut sink: S, tids: &[i32]) -> Result<usize, S::Error> {
+        let mut n = 0;
+        for &t in tids {
+            n += 1;
+            if sink.event(&event(t))?.is_break() {
+                break;
+            }
+        }
+        let _ = sink.round_end()?;
+        Ok(n)
+    }
+
+    #[test]
+    fn a_mut_sink_is_a_sink_and_keeps_its_state() {
+        let mut c = Counter {
+            events: 0,
+            stop_at: 3,
+        };
+        assert_eq!(feed(&mut c, &[1, 2, 3, 4, 5]).unwrap(), 3);
+        assert_eq!(c.events, 3);
+        assert_eq!(feed(&mut c, &[1]).unwrap(), 1);
+        assert_eq!(c.events, 4);
+        let e = feed(&mut c, &[1, 0, 1]).unwrap_err();
+        assert_eq!(e.to_string(), "tid 0");
+        assert_eq!(c.events, 5);
+    }
+
+    #[test]
+    fn a_closure_takes_every_event_and_records_are_ignored() {
+        let mut tids = Vec::new();
+        let mut sink = sink_fn(|e: &Event| tids.push(e.tid));
+        assert_eq!(feed(&mut sink, &[4, 0, 9]).unwrap(), 3);
+        assert_eq!(
+            sink.record(9, 0, (&[1, 2], &[])).unwrap(),
+            ControlFlow::Continue(())
+        );
+        assert_eq!(tids, [4, 0, 9]);
+    }
+}

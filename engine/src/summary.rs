@@ -250,3 +250,133 @@ fn call_counts<S: Serializer>(c: &Option<CallCounts>, s: S) -> Result<S::Ok, S::
     }
     m.end()
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::plan::BackendChoice;
+    use kprobe_perf_arch::Arch;
+
+    fn plans() -> Vec<ProbePlan> {
+        let syms = kprobe_perf_symbols::KernelSymbols::parse(
+            "ffffffff81000000 T _text\nffffffff81234570 T do_sys_openat2\nffffffff81234660 T do_sys_open\n",
+        )
+        .unwrap();
+        [
+            ("p:a do_sys_openat2", BackendChoice::Pmu),
+            ("r:b do_sys_open", BackendChoice::Pmu),
+            ("p:c do_sys_open", BackendChoice::Tracefs),
+        ]
+        .iter()
+        .map(|(s, b)| {
+            crate::plan::resolve(
+                crate::spec::ProbeSpec::parse(s, Arch::X86_64).unwrap(),
+                &syms,
+                Arch::X86_64,
+                *b,
+            )
+            .unwrap()
+        })
+        .collect()
+    }
+
+    fn stats() -> SessionStats {
+        let mut st = SessionStats {
+            hits: vec![10, 4, 7],
+            undecodable: 1,
+            ..Default::default()
+        };
+        st.note_lost(Some(1), 3);
+        st.note_throttle(Some(0), 1, true);
+        st.note_throttle(Some(0), 1, false);
+        st.note_throttle(Some(1), 1, true);
+        st
+    }
+
+    fn kernel(overwrite: bool, read: bool) -> KernelSide {
+        KernelSide {
+            overwrite,
+            hits: read.then(|| vec![15, 4, 7]),
+            lost_per_cpu: read.then(|| BTreeMap::from([(Some(0), 2), (Some(1), 3)])),
+            calls: read.then(|| {
+                vec![
+                    None,
+                    Some(CallCounts {
+                        entries: 6,
+                        returns: 4,
+                    }),
+                    None,
+                ]
+            }),
+            kernel: vec![None, None, Some(KernelCounts { hits: 7, misses: 2 })],
+            dumped: 9,
+        }
+    }
+
+    #[test]
+    fn losses_are_exact_per_probe_and_summed() {
+        let s = Summary::new(&plans(), &stats(), kernel(false, true));
+        assert!(s.exact);
+        assert_eq!(s.events, 21);
+        assert_eq!(s.loss, Loss::Lost(Some(5)));
+        assert_eq!(s.lost_records, 3);
+        let lost: Vec<Option<u64>> = s.probes.iter().map(|p| p.loss.count()).collect();
+        assert_eq!(lost, [Some(5), Some(0), Some(0)]);
+        assert_eq!(s.probes[1].calls.map(|c| c.unreturned()), Some(2));
+        assert_eq!(
+            s.probes[1].throttling,
+            Throttling {
+                throttled: 2,
+                unthrottled: 1
+            }
+        );
+        assert_eq!(s.overwrite, None);
+    }
+
+    /// The JSON the CLI prints: keys sorted (through a `Value`), optional
+    /// counts left out, the loss named by the mode.
+    #[test]
+    fn json_has_the_summary_keys_and_numbers() {
+        let s = Summary::new(&plans(), &stats(), kernel(false, true));
+        let json = serde_json::to_value(&s).unwrap().to_string();
+        assert_eq!(
+            json,
+            concat!(
+                r#"{"events":21,"lost":5,"lost_per_cpu":[{"cpu":0,"lost":2},{"cpu":1,"lost":3}],"lost_records":3,"#,
+                r#""probes":[{"backend":"pmu","event":"a","events":10,"lost":5,"throttled":0,"unthrottled":0},"#,
+                r#"{"backend":"pmu","entries":6,"event":"b","events":4,"lost":0,"throttled":2,"unreturned":2,"unthrottled":1},"#,
+                r#"{"backend":"tracefs","event":"c","events":7,"kernel_hits":7,"kernel_misses":2,"lost":0,"throttled":0,"unthrottled":0}],"#,
+                r#""throttling":[{"cpu":0,"event":"b","throttled":1,"unthrottled":1},{"cpu":1,"event":"b","throttled":1,"unthrottled":0}],"#,
+                r#""undecodable":1}"#
+            )
+        );
+    }
+
+    #[test]
+    fn without_the_kernels_counts_losses_come_from_lost_records() {
+        let s = Summary::new(&plans(), &stats(), kernel(true, false));
+        assert!(!s.exact);
+        assert_eq!(s.loss, Loss::NotKept(Some(3)));
+        assert_eq!(
+            s.overwrite,
+            Some(FlightWindow {
+                held: 9,
+                overwritten: None
+            })
+        );
+        let json = serde_json::to_value(&s).unwrap().to_string();
+        assert!(
+            json.contains(r#""not_kept":3,"overwrite":{"held":9,"overwritten":null}"#),
+            "{json}"
+        );
+        assert!(
+            json.contains(r#""lost_per_cpu":[{"cpu":1,"lost":3}]"#),
+            "{json}"
+        );
+        assert!(
+            json.contains(r#""event":"a","events":10,"not_kept":null,"#),
+            "{json}"
+        );
+        assert!(!json.contains(r#""lost":"#), "{json}");
+    }
+}
