@@ -4,7 +4,9 @@
 //! [`plan`] resolves it against the kernel's symbols and the architecture's
 //! registers, [`session`] opens it through the kprobe PMU on every CPU (or
 //! for one process) and reads the per-CPU rings, and [`decode`] turns each
-//! sample into an [`Event`]. See `examples/record.rs` for an embedding.
+//! sample into an [`Event`], handed to an [`EventSink`] given to each
+//! drain. See `examples/record.rs` for an embedding, and
+//! `examples/tokio_record.rs` for a session in a tokio task.
 
 #![deny(missing_docs)]
 
