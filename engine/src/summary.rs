@@ -377,6 +377,8 @@ mod tests {
             json.contains(r#""event":"a","events":10,"not_kept":null,"#),
             "{json}"
         );
-        assert!(!json.contains(r#""lost":"#), "{json}");
+        let v = serde_json::to_value(&s).unwrap();
+        assert_eq!(v.get("lost"), None, "{json}");
+        assert_eq!(v["probes"][0].get("lost"), None, "{json}");
     }
 }
