@@ -2,12 +2,12 @@
 
 mod doctor;
 mod generate;
+mod image_args;
 mod inspect;
 mod json;
 mod output;
 mod script;
 mod text;
-mod text_source;
 mod validate;
 
 use std::io::{self, IsTerminal, Write};
@@ -21,8 +21,8 @@ use anyhow::{Context, Result};
 use clap::{Parser, Subcommand};
 use kprobe_perf_engine::sys::HeldChild;
 use kprobe_perf_engine::{
-    plan::BackendChoice, plan_probes_with, spec::Definition, tracefs, Arch, Event, EventSink,
-    KernelSymbols, RecordTarget, Session, SessionOptions,
+    plan::BackendChoice, spec::Definition, tracefs, Arch, Event, EventSink, KernelSymbols,
+    RecordTarget, Session, SessionOptions,
 };
 
 #[derive(Parser)]
@@ -82,7 +82,7 @@ enum Cmd {
         #[arg(value_name = "SPEC", allow_hyphen_values = true)]
         specs: Vec<String>,
         #[command(flatten)]
-        image: text_source::ImageArgs,
+        image: image_args::ImageArgs,
     },
     /// List the functions that globs select for probing (`tcp_v4_*`,
     /// `ext4:*`, `*:*_open`, `vmlinux:do_sys_open*`), leaving out what the
@@ -100,7 +100,7 @@ enum Cmd {
         #[arg(long)]
         include_fragile: bool,
         #[command(flatten)]
-        image: text_source::ImageArgs,
+        image: image_args::ImageArgs,
     },
     /// Check that this kernel and this process can probe: kprobe and
     /// uprobe PMUs, fprobe events, tracefs, BTF, kptr_restrict,
@@ -111,7 +111,7 @@ enum Cmd {
     /// blacklist.
     Info {
         #[command(flatten)]
-        image: text_source::ImageArgs,
+        image: image_args::ImageArgs,
     },
 }
 
@@ -218,7 +218,7 @@ struct RecordArgs {
     #[arg(long, value_name = "MIB", requires = "overwrite", value_parser = validate::overwrite_mib)]
     overwrite_size: Option<usize>,
     #[command(flatten)]
-    image: text_source::ImageArgs,
+    image: image_args::ImageArgs,
     /// The command to run and record.
     #[arg(last = true, value_name = "CMD")]
     command: Vec<String>,
@@ -324,18 +324,17 @@ fn record(args: &RecordArgs) -> Result<ExitCode> {
     let (all_cpus, mmap_pages, duration) = (*all_cpus, *mmap_pages, *duration);
     // kallsyms may be unreadable or hide addresses; probes then go by name
     // and output shows raw addresses.
-    let mut symbols = KernelSymbols::load().unwrap_or_default();
-    if let Ok(b) = kprobe_perf_symbols::Blacklist::load() {
-        symbols.set_blacklist(b);
-    }
+    let kernel = inspect::record_kernel(&args.image);
     let choice = match backend {
         BackendArg::Auto => BackendChoice::Auto,
         BackendArg::Pmu => BackendChoice::Pmu,
         BackendArg::Tracefs => BackendChoice::Tracefs,
     };
-    let specs = inspect::expand_globs(specs, &symbols, args.all_instances, &args.image, choice)?;
-    let plans = plan_probes_with(&specs, &symbols, choice)?;
-    inspect::check_plans(&plans, &symbols, &args.image)?;
+    let specs = inspect::expand_globs(&kernel, specs, args.all_instances, choice)?;
+    let plans = kernel.plan(&specs, choice)?;
+    inspect::check_plans(&kernel, &plans)?;
+    // The symbolizer's table; the kernel's text and images are let go.
+    let symbols = kernel.into_symbols();
     if let Some(p) = args.output.as_deref() {
         output::check(p)?;
     }

@@ -15,8 +15,8 @@ use kprobe_perf_arch::Arch;
 use kprobe_perf_engine::perfdata::{symbol_subset, Metadata, StoredProbe, Writer, MISC_KERNEL};
 use kprobe_perf_engine::plan::{self, BackendChoice};
 use kprobe_perf_engine::records::{
-    comm_record_body, sample_attr_bytes, sample_record_body, RecordDecoder, RecordSink,
-    SampleFields, RECORD_COMM, RECORD_SAMPLE,
+    comm_record_body, sample_attr_bytes, sample_record_body, Handover, RecordDecoder, RecordSink,
+    SampleFields, ThreadNames, RECORD_COMM, RECORD_SAMPLE,
 };
 use kprobe_perf_engine::{KernelSymbols, ProbeSpec};
 
@@ -101,7 +101,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             vec![Vec::new()],
             vec![attr.clone()],
             probe_of_id.clone(),
-            false,
+            ThreadNames::RecordsOnly,
         )?;
         for (tid, name) in &comms {
             let b = comm_record_body(*tid, *tid, name, 0, 0, ids[0]);
@@ -113,11 +113,11 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             for &off in chunk {
                 d.record(RECORD_SAMPLE, MISC_KERNEL, (body_of(off), &[]))?;
             }
-            count += d.round(false, |e, _| {
+            count += d.round(Handover::Ordered, |e, _| {
                 std::hint::black_box(e);
             });
         }
-        count += d.round(true, |e, _| {
+        count += d.round(Handover::All, |e, _| {
             std::hint::black_box(e);
         });
         best = best.min(start.elapsed().as_secs_f64());

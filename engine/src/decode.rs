@@ -5,6 +5,7 @@
 use std::fmt;
 use std::sync::Arc;
 
+use kprobe_perf_arch::boundary::ProbeSite;
 use linux_perf_event_reader::SampleRecord;
 
 use crate::plan::{ArgSource, ProbePlan};
@@ -324,7 +325,7 @@ pub fn decode_parts(
         args,
     )?;
     let kinds = arg_kinds(plan);
-    let mut e = head.event(comm, Vec::new(), plan.is_return());
+    let mut e = head.event(comm, Vec::new(), plan.site());
     set_args(&mut e.args, &kinds, &ints, &others);
     Ok(e)
 }
@@ -344,7 +345,7 @@ pub(crate) struct EventHead {
 }
 
 impl EventHead {
-    pub(crate) fn event(self, comm: Arc<str>, args: Vec<Value>, is_return: bool) -> Event {
+    pub(crate) fn event(self, comm: Arc<str>, args: Vec<Value>, site: ProbeSite) -> Event {
         let mut e = Event {
             probe: 0,
             cpu: 0,
@@ -357,12 +358,12 @@ impl EventHead {
             ret_addr: None,
             args,
         };
-        self.fill(&mut e, is_return);
+        self.fill(&mut e, site);
         e
     }
 
     /// Sets every field of `e` but its name and arguments.
-    pub(crate) fn fill(self, e: &mut Event, is_return: bool) {
+    pub(crate) fn fill(self, e: &mut Event, site: ProbeSite) {
         e.probe = self.probe as usize;
         e.cpu = self.cpu;
         e.pid = self.pid;
@@ -370,7 +371,7 @@ impl EventHead {
         e.time_ns = self.time_ns;
         e.ip = self.ip;
         e.probe_addr = self.probe_addr;
-        e.ret_addr = is_return.then_some(self.ip);
+        e.ret_addr = (site == ProbeSite::Return).then_some(self.ip);
     }
 }
 
@@ -461,13 +462,7 @@ pub(crate) fn decode_into(
     head: &mut EventHead,
     args: ArgsOut<'_>,
 ) -> Result<(), DecodeError> {
-    decode_head(
-        probe,
-        plan.is_return(),
-        plan.return_trampoline,
-        sample,
-        head,
-    )?;
+    decode_head(probe, plan.site(), plan.return_trampoline, sample, head)?;
     let raw = sample.raw;
     for (i, a) in plan.args.iter().enumerate() {
         match a.source {
@@ -490,13 +485,13 @@ pub(crate) fn decode_into(
     Ok(())
 }
 
-/// The head of a sample of probe `probe` (a kretprobe when `is_return`,
+/// The head of a sample of probe `probe` (a kretprobe at [`ProbeSite::Return`],
 /// whose kernel's return trampoline is at `trampoline` when known), into
 /// `head`.
 #[inline]
 pub(crate) fn decode_head(
     probe: usize,
-    is_return: bool,
+    site: ProbeSite,
     trampoline: Option<u64>,
     sample: &SampleParts<'_>,
     head: &mut EventHead,
@@ -513,7 +508,7 @@ pub(crate) fn decode_head(
     // Older kernels (seen on 5.10) leave the sampled ip at the trampoline
     // (`kretprobe_trampoline`) and the raw record holds the caller: then
     // the raw record's is taken.
-    if is_return {
+    if site == ProbeSite::Return {
         let raw_ret =
             read_u64(raw, TRACE_ENTRY_SIZE + 8).ok_or(DecodeError::ShortRaw(raw.len()))?;
         if trampoline == Some(head.ip) {

@@ -17,6 +17,9 @@ pub enum Error {
     /// The probe cannot go where it asks to.
     #[error(transparent)]
     Plan(#[from] PlanError),
+    /// The kernel's symbols, images or text cannot be used.
+    #[error(transparent)]
+    Kernel(#[from] crate::kernel::KernelError),
     /// The tracefs control path failed.
     #[error(transparent)]
     Tracefs(#[from] crate::tracefs::TracefsError),
@@ -231,6 +234,9 @@ pub fn explain_kprobe_errno(errno: i32, target: &str) -> String {
         _ => "the kernel refused the probe".to_string(),
     }
 }
+
+#[cfg(test)]
+mod explain_tests;
 
 #[cfg(test)]
 mod tests {

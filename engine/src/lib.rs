@@ -10,11 +10,14 @@
 
 #![deny(missing_docs)]
 
+pub mod analysis;
 pub mod cpus;
 pub mod decode;
 pub mod error;
+pub mod filter;
 pub mod guardian;
 pub mod kcore;
+pub mod kernel;
 pub mod perfdata;
 pub mod plan;
 pub mod pmu;
@@ -26,12 +29,16 @@ pub mod select;
 pub mod session;
 pub mod sink;
 pub mod spec;
+mod stats;
 pub mod summary;
 pub mod sys;
 pub mod tracefs;
 
+mod attr;
+
 pub use decode::{Event, Value};
 pub use error::Error;
+pub use kernel::{Kernel, KernelOptions};
 pub use kprobe_perf_arch::Arch;
 pub use kprobe_perf_symbols::KernelSymbols;
 pub use plan::ProbePlan;

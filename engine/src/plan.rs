@@ -241,6 +241,16 @@ impl ProbePlan {
         matches!(self.spec.kind, ProbeKind::Return { .. })
     }
 
+    /// Where the probe fires: at its address, or when its function
+    /// returns (a kretprobe).
+    pub fn site(&self) -> kprobe_perf_arch::boundary::ProbeSite {
+        if self.is_return() {
+            kprobe_perf_arch::boundary::ProbeSite::Return
+        } else {
+            kprobe_perf_arch::boundary::ProbeSite::Entry
+        }
+    }
+
     /// The same uprobe defined through `uprobe_events` and opened as a
     /// tracepoint, whose perf events the kernel re-creates at each fork
     /// (an inherited uprobe PMU event cannot be: the kernel would re-read

@@ -623,16 +623,7 @@ pub fn ask_kernel(
 ) -> std::io::Result<std::os::fd::OwnedFd> {
     let name = std::ffi::CString::new(name)
         .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidInput, e))?;
-    let mut attr = crate::sys::perf_event_attr {
-        type_: pmu.type_,
-        size: crate::sys::ATTR_SIZE,
-        ..Default::default()
-    };
-    if kind == ProbeSite::Return {
-        attr.config |= 1u64 << pmu.retprobe_bit;
-    }
-    attr.__bindgen_anon_4.config2 = offset;
-    attr.set_disabled(1);
+    let attr = crate::attr::bare_probe(pmu, offset, kind);
     crate::sys::perf_event_open(&attr, Some(&name), -1, 0, 0)
 }
 

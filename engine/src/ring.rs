@@ -33,6 +33,9 @@ pub struct RingBuffer {
     map: Mapping,
     data_offset: usize,
     data_size: usize,
+    /// How many times `data_tail` was stored, for the tests.
+    #[cfg(test)]
+    tail_stores: usize,
 }
 
 impl RingBuffer {
@@ -75,6 +78,8 @@ impl RingBuffer {
             map,
             data_offset,
             data_size,
+            #[cfg(test)]
+            tail_stores: 0,
         })
     }
 
@@ -100,11 +105,28 @@ impl RingBuffer {
     }
 
     /// Hands every available record to `f`, then frees their space.
-    /// Returns the number of records read.
-    pub fn drain(&mut self, mut f: impl FnMut(RingRecord<'_>)) -> usize {
-        let (head_a, tail_a) = self.head_tail();
-        let head = head_a.load(Ordering::Acquire);
-        let mut tail = tail_a.load(Ordering::Relaxed);
+    /// Returns the number of records read. A corrupt header ends the drain
+    /// as [`RingBuffer::try_drain`] describes; the records before it are
+    /// counted, the bytes from it on are dropped.
+    pub fn drain(&mut self, f: impl FnMut(RingRecord<'_>)) -> usize {
+        self.try_drain(f).unwrap_or_else(|e| e.delivered)
+    }
+
+    /// Hands every available record to `f`, in the order the kernel wrote
+    /// them, then frees their space by storing `data_tail` once. Returns the
+    /// number of records read.
+    ///
+    /// A header whose size cannot be right (under 8 bytes, more than is
+    /// pending, or more than the ring holds) means the bytes from there on
+    /// cannot be parsed: the drain stops, frees everything pending (the
+    /// kernel could otherwise stall on a full ring), and returns
+    /// [`CorruptRecord`], which says where and how many records came
+    /// before. The next drain starts at the kernel's next record.
+    pub fn try_drain(&mut self, mut f: impl FnMut(RingRecord<'_>)) -> Result<usize, CorruptRecord> {
+        let (head, mut tail) = {
+            let (head, tail) = self.head_tail();
+            (head.load(Ordering::Acquire), tail.load(Ordering::Relaxed))
+        };
         let size = self.data_size as u64;
         // SAFETY: the data area is `data_size` bytes at `data_offset` within
         // the mapping (checked in `new`). We only read `[tail, head)`, which
@@ -112,6 +134,7 @@ impl RingBuffer {
         // above) and will not overwrite until we store a new tail below.
         let data = unsafe { self.map.as_ptr().add(self.data_offset) };
         let mut count = 0;
+        let mut corrupt = None;
         while head.wrapping_sub(tail) >= HEADER_SIZE as u64 {
             let start = (tail % size) as usize;
             let mut hdr = [0u8; HEADER_SIZE];
@@ -122,17 +145,29 @@ impl RingBuffer {
             let kind = u32::from_ne_bytes([hdr[0], hdr[1], hdr[2], hdr[3]]);
             let misc = u16::from_ne_bytes([hdr[4], hdr[5]]);
             let rec_size = u16::from_ne_bytes([hdr[6], hdr[7]]) as usize;
-            if rec_size < HEADER_SIZE || rec_size as u64 > head.wrapping_sub(tail) {
-                // A corrupt header: drop everything that is pending rather
-                // than read garbage.
+            let pending = head.wrapping_sub(tail);
+            if rec_size < HEADER_SIZE || rec_size as u64 > pending || rec_size > self.data_size {
+                // Drop everything that is pending rather than read garbage.
+                corrupt = Some(CorruptRecord {
+                    position: tail,
+                    offset: start,
+                    kind,
+                    size: rec_size,
+                    pending,
+                    data_size: self.data_size,
+                    delivered: count,
+                });
                 tail = head;
                 break;
             }
             let body_start = (start + HEADER_SIZE) % self.data_size;
             let body_len = rec_size - HEADER_SIZE;
             let first_len = body_len.min(self.data_size - body_start);
-            // SAFETY: both ranges lie inside the data area and inside
-            // `[tail, head)`; the slices are dropped before `tail` is stored.
+            // SAFETY: `rec_size <= data_size`, so the first part runs from
+            // `body_start` at most to the end of the data area and the
+            // second from its start for the rest; both lie inside
+            // `[tail, head)` (`rec_size <= pending`). The slices are dropped
+            // before `tail` is stored.
             let body = unsafe {
                 (
                     std::slice::from_raw_parts(data.add(body_start), first_len),
@@ -143,9 +178,49 @@ impl RingBuffer {
             tail = tail.wrapping_add(rec_size as u64);
             count += 1;
         }
-        tail_a.store(tail, Ordering::Release);
-        count
+        self.store_tail(tail);
+        match corrupt {
+            Some(e) => Err(e),
+            None => Ok(count),
+        }
     }
+
+    /// Publishes `tail` (release: the kernel may reuse the space only
+    /// after our reads of it).
+    fn store_tail(&mut self, tail: u64) {
+        #[cfg(test)]
+        {
+            self.tail_stores += 1;
+        }
+        self.head_tail().1.store(tail, Ordering::Release);
+    }
+}
+
+/// A record header in a forward ring whose size cannot be right: the
+/// bytes from it to `data_head` were dropped, since nothing after it can be
+/// found. The kernel never writes such a header, so this means the mapping
+/// was written by something else or the kernel has a bug.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error(
+    "corrupt record header in a perf ring at position {position} (byte {offset} of its {data_size}-byte data area): \
+     type {kind}, size {size}, with {pending} bytes pending; those {pending} bytes were dropped after {delivered} good records. \
+     Nothing but the kernel should write to the ring: if nothing else maps it, report this as a bug"
+)]
+pub struct CorruptRecord {
+    /// `data_tail` at the bad header (a byte count since the ring began).
+    pub position: u64,
+    /// Its offset in the data area.
+    pub offset: usize,
+    /// The header's `type`.
+    pub kind: u32,
+    /// The header's `size`.
+    pub size: usize,
+    /// Bytes between the bad header and `data_head`, all dropped.
+    pub pending: u64,
+    /// Size of the ring's data area.
+    pub data_size: usize,
+    /// Records handed over before the bad header.
+    pub delivered: usize,
 }
 
 /// One record copied out of an overwrite ring: header fields and body.
@@ -271,6 +346,9 @@ pub fn backward_records(data: &[u8], head: u64, limit: Option<u64>) -> Vec<Owned
     }
     out
 }
+
+#[cfg(test)]
+mod drain_tests;
 
 #[cfg(test)]
 mod tests {

@@ -127,7 +127,11 @@ mod tests {
             tid,
             ..Default::default()
         }
-        .event(std::sync::Arc::from("t"), Vec::new(), false)
+        .event(
+            std::sync::Arc::from("t"),
+            Vec::new(),
+            kprobe_perf_arch::boundary::ProbeSite::Entry,
+        )
     }
 
     /// Hands `events` to `sink` as a drain does: stops at a break or an

@@ -287,9 +287,9 @@ mod tests {
             ..Default::default()
         };
         st.note_lost(Some(1), 3);
-        st.note_throttle(Some(0), 1, true);
-        st.note_throttle(Some(0), 1, false);
-        st.note_throttle(Some(1), 1, true);
+        st.note_throttle(Some(0), 1, crate::stats::ThrottleChange::Throttled);
+        st.note_throttle(Some(0), 1, crate::stats::ThrottleChange::Unthrottled);
+        st.note_throttle(Some(1), 1, crate::stats::ThrottleChange::Throttled);
         st
     }
 

@@ -185,6 +185,48 @@ pub fn xorshift(state: &mut u64) -> u64 {
     state.wrapping_mul(0x2545_f491_4f6c_dd1d)
 }
 
+/// Keeps the calling thread on the CPU it runs on until dropped (then
+/// its former CPU mask is restored): for counts that must not depend on
+/// migration between per-CPU events.
+pub struct PinnedToThisCpu {
+    former: libc::cpu_set_t,
+}
+
+impl PinnedToThisCpu {
+    /// Pins the calling thread to its current CPU.
+    pub fn new() -> std::io::Result<Self> {
+        // SAFETY: cpu_set_t is plain data; sched_getaffinity and
+        // sched_setaffinity read or fill exactly size_of::<cpu_set_t>()
+        // bytes of the sets passed, and pid 0 is the calling thread.
+        unsafe {
+            let mut former: libc::cpu_set_t = std::mem::zeroed();
+            if libc::sched_getaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &mut former) != 0
+            {
+                return Err(std::io::Error::last_os_error());
+            }
+            let cpu = libc::sched_getcpu();
+            if cpu < 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            let mut one: libc::cpu_set_t = std::mem::zeroed();
+            libc::CPU_SET(cpu as usize, &mut one);
+            if libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &one) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(PinnedToThisCpu { former })
+        }
+    }
+}
+
+impl Drop for PinnedToThisCpu {
+    fn drop(&mut self) {
+        // SAFETY: as in new(): a full cpu_set_t for the calling thread.
+        unsafe {
+            libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &self.former);
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -73,6 +73,13 @@ pub extern "C" fn kprobe_perf_uretprobe_loss_target(a: u64) -> u64 {
 /// counting-only uprobe event, no second sampling probe) and every
 /// return; most samples are lost, and the losses per CPU ring sum to the
 /// probe's loss, which is the kernel's count minus the events delivered.
+///
+/// The calling thread stays on one CPU while it calls: when it migrates
+/// between CPUs mid-run, the per-CPU uretprobe counts of 6.12 and
+/// 6.12-rt came to 5,001 or 4,999 for 5,000 calls and entries in 7 of 15
+/// migrating runs (a CPU hog beside it; never in 45 runs on one CPU):
+/// the kernel's count, not this test's accounting (README, the kernels
+/// paragraph).
 #[test]
 fn uretprobe_losses_and_calls_count_only_the_users_probe() {
     if !uprobes_available("uretprobe_losses_and_calls_count_only_the_users_probe") {
@@ -100,6 +107,7 @@ fn uretprobe_losses_and_calls_count_only_the_users_probe() {
         2 * cpus,
         "per CPU: the uretprobe and its entry counter"
     );
+    let pinned = kprobe_perf_tests::PinnedToThisCpu::new().unwrap();
     s.enable().unwrap();
     let mut sum = 0u64;
     for i in 0..CALLS {
@@ -107,6 +115,7 @@ fn uretprobe_losses_and_calls_count_only_the_users_probe() {
     }
     assert_eq!(sum, 3 * CALLS * (CALLS - 1) / 2);
     s.disable().unwrap();
+    drop(pinned);
     let mut delivered = 0u64;
     for _ in 0..3 {
         s.poll(

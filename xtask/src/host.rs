@@ -44,6 +44,7 @@ pub fn ensure_packages(extra: &[(&str, &str)]) -> Result<()> {
     let args = install_args(&missing)?;
     let mut install = apt_get();
     install
+        .args(&args.options)
         .args([
             "install",
             "-y",
@@ -51,7 +52,7 @@ pub fn ensure_packages(extra: &[(&str, &str)]) -> Result<()> {
             "--no-remove",
             "--no-install-recommends",
         ])
-        .args(&args);
+        .args(&args.packages);
     run_status(&mut install, "apt-get install --no-remove").with_context(|| {
         format!(
             "installing {} failed; no package was removed (--no-remove). Install them yourself, choosing versions that keep your installed packages, then rerun",
@@ -76,10 +77,11 @@ struct Simulation {
     problems: Vec<String>,
 }
 
-fn simulate(args: &[String]) -> Result<Simulation> {
+fn simulate(args: &InstallArgs) -> Result<Simulation> {
     let out = apt_get()
+        .args(&args.options)
         .args(["install", "-s", "--no-install-recommends"])
-        .args(args)
+        .args(&args.packages)
         .output()
         .context("could not start apt-get install -s")?;
     let text = format!(
@@ -109,13 +111,28 @@ fn parse_simulation(ok: bool, text: &str) -> Simulation {
     }
 }
 
+/// How to call `apt-get install`: apt options (a private sources list
+/// and state, when a release the host does not list is needed) and the
+/// arguments after `install`.
+#[derive(Debug, Default)]
+struct InstallArgs {
+    options: Vec<String>,
+    packages: Vec<String>,
+}
+
 /// The arguments for `apt-get install` that install `missing` without
 /// removing anything, checked by simulation.
-fn install_args(missing: &[&str]) -> Result<Vec<String>> {
+fn install_args(missing: &[&str]) -> Result<InstallArgs> {
     let plain: Vec<String> = missing.iter().map(|p| p.to_string()).collect();
-    let first = simulate(&plain)?;
+    let first = simulate(&InstallArgs {
+        options: Vec::new(),
+        packages: plain.clone(),
+    })?;
     if first.ok && first.removals.is_empty() {
-        return Ok(plain);
+        return Ok(InstallArgs {
+            options: Vec::new(),
+            packages: plain,
+        });
     }
     // The release an installed sibling (same source package) came from.
     let mut siblings = installed_siblings(missing);
@@ -125,13 +142,41 @@ fn install_args(missing: &[&str]) -> Result<Vec<String>> {
         .iter()
         .flat_map(|(p, v, suites)| suites.iter().map(move |s| (p, v, s)))
     {
-        let mut args = vec!["-t".to_string(), suite.clone()];
-        args.extend(plain.iter().cloned());
+        let mut packages = vec!["-t".to_string(), suite.clone()];
+        packages.extend(plain.iter().cloned());
+        let args = InstallArgs {
+            options: Vec::new(),
+            packages,
+        };
         let sim = simulate(&args)?;
         if sim.ok && sim.removals.is_empty() {
             eprintln!(
                 "xtask: installing {} from {suite}, the release of your {pkg} {version}: the default release's versions would {}",
                 missing.join(" "),
+                what_went_wrong(&first)
+            );
+            return Ok(args);
+        }
+    }
+    // A backports version whose release the host's sources no longer list
+    // (a machine image built with backports, its sources reset since):
+    // that release is added to a private copy of the sources, with its
+    // own package lists, for this install only; the host's sources and
+    // lists are not changed.
+    for (pkg, version, _) in siblings.iter().filter(|(_, _, suites)| suites.is_empty()) {
+        let Some(suite) = backports_suite(version, &os_codename()) else {
+            continue;
+        };
+        let options = private_sources_with(&suite)?;
+        let mut packages = vec!["-t".to_string(), suite.clone()];
+        packages.extend(plain.iter().cloned());
+        let args = InstallArgs { options, packages };
+        let sim = simulate(&args)?;
+        if sim.ok && sim.removals.is_empty() {
+            eprintln!(
+                "xtask: installing {} from {suite}, the release of your {pkg} {version} (not in your apt sources: added for this install only, in a private sources list under {}): the default release's versions would {}",
+                missing.join(" "),
+                host_apt_dir().display(),
                 what_went_wrong(&first)
             );
             return Ok(args);
@@ -250,6 +295,82 @@ fn suites_of(policy: &str, version: &str) -> Vec<String> {
     suites
 }
 
+/// The backports release a `~bpoNN` version comes from, named after the
+/// host's release (`1:10.0.2+ds-2+deb13u1~bpo12+1` on bookworm:
+/// `bookworm-backports`); `None` for other versions.
+fn backports_suite(version: &str, codename: &str) -> Option<String> {
+    let (_, after) = version.split_once("~bpo")?;
+    let digits: String = after.chars().take_while(char::is_ascii_digit).collect();
+    (!digits.is_empty() && !codename.is_empty()).then(|| format!("{codename}-backports"))
+}
+
+/// `VERSION_CODENAME` of /etc/os-release (`bookworm`), or "".
+fn os_codename() -> String {
+    std::fs::read_to_string("/etc/os-release")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find_map(|l| l.strip_prefix("VERSION_CODENAME="))
+                .map(|v| v.trim_matches('"').to_string())
+        })
+        .unwrap_or_default()
+}
+
+/// Where the private apt sources and lists of [`private_sources_with`] live.
+fn host_apt_dir() -> std::path::PathBuf {
+    crate::vm_cache().join("host-apt")
+}
+
+/// apt options for a private copy of the host's sources plus `suite` of
+/// Debian's mirror, with private package lists and cache, after an
+/// `apt-get update` of them. The host's sources, lists and cache are left
+/// as they are; dpkg's database (what is installed) is the host's.
+fn private_sources_with(suite: &str) -> Result<Vec<String>> {
+    let dir = host_apt_dir();
+    let parts = dir.join("sources.list.d");
+    if parts.exists() {
+        std::fs::remove_dir_all(&parts).with_context(|| format!("clearing {}", parts.display()))?;
+    }
+    for d in [
+        parts.clone(),
+        dir.join("lists/partial"),
+        dir.join("cache/archives/partial"),
+    ] {
+        std::fs::create_dir_all(&d).with_context(|| format!("creating {}", d.display()))?;
+    }
+    if let Ok(entries) = std::fs::read_dir("/etc/apt/sources.list.d") {
+        for e in entries.flatten() {
+            let name = e.file_name();
+            let n = name.to_string_lossy();
+            if n.ends_with(".list") || n.ends_with(".sources") {
+                std::fs::copy(e.path(), parts.join(&name))
+                    .with_context(|| format!("copying {}", e.path().display()))?;
+            }
+        }
+    }
+    let keyring = "/usr/share/keyrings/debian-archive-keyring.gpg";
+    std::fs::write(
+        parts.join("kprobe-perf-xtask-backports.sources"),
+        format!("Types: deb\nURIs: http://deb.debian.org/debian\nSuites: {suite}\nComponents: main\nSigned-By: {keyring}\n"),
+    )
+    .context("writing the private backports source")?;
+    let options = vec![
+        "-o".to_string(),
+        format!("Dir::Etc::SourceParts={}", parts.display()),
+        "-o".to_string(),
+        format!("Dir::State::Lists={}", dir.join("lists").display()),
+        "-o".to_string(),
+        format!("Dir::Cache={}", dir.join("cache").display()),
+    ];
+    let mut update = apt_get();
+    update.args(&options).args(["update", "-qq"]);
+    run_status(
+        &mut update,
+        &format!("apt-get update (with {suite} added privately)"),
+    )?;
+    Ok(options)
+}
+
 fn effective_uid() -> u32 {
     // /proc/self/status has "Uid: real effective saved fs".
     std::fs::read_to_string("/proc/self/status")
@@ -320,6 +441,20 @@ mod tests {
         );
         assert!(sim.removals.is_empty());
         assert_eq!(sim.problems.len(), 2);
+    }
+
+    #[test]
+    fn backports_versions_name_their_release() {
+        assert_eq!(
+            backports_suite("1:10.0.2+ds-2+deb13u1~bpo12+1", "bookworm").as_deref(),
+            Some("bookworm-backports")
+        );
+        assert_eq!(
+            backports_suite("1:7.2+dfsg-7+deb12u18+b3", "bookworm"),
+            None
+        );
+        assert_eq!(backports_suite("1.0~bpo", "bookworm"), None);
+        assert_eq!(backports_suite("1.0~bpo12+1", ""), None);
     }
 
     #[test]

@@ -128,3 +128,5 @@ pub(crate) fn put_string(out: &mut Vec<u8>, s: &str) {
 
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod third_party_reader_tests;

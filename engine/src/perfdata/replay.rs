@@ -12,7 +12,7 @@ use super::{
 };
 use crate::decode::Event;
 use crate::plan::ProbePlan;
-use crate::records::{RecordDecoder, RECORD_COMM, RECORD_SAMPLE};
+use crate::records::{Handover, RecordDecoder, ThreadNames, RECORD_COMM, RECORD_SAMPLE};
 
 /// A perf.data file being replayed.
 pub struct Replay<R> {
@@ -63,8 +63,9 @@ impl<R: Read + Seek> Replay<R> {
             .map(|p| p.field_offsets.clone())
             .collect();
         let attrs = reader.attrs().iter().map(|a| a.attr.clone()).collect();
-        let decoder = RecordDecoder::new(plans, offsets, attrs, probe_of_id, false)
-            .map_err(|e| bad(e.to_string()))?;
+        let decoder =
+            RecordDecoder::new(plans, offsets, attrs, probe_of_id, ThreadNames::RecordsOnly)
+                .map_err(|e| bad(e.to_string()))?;
         Ok(Replay {
             reader,
             meta,
@@ -105,7 +106,7 @@ impl<R: Read + Seek> Replay<R> {
         while let Some(rec) = reader.next_record()? {
             match rec.kind {
                 RECORD_FINISHED_ROUND => {
-                    n += decoder.round(false, |e, plans| f(e, plans, symbols)) as u64;
+                    n += decoder.round(Handover::Ordered, |e, plans| f(e, plans, symbols)) as u64;
                 }
                 RECORD_SAMPLE | RECORD_COMM | RECORD_LOST => {
                     decoder
@@ -121,7 +122,7 @@ impl<R: Read + Seek> Replay<R> {
                 _ => {}
             }
         }
-        n += decoder.round(true, |e, plans| f(e, plans, symbols)) as u64;
+        n += decoder.round(Handover::All, |e, plans| f(e, plans, symbols)) as u64;
         Ok(n)
     }
 }

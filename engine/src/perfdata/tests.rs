@@ -9,7 +9,7 @@ use super::*;
 use crate::plan::{self, BackendChoice};
 use crate::records::{
     comm_record_body, sample_attr_bytes, sample_record_body, RecordDecoder, RecordSink,
-    SampleFields, RECORD_COMM, RECORD_SAMPLE,
+    SampleFields, ThreadNames, RECORD_COMM, RECORD_SAMPLE,
 };
 use crate::spec::ProbeSpec;
 
@@ -138,7 +138,14 @@ fn the_record_decoder_names_the_sample_it_cannot_decode() {
     let plans = plans();
     let attrs: Vec<Vec<u8>> = plans.iter().map(sample_attr_bytes).collect();
     let ids = HashMap::from([(7u64, 0usize)]);
-    let d = RecordDecoder::new(plans, vec![vec![], vec![]], attrs, ids, false).unwrap();
+    let d = RecordDecoder::new(
+        plans,
+        vec![vec![], vec![]],
+        attrs,
+        ids,
+        ThreadNames::RecordsOnly,
+    )
+    .unwrap();
     let f = SampleFields {
         id: 7,
         raw: &[0u8; 20],

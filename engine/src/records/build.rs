@@ -3,9 +3,6 @@
 //! tests, benchmarks and fuzzers, all laid out as the kernel lays them out
 //! for the engine's attrs.
 
-use perf_event_open_sys::bindings::PERF_SAMPLE_REGS_INTR;
-
-use super::sample_type;
 use crate::plan::ProbePlan;
 
 /// The body (after the 8-byte header) of a `PERF_RECORD_COMM` naming
@@ -36,17 +33,7 @@ pub fn comm_record_body(pid: i32, tid: i32, name: &str, time: u64, cpu: u32, id:
 /// for `plan` (`sample_type`, `sample_regs_intr`, `sample_id_all`), for
 /// decoding recorded or made-up records without a session.
 pub fn sample_attr_bytes(plan: &ProbePlan) -> Vec<u8> {
-    let mut attr = crate::sys::perf_event_attr {
-        size: crate::sys::ATTR_SIZE,
-        sample_type: sample_type(plan),
-        ..Default::default()
-    };
-    attr.__bindgen_anon_1.sample_period = 1;
-    if attr.sample_type & u64::from(PERF_SAMPLE_REGS_INTR) != 0 {
-        attr.sample_regs_intr = plan.regs_mask;
-    }
-    attr.set_sample_id_all(1);
-    crate::sys::attr_bytes(&attr)
+    crate::sys::attr_bytes(&crate::attr::sample_layout(plan))
 }
 
 /// The fields of a made-up PMU probe sample (see [`sample_record_body`]).
@@ -72,8 +59,8 @@ pub struct SampleFields<'a> {
 }
 
 /// The body (after the 8-byte header) of a `PERF_RECORD_SAMPLE` laid out
-/// as the kernel lays it out for [`sample_type`]: for tests, benchmarks
-/// and fuzzers.
+/// as the kernel lays it out for [`sample_type`](super::sample_type):
+/// for tests, benchmarks and fuzzers.
 pub fn sample_record_body(f: &SampleFields<'_>, regs_mask: u64) -> Vec<u8> {
     let mut b = Vec::with_capacity(64 + f.raw.len() + 8 * f.regs.len());
     b.extend_from_slice(&f.id.to_ne_bytes());

@@ -9,6 +9,7 @@ use std::ops::ControlFlow;
 use std::sync::Arc;
 
 use byteorder::NativeEndian;
+use kprobe_perf_arch::boundary::ProbeSite;
 use linux_perf_event_reader::{
     get_record_identifier, Endianness, EventRecord, PerfEventAttr, RawData, RawEventRecord,
     RecordParseInfo, RecordType,
@@ -19,14 +20,15 @@ use perf_event_open_sys::bindings::{
 };
 
 use crate::decode::{
-    arg_kinds, decode_head, decode_into, decode_sample, DecodeError, Event, EventHead, SampleParts,
-    Value,
+    arg_kinds, decode_into, decode_sample, DecodeError, Event, EventHead, SampleParts,
 };
 use crate::plan::{ArgSource, ProbePlan};
-use crate::session::SessionStats;
 use crate::spec::BaseType;
+use crate::stats::{SessionStats, ThrottleChange};
 
 mod build;
+mod comm;
+mod fast;
 mod order;
 #[cfg(test)]
 mod tests;
@@ -35,7 +37,12 @@ pub use build::{
     comm_record_body, sample_attr_bytes, sample_record_body, user_mmap_bodies, SampleFields,
     MISC_USER, RECORD_MMAP,
 };
+use comm::CommTable;
+pub use comm::LearnedComm;
+use fast::FastLayout;
 use order::EventQueue;
+
+pub use crate::attr::sample_type;
 
 /// The thread name a queued sample is decoded with: its `$comm` arguments
 /// are set when it is handed over, from its thread's name at its time.
@@ -46,20 +53,25 @@ pub const RECORD_COMM: u32 = 3;
 /// `PERF_RECORD_SAMPLE`.
 pub const RECORD_SAMPLE: u32 = 9;
 
-/// The `sample_type` a session asks the kernel for with this plan: every
-/// sample carries its event id, ip, pid/tid, time, cpu and raw data, plus
-/// the registers the arguments need.
-pub fn sample_type(plan: &ProbePlan) -> u64 {
-    let mut t = PERF_SAMPLE_IDENTIFIER
-        | PERF_SAMPLE_IP
-        | PERF_SAMPLE_TID
-        | PERF_SAMPLE_TIME
-        | PERF_SAMPLE_CPU
-        | PERF_SAMPLE_RAW;
-    if plan.regs_mask != 0 {
-        t |= PERF_SAMPLE_REGS_INTR;
-    }
-    u64::from(t)
+/// Which decoded events [`RecordDecoder::round`] hands over.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Handover {
+    /// Those known to be in time order: older than the newest event of an
+    /// earlier round (a CPU may still be writing an older event when
+    /// another's ring is read).
+    Ordered,
+    /// Every one: the last round, when no older record can come.
+    All,
+}
+
+/// Where a [`RecordDecoder`] finds the names of threads that no COMM
+/// record named.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ThreadNames {
+    /// Nowhere else (a file read back, made-up records): they are `<...>`.
+    RecordsOnly,
+    /// In /proc, as a live session can.
+    ReadProc,
 }
 
 /// Why a set of probes cannot be decoded.
@@ -139,321 +151,6 @@ impl Hasher for IntHasher {
 
 type IntMap<K, V> = HashMap<K, V, BuildHasherDefault<IntHasher>>;
 
-/// Thread id -> command name, from COMM records and (for a live session)
-/// /proc. Names are kept in one table and referred to by index. A thread
-/// renamed while the session runs keeps every name with the time it was
-/// given, and a sample is named at handover, in time order, by the name
-/// its thread had at the sample's time: rings are read one after the
-/// other, so a COMM record may be read before or after a sample of the
-/// same thread taken on another CPU.
-///
-/// A name read from /proc is the thread's name when it was read, which
-/// may be after a rename: it is provisional, used only for samples no COMM
-/// record names, until a handover uses it; it is then dated at that
-/// sample's time (the earliest it names) and reported as learned, so that
-/// a perf.data file can hold it as a COMM record of that time and a replay
-/// names every sample as the live session did.
-struct CommTable {
-    /// Every name given so far, once each; the first is `<...>` (no name
-    /// known).
-    names: Vec<Arc<str>>,
-    /// Name -> its index in `names`.
-    index_of: HashMap<Arc<str>, u32>,
-    /// Thread id -> its name's code (see [`CommTable::HISTORY`] and
-    /// [`CommTable::PROVISIONAL`]) and, for a single dated name, the time
-    /// it was given.
-    of_tid: IntMap<i32, (u32, u64)>,
-    /// The same for recent threads, direct-mapped by thread id: `(tid,
-    /// code)`, checked before the map.
-    recent: Vec<(i32, u32)>,
-    /// Names of threads with more than one.
-    histories: Vec<History>,
-    /// Read /proc for threads not seen in a COMM record.
-    live: bool,
-    /// Names from /proc dated since the last
-    /// [`RecordDecoder::take_learned`].
-    learned: Vec<LearnedComm>,
-}
-
-/// The names of one thread.
-#[derive(Debug, Default)]
-struct History {
-    /// Dated names: `(time, name index)`, in time order.
-    timed: Vec<(u64, u32)>,
-    /// A name read from /proc, not dated yet.
-    provisional: Option<u32>,
-}
-
-impl CommTable {
-    /// Threads in [`CommTable::recent`] (a power of two).
-    const RECENT: usize = 256;
-    /// In a code, the bit that says the rest is an index in
-    /// [`CommTable::histories`] rather than in [`CommTable::names`].
-    const HISTORY: u32 = 1 << 31;
-    /// In a code, the bit that says the name was read from /proc and is
-    /// not dated yet. Name indices stay below it.
-    const PROVISIONAL: u32 = 1 << 30;
-
-    fn recent_slot(tid: i32) -> usize {
-        tid as u32 as usize & (Self::RECENT - 1)
-    }
-
-    fn remember(&mut self, tid: i32, code: u32, since: u64) {
-        self.of_tid.insert(tid, (code, since));
-        self.keep_recent(tid, code);
-    }
-
-    fn keep_recent(&mut self, tid: i32, code: u32) {
-        if let Some(r) = self.recent.get_mut(Self::recent_slot(tid)) {
-            *r = (tid, code);
-        }
-    }
-
-    fn code(&self, tid: i32) -> u32 {
-        match self.recent.get(Self::recent_slot(tid)) {
-            Some(&(t, code)) if t == tid => code,
-            _ => self.of_tid.get(&tid).map_or(0, |&(code, _)| code),
-        }
-    }
-
-    fn history(&self, code: u32) -> Option<&History> {
-        if code & Self::HISTORY == 0 {
-            return None;
-        }
-        self.histories.get((code & !Self::HISTORY) as usize)
-    }
-
-    fn new(live: bool) -> CommTable {
-        CommTable {
-            names: vec![Arc::from("<...>")],
-            index_of: HashMap::new(),
-            of_tid: IntMap::default(),
-            recent: vec![(i32::MIN, 0); Self::RECENT],
-            histories: Vec::new(),
-            live,
-            learned: Vec::new(),
-        }
-    }
-
-    /// The index of a name, added to the table if new (0, `<...>`, if
-    /// the table is full). A name is stored once, however many threads
-    /// or execs give it.
-    fn push(&mut self, name: &str) -> u32 {
-        if let Some(&n) = self.index_of.get(name) {
-            return n;
-        }
-        let n = u32::try_from(self.names.len())
-            .ok()
-            .filter(|&n| n < Self::PROVISIONAL)
-            .unwrap_or(0);
-        if n != 0 {
-            let name: Arc<str> = Arc::from(name);
-            self.names.push(name.clone());
-            self.index_of.insert(name, n);
-        }
-        n
-    }
-
-    /// Makes sure the thread `tid` of process `pid` has an entry, reading
-    /// /proc for a new one.
-    #[inline]
-    fn see(&mut self, pid: i32, tid: i32) {
-        match self.recent.get(Self::recent_slot(tid)) {
-            Some(&(t, _)) if t == tid => {}
-            _ => self.see_slow(pid, tid),
-        }
-    }
-
-    fn see_slow(&mut self, pid: i32, tid: i32) {
-        if let Some(&(code, _)) = self.of_tid.get(&tid) {
-            self.keep_recent(tid, code);
-            return;
-        }
-        let read = || std::fs::read_to_string(format!("/proc/{pid}/task/{tid}/comm")).ok();
-        let code = match self.live.then(read).flatten() {
-            Some(text) => self.push(text.trim_end()) | Self::PROVISIONAL,
-            None => 0,
-        };
-        self.remember(tid, code, 0);
-    }
-
-    /// The index of the name thread `tid` had at `time`: the last name
-    /// given at or before it, else the name read from /proc (then `true`),
-    /// else the first name given (0 for none).
-    #[inline]
-    fn at(&self, tid: i32, time: u64) -> (u32, bool) {
-        let code = self.code(tid);
-        let Some(h) = self.history(code) else {
-            return (code & !Self::PROVISIONAL, code & Self::PROVISIONAL != 0);
-        };
-        match (h.timed.iter().rev().find(|e| e.0 <= time), h.provisional) {
-            (Some(&(_, n)), _) => (n, false),
-            (None, Some(p)) => (p, true),
-            (None, None) => (h.timed.first().map_or(0, |e| e.1), false),
-        }
-    }
-
-    /// A handover named a sample of `tid` at `time` by its name from
-    /// /proc: the name counts from then on. Returns it, if it was still
-    /// provisional.
-    fn settle(&mut self, tid: i32, time: u64) -> Option<u32> {
-        let code = self.code(tid);
-        if code & Self::PROVISIONAL != 0 {
-            let n = code & !Self::PROVISIONAL;
-            self.remember(tid, n, time);
-            return Some(n);
-        }
-        if code & Self::HISTORY == 0 {
-            return None;
-        }
-        let h = self.histories.get_mut((code & !Self::HISTORY) as usize)?;
-        let p = h.provisional.take()?;
-        let at = h.timed.partition_point(|e| e.0 <= time);
-        h.timed.insert(at, (time, p));
-        Some(p)
-    }
-
-    /// The name of index `n` (`<...>` when unknown).
-    fn name(&self, n: u32) -> &Arc<str> {
-        &self.names[(n as usize).min(self.names.len() - 1)]
-    }
-
-    /// Gives `tid` a history of names.
-    fn add_history(&mut self, tid: i32, h: History) {
-        let Ok(index) = u32::try_from(self.histories.len()) else {
-            return;
-        };
-        if index >= Self::HISTORY {
-            return;
-        }
-        self.histories.push(h);
-        self.remember(tid, index | Self::HISTORY, 0);
-    }
-
-    /// A COMM record: `tid` is called `name` from `time` on.
-    fn set(&mut self, tid: i32, name: &[u8], time: u64) {
-        let name = String::from_utf8_lossy(name);
-        match self.of_tid.get(&tid).copied() {
-            // A new thread, or one whose name was unknown.
-            None | Some((0, _)) => {
-                let n = self.push(&name);
-                self.remember(tid, n, time);
-            }
-            // Named from /proc: that name stays for the samples no COMM
-            // record names.
-            Some((code, _)) if code & Self::PROVISIONAL != 0 => {
-                let n = self.push(&name);
-                let h = History {
-                    timed: vec![(time, n)],
-                    provisional: Some(code & !Self::PROVISIONAL),
-                };
-                self.add_history(tid, h);
-            }
-            Some((code, since)) if code & Self::HISTORY == 0 => {
-                // A repeated COMM (exec without a rename) keeps the entry.
-                if **self.name(code) == *name {
-                    if time < since {
-                        self.remember(tid, code, time);
-                    }
-                    return;
-                }
-                let n = self.push(&name);
-                let mut timed = vec![(since, code), (time, n)];
-                timed.sort_by_key(|e| e.0);
-                let h = History {
-                    timed,
-                    provisional: None,
-                };
-                self.add_history(tid, h);
-            }
-            Some((code, _)) => {
-                let index = (code & !Self::HISTORY) as usize;
-                let Some(h) = self.histories.get(index) else {
-                    return;
-                };
-                let at = h.timed.partition_point(|e| e.0 <= time);
-                // Given the name it already had at that time: nothing new.
-                let before = at.checked_sub(1).and_then(|i| h.timed.get(i));
-                if before.is_some_and(|&(_, b)| **self.name(b) == *name) {
-                    return;
-                }
-                let n = self.push(&name);
-                if let Some(h) = self.histories.get_mut(index) {
-                    h.timed.insert(at, (time, n));
-                }
-            }
-        }
-    }
-}
-
-/// A command name the decoder learned from /proc rather than from a COMM
-/// record, dated just before the earliest sample it named: a perf.data writer
-/// stores it as a COMM record of that time, in the same round, so that a
-/// replay names the thread the same way.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct LearnedComm {
-    /// Process id.
-    pub pid: i32,
-    /// Thread id.
-    pub tid: i32,
-    /// The name.
-    pub name: Arc<str>,
-    /// Just before the time of the earliest sample it named (1 ns).
-    pub time_ns: u64,
-    /// CPU of that sample.
-    pub cpu: u32,
-    /// An event id of that sample's probe.
-    pub id: u64,
-}
-
-/// Where a probe's sampled registers lie in its samples.
-#[derive(Debug)]
-struct FastLayout {
-    /// How many registers are sampled (`sample_regs_intr`'s bits).
-    regs: usize,
-    /// Per perf_regs index, its slot among the sampled registers
-    /// ([`u8::MAX`]: not sampled).
-    slot: [u8; 64],
-    /// When every argument is a sampled register: per argument, its slot,
-    /// type and name.
-    registers_only: Option<Vec<(usize, BaseType, &'static str)>>,
-}
-
-impl FastLayout {
-    fn new(mask: u64) -> FastLayout {
-        let mut slot = [u8::MAX; 64];
-        let mut n = 0u8;
-        for (i, s) in slot.iter_mut().enumerate() {
-            if mask & (1u64 << i) != 0 {
-                *s = n;
-                n += 1;
-            }
-        }
-        FastLayout {
-            regs: usize::from(n),
-            slot,
-            registers_only: None,
-        }
-    }
-
-    /// Notes the plan's arguments, if all are sampled registers.
-    fn with_plan(mut self, plan: &ProbePlan) -> FastLayout {
-        self.registers_only = plan
-            .args
-            .iter()
-            .map(|a| match a.source {
-                ArgSource::Register(r) => self
-                    .slot
-                    .get(r.perf_index as usize)
-                    .filter(|&&s| s != u8::MAX)
-                    .map(|&s| (usize::from(s), a.ty.base, r.name)),
-                _ => None,
-            })
-            .collect();
-        self
-    }
-}
-
 /// Event ids in [`RecordDecoder::probe_of_fast`]'s cache (a power of two).
 const RECENT_IDS: usize = 64;
 
@@ -462,8 +159,9 @@ const RECENT_IDS: usize = 64;
 pub(crate) struct ProbeShape {
     /// [`arg_kinds`] of the plan.
     pub kinds: Vec<Option<BaseType>>,
-    /// A kretprobe: the sampled ip is the return address.
-    pub is_return: bool,
+    /// A kretprobe ([`ProbeSite::Return`]): the sampled ip is the return
+    /// address.
+    pub site: ProbeSite,
     /// The arguments that are the thread's name (`$comm` read by the
     /// engine), set when the event is handed over.
     pub comm_args: Vec<usize>,
@@ -498,13 +196,14 @@ impl RecordDecoder {
     /// bytes of each probe's perf_event_attr) and carry the ids of
     /// `probe_of_id`. `field_offsets[i]` lists where the arguments of
     /// tracefs probe `i` lie in its raw record (empty for PMU probes).
-    /// `live` lets the decoder read /proc for threads it has no COMM for.
+    /// With [`ThreadNames::ReadProc`], the decoder reads /proc for threads
+    /// it has no COMM for.
     pub fn new(
         plans: Vec<ProbePlan>,
         field_offsets: Vec<Vec<usize>>,
         attrs: Vec<Vec<u8>>,
         probe_of_id: HashMap<u64, usize>,
-        live: bool,
+        names: ThreadNames,
     ) -> Result<RecordDecoder, RecordsError> {
         if attrs.len() != plans.len() || field_offsets.len() != plans.len() {
             return Err(RecordsError::Mismatch {
@@ -569,13 +268,13 @@ impl RecordDecoder {
             probe_of_id: probe_of_id.into_iter().collect(),
             parse_info,
             fast,
-            comms: CommTable::new(live),
+            comms: CommTable::new(names),
             queue: EventQueue::new(),
             shapes: plans
                 .iter()
                 .map(|p| ProbeShape {
                     kinds: arg_kinds(p),
-                    is_return: p.is_return(),
+                    site: p.site(),
                     comm_args: p
                         .args
                         .iter()
@@ -629,23 +328,6 @@ impl RecordDecoder {
     /// The probe an event id belongs to.
     pub fn probe_of_id(&self, id: u64) -> Option<usize> {
         self.probe_of_id.get(&id).copied()
-    }
-
-    /// [`RecordDecoder::probe_of_id`] through a direct-mapped cache of
-    /// recent ids (`(id, probe)`; no event has id 0).
-    #[inline]
-    fn probe_of_fast(&mut self, id: u64) -> Option<usize> {
-        let slot = id as usize & (RECENT_IDS - 1);
-        if let Some(&(cached, probe)) = self.recent_ids.get(slot) {
-            if cached == id && id != 0 {
-                return Some(probe);
-            }
-        }
-        let probe = self.probe_of_id(id)?;
-        if let Some(r) = self.recent_ids.get_mut(slot) {
-            *r = (id, probe);
-        }
-        Some(probe)
     }
 
     /// Counters so far.
@@ -767,11 +449,13 @@ impl RecordDecoder {
                 Ok(())
             }
             Ok(EventRecord::Throttle(_)) => {
-                self.stats.note_throttle(cpu(), probe, true);
+                self.stats
+                    .note_throttle(cpu(), probe, ThrottleChange::Throttled);
                 Ok(())
             }
             Ok(EventRecord::Unthrottle(_)) => {
-                self.stats.note_throttle(cpu(), probe, false);
+                self.stats
+                    .note_throttle(cpu(), probe, ThrottleChange::Unthrottled);
                 Ok(())
             }
             Ok(_) => Ok(()),
@@ -785,13 +469,14 @@ impl RecordDecoder {
     /// Hands `f` (with the plans events refer to) the decoded events known
     /// to be in time order: those older than the newest event of an earlier
     /// round, as a CPU may still be writing an older event when another's
-    /// ring is read; with `all`, every one (the last round). Call it after
+    /// ring is read ([`Handover::Ordered`]); with [`Handover::All`], every
+    /// one (the last round). Call it after
     /// each round of [`RecordDecoder::record`] calls (each ring read once).
     /// The event handed over is reused for the next: clone it to keep it.
     /// Names read from /proc that the round used are then ready for
     /// [`RecordDecoder::take_learned`]. Returns how many were handed over.
-    pub fn round(&mut self, all: bool, mut f: impl FnMut(&Event, &[ProbePlan])) -> usize {
-        self.try_round(all, |e, plans| {
+    pub fn round(&mut self, handover: Handover, mut f: impl FnMut(&Event, &[ProbePlan])) -> usize {
+        self.try_round(handover, |e, plans| {
             f(e, plans);
             ControlFlow::Continue(())
         })
@@ -802,7 +487,7 @@ impl RecordDecoder {
     /// the next round.
     pub fn try_round(
         &mut self,
-        all: bool,
+        handover: Handover,
         mut f: impl FnMut(&Event, &[ProbePlan]) -> ControlFlow<()>,
     ) -> usize {
         let plans = &self.plans;
@@ -819,7 +504,7 @@ impl RecordDecoder {
                 n
             },
             &self.shapes,
-            all,
+            handover,
             |e| f(e, plans),
         );
         for h in from_proc {
@@ -846,85 +531,6 @@ impl RecordDecoder {
     pub fn waiting(&self) -> usize {
         self.queue.len()
     }
-
-    /// A sample of the exact layout sessions use, in one piece, parsed
-    /// directly; `None` sends it down the general path (which also reports
-    /// any error).
-    fn fast_sample(&mut self, b: &[u8]) -> Option<Result<(), DecodeError>> {
-        let id = u64_at(b, 0)?;
-        let probe = self.probe_of_fast(id)?;
-        let layout = self.fast.get(probe)?.as_ref()?;
-        let plan = self.plans.get(probe)?;
-        let size = u32_at(b, 40)? as usize;
-        let raw = b.get(44..44usize.checked_add(size)?)?;
-        let regs: &[u8] = if layout.regs == 0 {
-            &[]
-        } else {
-            let at = 44 + size;
-            match u64_at(b, at)? {
-                0 => &[],
-                _ => b.get(at + 8..at + 8 + 8 * layout.regs)?,
-            }
-        };
-        let parts = SampleParts {
-            ip: u64_at(b, 8),
-            pid: u32_at(b, 16).map(|v| v as i32),
-            tid: u32_at(b, 20).map(|v| v as i32),
-            time: u64_at(b, 24),
-            cpu: u32_at(b, 32),
-            raw,
-        };
-        self.comms
-            .see(parts.pid.unwrap_or(-1), parts.tid.unwrap_or(-1));
-        let offsets = self.field_offsets.get(probe).map_or(&[][..], Vec::as_slice);
-        let reg = |i: u64| {
-            let slot = *layout.slot.get(i as usize).filter(|&&s| s != u8::MAX)?;
-            u64_at(regs, usize::from(slot) * 8)
-        };
-        let (head, args) = self.queue.begin();
-        let decoded = match &layout.registers_only {
-            // The usual PMU probe: its registers straight from their slots.
-            Some(program) => decode_head(
-                probe,
-                plan.is_return(),
-                plan.return_trampoline,
-                &parts,
-                head,
-            )
-            .and_then(|()| {
-                for &(slot, ty, name) in program {
-                    // None when the sample has no registers (ABI 0).
-                    let v = u64_at(regs, slot * 8).ok_or(DecodeError::MissingRegister(name))?;
-                    args.ints.push(Value::typed(v, ty));
-                }
-                Ok(())
-            }),
-            None => decode_into(
-                probe,
-                plan,
-                &parts,
-                reg,
-                COMM_AT_HANDOVER,
-                offsets,
-                head,
-                args,
-            ),
-        }
-        .map(|()| probe);
-        Some(account(&mut self.stats, &mut self.queue, decoded))
-    }
-}
-
-fn u64_at(b: &[u8], at: usize) -> Option<u64> {
-    b.get(at..at.checked_add(8)?)
-        .and_then(|s| s.try_into().ok())
-        .map(u64::from_ne_bytes)
-}
-
-fn u32_at(b: &[u8], at: usize) -> Option<u32> {
-    b.get(at..at.checked_add(4)?)
-        .and_then(|s| s.try_into().ok())
-        .map(u32::from_ne_bytes)
 }
 
 /// Counts a decoded sample of `probe` and commits the queue's slot it was

@@ -7,8 +7,10 @@
 use std::ops::ControlFlow;
 use std::sync::Arc;
 
+use kprobe_perf_arch::boundary::ProbeSite;
+
 use crate::decode::{set_args, ArgsOut, Event, EventHead, Value};
-use crate::records::ProbeShape;
+use crate::records::{Handover, ProbeShape};
 
 /// A decoded sample waiting for its turn.
 #[derive(Debug, Clone, Copy, Default)]
@@ -114,7 +116,7 @@ impl EventQueue {
     }
 
     /// Ends a round: hands `f` the events now known to be in order (all of
-    /// them when `all`), with the shapes of the probes in `shapes`. The
+    /// them with [`Handover::All`]), with the shapes of the probes in `shapes`. The
     /// thread of an event is named `names[name_of(event)]` (the first
     /// entry names threads without a known name): asked in time order,
     /// once every record up to the event's time has been read. A `Break`
@@ -125,7 +127,7 @@ impl EventQueue {
         names: &[Arc<str>],
         mut name_of: impl FnMut(&EventHead) -> u32,
         shapes: &[ProbeShape],
-        all: bool,
+        handover: Handover,
         mut f: impl FnMut(&Event) -> ControlFlow<()>,
     ) -> usize {
         let round_max = self.round_max.take();
@@ -133,17 +135,18 @@ impl EventQueue {
             // Stable, as the events of one ring are already in order.
             self.pending.sort_by_key(|s| s.head.time_ns);
         }
-        let ready = if all {
-            self.pending.len()
-        } else {
-            let before = self.complete_before;
-            self.pending.partition_point(|s| s.head.time_ns <= before)
+        let ready = match handover {
+            Handover::All => self.pending.len(),
+            Handover::Ordered => {
+                let before = self.complete_before;
+                self.pending.partition_point(|s| s.head.time_ns <= before)
+            }
         };
         if let Some(m) = round_max {
             self.complete_before = self.complete_before.max(m);
         }
         if self.scratch.is_empty() {
-            let blank = EventHead::default().event(Arc::from(""), Vec::new(), false);
+            let blank = EventHead::default().event(Arc::from(""), Vec::new(), ProbeSite::Entry);
             self.scratch = vec![(u32::MAX, blank); Self::SCRATCH];
         }
         // Events after a `Break` stay queued, in order, for the next round.
@@ -160,7 +163,8 @@ impl EventQueue {
                 *named = comm;
             }
             let shape = shapes.get(slot.head.probe as usize);
-            slot.head.fill(e, shape.is_some_and(|s| s.is_return));
+            slot.head
+                .fill(e, shape.map_or(ProbeSite::Entry, |s| s.site));
             let kinds = shape.map_or(&[][..], |s| s.kinds.as_slice());
             set_args(
                 &mut e.args,

@@ -1,6 +1,6 @@
 //! Decoding and ordering made-up records, round by round.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 
 use kprobe_perf_arch::Arch;
 use kprobe_perf_symbols::KernelSymbols;
@@ -8,17 +8,19 @@ use kprobe_perf_symbols::KernelSymbols;
 use super::*;
 use crate::plan::{self, BackendChoice};
 use crate::spec::ProbeSpec;
+use crate::stats::Throttling;
 use crate::Value;
 
 const FUNC: u64 = 0xffff_ffff_8123_45a0;
 const ID: u64 = 40;
 
 fn decoder() -> (RecordDecoder, ProbePlan) {
-    decoder_reading_proc(false)
+    decoder_reading_proc(ThreadNames::RecordsOnly)
 }
 
-/// The same, reading /proc for threads it has no name for when `live`.
-fn decoder_reading_proc(live: bool) -> (RecordDecoder, ProbePlan) {
+/// The same, reading /proc for threads it has no name for with
+/// [`ThreadNames::ReadProc`].
+fn decoder_reading_proc(names: ThreadNames) -> (RecordDecoder, ProbePlan) {
     let syms = KernelSymbols::parse(
         "ffffffff81000000 T _text\nffffffff812345a0 T do_sys_openat2\nffffffff81234690 T do_sys_open\n",
     )
@@ -35,7 +37,7 @@ fn decoder_reading_proc(live: bool) -> (RecordDecoder, ProbePlan) {
         vec![Vec::new()],
         vec![sample_attr_bytes(&plan)],
         HashMap::from([(ID, 0)]),
-        live,
+        names,
     )
     .unwrap();
     (d, plan)
@@ -60,9 +62,9 @@ fn sample(plan: &ProbePlan, tid: i32, cpu: u32, time: u64, flags: u64) -> Vec<u8
 }
 
 /// (time, tid, comm, flags) of each event handed over.
-fn take(d: &mut RecordDecoder, all: bool) -> Vec<(u64, i32, String, u64)> {
+fn take(d: &mut RecordDecoder, handover: Handover) -> Vec<(u64, i32, String, u64)> {
     let mut got = Vec::new();
-    d.round(all, |e, plans| {
+    d.round(handover, |e, plans| {
         assert_eq!(plans.len(), 1);
         assert_eq!(e.probe_addr, FUNC);
         assert_eq!(e.ret_addr, None);
@@ -85,14 +87,14 @@ fn events_come_in_time_order_one_round_late() {
             .unwrap();
     }
     // Nothing is known to be complete yet: a CPU may still be writing.
-    assert!(take(&mut d, false).is_empty());
+    assert!(take(&mut d, Handover::Ordered).is_empty());
     assert_eq!(d.waiting(), 4);
     for (cpu, time, flags) in [(0, 50, 0x50), (1, 25, 0x25)] {
         d.record(RECORD_SAMPLE, 0, (&sample(&plan, 7, cpu, time, flags), &[]))
             .unwrap();
     }
     // Up to round 1's newest time (35), in order, with their own values.
-    let times: Vec<(u64, u64)> = take(&mut d, false)
+    let times: Vec<(u64, u64)> = take(&mut d, Handover::Ordered)
         .into_iter()
         .map(|(t, _, _, f)| (t, f))
         .collect();
@@ -104,8 +106,14 @@ fn events_come_in_time_order_one_round_late() {
     // The event left over keeps its arguments across the round.
     d.record(RECORD_SAMPLE, 0, (&sample(&plan, 7, 1, 60, 0x60), &[]))
         .unwrap();
-    assert_eq!(take(&mut d, false), [(50, 7, "<...>".to_string(), 0x50)]);
-    assert_eq!(take(&mut d, true), [(60, 7, "<...>".to_string(), 0x60)]);
+    assert_eq!(
+        take(&mut d, Handover::Ordered),
+        [(50, 7, "<...>".to_string(), 0x50)]
+    );
+    assert_eq!(
+        take(&mut d, Handover::All),
+        [(60, 7, "<...>".to_string(), 0x60)]
+    );
     assert_eq!(d.waiting(), 0);
     assert_eq!(d.stats().hits, [7]);
 }
@@ -141,7 +149,7 @@ fn names_are_those_at_the_time_of_the_sample() {
         ],
     );
     assert_eq!(
-        take(&mut d, true),
+        take(&mut d, Handover::All),
         [
             (10, 9, "sh".to_string(), 1),
             (20, 9, "cat".to_string(), 2),
@@ -174,7 +182,7 @@ fn names_follow_time_across_cpus_in_any_reading_order() {
         feed(&mut d, first);
         feed(&mut d, second);
         assert_eq!(
-            take(&mut d, true),
+            take(&mut d, Handover::All),
             [
                 (20, 9, "before".to_string(), 2),
                 (40, 9, "after".to_string(), 4),
@@ -201,17 +209,20 @@ fn names_read_out_of_order_are_put_in_time_order() {
             s(1, 20, 2),
         ],
     );
-    assert!(take(&mut d, false).is_empty());
+    assert!(take(&mut d, Handover::Ordered).is_empty());
     feed(&mut d, &[s(1, 70, 7)]);
     assert_eq!(
-        take(&mut d, false),
+        take(&mut d, Handover::Ordered),
         [
             (20, 9, "first".to_string(), 2),
             (40, 9, "second".to_string(), 4),
             (60, 9, "third".to_string(), 6),
         ]
     );
-    assert_eq!(take(&mut d, true), [(70, 9, "third".to_string(), 7)]);
+    assert_eq!(
+        take(&mut d, Handover::All),
+        [(70, 9, "third".to_string(), 7)]
+    );
 }
 
 #[test]
@@ -235,7 +246,10 @@ fn an_undecodable_sample_leaves_nothing_waiting() {
     );
     assert_eq!(d.waiting(), 1);
     assert_eq!(d.stats().undecodable, 2);
-    assert_eq!(take(&mut d, true), [(5, 7, "<...>".to_string(), 5)]);
+    assert_eq!(
+        take(&mut d, Handover::All),
+        [(5, 7, "<...>".to_string(), 5)]
+    );
 }
 
 /// `$comm` read by the engine is the name at the time of the sample too,
@@ -257,7 +271,7 @@ fn comm_arguments_are_named_at_handover() {
         vec![Vec::new()],
         vec![sample_attr_bytes(&plan)],
         HashMap::from([(ID, 0)]),
-        false,
+        ThreadNames::RecordsOnly,
     )
     .unwrap();
     let raw = [0u8; 20];
@@ -284,7 +298,7 @@ fn comm_arguments_are_named_at_handover() {
         d.record(kind, 0, (&body, &[])).unwrap();
     }
     let mut got = Vec::new();
-    d.round(true, |e, _| {
+    d.round(Handover::All, |e, _| {
         got.push((
             e.time_ns,
             e.comm.to_string(),
@@ -368,7 +382,7 @@ impl Drop for Named {
 fn names_from_proc_name_only_what_no_comm_record_names() {
     let thread = Named::new("kpp-now");
     let (pid, tid) = thread.ids;
-    let (mut d, plan) = decoder_reading_proc(true);
+    let (mut d, plan) = decoder_reading_proc(ThreadNames::ReadProc);
     let sample_of = |time: u64, flags: u64| {
         let mut raw = [0u8; 20];
         raw[8..16].copy_from_slice(&FUNC.to_ne_bytes());
@@ -397,14 +411,14 @@ fn names_from_proc_name_only_what_no_comm_record_names() {
             comm("kpp-now", 40),
         ],
     );
-    let names = |d: &mut RecordDecoder, all| {
-        take(d, all)
+    let names = |d: &mut RecordDecoder, handover| {
+        take(d, handover)
             .into_iter()
             .map(|(t, _, c, _)| (t, c))
             .collect::<Vec<_>>()
     };
     assert_eq!(
-        names(&mut d, true),
+        names(&mut d, Handover::All),
         [(20, "kpp-now".to_string()), (50, "kpp-now".to_string())]
     );
     // The sample at 20 is before any COMM record: the /proc name, dated
@@ -424,7 +438,7 @@ fn names_from_proc_name_only_what_no_comm_record_names() {
 
     // With an older COMM record, /proc's name (read after the rename)
     // names nothing and is not reported.
-    let (mut d, _) = decoder_reading_proc(true);
+    let (mut d, _) = decoder_reading_proc(ThreadNames::ReadProc);
     feed(
         &mut d,
         &[
@@ -435,14 +449,14 @@ fn names_from_proc_name_only_what_no_comm_record_names() {
         ],
     );
     assert_eq!(
-        names(&mut d, true),
+        names(&mut d, Handover::All),
         [(20, "kpp-first".to_string()), (40, "kpp-now".to_string())]
     );
     assert_eq!(d.take_learned(), []);
 
     // A replay of the first case, with the learned name as the COMM
     // record a perf.data file holds, names every sample the same way.
-    let (mut replay, _) = decoder_reading_proc(false);
+    let (mut replay, _) = decoder_reading_proc(ThreadNames::RecordsOnly);
     let l = &learned[0];
     feed(
         &mut replay,
@@ -458,7 +472,7 @@ fn names_from_proc_name_only_what_no_comm_record_names() {
         ],
     );
     assert_eq!(
-        names(&mut replay, true),
+        names(&mut replay, Handover::All),
         [(20, "kpp-now".to_string()), (50, "kpp-now".to_string())]
     );
 }
@@ -487,7 +501,7 @@ fn kretprobe_caller_comes_from_the_raw_record_when_the_ip_is_the_trampoline() {
         vec![Vec::new()],
         vec![sample_attr_bytes(&plan)],
         HashMap::from([(ID, 0)]),
-        false,
+        ThreadNames::RecordsOnly,
     )
     .unwrap();
     // (sampled ip, raw return address) as 5.10 and 6.x write them.
@@ -517,8 +531,91 @@ fn kretprobe_caller_comes_from_the_raw_record_when_the_ip_is_the_trampoline() {
         .unwrap();
     }
     let mut got = Vec::new();
-    d.round(true, |e, _| got.push((e.ret_addr, e.args[0].as_i64())));
+    d.round(Handover::All, |e, _| {
+        got.push((e.ret_addr, e.args[0].as_i64()))
+    });
     assert_eq!(got, [(Some(CALLER), Some(-2)); 3]);
+}
+
+/// A decoder for two probes with ids 7 (probe 0) and 8 (probe 1).
+fn two_probes() -> RecordDecoder {
+    let syms = kprobe_perf_symbols::KernelSymbols::parse(
+        "ffffffff81000000 T _text\nffffffff81234570 T do_sys_openat2\nffffffff81234660 T do_sys_open\n",
+    )
+    .unwrap();
+    let plans: Vec<ProbePlan> = ["p:a do_sys_openat2", "p:b do_sys_open"]
+        .iter()
+        .map(|s| {
+            crate::plan::resolve(
+                crate::spec::ProbeSpec::parse(s, kprobe_perf_arch::Arch::X86_64).unwrap(),
+                &syms,
+                kprobe_perf_arch::Arch::X86_64,
+                crate::plan::BackendChoice::Auto,
+            )
+            .unwrap()
+        })
+        .collect();
+    let attrs = plans.iter().map(sample_attr_bytes).collect();
+    let ids = HashMap::from([(7u64, 0usize), (8, 1)]);
+    RecordDecoder::new(
+        plans,
+        vec![vec![], vec![]],
+        attrs,
+        ids,
+        ThreadNames::RecordsOnly,
+    )
+    .unwrap()
+}
+
+/// `fields` then the sample_id trailer (pid, tid, time, cpu, id).
+fn with_sample_id(fields: &[u64], cpu: u32, id: u64) -> Vec<u8> {
+    let mut b: Vec<u8> = fields.iter().flat_map(|v| v.to_ne_bytes()).collect();
+    b.extend_from_slice(&1i32.to_ne_bytes());
+    b.extend_from_slice(&1i32.to_ne_bytes());
+    b.extend_from_slice(&100u64.to_ne_bytes());
+    b.extend_from_slice(&cpu.to_ne_bytes());
+    b.extend_from_slice(&0u32.to_ne_bytes());
+    b.extend_from_slice(&id.to_ne_bytes());
+    b
+}
+
+#[test]
+fn throttle_and_lost_records_are_counted_per_cpu_and_probe() {
+    const LOST: u32 = 2;
+    const THROTTLE: u32 = 5;
+    const UNTHROTTLE: u32 = 6;
+    let mut d = two_probes();
+    let mut feed = |kind, body: Vec<u8>| d.record(kind, 0, (&body, &[])).unwrap();
+    // THROTTLE/UNTHROTTLE: time, id, stream_id; LOST: id, count.
+    feed(THROTTLE, with_sample_id(&[50, 7, 7], 1, 7));
+    feed(UNTHROTTLE, with_sample_id(&[60, 7, 7], 1, 7));
+    feed(THROTTLE, with_sample_id(&[70, 7, 7], 1, 7));
+    feed(THROTTLE, with_sample_id(&[80, 8, 8], 0, 8));
+    feed(LOST, with_sample_id(&[7, 5], 1, 7));
+    feed(LOST, with_sample_id(&[8, 3], 0, 8));
+    feed(LOST, with_sample_id(&[7, 2], 1, 7));
+    assert_eq!(d.round(Handover::All, |_, _| {}), 0);
+    let st = d.stats();
+    assert_eq!(st.lost, 10);
+    assert_eq!(
+        st.lost_per_cpu,
+        BTreeMap::from([(Some(0), 3), (Some(1), 7)])
+    );
+    assert_eq!(
+        st.throttling.get(&(Some(1), 0)),
+        Some(&Throttling {
+            throttled: 2,
+            unthrottled: 1
+        })
+    );
+    assert_eq!(
+        st.throttling_of(1),
+        Throttling {
+            throttled: 1,
+            unthrottled: 0
+        }
+    );
+    assert_eq!(st.throttling.len(), 2);
 }
 
 #[test]
@@ -529,7 +626,7 @@ fn a_break_keeps_the_rest_of_the_round_queued_with_its_arguments() {
             .unwrap();
     }
     let mut got = Vec::new();
-    let n = d.try_round(true, |e, _| {
+    let n = d.try_round(Handover::All, |e, _| {
         let Value::Int { raw, .. } = e.args[1] else {
             panic!("flags is not an integer: {:?}", e.args[1]);
         };
@@ -546,7 +643,7 @@ fn a_break_keeps_the_rest_of_the_round_queued_with_its_arguments() {
     // A new event older than those left is put in its place.
     d.record(RECORD_SAMPLE, 0, (&sample(&plan, 7, 1, 25, 0x25), &[]))
         .unwrap();
-    let rest: Vec<(u64, u64)> = take(&mut d, true)
+    let rest: Vec<(u64, u64)> = take(&mut d, Handover::All)
         .into_iter()
         .map(|(t, _, _, f)| (t, f))
         .collect();

@@ -39,7 +39,14 @@ enum ParamType {
     PointsAtString(BaseType),
 }
 
-fn c_type(words: &[&str], pointer: bool) -> Option<ParamType> {
+/// Whether a parameter's declaration has a `*`.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Declared {
+    Pointer,
+    Plain,
+}
+
+fn c_type(words: &[&str], declared: Declared) -> Option<ParamType> {
     use BaseType::*;
     let words: Vec<&str> = words
         .iter()
@@ -47,7 +54,7 @@ fn c_type(words: &[&str], pointer: bool) -> Option<ParamType> {
         .filter(|w| !matches!(*w, "const" | "volatile" | "__user" | "__rcu"))
         .collect();
     let joined = words.join(" ");
-    if pointer {
+    if declared == Declared::Pointer {
         // `char *name` reads as "a string" to most people, but whether it is
         // a kernel or a user string cannot be told from the type: keep it a
         // pointer; `string`/`ustring` say what to read.
@@ -109,7 +116,11 @@ pub fn parse(input: &str, _arch: Arch) -> Result<ProbeSpec, SpecError> {
             if p.contains(['[', '+', '|', '(']) {
                 return Err(cur.err(p_at, p.len(), "indexing and offsets inside a prototype are not supported; use the kprobe_events form (+OFFS($argN))"));
             }
-            let pointer = p.contains('*');
+            let declared = if p.contains('*') {
+                Declared::Pointer
+            } else {
+                Declared::Plain
+            };
             let words: Vec<&str> = p
                 .split(|c: char| c.is_ascii_whitespace() || c == '*')
                 .filter(|w| !w.is_empty())
@@ -118,7 +129,7 @@ pub fn parse(input: &str, _arch: Arch) -> Result<ProbeSpec, SpecError> {
                 return Err(cur.err(p_at, p.len(), "a parameter is TYPE NAME"));
             };
             if type_words.is_empty() {
-                if c_type(&[name], pointer).is_some() {
+                if c_type(&[name], declared).is_some() {
                     return Err(cur.err(
                         p_at,
                         p.len(),
@@ -135,8 +146,8 @@ pub fn parse(input: &str, _arch: Arch) -> Result<ProbeSpec, SpecError> {
                 return Err(cur.err(p_at, p.len(), format!("{name} is not a parameter name")));
             }
             let type_text = type_words.join(" ");
-            let ty = c_type(type_words, pointer).ok_or_else(|| {
-                cur.err(p_at, p.len() - name.len(), format!("unknown type {type_text}{}: use a C integer type, a pointer, string, ustring, symbol, or u8..u64/s8..s64/x8..x64", if pointer { " *" } else { "" }))
+            let ty = c_type(type_words, declared).ok_or_else(|| {
+                cur.err(p_at, p.len() - name.len(), format!("unknown type {type_text}{}: use a C integer type, a pointer, string, ustring, symbol, or u8..u64/s8..s64/x8..x64", if declared == Declared::Pointer { " *" } else { "" }))
             })?;
             let (fetch, base) = match ty {
                 ParamType::Value(b) => (

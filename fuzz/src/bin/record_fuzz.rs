@@ -19,8 +19,8 @@ use kprobe_perf_engine::perfdata::{
 };
 use kprobe_perf_engine::plan::{self, BackendChoice};
 use kprobe_perf_engine::records::{
-    comm_record_body, sample_attr_bytes, sample_record_body, RecordDecoder, RecordSink,
-    SampleFields, RECORD_COMM, RECORD_SAMPLE,
+    comm_record_body, sample_attr_bytes, sample_record_body, Handover, RecordDecoder, RecordSink,
+    SampleFields, ThreadNames, RECORD_COMM, RECORD_SAMPLE,
 };
 use kprobe_perf_engine::{KernelSymbols, ProbePlan, ProbeSpec};
 use kprobe_perf_fuzz::{alloc, run, Options, Rng, Verdict};
@@ -345,8 +345,14 @@ fn main() {
     let attrs: Vec<Vec<u8>> = plans.iter().map(sample_attr_bytes).collect();
     let ids: HashMap<u64, usize> = (0..plans.len()).map(|i| (id_of(i), i)).collect();
     let new_decoder = || {
-        RecordDecoder::new(plans.clone(), offsets(), attrs.clone(), ids.clone(), false)
-            .expect("fixture decoder")
+        RecordDecoder::new(
+            plans.clone(),
+            offsets(),
+            attrs.clone(),
+            ids.clone(),
+            ThreadNames::RecordsOnly,
+        )
+        .expect("fixture decoder")
     };
     let mut decoder = new_decoder();
     // The unmutated inputs decode, every one.
@@ -359,7 +365,7 @@ fn main() {
         }
     }
     let mut handed = 0;
-    decoder.round(true, |_, _| handed += 1);
+    decoder.round(Handover::All, |_, _| handed += 1);
     let samples = records.iter().filter(|(k, _)| *k == RECORD_SAMPLE).count();
     match replay(&base_file) {
         Ok(n) if n as usize == samples && handed == samples => {}
@@ -403,7 +409,7 @@ fn main() {
                         .is_ok();
                     ok &= a && b && c;
                 }
-                decoder.round(true, |e, _| {
+                decoder.round(Handover::All, |e, _| {
                     std::hint::black_box(e);
                 });
                 ok

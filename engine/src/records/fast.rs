@@ -1,0 +1,151 @@
+//! The fast decode path: a sample of the exact layout sessions use, in
+//! one piece, read at fixed offsets rather than through the general
+//! record parser.
+
+use super::{account, RecordDecoder, COMM_AT_HANDOVER, RECENT_IDS};
+use crate::decode::{decode_head, decode_into, DecodeError, SampleParts, Value};
+use crate::plan::{ArgSource, ProbePlan};
+use crate::spec::BaseType;
+
+/// Where a probe's sampled registers lie in its samples.
+#[derive(Debug)]
+pub(super) struct FastLayout {
+    /// How many registers are sampled (`sample_regs_intr`'s bits).
+    regs: usize,
+    /// Per perf_regs index, its slot among the sampled registers
+    /// ([`u8::MAX`]: not sampled).
+    slot: [u8; 64],
+    /// When every argument is a sampled register: per argument, its slot,
+    /// type and name.
+    registers_only: Option<Vec<(usize, BaseType, &'static str)>>,
+}
+
+impl FastLayout {
+    pub(super) fn new(mask: u64) -> FastLayout {
+        let mut slot = [u8::MAX; 64];
+        let mut n = 0u8;
+        for (i, s) in slot.iter_mut().enumerate() {
+            if mask & (1u64 << i) != 0 {
+                *s = n;
+                n += 1;
+            }
+        }
+        FastLayout {
+            regs: usize::from(n),
+            slot,
+            registers_only: None,
+        }
+    }
+
+    /// Notes the plan's arguments, if all are sampled registers.
+    pub(super) fn with_plan(mut self, plan: &ProbePlan) -> FastLayout {
+        self.registers_only = plan
+            .args
+            .iter()
+            .map(|a| match a.source {
+                ArgSource::Register(r) => self
+                    .slot
+                    .get(r.perf_index as usize)
+                    .filter(|&&s| s != u8::MAX)
+                    .map(|&s| (usize::from(s), a.ty.base, r.name)),
+                _ => None,
+            })
+            .collect();
+        self
+    }
+}
+
+impl RecordDecoder {
+    /// [`RecordDecoder::probe_of_id`] through a direct-mapped cache of
+    /// recent ids (`(id, probe)`; no event has id 0).
+    #[inline]
+    fn probe_of_fast(&mut self, id: u64) -> Option<usize> {
+        let slot = id as usize & (RECENT_IDS - 1);
+        if let Some(&(cached, probe)) = self.recent_ids.get(slot) {
+            if cached == id && id != 0 {
+                return Some(probe);
+            }
+        }
+        let probe = self.probe_of_id(id)?;
+        if let Some(r) = self.recent_ids.get_mut(slot) {
+            *r = (id, probe);
+        }
+        Some(probe)
+    }
+
+    /// A sample of the exact layout sessions use, in one piece, parsed
+    /// directly; `None` sends it down the general path (which also reports
+    /// any error).
+    #[inline]
+    pub(super) fn fast_sample(&mut self, b: &[u8]) -> Option<Result<(), DecodeError>> {
+        let id = u64_at(b, 0)?;
+        let probe = self.probe_of_fast(id)?;
+        let layout = self.fast.get(probe)?.as_ref()?;
+        let plan = self.plans.get(probe)?;
+        let size = u32_at(b, 40)? as usize;
+        let raw = b.get(44..44usize.checked_add(size)?)?;
+        let regs: &[u8] = if layout.regs == 0 {
+            &[]
+        } else {
+            let at = 44 + size;
+            match u64_at(b, at)? {
+                0 => &[],
+                _ => b.get(at + 8..at + 8 + 8 * layout.regs)?,
+            }
+        };
+        let parts = SampleParts {
+            ip: u64_at(b, 8),
+            pid: u32_at(b, 16).map(|v| v as i32),
+            tid: u32_at(b, 20).map(|v| v as i32),
+            time: u64_at(b, 24),
+            cpu: u32_at(b, 32),
+            raw,
+        };
+        self.comms
+            .see(parts.pid.unwrap_or(-1), parts.tid.unwrap_or(-1));
+        let offsets = self.field_offsets.get(probe).map_or(&[][..], Vec::as_slice);
+        let reg = |i: u64| {
+            let slot = *layout.slot.get(i as usize).filter(|&&s| s != u8::MAX)?;
+            u64_at(regs, usize::from(slot) * 8)
+        };
+        let (head, args) = self.queue.begin();
+        let decoded = match &layout.registers_only {
+            // The usual PMU probe: its registers straight from their slots.
+            Some(program) => decode_head(probe, plan.site(), plan.return_trampoline, &parts, head)
+                .and_then(|()| {
+                    for &(slot, ty, name) in program {
+                        // None when the sample has no registers (ABI 0).
+                        let v = u64_at(regs, slot * 8).ok_or(DecodeError::MissingRegister(name))?;
+                        args.ints.push(Value::typed(v, ty));
+                    }
+                    Ok(())
+                }),
+            None => decode_into(
+                probe,
+                plan,
+                &parts,
+                reg,
+                COMM_AT_HANDOVER,
+                offsets,
+                head,
+                args,
+            ),
+        }
+        .map(|()| probe);
+        Some(account(&mut self.stats, &mut self.queue, decoded))
+    }
+}
+
+#[inline]
+fn u64_at(b: &[u8], at: usize) -> Option<u64> {
+    b.get(at..at.checked_add(8)?)
+        .and_then(|s| s.try_into().ok())
+        .map(u64::from_ne_bytes)
+}
+
+#[inline]
+fn u32_at(b: &[u8], at: usize) -> Option<u32> {
+    b.get(at..at.checked_add(4)?)
+        .and_then(|s| s.try_into().ok())
+        .map(u32::from_ne_bytes)
+}

@@ -1,0 +1,776 @@
+//! The steps of [`Session::open`](super::Session::open), one function
+//! each: find the PMUs, define the tracefs events, compute the scopes
+//! (perf_event_open's pid × cpu pairs), open each event (retrying a
+//! refused `MOD:SYM` by address), and map or share each scope's ring.
+
+use std::collections::HashMap;
+use std::ffi::{CStr, CString};
+use std::os::fd::{AsRawFd, OwnedFd};
+
+use mio::unix::SourceFd;
+use mio::{Interest, Poll, Token};
+
+use super::{check_capabilities, preflight, CpuStream, RecordTarget, SessionOptions, StreamRing};
+use crate::attr::{self, EventSettings, Opener, SideRecords};
+use crate::error::{explain_open_errno, Error, OpenedAs};
+use crate::plan::{AttachPoint, Backend, ProbePlan};
+use crate::pmu::{ProbePmu, SYSFS_PMUS};
+use crate::ring::{BackwardRing, RingBuffer};
+use crate::sys;
+use crate::tracefs::{ProbeKind, Tracefs, TracefsProbes};
+
+/// Where one ring's events are opened: perf_event_open's pid and cpu, and
+/// how to name it in messages.
+pub(super) struct Slot {
+    pub(super) pid: i32,
+    pub(super) cpu: i32,
+    pub(super) label: String,
+    /// perf_event_open flags (`PERF_FLAG_PID_CGROUP` when `pid` is a
+    /// cgroup directory's fd).
+    pub(super) flags: u64,
+}
+
+impl Slot {
+    fn cpu(c: u32) -> Slot {
+        Slot {
+            pid: -1,
+            cpu: c as i32,
+            label: format!("CPU {c}"),
+            flags: 0,
+        }
+    }
+}
+
+fn is_user(p: &ProbePlan) -> bool {
+    matches!(p.attach, AttachPoint::User { .. })
+}
+
+/// The plans as a target opens them: when it inherits, uprobes go through
+/// `uprobe_events` (see [`ProbePlan::through_uprobe_events`]).
+pub(super) fn plans_for_target(plans: Vec<ProbePlan>, target: &RecordTarget) -> Vec<ProbePlan> {
+    if target.inherits() {
+        plans
+            .into_iter()
+            .map(ProbePlan::through_uprobe_events)
+            .collect()
+    } else {
+        plans
+    }
+}
+
+/// The PMUs the plans need (kprobe, uprobe), checked to exist; without a
+/// kprobe PMU probe, the capabilities are still checked.
+pub(super) fn probe_pmus(
+    plans: &[ProbePlan],
+) -> Result<(Option<ProbePmu>, Option<ProbePmu>), Error> {
+    let needs_kprobe_pmu = plans
+        .iter()
+        .any(|p| p.backend == Backend::Pmu && !is_user(p));
+    let pmu = if needs_kprobe_pmu {
+        Some(preflight()?)
+    } else {
+        check_capabilities()?;
+        None
+    };
+    let uprobe_pmu = if plans
+        .iter()
+        .any(|p| is_user(p) && p.backend == Backend::Pmu)
+    {
+        Some(
+            ProbePmu::discover("uprobe")
+                .map_err(|e| Error::io("reading the uprobe PMU from sysfs", e))?
+                .ok_or_else(|| Error::NoUprobePmu {
+                    dir: format!("{SYSFS_PMUS}/uprobe"),
+                })?,
+        )
+    } else {
+        None
+    };
+    Ok((pmu, uprobe_pmu))
+}
+
+/// How each probe is opened, after [`define_events`].
+pub(super) struct Defined {
+    /// The private tracefs group, when a probe is defined there.
+    pub(super) tracefs: Option<TracefsProbes>,
+    /// Per probe, how it is opened.
+    pub(super) openers: Vec<Opener>,
+    /// Per probe, where its arguments lie in its raw record (empty for
+    /// PMU probes).
+    pub(super) field_offsets: Vec<Vec<usize>>,
+}
+
+/// Picks each probe's opener; tracefs-defined probes are defined in our
+/// private group first, and their arguments located in the event format
+/// (named and typed by the kernel when it gives them).
+pub(super) fn define_events(
+    plans: &mut [ProbePlan],
+    (pmu, uprobe_pmu): (Option<ProbePmu>, Option<ProbePmu>),
+) -> Result<Defined, Error> {
+    let mut tracefs_guard = None;
+    let mut openers = Vec::with_capacity(plans.len());
+    let mut field_offsets = Vec::with_capacity(plans.len());
+    for plan in plans.iter_mut() {
+        match (plan.backend, pmu) {
+            (Backend::Pmu, _) if is_user(plan) => {
+                let Some(up) = uprobe_pmu else {
+                    return Err(Error::NoUprobePmu {
+                        dir: format!("{SYSFS_PMUS}/uprobe"),
+                    });
+                };
+                openers.push(Opener::Pmu(up));
+                field_offsets.push(Vec::new());
+            }
+            (Backend::Pmu, Some(pmu)) => {
+                openers.push(Opener::Pmu(pmu));
+                field_offsets.push(Vec::new());
+            }
+            _ => {
+                let kind = if is_user(plan) {
+                    ProbeKind::User
+                } else {
+                    ProbeKind::Kernel
+                };
+                let guard = match tracefs_guard.as_mut() {
+                    Some(guard) => guard,
+                    None => tracefs_guard.insert(TracefsProbes::new(Tracefs::find()?)),
+                };
+                let group = guard.group().to_string();
+                guard.define(kind, &plan.tracefs_definition(&group), &plan.event)?;
+                let id = guard.tracefs().event_id(&group, &plan.event)?;
+                let fields = guard.tracefs().format(&group, &plan.event)?;
+                if plan.args_from_kernel() {
+                    // BTF names, $arg*, fprobe/tracepoint probes: the
+                    // kernel named and typed the fields.
+                    let path = guard.tracefs().root().join("events").join(&group);
+                    let path = path.join(&plan.event).join("format");
+                    if let Ok(text) = std::fs::read_to_string(path) {
+                        plan.set_args_from_format(&text);
+                    }
+                }
+                let offsets = plan
+                    .args
+                    .iter()
+                    .map(|a| {
+                        fields
+                            .iter()
+                            .find(|f| f.name == a.name)
+                            .map(|f| f.offset)
+                            .ok_or_else(|| {
+                                Error::Tracefs(crate::tracefs::TracefsError::Format {
+                                    path: guard.tracefs().format_path(&group, &plan.event),
+                                    field: a.name.clone(),
+                                })
+                            })
+                    })
+                    .collect::<Result<Vec<_>, _>>()?;
+                openers.push(Opener::Tracepoint(id));
+                field_offsets.push(offsets);
+            }
+        }
+    }
+    Ok(Defined {
+        tracefs: tracefs_guard,
+        openers,
+        field_offsets,
+    })
+}
+
+/// Where a target's events are opened, one ring per slot.
+pub(super) struct Scopes {
+    /// (pid, cpu) as perf_event_open takes them.
+    pub(super) slots: Vec<Slot>,
+    /// A cgroup target's directory, whose fd is the slots' pid: kept open
+    /// until every event is opened (perf_event_open takes its own
+    /// reference to the cgroup).
+    pub(super) _cgroup_dir: Option<std::fs::File>,
+}
+
+/// The scopes of `target` on the online `cpus`; for
+/// [`RecordTarget::Processes`], each (pid, tid) of `threads` on every CPU.
+pub(super) fn scopes(
+    target: &RecordTarget,
+    cpus: &[u32],
+    threads: &[(i32, i32)],
+) -> Result<Scopes, Error> {
+    let mut _cgroup_dir = None;
+    let slots: Vec<Slot> = match target {
+        RecordTarget::AllCpus => cpus.iter().map(|&c| Slot::cpu(c)).collect(),
+        RecordTarget::Cpus(list) => {
+            if let Some(bad) = list.iter().find(|c| !cpus.contains(c)) {
+                return Err(Error::io(
+                    format!(
+                        "CPU {bad} is not online (online: {})",
+                        crate::cpus::format_cpu_list(cpus)
+                    ),
+                    std::io::Error::from(std::io::ErrorKind::NotFound),
+                ));
+            }
+            // A CPU listed twice would count each event twice.
+            let mut list = list.clone();
+            list.sort_unstable();
+            list.dedup();
+            list.iter().map(|&c| Slot::cpu(c)).collect()
+        }
+        RecordTarget::Process { pid, .. } => cpus
+            .iter()
+            .map(|&c| Slot {
+                pid: *pid,
+                cpu: c as i32,
+                label: format!("pid {pid}, CPU {c}"),
+                flags: 0,
+            })
+            .collect(),
+        RecordTarget::Processes(_) => threads
+            .iter()
+            .flat_map(|&(pid, tid)| {
+                cpus.iter().map(move |&c| Slot {
+                    pid: tid,
+                    cpu: c as i32,
+                    label: format!("thread {tid} of process {pid}, CPU {c}"),
+                    flags: 0,
+                })
+            })
+            .collect(),
+        RecordTarget::Threads(tids) => tids
+            .iter()
+            .map(|&t| Slot {
+                pid: t,
+                cpu: -1,
+                label: format!("tid {t}"),
+                flags: 0,
+            })
+            .collect(),
+        RecordTarget::Cgroup(path) => {
+            let dir = std::fs::File::open(path).map_err(|e| {
+                Error::io(
+                    format!(
+                        "cannot open the cgroup {} (give a directory of the cgroup2 hierarchy, e.g. /sys/fs/cgroup/system.slice)",
+                        path.display()
+                    ),
+                    e,
+                )
+            })?;
+            let fd = dir.as_raw_fd();
+            // perf_event_open takes its own reference to the cgroup.
+            _cgroup_dir = Some(dir);
+            cpus.iter()
+                .map(|&c| Slot {
+                    pid: fd,
+                    cpu: c as i32,
+                    label: format!("cgroup {}, CPU {c}", path.display()),
+                    flags: u64::from(perf_event_open_sys::bindings::PERF_FLAG_PID_CGROUP),
+                })
+                .collect()
+        }
+    };
+    Ok(Scopes { slots, _cgroup_dir })
+}
+
+/// Raises the fd limit for every event of `plans` on every slot.
+pub(super) fn reserve_fds(plans: &[ProbePlan], slots: &[Slot]) -> Result<(), Error> {
+    // A PMU kretprobe has a second fd per slot: its entry counter.
+    let per_slot = plans.len()
+        + plans
+            .iter()
+            .filter(|p| p.is_return() && p.backend == Backend::Pmu)
+            .count();
+    sys::raise_fd_limit(slots.len() * per_slot + 64).map_err(|e| {
+        Error::io(
+            format!(
+                "{} probes on {} CPUs/threads need {} file descriptors; raise the hard limit (ulimit -Hn)",
+                plans.len(),
+                slots.len(),
+                slots.len() * per_slot
+            ),
+            e,
+        )
+    })
+}
+
+/// What the kernel was asked, as [`EventSettings`].
+fn event_settings(opts: &SessionOptions) -> EventSettings {
+    EventSettings {
+        mmap_pages: opts.mmap_pages,
+        write_backward: opts.overwrite,
+        inherit: opts.target.inherits(),
+        enable_on_exec: matches!(
+            opts.target,
+            RecordTarget::Process {
+                enable_on_exec: true,
+                ..
+            }
+        ),
+    }
+}
+
+/// The bytes of each probe's attr as a perf.data file stores them (no
+/// side records).
+pub(super) fn file_attrs(
+    plans: &[ProbePlan],
+    openers: &[Opener],
+    opts: &SessionOptions,
+) -> Vec<Vec<u8>> {
+    let settings = event_settings(opts);
+    plans
+        .iter()
+        .zip(openers)
+        .map(|(plan, &opener)| {
+            sys::attr_bytes(&attr::probe_event(
+                opener,
+                plan,
+                &settings,
+                SideRecords::None,
+            ))
+        })
+        .collect()
+}
+
+/// Opens one probe's event with `open`; a `MOD:SYM` name the kernel
+/// refuses (ENOENT on some 6.1/5.10 stables, EINVAL before ~5.3) is
+/// retried by the address kallsyms gave, with no name. `open` is
+/// perf_event_open on the scope, or a fake in tests.
+pub(super) fn open_retrying_by_address<T>(
+    attr: &sys::perf_event_attr,
+    name: Option<&CStr>,
+    plan: &ProbePlan,
+    opener: Opener,
+    mut open: impl FnMut(&sys::perf_event_attr, Option<&CStr>) -> std::io::Result<T>,
+) -> std::io::Result<T> {
+    let mut opened = open(attr, name);
+    // Some kernels refuse MOD:SYM names over perf_event_open
+    // (ENOENT on some 6.1/5.10 stables, EINVAL before ~5.3):
+    // retry by the address kallsyms gives.
+    if let (Err(e), Opener::Pmu(_), Some(addr)) = (&opened, opener, plan.resolved_address) {
+        let refused_name = matches!(e.raw_os_error(), Some(libc::ENOENT | libc::EINVAL));
+        if refused_name && plan.spec.target_module().is_some() {
+            opened = open(&attr::by_address(attr, plan, addr), None);
+        }
+    }
+    opened
+}
+
+/// Opens one probe's event on `slot`; a `MOD:SYM` name the kernel refuses
+/// is retried by the address kallsyms gave.
+fn open_at(
+    attr: &sys::perf_event_attr,
+    name: Option<&CStr>,
+    plan: &ProbePlan,
+    opener: Opener,
+    slot: &Slot,
+) -> Result<OwnedFd, Error> {
+    let opened = open_retrying_by_address(attr, name, plan, opener, |attr, name| {
+        sys::perf_event_open(attr, name, slot.pid, slot.cpu, slot.flags)
+    });
+    opened.map_err(|source| {
+        let target = match &plan.attach {
+            AttachPoint::Symbol { name, offset: 0 } => name.clone(),
+            AttachPoint::Symbol { name, offset } => format!("{name}+{offset}"),
+            AttachPoint::Address(a) => format!("0x{a:x}"),
+            AttachPoint::User { path, offset } => format!("{path}:0x{offset:x}"),
+        };
+        let errno = source.raw_os_error().unwrap_or(0);
+        let reason = if slot.flags != 0 && matches!(errno, libc::ENOENT | libc::EBADF) {
+            "the kernel keeps no perf_event state for this cgroup (it is not a directory of a cgroup hierarchy with the perf_event controller, or that controller is not enabled there)".to_string()
+        } else {
+            let as_ = match (&plan.attach, opener) {
+                (_, Opener::Tracepoint(_)) => OpenedAs::Tracepoint,
+                (AttachPoint::User { .. }, _) => OpenedAs::Uprobe,
+                _ => OpenedAs::Kprobe,
+            };
+            explain_open_errno(errno, &target, as_)
+        };
+        Error::Open {
+            probe: plan.spec.to_string(),
+            where_: slot.label.clone(),
+            reason,
+            source,
+        }
+    })
+}
+
+/// Every event of a session, open on its scopes.
+pub(super) struct Opened {
+    /// One per ring.
+    pub(super) streams: Vec<CpuStream>,
+    /// Event id -> its probe.
+    pub(super) probe_of_id: HashMap<u64, usize>,
+    /// Per PMU kretprobe (its index) and slot, its entry counter.
+    pub(super) entry_counters: Vec<(usize, OwnedFd)>,
+}
+
+/// What opening every probe on one slot needs.
+struct Opening<'a> {
+    plans: &'a [ProbePlan],
+    openers: &'a [Opener],
+    /// The name (config1) of each probe opened through a PMU by name.
+    names: Vec<Option<CString>>,
+    settings: EventSettings,
+    opts: &'a SessionOptions,
+    /// Some probe is a uprobe: the first event of each ring records
+    /// executable mappings too.
+    any_user: bool,
+    poll: &'a Poll,
+}
+
+/// What became of one slot.
+enum SlotOutcome {
+    /// Its events, the first owning `ring` when it has its own.
+    Opened {
+        fds: Vec<OwnedFd>,
+        ring: Option<StreamRing>,
+    },
+    /// The thread exited after the scan: nothing to record.
+    Gone,
+}
+
+/// Opens every probe on every slot, maps one ring per slot (for
+/// [`RecordTarget::Processes`], one per CPU shared by every thread) and
+/// registers the forward rings with `poll`.
+pub(super) fn open_events(
+    plans: &[ProbePlan],
+    openers: &[Opener],
+    opts: &SessionOptions,
+    slots: &[Slot],
+    poll: &Poll,
+) -> Result<Opened, Error> {
+    let names: Vec<Option<CString>> = plans
+        .iter()
+        .map(|p| match &p.attach {
+            AttachPoint::Symbol { name, .. } => CString::new(name.as_bytes()).ok(),
+            AttachPoint::User { path, .. } => CString::new(path.as_bytes()).ok(),
+            AttachPoint::Address(_) => None,
+        })
+        .collect();
+    let opening = Opening {
+        plans,
+        openers,
+        names,
+        settings: event_settings(opts),
+        opts,
+        any_user: plans.iter().any(is_user),
+        poll,
+    };
+    let mut opened = Opened {
+        streams: Vec::with_capacity(slots.len()),
+        probe_of_id: HashMap::new(),
+        entry_counters: Vec::new(),
+    };
+    // Processes: the stream of each CPU, whose ring every thread's
+    // events on that CPU share (as perf does).
+    let mut ring_of_cpu: Option<HashMap<i32, usize>> =
+        matches!(opts.target, RecordTarget::Processes(_)).then(HashMap::new);
+    for slot in slots {
+        let shared = ring_of_cpu.as_ref().and_then(|m| m.get(&slot.cpu)).copied();
+        let owner = shared
+            .and_then(|s| opened.streams.get(s))
+            .and_then(|s| s.fds.first());
+        let exited = if ring_of_cpu.is_some() {
+            ExitedThread::Skip
+        } else {
+            ExitedThread::Fail
+        };
+        let outcome = opening.open_slot(
+            slot,
+            owner,
+            opened.streams.len(),
+            exited,
+            &mut opened.probe_of_id,
+            &mut opened.entry_counters,
+        )?;
+        let SlotOutcome::Opened { fds, ring } = outcome else {
+            continue;
+        };
+        if let Some(ring) = ring {
+            if let Some(m) = ring_of_cpu.as_mut() {
+                m.insert(slot.cpu, opened.streams.len());
+            }
+            opened.streams.push(CpuStream {
+                ring,
+                fds,
+                cpu: u32::try_from(slot.cpu).ok(),
+                samples: 0,
+            });
+        } else if let Some(stream) = shared.and_then(|s| opened.streams.get_mut(s)) {
+            stream.fds.extend(fds);
+        }
+    }
+    Ok(opened)
+}
+
+/// How a slot's thread having exited is taken.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum ExitedThread {
+    /// Skip the slot (threads of [`RecordTarget::Processes`] found by a
+    /// scan).
+    Skip,
+    /// An error, like any other.
+    Fail,
+}
+
+impl Opening<'_> {
+    /// Opens every probe on `slot`: the first event maps the slot's ring,
+    /// or shares `owner`'s (the ring of another thread on the same CPU);
+    /// the others write to the first's. `token` is the poll token of a new
+    /// ring; `exited` says what a thread gone since the scan means.
+    fn open_slot(
+        &self,
+        slot: &Slot,
+        owner: Option<&OwnedFd>,
+        token: usize,
+        exited: ExitedThread,
+        probe_of_id: &mut HashMap<u64, usize>,
+        entry_counters: &mut Vec<(usize, OwnedFd)>,
+    ) -> Result<SlotOutcome, Error> {
+        let mut fds: Vec<OwnedFd> = Vec::with_capacity(self.plans.len());
+        let mut ring = None;
+        for (i, plan) in self.plans.iter().enumerate() {
+            let side = match (fds.is_empty(), self.any_user) {
+                (false, _) => SideRecords::None,
+                (true, false) => SideRecords::Comm,
+                (true, true) => SideRecords::CommAndMmap,
+            };
+            let (attr, name) = self.attr_and_name(i, plan, side)?;
+            let fd = match open_at(&attr, name, plan, self.openers[i], slot) {
+                // The thread exited after the scan: nothing to record.
+                Err(Error::Open { source, .. })
+                    if exited == ExitedThread::Skip
+                        && source.raw_os_error() == Some(libc::ESRCH) =>
+                {
+                    return Ok(SlotOutcome::Gone);
+                }
+                opened => opened?,
+            };
+            // A PMU kretprobe's entries, counted by the kernel: the
+            // same function's entry probe on the same slot, in
+            // counting mode.
+            if let (true, Opener::Pmu(pmu)) = (plan.is_return(), self.openers[i]) {
+                let counting = attr::entry_counter(&attr, pmu.retprobe_bit);
+                let counter = open_at(&counting, name, plan, self.openers[i], slot)?;
+                entry_counters.push((i, counter));
+            }
+            let id = sys::event_id(&fd).map_err(|e| Error::io("reading a perf event id", e))?;
+            probe_of_id.insert(id, i);
+            match (&ring, owner) {
+                (None, Some(owner)) => {
+                    sys::set_output(&fd, owner).map_err(|e| {
+                        Error::io(format!("sharing the ring buffer of {}", slot.label), e)
+                    })?;
+                }
+                (None, None) => ring = Some(self.map_ring(&fd, slot, token)?),
+                (Some(_), _) => {
+                    sys::set_output(&fd, &fds[0]).map_err(|e| {
+                        Error::io(format!("sharing the ring buffer of {}", slot.label), e)
+                    })?;
+                }
+            }
+            fds.push(fd);
+        }
+        Ok(SlotOutcome::Opened { fds, ring })
+    }
+
+    /// The attr and name (config1) probe `i` is opened with.
+    fn attr_and_name(
+        &self,
+        i: usize,
+        plan: &ProbePlan,
+        side: SideRecords,
+    ) -> Result<(sys::perf_event_attr, Option<&CStr>), Error> {
+        let mut attr = attr::probe_event(self.openers[i], plan, &self.settings, side);
+        let mut name = match self.openers[i] {
+            Opener::Pmu(_) => self.names[i].as_deref(),
+            Opener::Tracepoint(_) => None,
+        };
+        // An inherited event is re-created at every fork of the
+        // recorded command, and the kernel then reads config1 (the
+        // name or path) as a user pointer of the forking process,
+        // which is not ours: the fork fails. So inherited kprobes go
+        // by address, and inherited uprobes through uprobe_events
+        // (made tracepoints above, so they never get here).
+        if self.settings.inherit && name.is_some() {
+            match (&plan.attach, plan.resolved_address) {
+                (AttachPoint::Symbol { .. }, Some(addr)) => {
+                    name = None;
+                    attr = attr::by_address(&attr, plan, addr);
+                }
+                (AttachPoint::User { .. }, _) => {
+                    return Err(Error::io(
+                        format!("following a command's children with the uprobe {}", plan.spec),
+                        std::io::Error::new(
+                            std::io::ErrorKind::Unsupported,
+                            "an inherited uprobe PMU event would make the kernel re-read the binary's path at each fork; it must be defined through uprobe_events (a bug: please report it)",
+                        ),
+                    ))
+                }
+                _ => {
+                    return Err(Error::io(
+                        format!("following a command's children with {}", plan.spec),
+                        std::io::Error::new(
+                            std::io::ErrorKind::Unsupported,
+                            "this needs the symbol's address, which /proc/kallsyms hides from this process (kernel.kptr_restrict=2 hides it even from root): lower kernel.kptr_restrict, or record system-wide with -a",
+                        ),
+                    ))
+                }
+            }
+        }
+        Ok((attr, name))
+    }
+
+    /// Maps the ring of `fd`, the first event of `slot`: read as it fills
+    /// (registered with the poller under `token`), or in flight-recorder
+    /// mode kept read-only and read only on demand.
+    fn map_ring(&self, fd: &OwnedFd, slot: &Slot, token: usize) -> Result<StreamRing, Error> {
+        let opts = self.opts;
+        let what = || {
+            format!(
+                "mapping a {}-page ring buffer for {}",
+                opts.mmap_pages, slot.label
+            )
+        };
+        if opts.overwrite {
+            // Read only on demand: not registered for wakeups.
+            return Ok(StreamRing::Backward(
+                BackwardRing::new(fd, opts.mmap_pages).map_err(|e| Error::io(what(), e))?,
+            ));
+        }
+        let ring = StreamRing::Forward(
+            RingBuffer::new(fd, opts.mmap_pages).map_err(|e| Error::io(what(), e))?,
+        );
+        self.poll
+            .registry()
+            .register(
+                &mut SourceFd(&fd.as_raw_fd()),
+                Token(token),
+                Interest::READABLE,
+            )
+            .map_err(|e| Error::io("registering a ring with the poller", e))?;
+        Ok(ring)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The module symbol of the tests, as kallsyms gives it.
+    const MOD_FN: u64 = 0xffff_ffff_c0a0_1230;
+
+    const PMU: ProbePmu = ProbePmu {
+        type_: 9,
+        retprobe_bit: 0,
+    };
+
+    /// A probe at `spec`, planned for the PMU against a kallsyms with
+    /// `mod_fn` in module `m` at [`MOD_FN`].
+    fn planned(spec: &str) -> ProbePlan {
+        let syms = kprobe_perf_symbols::KernelSymbols::parse(
+            "ffffffff81000000 T _text\nffffffff81234570 T do_sys_openat2\nffffffffc0a01230 t mod_fn\t[m]\n",
+        )
+        .unwrap();
+        crate::plan::resolve(
+            crate::spec::ProbeSpec::parse(spec, kprobe_perf_arch::Arch::X86_64).unwrap(),
+            &syms,
+            kprobe_perf_arch::Arch::X86_64,
+            crate::plan::BackendChoice::Pmu,
+        )
+        .unwrap()
+    }
+
+    fn attr_of(plan: &ProbePlan) -> sys::perf_event_attr {
+        let settings = EventSettings {
+            mmap_pages: 8,
+            write_backward: false,
+            inherit: false,
+            enable_on_exec: false,
+        };
+        attr::probe_event(Opener::Pmu(PMU), plan, &settings, SideRecords::Comm)
+    }
+
+    /// `(config, config2)` of an attr, from its bytes as the kernel reads
+    /// them (config at byte 8, config2 at byte 64).
+    fn configs(attr: &sys::perf_event_attr) -> (u64, u64) {
+        let b = sys::attr_bytes(attr);
+        let at = |o: usize| u64::from_ne_bytes(b[o..o + 8].try_into().unwrap());
+        (at(8), at(64))
+    }
+
+    /// Opens with a fake that fails with each of `errors` in turn, then
+    /// succeeds (fd 42); returns the result and each call's (config,
+    /// config2, name).
+    #[allow(clippy::type_complexity)]
+    fn open_with(
+        plan: &ProbePlan,
+        name: Option<&CStr>,
+        errors: &[i32],
+    ) -> (std::io::Result<i32>, Vec<(u64, u64, Option<String>)>) {
+        let attr = attr_of(plan);
+        let mut calls = Vec::new();
+        let result = open_retrying_by_address(&attr, name, plan, Opener::Pmu(PMU), |a, n| {
+            let (config, config2) = configs(a);
+            calls.push((config, config2, n.map(|n| n.to_string_lossy().into_owned())));
+            match errors.get(calls.len() - 1) {
+                Some(&errno) => Err(std::io::Error::from_raw_os_error(errno)),
+                None => Ok(42),
+            }
+        });
+        (result, calls)
+    }
+
+    #[test]
+    fn a_refused_module_symbol_is_retried_by_address() {
+        let plan = planned("p:m:mod_fn+16");
+        assert_eq!(plan.resolved_address, Some(MOD_FN));
+        let name = CString::new("m:mod_fn").unwrap();
+        for errno in [libc::ENOENT, libc::EINVAL] {
+            let (result, calls) = open_with(&plan, Some(&name), &[errno]);
+            assert_eq!(result.unwrap(), 42);
+            assert_eq!(
+                calls,
+                vec![
+                    (0, 16, Some("m:mod_fn".to_string())),
+                    (0, MOD_FN + 16, None),
+                ],
+                "after errno {errno}"
+            );
+        }
+        // The retry's error is the one reported.
+        let (result, calls) = open_with(&plan, Some(&name), &[libc::ENOENT, libc::EPERM]);
+        assert_eq!(result.unwrap_err().raw_os_error(), Some(libc::EPERM));
+        assert_eq!(calls.len(), 2);
+    }
+
+    #[test]
+    fn other_errors_and_other_probes_are_not_retried() {
+        let plan = planned("p:m:mod_fn+16");
+        let name = CString::new("m:mod_fn").unwrap();
+        // An error that is not about the name.
+        let (result, calls) = open_with(&plan, Some(&name), &[libc::EBUSY]);
+        assert_eq!(result.unwrap_err().raw_os_error(), Some(libc::EBUSY));
+        assert_eq!(calls, vec![(0, 16, Some("m:mod_fn".to_string()))]);
+        // A vmlinux symbol: its name is what the kernel refused.
+        let plan = planned("p:do_sys_openat2");
+        let name = CString::new("do_sys_openat2").unwrap();
+        let (result, calls) = open_with(&plan, Some(&name), &[libc::ENOENT]);
+        assert_eq!(result.unwrap_err().raw_os_error(), Some(libc::ENOENT));
+        assert_eq!(calls, vec![(0, 0, Some("do_sys_openat2".to_string()))]);
+        // A module symbol with no address from kallsyms.
+        let mut plan = planned("p:m:mod_fn");
+        plan.resolved_address = None;
+        let name = CString::new("m:mod_fn").unwrap();
+        let (result, calls) = open_with(&plan, Some(&name), &[libc::ENOENT]);
+        assert!(result.is_err());
+        assert_eq!(calls.len(), 1);
+    }
+
+    #[test]
+    fn a_kretprobe_retry_keeps_the_return_bit() {
+        let plan = planned("r:m:mod_fn");
+        let name = CString::new("m:mod_fn").unwrap();
+        let (result, calls) = open_with(&plan, Some(&name), &[libc::ENOENT]);
+        assert_eq!(result.unwrap(), 42);
+        assert_eq!(
+            calls,
+            vec![(1, 0, Some("m:mod_fn".to_string())), (1, MOD_FN, None)]
+        );
+    }
+}

@@ -1,0 +1,72 @@
+//! The counters a session keeps while decoding: events per probe, lost
+//! and undecodable records, throttling. Shared by the decoder
+//! ([`crate::records`]) and the session ([`crate::session`]), which both
+//! re-export them.
+
+use std::collections::BTreeMap;
+
+/// Counters a session keeps; none of them is ever silently dropped.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct SessionStats {
+    /// Events decoded per probe.
+    pub hits: Vec<u64>,
+    /// Samples the kernel dropped because a ring was full
+    /// (`PERF_RECORD_LOST`), summed over CPUs.
+    pub lost: u64,
+    /// Records that could not be decoded.
+    pub undecodable: u64,
+    /// Samples lost (`PERF_RECORD_LOST`) per CPU (`None`: the record did
+    /// not say), summed over the probes sharing that CPU's ring.
+    pub lost_per_cpu: BTreeMap<Option<u32>, u64>,
+    /// `PERF_RECORD_THROTTLE` / `UNTHROTTLE` records per (CPU, probe): the
+    /// kernel stopped sampling that probe on that CPU for exceeding
+    /// `perf_event_max_sample_rate`, and resumed it.
+    pub throttling: BTreeMap<(Option<u32>, usize), Throttling>,
+}
+
+/// How often the kernel throttled one probe on one CPU.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
+pub struct Throttling {
+    /// `PERF_RECORD_THROTTLE` records: sampling stopped.
+    pub throttled: u64,
+    /// `PERF_RECORD_UNTHROTTLE` records: sampling resumed.
+    pub unthrottled: u64,
+}
+
+impl SessionStats {
+    /// Counts a `PERF_RECORD_LOST` of `count` samples on `cpu`.
+    pub fn note_lost(&mut self, cpu: Option<u32>, count: u64) {
+        self.lost += count;
+        *self.lost_per_cpu.entry(cpu).or_default() += count;
+    }
+
+    /// Counts a `PERF_RECORD_THROTTLE` or `UNTHROTTLE` record (`change`)
+    /// of `probe` on `cpu`.
+    pub fn note_throttle(&mut self, cpu: Option<u32>, probe: usize, change: ThrottleChange) {
+        let t = self.throttling.entry((cpu, probe)).or_default();
+        match change {
+            ThrottleChange::Throttled => t.throttled += 1,
+            ThrottleChange::Unthrottled => t.unthrottled += 1,
+        }
+    }
+
+    /// Throttle records of `probe`, summed over CPUs.
+    pub fn throttling_of(&self, probe: usize) -> Throttling {
+        self.throttling
+            .iter()
+            .filter(|((_, p), _)| *p == probe)
+            .fold(Throttling::default(), |acc, (_, t)| Throttling {
+                throttled: acc.throttled + t.throttled,
+                unthrottled: acc.unthrottled + t.unthrottled,
+            })
+    }
+}
+
+/// What a throttle record says the kernel did to a probe on a CPU.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ThrottleChange {
+    /// `PERF_RECORD_THROTTLE`: sampling stopped.
+    Throttled,
+    /// `PERF_RECORD_UNTHROTTLE`: sampling resumed.
+    Unthrottled,
+}
