@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 
 use kprobe_perf_engine::kernel::{GlobOptions, Kernel, KernelOptions};
 use kprobe_perf_engine::plan::BackendChoice;
-use kprobe_perf_engine::{Session, SessionOptions};
+use kprobe_perf_engine::{sink_fn, Session, SessionOptions};
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     // First, before any thread: a guardian process removes the tracefs
@@ -44,11 +44,14 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let mut by_value: BTreeMap<i64, u64> = BTreeMap::new();
     let end = Instant::now() + Duration::from_secs(secs);
     while Instant::now() < end {
-        session.poll(Some(Duration::from_millis(100)), |e| {
-            if let Some(ret) = e.args[0].as_i64() {
-                *by_value.entry(ret).or_default() += 1;
-            }
-        })?;
+        session.poll(
+            Some(Duration::from_millis(100)),
+            &mut sink_fn(|e| {
+                if let Some(ret) = e.args[0].as_i64() {
+                    *by_value.entry(ret).or_default() += 1;
+                }
+            }),
+        )?;
     }
     for (ret, n) in by_value {
         println!("ret={ret}: {n}");

@@ -192,11 +192,14 @@ fn the_engine_starts_records_and_reaps_a_command() {
     let mut opens = Vec::new();
     let deadline = Instant::now() + Duration::from_secs(60);
     let status = loop {
-        s.poll(Some(Duration::from_millis(100)), |e| {
-            if e.args[0].as_str() == Some("/etc/hostname") {
-                opens.push(e.pid);
-            }
-        })
+        s.poll(
+            Some(Duration::from_millis(100)),
+            &mut kprobe_perf_engine::sink_fn(|e| {
+                if e.args[0].as_str() == Some("/etc/hostname") {
+                    opens.push(e.pid);
+                }
+            }),
+        )
         .unwrap();
         if let Some(status) = s.command_status().unwrap() {
             break status;
@@ -204,11 +207,14 @@ fn the_engine_starts_records_and_reaps_a_command() {
         assert!(Instant::now() < deadline, "the command did not end");
     };
     s.disable().unwrap();
-    s.poll(Some(Duration::ZERO), |e| {
-        if e.args[0].as_str() == Some("/etc/hostname") {
-            opens.push(e.pid);
-        }
-    })
+    s.poll(
+        Some(Duration::ZERO),
+        &mut kprobe_perf_engine::sink_fn(|e| {
+            if e.args[0].as_str() == Some("/etc/hostname") {
+                opens.push(e.pid);
+            }
+        }),
+    )
     .unwrap();
     assert_eq!(status.code(), Some(0));
     assert_eq!(opens, vec![pid; 5], "the command's 5 opens, from its pid");
