@@ -128,7 +128,10 @@ fn process_cpu_ns(pid: u32) -> u64 {
 #[derive(Default)]
 struct ThreadReport {
     busy: Duration,
+    /// CPU time of the calls.
     cpu_ns: u64,
+    /// CPU time and voluntary switches of the thread's whole life.
+    total_ns: u64,
     voluntary: u64,
 }
 
@@ -141,6 +144,7 @@ fn workload_thread(kind: CallKind, path: &Path, calls: u64, rate: Rate) -> Threa
             std::hint::black_box(kpf_live_target(std::hint::black_box(i)));
         }
     };
+    let (cpu_before, _) = thread_usage();
     let mut busy = Duration::ZERO;
     match rate {
         Rate::Max => {
@@ -169,19 +173,22 @@ fn workload_thread(kind: CallKind, path: &Path, calls: u64, rate: Rate) -> Threa
             }
         }
     }
-    let (cpu_ns, voluntary) = thread_usage();
+    // Only the calls: the process's start (exec, loading) is left out.
+    let (cpu_after, vol_after) = thread_usage();
     ThreadReport {
         busy,
-        cpu_ns,
-        voluntary,
+        cpu_ns: cpu_after.saturating_sub(cpu_before),
+        total_ns: cpu_after,
+        voluntary: vol_after,
     }
 }
 
 /// The hidden `live-workload` subcommand: `threads` threads make `calls`
 /// calls in all, then one line goes to `report`:
-/// `calls=N busy_ns=B wall_ns=W cpu_ns=C voluntary=V parent_start_ns=S
-/// parent_end_ns=E` (S and E: the parent's CPU time when the calls began
-/// and ended).
+/// `calls=N busy_ns=B wall_ns=W cpu_ns=C total_cpu_ns=T voluntary=V
+/// parent_start_ns=S parent_end_ns=E` (C: the CPU time of the calls; T and
+/// V: of the whole process; S and E: the parent's CPU time when the calls
+/// began and ended).
 pub fn workload(
     kind: CallKind,
     path: &Path,
@@ -216,10 +223,13 @@ pub fn workload(
     let parent_end = process_cpu_ns(parent);
     let (main_cpu, main_vol) = thread_usage();
     let busy: Duration = reports.iter().map(|r| r.busy).sum();
-    let cpu: u64 = main_cpu + reports.iter().map(|r| r.cpu_ns).sum::<u64>();
+    // During the calls, and the whole process (for the subtraction from
+    // the recorder's getrusage figures, which include it).
+    let cpu: u64 = reports.iter().map(|r| r.cpu_ns).sum::<u64>();
+    let total_cpu = main_cpu + reports.iter().map(|r| r.total_ns).sum::<u64>();
     let vol: u64 = main_vol + reports.iter().map(|r| r.voluntary).sum::<u64>();
     let line = format!(
-        "calls={calls} busy_ns={} wall_ns={} cpu_ns={cpu} voluntary={vol} parent_start_ns={parent_start} parent_end_ns={parent_end}\n",
+        "calls={calls} busy_ns={} wall_ns={} cpu_ns={cpu} total_cpu_ns={total_cpu} voluntary={vol} parent_start_ns={parent_start} parent_end_ns={parent_end}\n",
         busy.as_nanos(),
         wall.as_nanos()
     );
@@ -234,7 +244,8 @@ pub struct LiveOptions {
     pub calls: u64,
     pub rates: Vec<Rate>,
     pub workloads: Vec<CallKind>,
-    /// Also profile the consumers (perf stat counters, a call graph).
+    /// Profile the consumers (perf stat counters, a call graph) instead
+    /// of the tables.
     pub profile: bool,
     /// Only these probe kinds (entry, return, string); empty: all.
     pub probes: Vec<String>,
@@ -273,7 +284,7 @@ fn cases(xtask: &str) -> Vec<ProbeCase> {
             kind: "string",
             kp: "p:do_sys_openat2 path=+0(%si):ustring".into(),
             perf: (None, "kpfb:string=do_sys_openat2 path=+0(%si):ustring".into()),
-            bpftrace: r#"kprobe:do_sys_openat2 /pid == cpid/ { printf("%s\n", str(arg1)); }"#.into(),
+            bpftrace: r#"kprobe:do_sys_openat2 /pid == cpid/ { printf("%s\n", str(uptr(arg1))); }"#.into(),
         },
         ProbeCase {
             workload: CallKind::Call,
@@ -468,15 +479,13 @@ fn perf_lost_from_dump(text: &str) -> u64 {
         .sum()
 }
 
-/// `Lost N events` lines of bpftrace's output.
+/// Events (lines, empty ones too: one printf each) and `Lost N events`
+/// of bpftrace's output file.
 fn bpftrace_output(file: &Path) -> (u64, u64) {
     let text = std::fs::read(file).unwrap_or_default();
     let mut events = 0;
     let mut lost = 0;
-    for l in text.split(|&b| b == b'\n') {
-        if l.is_empty() {
-            continue;
-        }
+    for l in text.split_inclusive(|&b| b == b'\n') {
         let s = String::from_utf8_lossy(l);
         if let Some(rest) = s.strip_prefix("Lost ") {
             if let Some(n) = rest
@@ -622,8 +631,9 @@ impl Runner<'_> {
         let busy = report_field(&line, "busy_ns").unwrap_or(0) as f64;
         // Busy time summed over threads, per call: each call's latency.
         let us_per_call = busy / 1e3 / calls as f64;
-        let w_cpu = report_field(&line, "cpu_ns").unwrap_or(0) as f64 / 1e9;
-        let cpu_us_per_call = w_cpu * 1e6 / calls as f64;
+        let calls_cpu = report_field(&line, "cpu_ns").unwrap_or(0) as f64 / 1e9;
+        let cpu_us_per_call = calls_cpu * 1e6 / calls as f64;
+        let w_cpu = report_field(&line, "total_cpu_ns").unwrap_or(0) as f64 / 1e9;
         let p_start = report_field(&line, "parent_start_ns").unwrap_or(0) as f64 / 1e9;
         let p_end = report_field(&line, "parent_end_ns").unwrap_or(0) as f64 / 1e9;
         let w_vol = report_field(&line, "voluntary").unwrap_or(0) as i64;
@@ -797,6 +807,9 @@ fn measure_in(opts: &LiveOptions, dir: &Path) -> Result<()> {
     );
     println!("stack probes: not measured (kprobe-perf has no stack probe yet)");
     println!("uprobe string probes: not measured (kprobe-perf refuses memory fetches in uprobes)");
+    if opts.profile {
+        return profile(&runner);
+    }
     let mut threads_list = vec![1];
     if cpus > 1 {
         threads_list.push(cpus);
@@ -896,9 +909,6 @@ fn measure_in(opts: &LiveOptions, dir: &Path) -> Result<()> {
         if let Some(p) = &tools.perf {
             perf_undefine(p);
         }
-    }
-    if opts.profile {
-        profile(&runner)?;
     }
     Ok(())
 }
@@ -1165,7 +1175,7 @@ mod tests {
         let dir = std::env::temp_dir().join(format!("kpf-live-test-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
         let f = dir.join("out");
-        std::fs::write(&f, "Attaching 1 probe...\n1\n2\nLost 25 events\n3\n").unwrap();
+        std::fs::write(&f, "Attaching 1 probe...\n1\n\nLost 25 events\n3\n").unwrap();
         assert_eq!(bpftrace_output(&f), (3, 25));
         let _ = std::fs::remove_dir_all(&dir);
     }

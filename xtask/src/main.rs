@@ -132,8 +132,9 @@ enum Task {
         /// comma-separated; default: all.
         #[arg(long, default_value = "")]
         probes: String,
-        /// For live: also profile the consumers (perf stat counters of the
-        /// tool's own process, and a call graph of kprobe-perf's).
+        /// For live: instead of the tables, profile the consumers on one
+        /// thread at full rate (perf stat counters of each tool's own
+        /// process, and a call graph of kprobe-perf's).
         #[arg(long)]
         profile: bool,
         /// For live: run on this host instead of the VM (uprobes only:
