@@ -858,8 +858,11 @@ fn measure_in(opts: &LiveOptions, dir: &Path) -> Result<()> {
                 let mut series: BTreeMap<usize, Series> = BTreeMap::new();
                 for _ in 0..opts.rounds {
                     for (i, tool) in list.iter().enumerate() {
-                        let r = runner.run(tool, &case, &perf_event, threads, rate)?;
-                        series.entry(i).or_default().runs.push(r);
+                        // A failed run is reported and left out, not fatal.
+                        match runner.run(tool, &case, &perf_event, threads, rate) {
+                            Ok(r) => series.entry(i).or_default().runs.push(r),
+                            Err(e) => println!("(a run failed: {e:#})"),
+                        }
                     }
                 }
                 let bare = series
@@ -1047,10 +1050,16 @@ fn profile(runner: &Runner) -> Result<()> {
                     continue;
                 };
                 let Ok(v) = v.parse::<f64>() else { continue };
-                let per = events
-                    .filter(|&e| e > 0)
-                    .map_or(String::new(), |e| format!(" ({:.3}/event)", v / e as f64));
-                let unit = if *name == "task-clock" { " ms" } else { "" };
+                // task-clock is in ms: per event in us; counts per 1000 events.
+                let clock = *name == "task-clock";
+                let per = events.filter(|&e| e > 0).map_or(String::new(), |e| {
+                    if clock {
+                        format!(" ({:.2} us/event)", v * 1e3 / e as f64)
+                    } else {
+                        format!(" ({:.1} per 1000 events)", v * 1e3 / e as f64)
+                    }
+                });
+                let unit = if clock { " ms" } else { "" };
                 parts.push(format!("{name} {v:.0}{unit}{per}"));
             }
             println!(
