@@ -309,7 +309,8 @@ enum Tool {
     Bare,
     /// kprobe-perf record with these options before `-e`; label.
     Kp(&'static str, Vec<&'static str>),
-    Perf,
+    /// perf record with these options before `-e`; label.
+    Perf(&'static str, Vec<&'static str>),
     Bpftrace,
 }
 
@@ -318,7 +319,7 @@ impl Tool {
         match self {
             Tool::Bare => "bare".into(),
             Tool::Kp(l, _) => format!("kprobe-perf {l}"),
-            Tool::Perf => "perf record".into(),
+            Tool::Perf(l, _) => format!("perf record{l}"),
             Tool::Bpftrace => "bpftrace".into(),
         }
     }
@@ -589,10 +590,12 @@ impl Runner<'_> {
                 }
                 cmd.args(["-e", &case.kp, "--"]).args(&w);
             }
-            Tool::Perf => {
+            Tool::Perf(_, extra) => {
                 let perf = self.tools.perf.as_ref().ok_or_else(|| anyhow!("no perf"))?;
                 cmd.arg(perf)
-                    .args(["record", "-N", "-e", perf_event, "-o"])
+                    .args(["record", "-N"])
+                    .args(extra)
+                    .args(["-e", perf_event, "-o"])
                     .arg(&data)
                     .arg("--")
                     .args(&w);
@@ -644,7 +647,7 @@ impl Runner<'_> {
                 Some((e, l)) => (Some(e), Some(l)),
                 None => bail!("no summary line from kprobe-perf: {stderr}"),
             },
-            Tool::Perf => {
+            Tool::Perf(..) => {
                 let perf = self.tools.perf.as_ref().ok_or_else(|| anyhow!("no perf"))?;
                 (perf_samples(&stderr), perf_lost(perf, &data))
             }
@@ -745,14 +748,24 @@ fn tools_for(case: &ProbeCase, tools: &Tools) -> Vec<Tool> {
         Tool::Kp("--json", vec!["--json"]),
         Tool::Kp("-q -o FILE", vec!["-q", "-o", "FILE"]),
     ];
-    if case.kind == "return" && case.workload == CallKind::Open {
+    let kretprobe = case.kind == "return" && case.workload == CallKind::Open;
+    if kretprobe {
         v.push(Tool::Kp(
             "--backend tracefs text",
             vec!["--backend", "tracefs"],
         ));
+        // Nothing read while the workload runs: the handlers' cost alone.
+        v.push(Tool::Kp("--overwrite -q (pmu)", vec!["--overwrite", "-q"]));
+        v.push(Tool::Kp(
+            "--overwrite -q --backend tracefs",
+            vec!["--overwrite", "-q", "--backend", "tracefs"],
+        ));
     }
     if tools.perf.is_some() {
-        v.push(Tool::Perf);
+        v.push(Tool::Perf("", vec![]));
+        if kretprobe {
+            v.push(Tool::Perf(" --overwrite", vec!["--overwrite"]));
+        }
     }
     if tools.bpftrace.is_some() {
         v.push(Tool::Bpftrace);
