@@ -11,7 +11,7 @@
 //! assert_eq!(x86.arg_register(1).map(|r| r.name), Some("di"));
 //! assert_eq!(x86.retval_register().name, "ax");
 //! ```
-
+#![cfg_attr(not(test), warn(unused_crate_dependencies))]
 #![deny(missing_docs)]
 #![forbid(unsafe_code)]
 

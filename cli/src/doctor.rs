@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 
 /// One answer of the doctor.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Check {
+pub(crate) struct Check {
     /// What is checked: "kprobe PMU", "BTF" ...
     pub what: &'static str,
     /// Present and usable.
@@ -50,7 +50,7 @@ const CAP_SYSLOG: u32 = 34;
 const CAP_PERFMON: u32 = 38;
 
 /// Every check, in the order printed.
-pub fn checks(release: &str) -> Vec<Check> {
+pub(crate) fn checks(release: &str) -> Vec<Check> {
     let config = KernelConfig::load(release);
     let mut out = vec![
         pmu_check(
@@ -83,7 +83,7 @@ pub fn checks(release: &str) -> Vec<Check> {
 
 /// Writes the checks: `  ok       WHAT: DETAIL`, or `  missing  ...`
 /// followed by an indented `fix: ...` line.
-pub fn print(out: &mut impl Write, checks: &[Check]) -> std::io::Result<()> {
+pub(crate) fn print(out: &mut impl Write, checks: &[Check]) -> std::io::Result<()> {
     let missing = checks.iter().filter(|c| !c.ok).count();
     writeln!(
         out,
@@ -245,7 +245,7 @@ fn tracefs_check(tracefs: Option<&Path>) -> Check {
 
 /// Whether the tracefs README lists the fprobe event format (`f:`), as
 /// kernels with CONFIG_FPROBE_EVENTS (6.5 and later) do.
-pub fn readme_has_fprobe(readme: &str) -> bool {
+pub(crate) fn readme_has_fprobe(readme: &str) -> bool {
     readme
         .lines()
         .any(|l| l.trim_start().contains(FPROBE_FORMAT))
@@ -304,7 +304,7 @@ fn btf_check(config: &KernelConfig) -> Check {
 }
 
 /// CapEff from /proc/self/status, as a bit mask.
-pub fn cap_eff(status: &str) -> Option<u64> {
+pub(crate) fn cap_eff(status: &str) -> Option<u64> {
     status
         .lines()
         .find_map(|l| l.strip_prefix("CapEff:"))
@@ -395,7 +395,7 @@ fn paranoid_check(caps: Option<u64>) -> Check {
 
 /// The active lockdown mode: the bracketed word of
 /// `none [integrity] confidentiality`.
-pub fn lockdown_mode(text: &str) -> Option<&str> {
+pub(crate) fn lockdown_mode(text: &str) -> Option<&str> {
     let start = text.find('[')? + 1;
     let len = text[start..].find(']')?;
     Some(&text[start..start + len])

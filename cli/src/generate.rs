@@ -16,7 +16,7 @@ const VERB: &str = "__generate";
 
 /// When the command line is `__generate ...`, does it and returns the exit
 /// code; otherwise returns `None` and the normal parser takes over.
-pub fn intercept<C: CommandFactory>() -> Option<ExitCode> {
+pub(crate) fn intercept<C: CommandFactory>() -> Option<ExitCode> {
     let args: Vec<OsString> = std::env::args_os().skip(1).collect();
     if args.first().is_none_or(|a| a != VERB) {
         return None;

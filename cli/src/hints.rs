@@ -11,7 +11,7 @@ use kprobe_perf_engine::Error;
 
 /// The error and its causes as anyhow's `{:#}` prints them (joined by
 /// ": "), each engine error whose advice is a flag in this CLI's words.
-pub fn render(e: &anyhow::Error) -> String {
+pub(crate) fn render(e: &anyhow::Error) -> String {
     e.chain()
         .map(|cause| with_flags(cause).unwrap_or_else(|| cause.to_string()))
         .collect::<Vec<_>>()
@@ -69,7 +69,7 @@ fn tracefs(e: &TracefsError) -> Option<String> {
 }
 
 /// Why `list --why` leaves a function out, with the flag that keeps it.
-pub fn excluded(x: &Excluded) -> String {
+pub(crate) fn excluded(x: &Excluded) -> String {
     match x {
         Excluded::Fragile { .. } => format!("{x} (--include-fragile)"),
         _ => x.to_string(),

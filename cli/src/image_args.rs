@@ -11,7 +11,7 @@ use kprobe_perf_engine::Error;
 
 /// Where kernel text comes from.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
-pub enum TextFrom {
+pub(crate) enum TextFrom {
     /// /proc/kcore when readable, else a vmlinux.
     Auto,
     /// /proc/kcore only.
@@ -22,7 +22,7 @@ pub enum TextFrom {
 
 /// The kernel image options shared by `list`, `probe`, `record` and `info`.
 #[derive(clap::Args, Clone, Debug)]
-pub struct ImageArgs {
+pub(crate) struct ImageArgs {
     /// The running kernel's vmlinux (default: the first of
     /// /usr/lib/debug/boot/vmlinux-$(uname -r),
     /// /usr/lib/debug/lib/modules/$(uname -r)/vmlinux, /boot/vmlinux-$(uname -r),
@@ -47,7 +47,7 @@ pub struct ImageArgs {
 impl ImageArgs {
     /// The engine's options; `sizes` says whether a vmlinux is read for
     /// exact function sizes even when /proc/kcore is readable.
-    pub fn options(&self, sizes: SizesFrom) -> KernelOptions {
+    pub(crate) fn options(&self, sizes: SizesFrom) -> KernelOptions {
         KernelOptions::default()
             .vmlinux(self.vmlinux.clone())
             .system_map(self.system_map.clone())
@@ -72,7 +72,7 @@ fn regular_file(text: &str) -> Result<PathBuf, String> {
 /// The running kernel's symbols and blacklist, for `list`, `probe --lines`
 /// and `info`: unreadable kallsyms is an error; hidden addresses and an
 /// unreadable blacklist are said on stderr.
-pub fn discover(args: &ImageArgs, sizes: SizesFrom) -> Result<Kernel> {
+pub(crate) fn discover(args: &ImageArgs, sizes: SizesFrom) -> Result<Kernel> {
     let kernel = Kernel::discover(args.options(sizes)).context("reading the kernel's symbols")?;
     if kernel.symbols().addresses_hidden() {
         eprintln!(
@@ -86,7 +86,7 @@ pub fn discover(args: &ImageArgs, sizes: SizesFrom) -> Result<Kernel> {
 }
 
 /// Says on stderr which found images the kernel left out, and why.
-pub fn report_skipped(kernel: &Kernel) {
+pub(crate) fn report_skipped(kernel: &Kernel) {
     for s in kernel.take_skipped() {
         eprintln!(
             "kprobe-perf: not using {}: {:#}",
@@ -98,7 +98,7 @@ pub fn report_skipped(kernel: &Kernel) {
 
 /// The engine's error, in the CLI's words: the options to give where the
 /// engine says what to give.
-pub fn explain(e: Error) -> anyhow::Error {
+pub(crate) fn explain(e: Error) -> anyhow::Error {
     let flagged = match &e {
         Error::Kernel(KernelError::Kcore { .. }) => "--text-from kcore",
         Error::Kernel(KernelError::Unplaced { path }) => {
@@ -122,7 +122,7 @@ pub fn explain(e: Error) -> anyhow::Error {
 }
 
 /// The kernel's text, with the images it left out said on stderr.
-pub fn text(
+pub(crate) fn text(
     kernel: &Kernel,
 ) -> Result<Option<&dyn kprobe_perf_engine::preflight::KernelTextSource>> {
     let text = kernel.text().map_err(explain);
@@ -131,7 +131,7 @@ pub fn text(
 }
 
 /// `path (N symbols)` for `info`.
-pub fn describe_image(img: &KernelImage) -> String {
+pub(crate) fn describe_image(img: &KernelImage) -> String {
     let what = if img.has_text() && img.symbols().is_empty() {
         "stripped, no symbols".to_string()
     } else {

@@ -20,7 +20,7 @@ use crate::image_args::{self, describe_image, discover, explain, report_skipped,
 /// The kernel for `record`: kallsyms may be unreadable or hide addresses;
 /// probes then go by name and output shows raw addresses. Nothing is said
 /// about either, nor about the blacklist.
-pub fn record_kernel(image: &ImageArgs) -> Kernel {
+pub(crate) fn record_kernel(image: &ImageArgs) -> Kernel {
     let options: KernelOptions = image.options(SizesFrom::Kallsyms);
     Kernel::discover(options.clone())
         .unwrap_or_else(|_| Kernel::with_symbols(KernelSymbols::default(), options))
@@ -43,7 +43,7 @@ fn selection<'k>(kernel: &'k Kernel, opts: &GlobOptions) -> Result<Selection<'k>
 /// Refuses, before anything is opened, a probe the kernel would refuse
 /// (a mid-instruction offset, a notrace or blacklisted function ...),
 /// when the kernel's text is readable; otherwise the kernel decides.
-pub fn check_plans(kernel: &Kernel, plans: &[kprobe_perf_engine::ProbePlan]) -> Result<()> {
+pub(crate) fn check_plans(kernel: &Kernel, plans: &[kprobe_perf_engine::ProbePlan]) -> Result<()> {
     image_args::text(kernel)?;
     Ok(kernel.check(plans)?)
 }
@@ -53,7 +53,7 @@ pub fn check_plans(kernel: &Kernel, plans: &[kprobe_perf_engine::ProbePlan]) -> 
 /// Under `--backend auto`, on a kernel with fprobe events, a glob becomes
 /// one fprobe event instead (or a few narrower ones, when the kernel's
 /// wildcard would also arm functions `list` leaves out).
-pub fn expand_globs(
+pub(crate) fn expand_globs(
     kernel: &Kernel,
     specs: &[String],
     all_instances: bool,
@@ -110,7 +110,7 @@ fn fprobe_note(f: &FprobeRoute) -> String {
 /// After the session is enabled: for each fprobe event over a glob, the
 /// functions the kernel armed (`enabled_functions`, the lines matching the
 /// event's glob), on stderr.
-pub fn report_armed(plans: &[kprobe_perf_engine::ProbePlan]) {
+pub(crate) fn report_armed(plans: &[kprobe_perf_engine::ProbePlan]) {
     let globs: Vec<(&str, &str)> = plans
         .iter()
         .filter_map(|p| match &p.spec.target {
@@ -150,7 +150,7 @@ pub fn report_armed(plans: &[kprobe_perf_engine::ProbePlan]) {
 }
 
 /// `kprobe-perf list PATTERN... [--why] [--include-fragile]`.
-pub fn list(
+pub(crate) fn list(
     patterns: &[String],
     why: bool,
     include_fragile: bool,
@@ -239,7 +239,7 @@ fn route_text(pattern: &str, kernel: &Kernel, selection: &Selection<'_>) -> Stri
 
 /// `kprobe-perf probe --lines FUNC`: every instruction of FUNC with the
 /// kernel's predicted answer for a kprobe there.
-pub fn lines(func: &str, image: &ImageArgs) -> Result<ExitCode> {
+pub(crate) fn lines(func: &str, image: &ImageArgs) -> Result<ExitCode> {
     let kernel = discover(image, SizesFrom::Vmlinux)?;
     let symbols = kernel.symbols();
     kernel.arch()?;
@@ -322,7 +322,7 @@ pub fn lines(func: &str, image: &ImageArgs) -> Result<ExitCode> {
 /// `kprobe-perf info`: first the doctor's checks (can this kernel and
 /// this process probe, and what to do if not), then the running kernel
 /// as kprobe-perf sees it.
-pub fn info(image: &ImageArgs) -> Result<ExitCode> {
+pub(crate) fn info(image: &ImageArgs) -> Result<ExitCode> {
     let stdout = std::io::stdout();
     let mut out = std::io::BufWriter::new(stdout.lock());
     let rel = kernel::running_release();

@@ -25,7 +25,7 @@ fn value(v: &Value, symbols: &KernelSymbols) -> Json {
 }
 
 /// One event as a JSON object on one line.
-pub fn event(e: &Event, plan: &ProbePlan, symbols: &KernelSymbols) -> String {
+pub(crate) fn event(e: &Event, plan: &ProbePlan, symbols: &KernelSymbols) -> String {
     let mut args = Map::new();
     for (a, v) in plan.args.iter().zip(&e.args) {
         args.insert(a.name.clone(), value(v, symbols));
@@ -61,7 +61,7 @@ pub fn event(e: &Event, plan: &ProbePlan, symbols: &KernelSymbols) -> String {
 /// mode the kernel's hits not printed are `not_kept` (overwritten by
 /// design, or dropped while a dump paused the rings), as the text summary
 /// says, and there is no `lost`; the window is `overwrite`.
-pub fn summary(summary: &Summary) -> String {
+pub(crate) fn summary(summary: &Summary) -> String {
     // Through a `Value`, whose map sorts the keys.
     let mut o = serde_json::to_value(summary).unwrap_or_else(|e| json!({ "error": e.to_string() }));
     if let Json::Object(m) = &mut o {

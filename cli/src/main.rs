@@ -1,4 +1,5 @@
 //! `kprobe-perf`: dynamic kernel probes through perf_event_open.
+#![cfg_attr(not(test), warn(unused_crate_dependencies))]
 
 mod doctor;
 mod generate;
@@ -358,11 +359,10 @@ fn record(args: &RecordArgs) -> Result<ExitCode> {
     }
     let mut session = Session::open(
         plans,
-        SessionOptions {
-            target,
-            mmap_pages,
-            overwrite: args.overwrite,
-        },
+        SessionOptions::default()
+            .with_target(target)
+            .with_mmap_pages(mmap_pages)
+            .with_overwrite(args.overwrite),
     )?;
     // The file is made (an existing one moved aside, or removed with
     // --force) only once the probes are open and the command is ready, so
@@ -614,7 +614,7 @@ impl LiveCount {
 
 /// Ring pages for a window of `mib` MiB: the largest power of two that fits.
 fn overwrite_pages(mib: usize) -> Result<usize> {
-    let page = kprobe_perf_engine::sys::page_size();
+    let page = kprobe_perf_engine::os::page_size();
     let pages = mib
         .checked_mul(1 << 20)
         .map(|b| b / page)

@@ -15,12 +15,12 @@ use kprobe_perf_engine::tracefs;
 use kprobe_perf_engine::{Arch, Event, EventSink, KernelSymbols, Session, Value};
 
 mod create;
-pub use create::NewFile;
+pub(crate) use create::NewFile;
 
 /// Refuses, before anything is attached, a `-o` path the file could never
 /// be written at (a directory, device, FIFO or socket; a directory that
 /// does not exist). Changes nothing.
-pub fn check(path: &Path) -> Result<()> {
+pub(crate) fn check(path: &Path) -> Result<()> {
     create::check(path).map_err(anyhow::Error::msg)?;
     let dir = match path.parent() {
         Some(d) if !d.as_os_str().is_empty() => d,
@@ -41,7 +41,7 @@ pub fn check(path: &Path) -> Result<()> {
 /// is renamed to `path.old` (or with `force` removed; a symbolic link is
 /// never followed), then `path` is made anew, mode 0600. Says on stderr
 /// what was done with an existing file.
-pub fn create(path: &Path, force: bool) -> Result<NewFile> {
+pub(crate) fn create(path: &Path, force: bool) -> Result<NewFile> {
     let (file, note) = create::create(path, force).map_err(anyhow::Error::msg)?;
     if let Some(note) = note {
         eprintln!("kprobe-perf: {note}");
@@ -66,12 +66,12 @@ fn io_source(e: &perfdata::PerfDataError) -> Option<&io::Error> {
 }
 
 /// Note keys of the closing summaries, which `script` prints again.
-pub const NOTE_JSON_SUMMARY: &str = "json_summary";
+pub(crate) const NOTE_JSON_SUMMARY: &str = "json_summary";
 /// The stderr summary lines, joined by newlines.
-pub const NOTE_SUMMARY: &str = "summary";
+pub(crate) const NOTE_SUMMARY: &str = "summary";
 
 /// A perf.data file being written.
-pub struct FileOutput {
+pub(crate) struct FileOutput {
     path: PathBuf,
     /// perf's tracing data, when some probes are tracefs events.
     tracing_data: Option<Vec<u8>>,
@@ -79,7 +79,7 @@ pub struct FileOutput {
 }
 
 /// Records the kernel addresses `e`'s text or JSON line symbolizes.
-pub fn note_addresses(set: &mut HashSet<u64>, e: &Event) {
+pub(crate) fn note_addresses(set: &mut HashSet<u64>, e: &Event) {
     set.insert(e.probe_addr);
     if let Some(r) = e.ret_addr {
         set.insert(r);
@@ -99,7 +99,11 @@ impl FileOutput {
     /// Starts writing `file` (made by [`create`]) for `session`, whose
     /// records each drain then gives it (as an [`EventSink`], or through
     /// another sink that forwards them).
-    pub fn start(file: NewFile, session: &Session, symbols: &KernelSymbols) -> Result<FileOutput> {
+    pub(crate) fn start(
+        file: NewFile,
+        session: &Session,
+        symbols: &KernelSymbols,
+    ) -> Result<FileOutput> {
         let path = file.path().to_path_buf();
         let tracing_data = tracing_data(session)?;
         let Some(file) = file.into_file() else {
@@ -140,7 +144,7 @@ impl FileOutput {
 
     /// Writes the probes, the symbols of `addresses`, the summaries and
     /// the host description, and closes the file.
-    pub fn finish(
+    pub(crate) fn finish(
         self,
         session: &Session,
         symbols: &KernelSymbols,
@@ -251,7 +255,7 @@ fn tracing_data(session: &Session) -> Result<Option<Vec<u8>>> {
             ))
         })
         .collect::<Result<Vec<_>>>()?;
-    let page = u32::try_from(kprobe_perf_engine::sys::page_size()).unwrap_or(4096);
+    let page = u32::try_from(kprobe_perf_engine::os::page_size()).unwrap_or(4096);
     Ok(Some(perfdata::tracing_data(
         page,
         &read("events/header_page")?,

@@ -13,7 +13,7 @@ use crate::{json, text};
 
 /// Arguments of `script`.
 #[derive(clap::Args)]
-pub struct ScriptArgs {
+pub(crate) struct ScriptArgs {
     /// The perf.data file (from `kprobe-perf record -o FILE`).
     #[arg(
         short = 'i',
@@ -28,7 +28,7 @@ pub struct ScriptArgs {
 }
 
 /// Prints every event of the file, then the recording's summary.
-pub fn run(args: &ScriptArgs) -> Result<ExitCode> {
+pub(crate) fn run(args: &ScriptArgs) -> Result<ExitCode> {
     let path = &args.input;
     // A regular file only: a FIFO would block, /dev/zero never end.
     let (file, _) = kprobe_perf_engine::kernel::open_regular(path)

@@ -6,7 +6,7 @@ use kprobe_perf_engine::spec::BaseType;
 use kprobe_perf_engine::{Event, KernelSymbols, ProbePlan, Summary, Value};
 
 /// `sym+0xoff/0xsize`, or the bare address when no symbol holds it.
-pub fn location(symbols: &KernelSymbols, addr: u64) -> String {
+pub(crate) fn location(symbols: &KernelSymbols, addr: u64) -> String {
     match symbols.symbolize(addr) {
         Some(l) => format!("{}+0x{:x}/0x{:x}", l.symbol.name, l.offset, l.size),
         None => format!("0x{addr:x}"),
@@ -16,7 +16,7 @@ pub fn location(symbols: &KernelSymbols, addr: u64) -> String {
 /// The name of the function holding `addr` (ftrace's `%ps`: no offset,
 /// so an entry moved past ENDBR64 still prints as the function), or the
 /// bare address.
-pub fn function(symbols: &KernelSymbols, addr: u64) -> String {
+pub(crate) fn function(symbols: &KernelSymbols, addr: u64) -> String {
     match symbols.symbolize(addr) {
         Some(l) => l.symbol.name.clone(),
         None => format!("0x{addr:x}"),
@@ -193,7 +193,7 @@ fn write_location(s: &mut Vec<u8>, symbols: &KernelSymbols, addr: u64) {
 /// the kprobes seen so far (a kprobe's place is the same at every hit) and
 /// the `comm-tid` column of recent threads.
 #[derive(Default)]
-pub struct LineCache {
+pub(crate) struct LineCache {
     places: Vec<Place>,
     /// Index in `places` of the last place found.
     last_place: usize,
@@ -374,7 +374,7 @@ impl LineCache {
 ///
 /// Appended to `s` (without a newline), allocating nothing when `s` has
 /// room; `cache` remembers places and threads across calls.
-pub fn write_line(
+pub(crate) fn write_line(
     s: &mut Vec<u8>,
     e: &Event,
     plan: &ProbePlan,
@@ -420,13 +420,13 @@ const HEAD_ROOM: usize = Thread::ROOM + 5 + 36;
 
 /// Room [`put_usual_line`] needs: the head, the lead 128, per argument its
 /// ` name=` 32 and a value 21.
-pub const USUAL_LINE_ROOM: usize = HEAD_ROOM + 128 + USUAL_ARGS * (32 + 21);
+pub(crate) const USUAL_LINE_ROOM: usize = HEAD_ROOM + 128 + USUAL_ARGS * (32 + 21);
 
 /// The usual line (a kprobe hit of a known thread and place, with plain
 /// integer arguments only), written from cached pieces at the start of
 /// `out` (at least [`USUAL_LINE_ROOM`] bytes): its length, or `None`
 /// (with `out` scribbled on) for any other line.
-pub fn put_usual_line(out: &mut [u8], e: &Event, cache: &mut LineCache) -> Option<usize> {
+pub(crate) fn put_usual_line(out: &mut [u8], e: &Event, cache: &mut LineCache) -> Option<usize> {
     if out.len() < USUAL_LINE_ROOM || e.ret_addr.is_some() || e.args.len() > USUAL_ARGS {
         return None;
     }
@@ -583,7 +583,7 @@ fn unreturned_line(p: &ProbePlan, n: u64, default_maxactive: impl Fn() -> u64) -
 /// The closing summary's lines, for stderr (and the -o file's note):
 /// the counts ([`summary`]), the kernel's misses, the losses per CPU and
 /// throttling, and the flight recorder's window.
-pub fn summary_lines(s: &Summary, plans: &[ProbePlan]) -> Vec<String> {
+pub(crate) fn summary_lines(s: &Summary, plans: &[ProbePlan]) -> Vec<String> {
     let mut lines = vec![summary(s)];
     lines.extend(misses(s, plans));
     lines.extend(loss_and_throttle_lines(s));
@@ -736,21 +736,23 @@ mod tests {
             plan("p:do_sys_open"),
         ];
         let int = |raw: u64, ty| Value::Int { raw, ty };
-        let event = |probe: usize, comm: &str, tid: i32, cpu: u32, args: Vec<Value>| Event {
-            probe,
-            cpu,
-            pid: tid,
-            tid,
-            comm: Arc::from(comm),
-            time_ns: 1_234_567_890_123,
-            ip: 0xffff_ffff_8123_4691,
-            probe_addr: if probe == 0 {
+        let event = |probe: usize, comm: &str, tid: i32, cpu: u32, args: Vec<Value>| {
+            let mut e = Event::default();
+            e.probe = probe;
+            e.cpu = cpu;
+            e.pid = tid;
+            e.tid = tid;
+            e.comm = Arc::from(comm);
+            e.time_ns = 1_234_567_890_123;
+            e.ip = 0xffff_ffff_8123_4691;
+            e.probe_addr = if probe == 0 {
                 0xffff_ffff_8123_45a0
             } else {
                 0xffff_ffff_8123_4690
-            },
-            ret_addr: (probe == 1).then_some(0xffff_ffff_8123_45b7),
-            args,
+            };
+            e.ret_addr = (probe == 1).then_some(0xffff_ffff_8123_45b7);
+            e.args = args;
+            e
         };
         let usual = vec![
             int(u64::MAX - 99, BaseType::Signed(32)),

@@ -9,13 +9,13 @@ use std::process::ExitCode;
 use kprobe_perf_engine::cpus;
 
 /// The longest `-d`: 365 days, in seconds.
-pub const MAX_DURATION_SECS: f64 = 365.0 * 24.0 * 3600.0;
+pub(crate) const MAX_DURATION_SECS: f64 = 365.0 * 24.0 * 3600.0;
 /// The largest ring per CPU or thread, in bytes (`-m`, `--overwrite-size`).
-pub const MAX_RING_BYTES: usize = 1 << 30;
+pub(crate) const MAX_RING_BYTES: usize = 1 << 30;
 
 /// `-d SECS`: a finite number of seconds, more than 0 and at most
 /// [`MAX_DURATION_SECS`].
-pub fn duration(text: &str) -> Result<f64, String> {
+pub(crate) fn duration(text: &str) -> Result<f64, String> {
     let accepted = format!(
         "give a number of seconds more than 0 and at most {MAX_DURATION_SECS:.0} (365 days), such as 10 or 0.5"
     );
@@ -37,12 +37,12 @@ pub fn duration(text: &str) -> Result<f64, String> {
 
 /// The most pages a ring may have (a power of two: 1 GiB with 4 KiB pages).
 fn max_ring_pages() -> usize {
-    let page = kprobe_perf_engine::sys::page_size().max(1);
+    let page = kprobe_perf_engine::os::page_size().max(1);
     1usize << (MAX_RING_BYTES / page).max(1).ilog2()
 }
 
 /// `-m PAGES`: a power of two from 1 to a ring of [`MAX_RING_BYTES`].
-pub fn mmap_pages(text: &str) -> Result<usize, String> {
+pub(crate) fn mmap_pages(text: &str) -> Result<usize, String> {
     let max = max_ring_pages();
     let accepted = format!(
         "give a power of two from 1 to {max} ({} MiB per ring)",
@@ -69,7 +69,7 @@ pub fn mmap_pages(text: &str) -> Result<usize, String> {
 }
 
 /// `--overwrite-size MIB`: from 1 MiB to [`MAX_RING_BYTES`].
-pub fn overwrite_mib(text: &str) -> Result<usize, String> {
+pub(crate) fn overwrite_mib(text: &str) -> Result<usize, String> {
     let max = MAX_RING_BYTES >> 20;
     let accepted = format!("give a number of MiB from 1 to {max}");
     let mib: u64 = text
@@ -84,11 +84,11 @@ pub fn overwrite_mib(text: &str) -> Result<usize, String> {
 
 /// A `-C` list: online CPUs, sorted, each once.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct CpuList(pub Vec<u32>);
+pub(crate) struct CpuList(pub Vec<u32>);
 
 /// `-C LIST`: CPUs of this machine that are online. Numbers are checked
 /// against the possible CPUs before a range is expanded.
-pub fn cpu_list(text: &str) -> Result<CpuList, String> {
+pub(crate) fn cpu_list(text: &str) -> Result<CpuList, String> {
     let list = cpus::parse_cpu_list(text, cpus::cpu_limit()).map_err(|e| e.to_string())?;
     if let Ok(online) = cpus::online_cpus() {
         let offline: Vec<u32> = list
@@ -128,24 +128,24 @@ fn task_id(text: &str, what: &str, plural: &str) -> Result<i32, String> {
 }
 
 /// One pid of `-p`.
-pub fn pid(text: &str) -> Result<i32, String> {
+pub(crate) fn pid(text: &str) -> Result<i32, String> {
     task_id(text, "process", "processes")
 }
 
 /// One tid of `-t`.
-pub fn tid(text: &str) -> Result<i32, String> {
+pub(crate) fn tid(text: &str) -> Result<i32, String> {
     task_id(text, "thread", "threads")
 }
 
 /// Sorts pids or tids and drops repeats: a task listed twice would have
 /// each of its events counted twice.
-pub fn merge_duplicates(ids: &mut Vec<i32>) {
+pub(crate) fn merge_duplicates(ids: &mut Vec<i32>) {
     ids.sort_unstable();
     ids.dedup();
 }
 
 /// Where a `-G` cgroup is: a path, or a name under /sys/fs/cgroup.
-pub fn cgroup_path(cg: &Path) -> PathBuf {
+pub(crate) fn cgroup_path(cg: &Path) -> PathBuf {
     if cg.is_absolute() {
         cg.to_path_buf()
     } else {
@@ -154,7 +154,7 @@ pub fn cgroup_path(cg: &Path) -> PathBuf {
 }
 
 /// `-G CGROUP`: an existing directory of the cgroup hierarchy.
-pub fn cgroup(text: &str) -> Result<PathBuf, String> {
+pub(crate) fn cgroup(text: &str) -> Result<PathBuf, String> {
     let given = PathBuf::from(text);
     let dir = cgroup_path(&given);
     if text.is_empty() || !dir.is_dir() {
@@ -169,7 +169,7 @@ pub fn cgroup(text: &str) -> Result<PathBuf, String> {
 /// Prints a command-line error as one `kprobe-perf: ` line (clap's tip,
 /// if any, kept on that line) and returns exit status 1; help and version
 /// requests print as clap prints them.
-pub fn usage_error(e: clap::Error) -> ExitCode {
+pub(crate) fn usage_error(e: clap::Error) -> ExitCode {
     use clap::error::ErrorKind;
     if matches!(
         e.kind(),
@@ -248,7 +248,7 @@ mod tests {
     fn ring_sizes() {
         let max = max_ring_pages();
         assert!(max.is_power_of_two());
-        assert_eq!(max * kprobe_perf_engine::sys::page_size(), MAX_RING_BYTES);
+        assert_eq!(max * kprobe_perf_engine::os::page_size(), MAX_RING_BYTES);
         assert_eq!(mmap_pages("1"), Ok(1));
         assert_eq!(mmap_pages("128"), Ok(128));
         assert_eq!(mmap_pages(&max.to_string()), Ok(max));

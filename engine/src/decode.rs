@@ -14,8 +14,10 @@ use crate::spec::{ArgType, BaseType};
 /// Size of `struct trace_entry` at the start of a kprobe's raw data.
 const TRACE_ENTRY_SIZE: usize = 8;
 
-/// One probe hit, decoded.
+/// One probe hit, decoded. `Default` gives an empty event (probe 0,
+/// comm `""`, no arguments) to fill in, e.g. for tests of a sink.
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct Event {
     /// Index of the probe in the session's plan list.
     pub probe: usize,
@@ -40,6 +42,23 @@ pub struct Event {
     pub ret_addr: Option<u64>,
     /// Argument values in plan order, typed for printing.
     pub args: Vec<Value>,
+}
+
+impl Default for Event {
+    fn default() -> Self {
+        Event {
+            probe: 0,
+            cpu: 0,
+            pid: 0,
+            tid: 0,
+            comm: Arc::from(""),
+            time_ns: 0,
+            ip: 0,
+            probe_addr: 0,
+            ret_addr: None,
+            args: Vec::new(),
+        }
+    }
 }
 
 /// A fetched value and how to print it.

@@ -7,7 +7,7 @@
 //! sample into an [`Event`], handed to an [`EventSink`] given to each
 //! drain. See `examples/record.rs` for an embedding, and
 //! `examples/tokio_record.rs` for a session in a tokio task.
-
+#![cfg_attr(not(test), warn(unused_crate_dependencies))]
 #![deny(missing_docs)]
 
 pub mod analysis;
@@ -19,20 +19,30 @@ pub mod filter;
 pub mod guardian;
 pub mod kcore;
 pub mod kernel;
+pub mod os;
 pub mod perfdata;
 pub mod plan;
 pub mod pmu;
 pub mod preflight;
 pub mod process;
 pub mod records;
+/// The per-CPU ring reader (public with the `test-util` feature only).
+#[cfg(feature = "test-util")]
 pub mod ring;
+#[cfg(not(feature = "test-util"))]
+mod ring;
 pub mod select;
 pub mod session;
 pub mod sink;
 pub mod spec;
 mod stats;
 pub mod summary;
+/// The one syscall layer (public with the `test-util` feature only:
+/// tests that open perf events by hand).
+#[cfg(feature = "test-util")]
 pub mod sys;
+#[cfg(not(feature = "test-util"))]
+mod sys;
 pub mod target;
 pub mod tracefs;
 

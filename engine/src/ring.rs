@@ -98,6 +98,7 @@ impl RingBuffer {
     }
 
     /// Bytes written by the kernel and not yet consumed.
+    #[cfg_attr(not(feature = "test-util"), allow(dead_code))] // tests and fuzzers
     pub fn pending(&self) -> u64 {
         let (head, tail) = self.head_tail();
         head.load(Ordering::Acquire)
@@ -275,6 +276,7 @@ impl BackwardRing {
     }
 
     /// Size of the data area in bytes.
+    #[cfg_attr(not(feature = "test-util"), allow(dead_code))] // tests and fuzzers
     pub fn data_size(&self) -> usize {
         self.data_size
     }

@@ -31,6 +31,7 @@ pub use crate::target::{CommandScope, RecordTarget};
 
 /// Session settings.
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct SessionOptions {
     /// Whose hits to record.
     pub target: RecordTarget,
@@ -40,6 +41,27 @@ pub struct SessionOptions {
     /// read-only, so the kernel keeps the newest records and overwrites
     /// the oldest; nothing is read until [`Session::dump_overwrite`].
     pub overwrite: bool,
+}
+
+impl SessionOptions {
+    /// Records `target` (default: every CPU).
+    pub fn with_target(mut self, target: RecordTarget) -> Self {
+        self.target = target;
+        self
+    }
+
+    /// `pages` data pages per ring, a power of two (default:
+    /// [`DEFAULT_MMAP_PAGES`]).
+    pub fn with_mmap_pages(mut self, pages: usize) -> Self {
+        self.mmap_pages = pages;
+        self
+    }
+
+    /// Flight-recorder mode (see [`SessionOptions::overwrite`]).
+    pub fn with_overwrite(mut self, overwrite: bool) -> Self {
+        self.overwrite = overwrite;
+        self
+    }
 }
 
 impl Default for SessionOptions {
@@ -57,6 +79,7 @@ impl Default for SessionOptions {
 /// no sample) and the returns the kretprobe reported (its own count,
 /// samples lost to a full ring included).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct CallCounts {
     /// Calls that entered the function while the session was enabled.
     pub entries: u64,
@@ -91,6 +114,7 @@ struct CpuStream {
 
 /// Hits and misses the kernel counted for a tracefs probe.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct KernelCounts {
     /// Times the probe fired.
     pub hits: u64,

@@ -7,6 +7,7 @@ use std::collections::BTreeMap;
 
 /// Counters a session keeps; none of them is ever silently dropped.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct SessionStats {
     /// Events decoded per probe.
     pub hits: Vec<u64>,
@@ -26,6 +27,7 @@ pub struct SessionStats {
 
 /// How often the kernel throttled one probe on one CPU.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
+#[non_exhaustive]
 pub struct Throttling {
     /// `PERF_RECORD_THROTTLE` records: sampling stopped.
     pub throttled: u64,

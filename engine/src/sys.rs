@@ -445,6 +445,7 @@ impl Mapping {
     }
 
     /// True for an empty mapping (never, once created).
+    #[cfg_attr(not(feature = "test-util"), allow(dead_code))] // tests and fuzzers
     pub fn is_empty(&self) -> bool {
         self.len == 0
     }

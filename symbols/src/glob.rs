@@ -42,7 +42,7 @@ pub fn is_glob(pattern: &str) -> bool {
 
 impl Glob {
     /// Compiles `pattern`; every string is a valid pattern.
-    pub fn new(pattern: &str) -> Self {
+    pub(crate) fn new(pattern: &str) -> Self {
         let p = pattern.as_bytes();
         let mut tokens = Vec::with_capacity(p.len());
         let mut i = 0;
@@ -73,7 +73,7 @@ impl Glob {
     }
 
     /// True when the whole of `text` matches.
-    pub fn is_match(&self, text: &str) -> bool {
+    pub(crate) fn is_match(&self, text: &str) -> bool {
         let t = text.as_bytes();
         let toks = &self.tokens;
         let (mut ti, mut pi) = (0, 0);
@@ -107,7 +107,7 @@ impl Glob {
     }
 
     /// The literal text this glob matches when it has no metacharacter.
-    pub fn literal(&self) -> Option<String> {
+    pub(crate) fn literal(&self) -> Option<String> {
         let bytes = self
             .tokens
             .iter()

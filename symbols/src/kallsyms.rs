@@ -40,7 +40,7 @@ pub(crate) struct Bounds {
 
 impl Bounds {
     /// True when both ends are known and `address` lies between them.
-    pub fn contains(&self, address: u64) -> bool {
+    pub(crate) fn contains(&self, address: u64) -> bool {
         match (self.start, self.end) {
             (Some(s), Some(e)) => s <= address && address < e,
             _ => false,
@@ -81,7 +81,7 @@ pub(crate) struct Table {
 
 impl Table {
     /// The name of entry `e`.
-    pub fn name(&self, e: &Entry) -> &str {
+    pub(crate) fn name(&self, e: &Entry) -> &str {
         let start = e.name_start as usize;
         self.names
             .get(start..start + e.name_len as usize)
@@ -90,7 +90,7 @@ impl Table {
 
     /// The name of entry `e`, as bytes.
     #[inline]
-    pub fn name_bytes(&self, e: &Entry) -> &[u8] {
+    pub(crate) fn name_bytes(&self, e: &Entry) -> &[u8] {
         let start = e.name_start as usize;
         self.names
             .as_bytes()
@@ -99,7 +99,7 @@ impl Table {
     }
 
     /// The module of entry `e`, `None` for the core kernel.
-    pub fn module(&self, e: &Entry) -> Option<&str> {
+    pub(crate) fn module(&self, e: &Entry) -> Option<&str> {
         let m = e.module.checked_sub(1)?;
         self.modules.get(m as usize).map(String::as_str)
     }
@@ -123,7 +123,7 @@ pub(crate) struct Parser {
 }
 
 impl Parser {
-    pub fn new(capacity_hint: usize) -> Self {
+    pub(crate) fn new(capacity_hint: usize) -> Self {
         // About 44 bytes a line and 24 of them name, on 6.x kernels.
         let lines = capacity_hint / 40;
         Parser {
@@ -140,7 +140,7 @@ impl Parser {
 
     /// Parses `text`, which must end at a line boundary (or at the end of
     /// the input).
-    pub fn feed(&mut self, text: &str) -> Result<(), ParseError> {
+    pub(crate) fn feed(&mut self, text: &str) -> Result<(), ParseError> {
         let bytes = text.as_bytes();
         let mut pos = 0;
         while pos < bytes.len() {
@@ -290,13 +290,13 @@ impl Parser {
     }
 
     /// The 1-based number of the last line fed.
-    pub fn line(&self) -> usize {
+    pub(crate) fn line(&self) -> usize {
         self.line
     }
 
     /// Sorts by address (keeping file order among equal addresses, as the
     /// kernel lists aliases) and returns the table.
-    pub fn finish(mut self) -> Table {
+    pub(crate) fn finish(mut self) -> Table {
         let entries = &mut self.table.entries;
         if !entries.is_sorted_by_key(|e| e.address) {
             entries.sort_by_key(|e| e.address);

@@ -25,7 +25,7 @@
 //! [`lookup`](KernelSymbols::lookup), [`names`](KernelSymbols::names) or
 //! literal [`matches`](KernelSymbols::matches); a table is `Sync`, so that
 //! work is shared between threads.
-
+#![cfg_attr(not(test), warn(unused_crate_dependencies))]
 #![deny(missing_docs)]
 
 pub mod elf;

@@ -43,7 +43,7 @@ fn hash32(name: &[u8]) -> u64 {
 
 impl NameIndex {
     /// Indexes every entry of `table`.
-    pub fn build(table: &Table) -> Self {
+    pub(crate) fn build(table: &Table) -> Self {
         // Entry counts fit in u32: the parser refuses more.
         let mut keys: Vec<u64> = table
             .entries
@@ -56,7 +56,11 @@ impl NameIndex {
     }
 
     /// The entries named `name`, in address order.
-    pub fn get<'a>(&'a self, table: &'a Table, name: &'a str) -> impl Iterator<Item = usize> + 'a {
+    pub(crate) fn get<'a>(
+        &'a self,
+        table: &'a Table,
+        name: &'a str,
+    ) -> impl Iterator<Item = usize> + 'a {
         let h = hash32(name.as_bytes());
         let from = self.keys.partition_point(|&k| k >> 32 < h);
         self.keys[from..]
@@ -67,7 +71,7 @@ impl NameIndex {
     }
 
     /// The first entry of every distinct name, in no particular order.
-    pub fn firsts<'a>(&'a self, table: &'a Table) -> impl Iterator<Item = usize> + 'a {
+    pub(crate) fn firsts<'a>(&'a self, table: &'a Table) -> impl Iterator<Item = usize> + 'a {
         let name = move |k: u64| table.name(&table.entries[(k & 0xffff_ffff) as usize]);
         self.keys.iter().enumerate().filter_map(move |(at, &k)| {
             // Earlier keys of the same hash: a duplicate, or (rarely) another

@@ -81,8 +81,8 @@ pub fn kprobes_available(test: &str) -> bool {
 /// the test is skipped ([`skip`]).
 pub fn uprobes_available(test: &str) -> bool {
     let pmu = std::path::Path::new("/sys/bus/event_source/devices/uprobe").exists();
-    let admin = kprobe_perf_engine::sys::effective_capabilities()
-        .is_ok_and(|c| c & (1u64 << kprobe_perf_engine::sys::CAP_SYS_ADMIN) != 0);
+    let admin = kprobe_perf_engine::os::effective_capabilities()
+        .is_ok_and(|c| c & (1u64 << kprobe_perf_engine::os::CAP_SYS_ADMIN) != 0);
     if !(pmu && admin) {
         skip(test, "no uprobe PMU here, or no CAP_SYS_ADMIN");
     }
@@ -271,3 +271,9 @@ mod tests {
         assert_eq!(skip_line("t", "no perf"), "SKIP t: no perf");
     }
 }
+
+/// The README, whose Rust block (the embedding example) is compiled as a
+/// doctest of this crate, so it keeps up with the engine's API.
+#[cfg(doctest)]
+#[doc = include_str!("../../README.md")]
+pub struct ReadmeDoctests;

@@ -159,7 +159,7 @@ fn preflight_agrees_with_the_kernel() {
         names[..names.len().min(8)].join(", "),
         picked.iter().filter(|f| f.symbol.module.is_some()).count()
     );
-    kprobe_perf_engine::sys::raise_fd_limit(4096).unwrap();
+    kprobe_perf_engine::os::raise_fd_limit(4096).unwrap();
     let started = Instant::now();
     let (mut open_time, mut close_time) = (Duration::ZERO, Duration::ZERO);
     let mut pending = Vec::new();

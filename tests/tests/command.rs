@@ -180,10 +180,7 @@ fn the_engine_starts_records_and_reaps_a_command() {
     ];
     let mut s = Session::open(
         plans.clone(),
-        SessionOptions {
-            target: RecordTarget::command(argv),
-            ..SessionOptions::default()
-        },
+        SessionOptions::default().with_target(RecordTarget::command(argv)),
     )
     .unwrap();
     let pid = s.command_pid().unwrap();
@@ -222,10 +219,11 @@ fn the_engine_starts_records_and_reaps_a_command() {
 
     let mut s = Session::open(
         plans,
-        SessionOptions {
-            target: RecordTarget::command(vec!["sh".into(), "-c".into(), "exit 3".into()]),
-            ..SessionOptions::default()
-        },
+        SessionOptions::default().with_target(RecordTarget::command(vec![
+            "sh".into(),
+            "-c".into(),
+            "exit 3".into(),
+        ])),
     )
     .unwrap();
     s.enable().unwrap();

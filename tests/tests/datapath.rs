@@ -21,11 +21,9 @@ fn tiny_ring_loss_matches_the_kernel_count() {
     let plans = plan_probes(&["p:do_sys_openat2 path=+0(%si):ustring"], &symbols).unwrap();
     let mut s = Session::open(
         plans,
-        SessionOptions {
-            target: RecordTarget::AllCpus,
-            mmap_pages: 1,
-            overwrite: false,
-        },
+        SessionOptions::default()
+            .with_target(RecordTarget::AllCpus)
+            .with_mmap_pages(1),
     )
     .unwrap();
     s.enable().unwrap();
@@ -144,7 +142,7 @@ fn events_from_all_cpus_come_out_in_time_order() {
             let cpu = online[t % online.len()];
             let pinned = std::sync::Arc::clone(&pinned);
             std::thread::spawn(move || {
-                let tid = kprobe_perf_engine::sys::gettid();
+                let tid = kprobe_perf_engine::os::gettid();
                 let out = Command::new("taskset")
                     .args(["-p", "-c", &cpu.to_string(), &tid.to_string()])
                     .output()
@@ -155,7 +153,7 @@ fn events_from_all_cpus_come_out_in_time_order() {
                 for i in 0..50 {
                     let _ = std::fs::File::open(format!("/nonexistent/kprobe-perf-order-{t}-{i}"));
                 }
-                kprobe_perf_engine::sys::gettid()
+                kprobe_perf_engine::os::gettid()
             })
         })
         .collect();

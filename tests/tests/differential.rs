@@ -113,7 +113,7 @@ fn kprobe_perf_and_perf_record_the_same_values() {
                         let name = dir.join(format!("missing-{t}-{}", "x".repeat(i % 7)));
                         assert!(std::fs::File::open(&name).is_err());
                     }
-                    kprobe_perf_engine::sys::gettid()
+                    kprobe_perf_engine::os::gettid()
                 })
             })
             .collect();

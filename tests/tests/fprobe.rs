@@ -42,7 +42,7 @@ fn read_once(path: &str, buf: usize) -> i32 {
         let mut b = vec![0u8; buf];
         let n = f.read(&mut b).unwrap();
         assert!(n > 0);
-        kprobe_perf_engine::sys::gettid()
+        kprobe_perf_engine::os::gettid()
     })
     .join()
     .unwrap()
@@ -261,7 +261,7 @@ fn tracepoint_probe_and_entry_args_at_return() {
     // pointer, non-zero.
     let child = std::process::Command::new("/bin/true").status().unwrap();
     assert!(child.success());
-    let me = kprobe_perf_engine::sys::gettid();
+    let me = kprobe_perf_engine::os::gettid();
     let forks = events_of(&mut session, me, 1);
     let forks: Vec<&Event> = forks.iter().filter(|e| e.probe == 0).collect();
     assert_eq!(forks.len(), 1, "{forks:?}");

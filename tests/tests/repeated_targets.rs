@@ -27,7 +27,7 @@ fn record_calls(target: impl Fn(i32) -> Vec<String>) -> BTreeMap<u64, u32> {
     let caller = {
         let (stop, tid) = (Arc::clone(&stop), Arc::clone(&tid));
         std::thread::spawn(move || {
-            tid.store(kprobe_perf_engine::sys::gettid() as u32, Ordering::SeqCst);
+            tid.store(kprobe_perf_engine::os::gettid() as u32, Ordering::SeqCst);
             let mut call = 0;
             while !stop.load(Ordering::SeqCst) {
                 call += 1;

@@ -69,13 +69,10 @@ fn a_sink_error_or_break_stops_the_drain_and_the_rest_comes_next() {
     .unwrap();
     let mut s = Session::open(
         plans,
-        SessionOptions {
-            target: RecordTarget::Cpus(vec![0]),
-            ..SessionOptions::default()
-        },
+        SessionOptions::default().with_target(RecordTarget::Cpus(vec![0])),
     )
     .unwrap();
-    let tid = kprobe_perf_engine::sys::gettid();
+    let tid = kprobe_perf_engine::os::gettid();
     let pinned = Command::new("taskset")
         .args(["-p", "-c", "0", &tid.to_string()])
         .output()

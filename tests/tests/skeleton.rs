@@ -41,7 +41,7 @@ fn openat_entry_and_return_values_of_a_known_thread() {
 
     let existing = std::env::current_exe().unwrap();
     let (tid, fd) = std::thread::spawn(move || {
-        let tid = kprobe_perf_engine::sys::gettid();
+        let tid = kprobe_perf_engine::os::gettid();
         let file = std::fs::File::open(&existing).expect("opening our own executable");
         let missing = std::fs::File::open("/nonexistent/kprobe-perf-test").unwrap_err();
         assert_eq!(missing.raw_os_error(), Some(ENOENT as i32));

@@ -15,14 +15,7 @@ const OPEN_PATH: &str = "p:do_sys_openat2 path=+0(%si):ustring";
 fn session(specs: &[&str], target: RecordTarget) -> Session {
     let symbols = KernelSymbols::load().unwrap();
     let plans = plan_probes(specs, &symbols).unwrap();
-    let mut s = Session::open(
-        plans,
-        SessionOptions {
-            target,
-            ..Default::default()
-        },
-    )
-    .unwrap();
+    let mut s = Session::open(plans, SessionOptions::default().with_target(target)).unwrap();
     s.enable().unwrap();
     s
 }
@@ -66,7 +59,7 @@ fn thread_target_sees_only_that_thread() {
     let (mine, other) = (unique("mine"), unique("other"));
     let m2 = mine.clone();
     let t = std::thread::spawn(move || {
-        tx.send(kprobe_perf_engine::sys::gettid()).unwrap();
+        tx.send(kprobe_perf_engine::os::gettid()).unwrap();
         go_rx.recv().unwrap();
         let _ = std::fs::File::open(&m2);
         let _ = std::fs::File::open(&m2);

@@ -66,14 +66,12 @@ fn the_session_fd_is_readable_past_the_watermark_only() {
     .unwrap();
     let mut s = Session::open(
         plans,
-        SessionOptions {
-            target: RecordTarget::Cpus(vec![0]),
-            mmap_pages: 8,
-            overwrite: false,
-        },
+        SessionOptions::default()
+            .with_target(RecordTarget::Cpus(vec![0]))
+            .with_mmap_pages(8),
     )
     .unwrap();
-    let tid = kprobe_perf_engine::sys::gettid();
+    let tid = kprobe_perf_engine::os::gettid();
     let pinned = Command::new("taskset")
         .args(["-p", "-c", "0", &tid.to_string()])
         .output()

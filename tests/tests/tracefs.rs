@@ -63,7 +63,7 @@ fn kernel_fetched_string_is_exact() {
         .name("probe-me".into())
         .spawn(move || {
             let _ = std::fs::File::open(&p2);
-            kprobe_perf_engine::sys::gettid()
+            kprobe_perf_engine::os::gettid()
         })
         .unwrap()
         .join()
@@ -120,7 +120,7 @@ fn maxactive_bounds_concurrent_returns_and_misses_are_counted() {
                 std::thread::spawn(move || {
                     b.wait();
                     std::thread::sleep(Duration::from_millis(800));
-                    kprobe_perf_engine::sys::gettid()
+                    kprobe_perf_engine::os::gettid()
                 })
             })
             .collect();
@@ -304,7 +304,7 @@ fn pmu_kretprobe_misses_are_inferred_from_entries() {
             std::thread::spawn(move || {
                 b.wait();
                 std::thread::sleep(Duration::from_millis(1500));
-                kprobe_perf_engine::sys::gettid()
+                kprobe_perf_engine::os::gettid()
             })
         })
         .collect();
@@ -401,7 +401,7 @@ fn pmu_comm_matches_the_kernels_current_comm() {
     let (tid, cpus) = std::thread::Builder::new()
         .name("kpp-start".into())
         .spawn(move || {
-            let tid = kprobe_perf_engine::sys::gettid();
+            let tid = kprobe_perf_engine::os::gettid();
             let rename = |name: &str| {
                 std::fs::write(format!("/proc/self/task/{tid}/comm"), name).unwrap();
             };

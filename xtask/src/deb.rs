@@ -13,12 +13,12 @@ use std::process::Command;
 use crate::dist::{self, output, Dist};
 
 /// The package name.
-pub const PACKAGE: &str = "kprobe-perf";
+pub(crate) const PACKAGE: &str = "kprobe-perf";
 /// The Maintainer field (Debian requires one).
 const MAINTAINER: &str = "kprobe-perf developers <kprobe-perf@users.noreply.invalid>";
 
 /// Where each shell looks for completions installed by packages.
-pub const COMPLETION_DIRS: [(&str, &str, &str); 3] = [
+pub(crate) const COMPLETION_DIRS: [(&str, &str, &str); 3] = [
     (
         "bash",
         "usr/share/bash-completion/completions",
@@ -229,7 +229,7 @@ OUT OF OR IN CONNECTION WITH THE SOFTWARE OR THE USE OR OTHER DEALINGS IN THE
 SOFTWARE.";
 
 /// Builds the .deb from a dist tree; returns its path.
-pub fn build(dist: &Dist) -> Result<PathBuf> {
+pub(crate) fn build(dist: &Dist) -> Result<PathBuf> {
     let root = dist::target_dir().join("deb");
     let staged = root.join("stage");
     stage(dist, &staged)?;
@@ -285,7 +285,7 @@ fn listed() -> Result<Vec<PathBuf>> {
 /// Installs the package on this host, checks what it installed, removes
 /// and purges it, and checks that nothing is left. Root only; refuses to
 /// touch a host where the package or any of its paths already exist.
-pub fn check(deb: &Path) -> Result<()> {
+pub(crate) fn check(deb: &Path) -> Result<()> {
     if !is_root() {
         bail!("the package check installs a package: run it as root");
     }
@@ -465,7 +465,7 @@ fn is_root() -> bool {
 /// default the matrix), then the package installed and removed here
 /// (root only; otherwise skipped, saying so). Returns the summary lines
 /// and the passed, failed and skipped counts.
-pub fn test_step(kernels: &[String]) -> (Vec<String>, u64, u64, u64) {
+pub(crate) fn test_step(kernels: &[String]) -> (Vec<String>, u64, u64, u64) {
     let mut lines = Vec::new();
     let (mut passed, mut failed, mut skipped) = (0, 0, 0);
     let mut count = |name: &str, r: Result<()>, lines: &mut Vec<String>| match r {
@@ -506,7 +506,7 @@ pub fn test_step(kernels: &[String]) -> (Vec<String>, u64, u64, u64) {
 }
 
 /// `cargo xtask deb [--check]`.
-pub fn run(check_it: bool) -> Result<()> {
+pub(crate) fn run(check_it: bool) -> Result<()> {
     let dist = dist::build()?;
     let deb = build(&dist)?;
     if check_it {

@@ -17,10 +17,10 @@ use crate::vm::{self, VmRun};
 use crate::{passthrough_env, report_problems, vm_cache, workspace_root};
 
 /// The Rust target of the static x86_64 binary.
-pub const MUSL: &str = "x86_64-unknown-linux-musl";
+pub(crate) const MUSL: &str = "x86_64-unknown-linux-musl";
 
 /// What `cargo xtask dist` made.
-pub struct Dist {
+pub(crate) struct Dist {
     /// `target/dist/kprobe-perf-VERSION-x86_64-linux-musl/`.
     pub dir: PathBuf,
     /// The static binary in it.
@@ -33,19 +33,19 @@ pub struct Dist {
 
 impl Dist {
     /// `man/man1/*.1`.
-    pub fn man_dir(&self) -> PathBuf {
+    pub(crate) fn man_dir(&self) -> PathBuf {
         self.dir.join("man/man1")
     }
 
     /// `completions/` (`bash/kprobe-perf`, `zsh/_kprobe-perf`,
     /// `fish/kprobe-perf.fish`).
-    pub fn completions_dir(&self) -> PathBuf {
+    pub(crate) fn completions_dir(&self) -> PathBuf {
         self.dir.join("completions")
     }
 }
 
 /// `target/` (or CARGO_TARGET_DIR).
-pub fn target_dir() -> PathBuf {
+pub(crate) fn target_dir() -> PathBuf {
     vm_cache()
         .parent()
         .map(PathBuf::from)
@@ -59,7 +59,7 @@ fn cargo() -> Command {
 }
 
 /// Adds the Rust `target` with rustup when it is missing.
-pub fn ensure_target(target: &str) -> Result<()> {
+pub(crate) fn ensure_target(target: &str) -> Result<()> {
     let installed = Command::new("rustup")
         .args(["target", "list", "--installed"])
         .output();
@@ -88,7 +88,7 @@ pub fn ensure_target(target: &str) -> Result<()> {
 
 /// What the static check found in an ELF file.
 #[derive(Debug, PartialEq, Eq)]
-pub struct Linkage {
+pub(crate) struct Linkage {
     /// A PT_INTERP segment (the dynamic loader's path), if any.
     pub interp: Option<String>,
     /// DT_NEEDED entries (shared libraries), counted.
@@ -107,7 +107,7 @@ fn u64_at(b: &[u8], at: usize) -> Option<u64> {
 
 /// Reads the program headers of a little-endian ELF64 file: its PT_INTERP
 /// and the DT_NEEDED entries of its PT_DYNAMIC.
-pub fn linkage(elf: &[u8]) -> Result<Linkage> {
+pub(crate) fn linkage(elf: &[u8]) -> Result<Linkage> {
     if elf.get(..4) != Some(b"\x7fELF") || elf.get(4) != Some(&2) || elf.get(5) != Some(&1) {
         bail!("not a little-endian 64-bit ELF file");
     }
@@ -151,7 +151,7 @@ pub fn linkage(elf: &[u8]) -> Result<Linkage> {
 
 /// The file offset of an ELF64 file's entry point (through the PT_LOAD
 /// segment that holds it): where a uprobe on the first instruction goes.
-pub fn entry_offset(elf: &[u8]) -> Result<u64> {
+pub(crate) fn entry_offset(elf: &[u8]) -> Result<u64> {
     let bad = || anyhow::anyhow!("truncated ELF header or program headers");
     let entry = u64_at(elf, 0x18).ok_or_else(bad)?;
     let phoff = u64_at(elf, 0x20).ok_or_else(bad)? as usize;
@@ -173,7 +173,7 @@ pub fn entry_offset(elf: &[u8]) -> Result<u64> {
 }
 
 /// Builds the static binary and lays out the dist directory.
-pub fn build() -> Result<Dist> {
+pub(crate) fn build() -> Result<Dist> {
     build_for(GuestArch::X86_64)
 }
 
@@ -193,7 +193,7 @@ fn native_binary() -> Result<PathBuf> {
 }
 
 /// [`build`] for `arch`.
-pub fn build_for(arch: GuestArch) -> Result<Dist> {
+pub(crate) fn build_for(arch: GuestArch) -> Result<Dist> {
     let target = arch.musl_target();
     let machine = match arch {
         GuestArch::X86_64 => "x86_64",
@@ -334,7 +334,7 @@ pub fn build_for(arch: GuestArch) -> Result<Dist> {
 }
 
 /// Runs a command, returning its stdout (trimmed) or failing with stderr.
-pub fn output(cmd: &mut Command) -> Result<String> {
+pub(crate) fn output(cmd: &mut Command) -> Result<String> {
     let what = format!("{cmd:?}");
     let out = cmd
         .output()
@@ -503,7 +503,7 @@ fn check_vm_arch(dist: &Dist, kernel: &str, arch: GuestArch) -> Result<()> {
 }
 
 /// `cargo xtask dist [--check] [--kernel K]...`.
-pub fn run(check: bool, kernels: &[String]) -> Result<()> {
+pub(crate) fn run(check: bool, kernels: &[String]) -> Result<()> {
     let dist = build()?;
     if !check {
         return Ok(());
@@ -513,7 +513,7 @@ pub fn run(check: bool, kernels: &[String]) -> Result<()> {
 
 /// `cargo xtask dist --arch arm64 [--check] [--kernel K]...`: the check
 /// runs in the arm64 VM on each kernel (default: the arm64 matrix).
-pub fn run_arm64(check: bool, kernels: &[String]) -> Result<()> {
+pub(crate) fn run_arm64(check: bool, kernels: &[String]) -> Result<()> {
     let dist = build_for(GuestArch::Arm64)?;
     if !check {
         return Ok(());
@@ -536,7 +536,7 @@ pub fn run_arm64(check: bool, kernels: &[String]) -> Result<()> {
 }
 
 /// The host chroot, then each kernel of `kernels` (default: the matrix).
-pub fn check_all(dist: &Dist, kernels: &[String]) -> Result<()> {
+pub(crate) fn check_all(dist: &Dist, kernels: &[String]) -> Result<()> {
     crate::host::ensure_packages(&[])?;
     check_host_chroot(dist)?;
     let list: Vec<String> = if kernels.is_empty() {

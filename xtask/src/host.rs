@@ -20,7 +20,7 @@ const NEEDED: &[(&str, &str)] = &[
 /// `qemu-system-x86`), the release of the installed package of the same
 /// source is tried instead (`-t bookworm-backports`); if that does not do
 /// either, nothing is installed and the message says what to do.
-pub fn ensure_packages(extra: &[(&str, &str)]) -> Result<()> {
+pub(crate) fn ensure_packages(extra: &[(&str, &str)]) -> Result<()> {
     let missing: Vec<&str> = NEEDED
         .iter()
         .chain(extra)
@@ -452,7 +452,7 @@ fn effective_uid() -> u32 {
 }
 
 /// Runs a command to completion, failing with its name if it fails.
-pub fn run_status(cmd: &mut Command, what: &str) -> Result<()> {
+pub(crate) fn run_status(cmd: &mut Command, what: &str) -> Result<()> {
     let status = cmd
         .status()
         .with_context(|| format!("could not start {what}"))?;

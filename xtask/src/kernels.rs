@@ -9,7 +9,7 @@ use crate::host;
 
 /// A kernel the VM can boot, unpacked under the cache directory.
 #[derive(Debug, Clone)]
-pub struct Kernel {
+pub(crate) struct Kernel {
     /// Short label used in summaries (`6.1`, `6.12`, or the path given).
     pub label: String,
     /// `vmlinuz` image.
@@ -28,7 +28,7 @@ pub struct Kernel {
 
 /// The architecture a VM emulates.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum GuestArch {
+pub(crate) enum GuestArch {
     /// x86_64 (`qemu-system-x86_64`): the guest runs the host's binaries
     /// in a chroot of the host's root file system.
     #[default]
@@ -42,7 +42,7 @@ pub enum GuestArch {
 
 impl GuestArch {
     /// Parses `--arch`.
-    pub fn parse(name: &str) -> Result<GuestArch> {
+    pub(crate) fn parse(name: &str) -> Result<GuestArch> {
         match name {
             "x86_64" | "amd64" => Ok(GuestArch::X86_64),
             "arm64" | "aarch64" => Ok(GuestArch::Arm64),
@@ -51,7 +51,7 @@ impl GuestArch {
     }
 
     /// The Rust target of static builds that run in this guest.
-    pub fn musl_target(self) -> &'static str {
+    pub(crate) fn musl_target(self) -> &'static str {
         match self {
             GuestArch::X86_64 => crate::dist::MUSL,
             GuestArch::Arm64 => "aarch64-unknown-linux-musl",
@@ -60,13 +60,13 @@ impl GuestArch {
 }
 
 /// The series the arm64 set runs on (see `test::ARM64`), oldest first.
-pub const ARM64_MATRIX: &[&str] = &["6.1", "6.12"];
+pub(crate) const ARM64_MATRIX: &[&str] = &["6.1", "6.12"];
 
 /// The series the full test matrix covers, oldest first.
-pub const MATRIX: &[&str] = &["6.1", "6.12"];
+pub(crate) const MATRIX: &[&str] = &["6.1", "6.12"];
 
 /// The series that run the smoke set (see `test::SMOKE`), oldest first.
-pub const SMOKE_MATRIX: &[&str] = &["5.10", "6.12-rt", "sid"];
+pub(crate) const SMOKE_MATRIX: &[&str] = &["5.10", "6.12-rt", "sid"];
 
 /// Every series `--kernel` accepts, for messages.
 const SERIES_NAMES: &str = "5.10, 6.1, 6.12, 6.12-rt, sid";
@@ -165,7 +165,7 @@ fn arm64_series(name: &str) -> Result<Series> {
 /// the series (no `-dbg` package: the arm64 set needs no vmlinux), and
 /// Debian's `busybox-static` for arm64, both through the private apt
 /// configuration `apt/bookworm-arm64` under the cache.
-pub fn resolve_arm64(spec: &str, cache: &Path) -> Result<Kernel> {
+pub(crate) fn resolve_arm64(spec: &str, cache: &Path) -> Result<Kernel> {
     let series = arm64_series(spec)?;
     let Source::Private { name, suites } = series.source else {
         bail!("arm64 series come from a private apt configuration");
@@ -208,7 +208,7 @@ pub fn resolve_arm64(spec: &str, cache: &Path) -> Result<Kernel> {
 }
 
 /// Resolves `--kernel` (a series name or a path to a kernel image).
-pub fn resolve(spec: &str, cache: &Path) -> Result<Kernel> {
+pub(crate) fn resolve(spec: &str, cache: &Path) -> Result<Kernel> {
     let path = Path::new(spec);
     if spec.contains('/') || path.exists() {
         let image = path

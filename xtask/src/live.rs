@@ -25,13 +25,13 @@ use std::time::{Duration, Instant};
 /// The function the uprobe workload calls: a symbol of this binary.
 #[no_mangle]
 #[inline(never)]
-pub extern "C" fn kpf_live_target(x: u64) -> u64 {
+pub(crate) extern "C" fn kpf_live_target(x: u64) -> u64 {
     std::hint::black_box(x.wrapping_mul(0x9e37_79b9_7f4a_7c15))
 }
 
 /// What `live-workload` calls.
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
-pub enum CallKind {
+pub(crate) enum CallKind {
     /// `open()` and `close()` of a file: one `do_sys_openat2` per call.
     Open,
     /// `kpf_live_target()`: one uprobe hit per call.
@@ -46,7 +46,7 @@ impl CallKind {
         }
     }
 
-    pub fn parse(s: &str) -> Result<Self> {
+    pub(crate) fn parse(s: &str) -> Result<Self> {
         match s {
             "open" => Ok(CallKind::Open),
             "call" => Ok(CallKind::Call),
@@ -57,13 +57,13 @@ impl CallKind {
 
 /// A per-thread rate of calls: a number per second, or as fast as it goes.
 #[derive(Clone, Copy, PartialEq, Debug)]
-pub enum Rate {
+pub(crate) enum Rate {
     PerSecond(u64),
     Max,
 }
 
 impl Rate {
-    pub fn parse(s: &str) -> Result<Self> {
+    pub(crate) fn parse(s: &str) -> Result<Self> {
         if s == "max" {
             return Ok(Rate::Max);
         }
@@ -84,7 +84,7 @@ impl Rate {
 }
 
 /// Parses `--rates 20000,max`.
-pub fn parse_rates(s: &str) -> Result<Vec<Rate>> {
+pub(crate) fn parse_rates(s: &str) -> Result<Vec<Rate>> {
     let rates = s
         .split(',')
         .filter(|p| !p.is_empty())
@@ -189,7 +189,7 @@ fn workload_thread(kind: CallKind, path: &Path, calls: u64, rate: Rate) -> Threa
 /// parent_start_ns=S parent_end_ns=E` (C: the CPU time of the calls; T and
 /// V: of the whole process; S and E: the parent's CPU time when the calls
 /// began and ended).
-pub fn workload(
+pub(crate) fn workload(
     kind: CallKind,
     path: &Path,
     calls: u64,
@@ -238,7 +238,7 @@ pub fn workload(
 
 /// Options of one `bench live` measurement (VM guest or native).
 #[derive(Clone, Debug)]
-pub struct LiveOptions {
+pub(crate) struct LiveOptions {
     pub kprobe_perf: PathBuf,
     pub rounds: u32,
     pub calls: u64,
@@ -774,7 +774,7 @@ fn tools_for(case: &ProbeCase, tools: &Tools) -> Vec<Tool> {
 }
 
 /// Runs every case (VM guest or native) and prints the tables.
-pub fn measure(opts: &LiveOptions) -> Result<()> {
+pub(crate) fn measure(opts: &LiveOptions) -> Result<()> {
     let dir = work_dir();
     std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
     let result = measure_in(opts, &dir);

@@ -1,4 +1,5 @@
 //! Developer tasks: `cargo xtask vm | test | demo | dist | deb`.
+#![cfg_attr(not(test), warn(unused_crate_dependencies))]
 
 mod deb;
 mod dist;

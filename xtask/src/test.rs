@@ -342,7 +342,7 @@ fn vm_jobs(kernels: usize) -> usize {
 
 /// fmt, clippy, native tests, then the VM matrix. Ends with
 /// `N passed, N failed, N skipped`.
-pub fn run(kernel_args: &[String], no_lint: bool) -> Result<()> {
+pub(crate) fn run(kernel_args: &[String], no_lint: bool) -> Result<()> {
     let started = Instant::now();
     let mut total = Counts::default();
     let mut summary: Vec<String> = Vec::new();
@@ -575,7 +575,7 @@ pub fn run(kernel_args: &[String], no_lint: bool) -> Result<()> {
 }
 
 /// Boots the VM and records a kprobe and a kretprobe on a small workload.
-pub fn demo(kernel: &str) -> Result<()> {
+pub(crate) fn demo(kernel: &str) -> Result<()> {
     host::ensure_packages(&[])?;
     let (ok, _) = run_echo(cargo().args(["build", "--release", "--package", "kprobe-perf"]))?;
     if !ok {

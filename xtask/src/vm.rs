@@ -19,7 +19,7 @@ const DMESG: &str = "KPROBE_PERF_VM_DMESG";
 const ROOT_MODULES: &[&str] = &["virtio_pci", "9pnet_virtio", "9p"];
 
 /// Options of one VM run.
-pub struct VmRun<'a> {
+pub(crate) struct VmRun<'a> {
     pub kernel: &'a Kernel,
     pub command: &'a [String],
     pub cwd: PathBuf,
@@ -55,7 +55,7 @@ impl VmOutcome {
 }
 
 /// Boots the VM and runs the command.
-pub fn run(opts: &VmRun) -> Result<VmOutcome> {
+pub(crate) fn run(opts: &VmRun) -> Result<VmOutcome> {
     std::fs::create_dir_all(&opts.work_dir)?;
     // One file per VM, also when one process boots several at once.
     static RUNS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);

@@ -15,24 +15,24 @@ use std::os::unix::fs::{FileTypeExt, MetadataExt, OpenOptionsExt, PermissionsExt
 use std::path::{Path, PathBuf};
 
 /// The mode of the file `-o` writes.
-pub const MODE: u32 = 0o600;
+pub(super) const MODE: u32 = 0o600;
 
 /// A newly created, still empty `-o` file. Dropped before it is handed to
 /// the perf.data writer (an error between creating it and starting the
 /// recording), it removes itself, so that a failed run leaves no empty file.
-pub struct NewFile {
+pub(crate) struct NewFile {
     path: PathBuf,
     file: Option<File>,
 }
 
 impl NewFile {
     /// The path given to `-o`.
-    pub fn path(&self) -> &Path {
+    pub(crate) fn path(&self) -> &Path {
         &self.path
     }
 
     /// The file, which from now on stays even if the run fails.
-    pub fn into_file(mut self) -> Option<File> {
+    pub(crate) fn into_file(mut self) -> Option<File> {
         self.file.take()
     }
 }
@@ -55,7 +55,7 @@ impl Drop for NewFile {
 }
 
 /// `FILE.old`.
-pub fn old_path(path: &Path) -> PathBuf {
+pub(super) fn old_path(path: &Path) -> PathBuf {
     let mut s = path.as_os_str().to_os_string();
     s.push(".old");
     PathBuf::from(s)
@@ -64,7 +64,7 @@ pub fn old_path(path: &Path) -> PathBuf {
 /// Moves an existing `path` aside and creates it anew (see the module
 /// documentation). Returns the file and, when something existed, the line
 /// that says what was done with it.
-pub fn create(path: &Path, force: bool) -> Result<(NewFile, Option<String>), String> {
+pub(super) fn create(path: &Path, force: bool) -> Result<(NewFile, Option<String>), String> {
     let note = move_aside(path, force)?;
     let file = create_new(path)?;
     Ok((
@@ -99,7 +99,7 @@ fn refused_kind(m: &Metadata) -> Option<&'static str> {
 /// What is at `path` now (`None`: nothing), refusing what `-o` never
 /// writes (a directory, device, FIFO or socket). Changes nothing, so it
 /// can run before anything is attached.
-pub fn check(path: &Path) -> Result<Option<Metadata>, String> {
+pub(super) fn check(path: &Path) -> Result<Option<Metadata>, String> {
     let p = path.display();
     let meta = match std::fs::symlink_metadata(path) {
         Ok(m) => m,
@@ -128,7 +128,7 @@ pub fn check(path: &Path) -> Result<Option<Metadata>, String> {
 /// Renames (or with `force` removes) what exists at `path`, never
 /// following a symbolic link. Returns what was done, or `None` when
 /// nothing was there.
-pub fn move_aside(path: &Path, force: bool) -> Result<Option<String>, String> {
+pub(super) fn move_aside(path: &Path, force: bool) -> Result<Option<String>, String> {
     let p = path.display();
     let Some(meta) = check(path)? else {
         return Ok(None);
@@ -179,7 +179,7 @@ pub fn move_aside(path: &Path, force: bool) -> Result<Option<String>, String> {
 
 /// Creates `path`, which must not exist (not even as a dangling link),
 /// mode 0600.
-pub fn create_new(path: &Path) -> Result<File, String> {
+pub(super) fn create_new(path: &Path) -> Result<File, String> {
     let p = path.display();
     let file = OpenOptions::new()
         .write(true)
@@ -242,7 +242,7 @@ fn move_advice(path: &Path, e: &io::Error) -> String {
 }
 
 /// What to do about `e`, met while making `path`.
-pub fn advice(path: &Path, e: &io::Error) -> String {
+pub(super) fn advice(path: &Path, e: &io::Error) -> String {
     let dir = parent(path).display();
     match e.raw_os_error() {
         Some(libc::ENOENT) => {

@@ -38,6 +38,7 @@ pub fn sample_attr_bytes(plan: &ProbePlan) -> Vec<u8> {
 
 /// The fields of a made-up PMU probe sample (see [`sample_record_body`]).
 #[derive(Debug, Clone, Default)]
+#[cfg(any(test, feature = "test-util"))]
 pub struct SampleFields<'a> {
     /// Event id.
     pub id: u64,
@@ -61,6 +62,7 @@ pub struct SampleFields<'a> {
 /// The body (after the 8-byte header) of a `PERF_RECORD_SAMPLE` laid out
 /// as the kernel lays it out for [`sample_type`](super::sample_type):
 /// for tests, benchmarks and fuzzers.
+#[cfg(any(test, feature = "test-util"))]
 pub fn sample_record_body(f: &SampleFields<'_>, regs_mask: u64) -> Vec<u8> {
     let mut b = Vec::with_capacity(64 + f.raw.len() + 8 * f.regs.len());
     b.extend_from_slice(&f.id.to_ne_bytes());

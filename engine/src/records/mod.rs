@@ -33,10 +33,11 @@ mod order;
 #[cfg(test)]
 mod tests;
 
-pub use build::{
-    comm_record_body, sample_attr_bytes, sample_record_body, user_mmap_bodies, SampleFields,
-    MISC_USER, RECORD_MMAP,
-};
+pub use build::{comm_record_body, sample_attr_bytes, user_mmap_bodies, MISC_USER, RECORD_MMAP};
+/// Builders of sample records as the kernel lays them out, for tests,
+/// fuzzers and benchmarks (the `test-util` feature).
+#[cfg(any(test, feature = "test-util"))]
+pub use build::{sample_record_body, SampleFields};
 use comm::CommTable;
 pub use comm::LearnedComm;
 use fast::FastLayout;
