@@ -1,9 +1,11 @@
 //! `kprobe-perf`: dynamic kernel probes through perf_event_open.
 
+mod aggregate;
 mod doctor;
 mod generate;
 mod inspect;
 mod json;
+mod latency;
 mod output;
 mod script;
 mod text;
@@ -51,6 +53,13 @@ enum Cmd {
     /// Ctrl-C or --duration. A summary with per-probe counts and lost
     /// events goes to stderr.
     Record(RecordArgs),
+    /// Measure how long each call of a function takes: an entry and a
+    /// return probe of FUNC (a kernel function or `BINARY:func`), paired
+    /// per thread (recursion and nesting give each call its own duration),
+    /// printed as a log2 histogram with count, average, p50, p90, p99,
+    /// p99.9 and max. Returns whose entry was not seen, entries given up
+    /// and calls still running at the end are counted on stderr.
+    Latency(latency::LatencyArgs),
     /// Remove the tracefs events (kprobes and uprobes) left by kprobe-perf
     /// processes. They are normally removed at exit; when a recording is
     /// killed, its guardian process removes them at once, and any later
@@ -218,6 +227,8 @@ struct RecordArgs {
     overwrite_size: Option<usize>,
     #[command(flatten)]
     image: text_source::ImageArgs,
+    #[command(flatten)]
+    aggregate: aggregate::AggregateArgs,
     /// The command to run and record.
     #[arg(last = true, value_name = "CMD")]
     command: Vec<String>,
@@ -241,7 +252,7 @@ fn main() -> ExitCode {
     // Before any thread: the guardian removes the tracefs definitions of
     // a recording that dies without removing them (SIGKILL). Without it
     // (it could not start), the next start or `cleanup` removes them.
-    if matches!(cli.command, Cmd::Record(_)) {
+    if matches!(cli.command, Cmd::Record(_) | Cmd::Latency(_)) {
         let _ = kprobe_perf_engine::guardian::Guardian::start();
     }
     let result = match cli.command {
@@ -250,6 +261,7 @@ fn main() -> ExitCode {
             validate::merge_duplicates(&mut args.tid);
             record(&args)
         }
+        Cmd::Latency(args) => latency::run(&args),
         Cmd::Cleanup => cleanup(),
         Cmd::Script(args) => script::run(&args),
         Cmd::Probe {
@@ -335,6 +347,7 @@ fn record(args: &RecordArgs) -> Result<ExitCode> {
     let specs = inspect::expand_globs(specs, &symbols, args.all_instances, &args.image, choice)?;
     let plans = plan_probes_with(&specs, &symbols, choice)?;
     inspect::check_plans(&plans, &symbols, &args.image)?;
+    let agg = aggregate::Aggregation::new(&args.aggregate, &plans, args.json)?;
     if let Some(p) = args.output.as_deref() {
         output::check(p)?;
     }
@@ -432,6 +445,7 @@ fn record(args: &RecordArgs) -> Result<ExitCode> {
         }),
         cache: text::LineCache::default(),
         line: Vec::with_capacity(256),
+        agg,
     };
     let stdout = io::stdout();
     let mut out = io::BufWriter::new(stdout.lock());
@@ -466,6 +480,9 @@ fn record(args: &RecordArgs) -> Result<ExitCode> {
             reader_gone = true;
             break;
         }
+        if let Some(a) = printer.agg.as_mut() {
+            a.tick(&mut out).context("writing the maps")?;
+        }
         if stop.load(Ordering::Relaxed) || deadline.is_some_and(|d| Instant::now() >= d) {
             break;
         }
@@ -497,6 +514,9 @@ fn record(args: &RecordArgs) -> Result<ExitCode> {
     } else {
         None
     };
+    if let (Some(a), false) = (printer.agg.as_mut(), reader_gone) {
+        a.finish(&mut out).context("writing the maps")?;
+    }
     // Computed once: a file stores the very text printed.
     let mut json_summary = json::summary(&session);
     if let Some((held, overwritten)) = flight {
@@ -585,6 +605,8 @@ struct Printer<'a> {
     cache: text::LineCache,
     /// The line being written.
     line: Vec<u8>,
+    /// The maps of --count-by, --hist, --lhist.
+    agg: Option<aggregate::Aggregation>,
 }
 
 impl Printer<'_> {
@@ -741,6 +763,9 @@ fn emit(
     session.poll(Some(timeout), |e| {
         if let Some(a) = printer.addresses.as_mut() {
             output::note_addresses(a, e);
+        }
+        if let Some(a) = printer.agg.as_mut() {
+            a.record(e);
         }
         if result.is_ok() && !printer.quiet {
             result = printer.write(out, e);
