@@ -188,13 +188,11 @@ fn latency_agrees_with_bpftrace() {
     }
     let open_loop = env!("CARGO_BIN_EXE_open_loop");
     let n = "2000";
-    let probe = format!(
-        "kprobe:do_sys_openat2 /comm == \"open_loop\"/ {{ @start[tid] = nsecs; }} \
-         kretprobe:do_sys_openat2 /@start[tid]/ {{ @ns = hist(nsecs - @start[tid]); \
-         @calls = count(); delete(@start[tid]); }}"
-    );
+    let probe = "kprobe:do_sys_openat2 /comm == \"open_loop\"/ { @start[tid] = nsecs; } \
+                 kretprobe:do_sys_openat2 /@start[tid]/ { @ns = hist(nsecs - @start[tid]); \
+                 @calls = count(); delete(@start[tid]); }";
     let bt = Command::new(bpftrace)
-        .args(["-f", "json", "-e", &probe, "-c"])
+        .args(["-f", "json", "-e", probe, "-c"])
         .arg(format!("{open_loop} /etc/hostname {n} /dev/null"))
         .output()
         .unwrap();
