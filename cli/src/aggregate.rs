@@ -126,3 +126,23 @@ impl Aggregation {
         out.flush()
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::{AggregateArgs, Aggregation};
+
+    #[test]
+    fn nothing_asked_is_none_and_interval_alone_is_refused() {
+        let none = Aggregation::new(&AggregateArgs::default(), &[], false).unwrap();
+        assert!(none.is_none());
+        let args = AggregateArgs {
+            interval: Some(1000),
+            ..AggregateArgs::default()
+        };
+        let err = Aggregation::new(&args, &[], false).err().unwrap();
+        assert_eq!(
+            err.to_string(),
+            "-I prints the maps of --count-by, --hist or --lhist: give one of those too"
+        );
+    }
+}
