@@ -17,16 +17,25 @@ pub struct AggregateArgs {
     /// Count the events by KEY[,KEY...] (comm, pid, tid, cpu, probe, or an
     /// argument's name: `NAME=` in the definition, else argN) and print
     /// the counts, highest first, at the end (repeatable: one map each).
-    #[arg(long = "count-by", value_name = "KEY[,KEY...]")]
+    #[arg(
+        long = "count-by",
+        value_name = "KEY[,KEY...]",
+        conflicts_with = "overwrite"
+    )]
     pub count_by: Vec<String>,
     /// A log2 histogram of integer argument ARG, per probe that has it,
     /// printed at the end (repeatable).
-    #[arg(long, value_name = "ARG")]
+    #[arg(long, value_name = "ARG", conflicts_with = "overwrite")]
     pub hist: Vec<String>,
     /// A linear histogram of integer argument ARG with buckets of STEP from
     /// MIN up to MAX (plus one below MIN and one at or above MAX), printed
     /// at the end (repeatable).
-    #[arg(long, value_name = "ARG:MIN,MAX,STEP", allow_hyphen_values = true)]
+    #[arg(
+        long,
+        value_name = "ARG:MIN,MAX,STEP",
+        allow_hyphen_values = true,
+        conflicts_with = "overwrite"
+    )]
     pub lhist: Vec<String>,
     /// With --count-by, --hist or --lhist: also print (and reset) the maps
     /// every MS milliseconds.
