@@ -16,9 +16,7 @@ use kprobe_perf_engine::analysis::{
     LatencyPairer, LatencySnapshot, TimeUnit,
 };
 use kprobe_perf_engine::sys::HeldChild;
-use kprobe_perf_engine::{
-    plan::BackendChoice, plan_probes_with, KernelSymbols, RecordTarget, Session, SessionOptions,
-};
+use kprobe_perf_engine::{plan::BackendChoice, sink_fn, RecordTarget, Session, SessionOptions};
 
 /// The arguments of `latency`.
 #[derive(clap::Args)]
@@ -63,6 +61,8 @@ pub struct LatencyArgs {
     /// Stop after this many seconds (fractions allowed).
     #[arg(short = 'd', long, value_name = "SECS", value_parser = crate::validate::duration, allow_negative_numbers = true)]
     duration: Option<f64>,
+    #[command(flatten)]
+    image: crate::image_args::ImageArgs,
     /// The command to run and measure.
     #[arg(last = true, value_name = "CMD")]
     command: Vec<String>,
@@ -93,13 +93,13 @@ pub fn run(args: &LatencyArgs) -> Result<ExitCode> {
              --linear or -I; run without --min for histograms"
         );
     }
-    let mut symbols = KernelSymbols::load().unwrap_or_default();
-    if let Ok(b) = kprobe_perf_symbols::Blacklist::load() {
-        symbols.set_blacklist(b);
-    }
+    let kernel = crate::inspect::record_kernel(&args.image);
     let nargs = if min_ns.is_some() { args.nargs } else { 0 };
-    let plans = plan_probes_with(&specs(&args.func, nargs), &symbols, BackendChoice::Auto)
+    let plans = kernel
+        .plan(&specs(&args.func, nargs), BackendChoice::Auto)
         .with_context(|| format!("cannot probe the entry and return of {}", args.func))?;
+    crate::inspect::check_plans(&kernel, &plans)?;
+    drop(kernel);
     let mut options = LatencyOptions::default();
     options.by = by;
     options.shape = shape;
@@ -252,7 +252,7 @@ pub fn run(args: &LatencyArgs) -> Result<ExitCode> {
         snap.functions.first().map_or(0, |f| f.unreturned),
         lost_total
     );
-    for line in crate::text::misses(&session) {
+    for line in crate::text::summary_lines(&session.summary(), session.plans()) {
         eprintln!("{line}");
     }
     if let (None, Some(c)) = (command_status, child.as_mut()) {
@@ -308,13 +308,16 @@ fn poll_once(
     lost_seen: &mut u64,
     lost_total: &mut u64,
 ) -> Result<()> {
-    session.poll(Some(timeout), |e| {
-        if let Some(call) = pairer.record(e) {
-            if result.is_ok() {
-                *result = out.call(&call);
+    session.poll(
+        Some(timeout),
+        &mut sink_fn(|e| {
+            if let Some(call) = pairer.record(e) {
+                if result.is_ok() {
+                    *result = out.call(&call);
+                }
             }
-        }
-    })?;
+        }),
+    )?;
     let lost = session.stats().lost;
     if lost > *lost_seen {
         *lost_total += lost - *lost_seen;

@@ -123,6 +123,25 @@ pub fn kprobe_perf_bin() -> PathBuf {
     bin
 }
 
+/// The engine's example `name` built next to this test
+/// (`target/<profile>/examples/`), as `cargo xtask test` builds them
+/// (`cargo build --release -p kprobe-perf-engine --example NAME`).
+pub fn example_bin(name: &str) -> PathBuf {
+    let exe = std::env::current_exe().unwrap_or_default();
+    // target/<profile>/deps/<test> -> target/<profile>/examples/<name>
+    let bin = exe
+        .parent()
+        .and_then(|d| d.parent())
+        .map(|d| d.join("examples").join(name))
+        .unwrap_or_default();
+    assert!(
+        bin.exists(),
+        "{} not found: build it first (cargo build --release -p kprobe-perf-engine --example {name})",
+        bin.display()
+    );
+    bin
+}
+
 /// The running kernel's architecture: `/proc/sys/kernel/arch` (what
 /// `uname -m` says), the build's own when that file is missing.
 pub fn kernel_arch() -> kprobe_perf_arch::Arch {
