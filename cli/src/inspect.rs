@@ -195,7 +195,7 @@ pub fn list(
                     format!("kept      {name}: one of several with this name, probed by address")
                 }
                 (None, true) => format!("kept      {name}"),
-                (Some(x), true) => format!("excluded  {name}: {x}"),
+                (Some(x), true) => format!("excluded  {name}: {}", crate::hints::excluded(x)),
             };
             writeln!(out, "{line}").context("writing the list")?;
         }

@@ -15,8 +15,9 @@ use kprobe_perf_engine::analysis::{
     parse_duration, parse_linear, render, Call, FunctionProbes, HistShape, Key, LatencyOptions,
     LatencyPairer, LatencySnapshot, TimeUnit,
 };
-use kprobe_perf_engine::sys::HeldChild;
-use kprobe_perf_engine::{plan::BackendChoice, sink_fn, RecordTarget, Session, SessionOptions};
+use kprobe_perf_engine::{
+    plan::BackendChoice, sink_fn, CommandScope, RecordTarget, Session, SessionOptions,
+};
 
 /// The arguments of `latency`.
 #[derive(clap::Args)]
@@ -117,27 +118,18 @@ pub fn run(args: &LatencyArgs) -> Result<ExitCode> {
         signal_hook::flag::register(sig, Arc::clone(&stop))
             .context("installing a signal handler")?;
     }
-    signal_hook::flag::register(
-        signal_hook::consts::SIGCHLD,
-        Arc::new(AtomicBool::new(false)),
-    )
-    .context("installing a signal handler")?;
-    let mut child = match args.command.split_first() {
-        Some((prog, rest)) => Some(HeldChild::spawn(prog, rest).map_err(|e| match e.kind() {
-            io::ErrorKind::NotFound | io::ErrorKind::PermissionDenied => anyhow::Error::msg(e),
-            _ => anyhow::Error::new(e).context(format!("cannot start {prog}")),
-        })?),
-        None => None,
-    };
     let target = if !args.pid.is_empty() {
         RecordTarget::Processes(args.pid.clone())
+    } else if args.command.is_empty() {
+        RecordTarget::AllCpus
     } else {
-        match &child {
-            Some(c) if !args.all_cpus => RecordTarget::Process {
-                pid: c.pid(),
-                enable_on_exec: true,
+        RecordTarget::Command {
+            argv: args.command.clone(),
+            scope: if args.all_cpus {
+                CommandScope::AllCpus
+            } else {
+                CommandScope::Descendants
             },
-            _ => RecordTarget::AllCpus,
         }
     };
     let mut session = Session::open(
@@ -149,10 +141,6 @@ pub fn run(args: &LatencyArgs) -> Result<ExitCode> {
     )?;
     session.enable()?;
     crate::inspect::report_armed(session.plans());
-    if let Some(c) = child.as_mut() {
-        let prog = args.command.first().map_or("", String::as_str);
-        c.release().with_context(|| format!("cannot run {prog}"))?;
-    }
     let deadline = args
         .duration
         .map(|d| Instant::now() + Duration::from_secs_f64(d.max(0.0)));
@@ -208,11 +196,9 @@ pub fn run(args: &LatencyArgs) -> Result<ExitCode> {
         if stop.load(Ordering::Relaxed) || deadline.is_some_and(|d| Instant::now() >= d) {
             break;
         }
-        if let Some(c) = child.as_mut() {
-            if let Some(status) = c.try_wait().context("waiting for the command")? {
-                command_status = Some(status);
-                break;
-            }
+        if let Some(status) = session.command_status()? {
+            command_status = Some(status);
+            break;
         }
         if session.target_exited() {
             break;
@@ -255,20 +241,14 @@ pub fn run(args: &LatencyArgs) -> Result<ExitCode> {
     for line in crate::text::summary_lines(&session.summary(), session.plans()) {
         eprintln!("{line}");
     }
-    if let (None, Some(c)) = (command_status, child.as_mut()) {
-        let until = Instant::now()
-            + if stop.load(Ordering::Relaxed) {
-                Duration::from_millis(500)
-            } else {
-                Duration::ZERO
-            };
-        loop {
-            command_status = c.try_wait().context("waiting for the command")?;
-            if command_status.is_some() || Instant::now() >= until {
-                break;
-            }
-            std::thread::sleep(Duration::from_millis(10));
-        }
+    if command_status.is_none() {
+        // After Ctrl-C the command got the signal too: a moment to end.
+        let grace = if stop.load(Ordering::Relaxed) {
+            Duration::from_millis(500)
+        } else {
+            Duration::ZERO
+        };
+        command_status = session.wait_command(grace)?;
     }
     Ok(match command_status {
         Some(status) if !status.success() => {

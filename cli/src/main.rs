@@ -3,6 +3,7 @@
 mod aggregate;
 mod doctor;
 mod generate;
+mod hints;
 mod image_args;
 mod inspect;
 mod json;
@@ -21,10 +22,9 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result};
 use clap::{Parser, Subcommand};
-use kprobe_perf_engine::sys::HeldChild;
 use kprobe_perf_engine::{
-    plan::BackendChoice, spec::Definition, tracefs, Arch, Event, EventSink, KernelSymbols,
-    RecordTarget, Session, SessionOptions,
+    plan::BackendChoice, spec::Definition, tracefs, Arch, CommandScope, Event, EventSink,
+    KernelSymbols, RecordTarget, Session, SessionOptions,
 };
 
 #[derive(Parser)]
@@ -282,7 +282,7 @@ fn main() -> ExitCode {
     match result {
         Ok(code) => code,
         Err(e) => {
-            eprintln!("kprobe-perf: {e:#}");
+            eprintln!("kprobe-perf: {}", hints::render(&e));
             ExitCode::FAILURE
         }
     }
@@ -326,14 +326,12 @@ fn cleanup() -> Result<ExitCode> {
 fn record(args: &RecordArgs) -> Result<ExitCode> {
     let RecordArgs {
         events: specs,
-        all_cpus,
         mmap_pages,
         duration,
         backend,
-        command,
         ..
     } = args;
-    let (all_cpus, mmap_pages, duration) = (*all_cpus, *mmap_pages, *duration);
+    let (mmap_pages, duration) = (*mmap_pages, *duration);
     // kallsyms may be unreadable or hide addresses; probes then go by name
     // and output shows raw addresses.
     let kernel = inspect::record_kernel(&args.image);
@@ -361,39 +359,7 @@ fn record(args: &RecordArgs) -> Result<ExitCode> {
         signal_hook::flag::register(sig, Arc::clone(&stop))
             .context("installing a signal handler")?;
     }
-    // A SIGCHLD handler makes the poll return as soon as the command exits.
-    signal_hook::flag::register(
-        signal_hook::consts::SIGCHLD,
-        Arc::new(AtomicBool::new(false)),
-    )
-    .context("installing a signal handler")?;
-
-    let mut child = match command.split_first() {
-        // A command that is not found is said as such ("command not
-        // found: X"), before anything is attached.
-        Some((prog, args)) => Some(HeldChild::spawn(prog, args).map_err(|e| match e.kind() {
-            io::ErrorKind::NotFound | io::ErrorKind::PermissionDenied => anyhow::Error::msg(e),
-            _ => anyhow::Error::new(e).context(format!("cannot start {prog}")),
-        })?),
-        None => None,
-    };
-    let target = if !args.tid.is_empty() {
-        RecordTarget::Threads(args.tid.clone())
-    } else if !args.pid.is_empty() {
-        RecordTarget::Processes(args.pid.clone())
-    } else if let Some(cg) = &args.cgroup {
-        RecordTarget::Cgroup(validate::cgroup_path(cg))
-    } else if let Some(list) = &args.cpus {
-        RecordTarget::Cpus(list.0.clone())
-    } else {
-        match &child {
-            Some(c) if !all_cpus => RecordTarget::Process {
-                pid: c.pid(),
-                enable_on_exec: true,
-            },
-            _ => RecordTarget::AllCpus,
-        }
-    };
+    let target = record_target(args);
     let mmap_pages = match args.overwrite_size {
         Some(mib) => overwrite_pages(mib)?,
         None => mmap_pages,
@@ -423,10 +389,6 @@ fn record(args: &RecordArgs) -> Result<ExitCode> {
     };
     session.enable()?;
     inspect::report_armed(session.plans());
-    if let Some(c) = child.as_mut() {
-        let prog = command.first().map_or("", String::as_str);
-        c.release().with_context(|| format!("cannot run {prog}"))?;
-    }
     let deadline = duration.map(|d| Instant::now() + Duration::from_secs_f64(d.max(0.0)));
 
     let printer = Printer {
@@ -481,11 +443,9 @@ fn record(args: &RecordArgs) -> Result<ExitCode> {
         if stop.load(Ordering::Relaxed) || deadline.is_some_and(|d| Instant::now() >= d) {
             break;
         }
-        if let Some(c) = child.as_mut() {
-            if let Some(status) = c.try_wait().context("waiting for the command")? {
-                command_status = Some(status);
-                break;
-            }
+        if let Some(status) = session.command_status()? {
+            command_status = Some(status);
+            break;
         }
         // -p: every process has exited (a pidfd's readiness ends the
         // wait above at once).
@@ -526,7 +486,7 @@ fn record(args: &RecordArgs) -> Result<ExitCode> {
     }
     // The recording stopped first (Ctrl-C, -d, stdout closed): the
     // command may have ended meanwhile (Ctrl-C reaches it too).
-    if let (None, Some(c)) = (command_status, child.as_mut()) {
+    if command_status.is_none() {
         // After Ctrl-C (or SIGTERM/SIGHUP) the command got the signal too:
         // give it a moment to end, so its status is the one passed on.
         let grace = if stop.load(Ordering::Relaxed) {
@@ -534,14 +494,7 @@ fn record(args: &RecordArgs) -> Result<ExitCode> {
         } else {
             Duration::ZERO
         };
-        let until = Instant::now() + grace;
-        loop {
-            command_status = c.try_wait().context("waiting for the command")?;
-            if command_status.is_some() || Instant::now() >= until {
-                break;
-            }
-            std::thread::sleep(Duration::from_millis(10));
-        }
+        command_status = session.wait_command(grace)?;
     }
     Ok(match command_status {
         Some(status) => {
@@ -552,6 +505,34 @@ fn record(args: &RecordArgs) -> Result<ExitCode> {
         }
         None => ExitCode::SUCCESS,
     })
+}
+
+/// Whose hits `args` record: `-t`, `-p`, `-G`, `-C` or every CPU; with
+/// `-- CMD`, the command (started, released and reaped by the session)
+/// and its descendants, or with `-a`, `-C` or `-G` that scope while it runs.
+fn record_target(args: &RecordArgs) -> RecordTarget {
+    let scope = if !args.tid.is_empty() {
+        return RecordTarget::Threads(args.tid.clone());
+    } else if !args.pid.is_empty() {
+        return RecordTarget::Processes(args.pid.clone());
+    } else if let Some(cg) = &args.cgroup {
+        CommandScope::Cgroup(validate::cgroup_path(cg))
+    } else if let Some(list) = &args.cpus {
+        CommandScope::Cpus(list.0.clone())
+    } else if args.all_cpus || args.command.is_empty() {
+        CommandScope::AllCpus
+    } else {
+        CommandScope::Descendants
+    };
+    match (scope, args.command.is_empty()) {
+        (scope, false) => RecordTarget::Command {
+            argv: args.command.clone(),
+            scope,
+        },
+        (CommandScope::Cgroup(path), true) => RecordTarget::Cgroup(path),
+        (CommandScope::Cpus(list), true) => RecordTarget::Cpus(list),
+        (_, true) => RecordTarget::AllCpus,
+    }
 }
 
 /// The exit status a shell gives for `status`: the command's code, or
@@ -682,10 +663,8 @@ impl<W: Write> LiveOutput<'_, W> {
         if self.reader_gone || self.printer.quiet {
             return Ok(ControlFlow::Continue(()));
         }
-        match self.printer.write(&mut self.out, e) {
-            Ok(()) => {}
-            Err(e) if e.kind() == io::ErrorKind::BrokenPipe => self.reader_gone = true,
-            Err(e) => return Err(anyhow::Error::new(e).context("writing events")),
+        if !written(self.printer.write(&mut self.out, e))? {
+            self.reader_gone = true;
         }
         Ok(ControlFlow::Continue(()))
     }
@@ -696,14 +675,21 @@ impl<W: Write> LiveOutput<'_, W> {
         if self.reader_gone {
             return Ok(false);
         }
-        match self.out.flush() {
-            Ok(()) => Ok(true),
-            Err(e) if e.kind() == io::ErrorKind::BrokenPipe => {
-                self.reader_gone = true;
-                Ok(false)
-            }
-            Err(e) => Err(e).context("writing events"),
-        }
+        let ok = written(self.out.flush())?;
+        self.reader_gone = !ok;
+        Ok(ok)
+    }
+}
+
+/// The outcome of writing events to stdout: true when written, false when
+/// stdout's reader has gone away (a closed pipe: EPIPE, which ends the
+/// run quietly, as `head` expects), an error otherwise. The one place
+/// this program tells a closed pipe from other write errors.
+pub(crate) fn written(result: io::Result<()>) -> Result<bool> {
+    match result {
+        Ok(()) => Ok(true),
+        Err(e) if e.kind() == io::ErrorKind::BrokenPipe => Ok(false),
+        Err(e) => Err(e).context("writing events"),
     }
 }
 

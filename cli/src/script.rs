@@ -97,9 +97,8 @@ pub fn run(args: &ScriptArgs) -> Result<ExitCode> {
         }
         out.flush()
     });
-    match finished {
-        Err(e) if e.kind() == io::ErrorKind::BrokenPipe => return Ok(ExitCode::SUCCESS),
-        other => other.context("writing events")?,
+    if !crate::written(finished)? {
+        return Ok(ExitCode::SUCCESS);
     }
     replayed.with_context(|| format!("reading {}", path.display()))?;
     if let Some(s) = replay.metadata().note(NOTE_SUMMARY) {

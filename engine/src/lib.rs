@@ -11,6 +11,7 @@
 #![deny(missing_docs)]
 
 pub mod analysis;
+mod command;
 pub mod cpus;
 pub mod decode;
 pub mod error;
@@ -32,6 +33,7 @@ pub mod spec;
 mod stats;
 pub mod summary;
 pub mod sys;
+pub mod target;
 pub mod tracefs;
 
 mod attr;
@@ -42,10 +44,11 @@ pub use kernel::{Kernel, KernelOptions};
 pub use kprobe_perf_arch::Arch;
 pub use kprobe_perf_symbols::KernelSymbols;
 pub use plan::ProbePlan;
-pub use session::{CallCounts, RecordTarget, Session, SessionOptions, SessionStats, Throttling};
+pub use session::{CallCounts, Session, SessionOptions, SessionStats, Throttling};
 pub use sink::{sink_fn, EventSink};
 pub use spec::ProbeSpec;
 pub use summary::Summary;
+pub use target::{CommandScope, RecordTarget};
 
 /// Parses and plans probe definitions for this machine's architecture,
 /// choosing the backend of each automatically (see [`plan_probes_with`]).
@@ -76,15 +79,7 @@ pub fn plan_probes_with<S: AsRef<str>>(
     symbols: &KernelSymbols,
     choice: plan::BackendChoice,
 ) -> Result<Vec<ProbePlan>, Error> {
-    let arch = Arch::host().ok_or_else(|| {
-        Error::io(
-            "choosing the register table",
-            std::io::Error::new(
-                std::io::ErrorKind::Unsupported,
-                "kprobe-perf supports x86_64 and aarch64",
-            ),
-        )
-    })?;
+    let arch = Arch::host().ok_or(Error::UnsupportedArch)?;
     let parsed = specs
         .iter()
         .map(|s| ProbeSpec::parse(s.as_ref(), arch))

@@ -9,6 +9,7 @@ use std::time::Duration;
 use mio::unix::SourceFd;
 use mio::{Events, Interest, Poll, Token};
 
+use crate::command::HeldCommand;
 use crate::decode::Event;
 use crate::error::Error;
 use crate::plan::{AttachPoint, Backend, ProbePlan};
@@ -20,58 +21,13 @@ use crate::sink::EventSink;
 pub use crate::stats::{SessionStats, ThrottleChange, Throttling};
 use crate::summary::{KernelSide, Summary};
 use crate::sys;
+use crate::target;
 use crate::tracefs::{self, TracefsProbes};
 
 /// Default ring size per CPU in data pages (512 KiB with 4 KiB pages).
 pub const DEFAULT_MMAP_PAGES: usize = 128;
 
-/// Whose probe hits are recorded.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum RecordTarget {
-    /// Every task on every online CPU.
-    AllCpus,
-    /// Every task, on these CPUs only.
-    Cpus(Vec<u32>),
-    /// These threads (tids), on any CPU; children are not followed.
-    Threads(Vec<i32>),
-
-    /// Every task in a cgroup (v2: a directory under the cgroup2 mount),
-    /// on every online CPU, through `PERF_FLAG_PID_CGROUP`.
-    Cgroup(std::path::PathBuf),
-
-    /// One process and the children it creates afterwards.
-    Process {
-        /// The process id.
-        pid: i32,
-        /// Arm the probes only when the process calls exec (for a command
-        /// started held before exec).
-        enable_on_exec: bool,
-    },
-
-    /// Processes (pids; duplicates count once): every thread each has
-    /// when the session opens, and every thread and child process they
-    /// start afterwards (the events are inherited, as with `perf record
-    /// -p`). The engine finds the threads in `/proc/PID/task`, and lists
-    /// them again once the events are open: if a thread appeared in
-    /// between (created by a thread not yet attached, so not inherited),
-    /// it closes everything and attaches again (up to 5 times; after
-    /// that, such late threads are not recorded). [`Session::target_exited`]
-    /// says when every process has exited.
-    Processes(Vec<i32>),
-}
-
-impl RecordTarget {
-    /// True when the target's events are inherited by the tasks it
-    /// creates (a command and its children, processes and their new
-    /// threads): such uprobes then go through `uprobe_events` (see
-    /// [`ProbePlan::through_uprobe_events`]).
-    pub fn inherits(&self) -> bool {
-        matches!(
-            self,
-            RecordTarget::Process { .. } | RecordTarget::Processes(_)
-        )
-    }
-}
+pub use crate::target::{CommandScope, RecordTarget};
 
 /// Session settings.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -164,6 +120,9 @@ pub struct Session {
     enabled: bool,
     /// The processes of [`RecordTarget::Processes`], until they exit.
     watched: Vec<ProcessWatch>,
+    /// The command of [`RecordTarget::Command`], and its pidfd (whose
+    /// readiness ends a poll's wait when it exits).
+    command: Option<(HeldCommand, Option<OwnedFd>)>,
 }
 
 pub use crate::cpus::online_cpus;
@@ -206,38 +165,30 @@ impl Session {
     /// defined through `uprobe_events`, whose events follow forks.
     pub fn open(plans: Vec<ProbePlan>, opts: SessionOptions) -> Result<Session, Error> {
         tracefs::remove_stale_if_mounted();
+        if let RecordTarget::Command { argv, .. } = &opts.target {
+            let command = HeldCommand::spawn(argv)?;
+            let mut session = Session::open_tasks(plans, opts, &[], Some(command.pid()))?;
+            session.hold_command(command)?;
+            return Ok(session);
+        }
         let RecordTarget::Processes(pids) = &opts.target else {
-            return Session::open_tasks(plans, opts, &[]);
+            return Session::open_tasks(plans, opts, &[], None);
         };
         const ATTEMPTS: usize = 5;
         let pids = process::unique_pids(pids);
         if pids.is_empty() {
-            return Err(Error::Target(
-                "no process to record: give at least one pid".into(),
-            ));
+            return Err(Error::NoProcesses);
         }
         // Watched from before the first scan, so an exit is never missed.
         let watched = pids
             .iter()
             .map(|&p| ProcessWatch::new(p))
             .collect::<Result<Vec<_>, _>>()?;
-        let scan = || -> Result<Vec<(i32, i32)>, Error> {
-            let mut threads = Vec::new();
-            for &pid in &pids {
-                let tids = process::threads_of(pid).map_err(|e| {
-                    Error::io(
-                        format!("listing the threads of process {pid} (/proc/{pid}/task)"),
-                        e,
-                    )
-                })?;
-                threads.extend(tids.unwrap_or_default().into_iter().map(|t| (pid, t)));
-            }
-            Ok(threads)
-        };
+        let scan = || target::threads_of_processes(&pids);
         let mut attempt = 1;
         loop {
             let threads = scan()?;
-            let mut session = Session::open_tasks(plans.clone(), opts.clone(), &threads)?;
+            let mut session = Session::open_tasks(plans.clone(), opts.clone(), &threads, None)?;
             // A thread created before its creator's events were open
             // inherited nothing: attach again, from a new list.
             let late = scan()?.iter().any(|t| !threads.contains(t));
@@ -272,17 +223,19 @@ impl Session {
 
     /// Opens the probes for `opts.target`; for
     /// [`RecordTarget::Processes`], on each (pid, tid) of `threads` on
-    /// every CPU, one ring per CPU shared by all threads.
+    /// every CPU, one ring per CPU shared by all threads; for a
+    /// [`RecordTarget::Command`], for the held `command`'s pid.
     fn open_tasks(
         plans: Vec<ProbePlan>,
         opts: SessionOptions,
         threads: &[(i32, i32)],
+        command: Option<i32>,
     ) -> Result<Session, Error> {
         let mut plans = attach::plans_for_target(plans, &opts.target);
         let pmus = attach::probe_pmus(&plans)?;
         let cpus = online_cpus()?;
         let defined = attach::define_events(&mut plans, pmus)?;
-        let scopes = attach::scopes(&opts.target, &cpus, threads)?;
+        let scopes = opts.target.scopes(&cpus, threads, command)?;
         attach::reserve_fds(&plans, &scopes.slots)?;
         let attrs = attach::file_attrs(&plans, &defined.openers, &opts);
         let poll = Poll::new().map_err(|e| Error::io("creating the poller", e))?;
@@ -294,13 +247,7 @@ impl Session {
         } = opened;
         let tracefs_guard = defined.tracefs;
         let field_offsets = defined.field_offsets;
-        let enabled = matches!(
-            opts.target,
-            RecordTarget::Process {
-                enable_on_exec: true,
-                ..
-            }
-        );
+        let enabled = opts.target.enables_on_exec();
         let decoder = RecordDecoder::new(
             plans,
             field_offsets,
@@ -308,11 +255,8 @@ impl Session {
             probe_of_id,
             ThreadNames::ReadProc,
         )
-        .map_err(|e| {
-            Error::io(
-                "describing the sample layout",
-                std::io::Error::new(std::io::ErrorKind::InvalidData, e),
-            )
+        .map_err(|e| Error::Internal {
+            what: format!("describing the sample layout: {e}"),
         })?;
         let user_binaries = decoder
             .plans()
@@ -333,25 +277,77 @@ impl Session {
             events: Events::with_capacity(64),
             enabled,
             watched: Vec::new(),
+            command: None,
         })
     }
 
-    /// Arms every probe (not needed when the target enables on exec).
+    /// Arms every probe (the kernel does it at exec for a command's
+    /// descendants, [`RecordTarget::enables_on_exec`]), then releases the
+    /// command of a [`RecordTarget::Command`], reporting exec's failure.
     pub fn enable(&mut self) -> Result<(), Error> {
-        if self.enabled {
-            return Ok(());
-        }
-        for s in &self.streams {
-            for fd in &s.fds {
-                sys::enable(fd).map_err(|e| Error::io("enabling a probe", e))?;
+        if !self.enabled {
+            for s in &self.streams {
+                for fd in &s.fds {
+                    sys::enable(fd).map_err(|e| Error::io("enabling a probe", e))?;
+                }
             }
+            // Entries counted from now on have their kretprobe armed.
+            for (_, fd) in &self.entry_counters {
+                sys::enable(fd)
+                    .map_err(|e| Error::io("enabling a kretprobe's entry counter", e))?;
+            }
+            self.enabled = true;
         }
-        // Entries counted from now on have their kretprobe armed.
-        for (_, fd) in &self.entry_counters {
-            sys::enable(fd).map_err(|e| Error::io("enabling a kretprobe's entry counter", e))?;
+        if let Some((command, _)) = self.command.as_mut() {
+            command.release()?;
         }
-        self.enabled = true;
         Ok(())
+    }
+
+    /// Keeps the held command of a [`RecordTarget::Command`], its pidfd
+    /// registered with the poller so that its exit ends a poll's wait.
+    fn hold_command(&mut self, command: HeldCommand) -> Result<(), Error> {
+        // Before Linux 5.3 (no pidfd), its exit is seen at the next poll.
+        let pidfd = sys::pidfd_open(command.pid()).ok();
+        if let Some(fd) = &pidfd {
+            self.poll
+                .registry()
+                .register(
+                    &mut SourceFd(&fd.as_raw_fd()),
+                    Token(usize::MAX),
+                    Interest::READABLE,
+                )
+                .map_err(|e| Error::io("registering a pidfd with the poller", e))?;
+        }
+        self.command = Some((command, pidfd));
+        Ok(())
+    }
+
+    /// The pid of the command of a [`RecordTarget::Command`].
+    pub fn command_pid(&self) -> Option<i32> {
+        self.command.as_ref().map(|(c, _)| c.pid())
+    }
+
+    /// The exit status of the command of a [`RecordTarget::Command`] once
+    /// it has ended (it is then reaped); `None` while it runs, and for
+    /// other targets. Does not block.
+    pub fn command_status(&mut self) -> Result<Option<std::process::ExitStatus>, Error> {
+        match self.command.as_mut() {
+            Some((command, _)) => command.try_wait(),
+            None => Ok(None),
+        }
+    }
+
+    /// As [`Session::command_status`], waiting up to `grace` for the
+    /// command to end (for instance after a Ctrl-C that reached it too).
+    pub fn wait_command(
+        &mut self,
+        grace: Duration,
+    ) -> Result<Option<std::process::ExitStatus>, Error> {
+        match self.command.as_mut() {
+            Some((command, _)) => command.wait(grace),
+            None => Ok(None),
+        }
     }
 
     /// Disarms every probe; buffered events can still be read.
@@ -567,7 +563,8 @@ impl Session {
     }
 
     /// Waits up to `timeout` (forever with `None`) until a ring has data
-    /// (or, for [`RecordTarget::Processes`], a target process exits); a
+    /// (or a target process of [`RecordTarget::Processes`], or the command
+    /// of a [`RecordTarget::Command`], exits); a
     /// signal ends the wait early without error. Returns true when
     /// something was ready. Reads nothing: [`Session::drain`] does.
     ///

@@ -111,7 +111,9 @@ mod tests {
 
         fn event(&mut self, e: &Event) -> Result<Flow, Self::Error> {
             if e.tid == 0 {
-                return Err(crate::Error::Target("tid 0".into()));
+                return Err(crate::Error::Internal {
+                    what: "tid 0".into(),
+                });
             }
             self.events += 1;
             Ok(if self.events == self.stop_at {
@@ -159,7 +161,7 @@ mod tests {
         assert_eq!(feed(&mut c, &[1]).unwrap(), 1);
         assert_eq!(c.events, 4);
         let e = feed(&mut c, &[1, 0, 1]).unwrap_err();
-        assert_eq!(e.to_string(), "tid 0");
+        assert_eq!(e.to_string(), "tid 0 (a bug: please report it)");
         assert_eq!(c.events, 5);
     }
 

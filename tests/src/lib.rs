@@ -185,6 +185,41 @@ pub fn xorshift(state: &mut u64) -> u64 {
     state.wrapping_mul(0x2545_f491_4f6c_dd1d)
 }
 
+/// The perf_event descriptors process `pid` holds (`anon_inode:[perf_event]`
+/// links in /proc/PID/fd).
+pub fn perf_event_fds(pid: u32) -> usize {
+    std::fs::read_dir(format!("/proc/{pid}/fd"))
+        .map(|d| {
+            d.filter_map(|e| std::fs::read_link(e.ok()?.path()).ok())
+                .filter(|l| l.to_string_lossy() == "anon_inode:[perf_event]")
+                .count()
+        })
+        .unwrap_or(0)
+}
+
+/// Waits (up to 120 s) until the recorder `pid` holds at least `fds`
+/// perf events and their number has not changed for 300 ms, then 500 ms
+/// more (it enables them right after opening the last): a fixed sleep
+/// was too short on a loaded host under single-threaded TCG.
+pub fn wait_until_recording(pid: u32, fds: usize) {
+    let started = std::time::Instant::now();
+    let mut last = (0usize, std::time::Instant::now());
+    loop {
+        let n = perf_event_fds(pid);
+        if n != last.0 {
+            last = (n, std::time::Instant::now());
+        } else if n >= fds && last.1.elapsed() >= std::time::Duration::from_millis(300) {
+            break;
+        }
+        assert!(
+            started.elapsed() < std::time::Duration::from_secs(120),
+            "the recorder (pid {pid}) held {n} perf events after 120 s, {fds} expected"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    std::thread::sleep(std::time::Duration::from_millis(500));
+}
+
 /// Keeps the calling thread on the CPU it runs on until dropped (then
 /// its former CPU mask is restored): for counts that must not depend on
 /// migration between per-CPU events.

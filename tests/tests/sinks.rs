@@ -43,7 +43,9 @@ impl EventSink for Stopping {
         self.seen.push((e.time_ns, path));
         let n = self.seen.len();
         if self.fail_at == Some(n) {
-            return Err(Error::Target(format!("the sink failed at event {n}")));
+            return Err(Error::Internal {
+                what: format!("the sink failed at event {n}"),
+            });
         }
         Ok(if self.break_at == Some(n) {
             ControlFlow::Break(())
@@ -94,7 +96,10 @@ fn a_sink_error_or_break_stops_the_drain_and_the_rest_comes_next() {
     let err = s
         .poll(Some(Duration::ZERO), &mut failing)
         .expect_err("the sink's error ends the poll");
-    assert_eq!(err.to_string(), "the sink failed at event 3");
+    assert_eq!(
+        err.to_string(),
+        "the sink failed at event 3 (a bug: please report it)"
+    );
     assert_eq!(failing.seen.len(), 3);
     // The next drain goes on after it; a Break at the second event ends
     // it cleanly.
