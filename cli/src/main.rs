@@ -1,12 +1,14 @@
 //! `kprobe-perf`: dynamic kernel probes through perf_event_open.
 #![cfg_attr(not(test), warn(unused_crate_dependencies))]
 
+mod aggregate;
 mod doctor;
 mod generate;
 mod hints;
 mod image_args;
 mod inspect;
 mod json;
+mod latency;
 mod output;
 mod script;
 mod text;
@@ -53,6 +55,13 @@ enum Cmd {
     /// Ctrl-C or --duration. A summary with per-probe counts and lost
     /// events goes to stderr.
     Record(RecordArgs),
+    /// Measure how long each call of a function takes: an entry and a
+    /// return probe of FUNC (a kernel function or `BINARY:func`), paired
+    /// per thread (recursion and nesting give each call its own duration),
+    /// printed as a log2 histogram with count, average, p50, p90, p99,
+    /// p99.9 and max. Returns whose entry was not seen, entries given up
+    /// and calls still running at the end are counted on stderr.
+    Latency(latency::LatencyArgs),
     /// Remove the tracefs events (kprobes and uprobes) left by kprobe-perf
     /// processes. They are normally removed at exit; when a recording is
     /// killed, its guardian process removes them at once, and any later
@@ -220,6 +229,8 @@ struct RecordArgs {
     overwrite_size: Option<usize>,
     #[command(flatten)]
     image: image_args::ImageArgs,
+    #[command(flatten)]
+    aggregate: aggregate::AggregateArgs,
     /// The command to run and record.
     #[arg(last = true, value_name = "CMD")]
     command: Vec<String>,
@@ -243,7 +254,7 @@ fn main() -> ExitCode {
     // Before any thread: the guardian removes the tracefs definitions of
     // a recording that dies without removing them (SIGKILL). Without it
     // (it could not start), the next start or `cleanup` removes them.
-    if matches!(cli.command, Cmd::Record(_)) {
+    if matches!(cli.command, Cmd::Record(_) | Cmd::Latency(_)) {
         let _ = kprobe_perf_engine::guardian::Guardian::start();
     }
     let result = match cli.command {
@@ -252,6 +263,7 @@ fn main() -> ExitCode {
             validate::merge_duplicates(&mut args.tid);
             record(&args)
         }
+        Cmd::Latency(args) => latency::run(&args),
         Cmd::Cleanup => cleanup(),
         Cmd::Script(args) => script::run(&args),
         Cmd::Probe {
@@ -332,6 +344,7 @@ fn record(args: &RecordArgs) -> Result<ExitCode> {
     let specs = inspect::expand_globs(&kernel, specs, args.all_instances, choice)?;
     let plans = kernel.plan(&specs, choice)?;
     inspect::check_plans(&kernel, &plans)?;
+    let agg = aggregate::Aggregation::new(&args.aggregate, &plans, args.json)?;
     // The symbolizer's table; the kernel's text and images are let go.
     let symbols = kernel.into_symbols();
     if let Some(p) = args.output.as_deref() {
@@ -394,6 +407,7 @@ fn record(args: &RecordArgs) -> Result<ExitCode> {
         }),
         cache: text::LineCache::default(),
         line: Vec::with_capacity(256),
+        agg,
     };
     let stdout = io::stdout();
     let mut live = LiveOutput {
@@ -423,6 +437,9 @@ fn record(args: &RecordArgs) -> Result<ExitCode> {
         if !live.flush()? {
             break;
         }
+        if let Some(a) = live.printer.agg.as_mut() {
+            a.tick(&mut live.out).context("writing the maps")?;
+        }
         if stop.load(Ordering::Relaxed) || deadline.is_some_and(|d| Instant::now() >= d) {
             break;
         }
@@ -447,6 +464,9 @@ fn record(args: &RecordArgs) -> Result<ExitCode> {
     if args.overwrite && !live.reader_gone {
         session.dump_overwrite(&mut Dumped(&mut live))?;
         live.flush()?;
+    }
+    if let (Some(a), false) = (live.printer.agg.as_mut(), live.reader_gone) {
+        a.finish(&mut live.out).context("writing the maps")?;
     }
     let summary = session.summary();
     // Computed once: a file stores the very text printed.
@@ -540,6 +560,8 @@ struct Printer<'a> {
     cache: text::LineCache,
     /// The line being written.
     line: Vec<u8>,
+    /// The maps of --count-by, --hist, --lhist.
+    agg: Option<aggregate::Aggregation>,
 }
 
 impl Printer<'_> {
@@ -677,6 +699,9 @@ impl<W: Write> EventSink for LiveOutput<'_, W> {
     fn event(&mut self, e: &Event) -> Result<ControlFlow<()>> {
         if let Some(a) = self.printer.addresses.as_mut() {
             output::note_addresses(a, e);
+        }
+        if let Some(a) = self.printer.agg.as_mut() {
+            a.record(e);
         }
         self.print(e)
     }

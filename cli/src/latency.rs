@@ -1,0 +1,428 @@
+//! `kprobe-perf latency FUNC`: each call's duration, from an entry probe
+//! and a return probe of FUNC paired per thread by the engine's
+//! [`LatencyPairer`]; a log2 (or linear) histogram with its figures, per
+//! key with `--by`, per interval with `-I`, or each slow call with
+//! `--min` (funcslower).
+
+use std::io::{self, Write};
+use std::process::ExitCode;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result};
+use kprobe_perf_engine::analysis::{
+    parse_duration, parse_linear, render, Call, FunctionProbes, HistShape, Key, LatencyOptions,
+    LatencyPairer, LatencySnapshot, TimeUnit,
+};
+use kprobe_perf_engine::{
+    plan::BackendChoice, sink_fn, CommandScope, RecordTarget, Session, SessionOptions,
+};
+
+/// The arguments of `latency`.
+#[derive(clap::Args)]
+pub struct LatencyArgs {
+    /// The function: a kernel function (`vfs_read`, `MOD:NAME`) or a
+    /// user-space one (`BINARY:func`, the binary's path).
+    #[arg(value_name = "FUNC")]
+    func: String,
+    /// The histogram's unit: ns, us or ms (durations are rounded down).
+    #[arg(long, value_name = "UNIT", default_value = "ns")]
+    unit: String,
+    /// Linear buckets instead of log2: MIN,MAX,STEP in --unit (plus one
+    /// bucket below MIN and one at or above MAX).
+    #[arg(long, value_name = "MIN,MAX,STEP", allow_hyphen_values = true)]
+    linear: Option<String>,
+    /// One histogram per value of KEY besides the total: comm, pid, tid,
+    /// cpu, or ret (the return value).
+    #[arg(long, value_name = "KEY")]
+    by: Option<String>,
+    /// Print (and reset) the histograms every MS milliseconds.
+    #[arg(short = 'I', long = "interval", value_name = "MS", value_parser = clap::value_parser!(u64).range(1..))]
+    interval: Option<u64>,
+    /// Instead of histograms, print each call that took at least DURATION
+    /// (250ns, 500us, 1.5ms, 2s; 0ns prints every call) with its first
+    /// arguments (--args) and its return value.
+    #[arg(long, value_name = "DURATION")]
+    min: Option<String>,
+    /// With --min: how many arguments of the call to show (0 to 6).
+    #[arg(long = "args", value_name = "N", default_value_t = 3, value_parser = clap::value_parser!(u8).range(0..=6))]
+    nargs: u8,
+    /// Print JSON instead of text: one object per histogram snapshot (per
+    /// interval with -I) with the buckets, or one per call with --min.
+    #[arg(long)]
+    json: bool,
+    /// Measure these processes only (comma-separated pids), and their
+    /// threads and children.
+    #[arg(short = 'p', long, value_name = "PIDS", value_delimiter = ',', conflicts_with = "command", value_parser = crate::validate::pid, allow_negative_numbers = true)]
+    pid: Vec<i32>,
+    /// Measure every task on every CPU, even when a command is given.
+    #[arg(short = 'a', long)]
+    all_cpus: bool,
+    /// Stop after this many seconds (fractions allowed).
+    #[arg(short = 'd', long, value_name = "SECS", value_parser = crate::validate::duration, allow_negative_numbers = true)]
+    duration: Option<f64>,
+    #[command(flatten)]
+    image: crate::image_args::ImageArgs,
+    /// The command to run and measure.
+    #[arg(last = true, value_name = "CMD")]
+    command: Vec<String>,
+}
+
+/// The two probe definitions of `func`: its entry (with `nargs`
+/// arguments) and its return (with the return value).
+fn specs(func: &str, nargs: u8) -> [String; 2] {
+    let mut entry = format!("p:{func}");
+    for i in 1..=nargs {
+        entry.push_str(&format!(" arg{i}=$arg{i}"));
+    }
+    [entry, format!("r:{func} ret=$retval:s64")]
+}
+
+/// Runs `latency`.
+pub fn run(args: &LatencyArgs) -> Result<ExitCode> {
+    let unit = TimeUnit::parse(&args.unit)?;
+    let shape = match &args.linear {
+        Some(spec) => HistShape::Linear(parse_linear(spec)?),
+        None => HistShape::Log2,
+    };
+    let by = args.by.as_deref().map(Key::parse).transpose()?;
+    let min_ns = args.min.as_deref().map(parse_duration).transpose()?;
+    if min_ns.is_some() && (by.is_some() || args.linear.is_some() || args.interval.is_some()) {
+        anyhow::bail!(
+            "--min prints each slow call instead of histograms: it does not combine with --by, \
+             --linear or -I; run without --min for histograms"
+        );
+    }
+    let kernel = crate::inspect::record_kernel(&args.image);
+    let nargs = if min_ns.is_some() { args.nargs } else { 0 };
+    let plans = kernel
+        .plan(&specs(&args.func, nargs), BackendChoice::Auto)
+        .with_context(|| format!("cannot probe the entry and return of {}", args.func))?;
+    crate::inspect::check_plans(&kernel, &plans)?;
+    drop(kernel);
+    let mut options = LatencyOptions::default();
+    options.by = by;
+    options.shape = shape;
+    options.unit = unit;
+    options.calls_from_ns = min_ns;
+    let mut pairer =
+        LatencyPairer::new(&[FunctionProbes::new(0, 1).with_return_value(0)], options)?;
+
+    let stop = Arc::new(AtomicBool::new(false));
+    for sig in [
+        signal_hook::consts::SIGINT,
+        signal_hook::consts::SIGTERM,
+        signal_hook::consts::SIGHUP,
+    ] {
+        signal_hook::flag::register(sig, Arc::clone(&stop))
+            .context("installing a signal handler")?;
+    }
+    let target = if !args.pid.is_empty() {
+        RecordTarget::Processes(args.pid.clone())
+    } else if args.command.is_empty() {
+        RecordTarget::AllCpus
+    } else {
+        RecordTarget::Command {
+            argv: args.command.clone(),
+            scope: if args.all_cpus {
+                CommandScope::AllCpus
+            } else {
+                CommandScope::Descendants
+            },
+        }
+    };
+    let mut session = Session::open(
+        plans,
+        SessionOptions {
+            target,
+            ..SessionOptions::default()
+        },
+    )?;
+    session.enable()?;
+    crate::inspect::report_armed(session.plans());
+    let deadline = args
+        .duration
+        .map(|d| Instant::now() + Duration::from_secs_f64(d.max(0.0)));
+    let interval = args.interval.map(Duration::from_millis);
+    let start = Instant::now();
+    let mut next_tick = interval.map(|i| start + i);
+    let mut out = Output {
+        w: io::BufWriter::new(io::stdout().lock()),
+        json: args.json,
+        func: args.func.clone(),
+        unit: (args.unit != "ns").then_some(unit),
+        nargs,
+        arg_names: [0, 1].map(|i| {
+            session
+                .plans()
+                .get(i)
+                .map(|p| p.args.iter().map(|a| a.name.clone()).collect())
+                .unwrap_or_default()
+        }),
+    };
+    let mut lost_seen = 0u64;
+    let mut lost_total = 0u64;
+    let mut totals = Totals::default();
+    let mut command_status = None;
+    let mut result: io::Result<()> = Ok(());
+    loop {
+        let timeout = match next_tick {
+            Some(t) => t
+                .saturating_duration_since(Instant::now())
+                .min(Duration::from_millis(100)),
+            None => Duration::from_millis(100),
+        };
+        poll_once(
+            &mut session,
+            timeout,
+            &mut pairer,
+            &mut out,
+            &mut result,
+            &mut lost_seen,
+            &mut lost_total,
+        )?;
+        if let Some(t) = next_tick.as_mut() {
+            if Instant::now() >= *t {
+                let snap = pairer.take();
+                totals.add(&snap);
+                out.snapshot(&snap, Some(start.elapsed()))?;
+                *t += interval.unwrap_or_default();
+            }
+        }
+        if result.is_err() {
+            break;
+        }
+        if stop.load(Ordering::Relaxed) || deadline.is_some_and(|d| Instant::now() >= d) {
+            break;
+        }
+        if let Some(status) = session.command_status()? {
+            command_status = Some(status);
+            break;
+        }
+        if session.target_exited() {
+            break;
+        }
+    }
+    session.disable()?;
+    if result.is_ok() {
+        poll_once(
+            &mut session,
+            Duration::ZERO,
+            &mut pairer,
+            &mut out,
+            &mut result,
+            &mut lost_seen,
+            &mut lost_total,
+        )?;
+    }
+    match result {
+        Err(e) if e.kind() == io::ErrorKind::BrokenPipe => return Ok(ExitCode::SUCCESS),
+        Err(e) => return Err(e).context("writing the output"),
+        Ok(()) => {}
+    }
+    let snap = pairer.take();
+    totals.add(&snap);
+    if min_ns.is_none() && (interval.is_none() || snap.functions.iter().any(|f| f.paired > 0)) {
+        out.snapshot(&snap, interval.map(|_| start.elapsed()))?;
+    }
+    out.w.flush().context("writing the output")?;
+    // Every call accounted for: paired, returns without their entry,
+    // entries given up, calls still running at the end.
+    eprintln!(
+        "{}: {} paired calls, {} unpaired returns, {} dropped entries, {} unreturned calls, {} events lost",
+        args.func,
+        totals.paired,
+        totals.unpaired,
+        totals.dropped,
+        snap.functions.first().map_or(0, |f| f.unreturned),
+        lost_total
+    );
+    for line in crate::text::summary_lines(&session.summary(), session.plans()) {
+        eprintln!("{line}");
+    }
+    if command_status.is_none() {
+        // After Ctrl-C the command got the signal too: a moment to end.
+        let grace = if stop.load(Ordering::Relaxed) {
+            Duration::from_millis(500)
+        } else {
+            Duration::ZERO
+        };
+        command_status = session.wait_command(grace)?;
+    }
+    Ok(match command_status {
+        Some(status) if !status.success() => {
+            eprintln!("kprobe-perf: the command exited with {status}");
+            ExitCode::from(crate::exit_code(status))
+        }
+        _ => ExitCode::SUCCESS,
+    })
+}
+
+/// Counters summed over the intervals.
+#[derive(Default)]
+struct Totals {
+    paired: u64,
+    unpaired: u64,
+    dropped: u64,
+}
+
+impl Totals {
+    fn add(&mut self, s: &LatencySnapshot) {
+        for f in &s.functions {
+            self.paired += f.paired;
+            self.unpaired += f.unpaired_returns;
+            self.dropped += f.dropped_entries;
+        }
+    }
+}
+
+/// One poll: events to the pairer, slow calls printed; losses drop the
+/// pairer's pending entries (the lost events may be any of their returns).
+fn poll_once(
+    session: &mut Session,
+    timeout: Duration,
+    pairer: &mut LatencyPairer,
+    out: &mut Output<impl Write>,
+    result: &mut io::Result<()>,
+    lost_seen: &mut u64,
+    lost_total: &mut u64,
+) -> Result<()> {
+    session.poll(
+        Some(timeout),
+        &mut sink_fn(|e| {
+            if let Some(call) = pairer.record(e) {
+                if result.is_ok() {
+                    *result = out.call(&call);
+                }
+            }
+        }),
+    )?;
+    let lost = session.stats().lost;
+    if lost > *lost_seen {
+        *lost_total += lost - *lost_seen;
+        *lost_seen = lost;
+        pairer.events_lost();
+    }
+    Ok(())
+}
+
+/// Where and how the results are written.
+struct Output<W: Write> {
+    w: W,
+    json: bool,
+    func: String,
+    /// The unit of --min's durations (`None`: the best fitting one).
+    unit: Option<TimeUnit>,
+    /// Entry arguments fetched.
+    nargs: u8,
+    /// The argument names of the entry probe and the return probe.
+    arg_names: [Vec<String>; 2],
+}
+
+impl<W: Write> Output<W> {
+    /// One slow call (--min).
+    fn call(&mut self, c: &Call) -> io::Result<()> {
+        let pairs =
+            |names: &[String], values: &[kprobe_perf_engine::Value]| -> Vec<(String, String)> {
+                names
+                    .iter()
+                    .zip(values)
+                    .map(|(n, v)| (n.clone(), v.to_string()))
+                    .collect()
+            };
+        let args = pairs(&self.arg_names[0], &c.entry_args);
+        let rets = pairs(&self.arg_names[1], &c.return_args);
+        if self.json {
+            let mut m = serde_json::Map::new();
+            m.insert("function".into(), self.func.clone().into());
+            m.insert("comm".into(), c.comm.to_string().into());
+            m.insert("pid".into(), c.pid.into());
+            m.insert("tid".into(), c.tid.into());
+            m.insert("cpu".into(), c.cpu.into());
+            m.insert("entry_time_ns".into(), c.entry_time_ns.into());
+            m.insert("duration_ns".into(), c.duration_ns.into());
+            for (n, v) in args.iter().chain(&rets) {
+                m.insert(n.clone(), v.clone().into());
+            }
+            writeln!(self.w, "{}", serde_json::Value::Object(m))
+        } else {
+            let t = c.entry_time_ns;
+            write!(
+                self.w,
+                "{}-{} [{:03}] {}.{:06}: {} {}",
+                c.comm,
+                c.tid,
+                c.cpu,
+                t / 1_000_000_000,
+                t % 1_000_000_000 / 1_000,
+                self.func,
+                render::format_duration(c.duration_ns, self.unit)
+            )?;
+            for (n, v) in args.iter().take(usize::from(self.nargs)).chain(&rets) {
+                write!(self.w, " {n}={v}")?;
+            }
+            writeln!(self.w)
+        }
+    }
+
+    /// The histograms (`at`: the time since the start, with -I).
+    fn snapshot(&mut self, s: &LatencySnapshot, at: Option<Duration>) -> Result<()> {
+        let r = if self.json {
+            let mut v = serde_json::json!({ "function": self.func });
+            if let (Some(at), serde_json::Value::Object(m)) = (at, &mut v) {
+                m.insert("elapsed_ms".into(), (at.as_millis() as u64).into());
+            }
+            if let (Ok(serde_json::Value::Object(snap)), serde_json::Value::Object(m)) =
+                (serde_json::to_value(s), &mut v)
+            {
+                m.extend(snap);
+            }
+            writeln!(self.w, "{v}")
+        } else {
+            let head = match at {
+                Some(at) => writeln!(self.w, "@ {:.3}s", at.as_secs_f64()),
+                None => Ok(()),
+            };
+            head.and_then(|()| {
+                write!(
+                    self.w,
+                    "{}",
+                    render::render_latency(s, &[self.func.as_str()])
+                )
+            })
+            .and_then(|()| {
+                if at.is_some() {
+                    writeln!(self.w)
+                } else {
+                    Ok(())
+                }
+            })
+        };
+        r.and_then(|()| self.w.flush())
+            .context("writing the histograms")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::specs;
+
+    #[test]
+    fn entry_and_return_specs() {
+        assert_eq!(
+            specs("vfs_read", 0),
+            [
+                "p:vfs_read".to_string(),
+                "r:vfs_read ret=$retval:s64".into()
+            ]
+        );
+        assert_eq!(
+            specs("/bin/x:f", 2),
+            [
+                "p:/bin/x:f arg1=$arg1 arg2=$arg2".to_string(),
+                "r:/bin/x:f ret=$retval:s64".into()
+            ]
+        );
+    }
+}
