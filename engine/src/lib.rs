@@ -11,6 +11,7 @@
 pub mod analysis;
 pub mod cpus;
 pub mod decode;
+pub mod entry_join;
 pub mod error;
 pub mod filter;
 pub mod guardian;

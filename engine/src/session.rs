@@ -276,6 +276,7 @@ impl Session {
         opts: SessionOptions,
         threads: &[(i32, i32)],
     ) -> Result<Session, Error> {
+        let (plans, joiner) = crate::entry_join::expand(plans);
         let mut plans = attach::plans_for_target(plans, &opts.target);
         let pmus = attach::probe_pmus(&plans)?;
         let cpus = online_cpus()?;
@@ -312,6 +313,10 @@ impl Session {
                 std::io::Error::new(std::io::ErrorKind::InvalidData, e),
             )
         })?;
+        let mut decoder = decoder;
+        if let Some(j) = joiner {
+            decoder.join_entries(j);
+        }
         let user_binaries = decoder
             .plans()
             .iter()
@@ -367,9 +372,11 @@ impl Session {
         Ok(())
     }
 
-    /// The probes of this session, in the order events refer to them.
+    /// The probes of this session, in the order events refer to them:
+    /// the user's (hidden entry probes are not among them, see
+    /// [`crate::entry_join`]).
     pub fn plans(&self) -> &[ProbePlan] {
-        self.decoder.plans()
+        self.decoder.shown_plans()
     }
 
     /// Counters so far.
@@ -418,7 +425,9 @@ impl Session {
     /// Hits the kernel counted for each probe, summed over its fds: every
     /// hit, including those whose samples were lost to a full ring.
     pub fn kernel_hits(&self) -> Result<Vec<u64>, Error> {
-        let mut hits = vec![0u64; self.plans().len()];
+        // Over the probes opened (hidden entry probes last), then the
+        // user's only.
+        let mut hits = vec![0u64; self.decoder.plans().len()];
         for s in &self.streams {
             // fds of a stream are in plan order, once per thread sharing
             // the stream.
@@ -431,6 +440,7 @@ impl Session {
                 }
             }
         }
+        hits.truncate(self.plans().len());
         Ok(hits)
     }
 
