@@ -382,7 +382,11 @@ mod tests {
         assert_eq!(p.spec, ProbeSpec::parse(OPENAT2, Arch::X86_64).unwrap());
         assert_eq!(p.event, "r_do_sys_openat2_0");
         assert!(p.is_return());
-        let shown: Vec<_> = p.args.iter().map(|a| (a.name.as_str(), a.ty.base)).collect();
+        let shown: Vec<_> = p
+            .args
+            .iter()
+            .map(|a| (a.name.as_str(), a.ty.base))
+            .collect();
         assert_eq!(
             shown,
             [("path", BaseType::UString), ("ret", BaseType::Signed(64))]

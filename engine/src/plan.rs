@@ -1192,7 +1192,10 @@ mod tests {
         // values there: a hidden entry probe fetches it (entry_join).
         let r = plan("r:do_sys_openat2 dfd").unwrap();
         let j = r.entry_join.as_deref().unwrap();
-        assert_eq!((reg_name(&j.entry.args[0]), r.args[0].name.as_str()), ("di", "dfd"));
+        assert_eq!(
+            (reg_name(&j.entry.args[0]), r.args[0].name.as_str()),
+            ("di", "dfd")
+        );
         assert_eq!(r.args[0].ty, ArgType::scalar(BaseType::Signed(32)));
     }
 
@@ -1230,12 +1233,30 @@ mod tests {
     fn forms_the_kernel_lacks_are_refused_by_name() {
         let old = KernelFeatures::from_readme(README_6_1);
         let refused = [
-            ("f:kpf/ret do_sys_openat2%return $retval", "fprobe events (f:); needs CONFIG_FPROBE_EVENTS, Linux 6.4+"),
-            ("t:kpf/ss sched_switch", "tracepoint probes (t:); needs CONFIG_FPROBE_EVENTS, Linux 6.4+"),
-            ("p:do_sys_openat2 $arg*", "$arg* (every parameter by BTF); needs CONFIG_PROBE_EVENTS_BTF_ARGS, Linux 6.5+"),
-            ("p:do_sys_openat2 how->flags", "BTF member access (how->flags); needs CONFIG_PROBE_EVENTS_BTF_ARGS, Linux 6.7+"),
-            ("p:do_sys_openat2 +0(%si):char", "char type (+0(%si):char); needs Linux 6.7+"),
-            ("p:do_sys_openat2 %si:%pd", "%pd type (%si:%pd); needs CONFIG_PROBE_EVENTS_BTF_ARGS, Linux 6.9+"),
+            (
+                "f:kpf/ret do_sys_openat2%return $retval",
+                "fprobe events (f:); needs CONFIG_FPROBE_EVENTS, Linux 6.4+",
+            ),
+            (
+                "t:kpf/ss sched_switch",
+                "tracepoint probes (t:); needs CONFIG_FPROBE_EVENTS, Linux 6.4+",
+            ),
+            (
+                "p:do_sys_openat2 $arg*",
+                "$arg* (every parameter by BTF); needs CONFIG_PROBE_EVENTS_BTF_ARGS, Linux 6.5+",
+            ),
+            (
+                "p:do_sys_openat2 how->flags",
+                "BTF member access (how->flags); needs CONFIG_PROBE_EVENTS_BTF_ARGS, Linux 6.7+",
+            ),
+            (
+                "p:do_sys_openat2 +0(%si):char",
+                "char type (+0(%si):char); needs Linux 6.7+",
+            ),
+            (
+                "p:do_sys_openat2 %si:%pd",
+                "%pd type (%si:%pd); needs CONFIG_PROBE_EVENTS_BTF_ARGS, Linux 6.9+",
+            ),
         ];
         for (text, why) in refused {
             assert_eq!(
