@@ -31,9 +31,47 @@ use crate::decode::{Event, Value};
 use crate::plan::{self, ArgPlan, BackendChoice, KernelFeatures, PlanError, ProbePlan};
 use crate::spec::{Fetch, FetchArg, FetchBase, ProbeKind, ProbeSpec, Target};
 
-/// Name of the stack pointer argument each half of a joined probe fetches
-/// last (never shown).
-const FRAME_ARG: &str = "kpf_frame_sp";
+/// Name of the stack pointer argument the return half of a joined probe
+/// fetches last (never shown). The entry half's is this, `_`, and the
+/// order of the user's arguments, one letter each (`e` from the entry,
+/// `r` from the return): the definitions alone, as a perf.data file
+/// stores them, are enough to join them again ([`rejoin`]).
+const FRAME_ARG: &str = "kpf_sp";
+
+/// Suffix of the hidden entry probe's event name.
+const ENTRY_SUFFIX: &str = "_kpf_entry";
+
+/// The entry half's frame argument name for `order`.
+fn entry_frame_name(order: &[JoinSource]) -> String {
+    let letters: String = order
+        .iter()
+        .map(|s| match s {
+            JoinSource::Entry(_) => 'e',
+            JoinSource::Return(_) => 'r',
+        })
+        .collect();
+    format!("{FRAME_ARG}_{letters}")
+}
+
+/// The order [`entry_frame_name`] wrote in `name`.
+fn order_of_frame_name(name: &str) -> Option<Vec<JoinSource>> {
+    let letters = name.strip_prefix(FRAME_ARG)?.strip_prefix('_')?;
+    let (mut e, mut r) = (0, 0);
+    letters
+        .chars()
+        .map(|c| match c {
+            'e' => {
+                e += 1;
+                Some(JoinSource::Entry(e - 1))
+            }
+            'r' => {
+                r += 1;
+                Some(JoinSource::Return(r - 1))
+            }
+            _ => None,
+        })
+        .collect()
+}
 
 /// Where one argument of a joined return probe comes from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -82,10 +120,10 @@ pub fn needs_join(spec: &ProbeSpec, features: Option<&KernelFeatures>) -> bool {
         && spec.args.iter().any(entry_value)
 }
 
-/// The stack pointer as an argument, named [`FRAME_ARG`].
-fn frame_arg(arch: Arch) -> FetchArg {
+/// The stack pointer as an argument named `name`.
+fn frame_arg(arch: Arch, name: String) -> FetchArg {
     FetchArg {
-        name: Some(FRAME_ARG.to_string()),
+        name: Some(name),
         fetch: Fetch {
             base: FetchBase::Register(arch.stack_register().name.to_string()),
             derefs: Vec::new(),
@@ -97,7 +135,7 @@ fn frame_arg(arch: Arch) -> FetchArg {
 /// How much the stack pointer at a return exceeds the one at its entry:
 /// x86_64's `ret` pops the return address; aarch64 returns through a
 /// register.
-fn frame_step(arch: Arch) -> i64 {
+pub(crate) fn frame_step(arch: Arch) -> i64 {
     match arch {
         Arch::X86_64 => 8,
         _ => 0,
@@ -130,12 +168,21 @@ pub fn plan_joined(
             ret_args.push(named);
         }
     }
-    entry_args.push(frame_arg(arch));
-    ret_args.push(frame_arg(arch));
+    if spec.args.len() > MAX_JOINED_ARGS {
+        return Err(PlanError::Unsupported {
+            what: format!(
+                "{} arguments in a return probe with entry values on this kernel (at most {MAX_JOINED_ARGS} when they are joined to a hidden entry probe)",
+                spec.args.len()
+            ),
+            instead: "split the arguments over two probes".into(),
+        });
+    }
+    entry_args.push(frame_arg(arch, entry_frame_name(&order)));
+    ret_args.push(frame_arg(arch, FRAME_ARG.to_string()));
     let entry_spec = ProbeSpec {
         kind: ProbeKind::Entry,
         group: spec.group.clone(),
-        event: Some(format!("{event}_kpf_entry")),
+        event: Some(format!("{event}{ENTRY_SUFFIX}")),
         target: spec.target.clone(),
         args: entry_args,
     };
@@ -146,6 +193,27 @@ pub fn plan_joined(
     };
     let entry = plan::resolve_with(entry_spec, symbols, arch, choice, features)?;
     let ret = plan::resolve_with(ret_spec, symbols, arch, choice, features)?;
+    Ok(user_view(
+        spec,
+        EntryJoin {
+            ret,
+            entry,
+            order,
+            frame_step: frame_step(arch),
+        },
+    ))
+}
+
+/// The most arguments of a joined return probe: the entry half's frame
+/// argument name spells their order, within the kernel's 32 bytes.
+const MAX_JOINED_ARGS: usize = 24;
+
+/// The plan the user sees for `join`: `spec`, the return's event and
+/// place, the arguments of both halves in the user's order.
+fn user_view(spec: ProbeSpec, join: EntryJoin) -> ProbePlan {
+    let EntryJoin {
+        ret, entry, order, ..
+    } = &join;
     let shown_arg = |src: &JoinSource| -> Option<ArgPlan> {
         match *src {
             JoinSource::Entry(k) => entry.args.get(k).cloned(),
@@ -153,22 +221,68 @@ pub fn plan_joined(
         }
     };
     let args = order.iter().filter_map(shown_arg).collect();
-    Ok(ProbePlan {
+    ProbePlan {
         spec,
-        event,
+        event: ret.event.clone(),
         attach: ret.attach.clone(),
         backend: ret.backend,
         resolved_address: ret.resolved_address,
         args,
         regs_mask: ret.regs_mask,
         return_trampoline: ret.return_trampoline,
-        entry_join: Some(Box::new(EntryJoin {
-            ret,
-            entry,
-            order,
-            frame_step: frame_step(arch),
-        })),
-    })
+        entry_join: Some(Box::new(join)),
+    }
+}
+
+/// The inverse of [`expand`] for the probes of a perf.data file (planned
+/// again from their definitions): the user's probes, a joined one put
+/// together again from its return and hidden entry probes, found by
+/// their names. `expand` of the result gives `opened` back, in order,
+/// when `opened` is what a session opened.
+pub fn rejoin(opened: &[ProbePlan], arch: Arch) -> Vec<ProbePlan> {
+    let frame_name = |p: &ProbePlan| p.spec.args.last().and_then(|a| a.name.clone());
+    let mut shown: Vec<ProbePlan> = Vec::with_capacity(opened.len());
+    let mut hidden = Vec::new();
+    for p in opened {
+        let order = frame_name(p).and_then(|n| order_of_frame_name(&n));
+        match (p.event.strip_suffix(ENTRY_SUFFIX), order, p.is_return()) {
+            (Some(ret_event), Some(order), false) => {
+                hidden.push((ret_event.to_string(), p.clone(), order))
+            }
+            _ => shown.push(p.clone()),
+        }
+    }
+    for (ret_event, entry, order) in hidden {
+        let Some(at) = shown.iter().position(|p| {
+            p.event == ret_event
+                && p.is_return()
+                && p.entry_join.is_none()
+                && frame_name(p).as_deref() == Some(FRAME_ARG)
+        }) else {
+            // No return to join it to: shown as it is.
+            shown.push(entry);
+            continue;
+        };
+        let ret = shown[at].clone();
+        let mut spec = ret.spec.clone();
+        spec.args = order
+            .iter()
+            .filter_map(|s| match *s {
+                JoinSource::Entry(k) => entry.spec.args.get(k).cloned(),
+                JoinSource::Return(k) => ret.spec.args.get(k).cloned(),
+            })
+            .collect();
+        shown[at] = user_view(
+            spec,
+            EntryJoin {
+                ret,
+                entry,
+                order,
+                frame_step: frame_step(arch),
+            },
+        );
+    }
+    shown
 }
 
 /// One joined return probe, as the [`Joiner`] knows it.
@@ -232,7 +346,7 @@ pub fn expand(plans: Vec<ProbePlan>) -> (Vec<ProbePlan>, Option<Joiner>) {
                 let mut ret = j.ret.clone();
                 ret.event = p.event.clone();
                 let mut entry = j.entry.clone();
-                entry.event = format!("{}_kpf_entry", p.event);
+                entry.event = format!("{}{ENTRY_SUFFIX}", p.event);
                 opened.push(ret);
                 hidden.push(entry);
             }
@@ -371,7 +485,7 @@ mod tests {
         let j = p.entry_join.as_deref().unwrap();
         assert_eq!(
             j.entry.tracefs_definition("g"),
-            "p:g/r_do_sys_openat2_0_kpf_entry do_sys_openat2 path=+0($arg2):ustring kpf_frame_sp=%sp"
+            "p:g/r_do_sys_openat2_0_kpf_entry do_sys_openat2 path=+0($arg2):ustring kpf_sp_er=%sp"
         );
         assert_eq!(j.entry.backend, Backend::Tracefs);
         // The return needs no memory: the PMU samples ax and sp.
@@ -517,6 +631,47 @@ mod tests {
         );
         assert_eq!(unknown, 2);
         assert_eq!(Value::Unknown.to_string(), "(unknown)");
+    }
+
+    #[test]
+    fn the_opened_probes_of_a_file_join_again() {
+        let other = plan_on("p:vfs_read %di", &KernelFeatures::default());
+        let user = plan_on(
+            "r:vfs_read $retval $arg3 ret2=$retval",
+            &KernelFeatures::default(),
+        );
+        let (opened, _) = expand(vec![user.clone(), other.clone()]);
+        assert_eq!(opened.len(), 3);
+        // As a perf.data file stores them: definitions planned again.
+        let replanned: Vec<ProbePlan> = opened
+            .iter()
+            .map(|p| {
+                let spec = ProbeSpec::parse(&p.spec.to_string(), Arch::X86_64).unwrap();
+                let mut q = resolve_with(
+                    spec,
+                    &KernelSymbols::default(),
+                    Arch::X86_64,
+                    BackendChoice::Pmu,
+                    Some(&KernelFeatures::default()),
+                )
+                .unwrap();
+                q.event = p.event.clone();
+                q
+            })
+            .collect();
+        let shown = rejoin(&replanned, Arch::X86_64);
+        assert_eq!(shown.len(), 2);
+        assert_eq!(shown[1], replanned[1]);
+        assert_eq!(shown[1].event, other.event);
+        let names: Vec<_> = shown[0].args.iter().map(|a| a.name.as_str()).collect();
+        assert_eq!(names, ["arg1", "arg2", "ret2"]);
+        assert_eq!(shown[0].args, user.args);
+        let (reopened, joiner) = expand(shown);
+        assert!(joiner.is_some());
+        assert_eq!(reopened, replanned);
+        // Without a hidden entry probe, nothing changes.
+        assert_eq!(rejoin(&[other.clone()], Arch::X86_64), vec![other]);
+        let _ = user;
     }
 
     #[test]

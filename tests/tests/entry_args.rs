@@ -24,12 +24,17 @@ fn kernel_route() -> bool {
         .return_args
 }
 
-/// The lines of `record -e SPEC -- cat EXISTING MISSING` for the two
-/// paths, from the event name on (the comm, pid, CPU and time before it
-/// vary from run to run).
+/// The lines of `record -e SPEC -o FILE -- cat EXISTING MISSING` for the
+/// two paths, from the event name on (the comm, pid, CPU and time before
+/// it vary from run to run); the whole stdout of `script -i FILE` equals
+/// the record's.
 fn record_cat(spec: &str, existing: &str, missing: &str) -> Vec<String> {
+    let data = format!("/tmp/kpf-entry-args-{}.data", std::process::id());
+    let _ = std::fs::remove_file(&data);
     let out = Command::new(kprobe_perf_bin())
-        .args(["record", "-e", spec, "--", "cat", existing, missing])
+        .args([
+            "record", "-e", spec, "-o", &data, "--", "cat", existing, missing,
+        ])
         .output()
         .unwrap();
     let stdout = String::from_utf8_lossy(&out.stdout);
@@ -40,6 +45,19 @@ fn record_cat(spec: &str, existing: &str, missing: &str) -> Vec<String> {
         stderr.contains("No such file or directory"),
         "cat must have failed on {missing}: {stderr}"
     );
+    // The replay prints the joined lines too, and no hidden event.
+    let replay = Command::new(kprobe_perf_bin())
+        .args(["script", "-i", &data])
+        .output()
+        .unwrap();
+    assert!(replay.status.success(), "{replay:?}");
+    assert_eq!(
+        String::from_utf8_lossy(&replay.stdout),
+        stdout,
+        "script -i {data}"
+    );
+    let _ = std::fs::remove_file(&data);
+    assert!(!stdout.contains("kpf"), "{stdout}");
     stdout
         .lines()
         .filter(|l| l.contains(existing) || l.contains(missing))
