@@ -93,6 +93,10 @@ pub fn summary(session: &Session) -> String {
                 m.insert("entries".into(), json!(c.entries));
                 m.insert("unreturned".into(), json!(c.unreturned()));
             }
+            // Only for a return probe joined to a hidden entry probe.
+            if let Some(u) = stats.entry_unknown.get(i) {
+                m.insert("entry_unknown".into(), json!(u));
+            }
             let t = stats.throttling_of(i);
             m.insert("throttled".into(), json!(t.throttled));
             m.insert("unthrottled".into(), json!(t.unthrottled));

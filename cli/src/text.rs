@@ -608,6 +608,13 @@ pub fn summary(session: &Session) -> String {
             }
             _ => per_probe.push(format!("{}: {n}", p.event)),
         }
+        // A return probe joined to a hidden entry probe: its returns
+        // whose entry was not seen (lost, or before the start).
+        if let (Some(&u), Some(last)) = (stats.entry_unknown.get(i), per_probe.last_mut()) {
+            if u > 0 {
+                last.push_str(&format!(", {u} with entry values unknown"));
+            }
+        }
     }
     let total_lost = if lost.is_some() {
         total_lost

@@ -634,6 +634,37 @@ mod tests {
     }
 
     #[test]
+    fn after_a_loss_waiting_entries_are_not_used() {
+        let user = plan_on(OPENAT2, &KernelFeatures::default());
+        let (_, joiner) = expand(vec![user]);
+        let mut joiner = joiner.unwrap();
+        let mut out = Vec::new();
+        let mut unknown = Vec::new();
+        let mut pass = |j: &mut Joiner, e: Event| {
+            j.pass(
+                &e,
+                |p| unknown.push(p),
+                |m, plans| {
+                    assert_eq!(plans.len(), 1);
+                    out.push(m.args.clone())
+                },
+            )
+        };
+        pass(&mut joiner, event(1, 7, 10, vec![s("/a"), int(0x1000)]));
+        // Records were lost: this entry's return may have been among them,
+        // and a later call of the same frame must not take its path.
+        joiner.events_lost();
+        pass(&mut joiner, event(0, 7, 20, vec![ret(3), int(0x1008)]));
+        pass(&mut joiner, event(1, 7, 30, vec![s("/b"), int(0x1000)]));
+        pass(&mut joiner, event(0, 7, 40, vec![ret(4), int(0x1008)]));
+        assert_eq!(
+            out,
+            vec![vec![Value::Unknown, ret(3)], vec![s("/b"), ret(4)]]
+        );
+        assert_eq!(unknown, vec![0]);
+    }
+
+    #[test]
     fn the_opened_probes_of_a_file_join_again() {
         let other = plan_on("p:vfs_read %di", &KernelFeatures::default());
         let user = plan_on(
