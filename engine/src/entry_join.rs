@@ -701,7 +701,10 @@ mod tests {
         assert!(joiner.is_some());
         assert_eq!(reopened, replanned);
         // Without a hidden entry probe, nothing changes.
-        assert_eq!(rejoin(&[other.clone()], Arch::X86_64), vec![other]);
+        assert_eq!(
+            rejoin(std::slice::from_ref(&other), Arch::X86_64),
+            vec![other]
+        );
         let _ = user;
     }
 
