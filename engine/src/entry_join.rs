@@ -2,7 +2,7 @@
 //!
 //! `r:do_sys_openat2 path=+0($arg2):ustring ret=$retval` asks, at the
 //! return, for what was true at the entry. Kernels whose tracefs `README`
-//! says "kernel return probes support: $retval, $arg<N>" (6.10+) save the
+//! says "kernel return probes support: $retval, `$arg<N>`" (6.10+) save the
 //! entry values themselves: the definition goes to them as written. Older
 //! ones (6.1) cannot, so the planner splits the probe in two
 //! ([`plan_joined`]): a hidden entry probe fetching the entry values, and
