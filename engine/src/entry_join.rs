@@ -21,6 +21,7 @@
 //! [`Value::Unknown`], counted per probe in
 //! [`SessionStats::entry_unknown`](crate::SessionStats::entry_unknown).
 
+use std::ops::ControlFlow;
 use std::sync::Arc;
 
 use kprobe_perf_arch::Arch;
@@ -305,6 +306,8 @@ pub struct Joiner {
     pairer: LatencyPairer,
     /// The event handed over for a joined return (its storage reused).
     merged: Event,
+    /// True when the consumer stopped at `merged` (it comes again).
+    held: bool,
 }
 
 impl std::fmt::Debug for Joiner {
@@ -385,6 +388,7 @@ pub fn expand(plans: Vec<ProbePlan>) -> (Vec<ProbePlan>, Option<Joiner>) {
             ret_addr: None,
             args: Vec::new(),
         },
+        held: false,
     };
     (opened, Some(joiner))
 }
@@ -399,49 +403,56 @@ impl Joiner {
     /// return, a joined return is handed to `f` with the user's
     /// arguments (entry values [`Value::Unknown`] when its entry was not
     /// seen, and then `unknown` is called with its probe), any other
-    /// event is handed to `f` as it is.
+    /// event is handed to `f` as it is. Returns what `f` returned; after a
+    /// `Break` the same event may come again (it stays queued): a joined
+    /// return then gets the same arguments again.
     pub fn pass(
         &mut self,
         e: &Event,
         mut unknown: impl FnMut(usize),
-        mut f: impl FnMut(&Event, &[ProbePlan]),
-    ) {
+        mut f: impl FnMut(&Event, &[ProbePlan]) -> ControlFlow<()>,
+    ) -> ControlFlow<()> {
         let Some(func) = self.role.get(e.probe).copied().flatten() else {
-            f(e, &self.shown);
-            return;
+            return f(e, &self.shown);
         };
         let Some(j) = self.joined.get(func) else {
-            return;
+            return ControlFlow::Continue(());
         };
         if e.probe != j.ret {
             // The hidden entry: kept on its thread's stack.
             let _ = self.pairer.record(e);
-            return;
+            return ControlFlow::Continue(());
         }
-        let call = self.pairer.record(e);
         let m = &mut self.merged;
-        m.probe = e.probe;
-        m.cpu = e.cpu;
-        m.pid = e.pid;
-        m.tid = e.tid;
-        m.comm = e.comm.clone();
-        m.time_ns = e.time_ns;
-        m.ip = e.ip;
-        m.probe_addr = e.probe_addr;
-        m.ret_addr = e.ret_addr;
-        m.args.clear();
-        for src in &j.order {
-            let v = match (*src, &call) {
-                (JoinSource::Entry(k), Some(c)) => c.entry_args.get(k).cloned(),
-                (JoinSource::Entry(_), None) => None,
-                (JoinSource::Return(k), _) => e.args.get(k).cloned(),
-            };
-            m.args.push(v.unwrap_or(Value::Unknown));
+        let again =
+            self.held && (m.probe, m.tid, m.cpu, m.time_ns) == (e.probe, e.tid, e.cpu, e.time_ns);
+        if !again {
+            let call = self.pairer.record(e);
+            m.probe = e.probe;
+            m.cpu = e.cpu;
+            m.pid = e.pid;
+            m.tid = e.tid;
+            m.comm = e.comm.clone();
+            m.time_ns = e.time_ns;
+            m.ip = e.ip;
+            m.probe_addr = e.probe_addr;
+            m.ret_addr = e.ret_addr;
+            m.args.clear();
+            for src in &j.order {
+                let v = match (*src, &call) {
+                    (JoinSource::Entry(k), Some(c)) => c.entry_args.get(k).cloned(),
+                    (JoinSource::Entry(_), None) => None,
+                    (JoinSource::Return(k), _) => e.args.get(k).cloned(),
+                };
+                m.args.push(v.unwrap_or(Value::Unknown));
+            }
+            if call.is_none() {
+                unknown(e.probe);
+            }
         }
-        if call.is_none() {
-            unknown(e.probe);
-        }
-        f(m, &self.shown);
+        let flow = f(m, &self.shown);
+        self.held = flow.is_break();
+        flow
     }
 
     /// Records were lost: the entries waiting may have lost their
@@ -583,7 +594,14 @@ mod tests {
         let mut out = Vec::new();
         let mut unknown = 0;
         for e in events {
-            joiner.pass(e, |_| unknown += 1, |m, _| out.push(m.args.clone()));
+            let _ = joiner.pass(
+                e,
+                |_| unknown += 1,
+                |m, _| {
+                    out.push(m.args.clone());
+                    ControlFlow::Continue(())
+                },
+            );
         }
         (out, unknown)
     }
@@ -646,7 +664,8 @@ mod tests {
                 |p| unknown.push(p),
                 |m, plans| {
                     assert_eq!(plans.len(), 1);
-                    out.push(m.args.clone())
+                    out.push(m.args.clone());
+                    ControlFlow::Continue(())
                 },
             )
         };
@@ -662,6 +681,42 @@ mod tests {
             vec![vec![Value::Unknown, ret(3)], vec![s("/b"), ret(4)]]
         );
         assert_eq!(unknown, vec![0]);
+    }
+
+    #[test]
+    fn a_return_the_consumer_stopped_at_comes_again_with_the_same_values() {
+        let user = plan_on(OPENAT2, &KernelFeatures::default());
+        let (_, joiner) = expand(vec![user]);
+        let mut joiner = joiner.unwrap();
+        let mut unknown = 0;
+        let entry = event(1, 7, 10, vec![s("/a"), int(0x1000)]);
+        let ret_event = event(0, 7, 20, vec![ret(3), int(0x1008)]);
+        let _ = joiner.pass(&entry, |_| unknown += 1, |_, _| ControlFlow::Continue(()));
+        let mut seen = Vec::new();
+        for flow in [ControlFlow::Break(()), ControlFlow::Continue(())] {
+            let got = joiner.pass(
+                &ret_event,
+                |_| unknown += 1,
+                |m, _| {
+                    seen.push(m.args.clone());
+                    flow
+                },
+            );
+            assert_eq!(got, flow);
+        }
+        assert_eq!(seen, vec![vec![s("/a"), ret(3)], vec![s("/a"), ret(3)]]);
+        assert_eq!(unknown, 0);
+        // Taken, it is not held any more: the same event again would be a
+        // return without entry.
+        let _ = joiner.pass(
+            &ret_event,
+            |_| unknown += 1,
+            |m, _| {
+                assert_eq!(m.args[0], Value::Unknown);
+                ControlFlow::Continue(())
+            },
+        );
+        assert_eq!(unknown, 1);
     }
 
     #[test]
@@ -718,7 +773,14 @@ mod tests {
         let mut joiner = joiner.unwrap();
         let e = event(0, 7, 1, vec![int(5)]);
         let mut out = Vec::new();
-        joiner.pass(&e, |_| {}, |m, _| out.push(m.clone()));
+        let _ = joiner.pass(
+            &e,
+            |_| {},
+            |m, _| {
+                out.push(m.clone());
+                ControlFlow::Continue(())
+            },
+        );
         assert_eq!(out, vec![e]);
         // No joined probe: no joiner, the plans as they were.
         let (opened, joiner) = expand(vec![other.clone()]);

@@ -17,6 +17,9 @@ pub enum Error {
     /// The probe cannot go where it asks to.
     #[error(transparent)]
     Plan(#[from] PlanError),
+    /// The kernel's symbols, images or text cannot be used.
+    #[error(transparent)]
+    Kernel(#[from] crate::kernel::KernelError),
     /// The tracefs control path failed.
     #[error(transparent)]
     Tracefs(#[from] crate::tracefs::TracefsError),

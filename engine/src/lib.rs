@@ -4,7 +4,9 @@
 //! [`plan`] resolves it against the kernel's symbols and the architecture's
 //! registers, [`session`] opens it through the kprobe PMU on every CPU (or
 //! for one process) and reads the per-CPU rings, and [`decode`] turns each
-//! sample into an [`Event`]. See `examples/record.rs` for an embedding.
+//! sample into an [`Event`], handed to an [`EventSink`] given to each
+//! drain. See `examples/record.rs` for an embedding, and
+//! `examples/tokio_record.rs` for a session in a tokio task.
 
 #![deny(missing_docs)]
 
@@ -16,6 +18,7 @@ pub mod error;
 pub mod filter;
 pub mod guardian;
 pub mod kcore;
+pub mod kernel;
 pub mod perfdata;
 pub mod plan;
 pub mod pmu;
@@ -25,8 +28,10 @@ pub mod records;
 pub mod ring;
 pub mod select;
 pub mod session;
+pub mod sink;
 pub mod spec;
 mod stats;
+pub mod summary;
 pub mod sys;
 pub mod tracefs;
 
@@ -34,11 +39,14 @@ mod attr;
 
 pub use decode::{Event, Value};
 pub use error::Error;
+pub use kernel::{Kernel, KernelOptions};
 pub use kprobe_perf_arch::Arch;
 pub use kprobe_perf_symbols::KernelSymbols;
 pub use plan::ProbePlan;
 pub use session::{CallCounts, RecordTarget, Session, SessionOptions, SessionStats, Throttling};
+pub use sink::{sink_fn, EventSink};
 pub use spec::ProbeSpec;
+pub use summary::Summary;
 
 /// Parses and plans probe definitions for this machine's architecture,
 /// choosing the backend of each automatically (see [`plan_probes_with`]).

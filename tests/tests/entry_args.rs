@@ -187,15 +187,24 @@ fn route_is_the_kernels_where_it_can_and_joined_elsewhere() {
     let deadline = Instant::now() + Duration::from_secs(20);
     while seen.is_empty() && Instant::now() < deadline {
         session
-            .poll(Some(Duration::from_millis(100)), |e| {
-                if e.tid == tid && e.args.first().and_then(Value::as_str) == Some(path.as_str()) {
-                    seen.push(e.args.clone());
-                }
-            })
+            .poll(
+                Some(Duration::from_millis(100)),
+                &mut kprobe_perf_engine::sink_fn(|e| {
+                    if e.tid == tid && e.args.first().and_then(Value::as_str) == Some(path.as_str())
+                    {
+                        seen.push(e.args.clone());
+                    }
+                }),
+            )
             .unwrap();
     }
     session.disable().unwrap();
-    session.poll(Some(Duration::ZERO), |_| {}).unwrap();
+    session
+        .poll(
+            Some(Duration::ZERO),
+            &mut kprobe_perf_engine::sink_fn(|_| {}),
+        )
+        .unwrap();
     assert_eq!(
         seen,
         vec![vec![

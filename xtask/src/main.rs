@@ -219,7 +219,7 @@ fn main() -> Result<()> {
             args.push(format!("--deadline-ms={deadline_ms}"));
             run_fuzz(&format!("{target}_fuzz"), &args)
         }
-        Task::Bench { what, .. } if what == "spec" => run_example("spec_bench", &[]),
+        Task::Bench { what, .. } if what == "spec" => run_harness("spec_bench", &[]),
         Task::Bench { what, samples, .. } if what == "decode" => bench_decode(samples),
         Task::Bench {
             what,
@@ -248,8 +248,8 @@ fn bench_attach(functions: usize, kernel: &str) -> Result<()> {
                 "--quiet",
                 "--release",
                 "--package",
-                "kprobe-perf-engine",
-                "--example",
+                "kprobe-perf-bench",
+                "--bin",
                 "attach_bench",
             ])
             .status()
@@ -258,7 +258,7 @@ fn bench_attach(functions: usize, kernel: &str) -> Result<()> {
         bail!("building attach_bench failed");
     }
     let kernel = kernels::resolve(kernel, &vm_cache().join("kernels"))?;
-    let exe = workspace_root().join("target/release/examples/attach_bench");
+    let exe = workspace_root().join("target/release/attach_bench");
     let outcome = vm::run(&vm::VmRun {
         kernel: &kernel,
         command: &[
@@ -364,7 +364,7 @@ fn bench_decode(samples: usize) -> Result<()> {
         .join("bench");
     std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
     let file = dir.join("decode.data");
-    run_example(
+    run_harness(
         "decode_bench",
         &[samples.to_string(), file.to_string_lossy().into_owned()],
     )?;
@@ -418,8 +418,8 @@ fn bench_decode(samples: usize) -> Result<()> {
     Ok(())
 }
 
-/// Runs an example of the engine crate in release mode.
-fn run_example(name: &str, args: &[String]) -> Result<()> {
+/// Runs a harness of the kprobe-perf-bench crate in release mode.
+fn run_harness(name: &str, args: &[String]) -> Result<()> {
     let status =
         std::process::Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()))
             .current_dir(workspace_root())
@@ -428,8 +428,8 @@ fn run_example(name: &str, args: &[String]) -> Result<()> {
                 "--quiet",
                 "--release",
                 "--package",
-                "kprobe-perf-engine",
-                "--example",
+                "kprobe-perf-bench",
+                "--bin",
                 name,
                 "--",
             ])
