@@ -669,13 +669,13 @@ mod tests {
                 },
             )
         };
-        pass(&mut joiner, event(1, 7, 10, vec![s("/a"), int(0x1000)]));
+        let _ = pass(&mut joiner, event(1, 7, 10, vec![s("/a"), int(0x1000)]));
         // Records were lost: this entry's return may have been among them,
         // and a later call of the same frame must not take its path.
         joiner.events_lost();
-        pass(&mut joiner, event(0, 7, 20, vec![ret(3), int(0x1008)]));
-        pass(&mut joiner, event(1, 7, 30, vec![s("/b"), int(0x1000)]));
-        pass(&mut joiner, event(0, 7, 40, vec![ret(4), int(0x1008)]));
+        let _ = pass(&mut joiner, event(0, 7, 20, vec![ret(3), int(0x1008)]));
+        let _ = pass(&mut joiner, event(1, 7, 30, vec![s("/b"), int(0x1000)]));
+        let _ = pass(&mut joiner, event(0, 7, 40, vec![ret(4), int(0x1008)]));
         assert_eq!(
             out,
             vec![vec![Value::Unknown, ret(3)], vec![s("/b"), ret(4)]]
