@@ -21,6 +21,7 @@ fn value(v: &Value, symbols: &KernelSymbols) -> Json {
         Value::Int { raw, .. } => json!(raw),
         Value::Str(s) => json!(s),
         Value::Array(items) => Json::Array(items.iter().map(|i| value(i, symbols)).collect()),
+        Value::Unknown => Json::Null,
     }
 }
 

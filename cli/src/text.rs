@@ -611,9 +611,17 @@ fn summary(s: &Summary) -> String {
     let per_probe: Vec<String> = s
         .probes
         .iter()
-        .map(|p| match p.loss.count() {
-            Some(l) if l > 0 => format!("{}: {}, {l} {word}", p.event, p.events),
-            _ => format!("{}: {}", p.event, p.events),
+        .map(|p| {
+            let mut s = match p.loss.count() {
+                Some(l) if l > 0 => format!("{}: {}, {l} {word}", p.event, p.events),
+                _ => format!("{}: {}", p.event, p.events),
+            };
+            // A return probe joined to a hidden entry probe: its returns
+            // whose entry was not seen (lost, or before the start).
+            if let Some(u) = p.entry_unknown.filter(|&u| u > 0) {
+                s.push_str(&format!(", {u} with entry values unknown"));
+            }
+            s
         })
         .collect();
     let total_lost = s.loss.count().unwrap_or(s.lost_records);

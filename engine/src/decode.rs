@@ -75,6 +75,10 @@ pub enum Value {
     Str(Option<String>),
     /// An array of values.
     Array(Vec<Value>),
+    /// A value that could not be known: an entry value of a return probe
+    /// joined to its entry in user space whose entry was not seen
+    /// ([`crate::entry_join`]). Printed `(unknown)`.
+    Unknown,
 }
 
 fn low_bits(v: u64, bits: u32) -> u64 {
@@ -157,6 +161,7 @@ impl fmt::Display for Value {
             Value::Int { raw, .. } => write!(f, "0x{raw:x}"),
             Value::Str(Some(s)) => write!(f, "\"{s}\""),
             Value::Str(None) => f.write_str("(fault)"),
+            Value::Unknown => f.write_str("(unknown)"),
             Value::Array(items) => {
                 f.write_str("{")?;
                 for (i, v) in items.iter().enumerate() {

@@ -14,6 +14,7 @@ pub mod analysis;
 mod command;
 pub mod cpus;
 pub mod decode;
+pub mod entry_join;
 pub mod error;
 pub mod filter;
 pub mod guardian;

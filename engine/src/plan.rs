@@ -239,6 +239,11 @@ pub struct ProbePlan {
     /// address fix-up (seen on 5.10) leave the sampled ip there; the
     /// decoder then takes the caller from the raw record.
     pub return_trampoline: Option<u64>,
+    /// A return probe with entry values on a kernel that cannot fetch them
+    /// at the return: the entry and return probes opened instead, joined
+    /// in user space ([`crate::entry_join`]). This plan is then the user's
+    /// view of the probe.
+    pub entry_join: Option<Box<crate::entry_join::EntryJoin>>,
 }
 
 /// The names the kernel's kretprobe return trampoline has had: 6.0 and
@@ -545,6 +550,9 @@ pub fn resolve_with(
     features: Option<&KernelFeatures>,
 ) -> Result<ProbePlan, PlanError> {
     let spec = short_form_with_names(spec, symbols);
+    if crate::entry_join::needs_join(&spec, features) {
+        return crate::entry_join::plan_joined(spec, symbols, arch, choice, features);
+    }
     if let (Some(f), true) = (features, tracefs_reason(&spec, arch).is_some()) {
         f.check(&spec)?;
     }
@@ -716,6 +724,7 @@ pub fn resolve_with(
         args,
         regs_mask,
         return_trampoline,
+        entry_join: None,
     })
 }
 
@@ -1202,10 +1211,15 @@ mod tests {
             plan("p:do_sys_openat2 dfdd").unwrap_err().to_string(),
             "do_sys_openat2: it has no parameter dfdd; did you mean dfd? its parameters are dfd, filename, how"
         );
+        // At a return, on a kernel that can fetch neither names nor entry
+        // values there: a hidden entry probe fetches it (entry_join).
+        let r = plan("r:do_sys_openat2 dfd").unwrap();
+        let j = r.entry_join.as_deref().unwrap();
         assert_eq!(
-            plan("r:do_sys_openat2 dfd").unwrap_err().to_string(),
-            "this kernel's tracefs README has no BTF argument names (dfd resolved by the kernel); needs CONFIG_PROBE_EVENTS_BTF_ARGS, Linux 6.5+"
+            (reg_name(&j.entry.args[0]), r.args[0].name.as_str()),
+            ("di", "dfd")
         );
+        assert_eq!(r.args[0].ty, ArgType::scalar(BaseType::Signed(32)));
     }
 
     const README_6_1: &str = include_str!("spec/fixtures/README-6.1");
@@ -1242,13 +1256,30 @@ mod tests {
     fn forms_the_kernel_lacks_are_refused_by_name() {
         let old = KernelFeatures::from_readme(README_6_1);
         let refused = [
-            ("f:kpf/ret do_sys_openat2%return $retval", "fprobe events (f:); needs CONFIG_FPROBE_EVENTS, Linux 6.4+"),
-            ("t:kpf/ss sched_switch", "tracepoint probes (t:); needs CONFIG_FPROBE_EVENTS, Linux 6.4+"),
-            ("p:do_sys_openat2 $arg*", "$arg* (every parameter by BTF); needs CONFIG_PROBE_EVENTS_BTF_ARGS, Linux 6.5+"),
-            ("p:do_sys_openat2 how->flags", "BTF member access (how->flags); needs CONFIG_PROBE_EVENTS_BTF_ARGS, Linux 6.7+"),
-            ("r:do_sys_openat2 $arg1", "entry arguments in return probes ($arg1); needs Linux 6.10+ (\"kernel return probes support: $retval, $arg<N>\")"),
-            ("p:do_sys_openat2 +0(%si):char", "char type (+0(%si):char); needs Linux 6.7+"),
-            ("p:do_sys_openat2 %si:%pd", "%pd type (%si:%pd); needs CONFIG_PROBE_EVENTS_BTF_ARGS, Linux 6.9+"),
+            (
+                "f:kpf/ret do_sys_openat2%return $retval",
+                "fprobe events (f:); needs CONFIG_FPROBE_EVENTS, Linux 6.4+",
+            ),
+            (
+                "t:kpf/ss sched_switch",
+                "tracepoint probes (t:); needs CONFIG_FPROBE_EVENTS, Linux 6.4+",
+            ),
+            (
+                "p:do_sys_openat2 $arg*",
+                "$arg* (every parameter by BTF); needs CONFIG_PROBE_EVENTS_BTF_ARGS, Linux 6.5+",
+            ),
+            (
+                "p:do_sys_openat2 how->flags",
+                "BTF member access (how->flags); needs CONFIG_PROBE_EVENTS_BTF_ARGS, Linux 6.7+",
+            ),
+            (
+                "p:do_sys_openat2 +0(%si):char",
+                "char type (+0(%si):char); needs Linux 6.7+",
+            ),
+            (
+                "p:do_sys_openat2 %si:%pd",
+                "%pd type (%si:%pd); needs CONFIG_PROBE_EVENTS_BTF_ARGS, Linux 6.9+",
+            ),
         ];
         for (text, why) in refused {
             assert_eq!(
@@ -1259,6 +1290,10 @@ mod tests {
                 "{text}"
             );
         }
+        // Entry arguments in return probes (Linux 6.10+) are no longer
+        // refused: they are fetched by a hidden entry probe (entry_join).
+        let r = plan_on("r:do_sys_openat2 $arg1", BackendChoice::Auto, &old).unwrap();
+        assert!(r.entry_join.is_some());
         // A register shown as a char needs no kernel support: the PMU
         // samples the register and the engine prints it.
         let p = plan_on("p:do_sys_openat2 %di:char", BackendChoice::Auto, &old).unwrap();

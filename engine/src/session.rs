@@ -255,6 +255,7 @@ impl Session {
         threads: &[(i32, i32)],
         command: Option<i32>,
     ) -> Result<Session, Error> {
+        let (plans, joiner) = crate::entry_join::expand(plans);
         let mut plans = attach::plans_for_target(plans, &opts.target);
         let pmus = attach::probe_pmus(&plans)?;
         let cpus = online_cpus()?;
@@ -282,6 +283,10 @@ impl Session {
         .map_err(|e| Error::Internal {
             what: format!("describing the sample layout: {e}"),
         })?;
+        let mut decoder = decoder;
+        if let Some(j) = joiner {
+            decoder.join_entries(j);
+        }
         let user_binaries = decoder
             .plans()
             .iter()
@@ -388,9 +393,11 @@ impl Session {
         Ok(())
     }
 
-    /// The probes of this session, in the order events refer to them.
+    /// The probes of this session, in the order events refer to them:
+    /// the user's (hidden entry probes are not among them, see
+    /// [`crate::entry_join`]).
     pub fn plans(&self) -> &[ProbePlan] {
-        self.decoder.plans()
+        self.decoder.shown_plans()
     }
 
     /// Counters so far.
@@ -434,7 +441,9 @@ impl Session {
     /// Hits the kernel counted for each probe, summed over its fds: every
     /// hit, including those whose samples were lost to a full ring.
     pub fn kernel_hits(&self) -> Result<Vec<u64>, Error> {
-        let mut hits = vec![0u64; self.plans().len()];
+        // Over the probes opened (hidden entry probes last), then the
+        // user's only.
+        let mut hits = vec![0u64; self.decoder.plans().len()];
         for s in &self.streams {
             // fds of a stream are in plan order, once per thread sharing
             // the stream.
@@ -447,6 +456,7 @@ impl Session {
                 }
             }
         }
+        hits.truncate(self.plans().len());
         Ok(hits)
     }
 

@@ -23,6 +23,11 @@ pub struct SessionStats {
     /// kernel stopped sampling that probe on that CPU for exceeding
     /// `perf_event_max_sample_rate`, and resumed it.
     pub throttling: BTreeMap<(Option<u32>, usize), Throttling>,
+    /// Per probe, returns handed over with their entry values unknown:
+    /// return probes whose entry values are joined in user space
+    /// ([`crate::entry_join`]) when the entry was not seen (lost, or
+    /// before the start). Empty when no probe is joined.
+    pub entry_unknown: Vec<u64>,
 }
 
 /// How often the kernel throttled one probe on one CPU.

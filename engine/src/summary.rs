@@ -66,6 +66,11 @@ pub struct ProbeSummary {
     /// Throttle records, summed over CPUs.
     #[serde(flatten)]
     pub throttling: Throttling,
+    /// For a return probe whose entry values are joined in user space
+    /// ([`crate::entry_join`]), when any probe is: the returns handed over
+    /// with their entry values unknown (their entry was not seen).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub entry_unknown: Option<u64>,
 }
 
 /// Samples lost by one CPU's ring.
@@ -179,6 +184,7 @@ impl Summary {
                     kernel: k.kernel.get(i).copied().flatten(),
                     calls: k.calls.as_ref().and_then(|c| c.get(i).copied().flatten()),
                     throttling: stats.throttling_of(i),
+                    entry_unknown: stats.entry_unknown.get(i).copied(),
                 }
             })
             .collect();

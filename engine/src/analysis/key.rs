@@ -57,6 +57,7 @@ impl KeyPart {
             },
             Value::Str(s) => KeyPart::Text(s.clone()),
             Value::Array(items) => KeyPart::List(items.iter().map(KeyPart::of_value).collect()),
+            Value::Unknown => KeyPart::Missing,
         }
     }
 }

@@ -63,9 +63,16 @@ impl<R: Read + Seek> Replay<R> {
             .map(|p| p.field_offsets.clone())
             .collect();
         let attrs = reader.attrs().iter().map(|a| a.attr.clone()).collect();
-        let decoder =
+        // Return probes joined to hidden entry probes ([`crate::entry_join`])
+        // are joined again, so the replay prints what the run printed.
+        let (reopened, joiner) =
+            crate::entry_join::expand(crate::entry_join::rejoin(&plans, meta.arch));
+        let mut decoder =
             RecordDecoder::new(plans, offsets, attrs, probe_of_id, ThreadNames::RecordsOnly)
                 .map_err(|e| bad(e.to_string()))?;
+        if let Some(j) = joiner.filter(|_| reopened.len() == decoder.plans().len()) {
+            decoder.join_entries(j);
+        }
         Ok(Replay {
             reader,
             meta,

@@ -190,6 +190,8 @@ pub struct RecordDecoder {
     /// Per probe, its smallest event id (for the COMM records of names
     /// learned from /proc).
     first_ids: Vec<u64>,
+    /// Joins hidden entry probes to their returns ([`crate::entry_join`]).
+    join: Option<crate::entry_join::Joiner>,
 }
 
 impl RecordDecoder {
@@ -287,6 +289,7 @@ impl RecordDecoder {
                 .collect(),
             plans,
             recent_ids: vec![(0, 0); RECENT_IDS],
+            join: None,
         };
         decoder.first_ids = decoder
             .ids()
@@ -296,9 +299,29 @@ impl RecordDecoder {
         Ok(decoder)
     }
 
-    /// The probes, in the order events refer to them.
+    /// The probes opened, in the order of the ids and attrs (with
+    /// [`RecordDecoder::join_entries`], a joined probe is its return part
+    /// and the hidden entry probes follow the user's: see
+    /// [`RecordDecoder::shown_plans`]).
     pub fn plans(&self) -> &[ProbePlan] {
         &self.plans
+    }
+
+    /// Joins the hidden entry probes of `joiner` to their returns: events
+    /// of hidden probes are no longer handed over nor counted in
+    /// [`SessionStats::hits`] (which then has the user's probes only), and
+    /// [`RecordDecoder::round`] hands the user's plans.
+    pub fn join_entries(&mut self, joiner: crate::entry_join::Joiner) {
+        let n = joiner.shown().len();
+        self.stats.hits.truncate(n);
+        self.stats.entry_unknown = vec![0; n];
+        self.join = Some(joiner);
+    }
+
+    /// The user's probes, in the order handed-over events refer to them:
+    /// [`RecordDecoder::plans`] unless entries are joined.
+    pub fn shown_plans(&self) -> &[ProbePlan] {
+        self.join.as_ref().map_or(&self.plans, |j| j.shown())
     }
 
     /// Where each tracefs probe's arguments lie in its raw record.
@@ -447,6 +470,9 @@ impl RecordDecoder {
             }
             Ok(EventRecord::Lost(l)) => {
                 self.stats.note_lost(cpu(), l.count);
+                if let Some(j) = self.join.as_mut() {
+                    j.events_lost();
+                }
                 Ok(())
             }
             Ok(EventRecord::Throttle(_)) => {
@@ -493,6 +519,7 @@ impl RecordDecoder {
     ) -> usize {
         let plans = &self.plans;
         let comms = &self.comms;
+        let (join, stats) = (&mut self.join, &mut self.stats);
         // Per thread, the first (earliest) event named from /proc.
         let mut from_proc: Vec<EventHead> = Vec::new();
         let n = self.queue.round(
@@ -506,7 +533,17 @@ impl RecordDecoder {
             },
             &self.shapes,
             handover,
-            |e| f(e, plans),
+            |e| match join {
+                None => f(e, plans),
+                Some(j) => {
+                    let unknown = |p: usize| {
+                        if let Some(n) = stats.entry_unknown.get_mut(p) {
+                            *n += 1;
+                        }
+                    };
+                    j.pass(e, unknown, |m, shown| f(m, shown))
+                }
+            },
         );
         for h in from_proc {
             // Dated just before that event: a COMM record of the same time
