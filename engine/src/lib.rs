@@ -9,6 +9,7 @@
 #![deny(missing_docs)]
 
 pub mod analysis;
+pub mod counting;
 pub mod cpus;
 pub mod decode;
 pub mod error;

@@ -21,13 +21,13 @@ use crate::tracefs::{ProbeKind, Tracefs, TracefsProbes};
 
 /// Where one ring's events are opened: perf_event_open's pid and cpu, and
 /// how to name it in messages.
-pub(super) struct Slot {
-    pub(super) pid: i32,
-    pub(super) cpu: i32,
-    pub(super) label: String,
+pub(crate) struct Slot {
+    pub(crate) pid: i32,
+    pub(crate) cpu: i32,
+    pub(crate) label: String,
     /// perf_event_open flags (`PERF_FLAG_PID_CGROUP` when `pid` is a
     /// cgroup directory's fd).
-    pub(super) flags: u64,
+    pub(crate) flags: u64,
 }
 
 impl Slot {
@@ -47,7 +47,7 @@ fn is_user(p: &ProbePlan) -> bool {
 
 /// The plans as a target opens them: when it inherits, uprobes go through
 /// `uprobe_events` (see [`ProbePlan::through_uprobe_events`]).
-pub(super) fn plans_for_target(plans: Vec<ProbePlan>, target: &RecordTarget) -> Vec<ProbePlan> {
+pub(crate) fn plans_for_target(plans: Vec<ProbePlan>, target: &RecordTarget) -> Vec<ProbePlan> {
     if target.inherits() {
         plans
             .into_iter()
@@ -60,7 +60,7 @@ pub(super) fn plans_for_target(plans: Vec<ProbePlan>, target: &RecordTarget) -> 
 
 /// The PMUs the plans need (kprobe, uprobe), checked to exist; without a
 /// kprobe PMU probe, the capabilities are still checked.
-pub(super) fn probe_pmus(
+pub(crate) fn probe_pmus(
     plans: &[ProbePlan],
 ) -> Result<(Option<ProbePmu>, Option<ProbePmu>), Error> {
     let needs_kprobe_pmu = plans
@@ -90,11 +90,11 @@ pub(super) fn probe_pmus(
 }
 
 /// How each probe is opened, after [`define_events`].
-pub(super) struct Defined {
+pub(crate) struct Defined {
     /// The private tracefs group, when a probe is defined there.
-    pub(super) tracefs: Option<TracefsProbes>,
+    pub(crate) tracefs: Option<TracefsProbes>,
     /// Per probe, how it is opened.
-    pub(super) openers: Vec<Opener>,
+    pub(crate) openers: Vec<Opener>,
     /// Per probe, where its arguments lie in its raw record (empty for
     /// PMU probes).
     pub(super) field_offsets: Vec<Vec<usize>>,
@@ -103,7 +103,7 @@ pub(super) struct Defined {
 /// Picks each probe's opener; tracefs-defined probes are defined in our
 /// private group first, and their arguments located in the event format
 /// (named and typed by the kernel when it gives them).
-pub(super) fn define_events(
+pub(crate) fn define_events(
     plans: &mut [ProbePlan],
     (pmu, uprobe_pmu): (Option<ProbePmu>, Option<ProbePmu>),
 ) -> Result<Defined, Error> {
@@ -177,18 +177,18 @@ pub(super) fn define_events(
 }
 
 /// Where a target's events are opened, one ring per slot.
-pub(super) struct Scopes {
+pub(crate) struct Scopes {
     /// (pid, cpu) as perf_event_open takes them.
-    pub(super) slots: Vec<Slot>,
+    pub(crate) slots: Vec<Slot>,
     /// A cgroup target's directory, whose fd is the slots' pid: kept open
     /// until every event is opened (perf_event_open takes its own
     /// reference to the cgroup).
-    pub(super) _cgroup_dir: Option<std::fs::File>,
+    pub(crate) _cgroup_dir: Option<std::fs::File>,
 }
 
 /// The scopes of `target` on the online `cpus`; for
 /// [`RecordTarget::Processes`], each (pid, tid) of `threads` on every CPU.
-pub(super) fn scopes(
+pub(crate) fn scopes(
     target: &RecordTarget,
     cpus: &[u32],
     threads: &[(i32, i32)],
@@ -268,7 +268,7 @@ pub(super) fn scopes(
 }
 
 /// Raises the fd limit for every event of `plans` on every slot.
-pub(super) fn reserve_fds(plans: &[ProbePlan], slots: &[Slot]) -> Result<(), Error> {
+pub(crate) fn reserve_fds(plans: &[ProbePlan], slots: &[Slot]) -> Result<(), Error> {
     // A PMU kretprobe has a second fd per slot: its entry counter.
     let per_slot = plans.len()
         + plans
@@ -352,7 +352,7 @@ pub(super) fn open_retrying_by_address<T>(
 
 /// Opens one probe's event on `slot`; a `MOD:SYM` name the kernel refuses
 /// is retried by the address kallsyms gave.
-fn open_at(
+pub(crate) fn open_at(
     attr: &sys::perf_event_attr,
     name: Option<&CStr>,
     plan: &ProbePlan,
@@ -387,6 +387,58 @@ fn open_at(
             source,
         }
     })
+}
+
+/// The name (config1) `plan` is opened with through a PMU: its symbol
+/// or its binary's path (none for an address).
+pub(crate) fn pmu_name(plan: &ProbePlan) -> Option<CString> {
+    match &plan.attach {
+        AttachPoint::Symbol { name, .. } => CString::new(name.as_bytes()).ok(),
+        AttachPoint::User { path, .. } => CString::new(path.as_bytes()).ok(),
+        AttachPoint::Address(_) => None,
+    }
+}
+
+/// The attr and name of an inherited event of `plan` (`attr` and `name`
+/// as a PMU opens it otherwise).
+pub(crate) fn inherited<'n>(
+    mut attr: sys::perf_event_attr,
+    mut name: Option<&'n CStr>,
+    plan: &ProbePlan,
+) -> Result<(sys::perf_event_attr, Option<&'n CStr>), Error> {
+    // An inherited event is re-created at every fork of the
+    // recorded command, and the kernel then reads config1 (the
+    // name or path) as a user pointer of the forking process,
+    // which is not ours: the fork fails. So inherited kprobes go
+    // by address, and inherited uprobes through uprobe_events
+    // (made tracepoints above, so they never get here).
+    if name.is_some() {
+        match (&plan.attach, plan.resolved_address) {
+            (AttachPoint::Symbol { .. }, Some(addr)) => {
+                name = None;
+                attr = attr::by_address(&attr, plan, addr);
+            }
+            (AttachPoint::User { .. }, _) => {
+                return Err(Error::io(
+                    format!("following a command's children with the uprobe {}", plan.spec),
+                    std::io::Error::new(
+                        std::io::ErrorKind::Unsupported,
+                        "an inherited uprobe PMU event would make the kernel re-read the binary's path at each fork; it must be defined through uprobe_events (a bug: please report it)",
+                    ),
+                ))
+            }
+            _ => {
+                return Err(Error::io(
+                    format!("following a command's children with {}", plan.spec),
+                    std::io::Error::new(
+                        std::io::ErrorKind::Unsupported,
+                        "this needs the symbol's address, which /proc/kallsyms hides from this process (kernel.kptr_restrict=2 hides it even from root): lower kernel.kptr_restrict, or record system-wide with -a",
+                    ),
+                ))
+            }
+        }
+    }
+    Ok((attr, name))
 }
 
 /// Every event of a session, open on its scopes.
@@ -434,14 +486,7 @@ pub(super) fn open_events(
     slots: &[Slot],
     poll: &Poll,
 ) -> Result<Opened, Error> {
-    let names: Vec<Option<CString>> = plans
-        .iter()
-        .map(|p| match &p.attach {
-            AttachPoint::Symbol { name, .. } => CString::new(name.as_bytes()).ok(),
-            AttachPoint::User { path, .. } => CString::new(path.as_bytes()).ok(),
-            AttachPoint::Address(_) => None,
-        })
-        .collect();
+    let names: Vec<Option<CString>> = plans.iter().map(pmu_name).collect();
     let opening = Opening {
         plans,
         openers,
@@ -576,42 +621,13 @@ impl Opening<'_> {
         plan: &ProbePlan,
         side: SideRecords,
     ) -> Result<(sys::perf_event_attr, Option<&CStr>), Error> {
-        let mut attr = attr::probe_event(self.openers[i], plan, &self.settings, side);
-        let mut name = match self.openers[i] {
+        let attr = attr::probe_event(self.openers[i], plan, &self.settings, side);
+        let name = match self.openers[i] {
             Opener::Pmu(_) => self.names[i].as_deref(),
             Opener::Tracepoint(_) => None,
         };
-        // An inherited event is re-created at every fork of the
-        // recorded command, and the kernel then reads config1 (the
-        // name or path) as a user pointer of the forking process,
-        // which is not ours: the fork fails. So inherited kprobes go
-        // by address, and inherited uprobes through uprobe_events
-        // (made tracepoints above, so they never get here).
-        if self.settings.inherit && name.is_some() {
-            match (&plan.attach, plan.resolved_address) {
-                (AttachPoint::Symbol { .. }, Some(addr)) => {
-                    name = None;
-                    attr = attr::by_address(&attr, plan, addr);
-                }
-                (AttachPoint::User { .. }, _) => {
-                    return Err(Error::io(
-                        format!("following a command's children with the uprobe {}", plan.spec),
-                        std::io::Error::new(
-                            std::io::ErrorKind::Unsupported,
-                            "an inherited uprobe PMU event would make the kernel re-read the binary's path at each fork; it must be defined through uprobe_events (a bug: please report it)",
-                        ),
-                    ))
-                }
-                _ => {
-                    return Err(Error::io(
-                        format!("following a command's children with {}", plan.spec),
-                        std::io::Error::new(
-                            std::io::ErrorKind::Unsupported,
-                            "this needs the symbol's address, which /proc/kallsyms hides from this process (kernel.kptr_restrict=2 hides it even from root): lower kernel.kptr_restrict, or record system-wide with -a",
-                        ),
-                    ))
-                }
-            }
+        if self.settings.inherit {
+            return inherited(attr, name, plan);
         }
         Ok((attr, name))
     }
