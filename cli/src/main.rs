@@ -6,6 +6,7 @@ mod inspect;
 mod json;
 mod output;
 mod script;
+mod stat;
 mod text;
 mod text_source;
 mod validate;
@@ -51,6 +52,13 @@ enum Cmd {
     /// Ctrl-C or --duration. A summary with per-probe counts and lost
     /// events goes to stderr.
     Record(RecordArgs),
+    /// Count each probe's hits with counting-only perf events (no ring
+    /// buffer, no sample: the kernel adds one per hit, read at the end or
+    /// every -I MS) and print a table of counts in the order given (or
+    /// JSON). With `-- CMD`, counts CMD and its children and stops when CMD
+    /// exits, then exits with CMD's status; without it (or with -a) counts
+    /// every CPU until Ctrl-C or --duration.
+    Stat(stat::StatArgs),
     /// Remove the tracefs events (kprobes and uprobes) left by kprobe-perf
     /// processes. They are normally removed at exit; when a recording is
     /// killed, its guardian process removes them at once, and any later
@@ -241,7 +249,7 @@ fn main() -> ExitCode {
     // Before any thread: the guardian removes the tracefs definitions of
     // a recording that dies without removing them (SIGKILL). Without it
     // (it could not start), the next start or `cleanup` removes them.
-    if matches!(cli.command, Cmd::Record(_)) {
+    if matches!(cli.command, Cmd::Record(_) | Cmd::Stat(_)) {
         let _ = kprobe_perf_engine::guardian::Guardian::start();
     }
     let result = match cli.command {
@@ -250,6 +258,7 @@ fn main() -> ExitCode {
             validate::merge_duplicates(&mut args.tid);
             record(&args)
         }
+        Cmd::Stat(mut args) => stat::run(&mut args),
         Cmd::Cleanup => cleanup(),
         Cmd::Script(args) => script::run(&args),
         Cmd::Probe {
