@@ -6,19 +6,22 @@
 # under `kprobe-perf stat` (counting only), under
 # `perf record` and under `perf stat` (the probe defined with `perf
 # probe`), ROUNDS rounds each,
-# for an entry, a return and a string probe. Prints a table of
+# for a bare entry probe, an entry with register arguments, a return and
+# a string probe. Prints a table of
 # microseconds per open (min-max over the rounds), the added cost per
 # call against the bare run of the same round, and the events written and
 # lost per round. kprobe-perf's losses are its summary's (the kernel's
 # count minus the events read); perf's are the hits kprobe-perf counted in
 # the same round (events + lost) minus the samples perf wrote.
 #
-# usage: bench-opens.sh KPROBE_PERF OPEN_LOOP [OPENS] [ROUNDS]
+# usage: bench-opens.sh KPROBE_PERF OPEN_LOOP [OPENS] [ROUNDS] [PROBE]
+# (PROBE: only the probe of that name, e.g. plain)
 set -eu
 KP=$1
 LOOP=$2
 N=${3:-100000}
 R=${4:-3}
+ONLY=${5:-}
 PERF=${PERF:-/usr/bin/perf}
 export HOME=/tmp
 W=/tmp/kpf-bench
@@ -28,7 +31,8 @@ echo x >"$F"
 REP=$W/report
 
 # probe name | kprobe-perf spec | perf probe definition
-PROBES="entry|p:do_sys_openat2 dfd=%di:s32 flags=%dx:x32|kpfb_entry=do_sys_openat2 dfd=%di:s32 flags=%dx:x32
+PROBES="plain|p:do_sys_openat2|kpfb_plain=do_sys_openat2
+entry|p:do_sys_openat2 dfd=%di:s32 flags=%dx:x32|kpfb_entry=do_sys_openat2 dfd=%di:s32 flags=%dx:x32
 return|r:do_sys_openat2 ret=\$retval:s64|kpfb_return=do_sys_openat2%return ret=\$retval:s64
 string|p:do_sys_openat2 path=+0(%si):ustring|kpfb_string=do_sys_openat2 path=+0(%si):ustring"
 
@@ -61,6 +65,9 @@ echo
 echo "| probe | tool | command | us per open (min-max) | added us per call (min-max) | events written | lost |"
 echo "|---|---|---|---|---|---|---|"
 echo "$PROBES" | while IFS='|' read -r name spec pdef; do
+    if [ -n "$ONLY" ] && [ "$name" != "$ONLY" ]; then
+        continue
+    fi
     for f in bare kp kpq kpo kpt kps perf perfs; do : >"$W/$f"; done
     "$PERF" probe -q -d "probe:kpfb_$name" </dev/null 2>/dev/null || true
     "$PERF" probe -q -a "$pdef" </dev/null
