@@ -83,7 +83,8 @@ enum Task {
     /// the host), `attach` (attach and detach N kprobes in the VM while
     /// shell loops keep every CPU busy, against perf probe + perf record
     /// and bpftrace in the same VM), `opens` (the cost per call of an
-    /// entry, a return and a string probe on do_sys_openat2 in the VM:
+    /// entry probe bare and with arguments, a return and a string probe on
+    /// do_sys_openat2 in the VM:
     /// a workload's opens of a tmpfs file, bare, under kprobe-perf record
     /// and stat, and under perf probe + perf record and perf stat;
     /// xtask/bench-opens.sh) or `decode`
