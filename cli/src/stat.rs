@@ -60,10 +60,10 @@ pub struct StatArgs {
     /// the events of threads, -t, which follow them on any CPU).
     #[arg(long)]
     per_cpu: bool,
-    /// Print JSON instead of the table: one object with the elapsed
-    /// seconds and, per probe, its event name, definition and count (and
-    /// `per_cpu`, with --per-cpu); with -I, one such object per line and
-    /// interval, with its `time`.
+    /// Print JSON instead of the table: one object with the `elapsed`
+    /// seconds and `probes`: per probe its `event` name, `definition`
+    /// (kprobe_events form) and `count` (and `per_cpu`, with --per-cpu);
+    /// with -I, one such object per line and interval, with its `time`.
     #[arg(long)]
     json: bool,
     /// How probes reach the kernel: `pmu`, `tracefs` or `auto`, as for
@@ -282,7 +282,7 @@ fn cpu_name(cpu: Option<u32>) -> String {
 /// How counts are printed: the probes, in the order given, in text or
 /// JSON.
 struct Table {
-    /// Per probe: its event name and its definition.
+    /// Per probe: its event name and its definition (kprobe_events form).
     names: Vec<(String, String)>,
     per_cpu: bool,
     json: bool,
@@ -375,7 +375,7 @@ impl Table {
                 let count = snap.probes.get(i).cloned().unwrap_or_default();
                 let mut o = serde_json::json!({
                     "event": event,
-                    "spec": spec,
+                    "definition": spec,
                     "count": count.total,
                 });
                 if self.per_cpu {
@@ -406,8 +406,8 @@ mod tests {
     fn table(per_cpu: bool, json: bool) -> Table {
         Table {
             names: vec![
-                ("do_sys_openat2".into(), "p:do_sys_openat2".into()),
-                ("vfs_read".into(), "r:vfs_read".into()),
+                ("do_sys_openat2".into(), "p do_sys_openat2".into()),
+                ("vfs_read".into(), "r vfs_read".into()),
             ],
             per_cpu,
             json,
@@ -474,7 +474,7 @@ mod tests {
         assert!(line.ends_with("}\n") && line.matches('\n').count() == 1);
         assert_eq!(v["time"], 0.25);
         assert_eq!(v["probes"][0]["event"], "do_sys_openat2");
-        assert_eq!(v["probes"][0]["spec"], "p:do_sys_openat2");
+        assert_eq!(v["probes"][0]["definition"], "p do_sys_openat2");
         assert_eq!(v["probes"][0]["count"], 1_234_567);
         assert_eq!(v["probes"][0]["per_cpu"]["1"], 234_567);
         assert_eq!(v["probes"][1]["count"], 0);
