@@ -343,7 +343,7 @@ impl Table {
             }
             s.push_str(&format!("{:>w$}", "count", w = COUNT_WIDTH));
             for c in &cpus {
-                let name = format!("CPU{}", cpu_name(*c));
+                let name = c.map_or_else(|| "any".to_string(), |n| format!("CPU{n}"));
                 s.push_str(&format!("{name:>w$}", w = COUNT_WIDTH));
             }
             s.push_str("  probe\n");
