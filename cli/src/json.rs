@@ -2,9 +2,8 @@
 //! numbers, strings as strings, an unreadable string as null, arrays as
 //! arrays; then one closing summary object.
 
-use kprobe_perf_engine::plan::Backend;
 use kprobe_perf_engine::spec::BaseType;
-use kprobe_perf_engine::{Event, KernelSymbols, ProbePlan, Session, Value};
+use kprobe_perf_engine::{Event, KernelSymbols, ProbePlan, Summary, Value};
 use serde_json::{json, Map, Value as Json};
 
 use crate::text::{function, location};
@@ -57,81 +56,16 @@ pub fn event(e: &Event, plan: &ProbePlan, symbols: &KernelSymbols) -> String {
     obj.to_string()
 }
 
-/// The closing object: counts per probe, losses, and misses. In
-/// flight-recorder mode the kernel's hits not printed are `not_kept`
-/// (overwritten by design, or dropped while a dump paused the rings), as
-/// the text summary says, and there is no `lost`.
-pub fn summary(session: &Session) -> String {
-    let stats = session.stats();
-    let kernel = session.kernel_counts();
-    let lost = session.lost_per_probe().ok();
-    let word = if session.is_overwrite() {
-        "not_kept"
-    } else {
-        "lost"
-    };
-    let mut probes = Vec::new();
-    let calls = session.call_counts().ok();
-    let lost_per_cpu = session.lost_per_cpu().ok();
-    for (i, p) in session.plans().iter().enumerate() {
-        let mut o = json!({
-            "event": p.event,
-            "backend": match p.backend { Backend::Pmu => "pmu", Backend::Tracefs => "tracefs" },
-            "events": stats.hits.get(i).copied().unwrap_or(0),
-        });
-        if let Json::Object(m) = &mut o {
-            m.insert(
-                word.into(),
-                json!(lost.as_ref().and_then(|l| l.get(i)).copied()),
-            );
-            if let Some(Some(c)) = kernel.get(i) {
-                m.insert("kernel_hits".into(), json!(c.hits));
-                m.insert("kernel_misses".into(), json!(c.misses));
-            }
-            if let Some(Some(c)) = calls.as_ref().map(|c| c.get(i).copied().flatten()) {
-                m.insert("entries".into(), json!(c.entries));
-                m.insert("unreturned".into(), json!(c.unreturned()));
-            }
-            let t = stats.throttling_of(i);
-            m.insert("throttled".into(), json!(t.throttled));
-            m.insert("unthrottled".into(), json!(t.unthrottled));
-        }
-        probes.push(o);
-    }
-    let total: u64 = probes.iter().filter_map(|p| p["events"].as_u64()).sum();
-    let total_lost: u64 = probes.iter().filter_map(|p| p[word].as_u64()).sum();
-    let mut o = json!({
-        "type": "summary",
-        "events": total,
-        "lost_records": stats.lost,
-        "undecodable": stats.undecodable,
-        "lost_per_cpu": lost_per_cpu
-            .as_ref()
-            .unwrap_or(&stats.lost_per_cpu)
-            .iter()
-            .map(|(cpu, n)| json!({ "cpu": cpu, "lost": n }))
-            .collect::<Vec<_>>(),
-        "throttling": stats
-            .throttling
-            .iter()
-            .filter_map(|((cpu, probe), t)| {
-                Some(json!({
-                    "cpu": cpu,
-                    "event": session.plans().get(*probe)?.event,
-                    "throttled": t.throttled,
-                    "unthrottled": t.unthrottled,
-                }))
-            })
-            .collect::<Vec<_>>(),
-        "probes": probes,
-    });
+/// The closing object: counts per probe, losses, and misses (the
+/// [`Summary`], keys sorted, with `"type": "summary"`). In flight-recorder
+/// mode the kernel's hits not printed are `not_kept` (overwritten by
+/// design, or dropped while a dump paused the rings), as the text summary
+/// says, and there is no `lost`; the window is `overwrite`.
+pub fn summary(summary: &Summary) -> String {
+    // Through a `Value`, whose map sorts the keys.
+    let mut o = serde_json::to_value(summary).unwrap_or_else(|e| json!({ "error": e.to_string() }));
     if let Json::Object(m) = &mut o {
-        let n = if lost.is_some() {
-            total_lost
-        } else {
-            stats.lost
-        };
-        m.insert(word.into(), json!(n));
+        m.insert("type".into(), json!("summary"));
     }
     o.to_string()
 }

@@ -2,16 +2,18 @@
 
 mod doctor;
 mod generate;
+mod hints;
+mod image_args;
 mod inspect;
 mod json;
 mod output;
 mod script;
 mod stat;
 mod text;
-mod text_source;
 mod validate;
 
 use std::io::{self, IsTerminal, Write};
+use std::ops::ControlFlow;
 use std::process::ExitCode;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -19,10 +21,9 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result};
 use clap::{Parser, Subcommand};
-use kprobe_perf_engine::sys::HeldChild;
 use kprobe_perf_engine::{
-    plan::BackendChoice, plan_probes_with, spec::Definition, tracefs, Arch, KernelSymbols,
-    RecordTarget, Session, SessionOptions,
+    plan::BackendChoice, spec::Definition, tracefs, Arch, CommandScope, Event, EventSink,
+    KernelSymbols, RecordTarget, Session, SessionOptions,
 };
 
 #[derive(Parser)]
@@ -89,7 +90,7 @@ enum Cmd {
         #[arg(value_name = "SPEC", allow_hyphen_values = true)]
         specs: Vec<String>,
         #[command(flatten)]
-        image: text_source::ImageArgs,
+        image: image_args::ImageArgs,
     },
     /// List the functions that globs select for probing (`tcp_v4_*`,
     /// `ext4:*`, `*:*_open`, `vmlinux:do_sys_open*`), leaving out what the
@@ -107,7 +108,7 @@ enum Cmd {
         #[arg(long)]
         include_fragile: bool,
         #[command(flatten)]
-        image: text_source::ImageArgs,
+        image: image_args::ImageArgs,
     },
     /// Check that this kernel and this process can probe: kprobe and
     /// uprobe PMUs, fprobe events, tracefs, BTF, kptr_restrict,
@@ -118,7 +119,7 @@ enum Cmd {
     /// blacklist.
     Info {
         #[command(flatten)]
-        image: text_source::ImageArgs,
+        image: image_args::ImageArgs,
     },
 }
 
@@ -225,7 +226,7 @@ struct RecordArgs {
     #[arg(long, value_name = "MIB", requires = "overwrite", value_parser = validate::overwrite_mib)]
     overwrite_size: Option<usize>,
     #[command(flatten)]
-    image: text_source::ImageArgs,
+    image: image_args::ImageArgs,
     /// The command to run and record.
     #[arg(last = true, value_name = "CMD")]
     command: Vec<String>,
@@ -278,7 +279,7 @@ fn main() -> ExitCode {
     match result {
         Ok(code) => code,
         Err(e) => {
-            eprintln!("kprobe-perf: {e:#}");
+            eprintln!("kprobe-perf: {}", hints::render(&e));
             ExitCode::FAILURE
         }
     }
@@ -322,28 +323,25 @@ fn cleanup() -> Result<ExitCode> {
 fn record(args: &RecordArgs) -> Result<ExitCode> {
     let RecordArgs {
         events: specs,
-        all_cpus,
         mmap_pages,
         duration,
         backend,
-        command,
         ..
     } = args;
-    let (all_cpus, mmap_pages, duration) = (*all_cpus, *mmap_pages, *duration);
+    let (mmap_pages, duration) = (*mmap_pages, *duration);
     // kallsyms may be unreadable or hide addresses; probes then go by name
     // and output shows raw addresses.
-    let mut symbols = KernelSymbols::load().unwrap_or_default();
-    if let Ok(b) = kprobe_perf_symbols::Blacklist::load() {
-        symbols.set_blacklist(b);
-    }
+    let kernel = inspect::record_kernel(&args.image);
     let choice = match backend {
         BackendArg::Auto => BackendChoice::Auto,
         BackendArg::Pmu => BackendChoice::Pmu,
         BackendArg::Tracefs => BackendChoice::Tracefs,
     };
-    let specs = inspect::expand_globs(specs, &symbols, args.all_instances, &args.image, choice)?;
-    let plans = plan_probes_with(&specs, &symbols, choice)?;
-    inspect::check_plans(&plans, &symbols, &args.image)?;
+    let specs = inspect::expand_globs(&kernel, specs, args.all_instances, choice)?;
+    let plans = kernel.plan(&specs, choice)?;
+    inspect::check_plans(&kernel, &plans)?;
+    // The symbolizer's table; the kernel's text and images are let go.
+    let symbols = kernel.into_symbols();
     if let Some(p) = args.output.as_deref() {
         output::check(p)?;
     }
@@ -357,39 +355,7 @@ fn record(args: &RecordArgs) -> Result<ExitCode> {
         signal_hook::flag::register(sig, Arc::clone(&stop))
             .context("installing a signal handler")?;
     }
-    // A SIGCHLD handler makes the poll return as soon as the command exits.
-    signal_hook::flag::register(
-        signal_hook::consts::SIGCHLD,
-        Arc::new(AtomicBool::new(false)),
-    )
-    .context("installing a signal handler")?;
-
-    let mut child = match command.split_first() {
-        // A command that is not found is said as such ("command not
-        // found: X"), before anything is attached.
-        Some((prog, args)) => Some(HeldChild::spawn(prog, args).map_err(|e| match e.kind() {
-            io::ErrorKind::NotFound | io::ErrorKind::PermissionDenied => anyhow::Error::msg(e),
-            _ => anyhow::Error::new(e).context(format!("cannot start {prog}")),
-        })?),
-        None => None,
-    };
-    let target = if !args.tid.is_empty() {
-        RecordTarget::Threads(args.tid.clone())
-    } else if !args.pid.is_empty() {
-        RecordTarget::Processes(args.pid.clone())
-    } else if let Some(cg) = &args.cgroup {
-        RecordTarget::Cgroup(validate::cgroup_path(cg))
-    } else if let Some(list) = &args.cpus {
-        RecordTarget::Cpus(list.0.clone())
-    } else {
-        match &child {
-            Some(c) if !all_cpus => RecordTarget::Process {
-                pid: c.pid(),
-                enable_on_exec: true,
-            },
-            _ => RecordTarget::AllCpus,
-        }
-    };
+    let target = record_target(args);
     let mmap_pages = match args.overwrite_size {
         Some(mib) => overwrite_pages(mib)?,
         None => mmap_pages,
@@ -413,19 +379,15 @@ fn record(args: &RecordArgs) -> Result<ExitCode> {
     let file = match args.output.as_deref() {
         Some(p) => {
             let f = output::create(p, args.force)?;
-            Some(output::FileOutput::start(f, &mut session, &symbols)?)
+            Some(output::FileOutput::start(f, &session, &symbols)?)
         }
         None => None,
     };
     session.enable()?;
     inspect::report_armed(session.plans());
-    if let Some(c) = child.as_mut() {
-        let prog = command.first().map_or("", String::as_str);
-        c.release().with_context(|| format!("cannot run {prog}"))?;
-    }
     let deadline = duration.map(|d| Instant::now() + Duration::from_secs_f64(d.max(0.0)));
 
-    let mut printer = Printer {
+    let printer = Printer {
         plans: session.plans().to_vec(),
         symbols: &symbols,
         json: args.json,
@@ -443,46 +405,39 @@ fn record(args: &RecordArgs) -> Result<ExitCode> {
         line: Vec::with_capacity(256),
     };
     let stdout = io::stdout();
-    let mut out = io::BufWriter::new(stdout.lock());
+    let mut live = LiveOutput {
+        printer,
+        out: io::BufWriter::new(stdout.lock()),
+        file,
+        reader_gone: false,
+    };
     let mut command_status = None;
-    let mut reader_gone = false;
-    let mut dumped = 0u64;
     // The live count: stderr a terminal, and events not printed to the
     // same screen (their lines would be torn by the rewritten one).
-    let mut live = (io::stderr().is_terminal()
+    let mut count = (io::stderr().is_terminal()
         && !args.overwrite
         && (args.quiet || !io::stdout().is_terminal()))
     .then(LiveCount::new);
     loop {
-        if let Some(l) = live.as_mut() {
+        if let Some(l) = count.as_mut() {
             l.tick(session.stats());
         }
         if args.overwrite && dump_now.swap(false, Ordering::Relaxed) {
-            match dump(&mut session, &mut printer, &mut out)? {
-                Some(n) => dumped += n,
-                None => {
-                    reader_gone = true;
-                    break;
-                }
+            session.dump_overwrite(&mut Dumped(&mut live))?;
+            if !live.flush()? {
+                break;
             }
         }
-        if !emit(
-            &mut session,
-            Duration::from_millis(100),
-            &mut printer,
-            &mut out,
-        )? {
-            reader_gone = true;
+        session.poll(Some(Duration::from_millis(100)), &mut live)?;
+        if !live.flush()? {
             break;
         }
         if stop.load(Ordering::Relaxed) || deadline.is_some_and(|d| Instant::now() >= d) {
             break;
         }
-        if let Some(c) = child.as_mut() {
-            if let Some(status) = c.try_wait().context("waiting for the command")? {
-                command_status = Some(status);
-                break;
-            }
+        if let Some(status) = session.command_status()? {
+            command_status = Some(status);
+            break;
         }
         // -p: every process has exited (a pidfd's readiness ends the
         // wait above at once).
@@ -490,58 +445,37 @@ fn record(args: &RecordArgs) -> Result<ExitCode> {
             break;
         }
     }
-    if let Some(l) = live.as_mut() {
+    if let Some(l) = count.as_mut() {
         l.clear();
     }
     session.disable()?;
-    if !reader_gone {
-        emit(&mut session, Duration::ZERO, &mut printer, &mut out)?;
+    if !live.reader_gone {
+        session.poll(Some(Duration::ZERO), &mut live)?;
+        live.flush()?;
     }
-    if args.overwrite && !reader_gone {
-        dumped += dump(&mut session, &mut printer, &mut out)?.unwrap_or(0);
+    if args.overwrite && !live.reader_gone {
+        session.dump_overwrite(&mut Dumped(&mut live))?;
+        live.flush()?;
     }
-    let flight = if args.overwrite {
-        let counted: u64 = session.kernel_hits()?.iter().sum();
-        Some((dumped, counted.saturating_sub(dumped)))
-    } else {
-        None
-    };
+    let summary = session.summary();
     // Computed once: a file stores the very text printed.
-    let mut json_summary = json::summary(&session);
-    if let Some((held, overwritten)) = flight {
-        // The flight recorder's window, beside the counts (whose
-        // `not_kept` is the kernel's hits minus the events printed).
-        if let Ok(serde_json::Value::Object(mut m)) = serde_json::from_str(&json_summary) {
-            m.insert(
-                "overwrite".into(),
-                serde_json::json!({ "held": held, "overwritten": overwritten }),
-            );
-            json_summary = serde_json::Value::Object(m).to_string();
-        }
-    }
-    if !reader_gone && args.json && !args.quiet {
-        writeln!(out, "{json_summary}")
-            .and_then(|()| out.flush())
+    let json_summary = json::summary(&summary);
+    if !live.reader_gone && args.json && !args.quiet {
+        writeln!(live.out, "{json_summary}")
+            .and_then(|()| live.out.flush())
             .context("writing the summary")?;
     }
-    let mut summary = vec![text::summary(&session)];
-    summary.extend(text::misses(&session));
-    summary.extend(loss_and_throttle_lines(&session));
-    if let Some((held, overwritten)) = flight {
-        summary.push(format!(
-            "flight recorder: the window held {held} events; {overwritten} older ones were overwritten"
-        ));
-    }
-    for line in &summary {
+    let lines = text::summary_lines(&summary, session.plans());
+    for line in &lines {
         eprintln!("{line}");
     }
-    if let Some(file) = file {
-        let addresses = printer.addresses.take().unwrap_or_default();
-        file.finish(&mut session, &symbols, addresses, &json_summary, &summary)?;
+    if let Some(file) = live.file.take() {
+        let addresses = live.printer.addresses.take().unwrap_or_default();
+        file.finish(&session, &symbols, addresses, &json_summary, &lines)?;
     }
     // The recording stopped first (Ctrl-C, -d, stdout closed): the
     // command may have ended meanwhile (Ctrl-C reaches it too).
-    if let (None, Some(c)) = (command_status, child.as_mut()) {
+    if command_status.is_none() {
         // After Ctrl-C (or SIGTERM/SIGHUP) the command got the signal too:
         // give it a moment to end, so its status is the one passed on.
         let grace = if stop.load(Ordering::Relaxed) {
@@ -549,14 +483,7 @@ fn record(args: &RecordArgs) -> Result<ExitCode> {
         } else {
             Duration::ZERO
         };
-        let until = Instant::now() + grace;
-        loop {
-            command_status = c.try_wait().context("waiting for the command")?;
-            if command_status.is_some() || Instant::now() >= until {
-                break;
-            }
-            std::thread::sleep(Duration::from_millis(10));
-        }
+        command_status = session.wait_command(grace)?;
     }
     Ok(match command_status {
         Some(status) => {
@@ -567,6 +494,34 @@ fn record(args: &RecordArgs) -> Result<ExitCode> {
         }
         None => ExitCode::SUCCESS,
     })
+}
+
+/// Whose hits `args` record: `-t`, `-p`, `-G`, `-C` or every CPU; with
+/// `-- CMD`, the command (started, released and reaped by the session)
+/// and its descendants, or with `-a`, `-C` or `-G` that scope while it runs.
+fn record_target(args: &RecordArgs) -> RecordTarget {
+    let scope = if !args.tid.is_empty() {
+        return RecordTarget::Threads(args.tid.clone());
+    } else if !args.pid.is_empty() {
+        return RecordTarget::Processes(args.pid.clone());
+    } else if let Some(cg) = &args.cgroup {
+        CommandScope::Cgroup(validate::cgroup_path(cg))
+    } else if let Some(list) = &args.cpus {
+        CommandScope::Cpus(list.0.clone())
+    } else if args.all_cpus || args.command.is_empty() {
+        CommandScope::AllCpus
+    } else {
+        CommandScope::Descendants
+    };
+    match (scope, args.command.is_empty()) {
+        (scope, false) => RecordTarget::Command {
+            argv: args.command.clone(),
+            scope,
+        },
+        (CommandScope::Cgroup(path), true) => RecordTarget::Cgroup(path),
+        (CommandScope::Cpus(list), true) => RecordTarget::Cpus(list),
+        (_, true) => RecordTarget::AllCpus,
+    }
 }
 
 /// The exit status a shell gives for `status`: the command's code, or
@@ -598,7 +553,7 @@ struct Printer<'a> {
 
 impl Printer<'_> {
     /// Writes one event's line (text or JSON) to `out`.
-    fn write(&mut self, out: &mut impl Write, e: &kprobe_perf_engine::Event) -> io::Result<()> {
+    fn write(&mut self, out: &mut impl Write, e: &Event) -> io::Result<()> {
         let Some(plan) = self.plans.get(e.probe) else {
             return Ok(());
         };
@@ -666,50 +621,6 @@ impl LiveCount {
     }
 }
 
-/// Summary lines for losses per CPU and throttling per CPU and probe
-/// (nothing when there were none).
-fn loss_and_throttle_lines(session: &Session) -> Vec<String> {
-    let stats = session.stats();
-    let cpu = |c: &Option<u32>| c.map_or_else(|| "CPU ?".to_string(), |c| format!("CPU {c}"));
-    let mut lines = Vec::new();
-    // Exact per ring (the kernel's counts minus the samples read), so the
-    // figures sum to the summary's total; PERF_RECORD_LOST's when the
-    // counts cannot be read.
-    let lost = session
-        .lost_per_cpu()
-        .unwrap_or_else(|_| stats.lost_per_cpu.clone());
-    if !lost.is_empty() {
-        let parts: Vec<String> = lost
-            .iter()
-            .map(|(c, n)| {
-                format!(
-                    "{}: {n}",
-                    c.map_or_else(|| "threads".to_string(), |c| format!("CPU {c}"))
-                )
-            })
-            .collect();
-        let what = if session.is_overwrite() {
-            "samples not kept per CPU"
-        } else {
-            "lost samples per CPU"
-        };
-        lines.push(format!("{what}: {}", parts.join(", ")));
-    }
-    for ((c, probe), t) in &stats.throttling {
-        let name = session
-            .plans()
-            .get(*probe)
-            .map_or("?", |p| p.event.as_str());
-        lines.push(format!(
-            "{name}: throttled {} times on {} (unthrottled {}); raise kernel.perf_event_max_sample_rate",
-            t.throttled,
-            cpu(c),
-            t.unthrottled
-        ));
-    }
-    lines
-}
-
 /// Ring pages for a window of `mib` MiB: the largest power of two that fits.
 fn overwrite_pages(mib: usize) -> Result<usize> {
     let page = kprobe_perf_engine::sys::page_size();
@@ -721,44 +632,88 @@ fn overwrite_pages(mib: usize) -> Result<usize> {
     Ok(1usize << pages.ilog2())
 }
 
-/// Flight-recorder mode: prints the events the rings hold (those not yet
-/// printed) in time order. Returns how many, or `None` when stdout's reader
-/// has gone away.
-fn dump(session: &mut Session, printer: &mut Printer, out: &mut impl Write) -> Result<Option<u64>> {
-    let mut result = Ok(());
-    let n = session.dump_overwrite(|e| {
-        if result.is_ok() && !printer.quiet {
-            result = printer.write(out, e);
+/// The record loop's sink: each event printed (text or JSON) to `out`,
+/// and with -o every raw record written to the file.
+struct LiveOutput<'a, W: Write> {
+    printer: Printer<'a>,
+    out: W,
+    file: Option<output::FileOutput>,
+    /// stdout's reader has gone away (a closed pipe): nothing more is
+    /// printed, and the recording ends quietly. The round goes on, so
+    /// that the file has all of its records.
+    reader_gone: bool,
+}
+
+impl<W: Write> LiveOutput<'_, W> {
+    /// Prints one event, unless quiet or stdout's reader has gone.
+    fn print(&mut self, e: &Event) -> Result<ControlFlow<()>> {
+        if self.reader_gone || self.printer.quiet {
+            return Ok(ControlFlow::Continue(()));
         }
-    })?;
-    match result.and_then(|()| out.flush()) {
-        Ok(()) => Ok(Some(n as u64)),
-        Err(e) if e.kind() == io::ErrorKind::BrokenPipe => Ok(None),
+        if !written(self.printer.write(&mut self.out, e))? {
+            self.reader_gone = true;
+        }
+        Ok(ControlFlow::Continue(()))
+    }
+
+    /// Flushes what was printed. Returns false when stdout's reader has
+    /// gone away, which ends the recording quietly.
+    fn flush(&mut self) -> Result<bool> {
+        if self.reader_gone {
+            return Ok(false);
+        }
+        let ok = written(self.out.flush())?;
+        self.reader_gone = !ok;
+        Ok(ok)
+    }
+}
+
+/// The outcome of writing events to stdout: true when written, false when
+/// stdout's reader has gone away (a closed pipe: EPIPE, which ends the
+/// run quietly, as `head` expects), an error otherwise. The one place
+/// this program tells a closed pipe from other write errors.
+pub(crate) fn written(result: io::Result<()>) -> Result<bool> {
+    match result {
+        Ok(()) => Ok(true),
+        Err(e) if e.kind() == io::ErrorKind::BrokenPipe => Ok(false),
         Err(e) => Err(e).context("writing events"),
     }
 }
 
-/// Prints whatever events are ready. Returns false when stdout's reader
-/// has gone away (a closed pipe), which ends the recording quietly.
-fn emit(
-    session: &mut Session,
-    timeout: Duration,
-    printer: &mut Printer,
-    out: &mut impl Write,
-) -> Result<bool> {
-    let mut result = Ok(());
-    session.poll(Some(timeout), |e| {
-        if let Some(a) = printer.addresses.as_mut() {
+impl<W: Write> EventSink for LiveOutput<'_, W> {
+    type Error = anyhow::Error;
+
+    fn event(&mut self, e: &Event) -> Result<ControlFlow<()>> {
+        if let Some(a) = self.printer.addresses.as_mut() {
             output::note_addresses(a, e);
         }
-        if result.is_ok() && !printer.quiet {
-            result = printer.write(out, e);
+        self.print(e)
+    }
+
+    fn record(&mut self, kind: u32, misc: u16, body: (&[u8], &[u8])) -> Result<ControlFlow<()>> {
+        match self.file.as_mut() {
+            Some(f) => f.record(kind, misc, body),
+            None => Ok(ControlFlow::Continue(())),
         }
-    })?;
-    match result.and_then(|()| out.flush()) {
-        Ok(()) => Ok(true),
-        Err(e) if e.kind() == io::ErrorKind::BrokenPipe => Ok(false),
-        Err(e) => Err(e).context("writing events"),
+    }
+
+    fn round_end(&mut self) -> Result<ControlFlow<()>> {
+        match self.file.as_mut() {
+            Some(f) => f.round_end(),
+            None => Ok(ControlFlow::Continue(())),
+        }
+    }
+}
+
+/// Flight-recorder mode: the events a dump takes from the rings are
+/// printed only (a dump reads no raw record for the file).
+struct Dumped<'x, 'a, W: Write>(&'x mut LiveOutput<'a, W>);
+
+impl<W: Write> EventSink for Dumped<'_, '_, W> {
+    type Error = anyhow::Error;
+
+    fn event(&mut self, e: &Event) -> Result<ControlFlow<()>> {
+        self.0.print(e)
     }
 }
 

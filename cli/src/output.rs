@@ -1,11 +1,10 @@
 //! `record -o FILE`: the perf.data file written beside the live output.
 
-use std::cell::RefCell;
 use std::collections::HashSet;
 use std::fs::File;
 use std::io::{self, BufWriter};
+use std::ops::ControlFlow;
 use std::path::{Path, PathBuf};
-use std::rc::Rc;
 
 use anyhow::{Context, Result};
 use kprobe_perf_engine::perfdata::{self, symbol_subset, Metadata, StoredProbe, Writer};
@@ -13,7 +12,7 @@ use kprobe_perf_engine::plan::Backend;
 use kprobe_perf_engine::records::RecordSink;
 use kprobe_perf_engine::spec::BaseType;
 use kprobe_perf_engine::tracefs;
-use kprobe_perf_engine::{Arch, Event, KernelSymbols, Session, Value};
+use kprobe_perf_engine::{Arch, Event, EventSink, KernelSymbols, Session, Value};
 
 mod create;
 pub use create::NewFile;
@@ -66,37 +65,6 @@ fn io_source(e: &perfdata::PerfDataError) -> Option<&io::Error> {
     std::error::Error::source(e).and_then(|s| s.downcast_ref::<io::Error>())
 }
 
-/// The session's record sink: the writer, with the file's path and advice
-/// in its errors (the session reports them as "writing records to the
-/// output file").
-struct PathSink {
-    path: PathBuf,
-    writer: Rc<RefCell<Writer<BufWriter<File>>>>,
-}
-
-impl PathSink {
-    fn named(&self, e: io::Error) -> io::Error {
-        let advice = create::advice(&self.path, &e);
-        io::Error::new(e.kind(), format!("{}: {e}; {advice}", self.path.display()))
-    }
-}
-
-impl RecordSink for PathSink {
-    fn record(&mut self, kind: u32, misc: u16, body: (&[u8], &[u8])) -> io::Result<()> {
-        self.writer
-            .borrow_mut()
-            .record(kind, misc, body)
-            .map_err(|e| self.named(e))
-    }
-
-    fn round_end(&mut self) -> io::Result<()> {
-        self.writer
-            .borrow_mut()
-            .round_end()
-            .map_err(|e| self.named(e))
-    }
-}
-
 /// Note keys of the closing summaries, which `script` prints again.
 pub const NOTE_JSON_SUMMARY: &str = "json_summary";
 /// The stderr summary lines, joined by newlines.
@@ -107,7 +75,7 @@ pub struct FileOutput {
     path: PathBuf,
     /// perf's tracing data, when some probes are tracefs events.
     tracing_data: Option<Vec<u8>>,
-    writer: Rc<RefCell<Writer<BufWriter<File>>>>,
+    writer: Writer<BufWriter<File>>,
 }
 
 /// Records the kernel addresses `e`'s text or JSON line symbolizes.
@@ -128,13 +96,10 @@ pub fn note_addresses(set: &mut HashSet<u64>, e: &Event) {
 }
 
 impl FileOutput {
-    /// Starts writing `file` (made by [`create`]) and has `session` copy
-    /// every record into it.
-    pub fn start(
-        file: NewFile,
-        session: &mut Session,
-        symbols: &KernelSymbols,
-    ) -> Result<FileOutput> {
+    /// Starts writing `file` (made by [`create`]) for `session`, whose
+    /// records each drain then gives it (as an [`EventSink`], or through
+    /// another sink that forwards them).
+    pub fn start(file: NewFile, session: &Session, symbols: &KernelSymbols) -> Result<FileOutput> {
         let path = file.path().to_path_buf();
         let tracing_data = tracing_data(session)?;
         let Some(file) = file.into_file() else {
@@ -154,29 +119,35 @@ impl FileOutput {
                 })?;
             }
         }
-        let writer = Rc::new(RefCell::new(writer));
-        session.set_record_sink(Box::new(PathSink {
-            path: path.clone(),
-            writer: Rc::clone(&writer),
-        }));
-        Ok(FileOutput {
+        let mut out = FileOutput {
             path,
             tracing_data,
             writer,
-        })
+        };
+        session.user_mmap_records(&mut out)?;
+        Ok(out)
+    }
+
+    /// A failed write of records, with the file's path and advice.
+    fn named(&self, e: io::Error) -> anyhow::Error {
+        let advice = create::advice(&self.path, &e);
+        anyhow::Error::new(io::Error::new(
+            e.kind(),
+            format!("{}: {e}; {advice}", self.path.display()),
+        ))
+        .context("writing records to the output file")
     }
 
     /// Writes the probes, the symbols of `addresses`, the summaries and
     /// the host description, and closes the file.
     pub fn finish(
         self,
-        session: &mut Session,
+        session: &Session,
         symbols: &KernelSymbols,
         addresses: HashSet<u64>,
         json_summary: &str,
         summary: &[String],
     ) -> Result<()> {
-        drop(session.take_record_sink());
         let d = session.decoder();
         let read = |p: &str| {
             std::fs::read_to_string(p)
@@ -210,13 +181,33 @@ impl FileOutput {
             ],
             tracing_data: self.tracing_data,
         };
-        let writer = Rc::try_unwrap(self.writer)
-            .map_err(|_| anyhow::anyhow!("the perf.data writer is still in use"))?
-            .into_inner();
-        writer
+        self.writer
             .finish(&meta)
             .map_err(|e| write_error(&self.path, &e, io_source(&e)))?;
         Ok(())
+    }
+}
+
+/// Every raw record goes to the file; events are not its business.
+impl EventSink for FileOutput {
+    type Error = anyhow::Error;
+
+    fn event(&mut self, _: &Event) -> Result<ControlFlow<()>> {
+        Ok(ControlFlow::Continue(()))
+    }
+
+    fn record(&mut self, kind: u32, misc: u16, body: (&[u8], &[u8])) -> Result<ControlFlow<()>> {
+        match self.writer.record(kind, misc, body) {
+            Ok(()) => Ok(ControlFlow::Continue(())),
+            Err(e) => Err(self.named(e)),
+        }
+    }
+
+    fn round_end(&mut self) -> Result<ControlFlow<()>> {
+        match self.writer.round_end() {
+            Ok(()) => Ok(ControlFlow::Continue(())),
+            Err(e) => Err(self.named(e)),
+        }
     }
 }
 

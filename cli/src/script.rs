@@ -31,7 +31,7 @@ pub struct ScriptArgs {
 pub fn run(args: &ScriptArgs) -> Result<ExitCode> {
     let path = &args.input;
     // A regular file only: a FIFO would block, /dev/zero never end.
-    let (file, _) = kprobe_perf_symbols::file::open_regular(path)
+    let (file, _) = kprobe_perf_engine::kernel::open_regular(path)
         .with_context(|| format!("cannot read {} (give a perf.data file)", path.display()))?;
     let reader = Reader::new(file).with_context(|| format!("reading {}", path.display()))?;
     let mut replay = Replay::new(reader).with_context(|| format!("reading {}", path.display()))?;
@@ -97,9 +97,8 @@ pub fn run(args: &ScriptArgs) -> Result<ExitCode> {
         }
         out.flush()
     });
-    match finished {
-        Err(e) if e.kind() == io::ErrorKind::BrokenPipe => return Ok(ExitCode::SUCCESS),
-        other => other.context("writing events")?,
+    if !crate::written(finished)? {
+        return Ok(ExitCode::SUCCESS);
     }
     replayed.with_context(|| format!("reading {}", path.display()))?;
     if let Some(s) = replay.metadata().note(NOTE_SUMMARY) {

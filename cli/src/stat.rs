@@ -10,12 +10,9 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result};
 use kprobe_perf_engine::counting::{CountSnapshot, CountingSession};
-use kprobe_perf_engine::sys::HeldChild;
-use kprobe_perf_engine::{
-    plan::BackendChoice, plan_probes_with, KernelSymbols, ProbePlan, RecordTarget,
-};
+use kprobe_perf_engine::{plan::BackendChoice, CommandScope, ProbePlan, RecordTarget};
 
-use crate::{inspect, text_source, validate, BackendArg};
+use crate::{image_args, inspect, validate, BackendArg};
 
 /// Shortest and longest `-I` interval, in milliseconds.
 const INTERVAL_MS: (u64, u64) = (10, 3_600_000);
@@ -75,7 +72,7 @@ pub struct StatArgs {
     #[arg(long)]
     all_instances: bool,
     #[command(flatten)]
-    image: text_source::ImageArgs,
+    image: image_args::ImageArgs,
     /// The command to run and count (with its children).
     #[arg(last = true, value_name = "CMD")]
     command: Vec<String>,
@@ -108,39 +105,12 @@ pub fn run(args: &mut StatArgs) -> Result<ExitCode> {
         signal_hook::flag::register(sig, Arc::clone(&stop))
             .context("installing a signal handler")?;
     }
-    // Started held, as `record` does: its events arm at its exec.
-    let mut child = match args.command.split_first() {
-        Some((prog, rest)) => Some(HeldChild::spawn(prog, rest).map_err(|e| match e.kind() {
-            io::ErrorKind::NotFound | io::ErrorKind::PermissionDenied => anyhow::Error::msg(e),
-            _ => anyhow::Error::new(e).context(format!("cannot start {prog}")),
-        })?),
-        None => None,
-    };
-    let target = if !args.tid.is_empty() {
-        RecordTarget::Threads(args.tid.clone())
-    } else if !args.pid.is_empty() {
-        RecordTarget::Processes(args.pid.clone())
-    } else if let Some(cg) = &args.cgroup {
-        RecordTarget::Cgroup(validate::cgroup_path(cg))
-    } else if let Some(list) = &args.cpus {
-        RecordTarget::Cpus(list.0.clone())
-    } else {
-        match &child {
-            Some(c) if !args.all_cpus => RecordTarget::Process {
-                pid: c.pid(),
-                enable_on_exec: true,
-            },
-            _ => RecordTarget::AllCpus,
-        }
-    };
-    let mut session = CountingSession::open(plans, target)?;
+    // A command is started held by the session and released by enable,
+    // its events armed at its exec, as `record` does.
+    let mut session = CountingSession::open(plans, stat_target(args))?;
+    let start = Instant::now();
     session.enable()?;
     inspect::report_armed(session.plans());
-    let start = Instant::now();
-    if let Some(c) = child.as_mut() {
-        let prog = args.command.first().map_or("", String::as_str);
-        c.release().with_context(|| format!("cannot run {prog}"))?;
-    }
     let deadline = args
         .duration
         .map(|d| start + Duration::from_secs_f64(d.max(0.0)));
@@ -166,11 +136,9 @@ pub fn run(args: &mut StatArgs) -> Result<ExitCode> {
         if stop.load(Ordering::Relaxed) || deadline.is_some_and(|d| Instant::now() >= d) {
             break;
         }
-        if let Some(c) = child.as_mut() {
-            if let Some(status) = c.try_wait().context("waiting for the command")? {
-                command_status = Some(status);
-                break;
-            }
+        if let Some(status) = session.command_status()? {
+            command_status = Some(status);
+            break;
         }
         if session.target_exited() {
             break;
@@ -203,20 +171,13 @@ pub fn run(args: &mut StatArgs) -> Result<ExitCode> {
     }
     // Counting stopped first (Ctrl-C, -d): the command may have ended
     // meanwhile (Ctrl-C reaches it too).
-    if let (None, Some(c)) = (command_status, child.as_mut()) {
+    if command_status.is_none() {
         let grace = if stop.load(Ordering::Relaxed) {
             Duration::from_millis(500)
         } else {
             Duration::ZERO
         };
-        let until = Instant::now() + grace;
-        loop {
-            command_status = c.try_wait().context("waiting for the command")?;
-            if command_status.is_some() || Instant::now() >= until {
-                break;
-            }
-            std::thread::sleep(Duration::from_millis(10));
-        }
+        command_status = session.wait_command(grace)?;
     }
     Ok(match command_status {
         Some(status) => {
@@ -240,25 +201,45 @@ fn write_out(out: &mut impl Write, text: &str) -> Result<bool> {
 
 /// The probes of `args`, planned as `record` plans them.
 fn plan(args: &StatArgs) -> Result<Vec<ProbePlan>> {
-    let mut symbols = KernelSymbols::load().unwrap_or_default();
-    if let Ok(b) = kprobe_perf_symbols::Blacklist::load() {
-        symbols.set_blacklist(b);
-    }
+    let kernel = inspect::record_kernel(&args.image);
     let choice = match args.backend {
         BackendArg::Auto => BackendChoice::Auto,
         BackendArg::Pmu => BackendChoice::Pmu,
         BackendArg::Tracefs => BackendChoice::Tracefs,
     };
-    let specs = inspect::expand_globs(
-        &args.events,
-        &symbols,
-        args.all_instances,
-        &args.image,
-        choice,
-    )?;
-    let plans = plan_probes_with(&specs, &symbols, choice)?;
-    inspect::check_plans(&plans, &symbols, &args.image)?;
+    let specs = inspect::expand_globs(&kernel, &args.events, args.all_instances, choice)?;
+    let plans = kernel.plan(&specs, choice)?;
+    inspect::check_plans(&kernel, &plans)?;
     Ok(plans)
+}
+
+/// Whose hits `args` count, as `record` chooses: `-t`, `-p`, `-G`, `-C` or
+/// every CPU; with `-- CMD`, the command (started, released and reaped by
+/// the session) and its descendants, or with `-a`, `-C` or `-G` that scope
+/// while it runs.
+fn stat_target(args: &StatArgs) -> RecordTarget {
+    let scope = if !args.tid.is_empty() {
+        return RecordTarget::Threads(args.tid.clone());
+    } else if !args.pid.is_empty() {
+        return RecordTarget::Processes(args.pid.clone());
+    } else if let Some(cg) = &args.cgroup {
+        CommandScope::Cgroup(validate::cgroup_path(cg))
+    } else if let Some(list) = &args.cpus {
+        CommandScope::Cpus(list.0.clone())
+    } else if args.all_cpus || args.command.is_empty() {
+        CommandScope::AllCpus
+    } else {
+        CommandScope::Descendants
+    };
+    match (scope, args.command.is_empty()) {
+        (scope, false) => RecordTarget::Command {
+            argv: args.command.clone(),
+            scope,
+        },
+        (CommandScope::Cgroup(path), true) => RecordTarget::Cgroup(path),
+        (CommandScope::Cpus(list), true) => RecordTarget::Cpus(list),
+        (_, true) => RecordTarget::AllCpus,
+    }
 }
 
 /// 1234567 as `1,234,567`.

@@ -3,7 +3,7 @@
 use std::io::Write as _;
 
 use kprobe_perf_engine::spec::BaseType;
-use kprobe_perf_engine::{Event, KernelSymbols, ProbePlan, Session, Value};
+use kprobe_perf_engine::{Event, KernelSymbols, ProbePlan, Summary, Value};
 
 /// `sym+0xoff/0xsize`, or the bare address when no symbol holds it.
 pub fn location(symbols: &KernelSymbols, addr: u64) -> String {
@@ -519,10 +519,10 @@ fn default_maxactive() -> u64 {
 
 /// Lines about kernel-side misses: never silent, and for a kretprobe the
 /// maxactive that would have caught every return.
-pub fn misses(session: &Session) -> Vec<String> {
+fn misses(summary: &Summary, plans: &[ProbePlan]) -> Vec<String> {
     let mut out = Vec::new();
-    for (p, counts) in session.plans().iter().zip(session.kernel_counts()) {
-        let Some(c) = counts else { continue };
+    for (p, probe) in plans.iter().zip(&summary.probes) {
+        let Some(c) = probe.kernel else { continue };
         if c.misses == 0 {
             continue;
         }
@@ -544,9 +544,8 @@ pub fn misses(session: &Session) -> Vec<String> {
         }
         out.push(line);
     }
-    let calls = session.call_counts().unwrap_or_default();
-    for (p, c) in session.plans().iter().zip(calls) {
-        let Some(c) = c else { continue };
+    for (p, probe) in plans.iter().zip(&summary.probes) {
+        let Some(c) = probe.calls else { continue };
         let n = c.unreturned();
         if n == 0 {
             continue;
@@ -581,53 +580,98 @@ fn unreturned_line(p: &ProbePlan, n: u64, default_maxactive: impl Fn() -> u64) -
     )
 }
 
+/// The closing summary's lines, for stderr (and the -o file's note):
+/// the counts ([`summary`]), the kernel's misses, the losses per CPU and
+/// throttling, and the flight recorder's window.
+pub fn summary_lines(s: &Summary, plans: &[ProbePlan]) -> Vec<String> {
+    let mut lines = vec![summary(s)];
+    lines.extend(misses(s, plans));
+    lines.extend(loss_and_throttle_lines(s));
+    if let Some(w) = &s.overwrite {
+        let overwritten = w
+            .overwritten
+            .map_or_else(|| "?".to_string(), |n| n.to_string());
+        lines.push(format!(
+            "flight recorder: the window held {} events; {overwritten} older ones were overwritten",
+            w.held
+        ));
+    }
+    lines
+}
+
 /// The closing summary: events per probe and losses, never omitted. The
 /// loss of each probe is exact: the kernel's hit count for it minus the
 /// events decoded (`PERF_RECORD_LOST` records can stay unsent when a ring
 /// is still full at the end, so they are only a floor). In flight-recorder
 /// mode the same count is of events not kept: overwritten by design, or
 /// dropped while a dump paused the rings; it is not called a loss.
-pub fn summary(session: &Session) -> String {
-    let stats = session.stats();
-    let lost = session.lost_per_probe().ok();
-    let word = if session.is_overwrite() {
-        "not kept"
-    } else {
-        "lost"
-    };
-    let mut total = 0;
-    let mut total_lost = 0;
-    let mut per_probe = Vec::new();
-    for (i, p) in session.plans().iter().enumerate() {
-        let n = stats.hits.get(i).copied().unwrap_or(0);
-        total += n;
-        match lost.as_ref().and_then(|l| l.get(i)).copied() {
-            Some(l) if l > 0 => {
-                total_lost += l;
-                per_probe.push(format!("{}: {n}, {l} {word}", p.event));
-            }
-            _ => per_probe.push(format!("{}: {n}", p.event)),
-        }
-    }
-    let total_lost = if lost.is_some() {
-        total_lost
-    } else {
-        stats.lost
-    };
-    let mut s = format!(
-        "kprobe-perf: {total} events ({}), {total_lost} {word}",
+fn summary(s: &Summary) -> String {
+    let not_kept = s.loss.is_not_kept();
+    let word = if not_kept { "not kept" } else { "lost" };
+    let per_probe: Vec<String> = s
+        .probes
+        .iter()
+        .map(|p| match p.loss.count() {
+            Some(l) if l > 0 => format!("{}: {}, {l} {word}", p.event, p.events),
+            _ => format!("{}: {}", p.event, p.events),
+        })
+        .collect();
+    let total_lost = s.loss.count().unwrap_or(s.lost_records);
+    let mut line = format!(
+        "kprobe-perf: {} events ({}), {total_lost} {word}",
+        s.events,
         per_probe.join("; ")
     );
-    if session.is_overwrite() && total_lost > 0 {
-        s.push_str(" (overwritten in the flight recorder's window, or dropped while a dump paused the rings)");
+    if not_kept && total_lost > 0 {
+        line.push_str(" (overwritten in the flight recorder's window, or dropped while a dump paused the rings)");
     }
-    if lost.is_none() {
-        s.push_str(" (from PERF_RECORD_LOST; the kernel's counts could not be read)");
+    if !s.exact {
+        line.push_str(" (from PERF_RECORD_LOST; the kernel's counts could not be read)");
     }
-    if stats.undecodable > 0 {
-        s.push_str(&format!(", {} undecodable records", stats.undecodable));
+    if s.undecodable > 0 {
+        line.push_str(&format!(", {} undecodable records", s.undecodable));
     }
-    s
+    line
+}
+
+/// Lines for losses per CPU and throttling per CPU and probe (nothing
+/// when there were none).
+fn loss_and_throttle_lines(s: &Summary) -> Vec<String> {
+    let cpu = |c: &Option<u32>| c.map_or_else(|| "CPU ?".to_string(), |c| format!("CPU {c}"));
+    let mut lines = Vec::new();
+    // Exact per ring (the kernel's counts minus the samples read), so the
+    // figures sum to the summary's total; PERF_RECORD_LOST's when the
+    // counts cannot be read.
+    if !s.lost_per_cpu.is_empty() {
+        let parts: Vec<String> = s
+            .lost_per_cpu
+            .iter()
+            .map(|l| {
+                format!(
+                    "{}: {}",
+                    l.cpu
+                        .map_or_else(|| "threads".to_string(), |c| format!("CPU {c}")),
+                    l.lost
+                )
+            })
+            .collect();
+        let what = if s.loss.is_not_kept() {
+            "samples not kept per CPU"
+        } else {
+            "lost samples per CPU"
+        };
+        lines.push(format!("{what}: {}", parts.join(", ")));
+    }
+    for t in &s.throttling {
+        lines.push(format!(
+            "{}: throttled {} times on {} (unthrottled {}); raise kernel.perf_event_max_sample_rate",
+            t.event,
+            t.throttling.throttled,
+            cpu(&t.cpu),
+            t.throttling.unthrottled
+        ));
+    }
+    lines
 }
 
 #[cfg(test)]

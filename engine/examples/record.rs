@@ -5,7 +5,9 @@
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
-use kprobe_perf_engine::{plan_probes, KernelSymbols, Session, SessionOptions};
+use kprobe_perf_engine::kernel::{GlobOptions, Kernel, KernelOptions};
+use kprobe_perf_engine::plan::BackendChoice;
+use kprobe_perf_engine::{sink_fn, Session, SessionOptions};
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     // First, before any thread: a guardian process removes the tracefs
@@ -15,18 +17,41 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         .nth(1)
         .and_then(|s| s.parse().ok())
         .unwrap_or(3);
-    let symbols = KernelSymbols::load()?;
-    let plans = plan_probes(&["r:do_sys_openat2 ret=$retval:s64"], &symbols)?;
+    // The running kernel: kallsyms and the kprobe blacklist now; on first
+    // use, its text (/proc/kcore, else a vmlinux matched by build ID and
+    // KASLR slide).
+    let kernel = Kernel::discover(KernelOptions::default())?;
+    if let Some(e) = kernel.blacklist_error() {
+        eprintln!("the kprobe blacklist is not checked: {e}");
+    }
+    // Globs (`r:do_sys_open*`) become one definition per function that
+    // can be probed; a plain name stays as it is.
+    let specs: Vec<String> = kernel
+        .expand_globs(
+            &["r:do_sys_openat2 ret=$retval:s64"],
+            &GlobOptions::default(),
+        )?
+        .into_iter()
+        .flat_map(|e| e.definitions)
+        .collect();
+    let plans = kernel.plan(&specs, BackendChoice::Auto)?;
+    // What the kernel would refuse (an offset inside an instruction, a
+    // blacklisted or notrace function) is refused here, before any probe
+    // is opened.
+    kernel.check(&plans)?;
     let mut session = Session::open(plans, SessionOptions::default())?;
     session.enable()?;
     let mut by_value: BTreeMap<i64, u64> = BTreeMap::new();
     let end = Instant::now() + Duration::from_secs(secs);
     while Instant::now() < end {
-        session.poll(Some(Duration::from_millis(100)), |e| {
-            if let Some(ret) = e.args[0].as_i64() {
-                *by_value.entry(ret).or_default() += 1;
-            }
-        })?;
+        session.poll(
+            Some(Duration::from_millis(100)),
+            &mut sink_fn(|e| {
+                if let Some(ret) = e.args[0].as_i64() {
+                    *by_value.entry(ret).or_default() += 1;
+                }
+            }),
+        )?;
     }
     for (ret, n) in by_value {
         println!("ret={ret}: {n}");

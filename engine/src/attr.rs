@@ -18,7 +18,7 @@ use crate::pmu::ProbePmu;
 use crate::sys::{self, perf_event_attr};
 
 /// The attr type of a tracefs-defined probe's tracepoint event.
-const PERF_TYPE_TRACEPOINT: u32 = 2;
+const PERF_TYPE_TRACEPOINT: u32 = perf_event_open_sys::bindings::PERF_TYPE_TRACEPOINT;
 
 /// How a probe is opened: through the kprobe (or uprobe) PMU, or as the
 /// tracepoint (its id) of a tracefs-defined event.

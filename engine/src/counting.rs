@@ -17,14 +17,17 @@
 
 use std::collections::BTreeMap;
 use std::os::fd::OwnedFd;
+use std::time::Duration;
 
 use crate::attr::{self, EventSettings, Opener, SideRecords};
+use crate::command::HeldCommand;
 use crate::error::Error;
 use crate::plan::ProbePlan;
 use crate::process::{self, ProcessWatch};
-use crate::session::attach::{self, Slot};
+use crate::session::attach;
 use crate::session::{online_cpus, RecordTarget};
 use crate::sys;
+use crate::target::{self, Slot};
 use crate::tracefs::{self, TracefsProbes};
 
 /// One probe's count on one scope.
@@ -38,7 +41,6 @@ struct Counter {
 }
 
 /// Probes opened to count their hits.
-#[derive(Debug)]
 pub struct CountingSession {
     // Field order matters: the counters must close before `tracefs`
     // removes the events they use.
@@ -48,6 +50,9 @@ pub struct CountingSession {
     enabled: bool,
     /// The processes of [`RecordTarget::Processes`].
     watched: Vec<ProcessWatch>,
+    /// The command of [`RecordTarget::Command`], held until
+    /// [`CountingSession::enable`].
+    command: Option<HeldCommand>,
 }
 
 /// One probe's hits: the total, and per CPU (`None`: counted by a
@@ -128,8 +133,9 @@ fn slot_cpu(slot: &Slot) -> Option<u32> {
 impl CountingSession {
     /// Opens every probe, counting only, on every scope of `target`, and
     /// leaves them disabled until [`CountingSession::enable`] (or, for a
-    /// [`RecordTarget::Process`] that enables on exec, until the process
-    /// calls exec).
+    /// command's descendants, until the command calls exec: `enable`
+    /// releases the command, started held as
+    /// [`Session::open`](crate::Session::open) starts it).
     ///
     /// As [`Session::open`](crate::Session::open): the tracefs definitions
     /// of kprobe-perf processes that are gone are removed first, and a
@@ -146,20 +152,18 @@ impl CountingSession {
             RecordTarget::Processes(pids) => scan(pids)?,
             _ => (Vec::new(), Vec::new()),
         };
+        let command = match &target {
+            RecordTarget::Command { argv, .. } => Some(HeldCommand::spawn(argv)?),
+            _ => None,
+        };
         let defined = attach::define_events(&mut plans, pmus)?;
-        let scopes = attach::scopes(&target, &cpus, &threads)?;
+        let scopes = target.scopes(&cpus, &threads, command.as_ref().map(HeldCommand::pid))?;
         attach::reserve_fds(&plans, &scopes.slots)?;
         let settings = EventSettings {
             mmap_pages: 0,
             write_backward: false,
             inherit: target.inherits(),
-            enable_on_exec: matches!(
-                target,
-                RecordTarget::Process {
-                    enable_on_exec: true,
-                    ..
-                }
-            ),
+            enable_on_exec: target.enables_on_exec(),
         };
         let names: Vec<_> = plans.iter().map(attach::pmu_name).collect();
         let skip_gone = matches!(target, RecordTarget::Processes(_));
@@ -192,19 +196,52 @@ impl CountingSession {
             plans,
             enabled: settings.enable_on_exec,
             watched,
+            command,
         })
     }
 
-    /// Arms every probe (not needed when the target enables on exec).
+    /// Arms every probe (the kernel does it at exec for a command's
+    /// descendants), then releases the command of a
+    /// [`RecordTarget::Command`], reporting exec's failure.
     pub fn enable(&mut self) -> Result<(), Error> {
-        if self.enabled {
-            return Ok(());
+        if !self.enabled {
+            for c in &self.counters {
+                sys::enable(&c.fd).map_err(|e| Error::io("enabling a probe's counter", e))?;
+            }
+            self.enabled = true;
         }
-        for c in &self.counters {
-            sys::enable(&c.fd).map_err(|e| Error::io("enabling a probe's counter", e))?;
+        if let Some(command) = self.command.as_mut() {
+            command.release()?;
         }
-        self.enabled = true;
         Ok(())
+    }
+
+    /// The pid of the command of a [`RecordTarget::Command`].
+    pub fn command_pid(&self) -> Option<i32> {
+        self.command.as_ref().map(HeldCommand::pid)
+    }
+
+    /// The exit status of the command of a [`RecordTarget::Command`] once
+    /// it has ended (it is then reaped); `None` while it runs, and for
+    /// other targets. Does not block.
+    pub fn command_status(&mut self) -> Result<Option<std::process::ExitStatus>, Error> {
+        match self.command.as_mut() {
+            Some(command) => command.try_wait(),
+            None => Ok(None),
+        }
+    }
+
+    /// As [`CountingSession::command_status`], waiting up to `grace` for
+    /// the command to end (for instance after a Ctrl-C that reached it
+    /// too).
+    pub fn wait_command(
+        &mut self,
+        grace: Duration,
+    ) -> Result<Option<std::process::ExitStatus>, Error> {
+        match self.command.as_mut() {
+            Some(command) => command.wait(grace),
+            None => Ok(None),
+        }
     }
 
     /// Disarms every probe; the counts can still be read.
@@ -260,25 +297,13 @@ impl CountingSession {
 fn scan(pids: &[i32]) -> Result<(Vec<(i32, i32)>, Vec<ProcessWatch>), Error> {
     let pids = process::unique_pids(pids);
     if pids.is_empty() {
-        return Err(Error::Target(
-            "no process to count: give at least one pid".into(),
-        ));
+        return Err(Error::NoProcesses);
     }
     let watched = pids
         .iter()
         .map(|&p| ProcessWatch::new(p))
         .collect::<Result<Vec<_>, _>>()?;
-    let mut threads = Vec::new();
-    for &pid in &pids {
-        let tids = process::threads_of(pid).map_err(|e| {
-            Error::io(
-                format!("listing the threads of process {pid} (/proc/{pid}/task)"),
-                e,
-            )
-        })?;
-        threads.extend(tids.unwrap_or_default().into_iter().map(|t| (pid, t)));
-    }
-    Ok((threads, watched))
+    Ok((target::threads_of_processes(&pids)?, watched))
 }
 
 #[cfg(test)]
@@ -444,6 +469,7 @@ mod tests {
             plans: vec![planned("p:do_sys_openat2"), planned("r:do_sys_openat2")],
             enabled: false,
             watched: Vec::new(),
+            command: None,
         };
         session.enable().unwrap();
         session.enable().unwrap();

@@ -152,11 +152,9 @@ pub fn format_cpu_list(cpus: &[u32]) -> String {
 fn read_sysfs_list(path: &str) -> Result<Vec<u32>, crate::Error> {
     let text = std::fs::read_to_string(path)
         .map_err(|e| crate::Error::io(format!("reading {path}"), e))?;
-    parse_cpu_list(&text, MAX_CPUS).map_err(|e| {
-        crate::Error::io(
-            format!("parsing {path}"),
-            std::io::Error::new(std::io::ErrorKind::InvalidData, e),
-        )
+    parse_cpu_list(&text, MAX_CPUS).map_err(|e| crate::Error::Malformed {
+        path: path.to_string(),
+        reason: e.to_string(),
     })
 }
 

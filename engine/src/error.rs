@@ -17,6 +17,9 @@ pub enum Error {
     /// The probe cannot go where it asks to.
     #[error(transparent)]
     Plan(#[from] PlanError),
+    /// The kernel's symbols, images or text cannot be used.
+    #[error(transparent)]
+    Kernel(#[from] crate::kernel::KernelError),
     /// The tracefs control path failed.
     #[error(transparent)]
     Tracefs(#[from] crate::tracefs::TracefsError),
@@ -51,10 +54,91 @@ pub enum Error {
         /// The OS error.
         source: io::Error,
     },
-    /// The recording target cannot be recorded (no such process, a thread
-    /// given as a process): the message says what to give instead.
-    #[error("{0}")]
-    Target(String),
+    /// A process to record does not exist.
+    #[error("no process {pid} (/proc/{pid} does not exist): give the pid of a running process")]
+    NoSuchProcess {
+        /// The pid given.
+        pid: i32,
+    },
+    /// A number given as a process id cannot be one (0 or negative).
+    #[error("{pid} is not a process id: give a positive pid")]
+    NotAProcessId {
+        /// The number given.
+        pid: i32,
+    },
+    /// A thread was given as a process to record.
+    #[error("{tid} is a thread of process {process}, not a process: record process {process}, or thread {tid} alone as a thread target")]
+    NotAProcess {
+        /// The thread given.
+        tid: i32,
+        /// The process it belongs to.
+        process: i32,
+    },
+    /// A processes target with no pid in it.
+    #[error("no process to record: give at least one pid")]
+    NoProcesses,
+    /// A CPU to record on is not online.
+    #[error(
+        "CPU {cpu} is not online (online: {})",
+        crate::cpus::format_cpu_list(online)
+    )]
+    CpuNotOnline {
+        /// The CPU asked for.
+        cpu: u32,
+        /// The online CPUs.
+        online: Vec<u32>,
+    },
+    /// The command to record was found neither as a file nor in `PATH`.
+    #[error("command not found: {}", match (program.as_str(), path) {
+        ("", _) => "the command name is empty".to_string(),
+        (p, None) => format!("{p} (no such file)"),
+        (p, Some(path)) => format!("{p} (in no directory of PATH={path})"),
+    })]
+    CommandNotFound {
+        /// The program as given.
+        program: String,
+        /// The `PATH` searched (`None`: the program names a file).
+        path: Option<String>,
+    },
+    /// The command to record names a file that cannot be executed.
+    #[error("cannot run {program}: {reason}")]
+    CommandNotExecutable {
+        /// The program as given.
+        program: String,
+        /// Why (not a regular file, no execute permission).
+        reason: String,
+    },
+    /// The command line of the command to record holds a NUL byte, which
+    /// exec cannot pass.
+    #[error("cannot start {program}: a NUL byte in the command line")]
+    CommandHasNul {
+        /// The program as given.
+        program: String,
+    },
+    /// Following a command's or processes' children needs a kernel
+    /// symbol's address, which `/proc/kallsyms` hides from this process.
+    #[error("following a command's children with {probe}: this needs the symbol's address, which /proc/kallsyms hides from this process (kernel.kptr_restrict=2 hides it even from root): lower kernel.kptr_restrict, or record system-wide")]
+    InheritNeedsAddress {
+        /// The probe, in canonical syntax.
+        probe: String,
+    },
+    /// This machine's architecture has no register table.
+    #[error("choosing the register table: kprobe-perf supports x86_64 and aarch64")]
+    UnsupportedArch,
+    /// A kernel file the engine reads is not in the format it expects.
+    #[error("parsing {path}: {reason}")]
+    Malformed {
+        /// The file.
+        path: String,
+        /// What is wrong with it.
+        reason: String,
+    },
+    /// The engine broke one of its own rules (a bug: please report it).
+    #[error("{what} (a bug: please report it)")]
+    Internal {
+        /// What went wrong.
+        what: String,
+    },
     /// Another system call failed.
     #[error("{what}")]
     Io {
@@ -66,6 +150,19 @@ pub enum Error {
 }
 
 impl Error {
+    /// The OS error number behind this error, if a system call failed
+    /// (perf_event_open refusing a probe, a tracefs write, a read of
+    /// `/proc` or sysfs ...); `None` for errors of input or of the engine.
+    pub fn errno(&self) -> Option<i32> {
+        match self {
+            Error::Open { source, .. } | Error::Io { source, .. } => source.raw_os_error(),
+            Error::Tracefs(e) => std::error::Error::source(e)
+                .and_then(|s| s.downcast_ref::<io::Error>())
+                .and_then(io::Error::raw_os_error),
+            _ => None,
+        }
+    }
+
     pub(crate) fn io(what: impl Into<String>, source: io::Error) -> Error {
         Error::Io {
             what: what.into(),
@@ -272,6 +369,43 @@ mod tests {
         assert!(says(OpenedAs::Kprobe, true, false, 2)
             .contains("although this process has CAP_PERFMON"));
         assert!(!says(OpenedAs::Uprobe, false, false, 2).contains("CAP_PERFMON"));
+    }
+
+    #[test]
+    fn errno_is_the_os_errors_and_only_theirs() {
+        let open = Error::Open {
+            probe: "p:x do_x".into(),
+            where_: "CPU 0".into(),
+            reason: "no such symbol".into(),
+            source: io::Error::from_raw_os_error(libc::ENOENT),
+        };
+        assert_eq!(open.errno(), Some(libc::ENOENT));
+        let io_err = Error::io("mapping", io::Error::from_raw_os_error(libc::ENOMEM));
+        assert_eq!(io_err.errno(), Some(libc::ENOMEM));
+        let tracefs = Error::Tracefs(crate::tracefs::TracefsError::NotReadable {
+            root: "/sys/kernel/tracing".into(),
+            source: io::Error::from_raw_os_error(libc::EACCES),
+        });
+        assert_eq!(tracefs.errno(), Some(libc::EACCES));
+        // A synthetic io::Error carries no errno.
+        let synthetic = Error::io("x", io::Error::other("no errno"));
+        assert_eq!(synthetic.errno(), None);
+        // Errors of input or of the engine have none.
+        assert_eq!(Error::NoProcesses.errno(), None);
+        assert_eq!(Error::NotAProcess { tid: 2, process: 1 }.errno(), None);
+        assert_eq!(Error::UnsupportedArch.errno(), None);
+        assert_eq!(
+            Error::CommandNotFound {
+                program: "x".into(),
+                path: None
+            }
+            .errno(),
+            None
+        );
+        assert_eq!(
+            Error::from(crate::tracefs::TracefsError::NotMounted).errno(),
+            None
+        );
     }
 
     #[test]

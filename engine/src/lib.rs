@@ -4,11 +4,14 @@
 //! [`plan`] resolves it against the kernel's symbols and the architecture's
 //! registers, [`session`] opens it through the kprobe PMU on every CPU (or
 //! for one process) and reads the per-CPU rings, and [`decode`] turns each
-//! sample into an [`Event`]. See `examples/record.rs` for an embedding.
+//! sample into an [`Event`], handed to an [`EventSink`] given to each
+//! drain. See `examples/record.rs` for an embedding, and
+//! `examples/tokio_record.rs` for a session in a tokio task.
 
 #![deny(missing_docs)]
 
 pub mod analysis;
+mod command;
 pub mod counting;
 pub mod cpus;
 pub mod decode;
@@ -16,6 +19,7 @@ pub mod error;
 pub mod filter;
 pub mod guardian;
 pub mod kcore;
+pub mod kernel;
 pub mod perfdata;
 pub mod plan;
 pub mod pmu;
@@ -25,20 +29,27 @@ pub mod records;
 pub mod ring;
 pub mod select;
 pub mod session;
+pub mod sink;
 pub mod spec;
 mod stats;
+pub mod summary;
 pub mod sys;
+pub mod target;
 pub mod tracefs;
 
 mod attr;
 
 pub use decode::{Event, Value};
 pub use error::Error;
+pub use kernel::{Kernel, KernelOptions};
 pub use kprobe_perf_arch::Arch;
 pub use kprobe_perf_symbols::KernelSymbols;
 pub use plan::ProbePlan;
-pub use session::{CallCounts, RecordTarget, Session, SessionOptions, SessionStats, Throttling};
+pub use session::{CallCounts, Session, SessionOptions, SessionStats, Throttling};
+pub use sink::{sink_fn, EventSink};
 pub use spec::ProbeSpec;
+pub use summary::Summary;
+pub use target::{CommandScope, RecordTarget};
 
 /// Parses and plans probe definitions for this machine's architecture,
 /// choosing the backend of each automatically (see [`plan_probes_with`]).
@@ -69,15 +80,7 @@ pub fn plan_probes_with<S: AsRef<str>>(
     symbols: &KernelSymbols,
     choice: plan::BackendChoice,
 ) -> Result<Vec<ProbePlan>, Error> {
-    let arch = Arch::host().ok_or_else(|| {
-        Error::io(
-            "choosing the register table",
-            std::io::Error::new(
-                std::io::ErrorKind::Unsupported,
-                "kprobe-perf supports x86_64 and aarch64",
-            ),
-        )
-    })?;
+    let arch = Arch::host().ok_or(Error::UnsupportedArch)?;
     let parsed = specs
         .iter()
         .map(|s| ProbeSpec::parse(s.as_ref(), arch))

@@ -24,7 +24,9 @@ pub enum PlanError {
         suggestion: Option<String>,
     },
     /// The probe needs something only a tracefs-defined event provides.
-    #[error("{what} needs a dynamic_events definition, which --backend pmu rules out; {instead}")]
+    #[error(
+        "{what} needs a dynamic_events definition, which the PMU backend rules out; {instead}"
+    )]
     NeedsTracefs {
         /// The feature asked for.
         what: String,
@@ -41,12 +43,32 @@ pub enum PlanError {
     },
     /// The name matches several functions (the kernel would answer
     /// EADDRNOTAVAIL, or older kernels would silently pick one).
-    #[error("{name} names {} functions ({}); pick one as written there ({name}@0xADDR) or as MOD:{name} for a module's, or probe them all with --all-instances", instances.len(), instances.join(", "))]
+    #[error("{name} names {} functions ({}); pick one as written there ({name}@0xADDR) or as MOD:{name} for a module's, or probe them all", instances.len(), instances.join(", "))]
     Ambiguous {
         /// The name.
         name: String,
         /// Each instance's address (and module).
         instances: Vec<String>,
+    },
+    /// Every function a glob matches is left out (blacklisted, notrace,
+    /// fragile ...): [`crate::select`] tells why for each.
+    #[error("{pattern}: matches no function that can be probed ({matched} matched, all excluded); list them with the reason each is left out")]
+    AllExcluded {
+        /// The glob.
+        pattern: String,
+        /// How many functions it matched.
+        matched: usize,
+    },
+    /// A probe at an offset past a function's last instruction, in its
+    /// alignment padding, which never runs.
+    #[error("{function}+{offset} is past the last instruction of {function} (its code is {code} bytes by the vmlinux symbol table): the alignment padding there never runs, so the probe would never fire; pick an offset among its instructions")]
+    PastLastInstruction {
+        /// The function.
+        function: String,
+        /// The offset asked for.
+        offset: u64,
+        /// The size of its code.
+        code: u64,
     },
     /// A glob of functions that cannot be expanded as written.
     #[error("{pattern}: {reason}")]
@@ -158,7 +180,7 @@ pub enum Backend {
     Tracefs,
 }
 
-/// What the user asked for with `--backend`.
+/// Which backend the embedder asks for (the CLI's `--backend`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum BackendChoice {
     /// The PMU unless the probe needs tracefs.
@@ -649,7 +671,8 @@ pub fn resolve_with(
         (BackendChoice::Pmu, Some(what)) => {
             return Err(PlanError::NeedsTracefs {
                 what,
-                instead: "drop --backend pmu (auto defines such probes through tracefs)".into(),
+                instead: "choose the automatic backend, which defines such probes through tracefs"
+                    .into(),
             })
         }
         (_, None) => Backend::Pmu,
@@ -1079,7 +1102,7 @@ mod tests {
             assert!(p.args.iter().all(|a| a.source == ArgSource::Field));
             assert_eq!(
                 plan_with(text, BackendChoice::Pmu).unwrap_err().to_string(),
-                format!("{reason} needs a dynamic_events definition, which --backend pmu rules out; drop --backend pmu (auto defines such probes through tracefs)")
+                format!("{reason} needs a dynamic_events definition, which the PMU backend rules out; choose the automatic backend, which defines such probes through tracefs")
             );
         }
         let forced = plan_with("p:do_sys_openat2 %di", BackendChoice::Tracefs).unwrap();
@@ -1115,7 +1138,7 @@ mod tests {
             BackendChoice::Auto,
         )
         .unwrap_err();
-        assert_eq!(e.to_string(), "init_once names 2 functions (init_once@0xffffffff81000000, init_once@0xffffffffc0000000 [ext4]); pick one as written there (init_once@0xADDR) or as MOD:init_once for a module's, or probe them all with --all-instances");
+        assert_eq!(e.to_string(), "init_once names 2 functions (init_once@0xffffffff81000000, init_once@0xffffffffc0000000 [ext4]); pick one as written there (init_once@0xADDR) or as MOD:init_once for a module's, or probe them all");
         let picked = resolve(
             ProbeSpec::parse("p:init_once@0xffffffffc0000000+4 %di", Arch::X86_64).unwrap(),
             &dup,
@@ -1276,7 +1299,7 @@ mod tests {
         );
         assert_eq!(
             plan_on("f:kpf/x do_sys_open", BackendChoice::Pmu, &new).unwrap_err().to_string(),
-            "an fprobe event (f:) needs a dynamic_events definition, which --backend pmu rules out; drop --backend pmu (auto defines such probes through tracefs)"
+            "an fprobe event (f:) needs a dynamic_events definition, which the PMU backend rules out; choose the automatic backend, which defines such probes through tracefs"
         );
         let p = plan_on("r:do_sys_openat2 $arg1 $retval", BackendChoice::Auto, &new).unwrap();
         assert_eq!((p.backend, p.args_from_kernel()), (Backend::Tracefs, true));

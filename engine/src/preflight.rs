@@ -383,12 +383,10 @@ impl<'a> Preflight<'a> {
         };
         match self.predict(&f, *offset, kind) {
             Prediction::Accept => match f.code_size {
-                Some(code) if *offset >= code => Err(PlanError::Preflight {
-                    probe: format!("{}+{offset}", sym.name),
-                    reason: format!(
-                        "is past the last instruction of {} (its code is {code} bytes by the vmlinux symbol table): the alignment padding there never runs, so the probe would never fire; see kprobe-perf probe --lines {}",
-                        sym.name, sym.name
-                    ),
+                Some(code) if *offset >= code => Err(PlanError::PastLastInstruction {
+                    function: sym.name.clone(),
+                    offset: *offset,
+                    code,
                 }),
                 _ => Ok(()),
             },

@@ -78,22 +78,17 @@ impl ProcessWatch {
     /// Starts watching `pid`, which must be a process (a thread group
     /// leader): a thread of another process is refused, naming both.
     pub fn new(pid: i32) -> Result<ProcessWatch, Error> {
-        let not_found = || {
-            Error::Target(format!(
-                "no process {pid} (/proc/{pid} does not exist): give the pid of a running process"
-            ))
-        };
+        let not_found = || Error::NoSuchProcess { pid };
         if pid <= 0 {
-            return Err(Error::Target(format!(
-                "{pid} is not a process id: give a positive pid"
-            )));
+            return Err(Error::NotAProcessId { pid });
         }
         match tgid_of(pid) {
             None => return Err(not_found()),
             Some(tgid) if tgid != pid => {
-                return Err(Error::Target(format!(
-                    "{pid} is a thread of process {tgid}, not a process: record the process with -p {tgid}, or this thread alone with -t {pid}"
-                )))
+                return Err(Error::NotAProcess {
+                    tid: pid,
+                    process: tgid,
+                })
             }
             Some(_) => {}
         }
@@ -162,10 +157,14 @@ mod tests {
         assert_eq!(tids[0], me);
         assert!(tids.contains(&tid), "{tids:?} lacks {tid}");
         // A thread is refused as a process, naming its process.
-        let e = ProcessWatch::new(tid).unwrap_err().to_string();
+        let e = ProcessWatch::new(tid).unwrap_err();
+        assert!(
+            matches!(e, Error::NotAProcess { tid: t, process } if t == tid && process == me),
+            "{e:?}"
+        );
         assert_eq!(
-            e,
-            format!("{tid} is a thread of process {me}, not a process: record the process with -p {me}, or this thread alone with -t {tid}")
+            e.to_string(),
+            format!("{tid} is a thread of process {me}, not a process: record process {me}, or thread {tid} alone as a thread target")
         );
         done_tx.send(()).unwrap();
         t.join().unwrap();

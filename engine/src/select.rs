@@ -90,7 +90,7 @@ impl fmt::Display for Excluded {
             ),
             Excluded::Fragile { family } => write!(
                 f,
-                "fragile under bulk probing (the \"{family}\" family runs on the probe path or everywhere); add --include-fragile to keep it"
+                "fragile under bulk probing (the \"{family}\" family runs on the probe path or everywhere); include the fragile families to keep it"
             ),
         }
     }
@@ -241,10 +241,10 @@ pub fn expand_globs<S: AsRef<str>>(
         };
         let kept: Vec<&Candidate<'_>> = found.iter().filter(|c| c.excluded.is_none()).collect();
         if kept.is_empty() {
-            return Err(glob_error(format!(
-                "matches no function that can be probed ({} matched, all excluded); see why with: kprobe-perf list --why '{pattern}'",
-                found.len()
-            )));
+            return Err(crate::Error::from(PlanError::AllExcluded {
+                pattern: pattern.clone(),
+                matched: found.len(),
+            }));
         }
         for c in kept {
             let one = ProbeSpec {
@@ -334,7 +334,11 @@ mod tests {
             ]
         );
         let e = expand_globs(&["p:*spin*"], &syms, arch, &opts).unwrap_err();
-        assert_eq!(e.to_string(), "*spin*: matches no function that can be probed (1 matched, all excluded); see why with: kprobe-perf list --why '*spin*'");
+        assert!(
+            matches!(&e, crate::Error::Plan(crate::plan::PlanError::AllExcluded { pattern, matched: 1 }) if pattern == "*spin*"),
+            "{e:?}"
+        );
+        assert_eq!(e.to_string(), "*spin*: matches no function that can be probed (1 matched, all excluded); list them with the reason each is left out");
     }
 
     #[test]

@@ -2,73 +2,32 @@
 //! mio, and decoded events handed to the caller in time order.
 
 use std::collections::BTreeMap;
-use std::os::fd::{AsRawFd, OwnedFd};
+use std::ops::ControlFlow;
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd, RawFd};
 use std::time::Duration;
 
 use mio::unix::SourceFd;
 use mio::{Events, Interest, Poll, Token};
 
+use crate::command::HeldCommand;
 use crate::decode::Event;
 use crate::error::Error;
 use crate::plan::{AttachPoint, Backend, ProbePlan};
 use crate::pmu::{ProbePmu, SYSFS_PMUS};
 use crate::process::{self, ProcessWatch};
-use crate::records::{self, Handover, RecordDecoder, RecordSink, ThreadNames};
+use crate::records::{self, Handover, RecordDecoder, ThreadNames};
 use crate::ring::{BackwardRing, RingBuffer};
+use crate::sink::EventSink;
 pub use crate::stats::{SessionStats, ThrottleChange, Throttling};
+use crate::summary::{KernelSide, Summary};
 use crate::sys;
+use crate::target;
 use crate::tracefs::{self, TracefsProbes};
 
 /// Default ring size per CPU in data pages (512 KiB with 4 KiB pages).
 pub const DEFAULT_MMAP_PAGES: usize = 128;
 
-/// Whose probe hits are recorded.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum RecordTarget {
-    /// Every task on every online CPU.
-    AllCpus,
-    /// Every task, on these CPUs only.
-    Cpus(Vec<u32>),
-    /// These threads (tids), on any CPU; children are not followed.
-    Threads(Vec<i32>),
-
-    /// Every task in a cgroup (v2: a directory under the cgroup2 mount),
-    /// on every online CPU, through `PERF_FLAG_PID_CGROUP`.
-    Cgroup(std::path::PathBuf),
-
-    /// One process and the children it creates afterwards.
-    Process {
-        /// The process id.
-        pid: i32,
-        /// Arm the probes only when the process calls exec (for a command
-        /// started held before exec).
-        enable_on_exec: bool,
-    },
-
-    /// Processes (pids; duplicates count once): every thread each has
-    /// when the session opens, and every thread and child process they
-    /// start afterwards (the events are inherited, as with `perf record
-    /// -p`). The engine finds the threads in `/proc/PID/task`, and lists
-    /// them again once the events are open: if a thread appeared in
-    /// between (created by a thread not yet attached, so not inherited),
-    /// it closes everything and attaches again (up to 5 times; after
-    /// that, such late threads are not recorded). [`Session::target_exited`]
-    /// says when every process has exited.
-    Processes(Vec<i32>),
-}
-
-impl RecordTarget {
-    /// True when the target's events are inherited by the tasks it
-    /// creates (a command and its children, processes and their new
-    /// threads): such uprobes then go through `uprobe_events` (see
-    /// [`ProbePlan::through_uprobe_events`]).
-    pub fn inherits(&self) -> bool {
-        matches!(
-            self,
-            RecordTarget::Process { .. } | RecordTarget::Processes(_)
-        )
-    }
-}
+pub use crate::target::{CommandScope, RecordTarget};
 
 /// Session settings.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -151,10 +110,9 @@ pub struct Session {
     tracefs: Option<TracefsProbes>,
     /// Plans, attrs, ids, thread names and counters.
     decoder: RecordDecoder,
-    /// Where raw records are copied (see [`Session::set_record_sink`]).
-    sink: Option<Box<dyn RecordSink>>,
-    /// The first error of the sink, returned by the next poll.
-    sink_error: Option<std::io::Error>,
+    /// Events handed over by [`Session::dump_overwrite`], for the
+    /// flight recorder's window.
+    dumped: u64,
     /// Canonical paths of the uprobes' binaries.
     user_binaries: Vec<std::path::PathBuf>,
     poll: Poll,
@@ -162,6 +120,9 @@ pub struct Session {
     enabled: bool,
     /// The processes of [`RecordTarget::Processes`], until they exit.
     watched: Vec<ProcessWatch>,
+    /// The command of [`RecordTarget::Command`], and its pidfd (whose
+    /// readiness ends a poll's wait when it exits).
+    command: Option<(HeldCommand, Option<OwnedFd>)>,
 }
 
 pub use crate::cpus::online_cpus;
@@ -204,38 +165,30 @@ impl Session {
     /// defined through `uprobe_events`, whose events follow forks.
     pub fn open(plans: Vec<ProbePlan>, opts: SessionOptions) -> Result<Session, Error> {
         tracefs::remove_stale_if_mounted();
+        if let RecordTarget::Command { argv, .. } = &opts.target {
+            let command = HeldCommand::spawn(argv)?;
+            let mut session = Session::open_tasks(plans, opts, &[], Some(command.pid()))?;
+            session.hold_command(command)?;
+            return Ok(session);
+        }
         let RecordTarget::Processes(pids) = &opts.target else {
-            return Session::open_tasks(plans, opts, &[]);
+            return Session::open_tasks(plans, opts, &[], None);
         };
         const ATTEMPTS: usize = 5;
         let pids = process::unique_pids(pids);
         if pids.is_empty() {
-            return Err(Error::Target(
-                "no process to record: give at least one pid".into(),
-            ));
+            return Err(Error::NoProcesses);
         }
         // Watched from before the first scan, so an exit is never missed.
         let watched = pids
             .iter()
             .map(|&p| ProcessWatch::new(p))
             .collect::<Result<Vec<_>, _>>()?;
-        let scan = || -> Result<Vec<(i32, i32)>, Error> {
-            let mut threads = Vec::new();
-            for &pid in &pids {
-                let tids = process::threads_of(pid).map_err(|e| {
-                    Error::io(
-                        format!("listing the threads of process {pid} (/proc/{pid}/task)"),
-                        e,
-                    )
-                })?;
-                threads.extend(tids.unwrap_or_default().into_iter().map(|t| (pid, t)));
-            }
-            Ok(threads)
-        };
+        let scan = || target::threads_of_processes(&pids);
         let mut attempt = 1;
         loop {
             let threads = scan()?;
-            let mut session = Session::open_tasks(plans.clone(), opts.clone(), &threads)?;
+            let mut session = Session::open_tasks(plans.clone(), opts.clone(), &threads, None)?;
             // A thread created before its creator's events were open
             // inherited nothing: attach again, from a new list.
             let late = scan()?.iter().any(|t| !threads.contains(t));
@@ -270,17 +223,19 @@ impl Session {
 
     /// Opens the probes for `opts.target`; for
     /// [`RecordTarget::Processes`], on each (pid, tid) of `threads` on
-    /// every CPU, one ring per CPU shared by all threads.
+    /// every CPU, one ring per CPU shared by all threads; for a
+    /// [`RecordTarget::Command`], for the held `command`'s pid.
     fn open_tasks(
         plans: Vec<ProbePlan>,
         opts: SessionOptions,
         threads: &[(i32, i32)],
+        command: Option<i32>,
     ) -> Result<Session, Error> {
         let mut plans = attach::plans_for_target(plans, &opts.target);
         let pmus = attach::probe_pmus(&plans)?;
         let cpus = online_cpus()?;
         let defined = attach::define_events(&mut plans, pmus)?;
-        let scopes = attach::scopes(&opts.target, &cpus, threads)?;
+        let scopes = opts.target.scopes(&cpus, threads, command)?;
         attach::reserve_fds(&plans, &scopes.slots)?;
         let attrs = attach::file_attrs(&plans, &defined.openers, &opts);
         let poll = Poll::new().map_err(|e| Error::io("creating the poller", e))?;
@@ -292,13 +247,7 @@ impl Session {
         } = opened;
         let tracefs_guard = defined.tracefs;
         let field_offsets = defined.field_offsets;
-        let enabled = matches!(
-            opts.target,
-            RecordTarget::Process {
-                enable_on_exec: true,
-                ..
-            }
-        );
+        let enabled = opts.target.enables_on_exec();
         let decoder = RecordDecoder::new(
             plans,
             field_offsets,
@@ -306,11 +255,8 @@ impl Session {
             probe_of_id,
             ThreadNames::ReadProc,
         )
-        .map_err(|e| {
-            Error::io(
-                "describing the sample layout",
-                std::io::Error::new(std::io::ErrorKind::InvalidData, e),
-            )
+        .map_err(|e| Error::Internal {
+            what: format!("describing the sample layout: {e}"),
         })?;
         let user_binaries = decoder
             .plans()
@@ -325,32 +271,83 @@ impl Session {
             entry_counters,
             tracefs: tracefs_guard,
             decoder,
-            sink: None,
-            sink_error: None,
+            dumped: 0,
             user_binaries,
             poll,
             events: Events::with_capacity(64),
             enabled,
             watched: Vec::new(),
+            command: None,
         })
     }
 
-    /// Arms every probe (not needed when the target enables on exec).
+    /// Arms every probe (the kernel does it at exec for a command's
+    /// descendants, [`RecordTarget::enables_on_exec`]), then releases the
+    /// command of a [`RecordTarget::Command`], reporting exec's failure.
     pub fn enable(&mut self) -> Result<(), Error> {
-        if self.enabled {
-            return Ok(());
-        }
-        for s in &self.streams {
-            for fd in &s.fds {
-                sys::enable(fd).map_err(|e| Error::io("enabling a probe", e))?;
+        if !self.enabled {
+            for s in &self.streams {
+                for fd in &s.fds {
+                    sys::enable(fd).map_err(|e| Error::io("enabling a probe", e))?;
+                }
             }
+            // Entries counted from now on have their kretprobe armed.
+            for (_, fd) in &self.entry_counters {
+                sys::enable(fd)
+                    .map_err(|e| Error::io("enabling a kretprobe's entry counter", e))?;
+            }
+            self.enabled = true;
         }
-        // Entries counted from now on have their kretprobe armed.
-        for (_, fd) in &self.entry_counters {
-            sys::enable(fd).map_err(|e| Error::io("enabling a kretprobe's entry counter", e))?;
+        if let Some((command, _)) = self.command.as_mut() {
+            command.release()?;
         }
-        self.enabled = true;
         Ok(())
+    }
+
+    /// Keeps the held command of a [`RecordTarget::Command`], its pidfd
+    /// registered with the poller so that its exit ends a poll's wait.
+    fn hold_command(&mut self, command: HeldCommand) -> Result<(), Error> {
+        // Before Linux 5.3 (no pidfd), its exit is seen at the next poll.
+        let pidfd = sys::pidfd_open(command.pid()).ok();
+        if let Some(fd) = &pidfd {
+            self.poll
+                .registry()
+                .register(
+                    &mut SourceFd(&fd.as_raw_fd()),
+                    Token(usize::MAX),
+                    Interest::READABLE,
+                )
+                .map_err(|e| Error::io("registering a pidfd with the poller", e))?;
+        }
+        self.command = Some((command, pidfd));
+        Ok(())
+    }
+
+    /// The pid of the command of a [`RecordTarget::Command`].
+    pub fn command_pid(&self) -> Option<i32> {
+        self.command.as_ref().map(|(c, _)| c.pid())
+    }
+
+    /// The exit status of the command of a [`RecordTarget::Command`] once
+    /// it has ended (it is then reaped); `None` while it runs, and for
+    /// other targets. Does not block.
+    pub fn command_status(&mut self) -> Result<Option<std::process::ExitStatus>, Error> {
+        match self.command.as_mut() {
+            Some((command, _)) => command.try_wait(),
+            None => Ok(None),
+        }
+    }
+
+    /// As [`Session::command_status`], waiting up to `grace` for the
+    /// command to end (for instance after a Ctrl-C that reached it too).
+    pub fn wait_command(
+        &mut self,
+        grace: Duration,
+    ) -> Result<Option<std::process::ExitStatus>, Error> {
+        match self.command.as_mut() {
+            Some((command, _)) => command.wait(grace),
+            None => Ok(None),
+        }
     }
 
     /// Disarms every probe; buffered events can still be read.
@@ -383,36 +380,31 @@ impl Session {
         &self.decoder
     }
 
-    /// Copies every record read from the rings from now on to `sink`,
-    /// before decoding it; thread names the decoder learns from /proc are
-    /// given to it as COMM records just before the record that needed
-    /// them. A sink error ends the next [`Session::poll`].
-    /// When the session has uprobes, the sink first gets MMAP records of
-    /// their binaries in every running process (as `perf record`
-    /// synthesizes them), and the kernel's MMAP records follow.
-    pub fn set_record_sink(&mut self, mut sink: Box<dyn RecordSink>) {
-        if !self.user_binaries.is_empty() {
-            let pids = std::fs::read_dir("/proc")
-                .into_iter()
-                .flatten()
-                .flatten()
-                .filter_map(|e| e.file_name().to_str().and_then(|n| n.parse::<i32>().ok()));
-            for pid in pids {
-                for body in records::user_mmap_bodies(pid, pid, &self.user_binaries, 0, 0, 0) {
-                    if let Err(e) =
-                        sink.record(records::RECORD_MMAP, records::MISC_USER, (&body, &[]))
-                    {
-                        self.sink_error.get_or_insert(e);
-                    }
+    /// Hands `sink` (its [`EventSink::record`]) MMAP records of the
+    /// uprobes' binaries in every running process, as `perf record`
+    /// synthesizes them; the kernel's own MMAP records follow in the
+    /// rings. Call it once, before the first drain, for a sink that
+    /// writes a perf.data file. Nothing without uprobes.
+    pub fn user_mmap_records<S: EventSink + ?Sized>(&self, sink: &mut S) -> Result<(), S::Error> {
+        if self.user_binaries.is_empty() {
+            return Ok(());
+        }
+        let pids = std::fs::read_dir("/proc")
+            .into_iter()
+            .flatten()
+            .flatten()
+            .filter_map(|e| e.file_name().to_str().and_then(|n| n.parse::<i32>().ok()));
+        for pid in pids {
+            for body in records::user_mmap_bodies(pid, pid, &self.user_binaries, 0, 0, 0) {
+                if sink
+                    .record(records::RECORD_MMAP, records::MISC_USER, (&body, &[]))?
+                    .is_break()
+                {
+                    return Ok(());
                 }
             }
         }
-        self.sink = Some(sink);
-    }
-
-    /// Takes the record sink back (to finish a file, say).
-    pub fn take_record_sink(&mut self) -> Option<Box<dyn RecordSink>> {
-        self.sink.take()
+        Ok(())
     }
 
     /// Hits the kernel counted for each probe, summed over its fds: every
@@ -520,10 +512,15 @@ impl Session {
 
     /// Flight-recorder mode: pauses every ring's output, takes the records
     /// written since the previous dump (those still in the ring), resumes
-    /// the output, and hands the events to `f` in timestamp order. Returns
-    /// the number of events delivered. Does nothing without
-    /// [`SessionOptions::overwrite`].
-    pub fn dump_overwrite(&mut self, mut f: impl FnMut(&Event)) -> Result<usize, Error> {
+    /// the output, and hands the events to `sink` in timestamp order
+    /// (raw records are not given: nothing is written to a file in this
+    /// mode). Returns the number of events handed over; they count in
+    /// the flight recorder's window of [`Session::summary`]. Does nothing
+    /// without [`SessionOptions::overwrite`].
+    pub fn dump_overwrite<S: EventSink + ?Sized>(
+        &mut self,
+        sink: &mut S,
+    ) -> Result<usize, S::Error> {
         for stream in &mut self.streams {
             let StreamRing::Backward(ring) = &mut stream.ring else {
                 continue;
@@ -545,10 +542,17 @@ impl Session {
                 }
             }
         }
-        let n = self.decoder.round(Handover::All, |e, _| f(e));
+        let mut failed = None;
+        let n = self
+            .decoder
+            .try_round(Handover::All, |e, _| hand(sink, e, &mut failed));
+        self.dumped += n as u64;
         // No file in this mode: nothing keeps names learned from /proc.
         let _ = self.decoder.take_learned();
-        Ok(n)
+        match failed {
+            Some(e) => Err(e),
+            None => Ok(n),
+        }
     }
 
     /// True in flight-recorder mode ([`SessionOptions::overwrite`]).
@@ -558,81 +562,162 @@ impl Session {
             .any(|s| matches!(s.ring, StreamRing::Backward(_)))
     }
 
-    /// Waits up to `timeout` (forever with `None`) for data, reads every
-    /// ring, and hands events to `f` in timestamp order across all CPUs.
-    /// An event is handed over once a later poll round has passed its time
-    /// (a CPU may still be writing an older event when another's ring is
-    /// read), so events come one round late; after [`Session::disable`],
-    /// a poll hands over everything. A signal ends the wait early without
-    /// error. Each event is lent for the call (its storage is reused for
-    /// the next): clone it to keep it. Returns the number of events
-    /// delivered.
-    pub fn poll(
-        &mut self,
-        timeout: Option<Duration>,
-        mut f: impl FnMut(&Event),
-    ) -> Result<usize, Error> {
+    /// Waits up to `timeout` (forever with `None`) until a ring has data
+    /// (or a target process of [`RecordTarget::Processes`], or the command
+    /// of a [`RecordTarget::Command`], exits); a
+    /// signal ends the wait early without error. Returns true when
+    /// something was ready. Reads nothing: [`Session::drain`] does.
+    ///
+    /// A ring wakes the wait once a quarter of it is full, so an event
+    /// loop also drains on a timer. An embedder with its own event loop
+    /// watches [`Session::as_fd`] instead, then calls `wait(Some(Duration::ZERO))`
+    /// (which takes the readiness the fd reported) and `drain`.
+    pub fn wait(&mut self, timeout: Option<Duration>) -> Result<bool, Error> {
         match self.poll.poll(&mut self.events, timeout) {
-            Ok(()) => {}
-            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
-            Err(e) => return Err(Error::io("waiting for ring buffers", e)),
+            Ok(()) => Ok(!self.events.is_empty()),
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => Ok(false),
+            Err(e) => Err(Error::io("waiting for ring buffers", e)),
         }
+    }
+
+    /// Reads every ring without waiting, and hands `sink` each raw record
+    /// (before decoding it), then the decoded events in timestamp order
+    /// across all CPUs, then the COMM records of thread names this round
+    /// read from /proc (dated just before the first event they named),
+    /// then the end of the round.
+    ///
+    /// An event is handed over once a later round has passed its time (a
+    /// CPU may still be writing an older event when another's ring is
+    /// read), so events come one round late; after [`Session::disable`],
+    /// a drain hands over everything. A sink error ends the drain and is
+    /// returned; a `Break` ends it cleanly (see [`EventSink`] for what is
+    /// kept for the next drain). Returns the number of events handed
+    /// over.
+    pub fn drain<S: EventSink + ?Sized>(&mut self, sink: &mut S) -> Result<usize, S::Error> {
         let Session {
-            streams,
-            decoder,
-            sink,
-            sink_error,
-            ..
+            streams, decoder, ..
         } = self;
         for stream in streams.iter_mut() {
             let StreamRing::Forward(ring) = &mut stream.ring else {
                 continue;
             };
             let samples = &mut stream.samples;
+            let mut flow = Ok(ControlFlow::Continue(()));
             ring.drain(|rec| {
                 // An undecodable record is counted in the stats.
                 let decoded = decoder.record(rec.kind, rec.misc, rec.body).is_ok();
                 if decoded && rec.kind == records::RECORD_SAMPLE {
                     *samples += 1;
                 }
-                let Some(sink) = sink.as_mut() else { return };
-                if sink_error.is_some() {
-                    return;
-                }
-                if let Err(e) = sink.record(rec.kind, rec.misc, rec.body) {
-                    *sink_error = Some(e);
+                if let Ok(ControlFlow::Continue(())) = flow {
+                    flow = sink.record(rec.kind, rec.misc, rec.body);
                 }
             });
+            if flow?.is_break() {
+                // The rings not read yet, and the events decoded, wait
+                // for the next drain.
+                return Ok(0);
+            }
         }
         let handover = if self.enabled {
             Handover::Ordered
         } else {
             Handover::All
         };
-        let n = self.decoder.round(handover, |e, _| f(e));
+        let mut failed = None;
+        let n = self
+            .decoder
+            .try_round(handover, |e, _| hand(sink, e, &mut failed));
+        if let Some(e) = failed {
+            return Err(e);
+        }
         // Names read from /proc that this round used, dated at the first
         // event they named: in the file before the round ends, so that a
         // replay's round has them too.
-        let learned = self.decoder.take_learned();
-        if let Some(sink) = self.sink.as_mut() {
-            for l in learned {
-                if self.sink_error.is_some() {
-                    break;
-                }
-                let body = records::comm_record_body(l.pid, l.tid, &l.name, l.time_ns, l.cpu, l.id);
-                if let Err(e) = sink.record(records::RECORD_COMM, 0, (&body, &[])) {
-                    self.sink_error = Some(e);
-                }
-            }
-            if self.sink_error.is_none() {
-                if let Err(e) = sink.round_end() {
-                    self.sink_error = Some(e);
-                }
+        for l in self.decoder.take_learned() {
+            let body = records::comm_record_body(l.pid, l.tid, &l.name, l.time_ns, l.cpu, l.id);
+            if sink
+                .record(records::RECORD_COMM, 0, (&body, &[]))?
+                .is_break()
+            {
+                return Ok(n);
             }
         }
-        if let Some(e) = self.sink_error.take() {
-            return Err(Error::io("writing records to the output file", e));
-        }
+        // The round is over: a Break has nothing left to stop.
+        let _ = sink.round_end()?;
         Ok(n)
     }
+
+    /// [`Session::wait`] up to `timeout`, then [`Session::drain`] into
+    /// `sink`. Returns the number of events handed over.
+    pub fn poll<S: EventSink + ?Sized>(
+        &mut self,
+        timeout: Option<Duration>,
+        sink: &mut S,
+    ) -> Result<usize, S::Error> {
+        self.wait(timeout)?;
+        self.drain(sink)
+    }
+
+    /// Everything counted so far: events and exact losses per probe, the
+    /// kernel's hits and misses (tracefs kprobes), the calls entered and
+    /// not returned (PMU kretprobes), throttling, lost records per CPU,
+    /// and in flight-recorder mode the window the dumps held. Exact once
+    /// the rings are drained (after [`Session::disable`] and a last
+    /// drain). A count the kernel would not give is `None` (the losses
+    /// then come from `PERF_RECORD_LOST`; see [`Summary::exact`]).
+    pub fn summary(&self) -> Summary {
+        Summary::new(
+            self.plans(),
+            self.stats(),
+            KernelSide {
+                overwrite: self.is_overwrite(),
+                hits: self.kernel_hits().ok(),
+                lost_per_cpu: self.lost_per_cpu().ok(),
+                calls: self.call_counts().ok(),
+                kernel: self.kernel_counts(),
+                dumped: self.dumped,
+            },
+        )
+    }
+}
+
+/// Hands one event to `sink` for a round: an error is kept in `failed`
+/// and stops the round.
+#[inline]
+fn hand<S: EventSink + ?Sized>(
+    sink: &mut S,
+    e: &Event,
+    failed: &mut Option<S::Error>,
+) -> ControlFlow<()> {
+    match sink.event(e) {
+        Ok(flow) => flow,
+        Err(e) => {
+            *failed = Some(e);
+            ControlFlow::Break(())
+        }
+    }
+}
+
+/// The session's poller: readable when a ring has data to read (or a
+/// watched process exited). For an embedder's event loop: on
+/// readiness, call [`Session::wait`] with a zero timeout, then
+/// [`Session::drain`].
+impl AsFd for Session {
+    fn as_fd(&self) -> BorrowedFd<'_> {
+        self.poll.registry().as_fd()
+    }
+}
+
+impl AsRawFd for Session {
+    fn as_raw_fd(&self) -> RawFd {
+        self.poll.as_raw_fd()
+    }
+}
+
+/// A session moves to another thread (a reader task, say).
+#[allow(dead_code)]
+fn _assert_send() {
+    fn is_send<T: Send>() {}
+    is_send::<Session>();
 }

@@ -25,7 +25,7 @@ pub struct SessionStats {
 }
 
 /// How often the kernel throttled one probe on one CPU.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
 pub struct Throttling {
     /// `PERF_RECORD_THROTTLE` records: sampling stopped.
     pub throttled: u64,

@@ -479,284 +479,6 @@ pub fn gettid() -> i32 {
     unsafe { libc::gettid() }
 }
 
-/// A child process started with fork(2) that waits before exec(2) until
-/// [`HeldChild::release`], so perf events can be attached to its pid first.
-/// (std's `Command::spawn` waits for exec to happen, so it cannot hold.)
-pub struct HeldChild {
-    pid: i32,
-    gate: Option<OwnedFd>,
-    exec_error: Option<OwnedFd>,
-    status: Option<ExitStatus>,
-}
-
-fn pipe_cloexec() -> io::Result<(OwnedFd, OwnedFd)> {
-    let mut fds = [0 as RawFd; 2];
-    // SAFETY: pipe2 writes two descriptors into the array we pass.
-    check(unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) })?;
-    // SAFETY: pipe2 succeeded, so both descriptors are new and ours.
-    Ok(unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) })
-}
-
-/// The highest signal number the kernel knows on the architectures we
-/// support (x86_64, aarch64): `_NSIG` is 64 there.
-const LAST_SIGNAL: libc::c_int = 64;
-
-/// The kernel's `struct sigaction` for rt_sigaction(2) on x86_64 and
-/// aarch64 (both have `sa_restorer`): all zeros is SIG_DFL, no flags, an
-/// empty mask. The C library's sigaction() refuses the signals it keeps
-/// for itself (32 and 33 in glibc), which an ancestor may still have set
-/// to ignored; the system call resets them too.
-#[repr(C)]
-struct KernelSigaction {
-    handler: usize,
-    flags: libc::c_ulong,
-    restorer: usize,
-    mask: u64,
-}
-
-/// Where exec would find `program`: itself when it names a path (contains
-/// a `/`), else the first executable regular file of that name in a
-/// directory of `PATH` (an empty entry is the current directory; without
-/// `PATH`, `/usr/local/bin:/usr/bin:/bin`). Errors: `NotFound` with
-/// "command not found: PROGRAM ..." when there is none, `PermissionDenied`
-/// when the file found is not executable.
-pub fn find_program(program: &str) -> io::Result<std::path::PathBuf> {
-    use std::os::unix::fs::PermissionsExt;
-    use std::path::{Path, PathBuf};
-    let executable = |p: &Path| {
-        std::fs::metadata(p)
-            .map(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
-            .unwrap_or(false)
-    };
-    if program.is_empty() {
-        return Err(io::Error::new(
-            io::ErrorKind::NotFound,
-            "command not found: the command name is empty",
-        ));
-    }
-    if program.contains('/') {
-        let path = PathBuf::from(program);
-        return match std::fs::metadata(&path) {
-            Err(e) if e.kind() == io::ErrorKind::NotFound => Err(io::Error::new(
-                io::ErrorKind::NotFound,
-                format!("command not found: {program} (no such file)"),
-            )),
-            Err(e) => Err(io::Error::new(
-                e.kind(),
-                format!("cannot run {program}: {e}"),
-            )),
-            Ok(_) if !executable(&path) => Err(io::Error::new(
-                io::ErrorKind::PermissionDenied,
-                format!("cannot run {program}: not an executable regular file"),
-            )),
-            Ok(_) => Ok(path),
-        };
-    }
-    let search = std::env::var_os("PATH")
-        .map(|p| p.to_string_lossy().into_owned())
-        .unwrap_or_else(|| "/usr/local/bin:/usr/bin:/bin".to_string());
-    let mut not_executable = None;
-    for dir in search.split(':') {
-        let dir = if dir.is_empty() { "." } else { dir };
-        let candidate = Path::new(dir).join(program);
-        if executable(&candidate) {
-            return Ok(candidate);
-        }
-        if not_executable.is_none() && candidate.is_file() {
-            not_executable = Some(candidate);
-        }
-    }
-    Err(match not_executable {
-        Some(p) => io::Error::new(
-            io::ErrorKind::PermissionDenied,
-            format!(
-                "cannot run {program}: {} is not executable, and no other {program} is in PATH ({search})",
-                p.display()
-            ),
-        ),
-        None => io::Error::new(
-            io::ErrorKind::NotFound,
-            format!("command not found: {program} (in no directory of PATH={search})"),
-        ),
-    })
-}
-
-impl HeldChild {
-    /// Forks a child that will run `program` with `args` once released.
-    /// `program` is looked up in `PATH` here, in the parent (see
-    /// [`find_program`]), so a missing command is an error before anything
-    /// else happens. Once released, the child resets every signal to its
-    /// default action and unblocks all signals, then execs: the command
-    /// starts as it would from a shell, whatever this process ignores,
-    /// handles or blocks (Rust ignores SIGPIPE, for instance).
-    pub fn spawn(program: &str, args: &[String]) -> io::Result<HeldChild> {
-        let invalid = || {
-            io::Error::new(
-                io::ErrorKind::InvalidInput,
-                "a NUL byte in the command line",
-            )
-        };
-        let path = find_program(program)?;
-        let path = CString::new(std::os::unix::ffi::OsStringExt::into_vec(
-            path.into_os_string(),
-        ))
-        .map_err(|_| invalid())?;
-        let mut argv_owned = vec![CString::new(program).map_err(|_| invalid())?];
-        for a in args {
-            argv_owned.push(CString::new(a.as_str()).map_err(|_| invalid())?);
-        }
-        let mut argv: Vec<*const libc::c_char> = argv_owned.iter().map(|a| a.as_ptr()).collect();
-        argv.push(std::ptr::null());
-        // What the child installs before exec, prepared here: after fork
-        // only async-signal-safe calls are allowed.
-        let default_action = KernelSigaction {
-            handler: libc::SIG_DFL,
-            flags: 0,
-            restorer: 0,
-            mask: 0,
-        };
-        // SAFETY: sigemptyset initialises the set we own (zeroed first).
-        let empty_set = unsafe {
-            let mut set: libc::sigset_t = std::mem::zeroed();
-            libc::sigemptyset(&mut set);
-            set
-        };
-        let (gate_r, gate_w) = pipe_cloexec()?;
-        let (err_r, err_w) = pipe_cloexec()?;
-        let (gr, gw, er, ew) = (
-            gate_r.as_raw_fd(),
-            gate_w.as_raw_fd(),
-            err_r.as_raw_fd(),
-            err_w.as_raw_fd(),
-        );
-        // SAFETY: after fork the child only calls async-signal-safe functions
-        // (close, read, the rt_sigaction system call through syscall(),
-        // sigprocmask, execv, write, _exit) on memory prepared before the
-        // fork (`path`, `argv`, `default_action`, `empty_set`), and never
-        // returns into Rust code.
-        let pid = unsafe { libc::fork() };
-        if pid < 0 {
-            return Err(io::Error::last_os_error());
-        }
-        if pid == 0 {
-            // SAFETY: see above; this is the child and ends in exec or _exit.
-            unsafe {
-                libc::close(gw);
-                libc::close(er);
-                let mut byte = 0u8;
-                loop {
-                    let n = libc::read(gr, (&mut byte as *mut u8).cast(), 1);
-                    if n == 1 {
-                        break;
-                    }
-                    if n == 0 || *libc::__errno_location() != libc::EINTR {
-                        // The parent gave up before releasing us.
-                        libc::_exit(127);
-                    }
-                }
-                // Default action for every signal (SIGKILL and SIGSTOP
-                // refuse, harmlessly), then an empty mask: exec keeps
-                // ignored signals and the mask.
-                for sig in 1..=LAST_SIGNAL {
-                    libc::syscall(
-                        libc::SYS_rt_sigaction,
-                        sig,
-                        &default_action as *const KernelSigaction,
-                        std::ptr::null_mut::<KernelSigaction>(),
-                        std::mem::size_of::<u64>(),
-                    );
-                }
-                libc::sigprocmask(libc::SIG_SETMASK, &empty_set, std::ptr::null_mut());
-                libc::execv(path.as_ptr(), argv.as_ptr());
-                let errno = *libc::__errno_location();
-                libc::write(
-                    ew,
-                    (&errno as *const i32).cast(),
-                    std::mem::size_of::<i32>(),
-                );
-                libc::_exit(127);
-            }
-        }
-        drop(gate_r);
-        drop(err_w);
-        Ok(HeldChild {
-            pid,
-            gate: Some(gate_w),
-            exec_error: Some(err_r),
-            status: None,
-        })
-    }
-
-    /// The child's pid.
-    pub fn pid(&self) -> i32 {
-        self.pid
-    }
-
-    /// Lets the child exec, and reports exec's failure (e.g. command not found).
-    pub fn release(&mut self) -> io::Result<()> {
-        if let Some(gate) = self.gate.take() {
-            let byte = [1u8];
-            // SAFETY: writes one byte from a live buffer to our pipe end.
-            let n = unsafe { libc::write(gate.as_raw_fd(), byte.as_ptr().cast(), 1) };
-            if n != 1 {
-                return Err(io::Error::last_os_error());
-            }
-        }
-        if let Some(err) = self.exec_error.take() {
-            let mut errno = [0u8; 4];
-            // SAFETY: reads at most 4 bytes into a live 4-byte buffer. The
-            // write end closes at exec (CLOEXEC), so EOF means exec worked.
-            let n = unsafe { libc::read(err.as_raw_fd(), errno.as_mut_ptr().cast(), 4) };
-            if n == 4 {
-                return Err(io::Error::from_raw_os_error(i32::from_ne_bytes(errno)));
-            }
-        }
-        Ok(())
-    }
-
-    /// The exit status if the child has ended (does not block).
-    pub fn try_wait(&mut self) -> io::Result<Option<ExitStatus>> {
-        if self.status.is_some() {
-            return Ok(self.status);
-        }
-        let mut status = 0;
-        // SAFETY: waitpid writes the status into our local integer.
-        let rc = unsafe { libc::waitpid(self.pid, &mut status, libc::WNOHANG) };
-        if rc < 0 {
-            return Err(io::Error::last_os_error());
-        }
-        if rc == self.pid {
-            self.status = Some(ExitStatus::from_raw(status));
-        }
-        Ok(self.status)
-    }
-
-    /// Sends SIGKILL (if still running) and reaps the child.
-    pub fn kill(&mut self) -> io::Result<()> {
-        if self.status.is_none() {
-            // SAFETY: kill has no memory-safety preconditions; the pid is our
-            // unreaped child, so it cannot have been reused.
-            unsafe { libc::kill(self.pid, libc::SIGKILL) };
-            let mut status = 0;
-            // SAFETY: as in try_wait, but blocking.
-            if unsafe { libc::waitpid(self.pid, &mut status, 0) } == self.pid {
-                self.status = Some(ExitStatus::from_raw(status));
-            }
-        }
-        Ok(())
-    }
-}
-
-impl Drop for HeldChild {
-    fn drop(&mut self) {
-        // Closing the gate unreleased makes the child exit; reap it so no
-        // zombie is left. A released child is left running on its own.
-        if self.gate.take().is_some() {
-            let _ = self.kill();
-        }
-    }
-}
-
 /// A connected pair of Unix stream sockets, both close-on-exec: used as
 /// a pipe whose writer never gets SIGPIPE ([`send_all`]), and whose
 /// reader sees end-of-file once every copy of the other end is closed.
@@ -966,3 +688,150 @@ pub fn effective_capabilities() -> io::Result<u64> {
 pub const CAP_SYS_ADMIN: u32 = 21;
 /// `CAP_PERFMON` (Linux 5.8+).
 pub const CAP_PERFMON: u32 = 38;
+
+/// A child forked by [`fork_held`]: it waits before exec until a byte
+/// arrives on `gate`, and writes exec's errno to `exec_error` if exec
+/// fails (the pipe closes at a successful exec).
+pub(crate) struct HeldFork {
+    /// The child's pid.
+    pub(crate) pid: i32,
+    /// The write end of the gate pipe: one byte releases the child;
+    /// closing it unwritten makes the child `_exit(127)`.
+    pub(crate) gate: OwnedFd,
+    /// The read end of the pipe the child reports exec's errno on.
+    pub(crate) exec_error: OwnedFd,
+}
+
+fn pipe_cloexec() -> io::Result<(OwnedFd, OwnedFd)> {
+    let mut fds = [0 as RawFd; 2];
+    // SAFETY: pipe2 writes two descriptors into the array we pass.
+    check(unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) })?;
+    // SAFETY: pipe2 succeeded, so both descriptors are new and ours.
+    Ok(unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) })
+}
+
+/// The highest signal number the kernel knows on the architectures we
+/// support (x86_64, aarch64): `_NSIG` is 64 there.
+const LAST_SIGNAL: libc::c_int = 64;
+
+/// The kernel's `struct sigaction` for rt_sigaction(2) on x86_64 and
+/// aarch64 (both have `sa_restorer`): all zeros is SIG_DFL, no flags, an
+/// empty mask. The C library's sigaction() refuses the signals it keeps
+/// for itself (32 and 33 in glibc), which an ancestor may still have set
+/// to ignored; the system call resets them too.
+#[repr(C)]
+struct KernelSigaction {
+    handler: usize,
+    flags: libc::c_ulong,
+    restorer: usize,
+    mask: u64,
+}
+
+/// Forks a child that waits for a byte on its gate pipe, then resets
+/// every signal to its default action, unblocks all signals and execs
+/// `path` with `argv` (`path` already resolved: the child does no PATH
+/// search, which is not async-signal-safe). The command thus starts as it
+/// would from a shell, whatever this process ignores, handles or blocks.
+pub(crate) fn fork_held(path: &CStr, argv: &[CString]) -> io::Result<HeldFork> {
+    let mut argv: Vec<*const libc::c_char> = argv.iter().map(|a| a.as_ptr()).collect();
+    argv.push(std::ptr::null());
+    // What the child installs before exec, prepared here: after fork
+    // only async-signal-safe calls are allowed.
+    let default_action = KernelSigaction {
+        handler: libc::SIG_DFL,
+        flags: 0,
+        restorer: 0,
+        mask: 0,
+    };
+    // SAFETY: sigemptyset initialises the set we own (zeroed first).
+    let empty_set = unsafe {
+        let mut set: libc::sigset_t = std::mem::zeroed();
+        libc::sigemptyset(&mut set);
+        set
+    };
+    let (gate_r, gate_w) = pipe_cloexec()?;
+    let (err_r, err_w) = pipe_cloexec()?;
+    let (gr, gw, er, ew) = (
+        gate_r.as_raw_fd(),
+        gate_w.as_raw_fd(),
+        err_r.as_raw_fd(),
+        err_w.as_raw_fd(),
+    );
+    // SAFETY: after fork the child only calls async-signal-safe functions
+    // (close, read, the rt_sigaction system call through syscall(),
+    // sigprocmask, execv, write, _exit) on memory prepared before the
+    // fork (`path`, `argv`, `default_action`, `empty_set`), and never
+    // returns into Rust code.
+    let pid = unsafe { libc::fork() };
+    if pid < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    if pid == 0 {
+        // SAFETY: see above; this is the child and ends in exec or _exit.
+        unsafe {
+            libc::close(gw);
+            libc::close(er);
+            let mut byte = 0u8;
+            loop {
+                let n = libc::read(gr, (&mut byte as *mut u8).cast(), 1);
+                if n == 1 {
+                    break;
+                }
+                if n == 0 || *libc::__errno_location() != libc::EINTR {
+                    // The parent gave up before releasing us.
+                    libc::_exit(127);
+                }
+            }
+            // Default action for every signal (SIGKILL and SIGSTOP
+            // refuse, harmlessly), then an empty mask: exec keeps
+            // ignored signals and the mask.
+            for sig in 1..=LAST_SIGNAL {
+                libc::syscall(
+                    libc::SYS_rt_sigaction,
+                    sig,
+                    &default_action as *const KernelSigaction,
+                    std::ptr::null_mut::<KernelSigaction>(),
+                    std::mem::size_of::<u64>(),
+                );
+            }
+            libc::sigprocmask(libc::SIG_SETMASK, &empty_set, std::ptr::null_mut());
+            libc::execv(path.as_ptr(), argv.as_ptr());
+            let errno = *libc::__errno_location();
+            libc::write(
+                ew,
+                (&errno as *const i32).cast(),
+                std::mem::size_of::<i32>(),
+            );
+            libc::_exit(127);
+        }
+    }
+    drop(gate_r);
+    drop(err_w);
+    Ok(HeldFork {
+        pid,
+        gate: gate_w,
+        exec_error: err_r,
+    })
+}
+
+/// The exit status of our child `pid` if it has ended, reaping it
+/// (waitpid with WNOHANG: does not block).
+pub(crate) fn try_reap(pid: i32) -> io::Result<Option<ExitStatus>> {
+    let mut status = 0;
+    // SAFETY: waitpid writes the status into our local integer.
+    let rc = unsafe { libc::waitpid(pid, &mut status, libc::WNOHANG) };
+    if rc < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok((rc == pid).then(|| ExitStatus::from_raw(status)))
+}
+
+/// Sends SIGKILL to our unreaped child `pid` and reaps it (blocking).
+pub(crate) fn kill_and_reap(pid: i32) -> Option<ExitStatus> {
+    // SAFETY: kill has no memory-safety preconditions; the pid is our
+    // unreaped child, so it cannot have been reused.
+    unsafe { libc::kill(pid, libc::SIGKILL) };
+    let mut status = 0;
+    // SAFETY: waitpid writes the status into our local integer.
+    (unsafe { libc::waitpid(pid, &mut status, 0) } == pid).then(|| ExitStatus::from_raw(status))
+}

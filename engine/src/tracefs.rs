@@ -38,7 +38,7 @@ pub enum TracefsError {
         source: io::Error,
     },
     /// tracefs is mounted but the kernel has no kprobe events.
-    #[error("tracefs is mounted at {root} but has no kprobe_events: this kernel was built without CONFIG_KPROBE_EVENTS, so a probe that needs a kprobe_events definition (maxactive rN:, arguments read from memory, strings, $stackN, 64 or more probes at once, --backend tracefs) cannot be defined; {instead}", root = .root.display(), instead = if *.kprobe_pmu { "keep to register arguments and plain r: with --backend pmu (the kprobe PMU needs no tracefs), or use a kernel with CONFIG_KPROBE_EVENTS=y" } else { "it has no kprobe PMU either (/sys/bus/event_source/devices/kprobe is absent, CONFIG_KPROBES is off), so no kernel probe works here: use a kernel with CONFIG_KPROBES=y and CONFIG_KPROBE_EVENTS=y (uprobes still work)" })]
+    #[error("tracefs is mounted at {root} but has no kprobe_events: this kernel was built without CONFIG_KPROBE_EVENTS, so a probe that needs a kprobe_events definition (maxactive rN:, arguments read from memory, strings, $stackN, 64 or more probes at once, the tracefs backend) cannot be defined; {instead}", root = .root.display(), instead = if *.kprobe_pmu { "use a kernel with CONFIG_KPROBE_EVENTS=y, or keep to register arguments and plain r: on the PMU backend, which needs no tracefs" } else { "it has no kprobe PMU either (/sys/bus/event_source/devices/kprobe is absent, CONFIG_KPROBES is off), so no kernel probe works here: use a kernel with CONFIG_KPROBES=y and CONFIG_KPROBE_EVENTS=y (uprobes still work)" })]
     NoKprobeEvents {
         /// The mount point.
         root: PathBuf,
@@ -46,7 +46,7 @@ pub enum TracefsError {
         kprobe_pmu: bool,
     },
     /// tracefs is mounted but the kernel has no uprobe events.
-    #[error("tracefs is mounted at {root} but has no uprobe_events: this kernel was built without CONFIG_UPROBE_EVENTS, and uprobes that follow a command's forks need a uprobe_events definition; record system-wide with -a instead, or use a kernel with CONFIG_UPROBE_EVENTS=y", root = .root.display())]
+    #[error("tracefs is mounted at {root} but has no uprobe_events: this kernel was built without CONFIG_UPROBE_EVENTS, and uprobes that follow a command's forks need a uprobe_events definition; use a kernel with CONFIG_UPROBE_EVENTS=y, or record system-wide", root = .root.display())]
     NoUprobeEvents {
         /// The mount point.
         root: PathBuf,

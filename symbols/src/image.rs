@@ -48,7 +48,7 @@ pub enum ImageError {
         path: PathBuf,
     },
     /// The image's build ID differs from the running kernel's.
-    #[error("{path} was built for another kernel: its build ID is {image}, the running kernel's (/sys/kernel/notes) is {running}; give the vmlinux of `uname -r` with --vmlinux")]
+    #[error("{path} was built for another kernel: its build ID is {image}, the running kernel's (/sys/kernel/notes) is {running}; give the vmlinux of `uname -r`")]
     BuildIdMismatch {
         /// The image.
         path: PathBuf,
@@ -431,7 +431,7 @@ impl KernelImage {
         }
         if self.symbols.is_empty() {
             return Err(no_slide(
-                "it has no symbol table (a stripped vmlinux); give a System.map with --system-map too",
+                "it has no symbol table (a stripped vmlinux); give the System.map of the same build too",
             ));
         }
         let anchor = |name: &str| -> Option<(u64, u64)> {

@@ -123,6 +123,25 @@ pub fn kprobe_perf_bin() -> PathBuf {
     bin
 }
 
+/// The engine's example `name` built next to this test
+/// (`target/<profile>/examples/`), as `cargo xtask test` builds them
+/// (`cargo build --release -p kprobe-perf-engine --example NAME`).
+pub fn example_bin(name: &str) -> PathBuf {
+    let exe = std::env::current_exe().unwrap_or_default();
+    // target/<profile>/deps/<test> -> target/<profile>/examples/<name>
+    let bin = exe
+        .parent()
+        .and_then(|d| d.parent())
+        .map(|d| d.join("examples").join(name))
+        .unwrap_or_default();
+    assert!(
+        bin.exists(),
+        "{} not found: build it first (cargo build --release -p kprobe-perf-engine --example {name})",
+        bin.display()
+    );
+    bin
+}
+
 /// The running kernel's architecture: `/proc/sys/kernel/arch` (what
 /// `uname -m` says), the build's own when that file is missing.
 pub fn kernel_arch() -> kprobe_perf_arch::Arch {
@@ -164,6 +183,41 @@ pub fn xorshift(state: &mut u64) -> u64 {
     *state ^= *state << 25;
     *state ^= *state >> 27;
     state.wrapping_mul(0x2545_f491_4f6c_dd1d)
+}
+
+/// The perf_event descriptors process `pid` holds (`anon_inode:[perf_event]`
+/// links in /proc/PID/fd).
+pub fn perf_event_fds(pid: u32) -> usize {
+    std::fs::read_dir(format!("/proc/{pid}/fd"))
+        .map(|d| {
+            d.filter_map(|e| std::fs::read_link(e.ok()?.path()).ok())
+                .filter(|l| l.to_string_lossy() == "anon_inode:[perf_event]")
+                .count()
+        })
+        .unwrap_or(0)
+}
+
+/// Waits (up to 120 s) until the recorder `pid` holds at least `fds`
+/// perf events and their number has not changed for 300 ms, then 500 ms
+/// more (it enables them right after opening the last): a fixed sleep
+/// was too short on a loaded host under single-threaded TCG.
+pub fn wait_until_recording(pid: u32, fds: usize) {
+    let started = std::time::Instant::now();
+    let mut last = (0usize, std::time::Instant::now());
+    loop {
+        let n = perf_event_fds(pid);
+        if n != last.0 {
+            last = (n, std::time::Instant::now());
+        } else if n >= fds && last.1.elapsed() >= std::time::Duration::from_millis(300) {
+            break;
+        }
+        assert!(
+            started.elapsed() < std::time::Duration::from_secs(120),
+            "the recorder (pid {pid}) held {n} perf events after 120 s, {fds} expected"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    std::thread::sleep(std::time::Duration::from_millis(500));
 }
 
 /// Keeps the calling thread on the CPU it runs on until dropped (then

@@ -8,7 +8,9 @@
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
-use kprobe_perf_tests::{kprobe_perf_bin, kprobes_available, skip, vm_kernel};
+use kprobe_perf_tests::{
+    kprobe_perf_bin, kprobes_available, skip, vm_kernel, wait_until_recording,
+};
 
 #[test]
 fn only_tasks_in_the_cgroup_are_recorded() {
@@ -45,7 +47,11 @@ fn only_tasks_in_the_cgroup_are_recorded() {
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
-    std::thread::sleep(Duration::from_secs(4));
+    // A cgroup event on every CPU.
+    wait_until_recording(
+        rec.id(),
+        kprobe_perf_engine::cpus::online_cpus().map_or(1, |c| c.len()),
+    );
     // One shell joins the cgroup and opens a file; another, outside,
     // opens a different one.
     let inside = Command::new("sh")

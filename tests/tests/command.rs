@@ -158,3 +158,77 @@ fn a_missing_command_is_refused_before_anything_is_attached() {
         assert_eq!(text(&out.stdout), "");
     }
 }
+
+/// The engine's own command target, without the CLI: the session starts
+/// `open_loop /etc/hostname 5` held, arms a kprobe that follows it (at
+/// exec), releases it in `enable`, and reaps it. Exactly its 5 opens of
+/// the file are recorded, all from its pid, and its exit status (0, then
+/// 3 for a shell's `exit 3`) comes from the session.
+#[test]
+fn the_engine_starts_records_and_reaps_a_command() {
+    use kprobe_perf_engine::{plan_probes, KernelSymbols, RecordTarget, Session, SessionOptions};
+    use std::time::{Duration, Instant};
+    if !kprobe_perf_tests::kprobes_available("the_engine_starts_records_and_reaps_a_command") {
+        return;
+    }
+    let symbols = KernelSymbols::load().unwrap_or_default();
+    let plans = plan_probes(&["p:do_sys_openat2 path=+0(%si):ustring"], &symbols).unwrap();
+    let argv = vec![
+        env!("CARGO_BIN_EXE_open_loop").to_string(),
+        "/etc/hostname".to_string(),
+        "5".to_string(),
+    ];
+    let mut s = Session::open(
+        plans.clone(),
+        SessionOptions {
+            target: RecordTarget::command(argv),
+            ..SessionOptions::default()
+        },
+    )
+    .unwrap();
+    let pid = s.command_pid().unwrap();
+    assert_eq!(s.command_status().unwrap(), None, "held until enable");
+    s.enable().unwrap();
+    let mut opens = Vec::new();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let status = loop {
+        s.poll(
+            Some(Duration::from_millis(100)),
+            &mut kprobe_perf_engine::sink_fn(|e| {
+                if e.args[0].as_str() == Some("/etc/hostname") {
+                    opens.push(e.pid);
+                }
+            }),
+        )
+        .unwrap();
+        if let Some(status) = s.command_status().unwrap() {
+            break status;
+        }
+        assert!(Instant::now() < deadline, "the command did not end");
+    };
+    s.disable().unwrap();
+    s.poll(
+        Some(Duration::ZERO),
+        &mut kprobe_perf_engine::sink_fn(|e| {
+            if e.args[0].as_str() == Some("/etc/hostname") {
+                opens.push(e.pid);
+            }
+        }),
+    )
+    .unwrap();
+    assert_eq!(status.code(), Some(0));
+    assert_eq!(opens, vec![pid; 5], "the command's 5 opens, from its pid");
+    drop(s);
+
+    let mut s = Session::open(
+        plans,
+        SessionOptions {
+            target: RecordTarget::command(vec!["sh".into(), "-c".into(), "exit 3".into()]),
+            ..SessionOptions::default()
+        },
+    )
+    .unwrap();
+    s.enable().unwrap();
+    let status = s.wait_command(Duration::from_secs(30)).unwrap().unwrap();
+    assert_eq!(status.code(), Some(3));
+}

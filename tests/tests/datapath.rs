@@ -35,8 +35,11 @@ fn tiny_ring_loss_matches_the_kernel_count() {
     s.disable().unwrap();
     let mut delivered = 0u64;
     for _ in 0..3 {
-        s.poll(Some(Duration::from_millis(50)), |_| delivered += 1)
-            .unwrap();
+        s.poll(
+            Some(Duration::from_millis(50)),
+            &mut kprobe_perf_engine::sink_fn(|_| delivered += 1),
+        )
+        .unwrap();
     }
     let kernel = s.kernel_counts()[0].unwrap().hits;
     let lost = s.lost_per_probe().unwrap()[0];
@@ -164,11 +167,14 @@ fn events_from_all_cpus_come_out_in_time_order() {
     let mut cpus = std::collections::BTreeSet::new();
     let deadline = std::time::Instant::now() + Duration::from_secs(5);
     while std::time::Instant::now() < deadline {
-        s.poll(Some(Duration::from_millis(50)), |e| {
-            times.push(e.time_ns);
-            tids_seen.push(e.tid);
-            cpus.insert(e.cpu);
-        })
+        s.poll(
+            Some(Duration::from_millis(50)),
+            &mut kprobe_perf_engine::sink_fn(|e| {
+                times.push(e.time_ns);
+                tids_seen.push(e.tid);
+                cpus.insert(e.cpu);
+            }),
+        )
         .unwrap();
     }
     let tids: Vec<i32> = workers.into_iter().map(|w| w.join().unwrap()).collect();

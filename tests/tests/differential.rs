@@ -222,15 +222,7 @@ fn wait_until_armed(ours: u32, dir: &std::path::Path) {
             .and_then(|l| l.split_whitespace().nth(1)?.parse().ok())
             .unwrap_or(0)
     };
-    let our_events = || {
-        std::fs::read_dir(format!("/proc/{ours}/fd"))
-            .map(|d| {
-                d.filter_map(|e| std::fs::read_link(e.ok()?.path()).ok())
-                    .filter(|l| l.to_string_lossy() == "anon_inode:[perf_event]")
-                    .count()
-            })
-            .unwrap_or(0)
-    };
+    let our_events = || kprobe_perf_tests::perf_event_fds(ours);
     loop {
         let _ = std::fs::File::open(dir.join("marker"));
         if perf_hits() > 0 && our_events() >= cpus {

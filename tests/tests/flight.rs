@@ -5,7 +5,7 @@ use std::process::{Command, Stdio};
 use std::sync::mpsc;
 use std::time::Duration;
 
-use kprobe_perf_tests::{kprobe_perf_bin, kprobes_available};
+use kprobe_perf_tests::{kprobe_perf_bin, kprobes_available, wait_until_recording};
 
 /// Opens of nonexistent files the workload thread makes, in this order.
 const OPENS: usize = 3000;
@@ -49,7 +49,8 @@ fn fly(json: bool) -> (String, String) {
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
-    std::thread::sleep(Duration::from_secs(4));
+    // One event: the one thread's probe.
+    wait_until_recording(rec.id(), 1);
     go_tx.send(()).unwrap();
     worker.join().unwrap();
     std::thread::sleep(Duration::from_millis(500));

@@ -54,19 +54,25 @@ fn events_of(session: &mut Session, tid: i32, want: usize) -> Vec<Event> {
     let deadline = Instant::now() + Duration::from_secs(20);
     while seen.len() < want && Instant::now() < deadline {
         session
-            .poll(Some(Duration::from_millis(100)), |e| {
-                if e.tid == tid {
-                    seen.push(e.clone());
-                }
-            })
+            .poll(
+                Some(Duration::from_millis(100)),
+                &mut kprobe_perf_engine::sink_fn(|e| {
+                    if e.tid == tid {
+                        seen.push(e.clone());
+                    }
+                }),
+            )
             .unwrap();
     }
     session
-        .poll(Some(Duration::from_millis(200)), |e| {
-            if e.tid == tid {
-                seen.push(e.clone());
-            }
-        })
+        .poll(
+            Some(Duration::from_millis(200)),
+            &mut kprobe_perf_engine::sink_fn(|e| {
+                if e.tid == tid {
+                    seen.push(e.clone());
+                }
+            }),
+        )
         .unwrap();
     seen
 }

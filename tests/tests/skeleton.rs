@@ -55,15 +55,18 @@ fn openat_entry_and_return_values_of_a_known_thread() {
     let deadline = Instant::now() + Duration::from_secs(20);
     while (entries.len() < 2 || returns.len() < 2) && Instant::now() < deadline {
         session
-            .poll(Some(Duration::from_millis(100)), |e| {
-                if e.tid != tid {
-                    return;
-                }
-                match e.probe {
-                    0 => entries.push((e.args[0].as_i64().unwrap(), e.probe_addr)),
-                    _ => returns.push((e.args[0].as_i64().unwrap(), e.ret_addr)),
-                }
-            })
+            .poll(
+                Some(Duration::from_millis(100)),
+                &mut kprobe_perf_engine::sink_fn(|e| {
+                    if e.tid != tid {
+                        return;
+                    }
+                    match e.probe {
+                        0 => entries.push((e.args[0].as_i64().unwrap(), e.probe_addr)),
+                        _ => returns.push((e.args[0].as_i64().unwrap(), e.ret_addr)),
+                    }
+                }),
+            )
             .expect("polling");
     }
     let stats = session.stats().clone();

@@ -32,11 +32,17 @@ fn collect(s: &mut Session, done: impl Fn(&[Event]) -> bool) -> Vec<Event> {
     let mut out = Vec::new();
     let deadline = Instant::now() + Duration::from_secs(20);
     while !done(&out) && Instant::now() < deadline {
-        s.poll(Some(Duration::from_millis(100)), |e| out.push(e.clone()))
-            .unwrap();
-    }
-    s.poll(Some(Duration::from_millis(300)), |e| out.push(e.clone()))
+        s.poll(
+            Some(Duration::from_millis(100)),
+            &mut kprobe_perf_engine::sink_fn(|e| out.push(e.clone())),
+        )
         .unwrap();
+    }
+    s.poll(
+        Some(Duration::from_millis(300)),
+        &mut kprobe_perf_engine::sink_fn(|e| out.push(e.clone())),
+    )
+    .unwrap();
     out
 }
 

@@ -72,11 +72,14 @@ fn kernel_fetched_string_is_exact() {
     let deadline = Instant::now() + Duration::from_secs(20);
     while seen.is_empty() && Instant::now() < deadline {
         session
-            .poll(Some(Duration::from_millis(100)), |e| {
-                if e.tid == tid {
-                    seen.push(e.args.clone());
-                }
-            })
+            .poll(
+                Some(Duration::from_millis(100)),
+                &mut kprobe_perf_engine::sink_fn(|e| {
+                    if e.tid == tid {
+                        seen.push(e.args.clone());
+                    }
+                }),
+            )
             .unwrap();
     }
     assert_eq!(seen.len(), 1, "one open by tid {tid}");
@@ -126,19 +129,25 @@ fn maxactive_bounds_concurrent_returns_and_misses_are_counted() {
         let deadline = Instant::now() + Duration::from_secs(5);
         while Instant::now() < deadline && returns.len() < want_returns {
             session
-                .poll(Some(Duration::from_millis(100)), |e| {
-                    if tids.contains(&e.tid) {
-                        returns.push(e.args[0].as_i64());
-                    }
-                })
+                .poll(
+                    Some(Duration::from_millis(100)),
+                    &mut kprobe_perf_engine::sink_fn(|e| {
+                        if tids.contains(&e.tid) {
+                            returns.push(e.args[0].as_i64());
+                        }
+                    }),
+                )
                 .unwrap();
         }
         session
-            .poll(Some(Duration::from_millis(200)), |e| {
-                if tids.contains(&e.tid) {
-                    returns.push(e.args[0].as_i64());
-                }
-            })
+            .poll(
+                Some(Duration::from_millis(200)),
+                &mut kprobe_perf_engine::sink_fn(|e| {
+                    if tids.contains(&e.tid) {
+                        returns.push(e.args[0].as_i64());
+                    }
+                }),
+            )
             .unwrap();
         assert_eq!(
             returns.len(),
@@ -305,12 +314,15 @@ fn pmu_kretprobe_misses_are_inferred_from_entries() {
     let mut all = 0;
     for _ in 0..3 {
         session
-            .poll(Some(Duration::from_millis(100)), |e| {
-                all += 1;
-                if tids.contains(&e.tid) {
-                    returns += 1;
-                }
-            })
+            .poll(
+                Some(Duration::from_millis(100)),
+                &mut kprobe_perf_engine::sink_fn(|e| {
+                    all += 1;
+                    if tids.contains(&e.tid) {
+                        returns += 1;
+                    }
+                }),
+            )
             .unwrap();
     }
     let calls = session.call_counts().unwrap()[0].expect("a PMU kretprobe has call counts");
@@ -432,19 +444,22 @@ fn pmu_comm_matches_the_kernels_current_comm() {
     };
     while !done(&kernel, &pmu) && Instant::now() < deadline {
         session
-            .poll(Some(Duration::from_millis(100)), |e| {
-                if e.tid != tid {
-                    return;
-                }
-                let c = e.args[0].as_str().unwrap_or("?").to_string();
-                if e.probe == 0 {
-                    assert_eq!(*e.comm, c, "the event's comm and its $comm");
-                    pmu.push((e.cpu, c))
-                } else {
-                    let path = e.args[1].as_str().unwrap_or("?").to_string();
-                    kernel.push((e.cpu, c, path))
-                }
-            })
+            .poll(
+                Some(Duration::from_millis(100)),
+                &mut kprobe_perf_engine::sink_fn(|e| {
+                    if e.tid != tid {
+                        return;
+                    }
+                    let c = e.args[0].as_str().unwrap_or("?").to_string();
+                    if e.probe == 0 {
+                        assert_eq!(*e.comm, c, "the event's comm and its $comm");
+                        pmu.push((e.cpu, c))
+                    } else {
+                        let path = e.args[1].as_str().unwrap_or("?").to_string();
+                        kernel.push((e.cpu, c, path))
+                    }
+                }),
+            )
             .unwrap();
     }
     // Both probes fire on each open.

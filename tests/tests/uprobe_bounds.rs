@@ -262,19 +262,25 @@ fn a_valid_offset_fires_with_exact_count_and_value() {
     let mut events = Vec::new();
     let deadline = Instant::now() + Duration::from_secs(20);
     while events.len() < 7 && Instant::now() < deadline {
-        s.poll(Some(Duration::from_millis(100)), |e| {
-            if e.pid == pid {
-                events.push((e.args[0].to_string(), e.args[1].to_string()));
-            }
-        })
+        s.poll(
+            Some(Duration::from_millis(100)),
+            &mut kprobe_perf_engine::sink_fn(|e| {
+                if e.pid == pid {
+                    events.push((e.args[0].to_string(), e.args[1].to_string()));
+                }
+            }),
+        )
         .unwrap();
     }
     // Anything late would show up now.
-    s.poll(Some(Duration::from_millis(300)), |e| {
-        if e.pid == pid {
-            events.push((e.args[0].to_string(), e.args[1].to_string()));
-        }
-    })
+    s.poll(
+        Some(Duration::from_millis(300)),
+        &mut kprobe_perf_engine::sink_fn(|e| {
+            if e.pid == pid {
+                events.push((e.args[0].to_string(), e.args[1].to_string()));
+            }
+        }),
+    )
     .unwrap();
     assert_eq!(
         events,

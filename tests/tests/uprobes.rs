@@ -42,8 +42,11 @@ fn uprobe_and_uretprobe_values_are_exact() {
     let mut events: Vec<Event> = Vec::new();
     let deadline = Instant::now() + Duration::from_secs(20);
     while events.iter().filter(|e| e.tid == tid).count() < 2 && Instant::now() < deadline {
-        s.poll(Some(Duration::from_millis(100)), |e| events.push(e.clone()))
-            .unwrap();
+        s.poll(
+            Some(Duration::from_millis(100)),
+            &mut kprobe_perf_engine::sink_fn(|e| events.push(e.clone())),
+        )
+        .unwrap();
     }
     let ours: Vec<_> = events.iter().filter(|e| e.tid == tid).collect();
     assert_eq!(ours.len(), 2, "{events:?}");
@@ -115,8 +118,11 @@ fn uretprobe_losses_and_calls_count_only_the_users_probe() {
     drop(pinned);
     let mut delivered = 0u64;
     for _ in 0..3 {
-        s.poll(Some(Duration::from_millis(50)), |_| delivered += 1)
-            .unwrap();
+        s.poll(
+            Some(Duration::from_millis(50)),
+            &mut kprobe_perf_engine::sink_fn(|_| delivered += 1),
+        )
+        .unwrap();
     }
     let calls = s.call_counts().unwrap()[0].expect("a PMU uretprobe has call counts");
     let lost = s.lost_per_probe().unwrap()[0];

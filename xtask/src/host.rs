@@ -69,6 +69,7 @@ fn apt_get() -> Command {
 }
 
 /// What `apt-get install -s` says it would do.
+#[derive(Clone)]
 struct Simulation {
     ok: bool,
     /// Packages it would remove (`Remv` lines).
@@ -176,6 +177,49 @@ fn install_args(missing: &[&str]) -> Result<InstallArgs> {
             eprintln!(
                 "xtask: installing {} from {suite}, the release of your {pkg} {version} (not in your apt sources: added for this install only, in a private sources list under {}): the default release's versions would {}",
                 missing.join(" "),
+                host_apt_dir().display(),
+                what_went_wrong(&first)
+            );
+            return Ok(args);
+        }
+    }
+    // An installed backports library holds a dependency back (bookworm's
+    // libdw1 needs bookworm's libelf1; the host has backports' libelf1,
+    // which QEMU from backports may have brought): the packages that say
+    // so come from that backports release too, each named with its
+    // release (`libdw1/bookworm-backports`), while what was asked for
+    // stays at the default release.
+    let codename = os_codename();
+    let mut pinned: Vec<String> = Vec::new();
+    let mut options: Option<Vec<String>> = None;
+    let mut sim = first.clone();
+    for _ in 0..4 {
+        let held = held_by_backports(&sim.problems, &codename);
+        let new: Vec<String> = held
+            .iter()
+            .map(|(pkg, suite)| format!("{pkg}/{suite}"))
+            .filter(|p| !pinned.contains(p))
+            .collect();
+        let Some((_, suite)) = held.first() else {
+            break;
+        };
+        if new.is_empty() {
+            break;
+        }
+        if options.is_none() {
+            options = Some(private_sources_with(suite)?);
+        }
+        pinned.extend(new);
+        let args = InstallArgs {
+            options: options.clone().unwrap_or_default(),
+            packages: plain.iter().chain(&pinned).cloned().collect(),
+        };
+        sim = simulate(&args)?;
+        if sim.ok && sim.removals.is_empty() {
+            eprintln!(
+                "xtask: installing {} with {} (your installed backports packages need them; {suite} added for this install only, in a private sources list under {}): the default release's versions would {}",
+                missing.join(" "),
+                pinned.join(" "),
                 host_apt_dir().display(),
                 what_went_wrong(&first)
             );
@@ -302,6 +346,29 @@ fn backports_suite(version: &str, codename: &str) -> Option<String> {
     let (_, after) = version.split_once("~bpo")?;
     let digits: String = after.chars().take_while(char::is_ascii_digit).collect();
     (!digits.is_empty() && !codename.is_empty()).then(|| format!("{codename}-backports"))
+}
+
+/// Packages whose dependency apt cannot meet because a backports
+/// version is installed (`libdw1 : Depends: libelf1 (= 0.188-2.1) but
+/// 0.192-4~bpo12+1 is to be installed`), with that backports release.
+fn held_by_backports(problems: &[String], codename: &str) -> Vec<(String, String)> {
+    let mut held: Vec<(String, String)> = Vec::new();
+    for line in problems {
+        let Some((pkg, rest)) = line.split_once(" : ") else {
+            continue;
+        };
+        let Some((_, after_but)) = rest.split_once(" but ") else {
+            continue;
+        };
+        let version = after_but.split_whitespace().next().unwrap_or("");
+        let pkg = pkg.trim().to_string();
+        if let Some(suite) = backports_suite(version, codename) {
+            if !held.iter().any(|(p, _)| *p == pkg) {
+                held.push((pkg, suite));
+            }
+        }
+    }
+    held
 }
 
 /// `VERSION_CODENAME` of /etc/os-release (`bookworm`), or "".
@@ -455,6 +522,18 @@ mod tests {
         );
         assert_eq!(backports_suite("1.0~bpo", "bookworm"), None);
         assert_eq!(backports_suite("1.0~bpo12+1", ""), None);
+    }
+
+    #[test]
+    fn dependents_held_back_by_a_backports_library_are_named() {
+        let sim = parse_simulation(
+            false,
+            "The following packages have unmet dependencies:\n libdw1 : Depends: libelf1 (= 0.188-2.1) but 0.192-4~bpo12+1 is to be installed\n qemu-utils : Breaks: qemu-system-common (< 1:8.0+dfsg-5~) but 1:7.2+dfsg-7+deb12u18+b3 is to be installed\nE: Unable to correct problems, you have held broken packages.\n",
+        );
+        assert_eq!(
+            held_by_backports(&sim.problems, "bookworm"),
+            [("libdw1".to_string(), "bookworm-backports".to_string())]
+        );
     }
 
     #[test]

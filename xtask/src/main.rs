@@ -4,6 +4,7 @@ mod deb;
 mod dist;
 mod host;
 mod kernels;
+mod live;
 mod test;
 mod vm;
 
@@ -89,10 +90,18 @@ enum Task {
     /// and stat, and under perf probe + perf record and perf stat;
     /// xtask/bench-opens.sh) or `decode`
     /// (decoding and text formatting of recorded samples on one core on the
-    /// host, against `perf script` on the same perf.data file).
+    /// host, against `perf script` on the same perf.data file) or `live`
+    /// (the live path: a workload of tmpfs opens and of calls of a uprobed
+    /// function, on one thread and on every CPU, at stepped rates, bare and
+    /// recorded by kprobe-perf (text and --json to /dev/null, -q -o FILE;
+    /// for the kretprobe also --backend tracefs), perf record and bpftrace
+    /// (where it runs), with entry, return and string probes; per probe
+    /// kind a table of the workload's added microseconds per call, the
+    /// events lost per round, and the consumer's CPU time per event from
+    /// getrusage; in the VM, or with --native on this host (uprobes only)).
     Bench {
         /// What to measure.
-        #[arg(value_parser = ["spec", "attach", "opens", "decode"], default_value = "spec")]
+        #[arg(value_parser = ["spec", "attach", "opens", "decode", "live"], default_value = "spec")]
         what: String,
         /// For decode: how many samples.
         #[arg(long, default_value_t = 2_000_000)]
@@ -106,10 +115,63 @@ enum Task {
         /// For opens: rounds (each runs every tool once).
         #[arg(long, default_value_t = 3)]
         rounds: u32,
-        /// For attach and opens: the kernel series (6.1, 6.12) or a
+        /// For attach, opens and live: the kernel series (6.1, 6.12) or a
         /// vmlinuz path.
         #[arg(long, default_value = "6.1")]
         kernel: String,
+        /// For live: calls per run (split between the threads).
+        #[arg(long, default_value_t = 100_000)]
+        calls: u64,
+        /// For live: the workload's rates, calls per second per thread, or
+        /// `max` (as fast as it goes), comma-separated.
+        #[arg(long, default_value = "20000,max")]
+        rates: String,
+        /// For live: the workloads, `open` (tmpfs opens: kprobes) and
+        /// `call` (calls of a uprobed function), comma-separated.
+        #[arg(long, default_value = "open,call")]
+        workloads: String,
+        /// For live: only these probe kinds (entry, return, string),
+        /// comma-separated; default: all.
+        #[arg(long, default_value = "")]
+        probes: String,
+        /// For live: instead of the tables, profile the consumers on one
+        /// thread at full rate (perf stat counters of each tool's own
+        /// process, and a call graph of kprobe-perf's).
+        #[arg(long)]
+        profile: bool,
+        /// For live: run on this host instead of the VM (uprobes only:
+        /// the host kernel has no kprobes).
+        #[arg(long)]
+        native: bool,
+    },
+    /// (internal) `bench live` inside the VM.
+    #[command(hide = true)]
+    LiveGuest {
+        #[arg(long)]
+        kprobe_perf: PathBuf,
+        #[arg(long)]
+        rounds: u32,
+        #[arg(long)]
+        calls: u64,
+        #[arg(long)]
+        rates: String,
+        #[arg(long)]
+        workloads: String,
+        #[arg(long, default_value = "")]
+        probes: String,
+        #[arg(long)]
+        profile: bool,
+    },
+    /// (internal) The workload of `bench live`: KIND (open, call) PATH
+    /// CALLS THREADS RATE (per thread per second, or max) REPORT.
+    #[command(hide = true)]
+    LiveWorkload {
+        kind: String,
+        path: PathBuf,
+        calls: u64,
+        threads: usize,
+        rate: String,
+        report: PathBuf,
     },
     /// Build a static x86_64 (or, with --arch arm64, aarch64) binary (musl, rust-lld) with its man pages
     /// and bash/zsh/fish completions in target/dist/, and a tarball.
@@ -221,7 +283,7 @@ fn main() -> Result<()> {
             args.push(format!("--deadline-ms={deadline_ms}"));
             run_fuzz(&format!("{target}_fuzz"), &args)
         }
-        Task::Bench { what, .. } if what == "spec" => run_example("spec_bench", &[]),
+        Task::Bench { what, .. } if what == "spec" => run_harness("spec_bench", &[]),
         Task::Bench { what, samples, .. } if what == "decode" => bench_decode(samples),
         Task::Bench {
             what,
@@ -231,9 +293,198 @@ fn main() -> Result<()> {
             ..
         } if what == "opens" => bench_opens(opens, rounds, &kernel),
         Task::Bench {
+            what,
+            rounds,
+            kernel,
+            calls,
+            rates,
+            workloads,
+            probes,
+            profile,
+            native,
+            ..
+        } if what == "live" => bench_live(&LiveArgs {
+            rounds,
+            kernel,
+            calls,
+            rates,
+            workloads,
+            probes,
+            profile,
+            native,
+        }),
+        Task::Bench {
             functions, kernel, ..
         } => bench_attach(functions, &kernel),
+        Task::LiveGuest {
+            kprobe_perf,
+            rounds,
+            calls,
+            rates,
+            workloads,
+            probes,
+            profile,
+        } => live::measure(&live_options(
+            kprobe_perf,
+            rounds,
+            calls,
+            &rates,
+            &workloads,
+            &probes,
+            profile,
+        )?),
+        Task::LiveWorkload {
+            kind,
+            path,
+            calls,
+            threads,
+            rate,
+            report,
+        } => live::workload(
+            live::CallKind::parse(&kind)?,
+            &path,
+            calls,
+            threads,
+            live::Rate::parse(&rate)?,
+            &report,
+        ),
     }
+}
+
+/// The options of `bench live` as given.
+struct LiveArgs {
+    rounds: u32,
+    kernel: String,
+    calls: u64,
+    rates: String,
+    workloads: String,
+    probes: String,
+    profile: bool,
+    native: bool,
+}
+
+fn live_options(
+    kprobe_perf: PathBuf,
+    rounds: u32,
+    calls: u64,
+    rates: &str,
+    workloads: &str,
+    probes: &str,
+    profile: bool,
+) -> Result<live::LiveOptions> {
+    if rounds == 0 || calls == 0 {
+        bail!("--rounds and --calls must be at least 1");
+    }
+    let workloads = workloads
+        .split(',')
+        .filter(|w| !w.is_empty())
+        .map(live::CallKind::parse)
+        .collect::<Result<Vec<_>>>()?;
+    let probes: Vec<String> = probes
+        .split(',')
+        .filter(|p| !p.is_empty())
+        .map(String::from)
+        .collect();
+    if let Some(p) = probes
+        .iter()
+        .find(|p| !["entry", "return", "string"].contains(&p.as_str()))
+    {
+        bail!("--probes takes entry, return and string, not {p:?}");
+    }
+    Ok(live::LiveOptions {
+        kprobe_perf,
+        rounds,
+        calls,
+        rates: live::parse_rates(rates)?,
+        workloads,
+        profile,
+        probes,
+    })
+}
+
+/// `bench live`: builds kprobe-perf, then measures in the VM, or here
+/// with --native (uprobes only).
+fn bench_live(a: &LiveArgs) -> Result<()> {
+    let status =
+        std::process::Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()))
+            .current_dir(workspace_root())
+            .args([
+                "build",
+                "--quiet",
+                "--release",
+                "--package",
+                "kprobe-perf",
+                "--bin",
+                "kprobe-perf",
+            ])
+            .status()
+            .context("running cargo")?;
+    if !status.success() {
+        bail!("building kprobe-perf failed");
+    }
+    let target = vm_cache()
+        .parent()
+        .map(PathBuf::from)
+        .unwrap_or_else(|| workspace_root().join("target"));
+    let kp = target.join("release/kprobe-perf");
+    if a.native {
+        let mut opts = live_options(
+            kp,
+            a.rounds,
+            a.calls,
+            &a.rates,
+            &a.workloads,
+            &a.probes,
+            a.profile,
+        )?;
+        if opts.workloads.contains(&live::CallKind::Open) {
+            eprintln!("xtask: --native measures uprobes only (the `call` workload): this host has no kprobes");
+        }
+        opts.workloads = vec![live::CallKind::Call];
+        return live::measure(&opts);
+    }
+    // Checked here, where a mistake costs no boot.
+    live_options(
+        kp.clone(),
+        a.rounds,
+        a.calls,
+        &a.rates,
+        &a.workloads,
+        &a.probes,
+        a.profile,
+    )?;
+    host::ensure_packages(&[("linux-perf", "/usr/bin/perf"), ("time", "/usr/bin/time")])?;
+    let kernel = kernels::resolve(&a.kernel, &vm_cache().join("kernels"))?;
+    let exe = std::env::current_exe().context("finding the xtask executable")?;
+    let mut command = vec![
+        exe.to_string_lossy().into_owned(),
+        "live-guest".into(),
+        "--kprobe-perf".into(),
+        kp.to_string_lossy().into_owned(),
+        format!("--rounds={}", a.rounds),
+        format!("--calls={}", a.calls),
+        format!("--rates={}", a.rates),
+        format!("--workloads={}", a.workloads),
+        format!("--probes={}", a.probes),
+    ];
+    if a.profile {
+        command.push("--profile".into());
+    }
+    let outcome = vm::run(&vm::VmRun {
+        kernel: &kernel,
+        command: &command,
+        cwd: workspace_root(),
+        env: passthrough_env(),
+        timeout: Duration::from_secs(4 * 3600),
+        echo: true,
+        label: None,
+        work_dir: vm_cache(),
+    })?;
+    report_problems(&outcome);
+    if !outcome.success() {
+        bail!("the live benchmark failed");
+    }
+    Ok(())
 }
 
 /// Boots the VM and runs the attach benchmark there, peers included.
@@ -250,8 +501,8 @@ fn bench_attach(functions: usize, kernel: &str) -> Result<()> {
                 "--quiet",
                 "--release",
                 "--package",
-                "kprobe-perf-engine",
-                "--example",
+                "kprobe-perf-bench",
+                "--bin",
                 "attach_bench",
             ])
             .status()
@@ -260,7 +511,7 @@ fn bench_attach(functions: usize, kernel: &str) -> Result<()> {
         bail!("building attach_bench failed");
     }
     let kernel = kernels::resolve(kernel, &vm_cache().join("kernels"))?;
-    let exe = workspace_root().join("target/release/examples/attach_bench");
+    let exe = workspace_root().join("target/release/attach_bench");
     let outcome = vm::run(&vm::VmRun {
         kernel: &kernel,
         command: &[
@@ -366,7 +617,7 @@ fn bench_decode(samples: usize) -> Result<()> {
         .join("bench");
     std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
     let file = dir.join("decode.data");
-    run_example(
+    run_harness(
         "decode_bench",
         &[samples.to_string(), file.to_string_lossy().into_owned()],
     )?;
@@ -420,8 +671,8 @@ fn bench_decode(samples: usize) -> Result<()> {
     Ok(())
 }
 
-/// Runs an example of the engine crate in release mode.
-fn run_example(name: &str, args: &[String]) -> Result<()> {
+/// Runs a harness of the kprobe-perf-bench crate in release mode.
+fn run_harness(name: &str, args: &[String]) -> Result<()> {
     let status =
         std::process::Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()))
             .current_dir(workspace_root())
@@ -430,8 +681,8 @@ fn run_example(name: &str, args: &[String]) -> Result<()> {
                 "--quiet",
                 "--release",
                 "--package",
-                "kprobe-perf-engine",
-                "--example",
+                "kprobe-perf-bench",
+                "--bin",
                 name,
                 "--",
             ])

@@ -133,6 +133,21 @@ fn build_tests_for(target: Option<&str>) -> Result<Vec<PathBuf>> {
     if !ok {
         bail!("building kprobe-perf (release) for {what} failed");
     }
+    // The engine's examples that VM tests run (tests/tokio_example.rs).
+    let (ok, _) = run_echo(
+        cargo_for()
+            .args(["build", "--release"])
+            .args(&target_args)
+            .args([
+                "--package",
+                "kprobe-perf-engine",
+                "--example",
+                "tokio_record",
+            ]),
+    )?;
+    if !ok {
+        bail!("building the engine's tokio_record example (release) for {what} failed");
+    }
     let out = cargo_for()
         .args(["test", "--release"])
         .args(&target_args)

@@ -53,13 +53,13 @@ pub const FEAT_EVENT_DESC: u32 = 12;
 pub const FEAT_KPROBE_PERF: u32 = 200;
 
 /// `PERF_RECORD_MMAP`.
-pub const RECORD_MMAP: u32 = 1;
+pub const RECORD_MMAP: u32 = perf_event_open_sys::bindings::PERF_RECORD_MMAP;
 /// `PERF_RECORD_LOST`.
-pub const RECORD_LOST: u32 = 2;
+pub const RECORD_LOST: u32 = perf_event_open_sys::bindings::PERF_RECORD_LOST;
 /// `PERF_RECORD_FINISHED_ROUND` (a perf-only record type).
 pub const RECORD_FINISHED_ROUND: u32 = 68;
 /// `PERF_RECORD_MISC_KERNEL`.
-pub const MISC_KERNEL: u16 = 1;
+pub const MISC_KERNEL: u16 = perf_event_open_sys::bindings::PERF_RECORD_MISC_KERNEL as u16;
 
 /// Why a perf.data file cannot be read. Every variant names the byte
 /// offset where the problem is.

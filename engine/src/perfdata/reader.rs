@@ -401,7 +401,7 @@ impl<R: Read + Seek> Reader<R> {
         let Some((s, b)) = self.feature(FEAT_KPROBE_PERF) else {
             return Err(header_err(
                 72,
-                "no kprobe-perf section (feature bit 200): the file was not written by kprobe-perf record -o; read it with perf script",
+                "no kprobe-perf section (feature bit 200): the file was not written by kprobe-perf (its perf.data writer adds this section); read it with perf script",
             ));
         };
         let text = std::str::from_utf8(b).map_err(|e| PerfDataError::Feature {

@@ -86,9 +86,9 @@ pub fn sample_record_body(f: &SampleFields<'_>, regs_mask: u64) -> Vec<u8> {
 }
 
 /// `PERF_RECORD_MMAP`.
-pub const RECORD_MMAP: u32 = 1;
+pub const RECORD_MMAP: u32 = perf_event_open_sys::bindings::PERF_RECORD_MMAP;
 /// `PERF_RECORD_MISC_USER`.
-pub const MISC_USER: u16 = 2;
+pub const MISC_USER: u16 = perf_event_open_sys::bindings::PERF_RECORD_MISC_USER as u16;
 
 /// Bodies of `PERF_RECORD_MMAP` records for the mappings of `binaries`
 /// (canonical paths) in process `pid`, from `/proc/PID/maps`, with the

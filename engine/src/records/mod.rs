@@ -5,6 +5,7 @@
 
 use std::collections::HashMap;
 use std::hash::{BuildHasherDefault, Hasher};
+use std::ops::ControlFlow;
 use std::sync::Arc;
 
 use byteorder::NativeEndian;
@@ -48,9 +49,9 @@ pub use crate::attr::sample_type;
 const COMM_AT_HANDOVER: &str = "";
 
 /// `PERF_RECORD_COMM`.
-pub const RECORD_COMM: u32 = 3;
+pub const RECORD_COMM: u32 = perf_event_open_sys::bindings::PERF_RECORD_COMM;
 /// `PERF_RECORD_SAMPLE`.
-pub const RECORD_SAMPLE: u32 = 9;
+pub const RECORD_SAMPLE: u32 = perf_event_open_sys::bindings::PERF_RECORD_SAMPLE;
 
 /// Which decoded events [`RecordDecoder::round`] hands over.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -475,6 +476,20 @@ impl RecordDecoder {
     /// Names read from /proc that the round used are then ready for
     /// [`RecordDecoder::take_learned`]. Returns how many were handed over.
     pub fn round(&mut self, handover: Handover, mut f: impl FnMut(&Event, &[ProbePlan])) -> usize {
+        self.try_round(handover, |e, plans| {
+            f(e, plans);
+            ControlFlow::Continue(())
+        })
+    }
+
+    /// As [`RecordDecoder::round`], but `f` may stop the round with
+    /// `Break`: the events not yet handed over stay queued, in order, for
+    /// the next round.
+    pub fn try_round(
+        &mut self,
+        handover: Handover,
+        mut f: impl FnMut(&Event, &[ProbePlan]) -> ControlFlow<()>,
+    ) -> usize {
         let plans = &self.plans;
         let comms = &self.comms;
         // Per thread, the first (earliest) event named from /proc.
@@ -542,8 +557,10 @@ fn account(
     }
 }
 
-/// Where a session copies every record it reads from its rings, untouched,
-/// before decoding it (a perf.data writer, for instance).
+/// What takes raw records untouched, as a perf.data writer does (see
+/// [`crate::perfdata::Writer`]). A session hands records to an
+/// [`EventSink`](crate::EventSink) given to each drain; a sink that writes
+/// a file forwards them here.
 pub trait RecordSink {
     /// One record: `kind` and `misc` from its header, `body` the bytes
     /// after the header, in one or two parts.
@@ -552,15 +569,4 @@ pub trait RecordSink {
     /// Every ring has been read once since the last round: no record
     /// still to come is older than those already given.
     fn round_end(&mut self) -> std::io::Result<()>;
-}
-
-/// A sink shared with its owner, who finishes it after the session.
-impl<T: RecordSink> RecordSink for std::rc::Rc<std::cell::RefCell<T>> {
-    fn record(&mut self, kind: u32, misc: u16, body: (&[u8], &[u8])) -> std::io::Result<()> {
-        self.borrow_mut().record(kind, misc, body)
-    }
-
-    fn round_end(&mut self) -> std::io::Result<()> {
-        self.borrow_mut().round_end()
-    }
 }

@@ -4,6 +4,7 @@
 //! in another), and each is turned into a single reused [`Event`] only
 //! when it is handed over.
 
+use std::ops::ControlFlow;
 use std::sync::Arc;
 
 use kprobe_perf_arch::boundary::ProbeSite;
@@ -118,15 +119,16 @@ impl EventQueue {
     /// them with [`Handover::All`]), with the shapes of the probes in `shapes`. The
     /// thread of an event is named `names[name_of(event)]` (the first
     /// entry names threads without a known name): asked in time order,
-    /// once every record up to the event's time has been read. Returns how
-    /// many.
+    /// once every record up to the event's time has been read. A `Break`
+    /// from `f` keeps the events not yet handed over for the next round.
+    /// Returns how many were handed over.
     pub(crate) fn round(
         &mut self,
         names: &[Arc<str>],
         mut name_of: impl FnMut(&EventHead) -> u32,
         shapes: &[ProbeShape],
         handover: Handover,
-        mut f: impl FnMut(&Event),
+        mut f: impl FnMut(&Event) -> ControlFlow<()>,
     ) -> usize {
         let round_max = self.round_max.take();
         if self.sorted < self.pending.len() {
@@ -147,7 +149,9 @@ impl EventQueue {
             let blank = EventHead::default().event(Arc::from(""), Vec::new(), ProbeSite::Entry);
             self.scratch = vec![(u32::MAX, blank); Self::SCRATCH];
         }
-        for slot in self.pending.drain(..ready) {
+        // Events after a `Break` stay queued, in order, for the next round.
+        let mut handed = 0;
+        for slot in self.pending.get(..ready).unwrap_or(&[]) {
             let comm = name_of(&slot.head);
             let Some((named, e)) = self.scratch.get_mut(comm as usize & (Self::SCRATCH - 1)) else {
                 continue;
@@ -173,8 +177,12 @@ impl EventQueue {
                     *v = Value::Str(Some(e.comm.to_string()));
                 }
             }
-            f(e);
+            handed += 1;
+            if f(e).is_break() {
+                break;
+            }
         }
+        self.pending.drain(..handed);
         self.sorted = self.pending.len();
         // The arguments of handed-over events are dead: keep only those of
         // the slots still waiting.
@@ -192,6 +200,6 @@ impl EventQueue {
             s.ints_at -= first.0;
             s.others_at -= first.1;
         }
-        ready
+        handed
     }
 }

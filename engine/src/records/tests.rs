@@ -617,3 +617,37 @@ fn throttle_and_lost_records_are_counted_per_cpu_and_probe() {
     );
     assert_eq!(st.throttling.len(), 2);
 }
+
+#[test]
+fn a_break_keeps_the_rest_of_the_round_queued_with_its_arguments() {
+    let (mut d, plan) = decoder();
+    for (cpu, time, flags) in [(0, 30, 0x30), (1, 10, 0x10), (0, 40, 0x40), (1, 20, 0x20)] {
+        d.record(RECORD_SAMPLE, 0, (&sample(&plan, 7, cpu, time, flags), &[]))
+            .unwrap();
+    }
+    let mut got = Vec::new();
+    let n = d.try_round(Handover::All, |e, _| {
+        let Value::Int { raw, .. } = e.args[1] else {
+            panic!("flags is not an integer: {:?}", e.args[1]);
+        };
+        got.push((e.time_ns, raw));
+        if got.len() == 2 {
+            ControlFlow::Break(())
+        } else {
+            ControlFlow::Continue(())
+        }
+    });
+    assert_eq!(n, 2);
+    assert_eq!(got, [(10, 0x10), (20, 0x20)]);
+    assert_eq!(d.waiting(), 2);
+    // A new event older than those left is put in its place.
+    d.record(RECORD_SAMPLE, 0, (&sample(&plan, 7, 1, 25, 0x25), &[]))
+        .unwrap();
+    let rest: Vec<(u64, u64)> = take(&mut d, Handover::All)
+        .into_iter()
+        .map(|(t, _, _, f)| (t, f))
+        .collect();
+    assert_eq!(rest, [(25, 0x25), (30, 0x30), (40, 0x40)]);
+    assert_eq!(d.waiting(), 0);
+    assert_eq!(d.stats().hits, [5]);
+}

@@ -17,29 +17,8 @@ use crate::plan::{AttachPoint, Backend, ProbePlan};
 use crate::pmu::{ProbePmu, SYSFS_PMUS};
 use crate::ring::{BackwardRing, RingBuffer};
 use crate::sys;
+use crate::target::Slot;
 use crate::tracefs::{ProbeKind, Tracefs, TracefsProbes};
-
-/// Where one ring's events are opened: perf_event_open's pid and cpu, and
-/// how to name it in messages.
-pub(crate) struct Slot {
-    pub(crate) pid: i32,
-    pub(crate) cpu: i32,
-    pub(crate) label: String,
-    /// perf_event_open flags (`PERF_FLAG_PID_CGROUP` when `pid` is a
-    /// cgroup directory's fd).
-    pub(crate) flags: u64,
-}
-
-impl Slot {
-    fn cpu(c: u32) -> Slot {
-        Slot {
-            pid: -1,
-            cpu: c as i32,
-            label: format!("CPU {c}"),
-            flags: 0,
-        }
-    }
-}
 
 fn is_user(p: &ProbePlan) -> bool {
     matches!(p.attach, AttachPoint::User { .. })
@@ -176,97 +155,6 @@ pub(crate) fn define_events(
     })
 }
 
-/// Where a target's events are opened, one ring per slot.
-pub(crate) struct Scopes {
-    /// (pid, cpu) as perf_event_open takes them.
-    pub(crate) slots: Vec<Slot>,
-    /// A cgroup target's directory, whose fd is the slots' pid: kept open
-    /// until every event is opened (perf_event_open takes its own
-    /// reference to the cgroup).
-    pub(crate) _cgroup_dir: Option<std::fs::File>,
-}
-
-/// The scopes of `target` on the online `cpus`; for
-/// [`RecordTarget::Processes`], each (pid, tid) of `threads` on every CPU.
-pub(crate) fn scopes(
-    target: &RecordTarget,
-    cpus: &[u32],
-    threads: &[(i32, i32)],
-) -> Result<Scopes, Error> {
-    let mut _cgroup_dir = None;
-    let slots: Vec<Slot> = match target {
-        RecordTarget::AllCpus => cpus.iter().map(|&c| Slot::cpu(c)).collect(),
-        RecordTarget::Cpus(list) => {
-            if let Some(bad) = list.iter().find(|c| !cpus.contains(c)) {
-                return Err(Error::io(
-                    format!(
-                        "CPU {bad} is not online (online: {})",
-                        crate::cpus::format_cpu_list(cpus)
-                    ),
-                    std::io::Error::from(std::io::ErrorKind::NotFound),
-                ));
-            }
-            // A CPU listed twice would count each event twice.
-            let mut list = list.clone();
-            list.sort_unstable();
-            list.dedup();
-            list.iter().map(|&c| Slot::cpu(c)).collect()
-        }
-        RecordTarget::Process { pid, .. } => cpus
-            .iter()
-            .map(|&c| Slot {
-                pid: *pid,
-                cpu: c as i32,
-                label: format!("pid {pid}, CPU {c}"),
-                flags: 0,
-            })
-            .collect(),
-        RecordTarget::Processes(_) => threads
-            .iter()
-            .flat_map(|&(pid, tid)| {
-                cpus.iter().map(move |&c| Slot {
-                    pid: tid,
-                    cpu: c as i32,
-                    label: format!("thread {tid} of process {pid}, CPU {c}"),
-                    flags: 0,
-                })
-            })
-            .collect(),
-        RecordTarget::Threads(tids) => tids
-            .iter()
-            .map(|&t| Slot {
-                pid: t,
-                cpu: -1,
-                label: format!("tid {t}"),
-                flags: 0,
-            })
-            .collect(),
-        RecordTarget::Cgroup(path) => {
-            let dir = std::fs::File::open(path).map_err(|e| {
-                Error::io(
-                    format!(
-                        "cannot open the cgroup {} (give a directory of the cgroup2 hierarchy, e.g. /sys/fs/cgroup/system.slice)",
-                        path.display()
-                    ),
-                    e,
-                )
-            })?;
-            let fd = dir.as_raw_fd();
-            // perf_event_open takes its own reference to the cgroup.
-            _cgroup_dir = Some(dir);
-            cpus.iter()
-                .map(|&c| Slot {
-                    pid: fd,
-                    cpu: c as i32,
-                    label: format!("cgroup {}, CPU {c}", path.display()),
-                    flags: u64::from(perf_event_open_sys::bindings::PERF_FLAG_PID_CGROUP),
-                })
-                .collect()
-        }
-    };
-    Ok(Scopes { slots, _cgroup_dir })
-}
-
 /// Raises the fd limit for every event of `plans` on every slot.
 pub(crate) fn reserve_fds(plans: &[ProbePlan], slots: &[Slot]) -> Result<(), Error> {
     // A PMU kretprobe has a second fd per slot: its entry counter.
@@ -294,13 +182,7 @@ fn event_settings(opts: &SessionOptions) -> EventSettings {
         mmap_pages: opts.mmap_pages,
         write_backward: opts.overwrite,
         inherit: opts.target.inherits(),
-        enable_on_exec: matches!(
-            opts.target,
-            RecordTarget::Process {
-                enable_on_exec: true,
-                ..
-            }
-        ),
+        enable_on_exec: opts.target.enables_on_exec(),
     }
 }
 
@@ -419,22 +301,17 @@ pub(crate) fn inherited<'n>(
                 attr = attr::by_address(&attr, plan, addr);
             }
             (AttachPoint::User { .. }, _) => {
-                return Err(Error::io(
-                    format!("following a command's children with the uprobe {}", plan.spec),
-                    std::io::Error::new(
-                        std::io::ErrorKind::Unsupported,
-                        "an inherited uprobe PMU event would make the kernel re-read the binary's path at each fork; it must be defined through uprobe_events (a bug: please report it)",
+                return Err(Error::Internal {
+                    what: format!(
+                        "following a command's children with the uprobe {}: an inherited uprobe PMU event would make the kernel re-read the binary's path at each fork; it must be defined through uprobe_events",
+                        plan.spec
                     ),
-                ))
+                })
             }
             _ => {
-                return Err(Error::io(
-                    format!("following a command's children with {}", plan.spec),
-                    std::io::Error::new(
-                        std::io::ErrorKind::Unsupported,
-                        "this needs the symbol's address, which /proc/kallsyms hides from this process (kernel.kptr_restrict=2 hides it even from root): lower kernel.kptr_restrict, or record system-wide with -a",
-                    ),
-                ))
+                return Err(Error::InheritNeedsAddress {
+                    probe: plan.spec.to_string(),
+                })
             }
         }
     }

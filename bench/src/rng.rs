@@ -1,4 +1,4 @@
-//! xorshift64*: a small, fast, reproducible generator for the examples
+//! xorshift64*: a small, fast, reproducible generator for the harnesses
 //! that need seeded randomness (fuzzing, picking functions).
 
 /// Advances `state` and returns the next value.

@@ -22,9 +22,7 @@ use kprobe_perf_engine::plan::BackendChoice;
 use kprobe_perf_engine::select::FRAGILE_FAMILIES;
 use kprobe_perf_engine::{plan_probes_with, KernelSymbols, Session, SessionOptions};
 
-#[path = "common/rng.rs"]
-mod rng;
-use rng::xorshift;
+use kprobe_perf_bench::rng::xorshift;
 
 fn pick(n: usize, seed: u64) -> Vec<String> {
     let symbols = KernelSymbols::load().expect("reading /proc/kallsyms");

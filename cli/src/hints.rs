@@ -1,0 +1,139 @@
+//! The engine's errors in terms of this program's flags. The engine names
+//! no flag (it has embedders other than this CLI); where its advice is a
+//! flag of ours, the message printed here says which.
+
+use std::error::Error as StdError;
+
+use kprobe_perf_engine::plan::PlanError;
+use kprobe_perf_engine::select::Excluded;
+use kprobe_perf_engine::tracefs::TracefsError;
+use kprobe_perf_engine::Error;
+
+/// The error and its causes as anyhow's `{:#}` prints them (joined by
+/// ": "), each engine error whose advice is a flag in this CLI's words.
+pub fn render(e: &anyhow::Error) -> String {
+    e.chain()
+        .map(|cause| with_flags(cause).unwrap_or_else(|| cause.to_string()))
+        .collect::<Vec<_>>()
+        .join(": ")
+}
+
+/// This CLI's wording of `e`, when the engine's advice is one of its
+/// flags; `None` when the engine's message says it all.
+fn with_flags(e: &(dyn StdError + 'static)) -> Option<String> {
+    if let Some(e) = e.downcast_ref::<Error>() {
+        return match e {
+            Error::Plan(p) => plan(p),
+            Error::Tracefs(t) => tracefs(t),
+            Error::NotAProcess { tid, process } => Some(format!(
+                "{tid} is a thread of process {process}, not a process: record the process with -p {process}, or this thread alone with -t {tid}"
+            )),
+            Error::InheritNeedsAddress { .. } => Some(format!("{e} with -a")),
+            _ => None,
+        };
+    }
+    if let Some(p) = e.downcast_ref::<PlanError>() {
+        return plan(p);
+    }
+    e.downcast_ref::<TracefsError>().and_then(tracefs)
+}
+
+fn plan(e: &PlanError) -> Option<String> {
+    match e {
+        PlanError::NeedsTracefs { what, .. } => Some(format!(
+            "{what} needs a dynamic_events definition, which --backend pmu rules out; drop --backend pmu (auto defines such probes through tracefs)"
+        )),
+        PlanError::Ambiguous { .. } => Some(format!("{e} with --all-instances")),
+        PlanError::AllExcluded { pattern, matched } => Some(format!(
+            "{pattern}: matches no function that can be probed ({matched} matched, all excluded); see why with: kprobe-perf list --why '{pattern}'"
+        )),
+        PlanError::PastLastInstruction {
+            function,
+            offset,
+            code,
+        } => Some(format!(
+            "{function}+{offset} is past the last instruction of {function} (its code is {code} bytes by the vmlinux symbol table): the alignment padding there never runs, so the probe would never fire; see kprobe-perf probe --lines {function}"
+        )),
+        _ => None,
+    }
+}
+
+fn tracefs(e: &TracefsError) -> Option<String> {
+    match e {
+        TracefsError::NoUprobeEvents { .. } => Some(format!("{e} with -a")),
+        TracefsError::NoKprobeEvents {
+            kprobe_pmu: true, ..
+        } => Some(format!("{e} (--backend pmu)")),
+        _ => None,
+    }
+}
+
+/// Why `list --why` leaves a function out, with the flag that keeps it.
+pub fn excluded(x: &Excluded) -> String {
+    match x {
+        Excluded::Fragile { .. } => format!("{x} (--include-fragile)"),
+        _ => x.to_string(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn flags_are_named_where_the_engine_gives_generic_advice() {
+        let e = anyhow::Error::new(Error::NotAProcess {
+            tid: 12,
+            process: 10,
+        });
+        assert_eq!(
+            render(&e),
+            "12 is a thread of process 10, not a process: record the process with -p 10, or this thread alone with -t 12"
+        );
+        // In a context, the wording is replaced where the error sits.
+        let e = anyhow::Error::new(PlanError::AllExcluded {
+            pattern: "*spin*".into(),
+            matched: 3,
+        })
+        .context("expanding globs");
+        assert_eq!(
+            render(&e),
+            "expanding globs: *spin*: matches no function that can be probed (3 matched, all excluded); see why with: kprobe-perf list --why '*spin*'"
+        );
+        let e = anyhow::Error::new(Error::from(PlanError::NeedsTracefs {
+            what: "an fprobe event (f:)".into(),
+            instead: "choose the automatic backend".into(),
+        }));
+        assert_eq!(
+            render(&e),
+            "an fprobe event (f:) needs a dynamic_events definition, which --backend pmu rules out; drop --backend pmu (auto defines such probes through tracefs)"
+        );
+        let e = anyhow::Error::new(Error::InheritNeedsAddress {
+            probe: "p:x do_x".into(),
+        });
+        assert!(render(&e).ends_with("or record system-wide with -a"), "{e}");
+        let e = anyhow::Error::new(PlanError::PastLastInstruction {
+            function: "f".into(),
+            offset: 40,
+            code: 38,
+        });
+        assert!(render(&e).ends_with("; see kprobe-perf probe --lines f"));
+    }
+
+    #[test]
+    fn other_errors_print_as_anyhow_prints_them() {
+        let os = std::io::Error::from_raw_os_error(libc_enoent());
+        let e = anyhow::Error::new(os).context("reading /x");
+        assert_eq!(render(&e), format!("{e:#}"));
+        let e = anyhow::Error::new(Error::CpuNotOnline {
+            cpu: 9,
+            online: vec![0, 1],
+        });
+        assert_eq!(render(&e), "CPU 9 is not online (online: 0-1)");
+        assert_eq!(render(&e), format!("{e:#}"));
+    }
+
+    fn libc_enoent() -> i32 {
+        2
+    }
+}

@@ -1,0 +1,497 @@
+//! The running kernel as the engine sees it: its symbols (`/proc/kallsyms`)
+//! with the kprobe blacklist, the vmlinux and System.map matched to it
+//! (build ID, KASLR slide), and where the bytes of its text come from
+//! (`/proc/kcore`, else the vmlinux). [`Kernel`] gathers them once and
+//! offers what needs them: glob expansion ([`Kernel::expand_globs`]),
+//! planning ([`Kernel::plan`]) and the checks made before anything is
+//! opened ([`Kernel::check`], [`Kernel::preflight`]).
+//!
+//! ```no_run
+//! use kprobe_perf_engine::kernel::{GlobOptions, Kernel, KernelOptions};
+//! use kprobe_perf_engine::plan::BackendChoice;
+//!
+//! # fn main() -> Result<(), kprobe_perf_engine::Error> {
+//! let kernel = Kernel::discover(KernelOptions::default())?;
+//! if let Some(e) = kernel.blacklist_error() {
+//!     eprintln!("the kprobe blacklist is not checked: {e}");
+//! }
+//! // One definition per function the glob keeps (or fprobe events).
+//! let specs: Vec<String> = kernel
+//!     .expand_globs(&["p:vfs_read*"], &GlobOptions::default())?
+//!     .into_iter()
+//!     .flat_map(|e| e.definitions)
+//!     .collect();
+//! let plans = kernel.plan(&specs, BackendChoice::Auto)?;
+//! // Refuses what the kernel would refuse (a mid-instruction offset, a
+//! // blacklisted or notrace function) before a probe is opened.
+//! kernel.check(&plans)?;
+//! # Ok(())
+//! # }
+//! ```
+
+mod globs;
+mod text;
+
+use std::path::PathBuf;
+use std::sync::{Mutex, OnceLock};
+
+pub use kprobe_perf_symbols::file::open_regular;
+pub use kprobe_perf_symbols::image::{ImageError, ImageSymbol, KaslrSlide, KernelImage};
+pub use kprobe_perf_symbols::prototypes::VMLINUX_BTF;
+pub use kprobe_perf_symbols::{
+    glob_match, is_glob, Blacklist, BlacklistError, SymbolsError, BLACKLIST_PATH,
+};
+
+pub use globs::{
+    glob_route, Expanded, ExpandedAs, FprobeRoute, GlobOptions, GlobRoute, NotraceBy, Selection,
+    MAX_FPROBE_SPLIT,
+};
+pub use text::{KernelImages, SkippedImage};
+
+use crate::kcore::TextSources;
+use crate::plan::BackendChoice;
+use crate::preflight::{KernelTextSource, Preflight};
+use crate::{Arch, Error, KernelSymbols, ProbePlan};
+
+/// Where kernel text bytes come from.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum TextFrom {
+    /// `/proc/kcore` when readable, else a vmlinux.
+    #[default]
+    Auto,
+    /// `/proc/kcore` only.
+    Kcore,
+    /// The vmlinux only (its link-time bytes, moved by the KASLR slide:
+    /// runtime patching of jump labels, static calls and alternatives is
+    /// not seen).
+    Vmlinux,
+}
+
+/// Where exact function sizes come from.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum SizesFrom {
+    /// The distance to the next kallsyms symbol, unless a vmlinux is read
+    /// for its bytes anyway (its ELF sizes are then used).
+    #[default]
+    Kallsyms,
+    /// A vmlinux's symbol table whenever one is found, even when
+    /// `/proc/kcore` gives the bytes (what a listing of a function wants:
+    /// its alignment padding told apart from its code).
+    Vmlinux,
+}
+
+/// What [`Kernel::discover`] reads besides kallsyms and the blacklist.
+/// Build it from [`Default`] with the setters:
+/// `KernelOptions::default().vmlinux(path).text_from(TextFrom::Kcore)`.
+#[derive(Clone, Debug, Default)]
+#[non_exhaustive]
+pub struct KernelOptions {
+    /// The running kernel's vmlinux; `None`: the first of
+    /// [`Kernel::vmlinux_candidates`] that exists. A given one that cannot
+    /// be read or does not match is an error; a found one is skipped
+    /// ([`Kernel::take_skipped`]).
+    pub vmlinux: Option<PathBuf>,
+    /// The running kernel's System.map (symbols for a stripped vmlinux,
+    /// and a check of the slide); `None`: the first of
+    /// [`Kernel::system_map_candidates`] that exists.
+    pub system_map: Option<PathBuf>,
+    /// Where kernel text bytes come from.
+    pub text_from: TextFrom,
+    /// Where exact function sizes come from.
+    pub sizes_from: SizesFrom,
+}
+
+impl KernelOptions {
+    /// Uses this vmlinux (or, with `None`, looks for one).
+    pub fn vmlinux(mut self, path: impl Into<Option<PathBuf>>) -> Self {
+        self.vmlinux = path.into();
+        self
+    }
+
+    /// Uses this System.map (or, with `None`, looks for one).
+    pub fn system_map(mut self, path: impl Into<Option<PathBuf>>) -> Self {
+        self.system_map = path.into();
+        self
+    }
+
+    /// Takes kernel text bytes from `from`.
+    pub fn text_from(mut self, from: TextFrom) -> Self {
+        self.text_from = from;
+        self
+    }
+
+    /// Takes exact function sizes from `from`.
+    pub fn sizes_from(mut self, from: SizesFrom) -> Self {
+        self.sizes_from = from;
+        self
+    }
+}
+
+/// Why the kernel's symbols, images or text cannot be used.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum KernelError {
+    /// `/proc/kallsyms` could not be read.
+    #[error(transparent)]
+    Kallsyms(#[from] SymbolsError),
+    /// A vmlinux or System.map cannot be read, or is not the running
+    /// kernel's.
+    #[error(transparent)]
+    Image(#[from] ImageError),
+    /// The System.map and the vmlinux give different KASLR slides.
+    #[error("{} (KASLR slide 0x{map_slide:x}) and the vmlinux (0x{vmlinux_slide:x}) are of different builds", system_map.display())]
+    ImagesDisagree {
+        /// The System.map.
+        system_map: PathBuf,
+        /// The slide the System.map gives.
+        map_slide: u64,
+        /// The slide the vmlinux gives.
+        vmlinux_slide: u64,
+    },
+    /// Text was asked of `/proc/kcore` ([`TextFrom::Kcore`]), which cannot
+    /// be read.
+    #[error("/proc/kcore cannot be read (run as root on a kernel with CONFIG_PROC_KCORE)")]
+    Kcore {
+        /// The OS error.
+        source: std::io::Error,
+    },
+    /// Text was asked of the vmlinux ([`TextFrom::Vmlinux`]), which has
+    /// no symbols to compute the KASLR slide from.
+    #[error("{} cannot be placed at the running kernel's addresses (no symbols to compute the KASLR slide from: give the System.map too, and run as root so kallsyms shows addresses)", path.display())]
+    Unplaced {
+        /// The vmlinux.
+        path: PathBuf,
+    },
+    /// Text was asked of the vmlinux ([`TextFrom::Vmlinux`]), and none was
+    /// given or found.
+    #[error("no vmlinux for {release} (looked in {}); give the vmlinux path (Debian: the linux-image-VERSION-dbg package)", looked_in(candidates))]
+    NoVmlinux {
+        /// `uname -r`.
+        release: String,
+        /// Where it was looked for.
+        candidates: Vec<PathBuf>,
+    },
+    /// The running kernel's architecture is not one the engine decodes.
+    #[error("kprobe-perf supports x86_64 and aarch64 only")]
+    UnsupportedArch,
+}
+
+/// The paths, joined for a message.
+pub fn looked_in(paths: &[PathBuf]) -> String {
+    paths
+        .iter()
+        .map(|p| p.display().to_string())
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+/// The running kernel: its symbols and blacklist, read at once; its
+/// vmlinux, System.map and text source, found and matched on first use
+/// and kept.
+pub struct Kernel {
+    symbols: KernelSymbols,
+    blacklist_error: Option<BlacklistError>,
+    options: KernelOptions,
+    release: String,
+    arch: Option<Arch>,
+    running_build_id: Option<Vec<u8>>,
+    images: OnceLock<KernelImages>,
+    text: OnceLock<Option<TextSources>>,
+    skipped: Mutex<Vec<SkippedImage>>,
+}
+
+impl std::fmt::Debug for Kernel {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Kernel")
+            .field("release", &self.release)
+            .field("arch", &self.arch)
+            .field("symbols", &self.symbols.len())
+            .field("options", &self.options)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Kernel {
+    /// Reads `/proc/kallsyms` and the kprobe blacklist of the running
+    /// kernel. A blacklist that cannot be read is not an error (see
+    /// [`blacklist_error`](Self::blacklist_error)); kallsyms is. The
+    /// vmlinux, System.map and text are looked for on first use.
+    pub fn discover(options: KernelOptions) -> Result<Kernel, Error> {
+        let symbols = KernelSymbols::load().map_err(KernelError::from)?;
+        Ok(Self::with_symbols(symbols, options))
+    }
+
+    /// As [`discover`](Self::discover), over `symbols` instead of
+    /// `/proc/kallsyms`: a captured table, or an empty one when kallsyms
+    /// cannot be read (probes then go by name, for the kernel to resolve).
+    pub fn with_symbols(mut symbols: KernelSymbols, options: KernelOptions) -> Kernel {
+        let blacklist_error = match Blacklist::load() {
+            Ok(b) => {
+                symbols.set_blacklist(b);
+                None
+            }
+            Err(e) => Some(e),
+        };
+        Kernel {
+            symbols,
+            blacklist_error,
+            options,
+            release: running_release(),
+            arch: running_arch(),
+            running_build_id: kprobe_perf_symbols::image::running_build_id(),
+            images: OnceLock::new(),
+            text: OnceLock::new(),
+            skipped: Mutex::new(Vec::new()),
+        }
+    }
+
+    /// The symbols, with the blacklist when it was readable.
+    pub fn symbols(&self) -> &KernelSymbols {
+        &self.symbols
+    }
+
+    /// The symbols, keeping nothing else (the text source and images are
+    /// closed): the table a recording symbolizes with.
+    pub fn into_symbols(self) -> KernelSymbols {
+        self.symbols
+    }
+
+    /// The options given.
+    pub fn options(&self) -> &KernelOptions {
+        &self.options
+    }
+
+    /// The kprobe blacklist, when it was readable.
+    pub fn blacklist(&self) -> Option<&Blacklist> {
+        self.symbols.blacklist()
+    }
+
+    /// Why the blacklist could not be read (debugfs not mounted, no
+    /// privilege): blacklisted functions are then left for the kernel to
+    /// refuse.
+    pub fn blacklist_error(&self) -> Option<&BlacklistError> {
+        self.blacklist_error.as_ref()
+    }
+
+    /// `uname -r` (empty when unknown).
+    pub fn release(&self) -> &str {
+        &self.release
+    }
+
+    /// The running kernel's architecture (`/proc/sys/kernel/arch`, else
+    /// this build's), which decides how its text is decoded.
+    pub fn arch(&self) -> Result<Arch, Error> {
+        self.arch.ok_or_else(|| KernelError::UnsupportedArch.into())
+    }
+
+    /// The running kernel's GNU build ID (`/sys/kernel/notes`), when it
+    /// shows one.
+    pub fn running_build_id(&self) -> Option<&[u8]> {
+        self.running_build_id.as_deref()
+    }
+
+    /// Where a vmlinux is looked for when none is given, in order.
+    pub fn vmlinux_candidates(&self) -> Vec<PathBuf> {
+        kprobe_perf_symbols::image::vmlinux_candidates(&self.release)
+    }
+
+    /// Where a System.map is looked for when none is given, in order.
+    pub fn system_map_candidates(&self) -> Vec<PathBuf> {
+        kprobe_perf_symbols::image::system_map_candidates(&self.release)
+    }
+
+    /// The vmlinux and System.map, found (or as given), read and matched
+    /// to the running kernel; once, then kept. A given file that fails is
+    /// an error; a found one that fails is left out, and said in
+    /// [`take_skipped`](Self::take_skipped).
+    pub fn images(&self) -> Result<&KernelImages, Error> {
+        if let Some(m) = self.images.get() {
+            return Ok(m);
+        }
+        let mut skipped = Vec::new();
+        // Stored, or an error: what was skipped is said once.
+        let stored = text::match_images(self, &mut skipped).map(|m| self.images.set(m).is_ok());
+        if *stored.as_ref().unwrap_or(&true) {
+            if let Ok(mut s) = self.skipped.lock() {
+                s.extend(skipped);
+            }
+        }
+        stored?;
+        self.images
+            .get()
+            .ok_or_else(|| unreachable_cell("the kernel images"))
+    }
+
+    /// The images found but left out since the last call (another
+    /// kernel's build, no matching slide, unreadable), for the caller to
+    /// report.
+    pub fn take_skipped(&self) -> Vec<SkippedImage> {
+        self.skipped
+            .lock()
+            .map(|mut s| std::mem::take(&mut *s))
+            .unwrap_or_default()
+    }
+
+    /// Where kernel text bytes come from, as the options ask: the live
+    /// text, a matched vmlinux, or both (live bytes, vmlinux sizes);
+    /// opened once, then kept. `None` when there is no source (not root
+    /// and no vmlinux): the kernel then decides what it accepts.
+    pub fn text(&self) -> Result<Option<&dyn KernelTextSource>, Error> {
+        if self.text.get().is_none() {
+            let opened = text::open_text(self)?;
+            let _ = self.text.set(opened);
+        }
+        Ok(self
+            .text
+            .get()
+            .and_then(Option::as_ref)
+            .map(|t| t as &dyn KernelTextSource))
+    }
+
+    /// The checks over this kernel's symbols and text; `None` when there
+    /// is no text to check against.
+    pub fn preflight(&self) -> Result<Option<Preflight<'_>>, Error> {
+        let Some(text) = self.text()? else {
+            return Ok(None);
+        };
+        Ok(Some(
+            Preflight::new(&self.symbols, text, self.arch()?).with_release(&self.release),
+        ))
+    }
+
+    /// Refuses, before anything is opened, a probe the kernel would refuse
+    /// (a mid-instruction offset, a notrace or blacklisted function ...),
+    /// when the kernel's text is readable; otherwise the kernel decides.
+    pub fn check(&self, plans: &[ProbePlan]) -> Result<(), Error> {
+        let Some(pre) = self.preflight()? else {
+            return Ok(());
+        };
+        for p in plans {
+            pre.check(p)?;
+        }
+        Ok(())
+    }
+
+    /// Parses and plans definitions against this kernel's symbols (see
+    /// [`plan_probes_with`](crate::plan_probes_with)).
+    pub fn plan<S: AsRef<str>>(
+        &self,
+        specs: &[S],
+        choice: BackendChoice,
+    ) -> Result<Vec<ProbePlan>, Error> {
+        crate::plan_probes_with(specs, &self.symbols, choice)
+    }
+}
+
+fn unreachable_cell(what: &str) -> Error {
+    Error::io(
+        what,
+        std::io::Error::other("a value just stored is missing (a bug)"),
+    )
+}
+
+/// `uname -r` of the running kernel (empty when unknown).
+pub fn running_release() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/osrelease")
+        .map(|r| r.trim().to_string())
+        .unwrap_or_default()
+}
+
+/// The running kernel's architecture (`/proc/sys/kernel/arch`, as
+/// `uname -m` says it); the build's own when that file is missing.
+fn running_arch() -> Option<Arch> {
+    std::fs::read_to_string("/proc/sys/kernel/arch")
+        .ok()
+        .and_then(|m| Arch::from_machine(&m))
+        .or_else(Arch::host)
+}
+
+fn first_existing(paths: Vec<PathBuf>) -> Option<PathBuf> {
+    paths.into_iter().find(|p| p.is_file())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn symbols() -> KernelSymbols {
+        KernelSymbols::parse(
+            "ffffffff81000000 T _text\n\
+             ffffffff81100000 T vfs_read\n\
+             ffffffff81100100 T vfs_readv\n\
+             ffffffff81100200 T vfs_write\n",
+        )
+        .unwrap()
+    }
+
+    #[test]
+    fn a_kernel_can_be_shared_between_threads() {
+        fn send_sync<T: Send + Sync>() {}
+        send_sync::<Kernel>();
+    }
+
+    #[test]
+    fn the_text_is_opened_only_when_a_glob_or_a_check_needs_it() {
+        let missing = PathBuf::from("/nonexistent/vmlinux");
+        let kernel = Kernel::with_symbols(
+            symbols(),
+            KernelOptions::default()
+                .vmlinux(missing.clone())
+                .text_from(TextFrom::Vmlinux),
+        );
+        // No glob: the definitions pass through, the vmlinux is not read.
+        let expanded = kernel
+            .expand_globs(&["p:vfs_read", "r:vfs_write"], &GlobOptions::default())
+            .unwrap();
+        assert_eq!(
+            expanded
+                .iter()
+                .map(|e| (e.definitions.clone(), e.how.clone()))
+                .collect::<Vec<_>>(),
+            [
+                (vec!["p:vfs_read".to_string()], ExpandedAs::Unchanged),
+                (vec!["r:vfs_write".to_string()], ExpandedAs::Unchanged)
+            ]
+        );
+        // A glob reads it: the given vmlinux that cannot be read is an
+        // error naming it, and so is the check of a plan.
+        let e = kernel
+            .expand_globs(&["p:vfs_*"], &GlobOptions::default())
+            .unwrap_err();
+        match e {
+            Error::Kernel(KernelError::Image(ImageError::Read { path, source })) => {
+                assert_eq!(path, missing);
+                assert_eq!(source.kind(), std::io::ErrorKind::NotFound);
+            }
+            other => panic!("{other:?}"),
+        }
+        let plans = kernel.plan(&["p:vfs_read"], BackendChoice::Pmu).unwrap();
+        assert_eq!(plans.len(), 1);
+        assert!(matches!(
+            kernel.check(&plans),
+            Err(Error::Kernel(KernelError::Image(ImageError::Read { .. })))
+        ));
+        assert!(kernel.take_skipped().is_empty());
+    }
+
+    #[test]
+    fn messages_name_what_to_give_not_an_option() {
+        let e = KernelError::NoVmlinux {
+            release: "6.1.0-50-amd64".into(),
+            candidates: vec!["/boot/vmlinux-6.1.0-50-amd64".into(), "/a/vmlinux".into()],
+        };
+        assert_eq!(
+            e.to_string(),
+            "no vmlinux for 6.1.0-50-amd64 (looked in /boot/vmlinux-6.1.0-50-amd64, /a/vmlinux); give the vmlinux path (Debian: the linux-image-VERSION-dbg package)"
+        );
+        let e = KernelError::Unplaced {
+            path: "/boot/vmlinux".into(),
+        };
+        assert_eq!(
+            e.to_string(),
+            "/boot/vmlinux cannot be placed at the running kernel's addresses (no symbols to compute the KASLR slide from: give the System.map too, and run as root so kallsyms shows addresses)"
+        );
+    }
+}

@@ -1,0 +1,1231 @@
+//! `cargo xtask bench live`: the live path of kprobe-perf against perf
+//! record and bpftrace, on the same probes and the same workload.
+//!
+//! A workload (this binary's hidden `live-workload` subcommand) makes N
+//! calls, tmpfs opens (one `do_sys_openat2` each) or calls of a function of
+//! its own (`kpf_live_target`, for uprobes), on one thread or one per CPU,
+//! paced at a rate per thread or as fast as it can. It reports the time
+//! spent in its calls (pauses of the pacing excluded) and its own CPU time
+//! and voluntary context switches. Each tool records it (`-- CMD`), under
+//! `/usr/bin/time`, whose getrusage figures cover the tool and the
+//! workload it forked: the workload's own share is subtracted, which
+//! leaves the consumer's. Every tool runs once per round, in turn, and
+//! the best round counts.
+//!
+//! In the VM (`cargo xtask bench live`) every probe kind runs; natively
+//! (`--native`) only the uprobe workload, since the host has no kprobes.
+
+use anyhow::{anyhow, bail, Context, Result};
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// The function the uprobe workload calls: a symbol of this binary.
+#[no_mangle]
+#[inline(never)]
+pub extern "C" fn kpf_live_target(x: u64) -> u64 {
+    std::hint::black_box(x.wrapping_mul(0x9e37_79b9_7f4a_7c15))
+}
+
+/// What `live-workload` calls.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub enum CallKind {
+    /// `open()` and `close()` of a file: one `do_sys_openat2` per call.
+    Open,
+    /// `kpf_live_target()`: one uprobe hit per call.
+    Call,
+}
+
+impl CallKind {
+    fn name(self) -> &'static str {
+        match self {
+            CallKind::Open => "open",
+            CallKind::Call => "call",
+        }
+    }
+
+    pub fn parse(s: &str) -> Result<Self> {
+        match s {
+            "open" => Ok(CallKind::Open),
+            "call" => Ok(CallKind::Call),
+            _ => bail!("a workload is `open` or `call`, not {s:?}"),
+        }
+    }
+}
+
+/// A per-thread rate of calls: a number per second, or as fast as it goes.
+#[derive(Clone, Copy, PartialEq, Debug)]
+pub enum Rate {
+    PerSecond(u64),
+    Max,
+}
+
+impl Rate {
+    pub fn parse(s: &str) -> Result<Self> {
+        if s == "max" {
+            return Ok(Rate::Max);
+        }
+        match s.parse::<u64>() {
+            Ok(n) if (1..=100_000_000).contains(&n) => Ok(Rate::PerSecond(n)),
+            _ => {
+                bail!("a rate is calls per second per thread (1 to 100000000) or `max`, not {s:?}")
+            }
+        }
+    }
+
+    fn label(self) -> String {
+        match self {
+            Rate::PerSecond(n) => format!("{n}/s"),
+            Rate::Max => "max".into(),
+        }
+    }
+}
+
+/// Parses `--rates 20000,max`.
+pub fn parse_rates(s: &str) -> Result<Vec<Rate>> {
+    let rates = s
+        .split(',')
+        .filter(|p| !p.is_empty())
+        .map(Rate::parse)
+        .collect::<Result<Vec<_>>>()?;
+    if rates.is_empty() {
+        bail!("--rates needs at least one rate (e.g. 20000,max)");
+    }
+    Ok(rates)
+}
+
+/// The CPU time (ns) and voluntary context switches of the calling thread.
+fn thread_usage() -> (u64, u64) {
+    let cpu = std::fs::read_to_string("/proc/thread-self/schedstat")
+        .ok()
+        .and_then(|s| s.split_whitespace().next()?.parse().ok())
+        .unwrap_or(0);
+    let vol = std::fs::read_to_string("/proc/thread-self/status")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find_map(|l| l.strip_prefix("voluntary_ctxt_switches:"))
+                .and_then(|v| v.trim().parse().ok())
+        })
+        .unwrap_or(0);
+    (cpu, vol)
+}
+
+/// CPU time (ns) of every live thread of process `pid` so far.
+fn process_cpu_ns(pid: u32) -> u64 {
+    let Ok(dir) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
+        return 0;
+    };
+    dir.filter_map(|e| e.ok())
+        .filter_map(|e| std::fs::read_to_string(e.path().join("schedstat")).ok())
+        .filter_map(|s| s.split_whitespace().next()?.parse::<u64>().ok())
+        .sum()
+}
+
+/// What one workload thread did.
+#[derive(Default)]
+struct ThreadReport {
+    busy: Duration,
+    /// CPU time of the calls.
+    cpu_ns: u64,
+    /// CPU time and voluntary switches of the thread's whole life.
+    total_ns: u64,
+    voluntary: u64,
+}
+
+fn workload_thread(kind: CallKind, path: &Path, calls: u64, rate: Rate) -> ThreadReport {
+    let one = |i: u64| match kind {
+        CallKind::Open => {
+            let _ = std::fs::File::open(path);
+        }
+        CallKind::Call => {
+            std::hint::black_box(kpf_live_target(std::hint::black_box(i)));
+        }
+    };
+    let (cpu_before, _) = thread_usage();
+    let mut busy = Duration::ZERO;
+    match rate {
+        Rate::Max => {
+            let t = Instant::now();
+            for i in 0..calls {
+                one(i);
+            }
+            busy = t.elapsed();
+        }
+        Rate::PerSecond(r) => {
+            // Calls due by now: catch up in one burst, then sleep a little.
+            let start = Instant::now();
+            let mut done = 0;
+            while done < calls {
+                let due = ((start.elapsed().as_secs_f64() * r as f64) as u64 + 1).min(calls);
+                if due > done {
+                    let t = Instant::now();
+                    for i in done..due {
+                        one(i);
+                    }
+                    busy += t.elapsed();
+                    done = due;
+                } else {
+                    std::thread::sleep(Duration::from_micros(500));
+                }
+            }
+        }
+    }
+    // Only the calls: the process's start (exec, loading) is left out.
+    let (cpu_after, vol_after) = thread_usage();
+    ThreadReport {
+        busy,
+        cpu_ns: cpu_after.saturating_sub(cpu_before),
+        total_ns: cpu_after,
+        voluntary: vol_after,
+    }
+}
+
+/// The hidden `live-workload` subcommand: `threads` threads make `calls`
+/// calls in all, then one line goes to `report`:
+/// `calls=N busy_ns=B wall_ns=W cpu_ns=C total_cpu_ns=T voluntary=V
+/// parent_start_ns=S parent_end_ns=E` (C: the CPU time of the calls; T and
+/// V: of the whole process; S and E: the parent's CPU time when the calls
+/// began and ended).
+pub fn workload(
+    kind: CallKind,
+    path: &Path,
+    calls: u64,
+    threads: usize,
+    rate: Rate,
+    report: &Path,
+) -> Result<()> {
+    let threads = threads.max(1);
+    // The recorder is the parent: its CPU time before and after the calls.
+    let parent = std::os::unix::process::parent_id();
+    let parent_start = process_cpu_ns(parent);
+    let start = Instant::now();
+    let per = calls / threads as u64;
+    let reports: Vec<ThreadReport> = std::thread::scope(|s| {
+        let handles: Vec<_> = (0..threads)
+            .map(|t| {
+                let n = if t == 0 {
+                    calls - per * (threads as u64 - 1)
+                } else {
+                    per
+                };
+                s.spawn(move || workload_thread(kind, path, n, rate))
+            })
+            .collect();
+        handles
+            .into_iter()
+            .map(|h| h.join().unwrap_or_default())
+            .collect()
+    });
+    let wall = start.elapsed();
+    let parent_end = process_cpu_ns(parent);
+    let (main_cpu, main_vol) = thread_usage();
+    let busy: Duration = reports.iter().map(|r| r.busy).sum();
+    // During the calls, and the whole process (for the subtraction from
+    // the recorder's getrusage figures, which include it).
+    let cpu: u64 = reports.iter().map(|r| r.cpu_ns).sum::<u64>();
+    let total_cpu = main_cpu + reports.iter().map(|r| r.total_ns).sum::<u64>();
+    let vol: u64 = main_vol + reports.iter().map(|r| r.voluntary).sum::<u64>();
+    let line = format!(
+        "calls={calls} busy_ns={} wall_ns={} cpu_ns={cpu} total_cpu_ns={total_cpu} voluntary={vol} parent_start_ns={parent_start} parent_end_ns={parent_end}\n",
+        busy.as_nanos(),
+        wall.as_nanos()
+    );
+    std::fs::write(report, line).with_context(|| format!("writing {}", report.display()))
+}
+
+/// Options of one `bench live` measurement (VM guest or native).
+#[derive(Clone, Debug)]
+pub struct LiveOptions {
+    pub kprobe_perf: PathBuf,
+    pub rounds: u32,
+    pub calls: u64,
+    pub rates: Vec<Rate>,
+    pub workloads: Vec<CallKind>,
+    /// Profile the consumers (perf stat counters, a call graph) instead
+    /// of the tables.
+    pub profile: bool,
+    /// Only these probe kinds (entry, return, string); empty: all.
+    pub probes: Vec<String>,
+}
+
+/// One probe on one workload, as each tool spells it.
+struct ProbeCase {
+    workload: CallKind,
+    kind: &'static str,
+    /// kprobe-perf's `-e`.
+    kp: String,
+    /// `perf probe` definition: (binary for -x, definition).
+    perf: (Option<String>, String),
+    /// bpftrace's program (`cpid` filters the workload).
+    bpftrace: String,
+}
+
+fn cases(xtask: &str) -> Vec<ProbeCase> {
+    vec![
+        ProbeCase {
+            workload: CallKind::Open,
+            kind: "entry",
+            kp: "p:do_sys_openat2 dfd=%di:s32 flags=%dx:x32".into(),
+            perf: (None, "kpfb:entry=do_sys_openat2 dfd=%di:s32 flags=%dx:x32".into()),
+            bpftrace: r#"kprobe:do_sys_openat2 /pid == cpid/ { printf("%d %x\n", arg0, arg2 & 0xffffffff); }"#.into(),
+        },
+        ProbeCase {
+            workload: CallKind::Open,
+            kind: "return",
+            kp: "r:do_sys_openat2 ret=$retval:s64".into(),
+            perf: (None, "kpfb:ret=do_sys_openat2%return ret=$retval:s64".into()),
+            bpftrace: r#"kretprobe:do_sys_openat2 /pid == cpid/ { printf("%d\n", retval); }"#.into(),
+        },
+        ProbeCase {
+            workload: CallKind::Open,
+            kind: "string",
+            kp: "p:do_sys_openat2 path=+0(%si):ustring".into(),
+            perf: (None, "kpfb:string=do_sys_openat2 path=+0(%si):ustring".into()),
+            bpftrace: r#"kprobe:do_sys_openat2 /pid == cpid/ { printf("%s\n", str(uptr(arg1))); }"#.into(),
+        },
+        ProbeCase {
+            workload: CallKind::Call,
+            kind: "entry",
+            kp: format!("p:{xtask}:kpf_live_target x=%di:u64"),
+            perf: (Some(xtask.into()), "kpfb:uentry=kpf_live_target x=%di:u64".into()),
+            bpftrace: format!(r#"uprobe:{xtask}:kpf_live_target /pid == cpid/ {{ printf("%u\n", arg0); }}"#),
+        },
+        ProbeCase {
+            workload: CallKind::Call,
+            kind: "return",
+            kp: format!("r:{xtask}:kpf_live_target ret=$retval:u64"),
+            perf: (Some(xtask.into()), "kpfb:uret=kpf_live_target%return ret=$retval:u64".into()),
+            bpftrace: format!(r#"uretprobe:{xtask}:kpf_live_target /pid == cpid/ {{ printf("%u\n", retval); }}"#),
+        },
+    ]
+}
+
+/// A consumer of the events, or none.
+#[derive(Clone, Debug, PartialEq)]
+enum Tool {
+    Bare,
+    /// kprobe-perf record with these options before `-e`; label.
+    Kp(&'static str, Vec<&'static str>),
+    /// perf record with these options before `-e`; label.
+    Perf(&'static str, Vec<&'static str>),
+    Bpftrace,
+}
+
+impl Tool {
+    fn label(&self) -> String {
+        match self {
+            Tool::Bare => "bare".into(),
+            Tool::Kp(l, _) => format!("kprobe-perf {l}"),
+            Tool::Perf(l, _) => format!("perf record{l}"),
+            Tool::Bpftrace => "bpftrace".into(),
+        }
+    }
+}
+
+/// What one run of one tool gave.
+#[derive(Clone, Debug, Default)]
+struct RunResult {
+    /// Microseconds per call, inside the calls (wall clock).
+    us_per_call: f64,
+    /// The workload's CPU microseconds per call (probe handlers included:
+    /// they run in its context).
+    cpu_us_per_call: f64,
+    /// Events the tool delivered (None for bare).
+    events: Option<u64>,
+    /// Events the tool says it lost.
+    lost: Option<u64>,
+    /// The consumer's CPU seconds while the workload made its calls.
+    consumer_cpu_calls: f64,
+    /// The consumer's CPU seconds from the first call to its exit
+    /// (getrusage of tool and workload, minus the workload's, minus the
+    /// tool's CPU time before the first call).
+    consumer_cpu_after_start: f64,
+    /// The consumer's voluntary context switches.
+    consumer_voluntary: i64,
+}
+
+/// Where the tools are.
+struct Tools {
+    time: PathBuf,
+    perf: Option<PathBuf>,
+    bpftrace: Option<PathBuf>,
+    /// Why bpftrace is not used.
+    no_bpftrace: Option<String>,
+}
+
+fn first_existing(paths: &[&str]) -> Option<PathBuf> {
+    paths.iter().map(PathBuf::from).find(|p| p.exists())
+}
+
+fn find_tools(workdir: &Path) -> Result<Tools> {
+    let time = first_existing(&["/usr/bin/time"]).ok_or_else(|| {
+        anyhow!("/usr/bin/time is missing: it gives the consumers' getrusage figures (apt-get install time)")
+    })?;
+    let perf = first_existing(&["/usr/bin/perf", "/usr/sbin/perf"]);
+    let (bpftrace, no_bpftrace) = match first_existing(&["/usr/bin/bpftrace"]) {
+        None => (
+            None,
+            Some("bpftrace is not installed (apt-get install bpftrace)".into()),
+        ),
+        Some(b) => {
+            // It must run here: a trivial program that exits at once.
+            let out = Command::new(&b)
+                .args(["-e", "BEGIN { exit(); }"])
+                .current_dir(workdir)
+                .stdin(Stdio::null())
+                .output();
+            match out {
+                Ok(o) if o.status.success() => (Some(b), None),
+                Ok(o) => (
+                    None,
+                    Some(format!(
+                        "bpftrace does not run here: {}",
+                        String::from_utf8_lossy(&o.stderr).trim()
+                    )),
+                ),
+                Err(e) => (None, Some(format!("bpftrace does not run here: {e}"))),
+            }
+        }
+    };
+    Ok(Tools {
+        time,
+        perf,
+        bpftrace,
+        no_bpftrace,
+    })
+}
+
+/// The directory for files of the runs: a tmpfs.
+fn work_dir() -> PathBuf {
+    let shm = Path::new("/dev/shm");
+    let base = if shm.is_dir() && std::env::var_os("KPROBE_PERF_IN_VM").is_none() {
+        shm.to_path_buf()
+    } else {
+        std::env::temp_dir()
+    };
+    base.join(format!("kpf-live-{}", std::process::id()))
+}
+
+fn online_cpus() -> usize {
+    std::thread::available_parallelism()
+        .map(|n| n.get())
+        .unwrap_or(1)
+}
+
+/// `key=value` fields of the workload's report line.
+fn report_field(line: &str, key: &str) -> Option<u64> {
+    line.split_whitespace()
+        .find_map(|f| f.strip_prefix(key)?.strip_prefix('=')?.parse().ok())
+}
+
+/// `kprobe-perf: N events (...), L lost`.
+fn kp_summary(stderr: &str) -> Option<(u64, u64)> {
+    let line = stderr
+        .lines()
+        .find(|l| l.starts_with("kprobe-perf: ") && l.contains(" events ("))?;
+    let rest = line.strip_prefix("kprobe-perf: ")?;
+    let events = rest.split_whitespace().next()?.parse().ok()?;
+    let tail = &rest[rest.rfind("), ")? + 3..];
+    let lost = tail.split_whitespace().next()?.parse().ok()?;
+    Some((events, lost))
+}
+
+/// `[ perf record: Captured and wrote 1.2 MB FILE (12345 samples) ]`.
+fn perf_samples(stderr: &str) -> Option<u64> {
+    let line = stderr.lines().find(|l| l.contains(" samples) ]"))?;
+    let open = line.rfind('(')?;
+    line[open + 1..].split_whitespace().next()?.parse().ok()
+}
+
+/// perf record's losses in its file, from `perf report -D`: the
+/// `PERF_RECORD_LOST_SAMPLES` records perf writes at the end from the
+/// kernel's lost count of each event (`lost samples :N`, exact), or, when
+/// there are none, the sum of the `PERF_RECORD_LOST` records (`lost:N`,
+/// a floor: the kernel writes one only once a ring has room again).
+fn perf_lost(perf: &Path, data: &Path) -> Option<u64> {
+    let out = Command::new(perf)
+        .args(["report", "-D", "-i"])
+        .arg(data)
+        .stdin(Stdio::null())
+        .stderr(Stdio::null())
+        .output()
+        .ok()?;
+    Some(perf_lost_from_dump(&String::from_utf8_lossy(&out.stdout)))
+}
+
+fn perf_lost_from_dump(text: &str) -> u64 {
+    let number_after = |l: &str, key: &str| -> Option<u64> {
+        let i = l.find(key)? + key.len();
+        l[i..]
+            .trim_start()
+            .split(|c: char| !c.is_ascii_digit())
+            .next()?
+            .parse()
+            .ok()
+    };
+    let samples: Vec<u64> = text
+        .lines()
+        .filter(|l| l.contains("PERF_RECORD_LOST_SAMPLES"))
+        .filter_map(|l| number_after(l, "lost samples :"))
+        .collect();
+    if !samples.is_empty() {
+        return samples.iter().sum();
+    }
+    text.lines()
+        .filter(|l| l.contains("PERF_RECORD_LOST:"))
+        .filter_map(|l| number_after(l, "lost:"))
+        .sum()
+}
+
+/// Events (lines, empty ones too: one printf each) and `Lost N events`
+/// of bpftrace's output file.
+fn bpftrace_output(file: &Path) -> (u64, u64) {
+    let text = std::fs::read(file).unwrap_or_default();
+    let mut events = 0;
+    let mut lost = 0;
+    for l in text.split_inclusive(|&b| b == b'\n') {
+        let s = String::from_utf8_lossy(l);
+        if let Some(rest) = s.strip_prefix("Lost ") {
+            if let Some(n) = rest
+                .split_whitespace()
+                .next()
+                .and_then(|n| n.parse::<u64>().ok())
+            {
+                lost += n;
+                continue;
+            }
+        }
+        if s.starts_with("Attaching ") {
+            continue;
+        }
+        events += 1;
+    }
+    (events, lost)
+}
+
+/// `/usr/bin/time -f '%U %S %w'`: user and system seconds, voluntary
+/// switches (of the tool and the children it waited for).
+fn time_figures(file: &Path) -> Result<(f64, i64)> {
+    let text =
+        std::fs::read_to_string(file).with_context(|| format!("reading {}", file.display()))?;
+    let line = text
+        .lines()
+        .rev()
+        .find(|l| l.starts_with("KPFTIME "))
+        .ok_or_else(|| anyhow!("no KPFTIME line in {}: {text}", file.display()))?;
+    let f: Vec<&str> = line.split_whitespace().collect();
+    let num = |i: usize| -> Result<f64> {
+        f.get(i)
+            .and_then(|v| v.parse::<f64>().ok())
+            .ok_or_else(|| anyhow!("bad /usr/bin/time line {line:?}"))
+    };
+    // KPFTIME elapsed user system voluntary involuntary
+    Ok((num(2)? + num(3)?, num(4)? as i64))
+}
+
+struct Runner<'a> {
+    opts: &'a LiveOptions,
+    tools: &'a Tools,
+    dir: PathBuf,
+    xtask: String,
+    file: PathBuf,
+}
+
+impl Runner<'_> {
+    fn workload_args(&self, kind: CallKind, threads: usize, rate: Rate) -> Vec<String> {
+        vec![
+            self.xtask.clone(),
+            "live-workload".into(),
+            kind.name().into(),
+            self.file.to_string_lossy().into_owned(),
+            self.opts.calls.to_string(),
+            threads.to_string(),
+            match rate {
+                Rate::Max => "max".into(),
+                Rate::PerSecond(n) => n.to_string(),
+            },
+            self.dir.join("report").to_string_lossy().into_owned(),
+        ]
+    }
+
+    /// One run of `tool` on `case`.
+    fn run(
+        &self,
+        tool: &Tool,
+        case: &ProbeCase,
+        perf_event: &str,
+        threads: usize,
+        rate: Rate,
+    ) -> Result<RunResult> {
+        let report = self.dir.join("report");
+        let timef = self.dir.join("time");
+        let data = self.dir.join("out.data");
+        let bpf_out = self.dir.join("bpftrace.out");
+        for f in [&report, &timef, &data, &bpf_out] {
+            let _ = std::fs::remove_file(f);
+        }
+        let _ = std::fs::remove_file(self.dir.join("out.data.old"));
+        let w = self.workload_args(case.workload, threads, rate);
+        let mut cmd = Command::new(&self.tools.time);
+        cmd.args(["-f", "KPFTIME %e %U %S %w %c", "-o"])
+            .arg(&timef)
+            .current_dir(&self.dir)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null());
+        match tool {
+            Tool::Bare => {
+                cmd.args(&w);
+            }
+            Tool::Kp(_, extra) => {
+                cmd.arg(&self.opts.kprobe_perf).arg("record");
+                for e in extra {
+                    if *e == "FILE" {
+                        cmd.arg(&data);
+                    } else {
+                        cmd.arg(e);
+                    }
+                }
+                cmd.args(["-e", &case.kp, "--"]).args(&w);
+            }
+            Tool::Perf(_, extra) => {
+                let perf = self.tools.perf.as_ref().ok_or_else(|| anyhow!("no perf"))?;
+                cmd.arg(perf)
+                    .args(["record", "-N"])
+                    .args(extra)
+                    .args(["-e", perf_event, "-o"])
+                    .arg(&data)
+                    .arg("--")
+                    .args(&w);
+            }
+            Tool::Bpftrace => {
+                let b = self
+                    .tools
+                    .bpftrace
+                    .as_ref()
+                    .ok_or_else(|| anyhow!("no bpftrace"))?;
+                cmd.arg(b)
+                    .arg("-o")
+                    .arg(&bpf_out)
+                    .args(["-e", &case.bpftrace, "-c"])
+                    .arg(w.join(" "));
+            }
+        }
+        let out = cmd
+            .stderr(Stdio::piped())
+            .output()
+            .with_context(|| format!("running {}", tool.label()))?;
+        let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+        if !out.status.success() {
+            bail!(
+                "{} on {} {} failed ({}): {}",
+                tool.label(),
+                case.workload.name(),
+                case.kind,
+                out.status,
+                stderr.trim()
+            );
+        }
+        let line = std::fs::read_to_string(&report)
+            .with_context(|| format!("the workload wrote no report under {}", tool.label()))?;
+        let calls = report_field(&line, "calls").unwrap_or(0).max(1);
+        let busy = report_field(&line, "busy_ns").unwrap_or(0) as f64;
+        // Busy time summed over threads, per call: each call's latency.
+        let us_per_call = busy / 1e3 / calls as f64;
+        let calls_cpu = report_field(&line, "cpu_ns").unwrap_or(0) as f64 / 1e9;
+        let cpu_us_per_call = calls_cpu * 1e6 / calls as f64;
+        let w_cpu = report_field(&line, "total_cpu_ns").unwrap_or(0) as f64 / 1e9;
+        let p_start = report_field(&line, "parent_start_ns").unwrap_or(0) as f64 / 1e9;
+        let p_end = report_field(&line, "parent_end_ns").unwrap_or(0) as f64 / 1e9;
+        let w_vol = report_field(&line, "voluntary").unwrap_or(0) as i64;
+        let (cpu, vol) = time_figures(&timef)?;
+        let (events, lost) = match tool {
+            Tool::Bare => (None, None),
+            Tool::Kp(..) => match kp_summary(&stderr) {
+                Some((e, l)) => (Some(e), Some(l)),
+                None => bail!("no summary line from kprobe-perf: {stderr}"),
+            },
+            Tool::Perf(..) => {
+                let perf = self.tools.perf.as_ref().ok_or_else(|| anyhow!("no perf"))?;
+                (perf_samples(&stderr), perf_lost(perf, &data))
+            }
+            Tool::Bpftrace => {
+                let (e, l) = bpftrace_output(&bpf_out);
+                (Some(e), Some(l))
+            }
+        };
+        Ok(RunResult {
+            us_per_call,
+            cpu_us_per_call,
+            events,
+            lost,
+            consumer_cpu_calls: (p_end - p_start).max(0.0),
+            consumer_cpu_after_start: (cpu - w_cpu - p_start).max(0.0),
+            consumer_voluntary: vol - w_vol,
+        })
+    }
+}
+
+/// `perf probe` defines the case's event; returns its name for `-e`.
+fn perf_define(perf: &Path, case: &ProbeCase) -> Result<String> {
+    let _ = Command::new(perf)
+        .args(["probe", "-q", "-d", "kpfb:*"])
+        .stdin(Stdio::null())
+        .stderr(Stdio::null())
+        .status();
+    let mut c = Command::new(perf);
+    c.args(["probe", "-q"]);
+    if let Some(x) = &case.perf.0 {
+        c.args(["-x", x]);
+    }
+    let out = c
+        .args(["-a", &case.perf.1])
+        .stdin(Stdio::null())
+        .output()
+        .context("running perf probe")?;
+    if !out.status.success() {
+        bail!(
+            "perf probe -a '{}' failed: {}",
+            case.perf.1,
+            String::from_utf8_lossy(&out.stderr).trim()
+        );
+    }
+    let list = Command::new(perf)
+        .args(["probe", "-l"])
+        .stdin(Stdio::null())
+        .stderr(Stdio::null())
+        .output()
+        .context("running perf probe -l")?;
+    let text = String::from_utf8_lossy(&list.stdout);
+    text.lines()
+        .filter_map(|l| l.split_whitespace().next())
+        .find(|n| n.starts_with("kpfb:"))
+        .map(String::from)
+        .ok_or_else(|| anyhow!("perf probe -l does not list the kpfb event it defined: {text}"))
+}
+
+fn perf_undefine(perf: &Path) {
+    let _ = Command::new(perf)
+        .args(["probe", "-q", "-d", "kpfb:*"])
+        .stdin(Stdio::null())
+        .stderr(Stdio::null())
+        .status();
+}
+
+/// Best (lowest) and all values of one tool over the rounds.
+#[derive(Default)]
+struct Series {
+    runs: Vec<RunResult>,
+}
+
+impl Series {
+    /// The round with the fewest microseconds per call.
+    fn best(&self) -> Option<&RunResult> {
+        self.runs
+            .iter()
+            .min_by(|a, b| a.us_per_call.total_cmp(&b.us_per_call))
+    }
+
+    /// The least of a figure over the rounds.
+    fn min(&self, f: impl Fn(&RunResult) -> Option<f64>) -> Option<f64> {
+        self.runs.iter().filter_map(f).min_by(f64::total_cmp)
+    }
+}
+
+fn fmt_list(v: impl Iterator<Item = Option<u64>>) -> String {
+    v.map(|x| x.map_or("?".into(), |n| n.to_string()))
+        .collect::<Vec<_>>()
+        .join(" / ")
+}
+
+/// The tools for one case, in the order they run in each round.
+fn tools_for(case: &ProbeCase, tools: &Tools) -> Vec<Tool> {
+    let mut v = vec![
+        Tool::Bare,
+        Tool::Kp("text", vec![]),
+        Tool::Kp("--json", vec!["--json"]),
+        Tool::Kp("-q -o FILE", vec!["-q", "-o", "FILE"]),
+    ];
+    let kretprobe = case.kind == "return" && case.workload == CallKind::Open;
+    if kretprobe {
+        v.push(Tool::Kp(
+            "--backend tracefs text",
+            vec!["--backend", "tracefs"],
+        ));
+        // Nothing read while the workload runs: the handlers' cost alone.
+        v.push(Tool::Kp("--overwrite -q (pmu)", vec!["--overwrite", "-q"]));
+        v.push(Tool::Kp(
+            "--overwrite -q --backend tracefs",
+            vec!["--overwrite", "-q", "--backend", "tracefs"],
+        ));
+    }
+    if tools.perf.is_some() {
+        v.push(Tool::Perf("", vec![]));
+        if kretprobe {
+            v.push(Tool::Perf(" --overwrite", vec!["--overwrite"]));
+        }
+    }
+    if tools.bpftrace.is_some() {
+        v.push(Tool::Bpftrace);
+    }
+    v
+}
+
+/// Runs every case (VM guest or native) and prints the tables.
+pub fn measure(opts: &LiveOptions) -> Result<()> {
+    let dir = work_dir();
+    std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
+    let result = measure_in(opts, &dir);
+    let _ = std::fs::remove_dir_all(&dir);
+    result
+}
+
+fn measure_in(opts: &LiveOptions, dir: &Path) -> Result<()> {
+    let tools = find_tools(dir)?;
+    let xtask = std::env::current_exe()
+        .context("finding this executable (the workload)")?
+        .to_string_lossy()
+        .into_owned();
+    let file = dir.join("file");
+    std::fs::write(&file, "x\n").with_context(|| format!("writing {}", file.display()))?;
+    let runner = Runner {
+        opts,
+        tools: &tools,
+        dir: dir.to_path_buf(),
+        xtask: xtask.clone(),
+        file,
+    };
+    let cpus = online_cpus();
+    let kernel = std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default();
+    println!(
+        "bench live: kernel {}, {cpus} CPUs, {} calls per run, best of {} rounds (each tool once per round, in turn)",
+        kernel.trim(),
+        opts.calls,
+        opts.rounds
+    );
+    println!(
+        "tools: kprobe-perf {}; perf {}; bpftrace {}",
+        opts.kprobe_perf.display(),
+        tools
+            .perf
+            .as_ref()
+            .map_or("absent".into(), |p| p.display().to_string()),
+        match (&tools.bpftrace, &tools.no_bpftrace) {
+            (Some(b), _) => b.display().to_string(),
+            (None, Some(why)) => format!("not used: {why}"),
+            (None, None) => "absent".into(),
+        }
+    );
+    println!("stack probes: not measured (kprobe-perf has no stack probe yet)");
+    println!("uprobe string probes: not measured (kprobe-perf refuses memory fetches in uprobes)");
+    if opts.profile {
+        return profile(&runner);
+    }
+    let mut threads_list = vec![1];
+    if cpus > 1 {
+        threads_list.push(cpus);
+    }
+    for case in cases(&xtask) {
+        if !opts.workloads.contains(&case.workload)
+            || (!opts.probes.is_empty() && !opts.probes.iter().any(|p| p == case.kind))
+        {
+            continue;
+        }
+        let perf_event = match &tools.perf {
+            Some(p) => perf_define(p, &case)?,
+            None => String::new(),
+        };
+        let what = match case.workload {
+            CallKind::Open => "open() of a tmpfs file (kprobe on do_sys_openat2)",
+            CallKind::Call => "calls of kpf_live_target (uprobe)",
+        };
+        println!();
+        println!("## {} probe: {what}", case.kind);
+        println!();
+        println!("kprobe-perf: -e '{}'", case.kp);
+        if tools.perf.is_some() {
+            let x = case
+                .perf
+                .0
+                .as_ref()
+                .map_or(String::new(), |x| format!("-x {x} "));
+            println!(
+                "perf: perf probe {x}-a '{}'; perf record -N -e {perf_event} -o FILE -- WORKLOAD",
+                case.perf.1
+            );
+        }
+        if tools.bpftrace.is_some() {
+            println!(
+                "bpftrace: bpftrace -o FILE -e '{}' -c WORKLOAD",
+                case.bpftrace
+            );
+        }
+        println!();
+        println!("| threads | rate/thread | tool | us/call | added us/call | added CPU us/call | events | lost per round | consumer CPU us/event: calls / to exit | consumer voluntary switches per 1000 events |");
+        println!("|---|---|---|---|---|---|---|---|---|---|");
+        let list = tools_for(&case, &tools);
+        for &threads in &threads_list {
+            for &rate in &opts.rates {
+                let mut series: BTreeMap<usize, Series> = BTreeMap::new();
+                for _ in 0..opts.rounds {
+                    for (i, tool) in list.iter().enumerate() {
+                        // A failed run is reported and left out, not fatal.
+                        match runner.run(tool, &case, &perf_event, threads, rate) {
+                            Ok(r) => series.entry(i).or_default().runs.push(r),
+                            Err(e) => println!("(a run failed: {e:#})"),
+                        }
+                    }
+                }
+                let bare = series
+                    .get(&0)
+                    .and_then(|s| s.best())
+                    .map_or(0.0, |b| b.us_per_call);
+                let bare_cpu = series
+                    .get(&0)
+                    .and_then(|s| s.min(|r| Some(r.cpu_us_per_call)))
+                    .unwrap_or(0.0);
+                for (i, tool) in list.iter().enumerate() {
+                    let Some(s) = series.get(&i) else { continue };
+                    let Some(best) = s.best() else { continue };
+                    let cpu_call = s.min(|r| Some(r.cpu_us_per_call)).unwrap_or(0.0);
+                    let mut row = format!(
+                        "| {threads} | {} | {} | {:.2} |",
+                        rate.label(),
+                        tool.label(),
+                        best.us_per_call
+                    );
+                    if *tool == Tool::Bare {
+                        let _ = write!(row, " | {cpu_call:.2} (CPU us/call) | | | | |");
+                    } else {
+                        let per_event = |r: &RunResult, v: f64| {
+                            r.events.filter(|&e| e > 0).map(|e| v / e as f64)
+                        };
+                        let f = |v: Option<f64>, scale: f64, digits: usize| {
+                            v.map_or("?".into(), |c| format!("{:.*}", digits, c * scale))
+                        };
+                        let calls = f(s.min(|r| per_event(r, r.consumer_cpu_calls)), 1e6, 2);
+                        let to_exit =
+                            f(s.min(|r| per_event(r, r.consumer_cpu_after_start)), 1e6, 2);
+                        let vol = f(s.min(|r| per_event(r, r.consumer_voluntary as f64)), 1e3, 1);
+                        let _ = write!(
+                            row,
+                            " {:+.2} | {:+.2} | {} | {} | {calls} / {to_exit} | {vol} |",
+                            best.us_per_call - bare,
+                            cpu_call - bare_cpu,
+                            best.events.map_or("?".into(), |e| e.to_string()),
+                            fmt_list(s.runs.iter().map(|r| r.lost)),
+                        );
+                    }
+                    println!("{row}");
+                }
+            }
+        }
+        if let Some(p) = &tools.perf {
+            perf_undefine(p);
+        }
+    }
+    Ok(())
+}
+
+/// The consumers' own counters (perf stat with --no-inherit: the tool's
+/// process only, not the workload it forks) and where their CPU time
+/// goes (perf record -g of the tool's process), on one thread at full
+/// rate.
+fn profile(runner: &Runner) -> Result<()> {
+    let Some(perf) = runner.tools.perf.clone() else {
+        println!("profile: skipped (no perf)");
+        return Ok(());
+    };
+    let xtask = runner.xtask.clone();
+    for case in cases(&xtask) {
+        if !runner.opts.workloads.contains(&case.workload)
+            || (!runner.opts.probes.is_empty()
+                && !runner.opts.probes.iter().any(|p| p == case.kind))
+        {
+            continue;
+        }
+        let perf_event = perf_define(&perf, &case)?;
+        println!();
+        println!(
+            "## profile: {} {} probe, 1 thread, max rate",
+            case.workload.name(),
+            case.kind
+        );
+        let w = runner.workload_args(case.workload, 1, Rate::Max);
+        let data = runner.dir.join("prof-out.data");
+        let mut consumers: Vec<(String, Vec<String>)> = vec![
+            (
+                "kprobe-perf text".into(),
+                [
+                    runner.opts.kprobe_perf.to_string_lossy().as_ref(),
+                    "record",
+                    "-e",
+                    &case.kp,
+                    "--",
+                ]
+                .iter()
+                .map(|s| s.to_string())
+                .chain(w.iter().cloned())
+                .collect(),
+            ),
+            (
+                "kprobe-perf -q -o FILE".into(),
+                [
+                    runner.opts.kprobe_perf.to_string_lossy().as_ref(),
+                    "record",
+                    "-q",
+                    "-o",
+                    &data.to_string_lossy(),
+                    "-e",
+                    &case.kp,
+                    "--",
+                ]
+                .iter()
+                .map(|s| s.to_string())
+                .chain(w.iter().cloned())
+                .collect(),
+            ),
+            (
+                "perf record".into(),
+                [
+                    perf.to_string_lossy().as_ref(),
+                    "record",
+                    "-N",
+                    "-e",
+                    &perf_event,
+                    "-o",
+                    &data.to_string_lossy(),
+                    "--",
+                ]
+                .iter()
+                .map(|s| s.to_string())
+                .chain(w.iter().cloned())
+                .collect(),
+            ),
+        ];
+        if case.kind == "return" && case.workload == CallKind::Open {
+            consumers.insert(
+                1,
+                (
+                    "kprobe-perf --backend tracefs text".into(),
+                    [
+                        runner.opts.kprobe_perf.to_string_lossy().as_ref(),
+                        "record",
+                        "--backend",
+                        "tracefs",
+                        "-e",
+                        &case.kp,
+                        "--",
+                    ]
+                    .iter()
+                    .map(|s| s.to_string())
+                    .chain(w.iter().cloned())
+                    .collect(),
+                ),
+            );
+        }
+        for (label, argv) in &consumers {
+            let _ = std::fs::remove_file(&data);
+            let _ = std::fs::remove_file(runner.dir.join("prof-out.data.old"));
+            let stat = runner.dir.join("stat.csv");
+            let out = Command::new(&perf)
+                .args([
+                    "stat",
+                    "--no-inherit",
+                    "-x",
+                    ",",
+                    "-e",
+                    "task-clock,context-switches,page-faults,raw_syscalls:sys_enter",
+                    "-o",
+                ])
+                .arg(&stat)
+                .arg("--")
+                .args(argv)
+                .current_dir(&runner.dir)
+                .stdin(Stdio::null())
+                .stdout(Stdio::null())
+                .stderr(Stdio::piped())
+                .output()
+                .context("running perf stat")?;
+            let stderr = String::from_utf8_lossy(&out.stderr);
+            let events = if label.starts_with("perf") {
+                perf_samples(&stderr)
+            } else {
+                kp_summary(&stderr).map(|(e, _)| e)
+            };
+            let csv = std::fs::read_to_string(&stat).unwrap_or_default();
+            let mut parts = Vec::new();
+            for l in csv.lines().filter(|l| !l.starts_with('#') && !l.is_empty()) {
+                let f: Vec<&str> = l.split(',').collect();
+                let (Some(v), Some(name)) = (f.first(), f.get(2)) else {
+                    continue;
+                };
+                let Ok(v) = v.parse::<f64>() else { continue };
+                // task-clock is in ms: per event in us; counts per 1000 events.
+                let clock = *name == "task-clock";
+                let per = events.filter(|&e| e > 0).map_or(String::new(), |e| {
+                    if clock {
+                        format!(" ({:.2} us/event)", v * 1e3 / e as f64)
+                    } else {
+                        format!(" ({:.1} per 1000 events)", v * 1e3 / e as f64)
+                    }
+                });
+                let unit = if clock { " ms" } else { "" };
+                parts.push(format!("{name} {v:.0}{unit}{per}"));
+            }
+            println!(
+                "{label}: {} events; consumer only: {}",
+                events.map_or("?".into(), |e| e.to_string()),
+                parts.join(", ")
+            );
+        }
+        // Where kprobe-perf's time goes: a call graph of its process.
+        let prof = runner.dir.join("prof.data");
+        let kp_text = &consumers[0].1;
+        let st = Command::new(&perf)
+            .args([
+                "record",
+                "-q",
+                "--no-inherit",
+                "-g",
+                "-e",
+                "cpu-clock",
+                "-F",
+                "2000",
+                "-o",
+            ])
+            .arg(&prof)
+            .arg("--")
+            .args(kp_text)
+            .current_dir(&runner.dir)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status()
+            .context("running perf record -g")?;
+        if st.success() {
+            let rep = Command::new(&perf)
+                .args([
+                    "report",
+                    "--stdio",
+                    "--no-children",
+                    "-g",
+                    "none",
+                    "--percent-limit",
+                    "2",
+                    "--sort",
+                    "dso,sym",
+                    "-i",
+                ])
+                .arg(&prof)
+                .stdin(Stdio::null())
+                .stderr(Stdio::null())
+                .output()
+                .context("running perf report")?;
+            println!("kprobe-perf text, its own process (perf record -g -e cpu-clock --no-inherit), symbols above 2%:");
+            for l in String::from_utf8_lossy(&rep.stdout)
+                .lines()
+                .filter(|l| !l.starts_with('#') && !l.trim().is_empty())
+            {
+                println!("    {l}");
+            }
+        } else {
+            println!("perf record -g of kprobe-perf failed ({st})");
+        }
+        perf_undefine(&perf);
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reads_kprobe_perf_summaries() {
+        assert_eq!(
+            kp_summary("x\nkprobe-perf: 100012 events (p_do_sys_openat2_0: 100012), 0 lost\n"),
+            Some((100012, 0))
+        );
+        assert_eq!(
+            kp_summary(
+                "kprobe-perf: 98446 events (r_do_sys_openat2_0: 98446, 1566 lost), 1566 lost\n"
+            ),
+            Some((98446, 1566))
+        );
+        assert_eq!(kp_summary("kprobe-perf: cannot open\n"), None);
+    }
+
+    #[test]
+    fn reads_perf_record_sample_counts() {
+        let s = "[ perf record: Woken up 3 times to write data ]\n[ perf record: Captured and wrote 6.123 MB /tmp/x/out.data (90809 samples) ]\n";
+        assert_eq!(perf_samples(s), Some(90809));
+        assert_eq!(perf_samples("nothing"), None);
+    }
+
+    #[test]
+    fn reads_perf_losses_from_its_dump() {
+        let dump = "0 0 0x748490 [0x28]: PERF_RECORD_LOST_SAMPLES: id:18446744073709551615: lost samples :4956\n\
+            0 11207990009197 0x1218 [0x30]: PERF_RECORD_LOST: id:1053: lost:175\n\
+            0 11208030038729 0x8b28 [0x30]: PERF_RECORD_LOST: id:1053: lost:68\n";
+        assert_eq!(perf_lost_from_dump(dump), 4956);
+        let records_only = "0 1 0x1218 [0x30]: PERF_RECORD_LOST: id:1053: lost:175\n\
+            0 2 0x8b28 [0x30]: PERF_RECORD_LOST: id:1053: lost:68\n";
+        assert_eq!(perf_lost_from_dump(records_only), 243);
+        assert_eq!(perf_lost_from_dump("PERF_RECORD_SAMPLE\n"), 0);
+    }
+
+    #[test]
+    fn parses_rates_and_reports() {
+        assert_eq!(
+            parse_rates("20000,max").unwrap(),
+            vec![Rate::PerSecond(20000), Rate::Max]
+        );
+        assert!(parse_rates("0").is_err());
+        assert!(parse_rates("fast").is_err());
+        let line = "calls=100 busy_ns=5000 wall_ns=6000 cpu_ns=7000 voluntary=3";
+        assert_eq!(report_field(line, "busy_ns"), Some(5000));
+        assert_eq!(report_field(line, "voluntary"), Some(3));
+        assert_eq!(report_field(line, "calls"), Some(100));
+        assert_eq!(report_field(line, "missing"), None);
+    }
+
+    #[test]
+    fn counts_bpftrace_lines_and_losses() {
+        let dir = std::env::temp_dir().join(format!("kpf-live-test-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let f = dir.join("out");
+        std::fs::write(&f, "Attaching 1 probe...\n1\n\nLost 25 events\n3\n").unwrap();
+        assert_eq!(bpftrace_output(&f), (3, 25));
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn the_workload_counts_its_calls() {
+        let dir = std::env::temp_dir().join(format!("kpf-live-wl-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let report = dir.join("report");
+        workload(CallKind::Call, &dir, 1001, 2, Rate::Max, &report).unwrap();
+        let line = std::fs::read_to_string(&report).unwrap();
+        assert_eq!(report_field(&line, "calls"), Some(1001));
+        workload(
+            CallKind::Open,
+            &dir.join("missing"),
+            50,
+            1,
+            Rate::PerSecond(10_000),
+            &report,
+        )
+        .unwrap();
+        let line = std::fs::read_to_string(&report).unwrap();
+        assert_eq!(report_field(&line, "calls"), Some(50));
+        // Paced at 10,000/s, 50 calls take at least 4.9 ms of wall time.
+        assert!(
+            report_field(&line, "wall_ns").unwrap() >= 4_900_000,
+            "{line}"
+        );
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+}
