@@ -11,6 +11,7 @@ mod json;
 mod latency;
 mod output;
 mod script;
+mod stat;
 mod text;
 mod validate;
 
@@ -62,6 +63,13 @@ enum Cmd {
     /// p99.9 and max. Returns whose entry was not seen, entries given up
     /// and calls still running at the end are counted on stderr.
     Latency(latency::LatencyArgs),
+    /// Count each probe's hits with counting-only perf events (no ring
+    /// buffer, no sample: the kernel adds one per hit, read at the end or
+    /// every -I MS) and print a table of counts in the order given (or
+    /// JSON). With `-- CMD`, counts CMD and its children and stops when CMD
+    /// exits, then exits with CMD's status; without it (or with -a) counts
+    /// every CPU until Ctrl-C or --duration.
+    Stat(stat::StatArgs),
     /// Remove the tracefs events (kprobes and uprobes) left by kprobe-perf
     /// processes. They are normally removed at exit; when a recording is
     /// killed, its guardian process removes them at once, and any later
@@ -254,7 +262,7 @@ fn main() -> ExitCode {
     // Before any thread: the guardian removes the tracefs definitions of
     // a recording that dies without removing them (SIGKILL). Without it
     // (it could not start), the next start or `cleanup` removes them.
-    if matches!(cli.command, Cmd::Record(_) | Cmd::Latency(_)) {
+    if matches!(cli.command, Cmd::Record(_) | Cmd::Latency(_) | Cmd::Stat(_)) {
         let _ = kprobe_perf_engine::guardian::Guardian::start();
     }
     let result = match cli.command {
@@ -264,6 +272,7 @@ fn main() -> ExitCode {
             record(&args)
         }
         Cmd::Latency(args) => latency::run(&args),
+        Cmd::Stat(mut args) => stat::run(&mut args),
         Cmd::Cleanup => cleanup(),
         Cmd::Script(args) => script::run(&args),
         Cmd::Probe {

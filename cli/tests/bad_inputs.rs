@@ -120,6 +120,7 @@ fn table(f: &Fixtures) -> Vec<(Vec<String>, &'static str)> {
     };
     let with_spec =
         |spec: String| -> Vec<String> { vec!["record".into(), "-q".into(), "-e".into(), spec] };
+    let with_stat = |spec: String| -> Vec<String> { vec!["stat".into(), "-e".into(), spec] };
     let cmd = |words: &[&str]| -> Vec<String> { words.iter().map(|s| s.to_string()).collect() };
     vec![
         // -d: finite, more than 0, at most 365 days.
@@ -235,6 +236,26 @@ fn table(f: &Fixtures) -> Vec<(Vec<String>, &'static str)> {
         (record(&["--bogus"]), "unexpected argument '--bogus'"),
         (record(&["--backend", "nope"]), "invalid value 'nope'"),
         (record(&["-p", "1", "-t", "1"]), "cannot be used with"),
+        // stat: -I in whole milliseconds, and record's checks.
+        (
+            cmd(&["stat", "-e", kprobe, "-I", "5"]),
+            "from 10 to 3600000",
+        ),
+        (
+            cmd(&["stat", "-e", kprobe, "-I", "-1"]),
+            "from 10 to 3600000",
+        ),
+        (
+            cmd(&["stat", "-e", kprobe, "-I", "0.5"]),
+            "from 10 to 3600000",
+        ),
+        (cmd(&["stat", "-e", kprobe, "-d", "0"]), "not more than 0"),
+        (
+            cmd(&["stat", "-e", kprobe, "-C", "0-4294967295"]),
+            "does not exist",
+        ),
+        (cmd(&["stat", "-I", "100"]), "--event"),
+        (with_stat("p:".into()), "missing event name"),
     ]
 }
 

@@ -183,16 +183,14 @@ pub(crate) fn by_address(
     by_addr
 }
 
-/// The counting-only twin of a kretprobe's `attr`: the same function
-/// (name or address) and target, at its entry, sampling nothing and
-/// writing nothing to any ring. The kernel adds one to its count at each
-/// hit (perf_tp_event -> perf_swevent_event), read with read(2).
-pub(crate) fn entry_counter(ret: &perf_event_attr, retprobe_bit: u32) -> perf_event_attr {
-    // The function (config1/config2), target flags (inherit,
-    // enable_on_exec) and disabled state are kept; all that is about
-    // samples and rings is cleared.
-    let mut attr = *ret;
-    attr.config &= !(1u64 << retprobe_bit);
+/// The counting-only form of a probe event's `attr`: the same probe
+/// (config, config1/config2), target flags (inherit, enable_on_exec) and
+/// disabled state, sampling nothing and writing nothing to any ring. The
+/// kernel adds one to its count at each hit (perf_tp_event ->
+/// perf_swevent_event, which returns before any sample when the period is
+/// 0), read with read(2).
+pub(crate) fn counter(event: &perf_event_attr) -> perf_event_attr {
+    let mut attr = *event;
     attr.__bindgen_anon_1.sample_period = 0;
     attr.sample_type = 0;
     attr.sample_regs_intr = 0;
@@ -203,6 +201,14 @@ pub(crate) fn entry_counter(ret: &perf_event_attr, retprobe_bit: u32) -> perf_ev
     attr.set_comm(0);
     attr.set_comm_exec(0);
     attr.set_mmap(0);
+    attr
+}
+
+/// The counting-only twin of a kretprobe's `attr`: the same function
+/// (name or address) and target, at its entry, as a [`counter`].
+pub(crate) fn entry_counter(ret: &perf_event_attr, retprobe_bit: u32) -> perf_event_attr {
+    let mut attr = counter(ret);
+    attr.config &= !(1u64 << retprobe_bit);
     attr
 }
 

@@ -12,6 +12,7 @@
 
 pub mod analysis;
 mod command;
+pub mod counting;
 pub mod cpus;
 pub mod decode;
 pub mod entry_join;

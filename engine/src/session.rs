@@ -151,7 +151,7 @@ pub struct Session {
 
 pub use crate::cpus::online_cpus;
 
-mod attach;
+pub(crate) mod attach;
 
 /// Checks what a newcomer hits first: a kernel without the kprobe PMU, or
 /// a process without the capability to use it.

@@ -85,9 +85,11 @@ enum Task {
     /// the host), `attach` (attach and detach N kprobes in the VM while
     /// shell loops keep every CPU busy, against perf probe + perf record
     /// and bpftrace in the same VM), `opens` (the cost per call of an
-    /// entry, a return and a string probe on do_sys_openat2 in the VM:
-    /// a workload's opens of a tmpfs file, bare, under kprobe-perf and
-    /// under perf probe + perf record; xtask/bench-opens.sh) or `decode`
+    /// entry probe bare and with arguments, a return and a string probe on
+    /// do_sys_openat2 in the VM:
+    /// a workload's opens of a tmpfs file, bare, under kprobe-perf record
+    /// and stat, and under perf probe + perf record and perf stat;
+    /// xtask/bench-opens.sh) or `decode`
     /// (decoding and text formatting of recorded samples on one core on the
     /// host, against `perf script` on the same perf.data file) or `live`
     /// (the live path: a workload of tmpfs opens and of calls of a uprobed

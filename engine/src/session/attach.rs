@@ -26,7 +26,7 @@ fn is_user(p: &ProbePlan) -> bool {
 
 /// The plans as a target opens them: when it inherits, uprobes go through
 /// `uprobe_events` (see [`ProbePlan::through_uprobe_events`]).
-pub(super) fn plans_for_target(plans: Vec<ProbePlan>, target: &RecordTarget) -> Vec<ProbePlan> {
+pub(crate) fn plans_for_target(plans: Vec<ProbePlan>, target: &RecordTarget) -> Vec<ProbePlan> {
     if target.inherits() {
         plans
             .into_iter()
@@ -39,7 +39,7 @@ pub(super) fn plans_for_target(plans: Vec<ProbePlan>, target: &RecordTarget) -> 
 
 /// The PMUs the plans need (kprobe, uprobe), checked to exist; without a
 /// kprobe PMU probe, the capabilities are still checked.
-pub(super) fn probe_pmus(
+pub(crate) fn probe_pmus(
     plans: &[ProbePlan],
 ) -> Result<(Option<ProbePmu>, Option<ProbePmu>), Error> {
     let needs_kprobe_pmu = plans
@@ -69,11 +69,11 @@ pub(super) fn probe_pmus(
 }
 
 /// How each probe is opened, after [`define_events`].
-pub(super) struct Defined {
+pub(crate) struct Defined {
     /// The private tracefs group, when a probe is defined there.
-    pub(super) tracefs: Option<TracefsProbes>,
+    pub(crate) tracefs: Option<TracefsProbes>,
     /// Per probe, how it is opened.
-    pub(super) openers: Vec<Opener>,
+    pub(crate) openers: Vec<Opener>,
     /// Per probe, where its arguments lie in its raw record (empty for
     /// PMU probes).
     pub(super) field_offsets: Vec<Vec<usize>>,
@@ -82,7 +82,7 @@ pub(super) struct Defined {
 /// Picks each probe's opener; tracefs-defined probes are defined in our
 /// private group first, and their arguments located in the event format
 /// (named and typed by the kernel when it gives them).
-pub(super) fn define_events(
+pub(crate) fn define_events(
     plans: &mut [ProbePlan],
     (pmu, uprobe_pmu): (Option<ProbePmu>, Option<ProbePmu>),
 ) -> Result<Defined, Error> {
@@ -156,7 +156,7 @@ pub(super) fn define_events(
 }
 
 /// Raises the fd limit for every event of `plans` on every slot.
-pub(super) fn reserve_fds(plans: &[ProbePlan], slots: &[Slot]) -> Result<(), Error> {
+pub(crate) fn reserve_fds(plans: &[ProbePlan], slots: &[Slot]) -> Result<(), Error> {
     // A PMU kretprobe has a second fd per slot: its entry counter.
     let per_slot = plans.len()
         + plans
@@ -234,7 +234,7 @@ pub(super) fn open_retrying_by_address<T>(
 
 /// Opens one probe's event on `slot`; a `MOD:SYM` name the kernel refuses
 /// is retried by the address kallsyms gave.
-fn open_at(
+pub(crate) fn open_at(
     attr: &sys::perf_event_attr,
     name: Option<&CStr>,
     plan: &ProbePlan,
@@ -269,6 +269,53 @@ fn open_at(
             source,
         }
     })
+}
+
+/// The name (config1) `plan` is opened with through a PMU: its symbol
+/// or its binary's path (none for an address).
+pub(crate) fn pmu_name(plan: &ProbePlan) -> Option<CString> {
+    match &plan.attach {
+        AttachPoint::Symbol { name, .. } => CString::new(name.as_bytes()).ok(),
+        AttachPoint::User { path, .. } => CString::new(path.as_bytes()).ok(),
+        AttachPoint::Address(_) => None,
+    }
+}
+
+/// The attr and name of an inherited event of `plan` (`attr` and `name`
+/// as a PMU opens it otherwise).
+pub(crate) fn inherited<'n>(
+    mut attr: sys::perf_event_attr,
+    mut name: Option<&'n CStr>,
+    plan: &ProbePlan,
+) -> Result<(sys::perf_event_attr, Option<&'n CStr>), Error> {
+    // An inherited event is re-created at every fork of the
+    // recorded command, and the kernel then reads config1 (the
+    // name or path) as a user pointer of the forking process,
+    // which is not ours: the fork fails. So inherited kprobes go
+    // by address, and inherited uprobes through uprobe_events
+    // (made tracepoints above, so they never get here).
+    if name.is_some() {
+        match (&plan.attach, plan.resolved_address) {
+            (AttachPoint::Symbol { .. }, Some(addr)) => {
+                name = None;
+                attr = attr::by_address(&attr, plan, addr);
+            }
+            (AttachPoint::User { .. }, _) => {
+                return Err(Error::Internal {
+                    what: format!(
+                        "following a command's children with the uprobe {}: an inherited uprobe PMU event would make the kernel re-read the binary's path at each fork; it must be defined through uprobe_events",
+                        plan.spec
+                    ),
+                })
+            }
+            _ => {
+                return Err(Error::InheritNeedsAddress {
+                    probe: plan.spec.to_string(),
+                })
+            }
+        }
+    }
+    Ok((attr, name))
 }
 
 /// Every event of a session, open on its scopes.
@@ -316,14 +363,7 @@ pub(super) fn open_events(
     slots: &[Slot],
     poll: &Poll,
 ) -> Result<Opened, Error> {
-    let names: Vec<Option<CString>> = plans
-        .iter()
-        .map(|p| match &p.attach {
-            AttachPoint::Symbol { name, .. } => CString::new(name.as_bytes()).ok(),
-            AttachPoint::User { path, .. } => CString::new(path.as_bytes()).ok(),
-            AttachPoint::Address(_) => None,
-        })
-        .collect();
+    let names: Vec<Option<CString>> = plans.iter().map(pmu_name).collect();
     let opening = Opening {
         plans,
         openers,
@@ -458,37 +498,13 @@ impl Opening<'_> {
         plan: &ProbePlan,
         side: SideRecords,
     ) -> Result<(sys::perf_event_attr, Option<&CStr>), Error> {
-        let mut attr = attr::probe_event(self.openers[i], plan, &self.settings, side);
-        let mut name = match self.openers[i] {
+        let attr = attr::probe_event(self.openers[i], plan, &self.settings, side);
+        let name = match self.openers[i] {
             Opener::Pmu(_) => self.names[i].as_deref(),
             Opener::Tracepoint(_) => None,
         };
-        // An inherited event is re-created at every fork of the
-        // recorded command, and the kernel then reads config1 (the
-        // name or path) as a user pointer of the forking process,
-        // which is not ours: the fork fails. So inherited kprobes go
-        // by address, and inherited uprobes through uprobe_events
-        // (made tracepoints above, so they never get here).
-        if self.settings.inherit && name.is_some() {
-            match (&plan.attach, plan.resolved_address) {
-                (AttachPoint::Symbol { .. }, Some(addr)) => {
-                    name = None;
-                    attr = attr::by_address(&attr, plan, addr);
-                }
-                (AttachPoint::User { .. }, _) => {
-                    return Err(Error::Internal {
-                        what: format!(
-                            "following a command's children with the uprobe {}: an inherited uprobe PMU event would make the kernel re-read the binary's path at each fork; it must be defined through uprobe_events",
-                            plan.spec
-                        ),
-                    })
-                }
-                _ => {
-                    return Err(Error::InheritNeedsAddress {
-                        probe: plan.spec.to_string(),
-                    })
-                }
-            }
+        if self.settings.inherit {
+            return inherited(attr, name, plan);
         }
         Ok((attr, name))
     }
