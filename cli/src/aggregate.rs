@@ -13,7 +13,7 @@ use kprobe_perf_engine::{Event, ProbePlan};
 
 /// The aggregation options of `record`.
 #[derive(clap::Args, Default)]
-pub struct AggregateArgs {
+pub(crate) struct AggregateArgs {
     /// Count the events by KEY[,KEY...] (comm, pid, tid, cpu, probe, or an
     /// argument's name: `NAME=` in the definition, else argN) and print
     /// the counts, highest first, at the end (repeatable: one map each).
@@ -44,7 +44,7 @@ pub struct AggregateArgs {
 }
 
 /// The maps of a recording and when to print them.
-pub struct Aggregation {
+pub(crate) struct Aggregation {
     agg: Aggregator,
     json: bool,
     start: Instant,
@@ -54,7 +54,11 @@ pub struct Aggregation {
 
 impl Aggregation {
     /// The aggregation `args` ask for over `plans` (`None`: none asked).
-    pub fn new(args: &AggregateArgs, plans: &[ProbePlan], json: bool) -> Result<Option<Self>> {
+    pub(crate) fn new(
+        args: &AggregateArgs,
+        plans: &[ProbePlan],
+        json: bool,
+    ) -> Result<Option<Self>> {
         if args.count_by.is_empty() && args.hist.is_empty() && args.lhist.is_empty() {
             if args.interval.is_some() {
                 anyhow::bail!(
@@ -89,12 +93,12 @@ impl Aggregation {
     }
 
     /// Takes one event.
-    pub fn record(&mut self, e: &Event) {
+    pub(crate) fn record(&mut self, e: &Event) {
         self.agg.record(e);
     }
 
     /// With -I, prints the maps when an interval has passed.
-    pub fn tick(&mut self, out: &mut impl Write) -> io::Result<()> {
+    pub(crate) fn tick(&mut self, out: &mut impl Write) -> io::Result<()> {
         let (Some(next), Some(i)) = (self.next, self.interval) else {
             return Ok(());
         };
@@ -111,7 +115,7 @@ impl Aggregation {
     }
 
     /// Prints the maps at the end (with -I: those of the last interval).
-    pub fn finish(&mut self, out: &mut impl Write) -> io::Result<()> {
+    pub(crate) fn finish(&mut self, out: &mut impl Write) -> io::Result<()> {
         let interval = self.interval.is_some();
         self.print(out, interval)
     }

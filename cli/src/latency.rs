@@ -21,7 +21,7 @@ use kprobe_perf_engine::{
 
 /// The arguments of `latency`.
 #[derive(clap::Args)]
-pub struct LatencyArgs {
+pub(crate) struct LatencyArgs {
     /// The function: a kernel function (`vfs_read`, `MOD:NAME`) or a
     /// user-space one (`BINARY:func`, the binary's path).
     #[arg(value_name = "FUNC")]
@@ -80,7 +80,7 @@ fn specs(func: &str, nargs: u8) -> [String; 2] {
 }
 
 /// Runs `latency`.
-pub fn run(args: &LatencyArgs) -> Result<ExitCode> {
+pub(crate) fn run(args: &LatencyArgs) -> Result<ExitCode> {
     let unit = TimeUnit::parse(&args.unit)?;
     let shape = match &args.linear {
         Some(spec) => HistShape::Linear(parse_linear(spec)?),
@@ -132,13 +132,7 @@ pub fn run(args: &LatencyArgs) -> Result<ExitCode> {
             },
         }
     };
-    let mut session = Session::open(
-        plans,
-        SessionOptions {
-            target,
-            ..SessionOptions::default()
-        },
-    )?;
+    let mut session = Session::open(plans, SessionOptions::default().with_target(target))?;
     session.enable()?;
     crate::inspect::report_armed(session.plans());
     let deadline = args

@@ -18,7 +18,7 @@ use crate::{image_args, inspect, validate, BackendArg};
 const INTERVAL_MS: (u64, u64) = (10, 3_600_000);
 
 #[derive(clap::Args)]
-pub struct StatArgs {
+pub(crate) struct StatArgs {
     /// A probe definition (repeatable); the table lists the probes in
     /// this order.
     #[arg(short = 'e', long = "event", value_name = "SPEC", required = true)]
@@ -91,7 +91,7 @@ fn interval_ms(text: &str) -> Result<u64, String> {
 
 /// Runs `stat`: counts until the command exits, -d, Ctrl-C, or every
 /// process of -p has exited; exits with the command's status.
-pub fn run(args: &mut StatArgs) -> Result<ExitCode> {
+pub(crate) fn run(args: &mut StatArgs) -> Result<ExitCode> {
     validate::merge_duplicates(&mut args.pid);
     validate::merge_duplicates(&mut args.tid);
     let plans = plan(args)?;
