@@ -23,9 +23,10 @@
 //!
 //! // Probe 0 is the entry of a function, probe 1 its return.
 //! let mut pairer = LatencyPairer::new(&[FunctionProbes::new(0, 1)], LatencyOptions::default())?;
-//! let event = |probe, time_ns| Event {
-//!     probe, cpu: 0, pid: 42, tid: 42, comm: Arc::from("app"), time_ns,
-//!     ip: 0, probe_addr: 0, ret_addr: None, args: Vec::new(),
+//! let event = |probe, time_ns| {
+//!     let mut e = Event::default();
+//!     (e.probe, e.pid, e.tid, e.comm, e.time_ns) = (probe, 42, 42, Arc::from("app"), time_ns);
+//!     e
 //! };
 //! for (entry, ret) in [(1_000, 1_700), (5_000, 5_300), (9_000, 10_500)] {
 //!     pairer.record(&event(0, entry));
