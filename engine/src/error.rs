@@ -125,6 +125,26 @@ pub enum Error {
     /// This machine's architecture has no register table.
     #[error("choosing the register table: kprobe-perf supports x86_64 and aarch64")]
     UnsupportedArch,
+    /// More file descriptors are needed than the hard RLIMIT_NOFILE allows.
+    #[error("{probes} probes on {slots} CPUs/threads need {needed} file descriptors, and the hard limit on open files is {hard_limit}: raise it (ulimit -Hn, as root) or record fewer probes or CPUs")]
+    TooManyFds {
+        /// Probes in the session.
+        probes: usize,
+        /// CPUs or threads each probe is opened on.
+        slots: usize,
+        /// Descriptors needed.
+        needed: usize,
+        /// The hard limit.
+        hard_limit: u64,
+    },
+    /// A ring's size is not a power of two pages.
+    #[error(
+        "a ring of {pages} pages: the kernel maps rings of a power of two pages (1, 2, 4 ... )"
+    )]
+    RingPages {
+        /// The pages asked for.
+        pages: usize,
+    },
     /// A kernel file the engine reads is not in the format it expects.
     #[error("parsing {path}: {reason}")]
     Malformed {

@@ -18,24 +18,31 @@ pub struct ProbePmu {
 impl ProbePmu {
     /// Reads `kprobe` or `uprobe` from sysfs; `Ok(None)` when the kernel has
     /// no such PMU.
-    pub fn discover(name: &str) -> io::Result<Option<ProbePmu>> {
+    pub fn discover(name: &str) -> Result<Option<ProbePmu>, crate::Error> {
         Self::discover_in(Path::new(SYSFS_PMUS), name)
     }
 
     /// As [`ProbePmu::discover`], under another sysfs root (for tests).
-    pub fn discover_in(root: &Path, name: &str) -> io::Result<Option<ProbePmu>> {
+    pub fn discover_in(root: &Path, name: &str) -> Result<Option<ProbePmu>, crate::Error> {
         let dir = root.join(name);
-        let type_text = match std::fs::read_to_string(dir.join("type")) {
+        let path = dir.join("type");
+        let type_text = match std::fs::read_to_string(&path) {
             Ok(t) => t,
             Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
-            Err(e) => return Err(e),
+            Err(e) => {
+                return Err(crate::Error::io(
+                    format!("reading the {name} PMU from {}", path.display()),
+                    e,
+                ))
+            }
         };
-        let type_ = type_text.trim().parse().map_err(|_| {
-            io::Error::new(
-                io::ErrorKind::InvalidData,
-                format!("{}/type is not a number: {type_text:?}", dir.display()),
-            )
-        })?;
+        let type_ = type_text
+            .trim()
+            .parse()
+            .map_err(|_| crate::Error::Malformed {
+                path: path.display().to_string(),
+                reason: format!("the PMU type is not a number: {type_text:?}"),
+            })?;
         let retprobe_bit = std::fs::read_to_string(dir.join("format/retprobe"))
             .ok()
             .and_then(|f| parse_config_bit(&f))

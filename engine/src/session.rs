@@ -156,11 +156,9 @@ pub(crate) mod attach;
 /// Checks what a newcomer hits first: a kernel without the kprobe PMU, or
 /// a process without the capability to use it.
 pub fn preflight() -> Result<ProbePmu, Error> {
-    let pmu = ProbePmu::discover("kprobe")
-        .map_err(|e| Error::io("reading the kprobe PMU from sysfs", e))?
-        .ok_or_else(|| Error::NoKprobePmu {
-            dir: format!("{SYSFS_PMUS}/kprobe"),
-        })?;
+    let pmu = ProbePmu::discover("kprobe")?.ok_or_else(|| Error::NoKprobePmu {
+        dir: format!("{SYSFS_PMUS}/kprobe"),
+    })?;
     check_capabilities()?;
     Ok(pmu)
 }
@@ -188,6 +186,11 @@ impl Session {
     /// the target inherits ([`RecordTarget::inherits`]), uprobes are
     /// defined through `uprobe_events`, whose events follow forks.
     pub fn open(plans: Vec<ProbePlan>, opts: SessionOptions) -> Result<Session, Error> {
+        if !opts.mmap_pages.is_power_of_two() {
+            return Err(Error::RingPages {
+                pages: opts.mmap_pages,
+            });
+        }
         tracefs::remove_stale_if_mounted();
         if let RecordTarget::Command { argv, .. } = &opts.target {
             let command = HeldCommand::spawn(argv)?;

@@ -301,9 +301,33 @@ fn check(rc: libc::c_int) -> io::Result<()> {
     }
 }
 
+/// Why [`raise_fd_limit`] failed.
+#[derive(Debug, thiserror::Error)]
+pub enum FdLimitError {
+    /// The hard limit is below what is needed (only root may raise it).
+    #[error("the hard limit on open files is {hard}")]
+    HardLimit {
+        /// The hard RLIMIT_NOFILE.
+        hard: u64,
+    },
+    /// getrlimit or setrlimit failed.
+    #[error(transparent)]
+    Os(#[from] io::Error),
+}
+
+impl FdLimitError {
+    /// The OS error number, for [`FdLimitError::Os`].
+    pub fn raw_os_error(&self) -> Option<i32> {
+        match self {
+            FdLimitError::Os(e) => e.raw_os_error(),
+            FdLimitError::HardLimit { .. } => None,
+        }
+    }
+}
+
 /// Raises the soft RLIMIT_NOFILE to at least `needed` (up to the hard
 /// limit); fails when the hard limit is lower.
-pub fn raise_fd_limit(needed: usize) -> io::Result<()> {
+pub fn raise_fd_limit(needed: usize) -> Result<(), FdLimitError> {
     let mut lim = libc::rlimit {
         rlim_cur: 0,
         rlim_max: 0,
@@ -314,13 +338,13 @@ pub fn raise_fd_limit(needed: usize) -> io::Result<()> {
         return Ok(());
     }
     if lim.rlim_max < needed {
-        return Err(io::Error::new(
-            io::ErrorKind::OutOfMemory,
-            format!("the hard limit on open files is {}", lim.rlim_max),
-        ));
+        return Err(FdLimitError::HardLimit {
+            hard: lim.rlim_max,
+        });
     }
     lim.rlim_cur = needed;
-    syscall(Syscall::SetFileLimit(&lim)).map(drop)
+    syscall(Syscall::SetFileLimit(&lim))?;
+    Ok(())
 }
 
 fn ioctl(fd: &OwnedFd, request: PerfIoctl<'_>) -> io::Result<()> {

@@ -56,11 +56,9 @@ pub(crate) fn probe_pmus(
         .any(|p| is_user(p) && p.backend == Backend::Pmu)
     {
         Some(
-            ProbePmu::discover("uprobe")
-                .map_err(|e| Error::io("reading the uprobe PMU from sysfs", e))?
-                .ok_or_else(|| Error::NoUprobePmu {
-                    dir: format!("{SYSFS_PMUS}/uprobe"),
-                })?,
+            ProbePmu::discover("uprobe")?.ok_or_else(|| Error::NoUprobePmu {
+                dir: format!("{SYSFS_PMUS}/uprobe"),
+            })?,
         )
     } else {
         None
@@ -163,16 +161,14 @@ pub(crate) fn reserve_fds(plans: &[ProbePlan], slots: &[Slot]) -> Result<(), Err
             .iter()
             .filter(|p| p.is_return() && p.backend == Backend::Pmu)
             .count();
-    sys::raise_fd_limit(slots.len() * per_slot + 64).map_err(|e| {
-        Error::io(
-            format!(
-                "{} probes on {} CPUs/threads need {} file descriptors; raise the hard limit (ulimit -Hn)",
-                plans.len(),
-                slots.len(),
-                slots.len() * per_slot
-            ),
-            e,
-        )
+    sys::raise_fd_limit(slots.len() * per_slot + 64).map_err(|e| match e {
+        sys::FdLimitError::HardLimit { hard } => Error::TooManyFds {
+            probes: plans.len(),
+            slots: slots.len(),
+            needed: slots.len() * per_slot,
+            hard_limit: hard,
+        },
+        sys::FdLimitError::Os(e) => Error::io("raising the limit on open files", e),
     })
 }
 
