@@ -338,9 +338,7 @@ pub fn raise_fd_limit(needed: usize) -> Result<(), FdLimitError> {
         return Ok(());
     }
     if lim.rlim_max < needed {
-        return Err(FdLimitError::HardLimit {
-            hard: lim.rlim_max,
-        });
+        return Err(FdLimitError::HardLimit { hard: lim.rlim_max });
     }
     lim.rlim_cur = needed;
     syscall(Syscall::SetFileLimit(&lim))?;

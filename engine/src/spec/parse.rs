@@ -653,7 +653,7 @@ fn parse_target(cur: &Cursor, at: usize, text: &str) -> Result<(Target, bool), S
                 cur.err(
                     tail_at,
                     addr_text.len().max(1),
-                    "not an instance address: write NAME@0xffffffff81234560 (from kprobe-perf list)",
+                    "not an instance address: write NAME@0xffffffff81234560 (the address of one of its instances, as kallsyms lists them)",
                 )
             })?;
             let offset = match off_text {

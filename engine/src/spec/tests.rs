@@ -772,7 +772,7 @@ fn instance_of_a_duplicate_name() {
     let e = parse("p init_once@12").unwrap_err();
     assert_eq!(
         e.to_string(),
-        "not an instance address: write NAME@0xffffffff81234560 (from kprobe-perf list)\n  p init_once@12\n              ^^"
+        "not an instance address: write NAME@0xffffffff81234560 (the address of one of its instances, as kallsyms lists them)\n  p init_once@12\n              ^^"
     );
 }
 
