@@ -32,6 +32,7 @@ pub mod records;
 #[cfg(feature = "test-util")]
 pub mod ring;
 #[cfg(not(feature = "test-util"))]
+#[allow(unreachable_pub)] // public with test-util
 mod ring;
 pub mod select;
 pub mod session;
@@ -44,6 +45,7 @@ pub mod summary;
 #[cfg(feature = "test-util")]
 pub mod sys;
 #[cfg(not(feature = "test-util"))]
+#[allow(unreachable_pub)] // public with test-util
 mod sys;
 pub mod target;
 pub mod tracefs;
