@@ -235,21 +235,8 @@ pub(crate) fn run(args: &LatencyArgs) -> Result<ExitCode> {
     for line in crate::text::summary_lines(&session.summary(), session.plans()) {
         eprintln!("{line}");
     }
-    if command_status.is_none() {
-        // After Ctrl-C the command got the signal too: a moment to end.
-        let grace = if stop.load(Ordering::Relaxed) {
-            Duration::from_millis(500)
-        } else {
-            Duration::ZERO
-        };
-        command_status = session.wait_command(grace)?;
-    }
-    Ok(match command_status {
-        Some(status) if !status.success() => {
-            eprintln!("kprobe-perf: the command exited with {status}");
-            ExitCode::from(crate::exit_code(status))
-        }
-        _ => ExitCode::SUCCESS,
+    crate::command_exit(command_status, stop.load(Ordering::Relaxed), |grace| {
+        session.wait_command(grace)
     })
 }
 

@@ -495,17 +495,79 @@ fn record(args: &RecordArgs) -> Result<ExitCode> {
     }
     // The recording stopped first (Ctrl-C, -d, stdout closed): the
     // command may have ended meanwhile (Ctrl-C reaches it too).
-    if command_status.is_none() {
-        // After Ctrl-C (or SIGTERM/SIGHUP) the command got the signal too:
-        // give it a moment to end, so its status is the one passed on.
-        let grace = if stop.load(Ordering::Relaxed) {
+    command_exit(command_status, stop.load(Ordering::Relaxed), |grace| {
+        session.wait_command(grace)
+    })
+}
+
+/// Whose hits `args` record (see [`target_of`]).
+fn record_target(args: &RecordArgs) -> RecordTarget {
+    target_of(&Targets {
+        tid: &args.tid,
+        pid: &args.pid,
+        cgroup: args.cgroup.as_deref(),
+        cpus: args.cpus.as_ref(),
+        all_cpus: args.all_cpus,
+        command: &args.command,
+    })
+}
+
+/// The target flags `record` and `stat` share.
+pub(crate) struct Targets<'a> {
+    pub(crate) tid: &'a [i32],
+    pub(crate) pid: &'a [i32],
+    pub(crate) cgroup: Option<&'a std::path::Path>,
+    pub(crate) cpus: Option<&'a validate::CpuList>,
+    pub(crate) all_cpus: bool,
+    pub(crate) command: &'a [String],
+}
+
+/// Whose hits to take: `-t`, `-p`, `-G`, `-C` or every CPU; with
+/// `-- CMD`, the command (started, released and reaped by the session)
+/// and its descendants, or with `-a`, `-C` or `-G` that scope while it runs.
+pub(crate) fn target_of(t: &Targets<'_>) -> RecordTarget {
+    let scope = if !t.tid.is_empty() {
+        return RecordTarget::Threads(t.tid.to_vec());
+    } else if !t.pid.is_empty() {
+        return RecordTarget::Processes(t.pid.to_vec());
+    } else if let Some(cg) = t.cgroup {
+        CommandScope::Cgroup(validate::cgroup_path(cg))
+    } else if let Some(list) = t.cpus {
+        CommandScope::Cpus(list.0.clone())
+    } else if t.all_cpus || t.command.is_empty() {
+        CommandScope::AllCpus
+    } else {
+        CommandScope::Descendants
+    };
+    match (scope, t.command.is_empty()) {
+        (scope, false) => RecordTarget::Command {
+            argv: t.command.to_vec(),
+            scope,
+        },
+        (CommandScope::Cgroup(path), true) => RecordTarget::Cgroup(path),
+        (CommandScope::Cpus(list), true) => RecordTarget::Cpus(list),
+        (_, true) => RecordTarget::AllCpus,
+    }
+}
+
+/// The exit of a run over a command: its status if it already ended,
+/// else what `wait` gives within half a second after Ctrl-C (the command
+/// got the signal too) or at once; then `kprobe-perf` exits as the
+/// command did (a signal as 128+N), saying so when it failed.
+pub(crate) fn command_exit(
+    status: Option<std::process::ExitStatus>,
+    interrupted: bool,
+    wait: impl FnOnce(Duration) -> Result<Option<std::process::ExitStatus>, kprobe_perf_engine::Error>,
+) -> Result<ExitCode> {
+    let status = match status {
+        Some(s) => Some(s),
+        None => wait(if interrupted {
             Duration::from_millis(500)
         } else {
             Duration::ZERO
-        };
-        command_status = session.wait_command(grace)?;
-    }
-    Ok(match command_status {
+        })?,
+    };
+    Ok(match status {
         Some(status) => {
             if !status.success() {
                 eprintln!("kprobe-perf: the command exited with {status}");
@@ -514,34 +576,6 @@ fn record(args: &RecordArgs) -> Result<ExitCode> {
         }
         None => ExitCode::SUCCESS,
     })
-}
-
-/// Whose hits `args` record: `-t`, `-p`, `-G`, `-C` or every CPU; with
-/// `-- CMD`, the command (started, released and reaped by the session)
-/// and its descendants, or with `-a`, `-C` or `-G` that scope while it runs.
-fn record_target(args: &RecordArgs) -> RecordTarget {
-    let scope = if !args.tid.is_empty() {
-        return RecordTarget::Threads(args.tid.clone());
-    } else if !args.pid.is_empty() {
-        return RecordTarget::Processes(args.pid.clone());
-    } else if let Some(cg) = &args.cgroup {
-        CommandScope::Cgroup(validate::cgroup_path(cg))
-    } else if let Some(list) = &args.cpus {
-        CommandScope::Cpus(list.0.clone())
-    } else if args.all_cpus || args.command.is_empty() {
-        CommandScope::AllCpus
-    } else {
-        CommandScope::Descendants
-    };
-    match (scope, args.command.is_empty()) {
-        (scope, false) => RecordTarget::Command {
-            argv: args.command.clone(),
-            scope,
-        },
-        (CommandScope::Cgroup(path), true) => RecordTarget::Cgroup(path),
-        (CommandScope::Cpus(list), true) => RecordTarget::Cpus(list),
-        (_, true) => RecordTarget::AllCpus,
-    }
 }
 
 /// The exit status a shell gives for `status`: the command's code, or

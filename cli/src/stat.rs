@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result};
 use kprobe_perf_engine::counting::{CountSnapshot, CountingSession};
-use kprobe_perf_engine::{plan::BackendChoice, CommandScope, ProbePlan, RecordTarget};
+use kprobe_perf_engine::{plan::BackendChoice, ProbePlan, RecordTarget};
 
 use crate::{image_args, inspect, validate, BackendArg};
 
@@ -171,22 +171,8 @@ pub(crate) fn run(args: &mut StatArgs) -> Result<ExitCode> {
     }
     // Counting stopped first (Ctrl-C, -d): the command may have ended
     // meanwhile (Ctrl-C reaches it too).
-    if command_status.is_none() {
-        let grace = if stop.load(Ordering::Relaxed) {
-            Duration::from_millis(500)
-        } else {
-            Duration::ZERO
-        };
-        command_status = session.wait_command(grace)?;
-    }
-    Ok(match command_status {
-        Some(status) => {
-            if !status.success() {
-                eprintln!("kprobe-perf: the command exited with {status}");
-            }
-            ExitCode::from(crate::exit_code(status))
-        }
-        None => ExitCode::SUCCESS,
+    crate::command_exit(command_status, stop.load(Ordering::Relaxed), |grace| {
+        session.wait_command(grace)
     })
 }
 
@@ -213,33 +199,16 @@ fn plan(args: &StatArgs) -> Result<Vec<ProbePlan>> {
     Ok(plans)
 }
 
-/// Whose hits `args` count, as `record` chooses: `-t`, `-p`, `-G`, `-C` or
-/// every CPU; with `-- CMD`, the command (started, released and reaped by
-/// the session) and its descendants, or with `-a`, `-C` or `-G` that scope
-/// while it runs.
+/// Whose hits `args` count, as `record` chooses (see `target_of`).
 fn stat_target(args: &StatArgs) -> RecordTarget {
-    let scope = if !args.tid.is_empty() {
-        return RecordTarget::Threads(args.tid.clone());
-    } else if !args.pid.is_empty() {
-        return RecordTarget::Processes(args.pid.clone());
-    } else if let Some(cg) = &args.cgroup {
-        CommandScope::Cgroup(validate::cgroup_path(cg))
-    } else if let Some(list) = &args.cpus {
-        CommandScope::Cpus(list.0.clone())
-    } else if args.all_cpus || args.command.is_empty() {
-        CommandScope::AllCpus
-    } else {
-        CommandScope::Descendants
-    };
-    match (scope, args.command.is_empty()) {
-        (scope, false) => RecordTarget::Command {
-            argv: args.command.clone(),
-            scope,
-        },
-        (CommandScope::Cgroup(path), true) => RecordTarget::Cgroup(path),
-        (CommandScope::Cpus(list), true) => RecordTarget::Cpus(list),
-        (_, true) => RecordTarget::AllCpus,
-    }
+    crate::target_of(&crate::Targets {
+        tid: &args.tid,
+        pid: &args.pid,
+        cgroup: args.cgroup.as_deref(),
+        cpus: args.cpus.as_ref(),
+        all_cpus: args.all_cpus,
+        command: &args.command,
+    })
 }
 
 /// 1234567 as `1,234,567`.
