@@ -585,6 +585,7 @@ fn unreturned_line(p: &ProbePlan, n: u64, default_maxactive: impl Fn() -> u64) -
 /// throttling, and the flight recorder's window.
 pub(crate) fn summary_lines(s: &Summary, plans: &[ProbePlan]) -> Vec<String> {
     let mut lines = vec![summary(s)];
+    lines.extend(probe_table(s));
     lines.extend(misses(s, plans));
     lines.extend(loss_and_throttle_lines(s));
     if let Some(w) = &s.overwrite {
@@ -608,22 +609,25 @@ pub(crate) fn summary_lines(s: &Summary, plans: &[ProbePlan]) -> Vec<String> {
 fn summary(s: &Summary) -> String {
     let not_kept = s.loss.is_not_kept();
     let word = if not_kept { "not kept" } else { "lost" };
-    let per_probe: Vec<String> = s
-        .probes
-        .iter()
-        .map(|p| {
-            let mut s = match p.loss.count() {
-                Some(l) if l > 0 => format!("{}: {}, {l} {word}", p.event, p.events),
-                _ => format!("{}: {}", p.event, p.events),
-            };
-            // A return probe joined to a hidden entry probe: its returns
-            // whose entry was not seen (lost, or before the start).
-            if let Some(u) = p.entry_unknown.filter(|&u| u > 0) {
-                s.push_str(&format!(", {u} with entry values unknown"));
-            }
-            s
-        })
-        .collect();
+    let per_probe: Vec<String> = if s.probes.len() > TABLE_FROM {
+        vec![format!("{} probes, by events below", s.probes.len())]
+    } else {
+        s.probes
+            .iter()
+            .map(|p| {
+                let mut s = match p.loss.count() {
+                    Some(l) if l > 0 => format!("{}: {}, {l} {word}", p.event, p.events),
+                    _ => format!("{}: {}", p.event, p.events),
+                };
+                // A return probe joined to a hidden entry probe: its returns
+                // whose entry was not seen (lost, or before the start).
+                if let Some(u) = p.entry_unknown.filter(|&u| u > 0) {
+                    s.push_str(&format!(", {u} with entry values unknown"));
+                }
+                s
+            })
+            .collect()
+    };
     let total_lost = s.loss.count().unwrap_or(s.lost_records);
     let mut line = format!(
         "kprobe-perf: {} events ({}), {total_lost} {word}",
@@ -640,6 +644,72 @@ fn summary(s: &Summary) -> String {
         line.push_str(&format!(", {} undecodable records", s.undecodable));
     }
     line
+}
+
+/// From this many probes on, the closing summary lists them in a table
+/// (most events first, those with none folded into one line) instead of
+/// on its first line.
+const TABLE_FROM: usize = 8;
+
+/// The table of probes for a summary of more than [`TABLE_FROM`] probes:
+/// events, losses and the event name, most events first (ties in the
+/// order given); probes with no event are one line with their count and
+/// names.
+fn probe_table(s: &Summary) -> Vec<String> {
+    if s.probes.len() <= TABLE_FROM {
+        return Vec::new();
+    }
+    let rows: Vec<(&str, u64, Option<u64>)> = s
+        .probes
+        .iter()
+        .map(|p| (p.event.as_str(), p.events, p.loss.count()))
+        .collect();
+    table_rows(&rows, s.loss.is_not_kept())
+}
+
+/// [`probe_table`] over (event, events, loss) rows in the order given.
+fn table_rows(rows: &[(&str, u64, Option<u64>)], not_kept: bool) -> Vec<String> {
+    let word = if not_kept { "NOT KEPT" } else { "LOST" };
+    let mut hit: Vec<&(&str, u64, Option<u64>)> = rows.iter().filter(|r| r.1 > 0).collect();
+    hit.sort_by_key(|r| std::cmp::Reverse(r.1));
+    let lost = |l: Option<u64>| l.map_or_else(|| "?".to_string(), |l| l.to_string());
+    let width = hit
+        .iter()
+        .map(|r| r.1.to_string().len())
+        .max()
+        .unwrap_or(1)
+        .max("EVENTS".len());
+    let lost_width = hit
+        .iter()
+        .map(|r| lost(r.2).len())
+        .max()
+        .unwrap_or(1)
+        .max(word.len());
+    let mut lines = vec![format!(
+        "  {:>width$}  {word:>lost_width$}  PROBE",
+        "EVENTS"
+    )];
+    for (event, events, loss) in &hit {
+        lines.push(format!(
+            "  {events:>width$}  {:>lost_width$}  {event}",
+            lost(*loss)
+        ));
+    }
+    let idle: Vec<&str> = rows.iter().filter(|r| r.1 == 0).map(|r| r.0).collect();
+    if !idle.is_empty() {
+        const NAMED: usize = 6;
+        let mut names = idle[..idle.len().min(NAMED)].join(", ");
+        if idle.len() > NAMED {
+            names.push_str(&format!(" and {} more", idle.len() - NAMED));
+        }
+        lines.push(format!(
+            "  {:>width$}  {:>lost_width$}  {} probes with no event: {names}",
+            0,
+            "",
+            idle.len()
+        ));
+    }
+    lines
 }
 
 /// Lines for losses per CPU and throttling per CPU and probe (nothing
@@ -851,6 +921,27 @@ mod tests {
 
     /// Unreturned calls of a kernel kretprobe point at maxactive; those
     /// of a uretprobe (which has no maxactive) never do.
+    #[test]
+    fn many_probes_are_a_table_by_events_with_the_idle_ones_folded() {
+        let names: Vec<String> = (0..10).map(|i| format!("p_vfs_f{i}_0")).collect();
+        let events = [5, 0, 120, 0, 0, 7, 0, 0, 0, 0];
+        let rows: Vec<(&str, u64, Option<u64>)> = names
+            .iter()
+            .zip(events)
+            .map(|(n, e)| (n.as_str(), e, Some(if e == 120 { 3 } else { 0 })))
+            .collect();
+        assert_eq!(
+            table_rows(&rows, false),
+            [
+                "  EVENTS  LOST  PROBE",
+                "     120     3  p_vfs_f2_0",
+                "       7     0  p_vfs_f5_0",
+                "       5     0  p_vfs_f0_0",
+                "       0        7 probes with no event: p_vfs_f1_0, p_vfs_f3_0, p_vfs_f4_0, p_vfs_f6_0, p_vfs_f7_0, p_vfs_f8_0 and 1 more",
+            ]
+        );
+    }
+
     #[test]
     fn unreturned_advice_names_maxactive_only_for_kernel_kretprobes() {
         let symbols =
