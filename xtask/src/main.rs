@@ -102,7 +102,7 @@ enum Task {
     /// getrusage; in the VM, or with --native on this host (uprobes only)).
     Bench {
         /// What to measure.
-        #[arg(value_parser = ["spec", "attach", "opens", "decode", "live"], default_value = "spec")]
+        #[arg(value_parser = ["spec", "attach", "opens", "decode", "live", "analysis"], default_value = "spec")]
         what: String,
         /// For decode: how many samples.
         #[arg(long, default_value_t = 2_000_000)]
@@ -292,7 +292,14 @@ fn main() -> Result<()> {
             rounds,
             kernel,
             ..
-        } if what == "opens" => bench_opens(opens, rounds, &kernel),
+        } if what == "opens" => bench_opens("bench-opens.sh", opens, rounds, &kernel),
+        Task::Bench {
+            what,
+            opens,
+            rounds,
+            kernel,
+            ..
+        } if what == "analysis" => bench_opens("bench-analysis.sh", opens, rounds, &kernel),
         Task::Bench {
             what,
             rounds,
@@ -539,9 +546,11 @@ fn bench_attach(functions: usize, kernel: &str) -> Result<()> {
     Ok(())
 }
 
-/// Boots the VM and runs xtask/bench-opens.sh there: the cost per call
-/// of probes on do_sys_openat2, kprobe-perf against perf.
-fn bench_opens(opens: u64, rounds: u32, kernel: &str) -> Result<()> {
+/// Boots the VM and runs `xtask/SCRIPT` there: the cost per call on
+/// do_sys_openat2 of kprobe-perf's probes against perf's (bench-opens.sh),
+/// or of stat, latency and count-by against perf and bpftrace
+/// (bench-analysis.sh).
+fn bench_opens(script: &str, opens: u64, rounds: u32, kernel: &str) -> Result<()> {
     host::ensure_packages(&[("linux-perf", "/usr/bin/perf")])?;
     let status =
         std::process::Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()))
@@ -575,7 +584,8 @@ fn bench_opens(opens: u64, rounds: u32, kernel: &str) -> Result<()> {
         command: &[
             "sh".into(),
             workspace_root()
-                .join("xtask/bench-opens.sh")
+                .join("xtask")
+                .join(script)
                 .to_string_lossy()
                 .into_owned(),
             path("release/kprobe-perf"),
@@ -592,7 +602,7 @@ fn bench_opens(opens: u64, rounds: u32, kernel: &str) -> Result<()> {
     })?;
     report_problems(&outcome);
     if !outcome.success() {
-        bail!("the opens benchmark failed");
+        bail!("the benchmark {script} failed");
     }
     Ok(())
 }
