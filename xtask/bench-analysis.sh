@@ -50,10 +50,14 @@ kprobe-perf latency|$KP latency do_sys_openat2 --
 kprobe-perf record --count-by comm|$KP record -q --count-by comm -e p:do_sys_openat2 --
 perf record|$PERF record -N -e probe:kpfa -o $W/perf.data --"
 if [ "$BT_OK" = yes ]; then
+    # Programs in files: the commands are split on blanks.
+    echo 'kprobe:do_sys_openat2 { @ = count(); }' >"$W/count.bt"
+    echo 'kprobe:do_sys_openat2 { @s[tid] = nsecs; } kretprobe:do_sys_openat2 /@s[tid]/ { @ = hist(nsecs - @s[tid]); delete(@s[tid]); }' >"$W/latency.bt"
+    echo 'kprobe:do_sys_openat2 { @[comm] = count(); }' >"$W/comm.bt"
     TOOLS="$TOOLS
-bpftrace count()|$BT -e kprobe:do_sys_openat2{@=count()} -c
-bpftrace latency hist()|$BT -e kprobe:do_sys_openat2{@s[tid]=nsecs}kretprobe:do_sys_openat2/@s[tid]/{@=hist(nsecs-@s[tid]);delete(@s[tid])} -c
-bpftrace @[comm]=count()|$BT -e kprobe:do_sys_openat2{@[comm]=count()} -c"
+bpftrace count()|$BT $W/count.bt -c
+bpftrace latency hist()|$BT $W/latency.bt -c
+bpftrace @[comm]=count()|$BT $W/comm.bt -c"
 fi
 
 i=0
