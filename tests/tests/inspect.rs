@@ -111,10 +111,26 @@ fn list_names_every_instance_and_explains_exclusions() {
         err.starts_with(&format!("kprobe-perf: p:tcp_v4_*: {n} probes (")),
         "{err}"
     );
+    // More than 8 probes: the closing summary is a table; with no event in
+    // 0.2 s, every probe is on its folded line, counted.
     assert!(
-        err.contains("(p_tcp_v4_connect_0: 0;") || err.contains("; p_tcp_v4_connect_0: 0"),
+        err.contains(&format!("events ({n} probes, by events below)")),
         "{err}"
     );
+    let listed: usize = err
+        .lines()
+        .skip_while(|l| !l.trim_start().starts_with("EVENTS"))
+        .skip(1)
+        .map(|l| match l.split_once(" probes with no event: ") {
+            Some((head, _)) => head
+                .split_whitespace()
+                .last()
+                .and_then(|c| c.parse().ok())
+                .unwrap_or(0),
+            None => usize::from(l.trim_start().starts_with(char::is_numeric)),
+        })
+        .sum();
+    assert_eq!(listed, n, "every probe in the table: {err}");
 }
 
 #[test]

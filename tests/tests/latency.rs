@@ -272,5 +272,20 @@ fn latency_agrees_with_bpftrace() {
         our_median * 2
     );
     assert_eq!(h["count"].as_u64(), Some(bt_calls));
-    assert_eq!(bt_median, our_median);
+    // The same calls, timed by two tools at slightly different points: a
+    // median within 5% of a bucket boundary may fall on either side of
+    // it (seen on 6.12: p50 1,030,178 ns against bpftrace's bucket from
+    // 1,048,576). Otherwise the buckets must be the same.
+    let p50 = h["percentiles"]["p50"].as_u64().unwrap_or(0);
+    let boundary = bt_median.max(our_median);
+    let straddles = bt_median != our_median
+        && (bt_median == our_median * 2 || our_median == bt_median * 2)
+        && p50.abs_diff(boundary) * 20 <= boundary;
+    if straddles {
+        println!(
+            "the medians straddle the bucket boundary {boundary}: p50 {p50} is within 5% of it"
+        );
+    } else {
+        assert_eq!(bt_median, our_median);
+    }
 }
