@@ -85,20 +85,7 @@ impl fmt::Display for FilterError {
     /// Three lines, as probe definition errors print: the message, the
     /// input, and carets under the token.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let start = self.span.start.min(self.input.len());
-        let pad = self.input.get(..start).map_or(start, |s| s.chars().count());
-        let width = self
-            .input
-            .get(start..(start + self.span.len).min(self.input.len()))
-            .map_or(1, |s| s.chars().count().max(1));
-        write!(
-            f,
-            "{}\n  {}\n  {}{}",
-            self.message,
-            self.input,
-            " ".repeat(pad),
-            "^".repeat(width)
-        )
+        self.span.write_under(f, &self.message, &self.input)
     }
 }
 

@@ -93,6 +93,30 @@ pub struct Span {
     pub len: usize,
 }
 
+impl Span {
+    /// Writes the three lines of a refusal: `message`, then `input`
+    /// indented, then carets under this span (counted in characters; at
+    /// least one).
+    pub(crate) fn write_under(
+        &self,
+        f: &mut std::fmt::Formatter<'_>,
+        message: &str,
+        input: &str,
+    ) -> std::fmt::Result {
+        let start = self.start.min(input.len());
+        let pad = input.get(..start).map_or(start, |s| s.chars().count());
+        let width = input
+            .get(start..(start + self.len).min(input.len()))
+            .map_or(1, |s| s.chars().count().max(1));
+        write!(
+            f,
+            "{message}\n  {input}\n  {}{}",
+            " ".repeat(pad),
+            "^".repeat(width)
+        )
+    }
+}
+
 /// One line of kprobe_events input: a probe, or the deletion of one.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Definition {

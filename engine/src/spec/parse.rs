@@ -37,20 +37,7 @@ impl std::error::Error for SpecError {}
 impl fmt::Display for SpecError {
     /// Three lines: the message, the input, and carets under the token.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let start = self.span.start.min(self.input.len());
-        let pad = self.input.get(..start).map_or(start, |s| s.chars().count());
-        let width = self
-            .input
-            .get(start..(start + self.span.len).min(self.input.len()))
-            .map_or(1, |s| s.chars().count().max(1));
-        write!(
-            f,
-            "{}\n  {}\n  {}{}",
-            self.message,
-            self.input,
-            " ".repeat(pad),
-            "^".repeat(width)
-        )
+        self.span.write_under(f, &self.message, &self.input)
     }
 }
 
