@@ -7,6 +7,7 @@ mod host;
 mod kernels;
 mod live;
 mod test;
+mod testlog;
 mod vm;
 
 use anyhow::{bail, Context, Result};
@@ -247,7 +248,7 @@ fn main() -> Result<()> {
                 cwd: std::env::current_dir().context("current directory")?,
                 env: passthrough_env(),
                 timeout: Duration::from_secs(timeout),
-                echo: true,
+                echo: vm::Echo::All,
                 label: None,
                 work_dir: vm_cache(),
             })?;
@@ -484,7 +485,7 @@ fn bench_live(a: &LiveArgs) -> Result<()> {
         cwd: workspace_root(),
         env: passthrough_env(),
         timeout: Duration::from_secs(4 * 3600),
-        echo: true,
+        echo: vm::Echo::All,
         label: None,
         work_dir: vm_cache(),
     })?;
@@ -535,7 +536,7 @@ fn bench_attach(functions: usize, kernel: &str) -> Result<()> {
         cwd: workspace_root(),
         env: passthrough_env(),
         timeout: Duration::from_secs(3600),
-        echo: true,
+        echo: vm::Echo::All,
         label: None,
         work_dir: vm_cache(),
     })?;
@@ -596,7 +597,7 @@ fn bench_opens(script: &str, opens: u64, rounds: u32, kernel: &str) -> Result<()
         cwd: workspace_root(),
         env: passthrough_env(),
         timeout: Duration::from_secs(3600),
-        echo: true,
+        echo: vm::Echo::All,
         label: None,
         work_dir: vm_cache(),
     })?;

@@ -7,6 +7,7 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use crate::kernels::{self, GuestArch, ARM64_MATRIX, MATRIX, SMOKE_MATRIX};
+use crate::testlog::{self, Digest};
 use crate::vm::{self, VmRun};
 use crate::{host, passthrough_env, report_problems, vm_cache, workspace_root};
 
@@ -78,7 +79,8 @@ fn cargo() -> Command {
     c
 }
 
-/// Runs a command, echoing its output, and returns (success, output).
+/// Runs a command, echoing what [`Digest`] shows of its output, and returns
+/// (success, the whole output).
 fn run_echo(cmd: &mut Command) -> Result<(bool, String)> {
     let mut child = cmd
         .stdout(Stdio::piped())
@@ -87,18 +89,24 @@ fn run_echo(cmd: &mut Command) -> Result<(bool, String)> {
         .context("starting cargo")?;
     let stderr = child.stderr.take().context("stderr")?;
     let err_thread = std::thread::spawn(move || {
+        let mut filter = Digest::default();
         let mut text = String::new();
         for line in BufReader::new(stderr).lines().map_while(|l| l.ok()) {
-            eprintln!("{line}");
+            if filter.show(&line) {
+                eprintln!("{line}");
+            }
             text.push_str(&line);
             text.push('\n');
         }
         text
     });
+    let mut filter = Digest::default();
     let mut text = String::new();
     if let Some(stdout) = child.stdout.take() {
         for line in BufReader::new(stdout).lines().map_while(|l| l.ok()) {
-            println!("{line}");
+            if filter.show(&line) {
+                println!("{line}");
+            }
             text.push_str(&line);
             text.push('\n');
         }
@@ -340,54 +348,141 @@ fn vm_jobs(kernels: usize) -> usize {
         .clamp(1, kernels.max(1))
 }
 
-/// fmt, clippy, native tests, then the VM matrix. Ends with
-/// `N passed, N failed, N skipped`.
+/// What the run has seen so far: counts, one summary line per step, and
+/// the failures to repeat at the end.
+#[derive(Default)]
+struct Tally {
+    total: Counts,
+    summary: Vec<String>,
+    failures: Vec<String>,
+}
+
+impl Tally {
+    /// A step that is one check: passed, or failed with its reason.
+    fn check(&mut self, name: &str, r: Result<()>) {
+        match r {
+            Ok(()) => {
+                self.summary.push(format!("{name}: ok"));
+                self.total.passed += 1;
+            }
+            Err(e) => self.fail(name, &e),
+        }
+    }
+
+    /// A step that failed outside any test: one failure, said at once and
+    /// again at the end.
+    fn fail(&mut self, name: &str, e: &anyhow::Error) {
+        eprintln!("xtask: {name}: FAILED: {e:#}");
+        self.summary.push(format!("{name}: FAILED"));
+        self.failures.push(format!("{name}: {e:#}"));
+        self.total.failed += 1;
+    }
+
+    /// A libtest run: its counts, its failures and where its log is.
+    fn tests(&mut self, name: &str, ok: bool, output: &str, extra: &str) {
+        let mut c = parse_counts(output);
+        if !ok && c.failed == 0 {
+            c.failed = 1; // a build or a guest failed outside any test
+            self.failures.push(format!(
+                "{name}: failed outside any test (a build, the test binary, or the guest)"
+            ));
+        }
+        for f in testlog::failures(output) {
+            self.failures.push(format!("{name}: {f}"));
+        }
+        let log = testlog::save(name, output)
+            .map(|p| format!(", log {}", p.display()))
+            .unwrap_or_default();
+        self.summary.push(format!("{name}: {c}{extra}{log}"));
+        self.total.add(c);
+    }
+
+    /// The summary, the failures again, and the closing counts line.
+    fn finish(self, started: Instant) -> Result<()> {
+        println!();
+        println!(
+            "xtask test summary ({:.0} s):",
+            started.elapsed().as_secs_f64()
+        );
+        for s in &self.summary {
+            println!("  {s}");
+        }
+        if !self.failures.is_empty() {
+            println!("failures ({}):", self.failures.len());
+            for f in &self.failures {
+                println!("  FAILED {f}");
+            }
+        }
+        println!("{}", self.total);
+        if self.total.failed > 0 {
+            std::process::exit(1);
+        }
+        Ok(())
+    }
+}
+
+/// fmt, clippy, native tests, then the VM matrix. Every step is counted,
+/// a failed one too, and the run always ends with the summary, the
+/// failures again and `N passed, N failed, N skipped`.
 pub(crate) fn run(kernel_args: &[String], no_lint: bool) -> Result<()> {
     let started = Instant::now();
-    let mut total = Counts::default();
-    let mut summary: Vec<String> = Vec::new();
+    let mut tally = Tally::default();
 
     if !no_lint {
-        let (fmt_ok, _) = run_echo(cargo().args(["fmt", "--all", "--check"]))?;
-        let (clippy_ok, _) = run_echo(cargo().args([
-            "clippy",
-            "--workspace",
-            "--all-targets",
-            "--",
-            "-D",
-            "warnings",
-        ]))?;
-        for (name, ok) in [("cargo fmt --check", fmt_ok), ("cargo clippy", clippy_ok)] {
-            summary.push(format!("{name}: {}", if ok { "clean" } else { "FAILED" }));
-            total.add(Counts {
-                passed: u64::from(ok),
-                failed: u64::from(!ok),
-                skipped: 0,
+        for (name, args) in [
+            ("cargo fmt --check", &["fmt", "--all", "--check"][..]),
+            (
+                "cargo clippy",
+                &[
+                    "clippy",
+                    "--workspace",
+                    "--all-targets",
+                    "--",
+                    "-D",
+                    "warnings",
+                ][..],
+            ),
+        ] {
+            let r = run_echo(cargo().args(args)).and_then(|(ok, out)| {
+                testlog::save(name, &out);
+                if ok {
+                    Ok(())
+                } else {
+                    bail!("see the lines above")
+                }
             });
+            tally.check(name, r);
         }
     }
 
     // The tests/ crate runs the kprobe-perf binary, which `cargo test`
     // does not build by itself.
-    let (build_ok, _) = run_echo(cargo().args(["build", "--package", "kprobe-perf"]))?;
-    if !build_ok {
-        bail!("building kprobe-perf failed");
+    let built =
+        run_echo(cargo().args(["build", "--package", "kprobe-perf"])).and_then(|(ok, _)| {
+            if ok {
+                Ok(())
+            } else {
+                bail!("see the lines above")
+            }
+        });
+    if let Err(e) = built {
+        tally.fail("building kprobe-perf", &e);
+        return tally.finish(started);
     }
     // --show-output: the skip lines of passing tests are printed, and
     // counted.
-    let (native_ok, native_out) =
-        run_echo(cargo().args(["test", "--workspace", "--", "--show-output"]))?;
-    let mut native = parse_counts(&native_out);
-    if !native_ok && native.failed == 0 {
-        native.failed = 1; // a build failure runs no test but must count
+    match run_echo(cargo().args(["test", "--workspace", "--", "--show-output"])) {
+        Ok((ok, out)) => tally.tests("native", ok, &out, ""),
+        Err(e) => tally.fail("native tests", &e),
     }
-    summary.push(format!("native: {native}"));
-    total.add(native);
 
     // The static binary and the Debian package (cargo xtask dist/deb --check).
     let (lines, passed, failed, skipped) = crate::deb::test_step(kernel_args);
-    summary.extend(lines);
-    total.add(Counts {
+    for l in lines.iter().filter(|l| l.contains("FAILED")) {
+        tally.failures.push(l.clone());
+    }
+    tally.summary.extend(lines);
+    tally.total.add(Counts {
         passed,
         failed,
         skipped,
@@ -395,8 +490,16 @@ pub(crate) fn run(kernel_args: &[String], no_lint: bool) -> Result<()> {
 
     // perf: the differential test (tests/differential.rs) and perf.data
     // checks (tests/perfdata.rs) run Debian's perf inside the VM.
-    host::ensure_packages(&[("linux-perf", "/usr/bin/perf")])?;
-    let exes = build_vm_tests()?;
+    if let Err(e) = host::ensure_packages(&[("linux-perf", "/usr/bin/perf")]) {
+        tally.fail("installing linux-perf", &e);
+    }
+    let exes = match build_vm_tests() {
+        Ok(exes) => exes,
+        Err(e) => {
+            tally.fail("building the VM tests", &e);
+            return tally.finish(started);
+        }
+    };
     // The full suite on the matrix, the smoke set on the other series;
     // `--kernel K` runs the full suite on K.
     // The arm64 set: `arm64-6.1`, `arm64-6.12` (the whole ARM64_MATRIX
@@ -429,26 +532,34 @@ pub(crate) fn run(kernel_args: &[String], no_lint: bool) -> Result<()> {
     };
     let full_script = vm_script(&exes, Suite::Full);
     let smoke_script = vm_script(&exes, Suite::Smoke);
-    let arm64_script = if runs.iter().any(|(_, s)| *s == Suite::Arm64) {
-        host::ensure_packages(&[("qemu-system-arm", "/usr/bin/qemu-system-aarch64")])?;
-        vm_script(&build_vm_tests_arm64()?, Suite::Arm64)
-    } else {
-        String::new()
-    };
+    let mut arm64_script = String::new();
+    if runs.iter().any(|(_, s)| *s == Suite::Arm64) {
+        let built = host::ensure_packages(&[("qemu-system-arm", "/usr/bin/qemu-system-aarch64")])
+            .and_then(|()| build_vm_tests_arm64());
+        match built {
+            Ok(exes) => arm64_script = vm_script(&exes, Suite::Arm64),
+            Err(e) => tally.fail("the arm64 set (QEMU and the aarch64 build)", &e),
+        }
+    }
     // Every kernel first (downloads print their own progress), then the
     // VMs: side by side when the host has a core for each, as each runs
-    // its vCPUs on one host thread (single-threaded TCG).
-    let resolved = runs
-        .iter()
-        .map(|(k, suite)| {
-            let cache = vm_cache().join("kernels");
-            let kernel = match k.strip_prefix("arm64-") {
-                Some(series) if *suite == Suite::Arm64 => kernels::resolve_arm64(series, &cache)?,
-                _ => kernels::resolve(k, &cache)?,
-            };
-            Ok((k.clone(), kernel, *suite))
-        })
-        .collect::<Result<Vec<_>>>()?;
+    // its vCPUs on one host thread (single-threaded TCG). A kernel that
+    // cannot be had is one failure; the others still run.
+    let mut resolved = Vec::new();
+    for (k, suite) in &runs {
+        if *suite == Suite::Arm64 && arm64_script.is_empty() {
+            continue; // said above
+        }
+        let cache = vm_cache().join("kernels");
+        let kernel = match k.strip_prefix("arm64-") {
+            Some(series) if *suite == Suite::Arm64 => kernels::resolve_arm64(series, &cache),
+            _ => kernels::resolve(k, &cache),
+        };
+        match kernel {
+            Ok(kernel) => resolved.push((k.clone(), kernel, *suite)),
+            Err(e) => tally.fail(&format!("kernel {k}"), &e),
+        }
+    }
     let jobs = vm_jobs(resolved.len());
     let tagged = jobs > 1;
     if tagged {
@@ -503,7 +614,7 @@ pub(crate) fn run(kernel_args: &[String], no_lint: bool) -> Result<()> {
                             // A hang, not a slow run: the slowest kernel
                             // takes ~10-14 min, alone or side by side.
                             timeout: Duration::from_secs(1800),
-                            echo: true,
+                            echo: vm::Echo::Digest,
                             label: tagged.then(|| k.clone()),
                             work_dir: vm_cache(),
                         })
@@ -531,23 +642,29 @@ pub(crate) fn run(kernel_args: &[String], no_lint: bool) -> Result<()> {
         all
     });
     for ((k, kernel, suite), outcome) in resolved.iter().zip(outcomes) {
+        let name = format!("kernel {k}");
         let (outcome, secs) =
-            outcome.unwrap_or_else(|| Err(anyhow::anyhow!("a VM thread panicked")))?;
+            match outcome.unwrap_or_else(|| Err(anyhow::anyhow!("a VM thread panicked"))) {
+                Ok(o) => o,
+                Err(e) => {
+                    tally.fail(&name, &e);
+                    continue;
+                }
+            };
         if !outcome.problems.is_empty() {
             eprintln!("xtask: kernel {k}:");
+            for p in &outcome.problems {
+                tally.failures.push(format!("{name}: {p}"));
+            }
         }
         report_problems(&outcome);
-        let mut c = parse_counts(&outcome.output);
-        if !outcome.success() && c.failed == 0 {
-            c.failed = 1; // the guest failed outside any test
-        }
         let image = kernel
             .image
             .file_name()
             .map(|n| n.to_string_lossy().into_owned())
             .unwrap_or_default();
-        summary.push(format!(
-            "kernel {k} ({image}, {}): {c}, boot {:.1} s, {secs:.0} s in all{}",
+        let extra = format!(
+            " ({image}, {}), boot {:.1} s, {secs:.0} s in all{}",
             suite.describe(),
             outcome.boot_secs.unwrap_or(f64::NAN),
             if outcome.problems.is_empty() {
@@ -555,23 +672,10 @@ pub(crate) fn run(kernel_args: &[String], no_lint: bool) -> Result<()> {
             } else {
                 format!(", problems: {}", outcome.problems.join("; "))
             }
-        ));
-        total.add(c);
+        );
+        tally.tests(&name, outcome.success(), &outcome.output, &extra);
     }
-
-    println!();
-    println!(
-        "xtask test summary ({:.0} s):",
-        started.elapsed().as_secs_f64()
-    );
-    for s in &summary {
-        println!("  {s}");
-    }
-    println!("{total}");
-    if total.failed > 0 {
-        std::process::exit(1);
-    }
-    Ok(())
+    tally.finish(started)
 }
 
 /// Boots the VM and records a kprobe and a kretprobe on a small workload.
@@ -609,7 +713,7 @@ pub(crate) fn demo(kernel: &str) -> Result<()> {
         cwd: workspace_root(),
         env: passthrough_env(),
         timeout: Duration::from_secs(300),
-        echo: true,
+        echo: vm::Echo::All,
         label: None,
         work_dir: vm_cache(),
     })?;

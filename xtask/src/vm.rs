@@ -25,11 +25,21 @@ pub(crate) struct VmRun<'a> {
     pub cwd: PathBuf,
     pub env: Vec<(String, String)>,
     pub timeout: Duration,
-    /// Print the command's output as it arrives.
-    pub echo: bool,
+    /// What of the command's output to print as it arrives.
+    pub echo: Echo,
     /// With `echo`, put `[label] ` before each line (VMs run side by side).
     pub label: Option<String>,
     pub work_dir: PathBuf,
+}
+
+/// What a VM run prints of its command's output as it arrives.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Echo {
+    /// Every line.
+    All,
+    /// A libtest run's digest ([`crate::testlog::Digest`]): verdicts, skip
+    /// lines and failures, not the captured output of passing tests.
+    Digest,
 }
 
 /// What came back from the guest.
@@ -419,6 +429,7 @@ fn boot(opts: &VmRun, initramfs: &Path) -> Result<VmOutcome> {
     };
     let mut in_command = false;
     let stdout = std::io::stdout();
+    let mut digest = crate::testlog::Digest::default();
     loop {
         let now = Instant::now();
         if now >= deadline {
@@ -458,7 +469,11 @@ fn boot(opts: &VmRun, initramfs: &Path) -> Result<VmOutcome> {
         if in_command {
             outcome.output.push_str(&line);
             outcome.output.push('\n');
-            if opts.echo {
+            let shown = match opts.echo {
+                Echo::All => true,
+                Echo::Digest => digest.show(&line),
+            };
+            if shown {
                 let mut out = stdout.lock();
                 let _ = match &opts.label {
                     Some(label) => writeln!(out, "[{label}] {line}"),
