@@ -354,8 +354,22 @@ impl Apt {
             .collect())
     }
 
-    /// `apt-get download PACKAGE` into `dir`.
+    /// `apt-get download PACKAGE` into `dir`. On a fresh cache the private
+    /// lists are empty (nothing asked apt for a kernel yet: the arm64
+    /// busybox is the first download), so they are read first when apt
+    /// knows no package of that name.
     fn download(&self, package: &str, dir: &Path) -> Result<()> {
+        if self.private_dir.is_some()
+            && !self
+                .search(&exact_regex(package))?
+                .iter()
+                .any(|n| n == package)
+        {
+            host::run_status(
+                self.command("apt-get").args(["update", "-qq"]),
+                "apt-get update",
+            )?;
+        }
         host::run_status(
             self.command("apt-get")
                 .arg("download")
@@ -364,6 +378,19 @@ impl Apt {
             "apt-get download",
         )
     }
+}
+
+/// A regex (apt-cache's) that matches exactly `name`: `+` and `.` are
+/// common in package names.
+fn exact_regex(name: &str) -> String {
+    let escaped: String = name
+        .chars()
+        .flat_map(|c| {
+            let meta = r".+*?()[]{}|^$\".contains(c);
+            meta.then_some('\\').into_iter().chain(Some(c))
+        })
+        .collect();
+    format!("^{escaped}$")
 }
 
 /// The vmlinuz and the `lib/modules/<release>` tree of an unpacked kernel:
@@ -528,6 +555,15 @@ fn fetch_debug(apt: &Apt, package: &str, release: &str, dir: &Path) -> Result<()
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn package_names_become_exact_regexes() {
+        assert_eq!(exact_regex("busybox-static"), "^busybox-static$");
+        assert_eq!(
+            exact_regex("linux-image-7.2.13+deb14-amd64"),
+            r"^linux-image-7\.2\.13\+deb14-amd64$"
+        );
+    }
 
     #[test]
     fn newest_by_numeric_runs() {
