@@ -6,6 +6,7 @@ use std::collections::BTreeMap;
 
 use serde::{Serialize, Serializer};
 
+use crate::filter::FilterRuns;
 use crate::plan::{Backend, ProbePlan};
 use crate::session::{CallCounts, KernelCounts, SessionStats, Throttling};
 
@@ -51,7 +52,7 @@ pub struct ProbeSummary {
     /// How it was opened.
     #[serde(serialize_with = "backend_name")]
     pub backend: Backend,
-    /// Events decoded.
+    /// Events handed over (decoded, less those a user-space filter dropped).
     pub events: u64,
     /// Exact: the hits the kernel counted minus the events decoded.
     #[serde(flatten)]
@@ -71,6 +72,48 @@ pub struct ProbeSummary {
     /// with their entry values unknown (their entry was not seen).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub entry_unknown: Option<u64>,
+    /// The probe's filter, where it ran and what it dropped (only for a
+    /// probe with a filter).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub filter: Option<FilterSummary>,
+}
+
+/// Where a probe's filter ran, and what it dropped.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[non_exhaustive]
+pub struct FilterSummary {
+    /// The filter as written.
+    pub expr: String,
+    /// `kernel` or `user`.
+    pub runs: &'static str,
+    /// Why not in the kernel (user space only).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+    /// Events the user-space filter dropped. `None` in the kernel, which
+    /// drops them before the ring and counts them nowhere a perf event
+    /// can read.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub dropped: Option<u64>,
+}
+
+impl FilterSummary {
+    fn of(plan: &ProbePlan, dropped: u64) -> Option<FilterSummary> {
+        let f = plan.filter.as_ref()?;
+        Some(match f.runs() {
+            FilterRuns::Kernel(_) => FilterSummary {
+                expr: f.text().to_string(),
+                runs: "kernel",
+                reason: None,
+                dropped: None,
+            },
+            FilterRuns::UserSpace(why) => FilterSummary {
+                expr: f.text().to_string(),
+                runs: "user",
+                reason: Some(why.clone()),
+                dropped: Some(dropped),
+            },
+        })
+    }
 }
 
 /// Samples lost by one CPU's ring.
@@ -118,7 +161,7 @@ pub struct FlightWindow {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 #[non_exhaustive]
 pub struct Summary {
-    /// Events decoded, over every probe.
+    /// Events handed over, over every probe.
     pub events: u64,
     /// Samples lost (or not kept), over every probe: the sum of the
     /// probes' exact losses, or, when the kernel's counts could not be
@@ -170,12 +213,14 @@ impl Summary {
             .iter()
             .enumerate()
             .map(|(i, p)| {
-                let events = stats.hits.get(i).copied().unwrap_or(0);
+                let decoded = stats.hits.get(i).copied().unwrap_or(0);
+                let dropped = stats.filtered.get(i).copied().unwrap_or(0);
+                let events = decoded.saturating_sub(dropped);
                 let lost = k
                     .hits
                     .as_ref()
                     .and_then(|h| h.get(i))
-                    .map(|h| h.saturating_sub(events));
+                    .map(|h| h.saturating_sub(decoded));
                 ProbeSummary {
                     event: p.event.clone(),
                     backend: p.backend,
@@ -185,6 +230,7 @@ impl Summary {
                     calls: k.calls.as_ref().and_then(|c| c.get(i).copied().flatten()),
                     throttling: stats.throttling_of(i),
                     entry_unknown: stats.entry_unknown.get(i).copied(),
+                    filter: FilterSummary::of(p, dropped),
                 }
             })
             .collect();
