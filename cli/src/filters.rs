@@ -3,6 +3,35 @@
 
 use anyhow::{bail, Result};
 use clap::ArgMatches;
+use kprobe_perf_engine::{kernel::Kernel, plan::BackendChoice, ProbePlan};
+
+use crate::inspect;
+
+/// Plans the definitions `specs`, each with its filter (`filters`, as
+/// [`pair`] gives them), globs expanded: a glob's functions each take its
+/// filter.
+pub(crate) fn plan(
+    kernel: &Kernel,
+    specs: &[String],
+    filters: &[Option<String>],
+    all_instances: bool,
+    choice: BackendChoice,
+) -> Result<Vec<ProbePlan>> {
+    if filters.iter().all(Option::is_none) {
+        let specs = inspect::expand_globs(kernel, specs, all_instances, choice)?;
+        return Ok(kernel.plan(&specs, choice)?);
+    }
+    // Each definition on its own, so that its filter follows what a glob
+    // expands it to.
+    let mut filtered: Vec<(String, Option<String>)> = Vec::new();
+    for (spec, filter) in specs.iter().zip(filters) {
+        let one = std::slice::from_ref(spec);
+        for s in inspect::expand_globs(kernel, one, all_instances, choice)? {
+            filtered.push((s, filter.clone()));
+        }
+    }
+    Ok(kernel.plan_filtered(&filtered, choice)?)
+}
 
 /// Pairs each `-e` (`events`, in order) with the `--filter` given after
 /// it and before the next `-e`, from the positions clap saw them at.

@@ -294,7 +294,12 @@ fn main() -> ExitCode {
             }
         }
         Cmd::Latency(args) => latency::run(&args),
-        Cmd::Stat(mut args) => stat::run(&mut args),
+        Cmd::Stat(mut args) => {
+            match filters::pair(matches.subcommand_matches("stat"), &args.events) {
+                Ok(filters) => stat::run(&mut args, &filters),
+                Err(e) => Err(e),
+            }
+        }
         Cmd::Cleanup => cleanup(),
         Cmd::Script(args) => script::run(&args),
         Cmd::Probe {
@@ -372,21 +377,7 @@ fn record(args: &RecordArgs, filters: &[Option<String>]) -> Result<ExitCode> {
         BackendArg::Pmu => BackendChoice::Pmu,
         BackendArg::Tracefs => BackendChoice::Tracefs,
     };
-    let plans = if filters.iter().any(Option::is_some) {
-        // Each definition on its own, so that its filter follows what a
-        // glob expands it to.
-        let mut filtered: Vec<(String, Option<String>)> = Vec::new();
-        for (spec, filter) in specs.iter().zip(filters) {
-            let one = std::slice::from_ref(spec);
-            for s in inspect::expand_globs(&kernel, one, args.all_instances, choice)? {
-                filtered.push((s, filter.clone()));
-            }
-        }
-        kernel.plan_filtered(&filtered, choice)?
-    } else {
-        let specs = inspect::expand_globs(&kernel, specs, args.all_instances, choice)?;
-        kernel.plan(&specs, choice)?
-    };
+    let plans = filters::plan(&kernel, specs, filters, args.all_instances, choice)?;
     inspect::check_plans(&kernel, &plans)?;
     let agg = aggregate::Aggregation::new(&args.aggregate, &plans, args.json)?;
     // The symbolizer's table; the kernel's text and images are let go.

@@ -236,3 +236,55 @@ fn a_kernel_refusal_is_explained_from_error_log() {
         .collect();
     assert!(left.is_empty(), "{left:?}");
 }
+
+/// `stat --filter`: the kernel counts only what passes, the same counts
+/// as `record`; a filter only user space can run is refused.
+#[test]
+fn stat_counts_only_what_the_kernel_filter_passes() {
+    if !kprobes_available("stat_counts_only_what_the_kernel_filter_passes") {
+        return;
+    }
+    let sizes = env!("CARGO_BIN_EXE_write_sizes");
+    let spec = "p:vfs_write count=$arg3:u64";
+    let out = run(&[
+        "stat",
+        "--json",
+        "-e",
+        spec,
+        "--filter",
+        "count == 100",
+        "-e",
+        spec,
+        "--filter",
+        "comm ~ \"kpw_[sl]*\"",
+        "--",
+        sizes,
+    ]);
+    assert!(out.status.success());
+    let v: serde_json::Value =
+        serde_json::from_str(String::from_utf8_lossy(&out.stdout).trim()).unwrap();
+    let counts: Vec<u64> = v["probes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| p["count"].as_u64().unwrap())
+        .collect();
+    assert_eq!(counts, [5, 10], "{v}");
+    // On the PMU, the record has no `count`: nothing can count with it.
+    let out = run(&[
+        "stat",
+        "--backend",
+        "pmu",
+        "-e",
+        spec,
+        "--filter",
+        "count == 100",
+        "--",
+        sizes,
+    ]);
+    assert_eq!(out.status.code(), Some(1));
+    assert_eq!(
+        String::from_utf8_lossy(&out.stderr),
+        "kprobe-perf: cannot count p vfs_write count=$arg3:u64 with the filter `count == 100`: counting happens in the kernel, which cannot run it (a PMU probe's record carries no argument (`count`); a tracefs-defined one's does (--backend auto or tracefs)); `record -q --filter` runs it in user space and counts what passes\n"
+    );
+}
