@@ -404,6 +404,33 @@ mod tests {
         );
     }
 
+    /// A probe's filter: where it ran, and in user space why and what it
+    /// dropped; the events are those handed over, the loss counts from
+    /// the samples decoded (dropped ones included).
+    #[test]
+    fn filters_say_where_they_ran_and_what_they_dropped() {
+        let mut plans = plans();
+        plans[0] = plans[0].clone().with_filter("comm == \"sh\"").unwrap();
+        plans[2] = plans[2].clone().with_filter("pid == 1").unwrap();
+        let mut st = stats();
+        st.filtered = vec![0, 0, 4];
+        let s = Summary::new(&plans, &st, kernel(false, true));
+        assert_eq!(s.events, 17);
+        assert_eq!(s.probes[2].events, 3);
+        assert_eq!(s.probes[2].loss, Loss::Lost(Some(0)));
+        assert_eq!(s.probes[1].filter, None);
+        let json = serde_json::to_value(&s).unwrap();
+        assert_eq!(
+            json["probes"][0]["filter"].to_string(),
+            r#"{"expr":"comm == \"sh\"","runs":"kernel"}"#
+        );
+        assert_eq!(
+            json["probes"][2]["filter"].to_string(),
+            r#"{"dropped":4,"expr":"pid == 1","reason":"`pid` (the process id) is in no field of the kernel's records, which carry only the thread id (`common_pid`, which `tid` names)","runs":"user"}"#
+        );
+        assert_eq!(json["probes"][1].get("filter"), None);
+    }
+
     #[test]
     fn without_the_kernels_counts_losses_come_from_lost_records() {
         let s = Summary::new(&plans(), &stats(), kernel(true, false));

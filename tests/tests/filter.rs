@@ -120,6 +120,41 @@ fn auto_puts_a_filter_where_the_kernel_runs_it() {
     assert_eq!(probe["filter"]["runs"], "kernel", "{probe}");
 }
 
+/// A PMU kretprobe's kernel filter is set on its entry counter too, so
+/// the calls counted entering and returning stay paired; a user-space
+/// filter leaves both counts whole and counts what it dropped.
+#[test]
+fn a_kretprobe_filter_keeps_entries_and_returns_paired() {
+    if !kprobes_available("a_kretprobe_filter_keeps_entries_and_returns_paired") {
+        return;
+    }
+    for (filter, runs, events, entries) in [
+        ("comm == \"kpw_medium\"", "kernel", 5, 5),
+        ("ret == 100", "user", 5, 15),
+    ] {
+        let out = run(&[
+            "record",
+            "--json",
+            "--backend",
+            "pmu",
+            "-e",
+            "r:vfs_write ret=$retval:s64",
+            "--filter",
+            filter,
+            "--",
+            env!("CARGO_BIN_EXE_write_sizes"),
+        ]);
+        let (n, probe) = events_and_probe(&out);
+        assert_eq!(n, events, "{filter}");
+        assert_eq!(probe["filter"]["runs"], runs, "{probe}");
+        assert_eq!(probe["entries"], entries, "{probe}");
+        assert_eq!(probe["unreturned"], 0, "{probe}");
+        if runs == "user" {
+            assert_eq!(probe["filter"]["dropped"], 10, "{probe}");
+        }
+    }
+}
+
 /// A uprobe on a function called with i = 0..1000: the kernel (through
 /// uprobe_events) and user space keep the same calls.
 #[test]
