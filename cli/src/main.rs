@@ -679,7 +679,12 @@ impl LiveCount {
         if dt < 0.25 {
             return;
         }
-        let events: u64 = stats.hits.iter().sum();
+        // Decoded, less what user-space filters dropped.
+        let events: u64 = stats
+            .hits
+            .iter()
+            .sum::<u64>()
+            .saturating_sub(stats.filtered.iter().sum::<u64>());
         let lost = stats.lost;
         let rate = |now: u64, before: u64| (now.saturating_sub(before) as f64 / dt).round();
         eprint!(
