@@ -323,3 +323,46 @@ fn stat_counts_only_what_the_kernel_filter_passes() {
         "kprobe-perf: cannot count p vfs_write count=$arg3:u64 with the filter `count == 100`: counting happens in the kernel, which cannot run it (a PMU probe's record carries no argument (`count`); a tracefs-defined one's does (--backend auto or tracefs)); `record -q --filter` runs it in user space and counts what passes\n"
     );
 }
+
+/// With -o, a user-space filter is stored with its probe (the file holds
+/// every sample the kernel wrote) and `script -i` runs it again: the
+/// replay prints what the recording printed; a kernel filter's file holds
+/// only what passed.
+#[test]
+fn script_replays_a_filtered_recording_as_recorded() {
+    if !kprobes_available("script_replays_a_filtered_recording_as_recorded") {
+        return;
+    }
+    for (backend, runs) in [("pmu", "user"), ("tracefs", "kernel")] {
+        let file = format!("/tmp/kpf-filter-{backend}.data");
+        let _ = std::fs::remove_file(&file);
+        let out = run(&[
+            "record",
+            "--json",
+            "--force",
+            "-o",
+            &file,
+            "--backend",
+            backend,
+            "-e",
+            "p:vfs_write count=$arg3:u64",
+            "--filter",
+            "count == 100 || comm == \"kpw_small\"",
+            "--",
+            env!("CARGO_BIN_EXE_write_sizes"),
+        ]);
+        let (n, probe) = events_and_probe(&out);
+        assert_eq!(n, 8);
+        assert_eq!(probe["filter"]["runs"], runs, "{probe}");
+        let replay = run(&["script", "--json", "-i", &file]);
+        let (m, replayed) = events_and_probe(&replay);
+        assert_eq!(m, 8, "{backend}");
+        assert_eq!(replayed, probe);
+        // Text events, line for line.
+        let text = run(&["script", "-i", &file]);
+        assert!(text.status.success());
+        let lines = String::from_utf8_lossy(&text.stdout).lines().count();
+        assert_eq!(lines, 8, "{backend}");
+        let _ = std::fs::remove_file(&file);
+    }
+}
