@@ -525,10 +525,10 @@ impl Opening<'_> {
                 }
                 opened => opened?,
             };
+            self.set_filter(i, plan, &fd)?;
             // A PMU kretprobe's entries, counted by the kernel: the
             // same function's entry probe on the same slot, in
             // counting mode.
-            self.set_filter(i, plan, &fd)?;
             if let (true, Opener::Pmu(pmu)) = (plan.is_return(), self.openers[i]) {
                 let counting = attr::entry_counter(&attr, pmu.retprobe_bit);
                 let counter = open_at(&counting, name, plan, self.openers[i], slot)?;
