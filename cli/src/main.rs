@@ -3,6 +3,7 @@
 
 mod aggregate;
 mod doctor;
+mod filters;
 mod generate;
 mod hints;
 mod image_args;
@@ -138,6 +139,20 @@ struct RecordArgs {
     /// A probe definition (repeatable).
     #[arg(short = 'e', long = "event", value_name = "SPEC", required = true)]
     events: Vec<String>,
+    /// Keep only the events of the probe given (-e) before it that pass
+    /// EXPR, in the kernel's ftrace filter grammar: `==`, `!=`, `<`, `<=`,
+    /// `>`, `>=`, `&` on numbers, `==`, `!=`, `~` (glob) on quoted
+    /// strings, `&&`, `||`, `!` and parentheses, over the probe's named
+    /// arguments and `comm`, `pid`, `tid`, `cpu` (e.g. `--filter 'count >
+    /// 4096 && comm ~ "post*"'`). At most one per probe. It runs in the
+    /// kernel (PERF_EVENT_IOC_SET_FILTER) when the event's record has the
+    /// fields: tracefs-defined probes, which `--backend auto` then picks,
+    /// or `comm`, `tid`, `cpu` alone on any probe; otherwise (`pid`,
+    /// arguments of a PMU probe) in user space, before any output. A bad
+    /// filter is refused before anything is attached; the summary says
+    /// where each filter ran and what the user-space ones dropped.
+    #[arg(long = "filter", value_name = "EXPR", allow_hyphen_values = true)]
+    filters: Vec<String>,
     /// Record every task on every CPU, even when a command is given.
     #[arg(short = 'a', long)]
     all_cpus: bool,
@@ -255,7 +270,11 @@ fn main() -> ExitCode {
     if let Some(code) = generate::intercept::<Cli>() {
         return code;
     }
-    let cli = match Cli::try_parse() {
+    let matches = match <Cli as clap::CommandFactory>::command().try_get_matches() {
+        Ok(m) => m,
+        Err(e) => return validate::usage_error(e),
+    };
+    let cli = match <Cli as clap::FromArgMatches>::from_arg_matches(&matches) {
         Ok(cli) => cli,
         Err(e) => return validate::usage_error(e),
     };
@@ -269,10 +288,18 @@ fn main() -> ExitCode {
         Cmd::Record(mut args) => {
             validate::merge_duplicates(&mut args.pid);
             validate::merge_duplicates(&mut args.tid);
-            record(&args)
+            match filters::pair(matches.subcommand_matches("record"), &args.events) {
+                Ok(filters) => record(&args, &filters),
+                Err(e) => Err(e),
+            }
         }
         Cmd::Latency(args) => latency::run(&args),
-        Cmd::Stat(mut args) => stat::run(&mut args),
+        Cmd::Stat(mut args) => {
+            match filters::pair(matches.subcommand_matches("stat"), &args.events) {
+                Ok(filters) => stat::run(&mut args, &filters),
+                Err(e) => Err(e),
+            }
+        }
         Cmd::Cleanup => cleanup(),
         Cmd::Script(args) => script::run(&args),
         Cmd::Probe {
@@ -333,7 +360,7 @@ fn cleanup() -> Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
-fn record(args: &RecordArgs) -> Result<ExitCode> {
+fn record(args: &RecordArgs, filters: &[Option<String>]) -> Result<ExitCode> {
     let RecordArgs {
         events: specs,
         mmap_pages,
@@ -350,8 +377,7 @@ fn record(args: &RecordArgs) -> Result<ExitCode> {
         BackendArg::Pmu => BackendChoice::Pmu,
         BackendArg::Tracefs => BackendChoice::Tracefs,
     };
-    let specs = inspect::expand_globs(&kernel, specs, args.all_instances, choice)?;
-    let plans = kernel.plan(&specs, choice)?;
+    let plans = filters::plan(&kernel, specs, filters, args.all_instances, choice)?;
     inspect::check_plans(&kernel, &plans)?;
     let agg = aggregate::Aggregation::new(&args.aggregate, &plans, args.json)?;
     // The symbolizer's table; the kernel's text and images are let go.
@@ -653,7 +679,12 @@ impl LiveCount {
         if dt < 0.25 {
             return;
         }
-        let events: u64 = stats.hits.iter().sum();
+        // Decoded, less what user-space filters dropped.
+        let events: u64 = stats
+            .hits
+            .iter()
+            .sum::<u64>()
+            .saturating_sub(stats.filtered.iter().sum::<u64>());
         let lost = stats.lost;
         let rate = |now: u64, before: u64| (now.saturating_sub(before) as f64 / dt).round();
         eprint!(

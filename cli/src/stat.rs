@@ -22,7 +22,15 @@ pub(crate) struct StatArgs {
     /// A probe definition (repeatable); the table lists the probes in
     /// this order.
     #[arg(short = 'e', long = "event", value_name = "SPEC", required = true)]
-    events: Vec<String>,
+    pub(crate) events: Vec<String>,
+    /// Count only the hits of the probe given (-e) before it that pass
+    /// EXPR, in the kernel's ftrace filter grammar (as `record --filter`).
+    /// The kernel must run it, since nothing reaches user space: the
+    /// probe's arguments through tracefs (`--backend auto` picks it),
+    /// `comm`, `tid`, `cpu` on any probe; a filter on `pid` is refused
+    /// (`record -q --filter` runs it in user space).
+    #[arg(long = "filter", value_name = "EXPR", allow_hyphen_values = true)]
+    filters: Vec<String>,
     /// Count on every CPU (every task), even when a command is given.
     #[arg(short = 'a', long)]
     all_cpus: bool,
@@ -91,10 +99,10 @@ fn interval_ms(text: &str) -> Result<u64, String> {
 
 /// Runs `stat`: counts until the command exits, -d, Ctrl-C, or every
 /// process of -p has exited; exits with the command's status.
-pub(crate) fn run(args: &mut StatArgs) -> Result<ExitCode> {
+pub(crate) fn run(args: &mut StatArgs, filters: &[Option<String>]) -> Result<ExitCode> {
     validate::merge_duplicates(&mut args.pid);
     validate::merge_duplicates(&mut args.tid);
-    let plans = plan(args)?;
+    let plans = plan(args, filters)?;
 
     let stop = Arc::new(AtomicBool::new(false));
     for sig in [
@@ -186,15 +194,14 @@ fn write_out(out: &mut impl Write, text: &str) -> Result<bool> {
 }
 
 /// The probes of `args`, planned as `record` plans them.
-fn plan(args: &StatArgs) -> Result<Vec<ProbePlan>> {
+fn plan(args: &StatArgs, filters: &[Option<String>]) -> Result<Vec<ProbePlan>> {
     let kernel = inspect::record_kernel(&args.image);
     let choice = match args.backend {
         BackendArg::Auto => BackendChoice::Auto,
         BackendArg::Pmu => BackendChoice::Pmu,
         BackendArg::Tracefs => BackendChoice::Tracefs,
     };
-    let specs = inspect::expand_globs(&kernel, &args.events, args.all_instances, choice)?;
-    let plans = kernel.plan(&specs, choice)?;
+    let plans = crate::filters::plan(&kernel, &args.events, filters, args.all_instances, choice)?;
     inspect::check_plans(&kernel, &plans)?;
     Ok(plans)
 }

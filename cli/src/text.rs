@@ -587,6 +587,7 @@ pub(crate) fn summary_lines(s: &Summary, plans: &[ProbePlan]) -> Vec<String> {
     let mut lines = vec![summary(s)];
     lines.extend(probe_table(s));
     lines.extend(misses(s, plans));
+    lines.extend(filter_lines(s));
     lines.extend(loss_and_throttle_lines(s));
     if let Some(w) = &s.overwrite {
         let overwritten = w
@@ -598,6 +599,27 @@ pub(crate) fn summary_lines(s: &Summary, plans: &[ProbePlan]) -> Vec<String> {
         ));
     }
     lines
+}
+
+/// One line per probe with a filter: where it ran and, in user space,
+/// why and how many events it dropped. Nothing without filters.
+fn filter_lines(s: &Summary) -> Vec<String> {
+    s.probes
+        .iter()
+        .filter_map(|p| {
+            let f = p.filter.as_ref()?;
+            Some(match (&f.reason, f.dropped) {
+                (Some(why), Some(n)) => format!(
+                    "filter of {} ({}): ran in user space ({why}), dropped {n} events",
+                    p.event, f.expr
+                ),
+                _ => format!(
+                    "filter of {} ({}): ran in the kernel (events it rejected never reached the ring; the kernel does not count them)",
+                    p.event, f.expr
+                ),
+            })
+        })
+        .collect()
 }
 
 /// The closing summary: events per probe and losses, never omitted. The

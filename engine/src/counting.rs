@@ -125,6 +125,23 @@ fn counter_attr<'n>(
     }
 }
 
+/// The filter the kernel runs for each probe; a filter that would run in
+/// user space is refused, as a counting event hands nothing to user space.
+fn kernel_filters(plans: &[ProbePlan]) -> Result<Vec<Option<std::ffi::CString>>, Error> {
+    for plan in plans {
+        if let Some(f) = &plan.filter {
+            if let crate::filter::FilterRuns::UserSpace(why) = f.runs() {
+                return Err(Error::FilterNeedsUserSpace {
+                    probe: plan.spec.to_string(),
+                    filter: f.text().to_string(),
+                    why: why.clone(),
+                });
+            }
+        }
+    }
+    plans.iter().map(attach::kernel_filter).collect()
+}
+
 /// The CPU of a slot (`None` for a thread's slot, cpu -1).
 fn slot_cpu(slot: &Slot) -> Option<u32> {
     u32::try_from(slot.cpu).ok()
@@ -157,6 +174,7 @@ impl CountingSession {
             _ => None,
         };
         let defined = attach::define_events(&mut plans, pmus)?;
+        let filters = kernel_filters(&plans)?;
         let scopes = target.scopes(&cpus, &threads, command.as_ref().map(HeldCommand::pid))?;
         attach::reserve_fds(&plans, &scopes.slots)?;
         let settings = EventSettings {
@@ -174,11 +192,24 @@ impl CountingSession {
                 let opener = defined.openers[i];
                 let (event, name) = counter_attr(opener, plan, names[i].as_deref(), &settings)?;
                 match attach::open_at(&event, name, plan, opener, slot) {
-                    Ok(fd) => opened.push(Counter {
-                        probe: i,
-                        cpu: slot_cpu(slot),
-                        fd,
-                    }),
+                    Ok(fd) => {
+                        if let Some(Some(filter)) = filters.get(i) {
+                            let fs = defined.tracefs.as_ref();
+                            attach::apply_kernel_filter(&fd, filter, plan, |text| {
+                                match (fs, opener) {
+                                    (Some(t), Opener::Tracepoint(_)) => {
+                                        t.tracefs().explain_filter(t.group(), &plan.event, text)
+                                    }
+                                    _ => None,
+                                }
+                            })?;
+                        }
+                        opened.push(Counter {
+                            probe: i,
+                            cpu: slot_cpu(slot),
+                            fd,
+                        })
+                    }
                     // The thread exited after the scan: nothing to count.
                     Err(Error::Open { source, .. })
                         if skip_gone && source.raw_os_error() == Some(libc::ESRCH) =>

@@ -232,6 +232,7 @@ fn user_view(spec: ProbeSpec, join: EntryJoin) -> ProbePlan {
         regs_mask: ret.regs_mask,
         return_trampoline: ret.return_trampoline,
         entry_join: Some(Box::new(join)),
+        filter: None,
     }
 }
 

@@ -153,6 +153,35 @@ pub enum Error {
         /// What is wrong with it.
         reason: String,
     },
+    /// A probe's `--filter` is malformed or tests what the probe lacks
+    /// (the message has the filter and a caret under the token).
+    #[error("the filter of {probe} is refused: {error}")]
+    Filter {
+        /// The probe, as given.
+        probe: String,
+        /// What is wrong, where.
+        error: crate::filter::FilterError,
+    },
+    /// The kernel refused a filter that the engine accepted.
+    #[error("the kernel refused the filter `{filter}` of {probe}: {reason}")]
+    FilterRefused {
+        /// The probe, as given.
+        probe: String,
+        /// The string given to PERF_EVENT_IOC_SET_FILTER.
+        filter: String,
+        /// The kernel's `error_log` message (with a caret), or the errno.
+        reason: String,
+    },
+    /// A counting session was given a filter only user space can run.
+    #[error("cannot count {probe} with the filter `{filter}`: counting happens in the kernel, which cannot run it ({why}); `record -q --filter` runs it in user space and counts what passes")]
+    FilterNeedsUserSpace {
+        /// The probe, as given.
+        probe: String,
+        /// The filter as written.
+        filter: String,
+        /// Why the kernel cannot run it.
+        why: String,
+    },
     /// The engine broke one of its own rules (a bug: please report it).
     #[error("{what} (a bug: please report it)")]
     Internal {

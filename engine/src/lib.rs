@@ -76,6 +76,60 @@ pub fn plan_probes<S: AsRef<str>>(
     plan_probes_with(specs, symbols, plan::BackendChoice::Auto)
 }
 
+/// As [`plan_probes_with`], each definition with its filter (`None`: no
+/// filter) in the kernel's ftrace grammar (see [`filter`]). A filter is
+/// checked against its probe's arguments before anything is opened (a
+/// refusal has a caret under the token). With
+/// [`Auto`](plan::BackendChoice::Auto), a probe whose filter the kernel
+/// could run only on a tracefs-defined event (it tests an argument, which
+/// a PMU probe's record does not carry) goes through tracefs, so that the
+/// kernel drops what the filter rejects before it reaches the ring.
+pub fn plan_probes_filtered<S: AsRef<str>, F: AsRef<str>>(
+    specs: &[(S, Option<F>)],
+    symbols: &KernelSymbols,
+    choice: plan::BackendChoice,
+) -> Result<Vec<ProbePlan>, Error> {
+    let texts: Vec<&str> = specs.iter().map(|(s, _)| s.as_ref()).collect();
+    let plans = plan_probes_with(&texts, symbols, choice)?;
+    let arch = Arch::host().ok_or(Error::UnsupportedArch)?;
+    plans
+        .into_iter()
+        .zip(specs)
+        .map(|(plan, (text, filter))| {
+            let Some(filter) = filter else {
+                return Ok(plan);
+            };
+            let refused = |error| Error::Filter {
+                probe: text.as_ref().to_string(),
+                error,
+            };
+            let event = plan.event.clone();
+            let plan = plan.with_filter(filter.as_ref()).map_err(refused)?;
+            let in_kernel = plan.filter.as_ref().is_some_and(|f| f.in_kernel());
+            if in_kernel
+                || choice != plan::BackendChoice::Auto
+                || plan.backend != plan::Backend::Pmu
+                || plan.entry_join.is_some()
+            {
+                return Ok(plan);
+            }
+            // Through tracefs, the record carries the arguments.
+            let spec = ProbeSpec::parse(text.as_ref(), arch)?;
+            let Ok(mut traced) = plan::resolve(spec, symbols, arch, plan::BackendChoice::Tracefs)
+            else {
+                return Ok(plan);
+            };
+            traced.event = event;
+            let traced = traced.with_filter(filter.as_ref()).map_err(refused)?;
+            Ok(if traced.filter.as_ref().is_some_and(|f| f.in_kernel()) {
+                traced
+            } else {
+                plan
+            })
+        })
+        .collect()
+}
+
 /// From this many kernel probes on, [`plan_probes_with`] puts every kernel
 /// probe on the tracefs route when the choice is
 /// [`Auto`](plan::BackendChoice::Auto).

@@ -244,6 +244,9 @@ pub struct ProbePlan {
     /// in user space ([`crate::entry_join`]). This plan is then the user's
     /// view of the probe.
     pub entry_join: Option<Box<crate::entry_join::EntryJoin>>,
+    /// The probe's event filter (`--filter`), if any: see
+    /// [`ProbePlan::with_filter`].
+    pub filter: Option<crate::filter::ProbeFilter>,
 }
 
 /// The names the kernel's kretprobe return trampoline has had: 6.0 and
@@ -263,6 +266,17 @@ pub fn return_trampoline(symbols: &KernelSymbols) -> Option<u64> {
 }
 
 impl ProbePlan {
+    /// This probe with a filter in the kernel's ftrace grammar
+    /// (`dfd == -100 && comm ~ "cat*"`), checked against its arguments
+    /// and `comm`, `pid`, `tid`, `cpu`: a refusal points at the token.
+    /// Where it runs (kernel or user space) is decided now from the
+    /// record the backend gives, and again when the session reads the
+    /// event's format ([`crate::filter::ProbeFilter::runs`]).
+    pub fn with_filter(mut self, filter: &str) -> Result<ProbePlan, crate::filter::FilterError> {
+        self.filter = Some(crate::filter::ProbeFilter::compile(filter, &self)?);
+        Ok(self)
+    }
+
     /// True for a kretprobe.
     pub fn is_return(&self) -> bool {
         matches!(self.spec.kind, ProbeKind::Return { .. })
@@ -725,6 +739,7 @@ pub fn resolve_with(
         regs_mask,
         return_trampoline,
         entry_join: None,
+        filter: None,
     })
 }
 

@@ -267,7 +267,14 @@ impl Session {
         attach::reserve_fds(&plans, &scopes.slots)?;
         let attrs = attach::file_attrs(&plans, &defined.openers, &opts);
         let poll = Poll::new().map_err(|e| Error::io("creating the poller", e))?;
-        let opened = attach::open_events(&plans, &defined.openers, &opts, &scopes.slots, &poll)?;
+        let opened = attach::open_events(
+            &plans,
+            &defined.openers,
+            &opts,
+            &scopes.slots,
+            &poll,
+            defined.tracefs.as_ref(),
+        )?;
         let attach::Opened {
             streams,
             probe_of_id,
@@ -641,6 +648,7 @@ impl Session {
             let samples = &mut stream.samples;
             let mut flow = Ok(ControlFlow::Continue(()));
             ring.drain(|rec| {
+                decoder.stats_mut().ring_bytes += (8 + rec.body.0.len() + rec.body.1.len()) as u64;
                 // An undecodable record is counted in the stats.
                 let decoded = decoder.record(rec.kind, rec.misc, rec.body).is_ok();
                 if decoded && rec.kind == records::RECORD_SAMPLE {

@@ -28,6 +28,13 @@ pub struct SessionStats {
     /// ([`crate::entry_join`]) when the entry was not seen (lost, or
     /// before the start). Empty when no probe is joined.
     pub entry_unknown: Vec<u64>,
+    /// Per probe, events its filter rejected in user space (decoded,
+    /// counted in [`SessionStats::hits`], never handed over). Empty when
+    /// no probe filters in user space; kernel-side rejections are not
+    /// counted anywhere (the kernel drops them before the ring).
+    pub filtered: Vec<u64>,
+    /// Bytes of records read from the rings (headers included).
+    pub ring_bytes: u64,
 }
 
 /// How often the kernel throttled one probe on one CPU.

@@ -6,6 +6,7 @@ use std::collections::BTreeMap;
 
 use serde::{Serialize, Serializer};
 
+use crate::filter::FilterRuns;
 use crate::plan::{Backend, ProbePlan};
 use crate::session::{CallCounts, KernelCounts, SessionStats, Throttling};
 
@@ -51,7 +52,7 @@ pub struct ProbeSummary {
     /// How it was opened.
     #[serde(serialize_with = "backend_name")]
     pub backend: Backend,
-    /// Events decoded.
+    /// Events handed over (decoded, less those a user-space filter dropped).
     pub events: u64,
     /// Exact: the hits the kernel counted minus the events decoded.
     #[serde(flatten)]
@@ -71,6 +72,48 @@ pub struct ProbeSummary {
     /// with their entry values unknown (their entry was not seen).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub entry_unknown: Option<u64>,
+    /// The probe's filter, where it ran and what it dropped (only for a
+    /// probe with a filter).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub filter: Option<FilterSummary>,
+}
+
+/// Where a probe's filter ran, and what it dropped.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[non_exhaustive]
+pub struct FilterSummary {
+    /// The filter as written.
+    pub expr: String,
+    /// `kernel` or `user`.
+    pub runs: &'static str,
+    /// Why not in the kernel (user space only).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+    /// Events the user-space filter dropped. `None` in the kernel, which
+    /// drops them before the ring and counts them nowhere a perf event
+    /// can read.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub dropped: Option<u64>,
+}
+
+impl FilterSummary {
+    fn of(plan: &ProbePlan, dropped: u64) -> Option<FilterSummary> {
+        let f = plan.filter.as_ref()?;
+        Some(match f.runs() {
+            FilterRuns::Kernel(_) => FilterSummary {
+                expr: f.text().to_string(),
+                runs: "kernel",
+                reason: None,
+                dropped: None,
+            },
+            FilterRuns::UserSpace(why) => FilterSummary {
+                expr: f.text().to_string(),
+                runs: "user",
+                reason: Some(why.clone()),
+                dropped: Some(dropped),
+            },
+        })
+    }
 }
 
 /// Samples lost by one CPU's ring.
@@ -118,7 +161,7 @@ pub struct FlightWindow {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 #[non_exhaustive]
 pub struct Summary {
-    /// Events decoded, over every probe.
+    /// Events handed over, over every probe.
     pub events: u64,
     /// Samples lost (or not kept), over every probe: the sum of the
     /// probes' exact losses, or, when the kernel's counts could not be
@@ -170,12 +213,14 @@ impl Summary {
             .iter()
             .enumerate()
             .map(|(i, p)| {
-                let events = stats.hits.get(i).copied().unwrap_or(0);
+                let decoded = stats.hits.get(i).copied().unwrap_or(0);
+                let dropped = stats.filtered.get(i).copied().unwrap_or(0);
+                let events = decoded.saturating_sub(dropped);
                 let lost = k
                     .hits
                     .as_ref()
                     .and_then(|h| h.get(i))
-                    .map(|h| h.saturating_sub(events));
+                    .map(|h| h.saturating_sub(decoded));
                 ProbeSummary {
                     event: p.event.clone(),
                     backend: p.backend,
@@ -185,6 +230,7 @@ impl Summary {
                     calls: k.calls.as_ref().and_then(|c| c.get(i).copied().flatten()),
                     throttling: stats.throttling_of(i),
                     entry_unknown: stats.entry_unknown.get(i).copied(),
+                    filter: FilterSummary::of(p, dropped),
                 }
             })
             .collect();
@@ -356,6 +402,33 @@ mod tests {
                 r#""undecodable":1}"#
             )
         );
+    }
+
+    /// A probe's filter: where it ran, and in user space why and what it
+    /// dropped; the events are those handed over, the loss counts from
+    /// the samples decoded (dropped ones included).
+    #[test]
+    fn filters_say_where_they_ran_and_what_they_dropped() {
+        let mut plans = plans();
+        plans[0] = plans[0].clone().with_filter("comm == \"sh\"").unwrap();
+        plans[2] = plans[2].clone().with_filter("pid == 1").unwrap();
+        let mut st = stats();
+        st.filtered = vec![0, 0, 4];
+        let s = Summary::new(&plans, &st, kernel(false, true));
+        assert_eq!(s.events, 17);
+        assert_eq!(s.probes[2].events, 3);
+        assert_eq!(s.probes[2].loss, Loss::Lost(Some(0)));
+        assert_eq!(s.probes[1].filter, None);
+        let json = serde_json::to_value(&s).unwrap();
+        assert_eq!(
+            json["probes"][0]["filter"].to_string(),
+            r#"{"expr":"comm == \"sh\"","runs":"kernel"}"#
+        );
+        assert_eq!(
+            json["probes"][2]["filter"].to_string(),
+            r#"{"dropped":4,"expr":"pid == 1","reason":"`pid` (the process id) is in no field of the kernel's records, which carry only the thread id (`common_pid`, which `tid` names)","runs":"user"}"#
+        );
+        assert_eq!(json["probes"][1].get("filter"), None);
     }
 
     #[test]

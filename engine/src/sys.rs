@@ -92,6 +92,8 @@ pub(crate) enum PerfIoctl<'a> {
     SetOutput(BorrowedFd<'a>),
     /// `PERF_EVENT_IOC_ID`, which writes the event's id here.
     Id(&'a mut u64),
+    /// `PERF_EVENT_IOC_SET_FILTER` with this ftrace filter.
+    SetFilter(&'a CStr),
 }
 
 /// A mapping to remove: made only by `unsafe` code that promises it is a
@@ -148,6 +150,7 @@ impl fmt::Debug for Syscall<'_> {
                     PerfIoctl::PauseOutput(p) => write!(f, "ioctl({fd}, PAUSE_OUTPUT, {})", u32::from(*p)),
                     PerfIoctl::SetOutput(t) => write!(f, "ioctl({fd}, SET_OUTPUT, {})", t.as_raw_fd()),
                     PerfIoctl::Id(_) => write!(f, "ioctl({fd}, ID)"),
+                    PerfIoctl::SetFilter(s) => write!(f, "ioctl({fd}, SET_FILTER, {s:?})"),
                 }
             }
             Syscall::Read { fd, buf } => write!(f, "read({}, {})", fd.as_raw_fd(), buf.len()),
@@ -194,8 +197,11 @@ pub(crate) fn syscall(call: Syscall<'_>) -> io::Result<i64> {
             let fd = fd.as_raw_fd();
             // SAFETY: `fd` is a live descriptor (borrowed for the call).
             // ENABLE, DISABLE and PAUSE_OUTPUT take an integer, SET_OUTPUT
-            // another live descriptor, and ID a pointer to a u64 that we
-            // borrow mutably for the call.
+            // another live descriptor, ID a pointer to a u64 that we
+            // borrow mutably for the call, and SET_FILTER a NUL-terminated
+            // string we borrow for the call (the kernel copies it with
+            // strndup_user and never writes through the pointer, so the
+            // `*mut` cast of a shared borrow is not used to mutate).
             let rc = unsafe {
                 use perf_event_open_sys::ioctls;
                 match request {
@@ -204,6 +210,7 @@ pub(crate) fn syscall(call: Syscall<'_>) -> io::Result<i64> {
                     PerfIoctl::PauseOutput(pause) => ioctls::PAUSE_OUTPUT(fd, u32::from(pause)),
                     PerfIoctl::SetOutput(target) => ioctls::SET_OUTPUT(fd, target.as_raw_fd()),
                     PerfIoctl::Id(id) => ioctls::ID(fd, id),
+                    PerfIoctl::SetFilter(s) => ioctls::SET_FILTER(fd, s.as_ptr().cast_mut()),
                 }
             };
             i64::from(rc)
@@ -391,6 +398,15 @@ pub fn read_count(fd: &OwnedFd) -> io::Result<u64> {
         ));
     }
     Ok(u64::from_ne_bytes(buf))
+}
+
+/// `PERF_EVENT_IOC_SET_FILTER`: the kernel runs this ftrace filter on
+/// each record of the event before it is written (tracing events only:
+/// kprobes, uprobes and tracepoints). Once per fd: a second call on the
+/// same fd fails with EEXIST; a filter the kernel cannot parse fails with
+/// EINVAL and writes nothing to tracefs's `error_log`.
+pub fn set_filter(fd: &OwnedFd, filter: &CStr) -> io::Result<()> {
+    ioctl(fd, PerfIoctl::SetFilter(filter))
 }
 
 /// `PERF_EVENT_IOC_ID`: the id samples of this event carry.

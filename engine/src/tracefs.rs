@@ -133,6 +133,8 @@ pub struct Field {
     pub offset: usize,
     /// Size in bytes.
     pub size: usize,
+    /// `signed:1` in the format (an integer the kernel compares signed).
+    pub signed: bool,
 }
 
 /// Parses the field lines of a `format` file.
@@ -145,8 +147,11 @@ pub fn parse_format(text: &str) -> Vec<Field> {
         let mut decl = "";
         let mut offset = None;
         let mut size = None;
+        let mut signed = false;
         for part in rest.split(';').map(str::trim) {
-            if let Some(v) = part.strip_prefix("offset:") {
+            if let Some(v) = part.strip_prefix("signed:") {
+                signed = v.trim() == "1";
+            } else if let Some(v) = part.strip_prefix("offset:") {
                 offset = v.parse().ok();
             } else if let Some(v) = part.strip_prefix("size:") {
                 size = v.parse().ok();
@@ -168,9 +173,24 @@ pub fn parse_format(text: &str) -> Vec<Field> {
             name: name.to_string(),
             offset,
             size,
+            signed,
         });
     }
     fields
+}
+
+/// The fields of a `format` file as a filter sees them (name and
+/// [`FieldType`](crate::filter::FieldType) by the kernel's rules).
+pub fn filter_fields(fields: &[Field]) -> Vec<crate::filter::FieldDef> {
+    fields
+        .iter()
+        .map(|f| {
+            crate::filter::FieldDef::new(
+                f.name.clone(),
+                crate::filter::FieldType::from_format(&f.c_type, f.size, f.signed),
+            )
+        })
+        .collect()
 }
 
 /// The `(group, event)` of each line of an event list (`kprobe_events`,
@@ -323,6 +343,33 @@ impl Tracefs {
         Ok(parse_format(&text))
     }
 
+    /// Why the kernel refuses `filter` on `group/event`, in its own
+    /// words: `PERF_EVENT_IOC_SET_FILTER` only says EINVAL and logs
+    /// nothing, so the filter is written to the event's `filter` file in
+    /// a private instance (`instances/kprobe_perf_<pid>_filter`, removed
+    /// again), whose `error_log` then holds the kernel's message, the
+    /// filter and a caret. `None` when the kernel takes it there too, or
+    /// no instance can be made.
+    pub fn explain_filter(&self, group: &str, event: &str, filter: &str) -> Option<String> {
+        let dir = self
+            .root
+            .join("instances")
+            .join(format!("{GROUP_PREFIX}{}_filter", std::process::id()));
+        std::fs::create_dir(&dir).ok()?;
+        let file = dir.join("events").join(group).join(event).join("filter");
+        let written = OpenOptions::new()
+            .write(true)
+            .truncate(true)
+            .open(&file)
+            .and_then(|mut f| f.write_all(filter.as_bytes()));
+        let log = std::fs::read_to_string(dir.join("error_log")).unwrap_or_default();
+        let _ = std::fs::remove_dir(&dir);
+        if written.is_ok() {
+            return None;
+        }
+        filter_error_from_log(&log)
+    }
+
     /// Hits and misses of an event, from `kprobe_profile`.
     pub fn profile(&self, event: &str) -> Option<(u64, u64)> {
         let text = std::fs::read_to_string(self.root.join("kprobe_profile")).ok()?;
@@ -441,6 +488,33 @@ pub fn remove_groups(
     }
 }
 
+/// The last filter error of an `error_log` (`[time] event filter parse
+/// error: error: MESSAGE`, then `  Command: FILTER` and a caret line): the
+/// message, then the filter and the caret, each on its own line.
+pub fn filter_error_from_log(log: &str) -> Option<String> {
+    let lines: Vec<&str> = log.lines().collect();
+    let at = lines.iter().rposition(|l| l.contains("filter"))?;
+    let head = lines[at];
+    let message = head
+        .rsplit_once("error: ")
+        .map_or(head, |(_, m)| m)
+        .trim()
+        .to_string();
+    let mut out = message;
+    if let Some(cmd) = lines.get(at + 1) {
+        if let Some((indent, command)) = cmd.split_once("Command: ") {
+            let width = indent.len() + "Command: ".len();
+            out.push_str("\n  ");
+            out.push_str(command);
+            if let Some(caret) = lines.get(at + 2) {
+                let pos = caret.find('^').unwrap_or(width).saturating_sub(width);
+                out.push_str(&format!("\n  {}^", " ".repeat(pos)));
+            }
+        }
+    }
+    Some(out)
+}
+
 /// Events one session defined; removed on drop (after the perf fds that
 /// use them are closed: keep this guard declared before them, or drop it
 /// last).
@@ -509,6 +583,38 @@ impl Drop for TracefsProbes {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn filter_errors_come_from_the_last_filter_entry_of_error_log() {
+        let log = "[   10.000000] trace_kprobe: error: Invalid fetch argument\n  Command: p:x y\n             ^\n\
+                   [   12.500000] event filter parse error: error: Field not found\n  Command: dfdx == 1\n           ^\n";
+        assert_eq!(
+            filter_error_from_log(log).unwrap(),
+            "Field not found\n  dfdx == 1\n  ^"
+        );
+        let log = "[ 1.0] event filter parse error: error: Illegal operation for field type\n  Command: a < 1 || comm < \"x\"\n                          ^\n";
+        assert_eq!(
+            filter_error_from_log(log).unwrap(),
+            "Illegal operation for field type\n  a < 1 || comm < \"x\"\n                 ^"
+        );
+        assert_eq!(
+            filter_error_from_log("[ 1.0] trace_kprobe: error: x\n"),
+            None
+        );
+    }
+
+    #[test]
+    fn format_fields_as_filter_fields() {
+        let text = "\tfield:int common_pid;\toffset:4;\tsize:4;\tsigned:1;\n\
+            \tfield:u64 count;\toffset:16;\tsize:8;\tsigned:0;\n\
+            \tfield:__data_loc char[] path;\toffset:24;\tsize:4;\tsigned:1;\n";
+        let fields = filter_fields(&parse_format(text));
+        let got: Vec<String> = fields
+            .iter()
+            .map(|f| format!("{} {}", f.name, f.ty))
+            .collect();
+        assert_eq!(got, ["common_pid s32", "count u64", "path string"]);
+    }
 
     #[test]
     fn format_fields() {

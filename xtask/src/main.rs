@@ -100,10 +100,14 @@ enum Task {
     /// (where it runs), with entry, return and string probes; per probe
     /// kind a table of the workload's added microseconds per call, the
     /// events lost per round, and the consumer's CPU time per event from
-    /// getrusage; in the VM, or with --native on this host (uprobes only)).
+    /// getrusage; in the VM, or with --native on this host (uprobes only))
+    /// or `filter` (the bytes read from the ring buffers for --calls
+    /// calls of a uprobed function, without a filter, with one keeping
+    /// 1% that the kernel runs, and with the same one in user space; in
+    /// the VM; xtask/bench-filter.sh).
     Bench {
         /// What to measure.
-        #[arg(value_parser = ["spec", "attach", "opens", "decode", "live", "analysis"], default_value = "spec")]
+        #[arg(value_parser = ["spec", "attach", "opens", "decode", "live", "analysis", "filter"], default_value = "spec")]
         what: String,
         /// For decode: how many samples.
         #[arg(long, default_value_t = 2_000_000)]
@@ -301,6 +305,12 @@ fn main() -> Result<()> {
             kernel,
             ..
         } if what == "analysis" => bench_opens("bench-analysis.sh", opens, rounds, &kernel),
+        Task::Bench {
+            what,
+            kernel,
+            calls,
+            ..
+        } if what == "filter" => bench_filter(calls, &kernel),
         Task::Bench {
             what,
             rounds,
@@ -604,6 +614,60 @@ fn bench_opens(script: &str, opens: u64, rounds: u32, kernel: &str) -> Result<()
     report_problems(&outcome);
     if !outcome.success() {
         bail!("the benchmark {script} failed");
+    }
+    Ok(())
+}
+
+/// Boots the VM and runs `xtask/bench-filter.sh` there: the ring bytes of
+/// a uprobe recorded without a filter and with one keeping 1% of `calls`
+/// calls (the engine's filter_bytes example on the filter_calls workload).
+fn bench_filter(calls: u64, kernel: &str) -> Result<()> {
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+    for args in [
+        &["--package", "kprobe-perf-tests", "--bin", "filter_calls"][..],
+        &[
+            "--package",
+            "kprobe-perf-engine",
+            "--example",
+            "filter_bytes",
+        ][..],
+    ] {
+        let status = std::process::Command::new(&cargo)
+            .current_dir(workspace_root())
+            .args(["build", "--quiet", "--release"])
+            .args(args)
+            .status()
+            .context("running cargo")?;
+        if !status.success() {
+            bail!("building {} failed", args[3]);
+        }
+    }
+    let kernel = kernels::resolve(kernel, &vm_cache().join("kernels"))?;
+    let target = vm_cache()
+        .parent()
+        .map(PathBuf::from)
+        .unwrap_or_else(|| workspace_root().join("target"));
+    let path = |p: &str| target.join(p).to_string_lossy().into_owned();
+    let script = workspace_root().join("xtask").join("bench-filter.sh");
+    let outcome = vm::run(&vm::VmRun {
+        kernel: &kernel,
+        command: &[
+            "sh".into(),
+            script.to_string_lossy().into_owned(),
+            path("release/examples/filter_bytes"),
+            path("release/filter_calls"),
+            calls.to_string(),
+        ],
+        cwd: workspace_root(),
+        env: passthrough_env(),
+        timeout: Duration::from_secs(1800),
+        echo: vm::Echo::All,
+        label: None,
+        work_dir: vm_cache(),
+    })?;
+    report_problems(&outcome);
+    if !outcome.success() {
+        bail!("the filter benchmark failed");
     }
     Ok(())
 }

@@ -59,11 +59,13 @@ mod check;
 mod eval;
 mod kernel;
 mod parse;
+mod probe;
 #[cfg(test)]
 mod tests;
 
 pub use kernel::{common_fields, Placement, UserSpaceReason, MAX_KERNEL_FILTER};
 pub use parse::{MAX_DEPTH, MAX_STRING};
+pub use probe::{expected_format, fields_of, FilterRuns, ProbeFilter};
 
 /// A refused filter: the input, the offending token, and why.
 #[derive(Debug, Clone, PartialEq, Eq)]

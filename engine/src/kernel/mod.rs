@@ -383,6 +383,16 @@ impl Kernel {
     ) -> Result<Vec<ProbePlan>, Error> {
         crate::plan_probes_with(specs, &self.symbols, choice)
     }
+
+    /// As [`Kernel::plan`], each definition with its filter (see
+    /// [`crate::plan_probes_filtered`]).
+    pub fn plan_filtered<S: AsRef<str>, F: AsRef<str>>(
+        &self,
+        specs: &[(S, Option<F>)],
+        choice: BackendChoice,
+    ) -> Result<Vec<ProbePlan>, Error> {
+        crate::plan_probes_filtered(specs, &self.symbols, choice)
+    }
 }
 
 fn unreachable_cell(what: &str) -> Error {

@@ -26,6 +26,10 @@ pub struct StoredProbe {
     pub field_offsets: Vec<usize>,
     /// The definition (kprobe_events syntax).
     pub spec: String,
+    /// A filter the recording ran in user space: the file holds every
+    /// sample the kernel wrote, and a replay runs the filter again. (A
+    /// filter the kernel ran is not stored: its samples are the file's.)
+    pub filter: Option<String>,
 }
 
 impl StoredProbe {
@@ -40,6 +44,11 @@ impl StoredProbe {
             },
             field_offsets: field_offsets.to_vec(),
             spec: plan.spec.to_string(),
+            filter: plan
+                .filter
+                .as_ref()
+                .filter(|f| !f.in_kernel())
+                .map(|f| f.text().to_string()),
         }
     }
 
@@ -61,6 +70,12 @@ impl StoredProbe {
         p.event = self.event.clone();
         if p.is_return() && !matches!(p.attach, plan::AttachPoint::User { .. }) {
             p.return_trampoline = plan::return_trampoline(symbols);
+        }
+        if let Some(text) = &self.filter {
+            p = p.with_filter(text).map_err(|e| e.to_string())?;
+            if let Some(f) = p.filter.as_mut() {
+                f.run_in_user_space("the recording ran it in user space");
+            }
         }
         Ok(p)
     }
@@ -130,8 +145,14 @@ impl Metadata {
         let mut s = format!("{MAGIC_LINE}\narch {}\n", self.arch.name());
         for p in &self.probes {
             let offsets: Vec<String> = p.field_offsets.iter().map(usize::to_string).collect();
+            // A filter run in user space is an eighth field, only then
+            // (files without one read as before).
+            let filter = p
+                .filter
+                .as_ref()
+                .map_or(String::new(), |f| format!("\t{}", one_line(f)));
             s.push_str(&format!(
-                "probe\t{}\t{}\t{}\t{}\t{}\t{}\n",
+                "probe\t{}\t{}\t{}\t{}\t{}\t{}{filter}\n",
                 one_line(&p.event),
                 backend_name(p.backend),
                 // A column kept for the layout's sake: builds before
@@ -179,8 +200,14 @@ impl Metadata {
                 Some("probe") => {
                     let fields: Vec<&str> = f.collect();
                     // The third column is always "-" (see `encode`).
-                    let [event, backend, _, user, offsets, spec] = fields[..] else {
-                        return Err(bad("a probe line has 7 fields"));
+                    let (event, backend, user, offsets, spec, filter) = match fields[..] {
+                        [event, backend, _, user, offsets, spec] => {
+                            (event, backend, user, offsets, spec, None)
+                        }
+                        [event, backend, _, user, offsets, spec, filter] => {
+                            (event, backend, user, offsets, spec, Some(from_line(filter)))
+                        }
+                        _ => return Err(bad("a probe line has 7 fields (8 with a filter)")),
                     };
                     let num = |s: &str| -> Result<Option<u64>, String> {
                         if s == "-" {
@@ -206,6 +233,7 @@ impl Metadata {
                                 .collect::<Result<_, _>>()?
                         },
                         spec: from_line(spec),
+                        filter,
                     });
                 }
                 Some("note") => {

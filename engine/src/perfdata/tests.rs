@@ -37,7 +37,17 @@ fn plans() -> Vec<crate::ProbePlan> {
 /// A file with a kernel MMAP, a COMM, samples of both probes over two
 /// rounds (the second round holding an event older than the first's).
 fn file() -> (Vec<u8>, Vec<String>) {
-    let plans = plans();
+    let bytes = file_of(&plans());
+    let lines = vec![
+        "cat 43 1 100 p_do_sys_openat2_0 -100 0x3".to_string(),
+        "cat 43 0 200 r_do_sys_openat2_0 -2".to_string(),
+        "cat 43 1 300 p_do_sys_openat2_0 -100 0x3".to_string(),
+    ];
+    (bytes, lines)
+}
+
+/// The file of [`file`], recorded with `plans`.
+fn file_of(plans: &[crate::ProbePlan]) -> Vec<u8> {
     let attrs: Vec<Vec<u8>> = plans.iter().map(sample_attr_bytes).collect();
     let mut w = Writer::new(Cursor::new(Vec::new())).unwrap();
     w.kernel_mmap(0xffffffff81000000).unwrap();
@@ -87,13 +97,27 @@ fn file() -> (Vec<u8>, Vec<String>) {
         notes: vec![("summary".into(), "a\nb".into())],
         tracing_data: None,
     };
-    let bytes = w.finish(&meta).unwrap().into_inner();
-    let lines = vec![
-        "cat 43 1 100 p_do_sys_openat2_0 -100 0x3".to_string(),
-        "cat 43 0 200 r_do_sys_openat2_0 -2".to_string(),
-        "cat 43 1 300 p_do_sys_openat2_0 -100 0x3".to_string(),
-    ];
-    (bytes, lines)
+    w.finish(&meta).unwrap().into_inner()
+}
+
+/// A filter the recording ran in user space is stored with its probe
+/// (the file holds every sample) and run again by a replay; one the
+/// kernel ran is not (the file holds only what passed).
+#[test]
+fn a_user_space_filter_is_stored_and_run_again() {
+    let mut plans = plans();
+    plans[0] = plans[0].clone().with_filter("flags == 0x4").unwrap();
+    plans[1] = plans[1].clone().with_filter("comm == \"cat\"").unwrap();
+    assert!(plans[1].filter.as_ref().unwrap().in_kernel());
+    let bytes = file_of(&plans);
+    assert_eq!(
+        replay_lines(&bytes).unwrap(),
+        ["cat 43 0 200 r_do_sys_openat2_0 -2"]
+    );
+    let r = Reader::new(Cursor::new(&bytes[..])).unwrap();
+    let meta = r.metadata().unwrap();
+    let filters: Vec<Option<&str>> = meta.probes.iter().map(|p| p.filter.as_deref()).collect();
+    assert_eq!(filters, [Some("flags == 0x4"), None]);
 }
 
 fn replay_lines(bytes: &[u8]) -> Result<Vec<String>, PerfDataError> {

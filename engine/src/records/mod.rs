@@ -192,6 +192,21 @@ pub struct RecordDecoder {
     first_ids: Vec<u64>,
     /// Joins hidden entry probes to their returns ([`crate::entry_join`]).
     join: Option<crate::entry_join::Joiner>,
+    /// Per shown probe, the filter run in user space at handover.
+    user_filters: Vec<Option<crate::filter::Filter>>,
+}
+
+/// The filters of `plans` that run in user space (one per plan).
+fn user_filters(plans: &[ProbePlan]) -> Vec<Option<crate::filter::Filter>> {
+    plans
+        .iter()
+        .map(|p| {
+            p.filter
+                .as_ref()
+                .filter(|f| !f.in_kernel())
+                .map(|f| f.filter().clone())
+        })
+        .collect()
 }
 
 impl RecordDecoder {
@@ -287,10 +302,14 @@ impl RecordDecoder {
                         .collect(),
                 })
                 .collect(),
+            user_filters: user_filters(&plans),
             plans,
             recent_ids: vec![(0, 0); RECENT_IDS],
             join: None,
         };
+        if decoder.user_filters.iter().any(Option::is_some) {
+            decoder.stats.filtered = vec![0; decoder.plans.len()];
+        }
         decoder.first_ids = decoder
             .ids()
             .iter()
@@ -315,6 +334,12 @@ impl RecordDecoder {
         let n = joiner.shown().len();
         self.stats.hits.truncate(n);
         self.stats.entry_unknown = vec![0; n];
+        self.user_filters = user_filters(joiner.shown());
+        self.stats.filtered = if self.user_filters.iter().any(Option::is_some) {
+            vec![0; n]
+        } else {
+            Vec::new()
+        };
         self.join = Some(joiner);
     }
 
@@ -520,6 +545,27 @@ impl RecordDecoder {
         let plans = &self.plans;
         let comms = &self.comms;
         let (join, stats) = (&mut self.join, &mut self.stats);
+        let SessionStats {
+            entry_unknown,
+            filtered,
+            ..
+        } = stats;
+        let user_filters = &self.user_filters;
+        let mut dropped = 0usize;
+        // The user-space filters, before `f` sees an event: a rejected
+        // one is counted and skipped.
+        let mut f = |e: &Event, plans: &[ProbePlan]| {
+            if let Some(Some(filter)) = user_filters.get(e.probe) {
+                if !filter.matches(e) {
+                    if let Some(n) = filtered.get_mut(e.probe) {
+                        *n += 1;
+                    }
+                    dropped += 1;
+                    return ControlFlow::Continue(());
+                }
+            }
+            f(e, plans)
+        };
         // Per thread, the first (earliest) event named from /proc.
         let mut from_proc: Vec<EventHead> = Vec::new();
         let n = self.queue.round(
@@ -537,7 +583,7 @@ impl RecordDecoder {
                 None => f(e, plans),
                 Some(j) => {
                     let unknown = |p: usize| {
-                        if let Some(n) = stats.entry_unknown.get_mut(p) {
+                        if let Some(n) = entry_unknown.get_mut(p) {
                             *n += 1;
                         }
                     };
@@ -545,6 +591,7 @@ impl RecordDecoder {
                 }
             },
         );
+        let n = n.saturating_sub(dropped);
         for h in from_proc {
             // Dated just before that event: a COMM record of the same time
             // written after the sample would be applied after it by perf,

@@ -651,3 +651,52 @@ fn a_break_keeps_the_rest_of_the_round_queued_with_its_arguments() {
     assert_eq!(d.waiting(), 0);
     assert_eq!(d.stats().hits, [5]);
 }
+
+/// A user-space filter runs at handover, where the thread's name is
+/// known: what it rejects is counted in `filtered` (and in `hits`, which
+/// count decoded samples), never handed over.
+#[test]
+fn a_user_space_filter_drops_events_at_handover_and_counts_them() {
+    let (_, plan) = decoder();
+    let plan = plan.with_filter("flags == 0x2 || comm == \"cat\"").unwrap();
+    // A PMU probe's record has no `flags`: the filter runs here.
+    assert!(!plan.filter.as_ref().unwrap().in_kernel());
+    let mut d = RecordDecoder::new(
+        vec![plan.clone()],
+        vec![Vec::new()],
+        vec![sample_attr_bytes(&plan)],
+        HashMap::from([(ID, 0)]),
+        ThreadNames::RecordsOnly,
+    )
+    .unwrap();
+    let s = |tid, time, flags| (RECORD_SAMPLE, sample(&plan, tid, 0, time, flags));
+    feed(
+        &mut d,
+        &[
+            comm9("sh", 5, 0),
+            s(9, 10, 1),
+            s(9, 12, 2),
+            comm9("cat", 15, 0),
+            s(9, 20, 3),
+            s(8, 30, 2),
+            s(8, 40, 4),
+        ],
+    );
+    assert_eq!(
+        take(&mut d, Handover::All),
+        [
+            (12, 9, "sh".to_string(), 2),
+            (20, 9, "cat".to_string(), 3),
+            (30, 8, "<...>".to_string(), 2),
+        ]
+    );
+    assert_eq!(d.stats().hits, [5]);
+    assert_eq!(d.stats().filtered, [2]);
+}
+
+/// Without a user-space filter nothing is counted as filtered.
+#[test]
+fn no_filter_counts_nothing_filtered() {
+    let (d, _) = decoder();
+    assert!(d.stats().filtered.is_empty());
+}

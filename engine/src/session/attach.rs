@@ -125,6 +125,20 @@ pub(crate) fn define_events(
                         plan.set_args_from_format(&text);
                     }
                 }
+                let (from_kernel, joined) = (plan.args_from_kernel(), plan.entry_join.is_some());
+                if let Some(filter) = plan.filter.as_mut() {
+                    if from_kernel {
+                        filter
+                            .recompile(&plan.args)
+                            .map_err(|error| Error::Filter {
+                                probe: plan.spec.to_string(),
+                                error,
+                            })?;
+                    }
+                    if !joined {
+                        filter.place(&crate::tracefs::filter_fields(&fields));
+                    }
+                }
                 let offsets = plan
                     .args
                     .iter()
@@ -314,6 +328,47 @@ pub(crate) fn inherited<'n>(
     Ok((attr, name))
 }
 
+/// The string the kernel runs for `plan`'s filter, when it runs there.
+pub(crate) fn kernel_filter(plan: &ProbePlan) -> Result<Option<CString>, Error> {
+    let Some(crate::filter::FilterRuns::Kernel(s)) = plan.filter.as_ref().map(|f| f.runs()) else {
+        return Ok(None);
+    };
+    CString::new(s.as_bytes())
+        .map(Some)
+        .map_err(|_| Error::FilterRefused {
+            probe: plan.spec.to_string(),
+            filter: s.clone(),
+            reason: "it contains a NUL byte, which ends a filter string for the kernel".into(),
+        })
+}
+
+/// `PERF_EVENT_IOC_SET_FILTER` of `filter` on `fd`, an event of `plan`;
+/// a refusal is explained by `explain` (the kernel's `error_log` words
+/// for the filter, when it can give them), else by its errno.
+pub(crate) fn apply_kernel_filter(
+    fd: &OwnedFd,
+    filter: &CStr,
+    plan: &ProbePlan,
+    explain: impl FnOnce(&str) -> Option<String>,
+) -> Result<(), Error> {
+    sys::set_filter(fd, filter).map_err(|e| {
+        let text = filter.to_string_lossy().into_owned();
+        let reason = explain(&text).unwrap_or_else(|| match e.raw_os_error() {
+            Some(libc::EINVAL) => format!(
+                "{e}: the kernel could not apply it to the event's fields (with --backend pmu, \
+                 kprobe-perf runs a filter on arguments in user space)"
+            ),
+            Some(libc::EEXIST) => format!("{e}: the event already has a filter"),
+            _ => e.to_string(),
+        });
+        Error::FilterRefused {
+            probe: plan.spec.to_string(),
+            filter: text,
+            reason,
+        }
+    })
+}
+
 /// Every event of a session, open on its scopes.
 pub(super) struct Opened {
     /// One per ring.
@@ -330,6 +385,10 @@ struct Opening<'a> {
     openers: &'a [Opener],
     /// The name (config1) of each probe opened through a PMU by name.
     names: Vec<Option<CString>>,
+    /// The filter the kernel runs for each probe, if any.
+    filters: Vec<Option<CString>>,
+    /// The session's tracefs probes, to explain a refused filter.
+    tracefs: Option<&'a TracefsProbes>,
     settings: EventSettings,
     opts: &'a SessionOptions,
     /// Some probe is a uprobe: the first event of each ring records
@@ -358,12 +417,19 @@ pub(super) fn open_events(
     opts: &SessionOptions,
     slots: &[Slot],
     poll: &Poll,
+    tracefs: Option<&TracefsProbes>,
 ) -> Result<Opened, Error> {
     let names: Vec<Option<CString>> = plans.iter().map(pmu_name).collect();
+    let filters = plans
+        .iter()
+        .map(kernel_filter)
+        .collect::<Result<Vec<_>, _>>()?;
     let opening = Opening {
         plans,
         openers,
         names,
+        filters,
+        tracefs,
         settings: event_settings(opts),
         opts,
         any_user: plans.iter().any(is_user),
@@ -459,12 +525,16 @@ impl Opening<'_> {
                 }
                 opened => opened?,
             };
+            self.set_filter(i, plan, &fd)?;
             // A PMU kretprobe's entries, counted by the kernel: the
             // same function's entry probe on the same slot, in
             // counting mode.
             if let (true, Opener::Pmu(pmu)) = (plan.is_return(), self.openers[i]) {
                 let counting = attr::entry_counter(&attr, pmu.retprobe_bit);
                 let counter = open_at(&counting, name, plan, self.openers[i], slot)?;
+                // A PMU probe's kernel filter tests common fields only,
+                // the same at the entry: entries and returns stay paired.
+                self.set_filter(i, plan, &counter)?;
                 entry_counters.push((i, counter));
             }
             let id = sys::event_id(&fd).map_err(|e| Error::io("reading a perf event id", e))?;
@@ -485,6 +555,23 @@ impl Opening<'_> {
             fds.push(fd);
         }
         Ok(SlotOutcome::Opened { fds, ring })
+    }
+
+    /// Gives probe `i`'s kernel filter, if it has one, to `fd` (one of
+    /// its events: the kernel keeps a filter per fd). A refusal is
+    /// explained in the kernel's words when the probe is a tracefs event.
+    fn set_filter(&self, i: usize, plan: &ProbePlan, fd: &OwnedFd) -> Result<(), Error> {
+        let Some(Some(filter)) = self.filters.get(i) else {
+            return Ok(());
+        };
+        apply_kernel_filter(fd, filter, plan, |text| {
+            match (self.tracefs, self.openers[i]) {
+                (Some(t), Opener::Tracepoint(_)) => {
+                    t.tracefs().explain_filter(t.group(), &plan.event, text)
+                }
+                _ => None,
+            }
+        })
     }
 
     /// The attr and name (config1) probe `i` is opened with.
@@ -649,6 +736,76 @@ mod tests {
         let (result, calls) = open_with(&plan, Some(&name), &[libc::ENOENT]);
         assert!(result.is_err());
         assert_eq!(calls.len(), 1);
+    }
+
+    /// The kernel filter goes to the fd as given; a refusal names the
+    /// probe and filter, with the kernel's explanation when there is one
+    /// and the errno's meaning otherwise.
+    #[test]
+    fn a_kernel_filter_is_set_on_the_fd_and_a_refusal_explained() {
+        use std::cell::RefCell;
+        use std::rc::Rc;
+        let plan = planned("p:do_sys_openat2");
+        let fd = OwnedFd::from(std::fs::File::open("/dev/null").unwrap());
+        let raw = fd.as_raw_fd();
+        let filter = CString::new("common_pid == 42").unwrap();
+        let log = Rc::new(RefCell::new(Vec::new()));
+        let answers = Rc::new(RefCell::new(vec![
+            Ok(0),
+            Err(libc::EINVAL),
+            Err(libc::EINVAL),
+            Err(libc::EEXIST),
+        ]));
+        let _fake = sys::fake::install({
+            let (log, answers) = (log.clone(), answers.clone());
+            move |call| {
+                log.borrow_mut().push(format!("{call:?}"));
+                match answers.borrow_mut().remove(0) {
+                    Ok(v) => Ok(v),
+                    Err(errno) => Err(sys::fake::errno(errno)),
+                }
+            }
+        });
+        apply_kernel_filter(&fd, &filter, &plan, |_| None).unwrap();
+        assert_eq!(
+            *log.borrow(),
+            [format!("ioctl({raw}, SET_FILTER, \"common_pid == 42\")")]
+        );
+        let e = apply_kernel_filter(&fd, &filter, &plan, |f| {
+            Some(format!("Field not found\n  {f}\n  ^"))
+        })
+        .unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "the kernel refused the filter `common_pid == 42` of p do_sys_openat2: Field not found\n  common_pid == 42\n  ^"
+        );
+        let e = apply_kernel_filter(&fd, &filter, &plan, |_| None).unwrap_err();
+        assert!(
+            e.to_string().ends_with(
+                "(os error 22): the kernel could not apply it to the event's fields (with --backend pmu, kprobe-perf runs a filter on arguments in user space)"
+            ),
+            "{e}"
+        );
+        let e = apply_kernel_filter(&fd, &filter, &plan, |_| None).unwrap_err();
+        assert!(
+            e.to_string()
+                .ends_with("(os error 17): the event already has a filter"),
+            "{e}"
+        );
+        assert_eq!(log.borrow().len(), 4);
+    }
+
+    #[test]
+    fn only_a_filter_that_runs_in_the_kernel_is_given_to_it() {
+        let plan = planned("p:do_sys_openat2 dfd=%di:s32");
+        assert_eq!(kernel_filter(&plan).unwrap(), None);
+        let user = plan.clone().with_filter("dfd == -100").unwrap();
+        assert_eq!(kernel_filter(&user).unwrap(), None);
+        let kernel = plan.with_filter("comm ~ \"cat*\" && tid != 1").unwrap();
+        assert_eq!(
+            kernel_filter(&kernel).unwrap(),
+            Some(CString::new("comm ~ \"cat*\" && common_pid != 1").unwrap())
+        );
     }
 
     #[test]
