@@ -424,28 +424,11 @@ fn live_options(
 /// `bench live`: builds kprobe-perf, then measures in the VM, or here
 /// with --native (uprobes only).
 fn bench_live(a: &LiveArgs) -> Result<()> {
-    let status =
-        std::process::Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()))
-            .current_dir(workspace_root())
-            .args([
-                "build",
-                "--quiet",
-                "--release",
-                "--package",
-                "kprobe-perf",
-                "--bin",
-                "kprobe-perf",
-            ])
-            .status()
-            .context("running cargo")?;
-    if !status.success() {
-        bail!("building kprobe-perf failed");
-    }
-    let target = vm_cache()
-        .parent()
-        .map(PathBuf::from)
-        .unwrap_or_else(|| workspace_root().join("target"));
-    let kp = target.join("release/kprobe-perf");
+    cargo_release(
+        &["--package", "kprobe-perf", "--bin", "kprobe-perf"],
+        "kprobe-perf",
+    )?;
+    let kp = PathBuf::from(release_path("kprobe-perf"));
     if a.native {
         let mut opts = live_options(
             kp,
@@ -473,7 +456,6 @@ fn bench_live(a: &LiveArgs) -> Result<()> {
         a.profile,
     )?;
     host::ensure_packages(&[("linux-perf", "/usr/bin/perf"), ("time", "/usr/bin/time")])?;
-    let kernel = kernels::resolve(&a.kernel, &vm_cache().join("kernels"))?;
     let exe = std::env::current_exe().context("finding the xtask executable")?;
     let mut command = vec![
         exe.to_string_lossy().into_owned(),
@@ -489,21 +471,12 @@ fn bench_live(a: &LiveArgs) -> Result<()> {
     if a.profile {
         command.push("--profile".into());
     }
-    let outcome = vm::run(&vm::VmRun {
-        kernel: &kernel,
-        command: &command,
-        cwd: workspace_root(),
-        env: passthrough_env(),
-        timeout: Duration::from_secs(4 * 3600),
-        echo: vm::Echo::All,
-        label: None,
-        work_dir: vm_cache(),
-    })?;
-    report_problems(&outcome);
-    if !outcome.success() {
-        bail!("the live benchmark failed");
-    }
-    Ok(())
+    bench_in_vm(
+        &a.kernel,
+        &command,
+        Duration::from_secs(4 * 3600),
+        "the live benchmark",
+    )
 }
 
 /// Boots the VM and runs the attach benchmark there, peers included.
@@ -563,57 +536,83 @@ fn bench_attach(functions: usize, kernel: &str) -> Result<()> {
 /// (bench-analysis.sh).
 fn bench_opens(script: &str, opens: u64, rounds: u32, kernel: &str) -> Result<()> {
     host::ensure_packages(&[("linux-perf", "/usr/bin/perf")])?;
-    let status =
-        std::process::Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()))
-            .current_dir(workspace_root())
-            .args([
-                "build",
-                "--quiet",
-                "--release",
-                "--package",
-                "kprobe-perf",
-                "--package",
-                "kprobe-perf-tests",
-                "--bin",
-                "kprobe-perf",
-                "--bin",
-                "open_loop",
-            ])
-            .status()
-            .context("running cargo")?;
-    if !status.success() {
-        bail!("building kprobe-perf and open_loop failed");
-    }
-    let kernel = kernels::resolve(kernel, &vm_cache().join("kernels"))?;
-    let target = vm_cache()
-        .parent()
-        .map(PathBuf::from)
-        .unwrap_or_else(|| workspace_root().join("target"));
-    let path = |p: &str| target.join(p).to_string_lossy().into_owned();
-    let outcome = vm::run(&vm::VmRun {
-        kernel: &kernel,
-        command: &[
+    cargo_release(
+        &[
+            "--package",
+            "kprobe-perf",
+            "--package",
+            "kprobe-perf-tests",
+            "--bin",
+            "kprobe-perf",
+            "--bin",
+            "open_loop",
+        ],
+        "kprobe-perf and open_loop",
+    )?;
+    bench_in_vm(
+        kernel,
+        &[
             "sh".into(),
             workspace_root()
                 .join("xtask")
                 .join(script)
                 .to_string_lossy()
                 .into_owned(),
-            path("release/kprobe-perf"),
-            path("release/open_loop"),
+            release_path("kprobe-perf"),
+            release_path("open_loop"),
             opens.to_string(),
             rounds.to_string(),
         ],
+        Duration::from_secs(3600),
+        &format!("the benchmark {script}"),
+    )
+}
+
+/// `cargo build --quiet --release ARGS` in the workspace; `what` names
+/// what failed.
+fn cargo_release(args: &[&str], what: &str) -> Result<()> {
+    let status =
+        std::process::Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()))
+            .current_dir(workspace_root())
+            .args(["build", "--quiet", "--release"])
+            .args(args)
+            .status()
+            .context("running cargo")?;
+    if !status.success() {
+        bail!("building {what} failed");
+    }
+    Ok(())
+}
+
+/// The release build directory the VM sees (`target/release/...`).
+fn release_path(p: &str) -> String {
+    vm_cache()
+        .parent()
+        .map(PathBuf::from)
+        .unwrap_or_else(|| workspace_root().join("target"))
+        .join("release")
+        .join(p)
+        .to_string_lossy()
+        .into_owned()
+}
+
+/// Boots `kernel` and runs a benchmark's `command` there, its output
+/// shown as it comes; `what` names the benchmark if it fails.
+fn bench_in_vm(kernel: &str, command: &[String], timeout: Duration, what: &str) -> Result<()> {
+    let kernel = kernels::resolve(kernel, &vm_cache().join("kernels"))?;
+    let outcome = vm::run(&vm::VmRun {
+        kernel: &kernel,
+        command,
         cwd: workspace_root(),
         env: passthrough_env(),
-        timeout: Duration::from_secs(3600),
+        timeout,
         echo: vm::Echo::All,
         label: None,
         work_dir: vm_cache(),
     })?;
     report_problems(&outcome);
     if !outcome.success() {
-        bail!("the benchmark {script} failed");
+        bail!("{what} failed");
     }
     Ok(())
 }
@@ -622,54 +621,32 @@ fn bench_opens(script: &str, opens: u64, rounds: u32, kernel: &str) -> Result<()
 /// a uprobe recorded without a filter and with one keeping 1% of `calls`
 /// calls (the engine's filter_bytes example on the filter_calls workload).
 fn bench_filter(calls: u64, kernel: &str) -> Result<()> {
-    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
-    for args in [
-        &["--package", "kprobe-perf-tests", "--bin", "filter_calls"][..],
+    cargo_release(
+        &["--package", "kprobe-perf-tests", "--bin", "filter_calls"],
+        "filter_calls",
+    )?;
+    cargo_release(
         &[
             "--package",
             "kprobe-perf-engine",
             "--example",
             "filter_bytes",
-        ][..],
-    ] {
-        let status = std::process::Command::new(&cargo)
-            .current_dir(workspace_root())
-            .args(["build", "--quiet", "--release"])
-            .args(args)
-            .status()
-            .context("running cargo")?;
-        if !status.success() {
-            bail!("building {} failed", args[3]);
-        }
-    }
-    let kernel = kernels::resolve(kernel, &vm_cache().join("kernels"))?;
-    let target = vm_cache()
-        .parent()
-        .map(PathBuf::from)
-        .unwrap_or_else(|| workspace_root().join("target"));
-    let path = |p: &str| target.join(p).to_string_lossy().into_owned();
+        ],
+        "filter_bytes",
+    )?;
     let script = workspace_root().join("xtask").join("bench-filter.sh");
-    let outcome = vm::run(&vm::VmRun {
-        kernel: &kernel,
-        command: &[
+    bench_in_vm(
+        kernel,
+        &[
             "sh".into(),
             script.to_string_lossy().into_owned(),
-            path("release/examples/filter_bytes"),
-            path("release/filter_calls"),
+            release_path("examples/filter_bytes"),
+            release_path("filter_calls"),
             calls.to_string(),
         ],
-        cwd: workspace_root(),
-        env: passthrough_env(),
-        timeout: Duration::from_secs(1800),
-        echo: vm::Echo::All,
-        label: None,
-        work_dir: vm_cache(),
-    })?;
-    report_problems(&outcome);
-    if !outcome.success() {
-        bail!("the filter benchmark failed");
-    }
-    Ok(())
+        Duration::from_secs(1800),
+        "the filter benchmark",
+    )
 }
 
 /// Decoding speed: the engine's decode_bench example (binary sink, and a
