@@ -11,6 +11,7 @@ mod json;
 mod latency;
 mod output;
 mod script;
+mod stacks;
 mod stat;
 mod text;
 mod validate;
@@ -239,6 +240,8 @@ struct RecordArgs {
     image: image_args::ImageArgs,
     #[command(flatten)]
     aggregate: aggregate::AggregateArgs,
+    #[command(flatten)]
+    stacks: stacks::CallGraphArgs,
     /// The command to run and record.
     #[arg(last = true, value_name = "CMD")]
     command: Vec<String>,
@@ -359,6 +362,8 @@ fn record(args: &RecordArgs) -> Result<ExitCode> {
     if let Some(p) = args.output.as_deref() {
         output::check(p)?;
     }
+    let call_graph = args.stacks.graph()?;
+    args.stacks.out.check()?;
 
     let stop = Arc::new(AtomicBool::new(false));
     for sig in [
@@ -384,7 +389,8 @@ fn record(args: &RecordArgs) -> Result<ExitCode> {
         SessionOptions::default()
             .with_target(target)
             .with_mmap_pages(mmap_pages)
-            .with_overwrite(args.overwrite),
+            .with_overwrite(args.overwrite)
+            .with_call_graph(call_graph),
     )?;
     // The file is made (an existing one moved aside, or removed with
     // --force) only once the probes are open and the command is ready, so
@@ -417,6 +423,12 @@ fn record(args: &RecordArgs) -> Result<ExitCode> {
         cache: text::LineCache::default(),
         line: Vec::with_capacity(256),
         agg,
+        stacks: call_graph.map(|_| {
+            stacks::Stacks::new(
+                true,
+                args.stacks.out.stacks_folded.is_some() || args.stacks.out.flamegraph.is_some(),
+            )
+        }),
     };
     let stdout = io::stdout();
     let mut live = LiveOutput {
@@ -488,6 +500,13 @@ fn record(args: &RecordArgs) -> Result<ExitCode> {
     let lines = text::summary_lines(&summary, session.plans());
     for line in &lines {
         eprintln!("{line}");
+    }
+    if let Some(s) = live.printer.stacks.as_ref() {
+        s.finish(
+            &args.stacks.out,
+            args.force,
+            &stacks::title(session.plans()),
+        )?;
     }
     if let Some(file) = live.file.take() {
         let addresses = live.printer.addresses.take().unwrap_or_default();
@@ -605,6 +624,8 @@ struct Printer<'a> {
     line: Vec<u8>,
     /// The maps of --count-by, --hist, --lhist.
     agg: Option<aggregate::Aggregation>,
+    /// With -g: the frames of each event, and the stacks counted.
+    stacks: Option<stacks::Stacks>,
 }
 
 impl Printer<'_> {
@@ -617,11 +638,24 @@ impl Printer<'_> {
         if self.json {
             self.line
                 .extend_from_slice(json::event(e, plan, self.symbols).as_bytes());
+            if let Some(s) = self.stacks.as_ref() {
+                s.write_json(&mut self.line);
+            }
         } else {
             text::write_line(&mut self.line, e, plan, self.symbols, &mut self.cache);
+            if let Some(s) = self.stacks.as_ref() {
+                s.write_text(&mut self.line);
+            }
         }
         self.line.push(b'\n');
         out.write_all(&self.line)
+    }
+
+    /// With -g: names `e`'s frames and counts its stack.
+    fn see_stack(&mut self, e: &Event) {
+        if let (Some(s), Some(plan)) = (self.stacks.as_mut(), self.plans.get(e.probe)) {
+            s.see(e, plan, self.symbols, None);
+        }
     }
 }
 
@@ -746,10 +780,14 @@ impl<W: Write> EventSink for LiveOutput<'_, W> {
         if let Some(a) = self.printer.agg.as_mut() {
             a.record(e);
         }
+        self.printer.see_stack(e);
         self.print(e)
     }
 
     fn record(&mut self, kind: u32, misc: u16, body: (&[u8], &[u8])) -> Result<ControlFlow<()>> {
+        if let Some(s) = self.printer.stacks.as_mut() {
+            s.maps.note_record(kind, misc, body);
+        }
         match self.file.as_mut() {
             Some(f) => f.record(kind, misc, body),
             None => Ok(ControlFlow::Continue(())),
@@ -772,6 +810,7 @@ impl<W: Write> EventSink for Dumped<'_, '_, W> {
     type Error = anyhow::Error;
 
     fn event(&mut self, e: &Event) -> Result<ControlFlow<()>> {
+        self.0.printer.see_stack(e);
         self.0.print(e)
     }
 }

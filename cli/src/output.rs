@@ -84,6 +84,7 @@ pub(crate) fn note_addresses(set: &mut HashSet<u64>, e: &Event) {
     if let Some(r) = e.ret_addr {
         set.insert(r);
     }
+    set.extend(e.callchain.iter().filter(|f| !f.user).map(|f| f.address));
     for v in &e.args {
         if let Value::Int {
             raw,

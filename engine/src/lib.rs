@@ -38,6 +38,7 @@ pub mod select;
 pub mod session;
 pub mod sink;
 pub mod spec;
+pub mod stack;
 mod stats;
 pub mod summary;
 /// The one syscall layer (public with the `test-util` feature only:

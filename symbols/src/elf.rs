@@ -214,6 +214,22 @@ impl UserBinary {
         })
     }
 
+    /// Every function with a file range (`.symtab`, then `.dynsym`),
+    /// sorted by file offset: what naming the frames of a callchain
+    /// searches, parsed once per binary.
+    pub fn functions(&self) -> Result<Vec<UserSymbol>, ElfError> {
+        let file = self.parse()?;
+        let mut out: Vec<UserSymbol> = self
+            .text_symbols(&file)
+            .iter()
+            .filter(|t| t.size > 0)
+            .map(|t| self.user_symbol(t))
+            .collect();
+        out.sort_by(|a, b| a.file_offset.cmp(&b.file_offset).then(b.size.cmp(&a.size)));
+        out.dedup_by_key(|s| s.file_offset);
+        Ok(out)
+    }
+
     /// The function whose code holds file offset `offset`, if a symbol
     /// with a size covers it.
     pub fn function_at(&self, offset: u64) -> Result<Option<UserSymbol>, ElfError> {
