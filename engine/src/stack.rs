@@ -9,7 +9,7 @@ use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use kprobe_perf_symbols::elf::{UserBinary, UserSymbol};
+use kprobe_perf_symbols::elf::{AddressSymbol, UserBinary};
 use kprobe_perf_symbols::KernelSymbols;
 
 use crate::decode::Event;
@@ -224,12 +224,59 @@ impl ProcessMaps {
     }
 }
 
+/// Where separate debug files are found by build ID (as perf and gdb
+/// look for them: `ab/cdef....debug` for build ID `abcdef...`).
+const DEBUG_BY_BUILD_ID: &str = "/usr/lib/debug/.build-id";
+
+/// What naming frames in one binary needs: its loadable segments (file
+/// offset, size, address) and its functions by address, from its
+/// separate debug file when one is installed (which has the local
+/// functions a stripped library lacks), else from its own tables.
+struct BinarySymbols {
+    segments: Vec<(u64, u64, u64)>,
+    functions: Vec<AddressSymbol>,
+}
+
+impl BinarySymbols {
+    fn read(path: &Path) -> Option<BinarySymbols> {
+        let binary = UserBinary::open(path).ok()?;
+        let debug = binary.build_id().filter(|id| id.len() > 1).and_then(|id| {
+            let hex: String = id.iter().map(|b| format!("{b:02x}")).collect();
+            let file = Path::new(DEBUG_BY_BUILD_ID)
+                .join(&hex[..2])
+                .join(format!("{}.debug", &hex[2..]));
+            UserBinary::open(&file).ok()?.functions_by_address().ok()
+        });
+        let functions = match debug {
+            Some(f) if !f.is_empty() => f,
+            _ => binary.functions_by_address().ok()?,
+        };
+        Some(BinarySymbols {
+            segments: binary.segments(),
+            functions,
+        })
+    }
+
+    /// The function holding file offset `offset`, and the offset into it.
+    fn at(&self, offset: u64) -> Option<(&str, u64)> {
+        let address = self.segments.iter().find_map(|&(off, size, vaddr)| {
+            (offset >= off && offset - off < size).then(|| vaddr + (offset - off))
+        })?;
+        let i = self
+            .functions
+            .partition_point(|s| s.address <= address)
+            .checked_sub(1)?;
+        let f = self.functions.get(i)?;
+        (address - f.address < f.size).then(|| (f.name.as_str(), address - f.address))
+    }
+}
+
 /// Names the frames of events' callchains: kernel frames from a
 /// [`KernelSymbols`], user frames from the symbol tables of mapped
 /// binaries (each read once).
 #[derive(Default)]
 pub struct StackSymbolizer {
-    binaries: HashMap<PathBuf, Option<Vec<UserSymbol>>>,
+    binaries: HashMap<PathBuf, Option<BinarySymbols>>,
     kernel_object: Option<Arc<str>>,
     unknown: Option<Arc<str>>,
     modules: HashMap<String, Arc<str>>,
@@ -339,22 +386,13 @@ impl StackSymbolizer {
             };
         };
         let path = path.clone();
-        let functions = self
+        let found = self
             .binaries
             .entry(PathBuf::from(&*path))
-            .or_insert_with(|| {
-                UserBinary::open(Path::new(&*path))
-                    .and_then(|b| b.functions())
-                    .ok()
-            });
-        let found = functions.as_ref().and_then(|fs| {
-            let i = fs
-                .partition_point(|s| s.file_offset <= file_offset)
-                .checked_sub(1)?;
-            let s = fs.get(i)?;
-            (file_offset - s.file_offset < s.size)
-                .then(|| (s.name.clone(), file_offset - s.file_offset))
-        });
+            .or_insert_with(|| BinarySymbols::read(Path::new(&*path)))
+            .as_ref()
+            .and_then(|b| b.at(file_offset))
+            .map(|(name, offset)| (name.to_string(), offset));
         match found {
             Some((name, offset)) => NamedFrame {
                 address,
@@ -449,6 +487,39 @@ mod tests {
                 (Some("ext4_read"), 0x10, "[ext4]"),
             ]
         );
+    }
+
+    #[no_mangle]
+    #[inline(never)]
+    extern "C" fn kprobe_perf_stack_test_target(a: u64) -> u64 {
+        std::hint::black_box(a.wrapping_mul(3))
+    }
+
+    /// A user frame in this very test binary, mapped as /proc/self/maps
+    /// says, is named from its symbol table with its offset.
+    #[test]
+    fn user_frames_are_named_from_the_mapped_binary() {
+        assert_eq!(kprobe_perf_stack_test_target(2), 6);
+        let pid = std::process::id() as i32;
+        let mut maps = ProcessMaps::default();
+        maps.read_proc(pid);
+        let addr = kprobe_perf_stack_test_target as usize as u64;
+        let e = Event {
+            pid,
+            callchain: vec![StackFrame {
+                address: addr + 3,
+                user: true,
+            }],
+            ..Event::default()
+        };
+        let named = StackSymbolizer::new().frames(&e, &KernelSymbols::default(), &maps);
+        assert_eq!(
+            named[0].symbol.as_deref(),
+            Some("kprobe_perf_stack_test_target")
+        );
+        assert_eq!(named[0].offset, 3);
+        let exe = std::fs::canonicalize(std::env::current_exe().unwrap()).unwrap();
+        assert_eq!(&*named[0].object, exe.to_str().unwrap());
     }
 
     #[test]
