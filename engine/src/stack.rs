@@ -503,7 +503,7 @@ mod tests {
         let pid = std::process::id() as i32;
         let mut maps = ProcessMaps::default();
         maps.read_proc(pid);
-        let addr = kprobe_perf_stack_test_target as usize as u64;
+        let addr = kprobe_perf_stack_test_target as *const () as usize as u64;
         let e = Event {
             pid,
             callchain: vec![StackFrame {
