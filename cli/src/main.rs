@@ -135,6 +135,7 @@ enum Cmd {
 }
 
 #[derive(clap::Args)]
+#[command(group(clap::ArgGroup::new("files").args(["output", "stacks_folded", "flamegraph"]).multiple(true)))]
 struct RecordArgs {
     /// A probe definition (repeatable).
     #[arg(short = 'e', long = "event", value_name = "SPEC", required = true)]
@@ -214,10 +215,10 @@ struct RecordArgs {
     /// is refused.
     #[arg(short = 'o', long = "output", value_name = "FILE")]
     output: Option<std::path::PathBuf>,
-    /// With -o: remove an existing FILE instead of renaming it to FILE.old
-    /// (a symbolic link is removed, its target untouched), then create
-    /// FILE new as without --force.
-    #[arg(long, requires = "output")]
+    /// With -o (and --stacks-folded, --flamegraph): remove an existing
+    /// FILE instead of renaming it to FILE.old (a symbolic link is removed,
+    /// its target untouched), then create FILE new as without --force.
+    #[arg(long, requires = "files")]
     force: bool,
     /// Print no events (only the summary); useful with -o.
     #[arg(short = 'q', long)]
@@ -345,6 +346,8 @@ fn record(args: &RecordArgs) -> Result<ExitCode> {
         ..
     } = args;
     let (mmap_pages, duration) = (*mmap_pages, *duration);
+    let call_graph = args.stacks.graph()?;
+    args.stacks.out.check()?;
     // kallsyms may be unreadable or hide addresses; probes then go by name
     // and output shows raw addresses.
     let kernel = inspect::record_kernel(&args.image);
@@ -362,8 +365,6 @@ fn record(args: &RecordArgs) -> Result<ExitCode> {
     if let Some(p) = args.output.as_deref() {
         output::check(p)?;
     }
-    let call_graph = args.stacks.graph()?;
-    args.stacks.out.check()?;
 
     let stop = Arc::new(AtomicBool::new(false));
     for sig in [

@@ -51,7 +51,7 @@ pub(crate) struct StackOutputArgs {
     /// probed function innermost), for flamegraph.pl, inferno or
     /// speedscope. Needs callchains (`-g`, or a file recorded with them).
     /// FILE is created as -o creates its file (an existing FILE renamed to
-    /// FILE.old, or removed with --force; mode 0600).
+    /// FILE.old, or removed with `record --force`; mode 0600).
     #[arg(long, value_name = "FILE")]
     pub stacks_folded: Option<PathBuf>,
     /// Draw the stacks as a flame graph, an SVG file (made with the
@@ -71,11 +71,13 @@ impl StackOutputArgs {
     /// Refuses, before anything is attached, paths no file could be
     /// written at.
     pub(crate) fn check(&self) -> Result<()> {
-        for p in [&self.stacks_folded, &self.flamegraph]
-            .into_iter()
-            .flatten()
-        {
-            crate::output::check(p).with_context(|| format!("cannot write {}", p.display()))?;
+        for (flag, p) in [
+            ("--stacks-folded", &self.stacks_folded),
+            ("--flamegraph", &self.flamegraph),
+        ] {
+            if let Some(p) = p {
+                crate::output::check(p).map_err(|e| named(flag, e))?;
+            }
         }
         Ok(())
     }
@@ -218,7 +220,7 @@ impl Stacks {
             if !text.is_empty() {
                 text.push('\n');
             }
-            write_new(p, force, text.as_bytes())?;
+            write_new("--stacks-folded", p, force, text.as_bytes())?;
         }
         if let Some(p) = &args.flamegraph {
             let mut svg = Vec::new();
@@ -233,7 +235,7 @@ impl Stacks {
             }
             inferno::flamegraph::from_lines(&mut opts, lines.iter().map(String::as_str), &mut svg)
                 .with_context(|| format!("drawing the flame graph for {}", p.display()))?;
-            write_new(p, force, &svg)?;
+            write_new("--flamegraph", p, force, &svg)?;
         }
         Ok(())
     }
@@ -258,9 +260,19 @@ fn fold_name(s: &str) -> String {
         .collect()
 }
 
-/// Creates `path` as -o creates its file and writes `bytes` into it.
-fn write_new(path: &Path, force: bool, bytes: &[u8]) -> Result<()> {
-    let f = crate::output::create(path, force)?;
+/// An error of the file code shared with -o, told of `flag`'s file.
+fn named(flag: &str, e: anyhow::Error) -> anyhow::Error {
+    let text = format!("{e:#}");
+    match text.strip_prefix("-o ") {
+        Some(rest) => anyhow::anyhow!("{flag} {rest}"),
+        None => e.context(format!("{flag}: cannot write its file")),
+    }
+}
+
+/// Creates `path` (given with `flag`) as -o creates its file and writes
+/// `bytes` into it.
+fn write_new(flag: &str, path: &Path, force: bool, bytes: &[u8]) -> Result<()> {
+    let f = crate::output::create(path, force).map_err(|e| named(flag, e))?;
     let Some(mut file) = f.into_file() else {
         anyhow::bail!("{}: the file was already handed over", path.display());
     };
