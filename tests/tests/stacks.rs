@@ -275,6 +275,36 @@ fn perf_script_shows_the_same_frames() {
     ]);
     let ours: Vec<Vec<Frame>> = events(&out).iter().map(frames).collect();
     let theirs = perf_samples(&file);
+    // The text lines too, from both replays of the file: our frame lines
+    // are perf script's default ones (user addresses aside, which perf
+    // prints relative to their object).
+    let text_frames = |out: Vec<u8>| -> Vec<String> {
+        String::from_utf8(out)
+            .unwrap()
+            .lines()
+            .filter(|l| l.starts_with('\t'))
+            .filter(|l| l.contains("([kernel.kallsyms])") || l.contains(" kpf_stack_"))
+            .map(|l| match l.contains("([kernel.kallsyms])") {
+                true => l.to_string(),
+                false => l.trim().split_once(' ').unwrap().1.to_string(),
+            })
+            .collect()
+    };
+    let perf_text = Command::new("perf")
+        .arg("script")
+        .arg("-i")
+        .arg(&file)
+        .output()
+        .unwrap();
+    let our_text = Command::new(kprobe_perf_bin())
+        .args(["script", "-i"])
+        .arg(&file)
+        .output()
+        .unwrap();
+    assert!(our_text.status.success());
+    let (ours_t, perf_t) = (text_frames(our_text.stdout), text_frames(perf_text.stdout));
+    assert!(ours_t.len() >= 16, "{ours_t:?}");
+    assert_eq!(ours_t, perf_t);
     std::fs::remove_file(&file).unwrap();
     assert_eq!(ours.len(), theirs.len(), "samples: {out}\nperf: {theirs:?}");
     let mut user_frames = 0;
