@@ -436,3 +436,73 @@ fn check_svg(path: &Path) {
         );
     }
 }
+
+/// Frames in modules are named from kallsyms with `[MODULE]` as their
+/// object: the VM's root file system is 9p, so reading a file goes
+/// through `p9_client_rpc` (module 9pnet) from `v9fs_*` (module 9p).
+/// perf script on the `-o` file shows the same addresses (it names
+/// module functions, and keeps them in their modules, only where it
+/// finds the module files under /lib/modules, which the VM's root file
+/// system, the host's, lacks: there it gives the first sample's module
+/// frames their module and later ones `[unknown]`).
+#[test]
+fn module_frames_are_named() {
+    if !kprobes_available("module_frames_are_named") {
+        return;
+    }
+    if !Path::new("/sys/module/9pnet").exists() {
+        return skip(
+            "module_frames_are_named",
+            "module 9pnet is not loaded (the VM's root is 9p)",
+        );
+    }
+    let file = temp("mod.data");
+    let out = record(&[
+        "--json",
+        "--call-graph",
+        "kernel",
+        "-o",
+        file.to_str().unwrap(),
+        "-e",
+        "p:9pnet:p9_client_rpc",
+        "--",
+        "cat",
+        "/etc/hostname",
+    ]);
+    let ours: Vec<Vec<Frame>> = events(&out).iter().map(frames).collect();
+    assert!(!ours.is_empty(), "{out}");
+    for f in &ours {
+        assert_eq!(
+            (f[0].name(), f[0].offset, f[0].object.as_str()),
+            ("p9_client_rpc", 1, "[9pnet]"),
+            "{f:?}"
+        );
+        assert!(
+            f.iter()
+                .any(|f| f.object == "[9p]" && f.name().starts_with("v9fs_")),
+            "a v9fs_ caller in module 9p: {f:?}"
+        );
+    }
+    if Path::new("/usr/bin/perf").exists() {
+        let perf = Command::new("perf")
+            .args(["script", "-F", "ip", "-i"])
+            .arg(&file)
+            .output()
+            .unwrap();
+        assert!(perf.status.success());
+        let theirs: Vec<String> = String::from_utf8(perf.stdout)
+            .unwrap()
+            .lines()
+            .map(str::trim)
+            .filter(|l| !l.is_empty())
+            .map(String::from)
+            .collect();
+        let ours_lines: Vec<String> = ours
+            .iter()
+            .flatten()
+            .map(|f| format!("{:x}", f.address))
+            .collect();
+        assert_eq!(ours_lines, theirs);
+    }
+    std::fs::remove_file(&file).unwrap();
+}
