@@ -51,7 +51,15 @@ pub(crate) fn run(args: &ScriptArgs) -> Result<ExitCode> {
     let mut cache = text::LineCache::default();
     let folded = args.stacks.stacks_folded.is_some() || args.stacks.flamegraph.is_some();
     let mut stacks = crate::stacks::Stacks::new(false, folded);
-    let mut with_chains = false;
+    // A file recorded with -g prints each event's frames (none for an
+    // event whose chain is empty), as the recording did.
+    let with_chains = replay.decoder().has_callchains();
+    if folded && !with_chains {
+        anyhow::bail!(
+            "{} has no callchains to count: record it with -g (or --call-graph)",
+            path.display()
+        );
+    }
     let mut plans_seen = Vec::new();
     let replayed = replay.run(|e, plans, symbols, maps| {
         let Some(plan) = plans.get(e.probe) else {
@@ -60,10 +68,9 @@ pub(crate) fn run(args: &ScriptArgs) -> Result<ExitCode> {
         if result.is_err() {
             return;
         }
-        let chain = !e.callchain.is_empty();
-        if chain || folded {
+        let chain = with_chains;
+        if chain {
             stacks.see(e, plan, symbols, Some(maps));
-            with_chains |= chain;
             if plans_seen.is_empty() {
                 plans_seen = plans.to_vec();
             }
@@ -123,12 +130,6 @@ pub(crate) fn run(args: &ScriptArgs) -> Result<ExitCode> {
     }
     replayed.with_context(|| format!("reading {}", path.display()))?;
     if folded {
-        if !with_chains {
-            anyhow::bail!(
-                "{} has no callchains to count: record it with -g (or --call-graph)",
-                path.display()
-            );
-        }
         stacks.finish(&args.stacks, false, &crate::stacks::title(&plans_seen))?;
     }
     if let Some(s) = replay.metadata().note(NOTE_SUMMARY) {

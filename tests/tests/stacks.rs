@@ -357,6 +357,8 @@ fn folded_stacks_and_flame_graph() {
         "for i in 1 2 3 4 5; do cat /etc/hostname >/dev/null; done",
     ]);
     let n = events(&out).len();
+    assert!(n >= 10, "{out}");
+    let live = out.clone();
     let text = std::fs::read_to_string(&folded).unwrap();
     println!("{text}");
     let mut sum = 0;
@@ -391,6 +393,13 @@ fn folded_stacks_and_flame_graph() {
     );
     assert_eq!(std::fs::read_to_string(&folded2).unwrap(), text);
     check_svg(&svg2);
+    // The replay prints each event and its frames as the recording did.
+    let replayed = Command::new(kprobe_perf_bin())
+        .args(["script", "--json", "-i"])
+        .arg(&data)
+        .output()
+        .unwrap();
+    assert_eq!(String::from_utf8(replayed.stdout).unwrap(), live);
     // An existing file is moved aside as -o does, never overwritten.
     let again = Command::new(kprobe_perf_bin())
         .args(["script", "-i"])
