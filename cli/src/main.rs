@@ -12,6 +12,7 @@ mod json;
 mod latency;
 mod output;
 mod script;
+mod stacks;
 mod stat;
 mod text;
 mod validate;
@@ -135,6 +136,7 @@ enum Cmd {
 }
 
 #[derive(clap::Args)]
+#[command(group(clap::ArgGroup::new("files").args(["output", "stacks_folded", "flamegraph"]).multiple(true)))]
 struct RecordArgs {
     /// A probe definition (repeatable).
     #[arg(short = 'e', long = "event", value_name = "SPEC", required = true)]
@@ -228,10 +230,10 @@ struct RecordArgs {
     /// is refused.
     #[arg(short = 'o', long = "output", value_name = "FILE")]
     output: Option<std::path::PathBuf>,
-    /// With -o: remove an existing FILE instead of renaming it to FILE.old
-    /// (a symbolic link is removed, its target untouched), then create
-    /// FILE new as without --force.
-    #[arg(long, requires = "output")]
+    /// With -o (and --stacks-folded, --flamegraph): remove an existing
+    /// FILE instead of renaming it to FILE.old (a symbolic link is removed,
+    /// its target untouched), then create FILE new as without --force.
+    #[arg(long, requires = "files")]
     force: bool,
     /// Print no events (only the summary); useful with -o.
     #[arg(short = 'q', long)]
@@ -254,6 +256,8 @@ struct RecordArgs {
     image: image_args::ImageArgs,
     #[command(flatten)]
     aggregate: aggregate::AggregateArgs,
+    #[command(flatten)]
+    stacks: stacks::CallGraphArgs,
     /// The command to run and record.
     #[arg(last = true, value_name = "CMD")]
     command: Vec<String>,
@@ -369,6 +373,8 @@ fn record(args: &RecordArgs, filters: &[Option<String>]) -> Result<ExitCode> {
         ..
     } = args;
     let (mmap_pages, duration) = (*mmap_pages, *duration);
+    let call_graph = args.stacks.graph()?;
+    args.stacks.out.check()?;
     // kallsyms may be unreadable or hide addresses; probes then go by name
     // and output shows raw addresses.
     let kernel = inspect::record_kernel(&args.image);
@@ -410,7 +416,8 @@ fn record(args: &RecordArgs, filters: &[Option<String>]) -> Result<ExitCode> {
         SessionOptions::default()
             .with_target(target)
             .with_mmap_pages(mmap_pages)
-            .with_overwrite(args.overwrite),
+            .with_overwrite(args.overwrite)
+            .with_call_graph(call_graph),
     )?;
     // The file is made (an existing one moved aside, or removed with
     // --force) only once the probes are open and the command is ready, so
@@ -443,6 +450,12 @@ fn record(args: &RecordArgs, filters: &[Option<String>]) -> Result<ExitCode> {
         cache: text::LineCache::default(),
         line: Vec::with_capacity(256),
         agg,
+        stacks: call_graph.map(|_| {
+            stacks::Stacks::new(
+                true,
+                args.stacks.out.stacks_folded.is_some() || args.stacks.out.flamegraph.is_some(),
+            )
+        }),
     };
     let stdout = io::stdout();
     let mut live = LiveOutput {
@@ -514,6 +527,13 @@ fn record(args: &RecordArgs, filters: &[Option<String>]) -> Result<ExitCode> {
     let lines = text::summary_lines(&summary, session.plans());
     for line in &lines {
         eprintln!("{line}");
+    }
+    if let Some(s) = live.printer.stacks.as_ref() {
+        s.finish(
+            &args.stacks.out,
+            args.force,
+            &stacks::title(session.plans()),
+        )?;
     }
     if let Some(file) = live.file.take() {
         let addresses = live.printer.addresses.take().unwrap_or_default();
@@ -631,6 +651,8 @@ struct Printer<'a> {
     line: Vec<u8>,
     /// The maps of --count-by, --hist, --lhist.
     agg: Option<aggregate::Aggregation>,
+    /// With -g: the frames of each event, and the stacks counted.
+    stacks: Option<stacks::Stacks>,
 }
 
 impl Printer<'_> {
@@ -643,11 +665,24 @@ impl Printer<'_> {
         if self.json {
             self.line
                 .extend_from_slice(json::event(e, plan, self.symbols).as_bytes());
+            if let Some(s) = self.stacks.as_ref() {
+                s.write_json(&mut self.line);
+            }
         } else {
             text::write_line(&mut self.line, e, plan, self.symbols, &mut self.cache);
+            if let Some(s) = self.stacks.as_ref() {
+                s.write_text(&mut self.line);
+            }
         }
         self.line.push(b'\n');
         out.write_all(&self.line)
+    }
+
+    /// With -g: names `e`'s frames and counts its stack.
+    fn see_stack(&mut self, e: &Event) {
+        if let (Some(s), Some(plan)) = (self.stacks.as_mut(), self.plans.get(e.probe)) {
+            s.see(e, plan, self.symbols, None);
+        }
     }
 }
 
@@ -777,10 +812,14 @@ impl<W: Write> EventSink for LiveOutput<'_, W> {
         if let Some(a) = self.printer.agg.as_mut() {
             a.record(e);
         }
+        self.printer.see_stack(e);
         self.print(e)
     }
 
     fn record(&mut self, kind: u32, misc: u16, body: (&[u8], &[u8])) -> Result<ControlFlow<()>> {
+        if let Some(s) = self.printer.stacks.as_mut() {
+            s.maps.note_record(kind, misc, body);
+        }
         match self.file.as_mut() {
             Some(f) => f.record(kind, misc, body),
             None => Ok(ControlFlow::Continue(())),
@@ -803,6 +842,7 @@ impl<W: Write> EventSink for Dumped<'_, '_, W> {
     type Error = anyhow::Error;
 
     fn event(&mut self, e: &Event) -> Result<ControlFlow<()>> {
+        self.0.printer.see_stack(e);
         self.0.print(e)
     }
 }

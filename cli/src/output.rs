@@ -84,6 +84,7 @@ pub(crate) fn note_addresses(set: &mut HashSet<u64>, e: &Event) {
     if let Some(r) = e.ret_addr {
         set.insert(r);
     }
+    set.extend(e.callchain.iter().filter(|f| !f.user).map(|f| f.address));
     for v in &e.args {
         if let Value::Int {
             raw,
@@ -114,13 +115,16 @@ impl FileOutput {
         // perf resolves kernel samples through the kernel's MMAP record.
         if !symbols.addresses_hidden() {
             if let Some(text) = symbols.lookup("_text").first() {
-                writer.kernel_mmap(text.address).map_err(|e| {
-                    write_error(
-                        &path,
-                        &format!("writing the kernel's MMAP record: {e}"),
-                        Some(&e),
-                    )
-                })?;
+                writer
+                    .kernel_mmap(text.address)
+                    .and_then(|()| writer.module_mmaps().map(drop))
+                    .map_err(|e| {
+                        write_error(
+                            &path,
+                            &format!("writing the kernel's MMAP records: {e}"),
+                            Some(&e),
+                        )
+                    })?;
             }
         }
         let mut out = FileOutput {

@@ -25,6 +25,8 @@ pub(crate) struct ScriptArgs {
     /// Print JSON Lines, as `record --json` does, instead of text.
     #[arg(long)]
     json: bool,
+    #[command(flatten)]
+    stacks: crate::stacks::StackOutputArgs,
 }
 
 /// Prints every event of the file, then the recording's summary.
@@ -33,6 +35,7 @@ pub(crate) fn run(args: &ScriptArgs) -> Result<ExitCode> {
     // A regular file only: a FIFO would block, /dev/zero never end.
     let (file, _) = kprobe_perf_engine::kernel::open_regular(path)
         .with_context(|| format!("cannot read {} (give a perf.data file)", path.display()))?;
+    args.stacks.check()?;
     let reader = Reader::new(file).with_context(|| format!("reading {}", path.display()))?;
     let mut replay = Replay::new(reader).with_context(|| format!("reading {}", path.display()))?;
     let stdout = io::stdout();
@@ -46,15 +49,34 @@ pub(crate) fn run(args: &ScriptArgs) -> Result<ExitCode> {
     let mut used = 0;
     let mut line = Vec::with_capacity(256);
     let mut cache = text::LineCache::default();
-    let replayed = replay.run(|e, plans, symbols| {
+    let folded = args.stacks.stacks_folded.is_some() || args.stacks.flamegraph.is_some();
+    let mut stacks = crate::stacks::Stacks::new(false, folded);
+    // A file recorded with -g prints each event's frames (none for an
+    // event whose chain is empty), as the recording did.
+    let with_chains = replay.decoder().has_callchains();
+    if folded && !with_chains {
+        anyhow::bail!(
+            "{} has no callchains to count: record it with -g (or --call-graph)",
+            path.display()
+        );
+    }
+    let mut plans_seen = Vec::new();
+    let replayed = replay.run(|e, plans, symbols, maps| {
         let Some(plan) = plans.get(e.probe) else {
             return;
         };
         if result.is_err() {
             return;
         }
+        let chain = with_chains;
+        if chain {
+            stacks.see(e, plan, symbols, Some(maps));
+            if plans_seen.is_empty() {
+                plans_seen = plans.to_vec();
+            }
+        }
         let room = &mut buf[used..];
-        let usual = if json {
+        let usual = if json || chain {
             None
         } else {
             text::put_usual_line(room, e, &mut cache)
@@ -65,8 +87,14 @@ pub(crate) fn run(args: &ScriptArgs) -> Result<ExitCode> {
                 line.clear();
                 if json {
                     line.extend_from_slice(json::event(e, plan, symbols).as_bytes());
+                    if chain {
+                        stacks.write_json(&mut line);
+                    }
                 } else {
                     text::write_line(&mut line, e, plan, symbols, &mut cache);
+                    if chain {
+                        stacks.write_text(&mut line);
+                    }
                 }
                 if line.len() + 1 > room.len() {
                     // A line longer than what is left: written on its own.
@@ -101,6 +129,9 @@ pub(crate) fn run(args: &ScriptArgs) -> Result<ExitCode> {
         return Ok(ExitCode::SUCCESS);
     }
     replayed.with_context(|| format!("reading {}", path.display()))?;
+    if folded {
+        stacks.finish(&args.stacks, false, &crate::stacks::title(&plans_seen))?;
+    }
     if let Some(s) = replay.metadata().note(NOTE_SUMMARY) {
         eprintln!("{s}");
     }

@@ -15,6 +15,7 @@ use perf_event_open_sys::bindings::{
 
 use crate::plan::{AttachPoint, ProbePlan};
 use crate::pmu::ProbePmu;
+use crate::stack::CallGraph;
 use crate::sys::{self, perf_event_attr};
 
 /// The attr type of a tracefs-defined probe's tracepoint event.
@@ -53,6 +54,8 @@ pub(crate) struct EventSettings {
     pub(crate) inherit: bool,
     /// The event is armed when its task calls exec.
     pub(crate) enable_on_exec: bool,
+    /// The callchains each sample carries, if any.
+    pub(crate) call_graph: Option<CallGraph>,
 }
 
 /// The `sample_type` a session asks the kernel for with this plan: every
@@ -102,6 +105,14 @@ fn set_sampling(attr: &mut perf_event_attr, plan: &ProbePlan) {
     attr.set_sample_id_all(1);
 }
 
+/// Adds `PERF_SAMPLE_CALLCHAIN` to `attr`'s samples: the kernel stack,
+/// the user stack (walked by frame pointer), or both.
+fn set_callchain(attr: &mut perf_event_attr, graph: CallGraph) {
+    attr.sample_type |= u64::from(perf_event_open_sys::bindings::PERF_SAMPLE_CALLCHAIN);
+    attr.set_exclude_callchain_kernel(u64::from(!graph.kernel()));
+    attr.set_exclude_callchain_user(u64::from(!graph.user()));
+}
+
 /// The attr with the sample layout a session uses for `plan`
 /// (`sample_type`, `sample_regs_intr`, `sample_id_all`), for decoding
 /// recorded or made-up records without a session.
@@ -140,6 +151,9 @@ pub(crate) fn probe_event(
         }
     }
     set_sampling(&mut attr, plan);
+    if let Some(graph) = settings.call_graph {
+        set_callchain(&mut attr, graph);
+    }
     attr.set_disabled(1);
     if settings.write_backward {
         attr.set_write_backward(1);
@@ -194,6 +208,8 @@ pub(crate) fn counter(event: &perf_event_attr) -> perf_event_attr {
     attr.__bindgen_anon_1.sample_period = 0;
     attr.sample_type = 0;
     attr.sample_regs_intr = 0;
+    attr.set_exclude_callchain_kernel(0);
+    attr.set_exclude_callchain_user(0);
     attr.__bindgen_anon_2.wakeup_events = 0;
     attr.set_watermark(0);
     attr.set_sample_id_all(0);

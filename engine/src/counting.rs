@@ -182,6 +182,7 @@ impl CountingSession {
             write_backward: false,
             inherit: target.inherits(),
             enable_on_exec: target.enables_on_exec(),
+            call_graph: None,
         };
         let names: Vec<_> = plans.iter().map(attach::pmu_name).collect();
         let skip_gone = matches!(target, RecordTarget::Processes(_));
@@ -371,6 +372,7 @@ mod tests {
             write_backward: false,
             inherit,
             enable_on_exec,
+            call_graph: None,
         }
     }
 

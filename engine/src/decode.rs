@@ -42,6 +42,9 @@ pub struct Event {
     pub ret_addr: Option<u64>,
     /// Argument values in plan order, typed for printing.
     pub args: Vec<Value>,
+    /// The callchain, innermost frame first, when the session records
+    /// them ([`crate::stack::CallGraph`]); empty otherwise.
+    pub callchain: Vec<crate::stack::StackFrame>,
 }
 
 impl Default for Event {
@@ -56,6 +59,7 @@ impl Default for Event {
             ip: 0,
             probe_addr: 0,
             ret_addr: None,
+            callchain: Vec::new(),
             args: Vec::new(),
         }
     }
@@ -279,14 +283,21 @@ pub fn decode_sample(
     let raw = sample.raw.ok_or(DecodeError::Missing("raw data"))?;
     let raw = raw.as_slice();
     let regs = sample.intr_regs.as_ref();
-    decode_parts(
+    let mut e = decode_parts(
         probe,
         plan,
         &SampleParts::of(sample, &raw),
         |i| regs.and_then(|r| r.get(i)),
         comm,
         field_offsets,
-    )
+    )?;
+    if let Some(chain) = sample.callchain {
+        crate::stack::push_frames(
+            (0..chain.len()).filter_map(|i| chain.get(i)),
+            &mut e.callchain,
+        );
+    }
+    Ok(e)
 }
 
 /// The fields of a sample that decoding reads, however the sample was
@@ -380,6 +391,7 @@ impl EventHead {
             ip: 0,
             probe_addr: 0,
             ret_addr: None,
+            callchain: Vec::new(),
             args,
         };
         self.fill(&mut e, site);

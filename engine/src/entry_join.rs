@@ -387,6 +387,7 @@ pub fn expand(plans: Vec<ProbePlan>) -> (Vec<ProbePlan>, Option<Joiner>) {
             ip: 0,
             probe_addr: 0,
             ret_addr: None,
+            callchain: Vec::new(),
             args: Vec::new(),
         },
         held: false,
@@ -438,6 +439,7 @@ impl Joiner {
             m.ip = e.ip;
             m.probe_addr = e.probe_addr;
             m.ret_addr = e.ret_addr;
+            m.callchain.clone_from(&e.callchain);
             m.args.clear();
             for src in &j.order {
                 let v = match (*src, &call) {
@@ -567,6 +569,7 @@ mod tests {
             ip: 0,
             probe_addr: 0,
             ret_addr: Some(0x1000),
+            callchain: Vec::new(),
             args,
         }
     }

@@ -5,7 +5,10 @@
 //! registers, [`session`] opens it through the kprobe PMU on every CPU (or
 //! for one process) and reads the per-CPU rings, and [`decode`] turns each
 //! sample into an [`Event`], handed to an [`EventSink`] given to each
-//! drain. See `examples/record.rs` for an embedding, and
+//! drain. With [`SessionOptions::with_call_graph`] each event also
+//! carries its callchain ([`Event::callchain`]), which
+//! [`stack::StackSymbolizer`] names. See `examples/record.rs` for an
+//! embedding, and
 //! `examples/tokio_record.rs` for a session in a tokio task.
 #![cfg_attr(not(test), warn(unused_crate_dependencies))]
 #![deny(missing_docs)]
@@ -38,6 +41,7 @@ pub mod select;
 pub mod session;
 pub mod sink;
 pub mod spec;
+pub mod stack;
 mod stats;
 pub mod summary;
 /// The one syscall layer (public with the `test-util` feature only:

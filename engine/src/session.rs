@@ -41,9 +41,18 @@ pub struct SessionOptions {
     /// read-only, so the kernel keeps the newest records and overwrites
     /// the oldest; nothing is read until [`Session::dump_overwrite`].
     pub overwrite: bool,
+    /// The callchains each sample carries (`None`: none).
+    pub call_graph: Option<crate::stack::CallGraph>,
 }
 
 impl SessionOptions {
+    /// Records callchains with every sample (see
+    /// [`SessionOptions::call_graph`]).
+    pub fn with_call_graph(mut self, graph: Option<crate::stack::CallGraph>) -> Self {
+        self.call_graph = graph;
+        self
+    }
+
     /// Records `target` (default: every CPU).
     pub fn with_target(mut self, target: RecordTarget) -> Self {
         self.target = target;
@@ -70,6 +79,7 @@ impl Default for SessionOptions {
             target: RecordTarget::AllCpus,
             mmap_pages: DEFAULT_MMAP_PAGES,
             overwrite: false,
+            call_graph: None,
         }
     }
 }

@@ -58,6 +58,17 @@ pub struct UserSymbol {
     pub file_offset: u64,
 }
 
+/// A function of a symbol table, by its virtual address.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AddressSymbol {
+    /// The symbol's name.
+    pub name: String,
+    /// Its virtual address in the file's own address space.
+    pub address: u64,
+    /// Its size in bytes.
+    pub size: u64,
+}
+
 /// Largest binary read (a reader's bound, far above any real executable
 /// or library).
 const MAX_BINARY_BYTES: u64 = 1 << 31;
@@ -212,6 +223,58 @@ impl UserBinary {
                 name: name.to_string(),
             },
         })
+    }
+
+    /// The GNU build ID of the file, if it has one.
+    pub fn build_id(&self) -> Option<Vec<u8>> {
+        let file = self.parse().ok()?;
+        file.build_id().ok().flatten().map(<[u8]>::to_vec)
+    }
+
+    /// The loadable segments: (file offset, size in the file, virtual
+    /// address) each, to turn a mapping's file offset into the address
+    /// the symbol tables use.
+    pub fn segments(&self) -> Vec<(u64, u64, u64)> {
+        let Ok(file) = self.parse() else {
+            return Vec::new();
+        };
+        file.segments()
+            .map(|seg| {
+                let (off, size) = seg.file_range();
+                (off, size, seg.address())
+            })
+            .collect()
+    }
+
+    /// Every named function with an address (`.symtab` and `.dynsym`),
+    /// sorted by address, one per address (the largest), each with its
+    /// size (up to the next function when the table says 0): what
+    /// naming a callchain's frames searches. Also works on a separate
+    /// debug file, whose code is not in the file.
+    pub fn functions_by_address(&self) -> Result<Vec<AddressSymbol>, ElfError> {
+        let file = self.parse()?;
+        let mut out: Vec<AddressSymbol> = file
+            .symbols()
+            .chain(file.dynamic_symbols())
+            .filter(|s| s.kind() == SymbolKind::Text && s.address() != 0)
+            .filter_map(|s| {
+                Some(AddressSymbol {
+                    name: s.name().ok().filter(|n| !n.is_empty())?.to_string(),
+                    address: s.address(),
+                    size: s.size(),
+                })
+            })
+            .collect();
+        out.sort_by(|a, b| a.address.cmp(&b.address).then(b.size.cmp(&a.size)));
+        out.dedup_by_key(|s| s.address);
+        for i in 0..out.len() {
+            if out[i].size == 0 {
+                if let Some(next) = out.get(i + 1).map(|n| n.address) {
+                    out[i].size = next - out[i].address;
+                }
+            }
+        }
+        Ok(out)
     }
 
     /// The function whose code holds file offset `offset`, if a symbol

@@ -387,6 +387,7 @@ mod tests {
             ip: 0,
             probe_addr: 0,
             ret_addr: None,
+            callchain: Vec::new(),
             args,
         }
     }

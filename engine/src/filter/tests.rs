@@ -68,6 +68,7 @@ fn event(e: &Ev) -> Event {
         ip: 0,
         probe_addr: 0,
         ret_addr: None,
+        callchain: Vec::new(),
         args: vec![
             Value::new(e.size, BaseType::Unsigned(64)),
             Value::new(e.flags, BaseType::Hex(32)),

@@ -12,6 +12,12 @@ use super::{
 };
 use crate::decode::Event;
 use crate::plan::ProbePlan;
+use crate::stack::ProcessMaps;
+
+/// `PERF_RECORD_MMAP`.
+const RECORD_MMAP: u32 = perf_event_open_sys::bindings::PERF_RECORD_MMAP;
+/// `PERF_RECORD_MMAP2`.
+const RECORD_MMAP2: u32 = perf_event_open_sys::bindings::PERF_RECORD_MMAP2;
 use crate::records::{Handover, RecordDecoder, ThreadNames, RECORD_COMM, RECORD_SAMPLE};
 
 /// A perf.data file being replayed.
@@ -20,6 +26,8 @@ pub struct Replay<R> {
     meta: Metadata,
     decoder: RecordDecoder,
     symbols: KernelSymbols,
+    /// Executable mappings from the file's MMAP records.
+    maps: ProcessMaps,
 }
 
 impl<R: Read + Seek> Replay<R> {
@@ -78,6 +86,7 @@ impl<R: Read + Seek> Replay<R> {
             meta,
             decoder,
             symbols,
+            maps: ProcessMaps::default(),
         })
     }
 
@@ -97,23 +106,27 @@ impl<R: Read + Seek> Replay<R> {
     }
 
     /// Hands every event to `f` in the order the live run printed them,
-    /// with the plans and symbols to print them with. A record that cannot
+    /// with the plans and symbols to print them with, and the processes'
+    /// executable mappings the file's MMAP records gave so far (to name
+    /// user frames). A record that cannot
     /// be decoded ends the replay with an error naming it.
     pub fn run(
         &mut self,
-        mut f: impl FnMut(&Event, &[ProbePlan], &KernelSymbols),
+        mut f: impl FnMut(&Event, &[ProbePlan], &KernelSymbols, &ProcessMaps),
     ) -> Result<u64, PerfDataError> {
         let Replay {
             reader,
             decoder,
             symbols,
+            maps,
             ..
         } = self;
         let mut n = 0u64;
         while let Some(rec) = reader.next_record()? {
             match rec.kind {
                 RECORD_FINISHED_ROUND => {
-                    n += decoder.round(Handover::Ordered, |e, plans| f(e, plans, symbols)) as u64;
+                    n += decoder.round(Handover::Ordered, |e, plans| f(e, plans, symbols, maps))
+                        as u64;
                 }
                 RECORD_SAMPLE | RECORD_COMM | RECORD_LOST => {
                     decoder
@@ -125,11 +138,12 @@ impl<R: Read + Seek> Replay<R> {
                             reason: e.to_string(),
                         })?;
                 }
+                RECORD_MMAP | RECORD_MMAP2 => maps.note_record(rec.kind, rec.misc, (rec.body, &[])),
                 // The kernel MMAP and records the session ignores too.
                 _ => {}
             }
         }
-        n += decoder.round(Handover::All, |e, plans| f(e, plans, symbols)) as u64;
+        n += decoder.round(Handover::All, |e, plans| f(e, plans, symbols, maps)) as u64;
         Ok(n)
     }
 }

@@ -123,7 +123,7 @@ fn a_user_space_filter_is_stored_and_run_again() {
 fn replay_lines(bytes: &[u8]) -> Result<Vec<String>, PerfDataError> {
     let mut r = Replay::new(Reader::new(Cursor::new(bytes))?)?;
     let mut lines = Vec::new();
-    r.run(|e, plans, _| {
+    r.run(|e, plans, _, _| {
         let args: Vec<String> = e.args.iter().map(|a| a.to_string()).collect();
         lines.push(format!(
             "{} {} {} {} {} {}",

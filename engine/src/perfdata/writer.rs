@@ -64,6 +64,55 @@ impl<W: Write + Seek> Writer<W> {
         self.record(RECORD_MMAP, MISC_KERNEL, (&body, &[]))
     }
 
+    /// Writes a `PERF_RECORD_MMAP` for each loaded module `/proc/modules`
+    /// lists with an address, from its address for its size, as perf
+    /// record synthesizes them: named by the module's file under
+    /// /lib/modules/RELEASE (from modules.dep), or `[NAME]` where that
+    /// directory has none, so that `perf script` puts module frames in
+    /// their module. Returns how many were written (none when the file
+    /// cannot be read or hides addresses).
+    pub fn module_mmaps(&mut self) -> io::Result<usize> {
+        let Ok(text) = std::fs::read_to_string("/proc/modules") else {
+            return Ok(0);
+        };
+        let files = module_files();
+        let mut n = 0;
+        for line in text.lines() {
+            // name size refcount deps state address [taints]
+            let f: Vec<&str> = line.split_whitespace().collect();
+            let (Some(name), Some(size), Some(addr)) = (f.first(), f.get(1), f.get(5)) else {
+                continue;
+            };
+            let (Ok(size), Ok(addr)) = (
+                size.parse::<u64>(),
+                u64::from_str_radix(addr.trim_start_matches("0x"), 16),
+            ) else {
+                continue;
+            };
+            if addr == 0 || size == 0 {
+                continue;
+            }
+            let mut body = Vec::with_capacity(64 + name.len());
+            body.extend_from_slice(&(-1i32).to_ne_bytes());
+            body.extend_from_slice(&0i32.to_ne_bytes());
+            body.extend_from_slice(&addr.to_ne_bytes());
+            body.extend_from_slice(&size.to_ne_bytes());
+            body.extend_from_slice(&0u64.to_ne_bytes());
+            match files.get(*name) {
+                Some(path) => body.extend_from_slice(path.as_bytes()),
+                None => body.extend_from_slice(format!("[{name}]").as_bytes()),
+            }
+            body.push(0);
+            while body.len() % 8 != 0 {
+                body.push(0);
+            }
+            body.resize(body.len() + ID_TRAILER, 0);
+            self.record(RECORD_MMAP, MISC_KERNEL, (&body, &[]))?;
+            n += 1;
+        }
+        Ok(n)
+    }
+
     /// Bytes of records written so far.
     pub fn data_size(&self) -> u64 {
         self.data_size
@@ -258,4 +307,33 @@ impl<W: Write + Seek> RecordSink for Writer<W> {
         self.in_round = 0;
         Ok(())
     }
+}
+
+/// The running kernel's module files by module name (as /proc/modules
+/// writes it, `-` as `_`), from /lib/modules/RELEASE/modules.dep.
+fn module_files() -> std::collections::HashMap<String, String> {
+    let mut out = std::collections::HashMap::new();
+    let Ok(release) = std::fs::read_to_string("/proc/sys/kernel/osrelease") else {
+        return out;
+    };
+    let dir = format!("/lib/modules/{}", release.trim());
+    let Ok(dep) = std::fs::read_to_string(format!("{dir}/modules.dep")) else {
+        return out;
+    };
+    for line in dep.lines() {
+        let Some((rel, _)) = line.split_once(':') else {
+            continue;
+        };
+        let file = rel.rsplit('/').next().unwrap_or(rel);
+        let Some(name) = file.split(".ko").next().filter(|n| !n.is_empty()) else {
+            continue;
+        };
+        let path = if rel.starts_with('/') {
+            rel.to_string()
+        } else {
+            format!("{dir}/{rel}")
+        };
+        out.insert(name.replace('-', "_"), path);
+    }
+    out
 }

@@ -15,8 +15,8 @@ use linux_perf_event_reader::{
     RecordParseInfo, RecordType,
 };
 use perf_event_open_sys::bindings::{
-    PERF_SAMPLE_CPU, PERF_SAMPLE_IDENTIFIER, PERF_SAMPLE_IP, PERF_SAMPLE_RAW,
-    PERF_SAMPLE_REGS_INTR, PERF_SAMPLE_TID, PERF_SAMPLE_TIME,
+    PERF_SAMPLE_CALLCHAIN, PERF_SAMPLE_CPU, PERF_SAMPLE_IDENTIFIER, PERF_SAMPLE_IP,
+    PERF_SAMPLE_RAW, PERF_SAMPLE_REGS_INTR, PERF_SAMPLE_TID, PERF_SAMPLE_TIME,
 };
 
 use crate::decode::{
@@ -88,7 +88,7 @@ pub enum RecordsError {
         source: std::io::Error,
     },
     /// An attr asks for sample fields a kprobe-perf session never does.
-    #[error("the perf_event_attr of probe {probe} has sample_type 0x{sample_type:x}; kprobe-perf's samples have only IDENTIFIER, IP, TID, TIME, CPU, RAW and REGS_INTR (0x{allowed:x}) and IDENTIFIER")]
+    #[error("the perf_event_attr of probe {probe} has sample_type 0x{sample_type:x}; kprobe-perf's samples have only IDENTIFIER, IP, TID, TIME, CPU, CALLCHAIN, RAW and REGS_INTR (0x{allowed:x}) and IDENTIFIER")]
     Layout {
         /// Index of the probe.
         probe: usize,
@@ -194,6 +194,9 @@ pub struct RecordDecoder {
     join: Option<crate::entry_join::Joiner>,
     /// Per shown probe, the filter run in user space at handover.
     user_filters: Vec<Option<crate::filter::Filter>>,
+    /// Per probe: where the callchain's frame count lies in a sample
+    /// record's body, when its samples carry one.
+    chain_at: Vec<Option<usize>>,
 }
 
 /// The filters of `plans` that run in user space (one per plan).
@@ -236,9 +239,11 @@ impl RecordDecoder {
                 | PERF_SAMPLE_TID
                 | PERF_SAMPLE_TIME
                 | PERF_SAMPLE_CPU
+                | PERF_SAMPLE_CALLCHAIN
                 | PERF_SAMPLE_RAW
                 | PERF_SAMPLE_REGS_INTR,
         );
+        let mut chain_at = Vec::with_capacity(attrs.len());
         let parse_info = attrs
             .iter()
             .enumerate()
@@ -258,14 +263,31 @@ impl RecordDecoder {
                         allowed,
                     });
                 }
-                let base = allowed & !u64::from(PERF_SAMPLE_REGS_INTR);
-                let fast = (sample_type & base == base).then(|| {
-                    FastLayout::new(if sample_type & u64::from(PERF_SAMPLE_REGS_INTR) != 0 {
-                        a.sample_regs_intr
-                    } else {
-                        0
-                    })
-                });
+                let callchain = u64::from(PERF_SAMPLE_CALLCHAIN);
+                // The fields before the callchain, 8 bytes each.
+                chain_at.push((sample_type & callchain != 0).then(|| {
+                    [
+                        PERF_SAMPLE_IDENTIFIER,
+                        PERF_SAMPLE_IP,
+                        PERF_SAMPLE_TID,
+                        PERF_SAMPLE_TIME,
+                        PERF_SAMPLE_CPU,
+                    ]
+                    .iter()
+                    .filter(|&&b| sample_type & u64::from(b) != 0)
+                    .count()
+                        * 8
+                }));
+                let base = allowed & !u64::from(PERF_SAMPLE_REGS_INTR | PERF_SAMPLE_CALLCHAIN);
+                // The fast reader knows the layout without a callchain.
+                let fast =
+                    (sample_type & base == base && sample_type & callchain == 0).then(|| {
+                        FastLayout::new(if sample_type & u64::from(PERF_SAMPLE_REGS_INTR) != 0 {
+                            a.sample_regs_intr
+                        } else {
+                            0
+                        })
+                    });
                 Ok((RecordParseInfo::new(&a, Endianness::LittleEndian), fast))
             })
             .collect::<Result<Vec<_>, _>>()?;
@@ -306,6 +328,7 @@ impl RecordDecoder {
             plans,
             recent_ids: vec![(0, 0); RECENT_IDS],
             join: None,
+            chain_at,
         };
         if decoder.user_filters.iter().any(Option::is_some) {
             decoder.stats.filtered = vec![0; decoder.plans.len()];
@@ -379,6 +402,11 @@ impl RecordDecoder {
         self.probe_of_id.get(&id).copied()
     }
 
+    /// True when some probe's samples carry a callchain.
+    pub fn has_callchains(&self) -> bool {
+        self.chain_at.iter().any(Option::is_some)
+    }
+
     /// Counters so far.
     pub fn stats(&self) -> &SessionStats {
         &self.stats
@@ -412,6 +440,11 @@ impl RecordDecoder {
         let (Some(plan), Some(info)) = (self.plans.get(probe), self.parse_info.get(probe)) else {
             return Err(DecodeError::Missing("a known event id"));
         };
+        if let Some(Some(at)) = self.chain_at.get(probe) {
+            if !chain_fits(&data, *at) {
+                return Err(DecodeError::Missing("a callchain that fits in the record"));
+            }
+        }
         match RawEventRecord::new(kind, misc, data, *info).parse() {
             Ok(EventRecord::Sample(s)) => {
                 let offsets = self.field_offsets.get(probe).map_or(&[][..], Vec::as_slice);
@@ -460,6 +493,16 @@ impl RecordDecoder {
             self.stats.undecodable += 1;
             return Err(RecordError::UnknownId(id));
         };
+        if kind.0 == RECORD_SAMPLE {
+            if let Some(Some(at)) = self.chain_at.get(probe) {
+                if !chain_fits(&data, *at) {
+                    self.stats.undecodable += 1;
+                    return Err(RecordError::Parse(
+                        "its callchain is longer than the record".into(),
+                    ));
+                }
+            }
+        }
         let raw = RawEventRecord::new(kind, misc, data, *info);
         let cpu = || raw.common_data().ok().and_then(|c| c.cpu);
         match raw.parse() {
@@ -483,6 +526,10 @@ impl RecordDecoder {
                     head,
                     args,
                 );
+                if let (Ok(()), Some(chain)) = (&decoded, s.callchain) {
+                    self.queue
+                        .set_frames((0..chain.len()).filter_map(|i| chain.get(i)));
+                }
                 account(&mut self.stats, &mut self.queue, decoded.map(|()| probe))
                     .map_err(RecordError::Decode)
             }
@@ -616,6 +663,24 @@ impl RecordDecoder {
     pub fn waiting(&self) -> usize {
         self.queue.len()
     }
+}
+
+/// True when the callchain whose frame count lies at byte `at` of a
+/// sample's body fits in it: the record parser trusts the count.
+fn chain_fits(data: &RawData<'_>, at: usize) -> bool {
+    let Some(nr) = data
+        .get(at..at + 8)
+        .map(|d| d.as_slice())
+        .and_then(|b| <[u8; 8]>::try_from(&b[..]).ok())
+        .map(u64::from_ne_bytes)
+    else {
+        return false;
+    };
+    usize::try_from(nr)
+        .ok()
+        .and_then(|n| n.checked_mul(8))
+        .and_then(|n| n.checked_add(at + 8))
+        .is_some_and(|end| end <= data.len())
 }
 
 /// Counts a decoded sample of `probe` and commits the queue's slot it was

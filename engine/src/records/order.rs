@@ -11,6 +11,7 @@ use kprobe_perf_arch::boundary::ProbeSite;
 
 use crate::decode::{set_args, ArgsOut, Event, EventHead, Value};
 use crate::records::{Handover, ProbeShape};
+use crate::stack::StackFrame;
 
 /// A decoded sample waiting for its turn.
 #[derive(Debug, Clone, Copy, Default)]
@@ -21,6 +22,10 @@ struct Slot {
     /// events are handed over by the next).
     ints_at: u32,
     others_at: u32,
+    /// Where its callchain's frames start in [`EventQueue::frames`], and
+    /// how many.
+    frames_at: u32,
+    frames_len: u32,
 }
 
 /// Puts the events of successive poll rounds in time order: an event is
@@ -37,6 +42,8 @@ pub(crate) struct EventQueue {
     ints: Vec<u64>,
     /// Other argument values of the pending slots.
     others: Vec<Value>,
+    /// Callchain frames of the pending slots.
+    frames: Vec<StackFrame>,
     /// Every event up to this time has been read: the newest time of an
     /// earlier round.
     complete_before: u64,
@@ -58,6 +65,7 @@ impl EventQueue {
             sorted: 0,
             ints: Vec::new(),
             others: Vec::new(),
+            frames: Vec::new(),
             complete_before: 0,
             round_max: None,
             scratch: Vec::new(),
@@ -71,6 +79,7 @@ impl EventQueue {
         self.pending.push(Slot {
             ints_at: self.ints.len() as u32,
             others_at: self.others.len() as u32,
+            frames_at: self.frames.len() as u32,
             ..Slot::default()
         });
         let head = match self.pending.last_mut() {
@@ -83,6 +92,17 @@ impl EventQueue {
             others: &mut self.others,
         };
         (head, args)
+    }
+
+    /// Gives the slot begun last the frames of a raw callchain (context
+    /// markers read, see [`crate::stack`]).
+    pub(crate) fn set_frames(&mut self, chain: impl Iterator<Item = u64>) {
+        let at = self.frames.len();
+        crate::stack::push_frames(chain, &mut self.frames);
+        if let Some(s) = self.pending.last_mut() {
+            s.frames_at = at as u32;
+            s.frames_len = (self.frames.len() - at) as u32;
+        }
     }
 
     /// Queues the slot begun last.
@@ -107,6 +127,7 @@ impl EventQueue {
         if let Some(s) = self.pending.pop() {
             self.ints.truncate(s.ints_at as usize);
             self.others.truncate(s.others_at as usize);
+            self.frames.truncate(s.frames_at as usize);
         }
     }
 
@@ -172,6 +193,11 @@ impl EventQueue {
                 self.ints.get(slot.ints_at as usize..).unwrap_or(&[]),
                 self.others.get(slot.others_at as usize..).unwrap_or(&[]),
             );
+            e.callchain.clear();
+            let (at, len) = (slot.frames_at as usize, slot.frames_len as usize);
+            if let Some(frames) = self.frames.get(at..at + len) {
+                e.callchain.extend_from_slice(frames);
+            }
             for &i in shape.map_or(&[][..], |s| s.comm_args.as_slice()) {
                 if let Some(v) = e.args.get_mut(i) {
                     *v = Value::Str(Some(e.comm.to_string()));
@@ -196,9 +222,18 @@ impl EventQueue {
         if first.1 > 0 {
             self.others.drain(..first.1 as usize);
         }
+        let first_frame = self
+            .pending
+            .iter()
+            .map(|s| s.frames_at)
+            .fold(self.frames.len() as u32, u32::min);
+        if first_frame > 0 {
+            self.frames.drain(..first_frame as usize);
+        }
         for s in &mut self.pending {
             s.ints_at -= first.0;
             s.others_at -= first.1;
+            s.frames_at -= first_frame;
         }
         handed
     }

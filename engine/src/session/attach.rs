@@ -193,6 +193,7 @@ fn event_settings(opts: &SessionOptions) -> EventSettings {
         write_backward: opts.overwrite,
         inherit: opts.target.inherits(),
         enable_on_exec: opts.target.enables_on_exec(),
+        call_graph: opts.call_graph,
     }
 }
 
@@ -432,7 +433,8 @@ pub(super) fn open_events(
         tracefs,
         settings: event_settings(opts),
         opts,
-        any_user: plans.iter().any(is_user),
+        // User callchains are named from the binaries' mappings too.
+        any_user: plans.iter().any(is_user) || opts.call_graph.is_some_and(|g| g.user()),
         poll,
     };
     let mut opened = Opened {
@@ -658,6 +660,7 @@ mod tests {
             write_backward: false,
             inherit: false,
             enable_on_exec: false,
+            call_graph: None,
         };
         attr::probe_event(Opener::Pmu(PMU), plan, &settings, SideRecords::Comm)
     }

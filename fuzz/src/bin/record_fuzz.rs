@@ -328,7 +328,7 @@ fn ceiling(len: usize) -> usize {
 fn replay(bytes: &[u8]) -> Result<u64, String> {
     let reader = Reader::new(Cursor::new(bytes)).map_err(|e| e.to_string())?;
     let mut r = Replay::new(reader).map_err(|e| e.to_string())?;
-    r.run(|_, _, _| {}).map_err(|e| e.to_string())
+    r.run(|_, _, _, _| {}).map_err(|e| e.to_string())
 }
 
 fn main() {

@@ -36,6 +36,7 @@ fn ev(probe: usize, comm: &str, pid: i32, args: Vec<Value>) -> Event {
         ip: 0,
         probe_addr: 0,
         ret_addr: None,
+        callchain: Vec::new(),
         args,
     }
 }

@@ -17,6 +17,7 @@ fn ev(probe: usize, tid: i32, pid: i32, time_ns: u64, args: Vec<Value>) -> Event
         ip: 0,
         probe_addr: 0,
         ret_addr: (probe == RET).then_some(0),
+        callchain: Vec::new(),
         args,
     }
 }

@@ -1,0 +1,306 @@
+//! Callchains in the output: `-g` / `--call-graph` on `record`, each
+//! frame printed under its event as `perf script` prints it (text) or as
+//! an array (JSON), and the stacks counted into the folded format
+//! (`--stacks-folded`) and drawn as a flame graph (`--flamegraph`, with
+//! inferno), live or from a recorded file.
+
+use std::collections::HashMap;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+
+use anyhow::{Context, Result};
+use kprobe_perf_engine::stack::{CallGraph, NamedFrame, ProcessMaps, StackSymbolizer};
+use kprobe_perf_engine::{Event, KernelSymbols, ProbePlan};
+use serde_json::json;
+
+/// `record`'s callchain flags.
+#[derive(clap::Args, Default)]
+pub(crate) struct CallGraphArgs {
+    /// Record each hit's callchain, kernel and user stacks (user stacks
+    /// by frame pointer): as `--call-graph both`. Each frame is printed
+    /// under its event as `perf script` prints it, a `callchain` array
+    /// with --json, and -o files carry the chains for `perf script` and
+    /// `perf report -g`.
+    #[arg(short = 'g', conflicts_with = "call_graph")]
+    pub g: bool,
+    /// Record each hit's callchain: `kernel` (the kernel stack, named from
+    /// kallsyms, modules included), `user` (the user stack, walked by
+    /// frame pointer and named from the mapped binaries' symbol tables:
+    /// code built without frame pointers gives short or wrong user
+    /// stacks), or `both`. A kretprobe's stack starts at its function's
+    /// caller.
+    #[arg(long, value_enum, value_name = "WHICH")]
+    pub call_graph: Option<CallGraphArg>,
+    #[command(flatten)]
+    pub out: StackOutputArgs,
+}
+
+/// Which stacks `--call-graph` records.
+#[derive(Clone, Copy, clap::ValueEnum)]
+pub(crate) enum CallGraphArg {
+    Kernel,
+    User,
+    Both,
+}
+
+/// Where aggregated stacks go (`record` and `script`).
+#[derive(clap::Args, Default)]
+pub(crate) struct StackOutputArgs {
+    /// Write the count of each distinct stack to FILE in the folded format
+    /// (`comm;outermost;...;innermost COUNT`, one line per stack, the
+    /// probed function innermost), for flamegraph.pl, inferno or
+    /// speedscope. Needs callchains (`-g`, or a file recorded with them).
+    /// FILE is created as -o creates its file (an existing FILE renamed to
+    /// FILE.old, or removed with `record --force`; mode 0600).
+    #[arg(long, value_name = "FILE")]
+    pub stacks_folded: Option<PathBuf>,
+    /// Draw the stacks as a flame graph, an SVG file (made with the
+    /// inferno crate): one box per function, as wide as the share of
+    /// events whose stack passes through it, callers below callees.
+    /// Needs callchains (`-g`, or a file recorded with them). FILE is
+    /// created as --stacks-folded creates its file.
+    #[arg(long, value_name = "FILE.svg")]
+    pub flamegraph: Option<PathBuf>,
+}
+
+impl StackOutputArgs {
+    fn any(&self) -> bool {
+        self.stacks_folded.is_some() || self.flamegraph.is_some()
+    }
+
+    /// Refuses, before anything is attached, paths no file could be
+    /// written at.
+    pub(crate) fn check(&self) -> Result<()> {
+        for (flag, p) in [
+            ("--stacks-folded", &self.stacks_folded),
+            ("--flamegraph", &self.flamegraph),
+        ] {
+            if let Some(p) = p {
+                crate::output::check(p).map_err(|e| named(flag, e))?;
+            }
+        }
+        Ok(())
+    }
+}
+
+impl CallGraphArgs {
+    /// The callchains asked for.
+    pub(crate) fn graph(&self) -> Result<Option<CallGraph>> {
+        let graph = match (self.g, self.call_graph) {
+            (_, Some(CallGraphArg::Kernel)) => Some(CallGraph::Kernel),
+            (_, Some(CallGraphArg::User)) => Some(CallGraph::User),
+            (_, Some(CallGraphArg::Both)) | (true, None) => Some(CallGraph::Both),
+            (false, None) => None,
+        };
+        if graph.is_none() && self.out.any() {
+            anyhow::bail!(
+                "--stacks-folded and --flamegraph count callchains: add -g (or --call-graph kernel|user|both)"
+            );
+        }
+        Ok(graph)
+    }
+}
+
+/// What printing and counting stacks keeps between events.
+pub(crate) struct Stacks {
+    symbolizer: StackSymbolizer,
+    /// Mappings from the MMAP records seen so far.
+    pub(crate) maps: ProcessMaps,
+    /// A live session: processes no MMAP record named are read from
+    /// `/proc/PID/maps`.
+    live: bool,
+    /// Counts of folded stacks, when asked for.
+    folded: Option<HashMap<String, u64>>,
+    frames: Vec<NamedFrame>,
+}
+
+impl Stacks {
+    /// For a live recording (`live`) or a replay; `count` when folded
+    /// stacks are wanted.
+    pub(crate) fn new(live: bool, count: bool) -> Stacks {
+        Stacks {
+            symbolizer: StackSymbolizer::new(),
+            maps: ProcessMaps::default(),
+            live,
+            folded: count.then(HashMap::new),
+            frames: Vec::new(),
+        }
+    }
+
+    /// Names `e`'s frames (kept for [`Stacks::write_text`] and
+    /// [`Stacks::write_json`]) and counts its stack. `maps` overrides the
+    /// kept mappings (a replay's).
+    pub(crate) fn see(
+        &mut self,
+        e: &Event,
+        plan: &ProbePlan,
+        kernel: &KernelSymbols,
+        maps: Option<&ProcessMaps>,
+    ) {
+        if self.live && !self.maps.knows(e.pid) && e.callchain.iter().any(|f| f.user) {
+            self.maps.read_proc(e.pid);
+        }
+        let maps = maps.unwrap_or(&self.maps);
+        self.frames = self.symbolizer.frames(e, kernel, maps);
+        let Some(folded) = self.folded.as_mut() else {
+            return;
+        };
+        let mut key = String::with_capacity(256);
+        key.push_str(&fold_name(&e.comm));
+        for f in self.frames.iter().rev() {
+            key.push(';');
+            key.push_str(&frame_name(f));
+        }
+        // The probed function innermost: a kretprobe's stack starts at
+        // its caller.
+        if plan.is_return() {
+            if let Some(l) = kernel.symbolize(e.probe_addr) {
+                if self.frames.first().and_then(|f| f.symbol.as_deref()) != Some(&l.symbol.name) {
+                    key.push(';');
+                    key.push_str(&l.symbol.name);
+                }
+            }
+        }
+        *folded.entry(key).or_insert(0) += 1;
+    }
+
+    /// Appends the frames named by the last [`Stacks::see`] to a text
+    /// line, one per line as `perf script` prints them (tab, address
+    /// right-aligned in 16 columns, `sym+0xOFF`, the object in
+    /// parentheses), then an empty line.
+    pub(crate) fn write_text(&self, line: &mut Vec<u8>) {
+        if self.frames.is_empty() {
+            return;
+        }
+        for f in &self.frames {
+            let _ = write!(line, "\n\t{:16x} ", f.address);
+            match &f.symbol {
+                Some(s) => {
+                    let _ = write!(line, "{s}+0x{:x}", f.offset);
+                }
+                None => line.extend_from_slice(b"[unknown]"),
+            }
+            let _ = write!(line, " ({})", f.object);
+        }
+        line.push(b'\n');
+    }
+
+    /// Adds a `callchain` array (each frame's address, symbol, offset
+    /// and object) to the JSON object in `line`.
+    pub(crate) fn write_json(&self, line: &mut Vec<u8>) {
+        if line.last() != Some(&b'}') {
+            return;
+        }
+        line.pop();
+        let frames: Vec<_> = self
+            .frames
+            .iter()
+            .map(|f| {
+                json!({
+                    "address": f.address,
+                    "symbol": f.symbol.as_deref(),
+                    "offset": f.offset,
+                    "object": &*f.object,
+                })
+            })
+            .collect();
+        let _ = write!(line, ",\"callchain\":{}}}", json!(frames));
+    }
+
+    /// Writes the folded stacks and the flame graph `args` ask for.
+    /// `title` names the probes.
+    pub(crate) fn finish(&self, args: &StackOutputArgs, force: bool, title: &str) -> Result<()> {
+        let Some(folded) = self.folded.as_ref() else {
+            return Ok(());
+        };
+        let mut lines: Vec<String> = folded.iter().map(|(k, n)| format!("{k} {n}")).collect();
+        lines.sort();
+        if let Some(p) = &args.stacks_folded {
+            let mut text = lines.join("\n");
+            if !text.is_empty() {
+                text.push('\n');
+            }
+            write_new("--stacks-folded", p, force, text.as_bytes())?;
+        }
+        if let Some(p) = &args.flamegraph {
+            let mut svg = Vec::new();
+            let mut opts = inferno::flamegraph::Options::default();
+            opts.title = title.to_string();
+            opts.count_name = "events".to_string();
+            if lines.is_empty() {
+                anyhow::bail!(
+                    "--flamegraph {}: no event had a callchain, so there is nothing to draw",
+                    p.display()
+                );
+            }
+            inferno::flamegraph::from_lines(&mut opts, lines.iter().map(String::as_str), &mut svg)
+                .with_context(|| format!("drawing the flame graph for {}", p.display()))?;
+            write_new("--flamegraph", p, force, &svg)?;
+        }
+        Ok(())
+    }
+}
+
+/// A frame's name in a folded stack: its function, else `[object]` (or
+/// `[unknown]`).
+fn frame_name(f: &NamedFrame) -> String {
+    match &f.symbol {
+        Some(s) => fold_name(s),
+        None if f.object.starts_with('[') => f.object.to_string(),
+        None => format!("[{}]", f.object),
+    }
+}
+
+/// A name without the folded format's separators (`;`, and the blank
+/// before the count is taken from the end, but newlines would split
+/// lines).
+fn fold_name(s: &str) -> String {
+    s.chars()
+        .map(|c| if c == ';' || c == '\n' { '_' } else { c })
+        .collect()
+}
+
+/// An error of the file code shared with -o, told of `flag`'s file.
+fn named(flag: &str, e: anyhow::Error) -> anyhow::Error {
+    let text = format!("{e:#}");
+    match text.strip_prefix("-o ") {
+        Some(rest) => anyhow::anyhow!("{flag} {rest}"),
+        None => e.context(format!("{flag}: cannot write its file")),
+    }
+}
+
+/// Creates `path` (given with `flag`) as -o creates its file and writes
+/// `bytes` into it.
+fn write_new(flag: &str, path: &Path, force: bool, bytes: &[u8]) -> Result<()> {
+    let f = crate::output::create(path, force).map_err(|e| named(flag, e))?;
+    let Some(mut file) = f.into_file() else {
+        anyhow::bail!("{}: the file was already handed over", path.display());
+    };
+    file.write_all(bytes)
+        .and_then(|()| file.flush())
+        .with_context(|| format!("writing {}", path.display()))
+}
+
+/// The flame graph's title: the probes' events.
+pub(crate) fn title(plans: &[ProbePlan]) -> String {
+    let names: Vec<&str> = plans.iter().map(|p| p.event.as_str()).collect();
+    format!("kprobe-perf: stacks of {}", names.join(", "))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn folded_names_have_no_separators() {
+        assert_eq!(fold_name("a;b\nc"), "a_b_c");
+        let f = NamedFrame {
+            address: 1,
+            symbol: None,
+            offset: 0,
+            object: "/usr/bin/x".into(),
+            user: true,
+        };
+        assert_eq!(frame_name(&f), "[/usr/bin/x]");
+    }
+}

@@ -1,0 +1,548 @@
+//! Callchains: which stacks a session asks the kernel for
+//! (`PERF_SAMPLE_CALLCHAIN`), the frames a sample's chain holds once its
+//! context markers are read, and naming those frames: kernel frames from
+//! kallsyms (modules included), user frames from the symbol tables of
+//! the binaries the process had mapped (from the MMAP records the kernel
+//! writes, or `/proc/PID/maps` for a live process none named).
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use kprobe_perf_symbols::elf::{AddressSymbol, UserBinary};
+use kprobe_perf_symbols::KernelSymbols;
+
+use crate::decode::Event;
+
+/// Which callchains the kernel records with each sample (`-g` /
+/// `--call-graph`): user stacks are walked by frame pointer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum CallGraph {
+    /// The kernel stack only (`exclude_callchain_user`).
+    Kernel,
+    /// The user stack only (`exclude_callchain_kernel`).
+    User,
+    /// Both, the kernel's first (innermost).
+    Both,
+}
+
+impl CallGraph {
+    /// True when kernel frames are recorded.
+    pub fn kernel(self) -> bool {
+        matches!(self, CallGraph::Kernel | CallGraph::Both)
+    }
+
+    /// True when user frames are recorded.
+    pub fn user(self) -> bool {
+        matches!(self, CallGraph::User | CallGraph::Both)
+    }
+}
+
+/// Frames of a chain at or above this value are context markers
+/// (`PERF_CONTEXT_MAX` is -4095).
+const PERF_CONTEXT_MAX: u64 = (-4095i64) as u64;
+/// `PERF_CONTEXT_KERNEL`: kernel frames follow.
+const PERF_CONTEXT_KERNEL: u64 = (-128i64) as u64;
+/// `PERF_CONTEXT_USER`: user frames follow.
+const PERF_CONTEXT_USER: u64 = (-512i64) as u64;
+
+/// One frame of a callchain, innermost first: a return address (the
+/// first frame of each part is the sampled ip itself).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct StackFrame {
+    /// The address.
+    pub address: u64,
+    /// A user-space frame (else a kernel frame).
+    pub user: bool,
+}
+
+/// Appends the frames of a raw `PERF_SAMPLE_CALLCHAIN` array to `out`:
+/// context markers say whether the frames after them are kernel or user
+/// frames and are not frames themselves; frames of other contexts
+/// (hypervisor, guest) are left out.
+pub(crate) fn push_frames(ips: impl Iterator<Item = u64>, out: &mut Vec<StackFrame>) {
+    // Before any marker: the kernel puts one first, so this is only a
+    // guess for made-up chains.
+    let mut context = Some(false);
+    for ip in ips {
+        if ip >= PERF_CONTEXT_MAX {
+            context = match ip {
+                PERF_CONTEXT_KERNEL => Some(false),
+                PERF_CONTEXT_USER => Some(true),
+                _ => None,
+            };
+            continue;
+        }
+        if let Some(user) = context {
+            out.push(StackFrame { address: ip, user });
+        }
+    }
+}
+
+/// A frame with its name, as `perf script` prints it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NamedFrame {
+    /// The address.
+    pub address: u64,
+    /// The function holding it, when known.
+    pub symbol: Option<Arc<str>>,
+    /// The address's offset from the function's start (0 when unknown).
+    pub offset: u64,
+    /// Where the function lives: `[kernel.kallsyms]`, `[MODULE]` for a
+    /// module, a binary's path, or `[unknown]`.
+    pub object: Arc<str>,
+    /// A user-space frame.
+    pub user: bool,
+}
+
+/// Names of the kernel's return trampolines (6.1+ rethook, 5.15 to 5.19,
+/// before): a kretprobe's stack starts at its function's caller, so a
+/// frame in one of these is dropped when it appears.
+const TRAMPOLINES: [&str; 3] = [
+    "arch_rethook_trampoline",
+    "__kretprobe_trampoline",
+    "kretprobe_trampoline",
+];
+
+/// `PERF_RECORD_MMAP`.
+const RECORD_MMAP: u32 = perf_event_open_sys::bindings::PERF_RECORD_MMAP;
+/// `PERF_RECORD_MMAP2`.
+const RECORD_MMAP2: u32 = perf_event_open_sys::bindings::PERF_RECORD_MMAP2;
+
+/// One executable mapping of a process.
+#[derive(Debug, Clone)]
+struct Mapping {
+    start: u64,
+    end: u64,
+    page_offset: u64,
+    path: Arc<str>,
+}
+
+/// The executable mappings of processes, from MMAP records (and, for a
+/// live session, `/proc/PID/maps` of processes no record named).
+#[derive(Debug, Default)]
+pub struct ProcessMaps {
+    by_pid: HashMap<i32, Vec<Mapping>>,
+}
+
+impl ProcessMaps {
+    /// Notes that process `pid` mapped `path` at `start` for `len` bytes
+    /// from file offset `page_offset`. A later mapping of the same range
+    /// (after exec) hides the earlier one.
+    pub fn add(&mut self, pid: i32, start: u64, len: u64, page_offset: u64, path: &str) {
+        if path.is_empty() || len == 0 {
+            return;
+        }
+        self.by_pid.entry(pid).or_default().push(Mapping {
+            start,
+            end: start.saturating_add(len),
+            page_offset,
+            path: Arc::from(path),
+        });
+    }
+
+    /// Notes the mapping of a raw `PERF_RECORD_MMAP` or `PERF_RECORD_MMAP2`
+    /// record (`kind`, `misc` and `body` as an [`crate::EventSink`] gets
+    /// them); other records are ignored.
+    pub fn note_record(&mut self, kind: u32, misc: u16, body: (&[u8], &[u8])) {
+        use linux_perf_event_reader::{Mmap2Record, MmapRecord, RawData};
+        type E = byteorder::NativeEndian;
+        let data = if body.1.is_empty() {
+            RawData::Single(body.0)
+        } else {
+            RawData::Split(body.0, body.1)
+        };
+        match kind {
+            RECORD_MMAP => {
+                if let Ok(m) = MmapRecord::parse::<E>(data, misc) {
+                    if m.is_executable {
+                        let path = m.path.as_slice();
+                        let path = String::from_utf8_lossy(&path);
+                        self.add(m.pid, m.address, m.length, m.page_offset, &path);
+                    }
+                }
+            }
+            RECORD_MMAP2 => {
+                if let Ok(m) = Mmap2Record::parse::<E>(data, misc) {
+                    if m.protection & (libc::PROT_EXEC as u32) != 0 {
+                        let path = m.path.as_slice();
+                        let path = String::from_utf8_lossy(&path);
+                        self.add(m.pid, m.address, m.length, m.page_offset, &path);
+                    }
+                }
+            }
+            _ => {}
+        }
+    }
+
+    /// True when some mapping of `pid` is known.
+    pub fn knows(&self, pid: i32) -> bool {
+        self.by_pid.contains_key(&pid)
+    }
+
+    /// Reads the executable mappings of a live process from
+    /// `/proc/PID/maps` (nothing when it is gone).
+    pub fn read_proc(&mut self, pid: i32) {
+        let Ok(text) = std::fs::read_to_string(format!("/proc/{pid}/maps")) else {
+            // Remembered as known, so that /proc is not asked again.
+            self.by_pid.entry(pid).or_default();
+            return;
+        };
+        for line in text.lines() {
+            let mut f = line.split_whitespace();
+            let (Some(range), Some(perms), Some(off), _, _, Some(path)) =
+                (f.next(), f.next(), f.next(), f.next(), f.next(), f.next())
+            else {
+                continue;
+            };
+            if !perms.contains('x') || !path.starts_with('/') {
+                continue;
+            }
+            let Some((start, end)) = range.split_once('-') else {
+                continue;
+            };
+            if let (Ok(start), Ok(end), Ok(off)) = (
+                u64::from_str_radix(start, 16),
+                u64::from_str_radix(end, 16),
+                u64::from_str_radix(off, 16),
+            ) {
+                self.add(pid, start, end.saturating_sub(start), off, path);
+            }
+        }
+        self.by_pid.entry(pid).or_default();
+    }
+
+    /// The newest mapping of `pid` holding `address`: its path and the
+    /// file offset of the address.
+    fn find(&self, pid: i32, address: u64) -> Option<(&Arc<str>, u64)> {
+        self.by_pid
+            .get(&pid)?
+            .iter()
+            .rev()
+            .find(|m| address >= m.start && address < m.end)
+            .map(|m| (&m.path, address - m.start + m.page_offset))
+    }
+}
+
+/// Where separate debug files are found by build ID (as perf and gdb
+/// look for them: `ab/cdef....debug` for build ID `abcdef...`).
+const DEBUG_BY_BUILD_ID: &str = "/usr/lib/debug/.build-id";
+
+/// What naming frames in one binary needs: its loadable segments (file
+/// offset, size, address) and its functions by address, from its
+/// separate debug file when one is installed (which has the local
+/// functions a stripped library lacks), else from its own tables.
+struct BinarySymbols {
+    segments: Vec<(u64, u64, u64)>,
+    functions: Vec<AddressSymbol>,
+}
+
+impl BinarySymbols {
+    fn read(path: &Path) -> Option<BinarySymbols> {
+        let binary = UserBinary::open(path).ok()?;
+        let debug = binary.build_id().filter(|id| id.len() > 1).and_then(|id| {
+            let hex: String = id.iter().map(|b| format!("{b:02x}")).collect();
+            let file = Path::new(DEBUG_BY_BUILD_ID)
+                .join(&hex[..2])
+                .join(format!("{}.debug", &hex[2..]));
+            UserBinary::open(&file).ok()?.functions_by_address().ok()
+        });
+        let functions = match debug {
+            Some(f) if !f.is_empty() => f,
+            _ => binary.functions_by_address().ok()?,
+        };
+        Some(BinarySymbols {
+            segments: binary.segments(),
+            functions,
+        })
+    }
+
+    /// The function holding file offset `offset`, and the offset into it.
+    fn at(&self, offset: u64) -> Option<(&str, u64)> {
+        let address = self.segments.iter().find_map(|&(off, size, vaddr)| {
+            (offset >= off && offset - off < size).then(|| vaddr + (offset - off))
+        })?;
+        let i = self
+            .functions
+            .partition_point(|s| s.address <= address)
+            .checked_sub(1)?;
+        let f = self.functions.get(i)?;
+        (address - f.address < f.size).then(|| (f.name.as_str(), address - f.address))
+    }
+}
+
+/// Names the frames of events' callchains: kernel frames from a
+/// [`KernelSymbols`], user frames from the symbol tables of mapped
+/// binaries (each read once).
+#[derive(Default)]
+pub struct StackSymbolizer {
+    binaries: HashMap<PathBuf, Option<BinarySymbols>>,
+    kernel_object: Option<Arc<str>>,
+    unknown: Option<Arc<str>>,
+    modules: HashMap<String, Arc<str>>,
+    names: HashMap<String, Arc<str>>,
+}
+
+impl std::fmt::Debug for StackSymbolizer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("StackSymbolizer")
+            .field("binaries", &self.binaries.len())
+            .finish()
+    }
+}
+
+impl StackSymbolizer {
+    /// A symbolizer with no binary read yet.
+    pub fn new() -> StackSymbolizer {
+        StackSymbolizer::default()
+    }
+
+    fn name(&mut self, s: &str) -> Arc<str> {
+        if let Some(n) = self.names.get(s) {
+            return n.clone();
+        }
+        let n: Arc<str> = Arc::from(s);
+        self.names.insert(s.to_string(), n.clone());
+        n
+    }
+
+    /// The frames of `e`'s callchain, named, innermost first; a
+    /// kretprobe's return trampoline is left out. `maps` gives the
+    /// processes' mappings (see [`ProcessMaps`]).
+    pub fn frames(
+        &mut self,
+        e: &Event,
+        kernel: &KernelSymbols,
+        maps: &ProcessMaps,
+    ) -> Vec<NamedFrame> {
+        let mut out = Vec::with_capacity(e.callchain.len());
+        for f in &e.callchain {
+            let named = if f.user {
+                self.user_frame(e.pid, f.address, maps)
+            } else {
+                self.kernel_frame(f.address, kernel)
+            };
+            if !named.user
+                && named
+                    .symbol
+                    .as_deref()
+                    .is_some_and(|s| TRAMPOLINES.contains(&s))
+            {
+                continue;
+            }
+            out.push(named);
+        }
+        out
+    }
+
+    fn unknown(&mut self) -> Arc<str> {
+        self.unknown
+            .get_or_insert_with(|| Arc::from("[unknown]"))
+            .clone()
+    }
+
+    fn kernel_frame(&mut self, address: u64, kernel: &KernelSymbols) -> NamedFrame {
+        let Some(loc) = kernel.symbolize(address) else {
+            return NamedFrame {
+                address,
+                symbol: None,
+                offset: 0,
+                object: self.unknown(),
+                user: false,
+            };
+        };
+        let object = match &loc.symbol.module {
+            Some(m) => match self.modules.get(m) {
+                Some(o) => o.clone(),
+                None => {
+                    let o: Arc<str> = Arc::from(format!("[{m}]"));
+                    self.modules.insert(m.clone(), o.clone());
+                    o
+                }
+            },
+            None => self
+                .kernel_object
+                .get_or_insert_with(|| Arc::from("[kernel.kallsyms]"))
+                .clone(),
+        };
+        let name = loc.symbol.name.clone();
+        NamedFrame {
+            address,
+            symbol: Some(self.name(&name)),
+            offset: loc.offset,
+            object,
+            user: false,
+        }
+    }
+
+    fn user_frame(&mut self, pid: i32, address: u64, maps: &ProcessMaps) -> NamedFrame {
+        let Some((path, file_offset)) = maps.find(pid, address) else {
+            return NamedFrame {
+                address,
+                symbol: None,
+                offset: 0,
+                object: self.unknown(),
+                user: true,
+            };
+        };
+        let path = path.clone();
+        let found = self
+            .binaries
+            .entry(PathBuf::from(&*path))
+            .or_insert_with(|| BinarySymbols::read(Path::new(&*path)))
+            .as_ref()
+            .and_then(|b| b.at(file_offset))
+            .map(|(name, offset)| (name.to_string(), offset));
+        match found {
+            Some((name, offset)) => NamedFrame {
+                address,
+                symbol: Some(self.name(&name)),
+                offset,
+                object: path,
+                user: true,
+            },
+            None => NamedFrame {
+                address,
+                symbol: None,
+                offset: 0,
+                object: path,
+                user: true,
+            },
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn markers_set_the_context_and_are_not_frames() {
+        let mut out = Vec::new();
+        let chain = [
+            PERF_CONTEXT_KERNEL,
+            0xffff_ffff_8100_0001,
+            0xffff_ffff_8100_0002,
+            PERF_CONTEXT_USER,
+            0x5555_0000_1000,
+            (-32i64) as u64, // PERF_CONTEXT_HV: its frames are left out
+            0x1234,
+        ];
+        push_frames(chain.into_iter(), &mut out);
+        assert_eq!(
+            out,
+            vec![
+                StackFrame {
+                    address: 0xffff_ffff_8100_0001,
+                    user: false
+                },
+                StackFrame {
+                    address: 0xffff_ffff_8100_0002,
+                    user: false
+                },
+                StackFrame {
+                    address: 0x5555_0000_1000,
+                    user: true
+                },
+            ]
+        );
+    }
+
+    #[test]
+    fn kernel_frames_are_named_from_kallsyms_and_trampolines_dropped() {
+        let kallsyms = "ffffffff81000000 T do_sys_openat2\n\
+                        ffffffff81000100 T __x64_sys_openat\n\
+                        ffffffff81000200 T arch_rethook_trampoline\n\
+                        ffffffff81000300 T do_syscall_64\n\
+                        ffffffff81000400 T _etext\n\
+                        ffffffffc0000000 t ext4_read\t[ext4]\n\
+                        ffffffffc0000100 t ext4_end\t[ext4]\n";
+        let ks = KernelSymbols::parse(kallsyms).unwrap();
+        let e = Event {
+            callchain: [
+                0xffff_ffff_8100_0105,
+                0xffff_ffff_8100_0200,
+                0xffff_ffff_8100_0342,
+                0xffff_ffff_c000_0010,
+            ]
+            .into_iter()
+            .map(|address| StackFrame {
+                address,
+                user: false,
+            })
+            .collect(),
+            ..Event::default()
+        };
+        let mut s = StackSymbolizer::new();
+        let named = s.frames(&e, &ks, &ProcessMaps::default());
+        let got: Vec<(Option<&str>, u64, &str)> = named
+            .iter()
+            .map(|f| (f.symbol.as_deref(), f.offset, &*f.object))
+            .collect();
+        assert_eq!(
+            got,
+            vec![
+                (Some("__x64_sys_openat"), 5, "[kernel.kallsyms]"),
+                (Some("do_syscall_64"), 0x42, "[kernel.kallsyms]"),
+                (Some("ext4_read"), 0x10, "[ext4]"),
+            ]
+        );
+    }
+
+    #[no_mangle]
+    #[inline(never)]
+    extern "C" fn kprobe_perf_stack_test_target(a: u64) -> u64 {
+        std::hint::black_box(a.wrapping_mul(3))
+    }
+
+    /// A user frame in this very test binary, mapped as /proc/self/maps
+    /// says, is named from its symbol table with its offset.
+    #[test]
+    fn user_frames_are_named_from_the_mapped_binary() {
+        assert_eq!(kprobe_perf_stack_test_target(2), 6);
+        let pid = std::process::id() as i32;
+        let mut maps = ProcessMaps::default();
+        maps.read_proc(pid);
+        let addr = kprobe_perf_stack_test_target as *const () as usize as u64;
+        let e = Event {
+            pid,
+            callchain: vec![StackFrame {
+                address: addr + 3,
+                user: true,
+            }],
+            ..Event::default()
+        };
+        let named = StackSymbolizer::new().frames(&e, &KernelSymbols::default(), &maps);
+        assert_eq!(
+            named[0].symbol.as_deref(),
+            Some("kprobe_perf_stack_test_target")
+        );
+        assert_eq!(named[0].offset, 3);
+        let exe = std::fs::canonicalize(std::env::current_exe().unwrap()).unwrap();
+        assert_eq!(&*named[0].object, exe.to_str().unwrap());
+    }
+
+    #[test]
+    fn user_frames_without_a_mapping_are_unknown() {
+        let mut maps = ProcessMaps::default();
+        maps.add(7, 0x1000, 0x1000, 0, "/nonexistent/binary");
+        let e = Event {
+            pid: 7,
+            callchain: vec![
+                StackFrame {
+                    address: 0x1010,
+                    user: true,
+                },
+                StackFrame {
+                    address: 0x9000,
+                    user: true,
+                },
+            ],
+            ..Event::default()
+        };
+        let named = StackSymbolizer::new().frames(&e, &KernelSymbols::default(), &maps);
+        assert_eq!(&*named[0].object, "/nonexistent/binary");
+        assert_eq!(named[0].symbol, None);
+        assert_eq!(&*named[1].object, "[unknown]");
+    }
+}
