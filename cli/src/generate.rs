@@ -25,7 +25,7 @@ pub(crate) fn intercept<C: CommandFactory>() -> Option<ExitCode> {
     Some(match run(cmd, &args[1..]) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
-            eprintln!("kprobe-perf: {e:#}");
+            say!("kprobe-perf: {e:#}");
             ExitCode::FAILURE
         }
     })

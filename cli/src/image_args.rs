@@ -75,12 +75,12 @@ fn regular_file(text: &str) -> Result<PathBuf, String> {
 pub(crate) fn discover(args: &ImageArgs, sizes: SizesFrom) -> Result<Kernel> {
     let kernel = Kernel::discover(args.options(sizes)).context("reading the kernel's symbols")?;
     if kernel.symbols().addresses_hidden() {
-        eprintln!(
+        say!(
             "kprobe-perf: /proc/kallsyms hides addresses from this process (kernel.kptr_restrict, or no CAP_SYSLOG): run as root or lower kernel.kptr_restrict; section and address checks are skipped"
         );
     }
     if let Some(e) = kernel.blacklist_error() {
-        eprintln!("kprobe-perf: the kprobe blacklist is not checked: {e}");
+        say!("kprobe-perf: the kprobe blacklist is not checked: {e}");
     }
     Ok(kernel)
 }
@@ -88,7 +88,7 @@ pub(crate) fn discover(args: &ImageArgs, sizes: SizesFrom) -> Result<Kernel> {
 /// Says on stderr which found images the kernel left out, and why.
 pub(crate) fn report_skipped(kernel: &Kernel) {
     for s in kernel.take_skipped() {
-        eprintln!(
+        say!(
             "kprobe-perf: not using {}: {:#}",
             s.path.display(),
             anyhow::Error::from(s.error)

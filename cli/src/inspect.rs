@@ -68,14 +68,14 @@ pub(crate) fn expand_globs(
     for e in expanded? {
         match &e.how {
             ExpandedAs::Fprobe(f) => {
-                eprintln!("kprobe-perf: {}: {}", e.definition, fprobe_note(f));
+                say!("kprobe-perf: {}: {}", e.definition, fprobe_note(f));
             }
             ExpandedAs::Kprobes { not_fprobe } => {
                 let why = match not_fprobe {
                     Some(why) => format!("; not an fprobe event: {why}"),
                     None => String::new(),
                 };
-                eprintln!(
+                say!(
                     "kprobe-perf: {}: {} probes (what was left out and why: kprobe-perf list --why PATTERN){why}",
                     e.definition,
                     e.definitions.len()
@@ -126,7 +126,7 @@ pub(crate) fn report_armed(plans: &[kprobe_perf_engine::ProbePlan]) {
     let Ok(text) = std::fs::read_to_string("/sys/kernel/tracing/enabled_functions")
         .or_else(|_| std::fs::read_to_string("/sys/kernel/debug/tracing/enabled_functions"))
     else {
-        eprintln!("kprobe-perf: enabled_functions is unreadable: cannot list the functions the kernel armed");
+        say!("kprobe-perf: enabled_functions is unreadable: cannot list the functions the kernel armed");
         return;
     };
     let enabled: Vec<&str> = text
@@ -141,7 +141,7 @@ pub(crate) fn report_armed(plans: &[kprobe_perf_engine::ProbePlan]) {
             .collect();
         armed.sort_unstable();
         armed.dedup();
-        eprintln!(
+        say!(
             "kprobe-perf: {event} ({glob}): the kernel armed {} functions: {}",
             armed.len(),
             armed.join(" ")
@@ -201,13 +201,13 @@ pub(crate) fn list(
         }
         any |= kept > 0;
         out.flush().context("writing the list")?;
-        eprintln!(
+        say!(
             "kprobe-perf: {pattern}: {} matched, {kept} kept, {} excluded; {notrace_by}",
             found.len(),
             found.len() - kept
         );
         if why {
-            eprintln!(
+            say!(
                 "kprobe-perf: {pattern}: {}",
                 route_text(pattern, &kernel, &selection)
             );

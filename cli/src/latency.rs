@@ -223,7 +223,7 @@ pub(crate) fn run(args: &LatencyArgs) -> Result<ExitCode> {
     out.w.flush().context("writing the output")?;
     // Every call accounted for: paired, returns without their entry,
     // entries given up, calls still running at the end.
-    eprintln!(
+    say!(
         "{}: {} paired calls, {} unpaired returns, {} dropped entries, {} unreturned calls, {} events lost",
         args.func,
         totals.paired,
@@ -233,7 +233,7 @@ pub(crate) fn run(args: &LatencyArgs) -> Result<ExitCode> {
         lost_total
     );
     for line in crate::text::summary_lines(&session.summary(), session.plans()) {
-        eprintln!("{line}");
+        say!("{line}");
     }
     crate::command_exit(command_status, stop.load(Ordering::Relaxed), |grace| {
         session.wait_command(grace)

@@ -1,6 +1,24 @@
 //! `kprobe-perf`: dynamic kernel probes through perf_event_open.
 #![cfg_attr(not(test), warn(unused_crate_dependencies))]
 
+/// `eprintln!` that never panics: stderr may be a pipe whose reader has
+/// gone (`record ... 2>&1 | head`), and a message that cannot be written
+/// must not stop the program before its files are finished.
+macro_rules! say {
+    ($($arg:tt)*) => {{
+        use std::io::Write as _;
+        let _ = writeln!(std::io::stderr(), $($arg)*);
+    }};
+}
+
+/// `eprint!` that never panics (see [`say!`]).
+macro_rules! say_more {
+    ($($arg:tt)*) => {{
+        use std::io::Write as _;
+        let _ = write!(std::io::stderr(), $($arg)*);
+    }};
+}
+
 mod aggregate;
 mod doctor;
 mod filters;
@@ -323,7 +341,7 @@ fn main() -> ExitCode {
     match result {
         Ok(code) => code,
         Err(e) => {
-            eprintln!("kprobe-perf: {}", hints::render(&e));
+            say!("kprobe-perf: {}", hints::render(&e));
             ExitCode::FAILURE
         }
     }
@@ -338,7 +356,7 @@ fn probe_parse(specs: &[String]) -> Result<ExitCode> {
             Ok(delete) => println!("{delete}"),
             Err(e) => {
                 ok = false;
-                eprintln!("kprobe-perf: {e}");
+                say!("kprobe-perf: {e}");
             }
         }
     }
@@ -354,7 +372,7 @@ fn cleanup() -> Result<ExitCode> {
     let (removed, busy) = tracefs::remove_all(&fs);
     println!("kprobe-perf: removed {removed} tracefs events");
     if !busy.is_empty() {
-        eprintln!(
+        say!(
             "kprobe-perf: {} events are in use by running kprobe-perf processes and were kept: {}",
             busy.len(),
             busy.join(", ")
@@ -525,9 +543,8 @@ fn record(args: &RecordArgs, filters: &[Option<String>]) -> Result<ExitCode> {
             .context("writing the summary")?;
     }
     let lines = text::summary_lines(&summary, session.plans());
-    for line in &lines {
-        eprintln!("{line}");
-    }
+    // The files first: a summary that cannot be printed (stderr a pipe
+    // whose reader has gone) must not leave them unfinished.
     if let Some(s) = live.printer.stacks.as_ref() {
         s.finish(
             &args.stacks.out,
@@ -538,6 +555,9 @@ fn record(args: &RecordArgs, filters: &[Option<String>]) -> Result<ExitCode> {
     if let Some(file) = live.file.take() {
         let addresses = live.printer.addresses.take().unwrap_or_default();
         file.finish(&session, &symbols, addresses, &json_summary, &lines)?;
+    }
+    for line in &lines {
+        say!("{line}");
     }
     // The recording stopped first (Ctrl-C, -d, stdout closed): the
     // command may have ended meanwhile (Ctrl-C reaches it too).
@@ -616,7 +636,7 @@ pub(crate) fn command_exit(
     Ok(match status {
         Some(status) => {
             if !status.success() {
-                eprintln!("kprobe-perf: the command exited with {status}");
+                say!("kprobe-perf: the command exited with {status}");
             }
             ExitCode::from(exit_code(status))
         }
@@ -722,7 +742,7 @@ impl LiveCount {
             .saturating_sub(stats.filtered.iter().sum::<u64>());
         let lost = stats.lost;
         let rate = |now: u64, before: u64| (now.saturating_sub(before) as f64 / dt).round();
-        eprint!(
+        say_more!(
             "\r\x1b[K{:.0}s: {events} events ({}/s), {lost} lost ({}/s)",
             now.duration_since(self.start).as_secs_f64(),
             rate(events, self.last_events),
@@ -737,7 +757,7 @@ impl LiveCount {
     /// Erases the line before the summary.
     fn clear(&mut self) {
         if self.shown {
-            eprint!("\r\x1b[K");
+            say_more!("\r\x1b[K");
             self.shown = false;
         }
     }

@@ -44,7 +44,7 @@ pub(crate) fn check(path: &Path) -> Result<()> {
 pub(crate) fn create(path: &Path, force: bool) -> Result<NewFile> {
     let (file, note) = create::create(path, force).map_err(anyhow::Error::msg)?;
     if let Some(note) = note {
-        eprintln!("kprobe-perf: {note}");
+        say!("kprobe-perf: {note}");
     }
     Ok(file)
 }

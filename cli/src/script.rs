@@ -133,7 +133,7 @@ pub(crate) fn run(args: &ScriptArgs) -> Result<ExitCode> {
         stacks.finish(&args.stacks, false, &crate::stacks::title(&plans_seen))?;
     }
     if let Some(s) = replay.metadata().note(NOTE_SUMMARY) {
-        eprintln!("{s}");
+        say!("{s}");
     }
     Ok(ExitCode::SUCCESS)
 }

@@ -175,7 +175,7 @@ pub(crate) fn run(args: &mut StatArgs, filters: &[Option<String>]) -> Result<Exi
     };
     write_out(&mut out, &text)?;
     if !args.json {
-        eprintln!("kprobe-perf: counted for {:.3} s", elapsed.as_secs_f64());
+        say!("kprobe-perf: counted for {:.3} s", elapsed.as_secs_f64());
     }
     // Counting stopped first (Ctrl-C, -d): the command may have ended
     // meanwhile (Ctrl-C reaches it too).

@@ -184,7 +184,7 @@ pub(crate) fn usage_error(e: clap::Error) -> ExitCode {
             ExitCode::FAILURE
         };
     }
-    eprintln!("kprobe-perf: {}", one_line(&e.render().to_string()));
+    say!("kprobe-perf: {}", one_line(&e.render().to_string()));
     ExitCode::FAILURE
 }
 
