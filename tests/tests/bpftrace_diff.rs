@@ -6,11 +6,16 @@
 //! Both tools are scoped to the workload's process: kprobe-perf by running
 //! it (`record -- CMD`), bpftrace by `-c CMD` and `pid == cpid` (bpftrace's
 //! `pid` is the thread group, so the workload's threads count, as they do
-//! for kprobe-perf). bpftrace counts with `@n = count()`, which it prints
-//! at exit (`-f json`). kprobe-perf runs each filter where `--backend auto`
-//! puts it (in the kernel) and in user space (`--backend pmu`, whose
-//! record carries no argument; a filter on `comm` alone runs in the kernel
-//! there too, so `&& pid > 0` keeps that one in user space).
+//! for kprobe-perf). Each test runs the workload once per tool and route,
+//! with every filter of its cases at once: bpftrace with one probe block
+//! per predicate, each counting into its own map (`@nI = count()`, printed
+//! at exit with `-f json`), kprobe-perf with one probe per filter (`-e SPEC
+//! --filter F`, repeated). kprobe-perf runs the filters where `--backend
+//! auto` puts them (in the kernel) and in user space: `--backend pmu`,
+//! whose record carries no argument; a filter that still runs in the
+//! kernel there (on `comm` alone, or on a uprobe of `-- CMD`, which is
+//! defined in uprobe_events) runs again with `&& pid > 0`, which only user
+//! space can run.
 //!
 //! Workloads: `write_sizes` (vfs_write with count 1 three times by thread
 //! `kpw_small`, 100 five times by `kpw_medium`, 5000 seven times by
@@ -58,10 +63,16 @@ fn bpftrace_runs(test: &str) -> bool {
     }
 }
 
-/// Runs `command` under bpftrace with `probe /pid == cpid && (predicate)/
-/// { @n = count(); }` and returns @n as bpftrace printed it at exit.
-fn bpftrace_count(probe: &str, predicate: &str, command: &str) -> u64 {
-    let program = format!("{probe} /pid == cpid && ({predicate})/ {{ @n = count(); }}");
+/// Runs `command` once under bpftrace with one probe block per predicate,
+/// `PROBE /pid == cpid && (PREDICATE)/ { @nI = count(); }`, and returns
+/// each @nI as bpftrace printed it at exit.
+fn bpftrace_counts(probe: &str, predicates: &[&str], command: &str) -> Vec<u64> {
+    let program: Vec<String> = predicates
+        .iter()
+        .enumerate()
+        .map(|(i, p)| format!("{probe} /pid == cpid && ({p})/ {{ @n{i} = count(); }}"))
+        .collect();
+    let program = program.join("\n");
     let out = Command::new(BPFTRACE)
         .env("HOME", std::env::temp_dir())
         .args(["-f", "json", "-c", command, "-e", &program])
@@ -69,20 +80,32 @@ fn bpftrace_count(probe: &str, predicate: &str, command: &str) -> u64 {
         .unwrap();
     let stdout = String::from_utf8_lossy(&out.stdout);
     println!(
-        "bpftrace -c '{command}' -e '{program}'\n{stdout}{}",
+        "bpftrace -f json -c '{command}' -e '{program}'\n{stdout}{}",
         String::from_utf8_lossy(&out.stderr)
     );
     assert!(out.status.success(), "bpftrace failed: {}", out.status);
-    let counts: Vec<u64> = stdout
+    let maps: Vec<serde_json::Value> = stdout
         .lines()
         .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
         .filter(|v| v["type"] == "map")
-        .filter_map(|v| v["data"]["@n"].as_u64())
         .collect();
-    // No @n at all would mean no event passed: every case here keeps some,
-    // so a missing count is a failure, never read as zero.
-    assert_eq!(counts.len(), 1, "one @n expected from bpftrace:\n{stdout}");
-    counts[0]
+    (0..predicates.len())
+        .map(|i| {
+            let name = format!("@n{i}");
+            let counts: Vec<u64> = maps
+                .iter()
+                .filter_map(|v| v["data"][&name].as_u64())
+                .collect();
+            // No @nI at all would mean no event passed: every case here
+            // keeps some, so a missing count fails, never reads as zero.
+            assert_eq!(
+                counts.len(),
+                1,
+                "one {name} expected from bpftrace:\n{stdout}"
+            );
+            counts[0]
+        })
+        .collect()
 }
 
 fn run(args: &[&str]) -> Output {
@@ -96,81 +119,99 @@ fn run(args: &[&str]) -> Output {
     out
 }
 
-/// `record --json --backend BACKEND -e SPEC --filter FILTER -- COMMAND`:
-/// the events it printed and its summary's probe.
-fn kprobe_perf_count(
+/// `record --json --backend BACKEND -e SPEC --filter F1 -e SPEC --filter
+/// F2 ... -- COMMAND`: per filter, the events printed under its probe's
+/// name (equal to its count in the summary) and its summary entry.
+fn kprobe_perf_counts(
     backend: &str,
     spec: &str,
-    filter: &str,
+    filters: &[String],
     command: &[&str],
-) -> (u64, serde_json::Value) {
-    let mut args = vec![
-        "record",
-        "--json",
-        "--backend",
-        backend,
-        "-e",
-        spec,
-        "--filter",
-        filter,
-        "--",
-    ];
+) -> Vec<(u64, serde_json::Value)> {
+    let mut args = vec!["record", "--json", "--backend", backend];
+    for f in filters {
+        args.extend_from_slice(&["-e", spec, "--filter", f]);
+    }
+    args.push("--");
     args.extend_from_slice(command);
     let out = run(&args);
     assert!(out.status.success(), "the recording failed");
-    let mut events = 0;
+    let mut events = std::collections::BTreeMap::<String, u64>::new();
     let mut summary = None;
     for line in String::from_utf8_lossy(&out.stdout).lines() {
         let v: serde_json::Value = serde_json::from_str(line).unwrap();
         match v["type"].as_str() {
-            Some("event") => events += 1,
+            Some("event") => *events.entry(v["event"].to_string()).or_default() += 1,
             Some("summary") => summary = Some(v),
             _ => {}
         }
     }
     let summary = summary.expect("a summary line");
     assert_eq!(summary["lost"], 0, "{summary}");
-    let probe = summary["probes"][0].clone();
-    assert_eq!(probe["events"], events, "{probe}");
-    (events, probe)
+    let probes = summary["probes"].as_array().expect("the summary's probes");
+    assert_eq!(probes.len(), filters.len(), "{summary}");
+    filters
+        .iter()
+        .zip(probes)
+        .map(|(f, probe)| {
+            assert_eq!(probe["filter"]["expr"], f.as_str(), "{probe}");
+            let n = events
+                .get(&probe["event"].to_string())
+                .copied()
+                .unwrap_or(0);
+            assert_eq!(probe["events"], n, "{probe}");
+            (n, probe.clone())
+        })
+        .collect()
 }
 
-/// One filter, both tools: bpftrace's count, then kprobe-perf's with the
-/// filter in the kernel (`--backend auto`) and in user space (`--backend
-/// pmu`, with `&& pid > 0` when the PMU's kernel filter could run it), all
-/// equal to `expected`, out of `calls` in all.
-fn compare(
-    bt_probe: &str,
-    spec: &str,
-    command: &[&str],
-    calls: u64,
-    (filter, predicate, expected): (&str, &str, u64),
-) {
-    let bt = bpftrace_count(bt_probe, predicate, &command.join(" "));
-    let (kernel, probe) = kprobe_perf_count("auto", spec, filter, command);
-    assert_eq!(probe["filter"]["runs"], "kernel", "{probe}");
-    assert_eq!(probe["filter"].get("dropped"), None, "{probe}");
-    let (mut user, mut probe) = kprobe_perf_count("pmu", spec, filter, command);
-    if probe["filter"]["runs"] == "kernel" {
-        let in_user_space = format!("({filter}) && pid > 0");
-        (user, probe) = kprobe_perf_count("pmu", spec, &in_user_space, command);
+/// The cases, both tools, one run of the workload each: bpftrace's counts
+/// (one probe block per predicate), then kprobe-perf's, one probe per
+/// filter, with the filters in the kernel (`--backend auto`) and in user
+/// space (`--backend pmu`; a filter that still runs in the kernel there,
+/// on `comm` alone or on a uprobe of `-- CMD`, which uprobe_events
+/// defines, runs again with `&& pid > 0`, which only user space can run).
+/// Every count equals the case's `expected`, out of `calls` in all.
+fn compare(bt_probe: &str, spec: &str, command: &[&str], calls: u64, cases: &[(&str, &str, u64)]) {
+    let predicates: Vec<&str> = cases.iter().map(|c| c.1).collect();
+    let bt = bpftrace_counts(bt_probe, &predicates, &command.join(" "));
+    let filters: Vec<String> = cases.iter().map(|c| c.0.to_string()).collect();
+    let kernel = kprobe_perf_counts("auto", spec, &filters, command);
+    let mut user = kprobe_perf_counts("pmu", spec, &filters, command);
+    let still_in_kernel: Vec<usize> = (0..cases.len())
+        .filter(|i| user[*i].1["filter"]["runs"] == "kernel")
+        .collect();
+    if !still_in_kernel.is_empty() {
+        let forced: Vec<String> = still_in_kernel
+            .iter()
+            .map(|i| format!("({}) && pid > 0", cases[*i].0))
+            .collect();
+        let again = kprobe_perf_counts("pmu", spec, &forced, command);
+        for (i, counted) in still_in_kernel.into_iter().zip(again) {
+            user[i] = counted;
+        }
     }
-    assert_eq!(probe["filter"]["runs"], "user", "{probe}");
-    println!(
-        "FIGURES `{filter}` / `{predicate}`: expected {expected}; bpftrace {bt}; \
-         kprobe-perf {kernel} (kernel), {user} (user space, dropped {})",
-        probe["filter"]["dropped"]
-    );
-    assert_eq!(bt, expected, "bpftrace: {predicate}");
-    assert_eq!(
-        kernel, expected,
-        "kprobe-perf, filter in the kernel: {filter}"
-    );
-    assert_eq!(
-        user, expected,
-        "kprobe-perf, filter in user space: {filter}"
-    );
-    assert_eq!(probe["filter"]["dropped"], calls - expected, "{probe}");
+    for (i, (filter, predicate, expected)) in cases.iter().enumerate() {
+        let (k, kprobe) = &kernel[i];
+        let (u, uprobe) = &user[i];
+        println!(
+            "FIGURES `{filter}` / `{predicate}`: expected {expected}; bpftrace {}; \
+             kprobe-perf {k} ({} backend, in the kernel), {u} ({} backend, in user space, \
+             dropped {})",
+            bt[i], kprobe["backend"], uprobe["backend"], uprobe["filter"]["dropped"]
+        );
+    }
+    for (i, (filter, predicate, expected)) in cases.iter().enumerate() {
+        let (k, kprobe) = &kernel[i];
+        let (u, uprobe) = &user[i];
+        assert_eq!(bt[i], *expected, "bpftrace: {predicate}");
+        assert_eq!(kprobe["filter"]["runs"], "kernel", "{kprobe}");
+        assert_eq!(kprobe["filter"].get("dropped"), None, "{kprobe}");
+        assert_eq!(k, expected, "kprobe-perf, filter in the kernel: {filter}");
+        assert_eq!(uprobe["filter"]["runs"], "user", "{uprobe}");
+        assert_eq!(u, expected, "kprobe-perf, filter in user space: {filter}");
+        assert_eq!(uprobe["filter"]["dropped"], calls - expected, "{uprobe}");
+    }
 }
 
 /// vfs_write's count and the writer's comm: numbers, `&&`, `||`, `!`,
@@ -215,15 +256,13 @@ fn vfs_write_filters_count_what_bpftrace_counts() {
             7 + 3,
         ),
     ];
-    for case in cases {
-        compare(
-            "kprobe:vfs_write",
-            "p:vfs_write count=$arg3:u64",
-            &[sizes],
-            15,
-            case,
-        );
-    }
+    compare(
+        "kprobe:vfs_write",
+        "p:vfs_write count=$arg3:u64",
+        &[sizes],
+        15,
+        &cases,
+    );
 }
 
 /// A uprobe on a test binary's function, filtered on its two arguments.
@@ -258,13 +297,11 @@ fn uprobe_filters_count_what_bpftrace_counts() {
     // with i % 7 == 6; 357 of i in 500..1000 with i % 7 not 0 nor 3.
     assert_eq!(cases[0].2, 151);
     assert_eq!(cases[1].2, 357);
-    for case in cases {
-        compare(
-            &format!("uprobe:{bin}:kpf_filter_target"),
-            &spec,
-            &[bin, "1000"],
-            1000,
-            case,
-        );
-    }
+    compare(
+        &format!("uprobe:{bin}:kpf_filter_target"),
+        &spec,
+        &[bin, "1000"],
+        1000,
+        &cases,
+    );
 }
