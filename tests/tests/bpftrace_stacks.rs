@@ -155,22 +155,44 @@ fn kstack_chains_agree_with_bpftrace() {
             ),
         );
     }
-    let script = "BEGIN { printf(\"cpid %d\\n\", cpid); } \
-                  kprobe:do_sys_openat2 /pid == cpid/ { @open[kstack(5)] = count(); } \
-                  kprobe:vfs_read /pid == cpid/ { @read[kstack(5)] = count(); }";
+    // The VM's root file system is 9p: cat's opens, reads and the rest
+    // reach the 9p client's `p9_client_rpc` (module 9pnet) through many
+    // paths, deeper than 5 frames, so that set is cut to the top 5.
+    let p9 = std::path::Path::new("/sys/module/9pnet").exists();
+    let mut probes = vec![("do_sys_openat2", "@open"), ("vfs_read", "@read")];
+    if p9 {
+        probes.push(("p9_client_rpc", "@p9"));
+    } else {
+        println!("module 9pnet is not loaded: p9_client_rpc left out");
+    }
+    // Both tools count the calls of bpftrace's child once it is cat
+    // (after its execve; before it, the child waits in read(2) on a pipe
+    // that kprobe-perf, attached first, sees enter vfs_read, and bpftrace
+    // does not).
+    let mut script = String::from("BEGIN { printf(\"cpid %d\\n\", cpid); }");
+    let mut args: Vec<String> = ["record", "--json", "--call-graph", "kernel"]
+        .map(String::from)
+        .to_vec();
+    // The calls of the exiting cat (PF_EXITING, 0x4, set: the 9p clunks
+    // of its last files and dentries) are counted apart: kprobe-perf
+    // records none of them (seen on 6.1: 4 such calls, bpftrace counts
+    // them, kprobe-perf's events end before them, none lost), a gap of
+    // kprobe-perf's, not compared here and printed below.
+    for (function, map) in &probes {
+        script.push_str(&format!(
+            " kprobe:{function} /pid == cpid && comm == \"cat\" && !(curtask->flags & 4)/ \
+             {{ {map}[kstack(5)] = count(); }} \
+             kprobe:{function} /pid == cpid && comm == \"cat\" && (curtask->flags & 4)/ \
+             {{ @exiting[kstack(5)] = count(); }}"
+        ));
+        args.extend(["-e".to_string(), format!("p:{function}")]);
+    }
     let bt_out =
         std::env::temp_dir().join(format!("kprobe-perf-bt-stacks-{}.json", std::process::id()));
     let bt_path = bt_out.to_str().unwrap();
     let out = Command::new(kprobe_perf_bin())
+        .args(&args)
         .args([
-            "record",
-            "--json",
-            "--call-graph",
-            "kernel",
-            "-e",
-            "p:do_sys_openat2",
-            "-e",
-            "p:vfs_read",
             "--",
             bpftrace,
             "-f",
@@ -178,7 +200,7 @@ fn kstack_chains_agree_with_bpftrace() {
             "-o",
             bt_path,
             "-e",
-            script,
+            &script,
             "-c",
             "/usr/bin/cat /etc/hostname",
         ])
@@ -203,14 +225,11 @@ fn kstack_chains_agree_with_bpftrace() {
         "events lost, so counts cannot be compared: {summary}"
     );
     let cpid = bpftrace_cpid(&bt_text);
-    for (function, map, known) in [
-        (
-            "do_sys_openat2",
-            "@open",
-            &["do_sys_openat2", "__x64_sys_openat"][..],
-        ),
-        ("vfs_read", "@read", &["vfs_read", "ksys_read"][..]),
-    ] {
+    println!(
+        "calls of the exiting cat, which bpftrace counts and kprobe-perf does not record:\n{}",
+        show(&bpftrace_chains(&bt_text, "@exiting"))
+    );
+    for (function, map) in &probes {
         let ours = our_chains(&json, cpid, "cat", true, function);
         let theirs = bpftrace_chains(&bt_text, map);
         println!(
@@ -234,14 +253,29 @@ fn kstack_chains_agree_with_bpftrace() {
         );
         // The chain known to be there: the function, the syscall's entry
         // right above it, then do_syscall_64.
-        assert!(
-            ours.keys().any(|c| {
-                let n = names(c);
-                n.starts_with(known) && n[known.len()..].contains(&"do_syscall_64")
-            }),
-            "{function}: no chain {known:?} <- ... do_syscall_64 among\n{}",
-            show(&ours)
-        );
+        let known = match *function {
+            "do_sys_openat2" => &["do_sys_openat2", "__x64_sys_openat"][..],
+            "vfs_read" => &["vfs_read", "ksys_read"][..],
+            _ => &["p9_client_rpc"][..],
+        };
+        let deep = ours.keys().any(|c| {
+            let n = names(c);
+            n.starts_with(known) && n[known.len()..].contains(&"do_syscall_64")
+        });
+        if *function == "p9_client_rpc" {
+            // Deeper than 5 frames: do_syscall_64 is cut off.
+            assert!(
+                ours.len() >= 2 && ours.keys().all(|c| c.len() == 5),
+                "{function}: chains of 5 frames, more than one: {}",
+                show(&ours)
+            );
+        } else {
+            assert!(
+                deep,
+                "{function}: no chain {known:?} <- ... do_syscall_64 among\n{}",
+                show(&ours)
+            );
+        }
         assert!(ours.keys().all(|c| c.len() <= 5));
     }
     // Before its execve, bpftrace's child waits in read(2) on a pipe
