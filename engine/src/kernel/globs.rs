@@ -84,8 +84,9 @@ pub enum GlobRoute {
 /// `available_filter_functions` it matches (`traceable`), and an fprobe
 /// definition takes one glob with no exclusion (trace_fprobe.c: no symbol
 /// list); so when it would also arm a function the selection leaves out,
-/// the glob is split into narrower ones, or, past [`MAX_FPROBE_SPLIT`],
-/// left to kprobes.
+/// the glob is replaced by the fewest disjoint globs that arm exactly the
+/// kept functions ([`cover_globs`]), or, past [`MAX_FPROBE_SPLIT`], left
+/// to kprobes.
 pub fn glob_route(
     spec: &ProbeSpec,
     symbols: &KernelSymbols,
