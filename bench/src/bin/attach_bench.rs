@@ -99,13 +99,26 @@ fn perf(funcs: &[String]) -> Option<(f64, f64)> {
     let t = Instant::now();
     for chunk in funcs.chunks(100) {
         let mut c = Command::new("perf");
-        c.args(["probe", "-q"]);
+        // -f: a second function of the same name (or a clone whose
+        // name perf shortens to an existing event's) gets a numbered
+        // event instead of failing with EEXIST.
+        c.args(["probe", "-q", "-f"]);
         for f in chunk {
             c.args(["-a", f]);
         }
-        let st = c.stdout(Stdio::null()).status().ok()?;
-        if !st.success() {
-            println!("perf probe failed ({st}), skipped");
+        let out = c
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .output()
+            .ok()?;
+        if !out.status.success() {
+            let err = String::from_utf8_lossy(&out.stderr);
+            let tail: Vec<&str> = err.lines().rev().take(3).collect();
+            println!(
+                "perf probe failed ({}), skipped; it said: {}",
+                out.status,
+                tail.into_iter().rev().collect::<Vec<_>>().join(" | ")
+            );
             return None;
         }
     }
