@@ -480,9 +480,21 @@ fn bpftrace_globs(globs: &[String], funcs: &[String]) -> Option<f64> {
     );
     let probes: Vec<String> = plain.iter().map(|g| format!("kprobe:{g}")).collect();
     let prog = format!("{} {{ }}", probes.join(","));
+    // bpftrace holds descriptors per attached function and aborts
+    // ("dup(fd): Too many open files") past the default limit: it is
+    // started with a limit that fits, as a user of it would.
+    let limit = (4 * n + 4096).to_string();
     let t = Instant::now();
-    let out = Command::new("bpftrace")
-        .args(["-e", &prog, "-c", "/usr/bin/true"])
+    let out = Command::new("sh")
+        .args([
+            "-c",
+            "ulimit -n \"$0\" && exec bpftrace \"$@\"",
+            &limit,
+            "-e",
+            &prog,
+            "-c",
+            "/usr/bin/true",
+        ])
         .env("BPFTRACE_MAX_PROBES", (n + 16).to_string())
         .stdout(Stdio::null())
         .stderr(Stdio::piped())
