@@ -222,8 +222,9 @@ struct RecordArgs {
     /// `auto` (the PMU unless the probe needs tracefs; all kernel probes go
     /// through tracefs when there are 64 or more, which shares one kernel
     /// kprobe between CPUs and detaches much faster; on a kernel with
-    /// fprobe events, a glob becomes one fprobe event, or a few narrower
-    /// ones, instead of one kprobe per function). Uprobes of a recorded
+    /// fprobe events, a glob becomes one fprobe event, or the fewest
+    /// narrower ones that leave out what it must not arm, instead of one
+    /// kprobe per function). Uprobes of a recorded
     /// command (`-- CMD`) or of processes (`-p`), and with `tracefs` every
     /// uprobe, are defined in uprobe_events, so that they follow forks and
     /// new threads.

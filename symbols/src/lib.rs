@@ -28,6 +28,7 @@
 #![cfg_attr(not(test), warn(unused_crate_dependencies))]
 #![deny(missing_docs)]
 
+mod cover;
 pub mod elf;
 mod exclusion;
 pub mod file;
@@ -41,6 +42,7 @@ use std::fs::File;
 use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
 
+pub use cover::{cover_globs, CoverGlob};
 pub use exclusion::{Blacklist, BlacklistEntry, BlacklistError, Exclusion, BLACKLIST_PATH};
 pub use glob::{glob_match, is_glob, narrower_globs};
 

@@ -99,13 +99,26 @@ fn perf(funcs: &[String]) -> Option<(f64, f64)> {
     let t = Instant::now();
     for chunk in funcs.chunks(100) {
         let mut c = Command::new("perf");
-        c.args(["probe", "-q"]);
+        // -f: a second function of the same name (or a clone whose
+        // name perf shortens to an existing event's) gets a numbered
+        // event instead of failing with EEXIST.
+        c.args(["probe", "-q", "-f"]);
         for f in chunk {
             c.args(["-a", f]);
         }
-        let st = c.stdout(Stdio::null()).status().ok()?;
-        if !st.success() {
-            println!("perf probe failed ({st}), skipped");
+        let out = c
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .output()
+            .ok()?;
+        if !out.status.success() {
+            let err = String::from_utf8_lossy(&out.stderr);
+            let tail: Vec<&str> = err.lines().rev().take(3).collect();
+            println!(
+                "perf probe failed ({}), skipped; it said: {}",
+                out.status,
+                tail.into_iter().rev().collect::<Vec<_>>().join(" | ")
+            );
             return None;
         }
     }
@@ -176,19 +189,12 @@ fn bpftrace(funcs: &[String]) -> Option<(f64, f64)> {
     Some((total, 0.0))
 }
 
-/// A family's safe functions, and the others its glob matches.
-type Family = (Vec<String>, Vec<String>);
-
-/// Globs whose union is exactly `n` safe functions, and those functions. Functions are taken by whole families
-/// (`ext4_*`), most functions per glob first; a family whose glob would
-/// also match unsafe functions (or module ones, which the kernel's
-/// wildcard also arms) is split into narrower globs when that takes at
-/// most 8, else skipped; the last family is cut to reach `n` exactly.
-fn pick_globs(n: usize, seed: u64) -> (Vec<String>, Vec<String>) {
-    // Safe for fprobe and kprobe_multi alike: a traceable kernel function
-    // (modules' are left out), not on the kprobe blacklist, not in a
-    // fragile family. Names shared by several functions are fine: both
-    // arm every function of the name.
+/// The traceable functions (`available_filter_functions`, modules'
+/// included, by name), and those of them safe for fprobe and
+/// kprobe_multi alike: a kernel function (not a module's), not on the
+/// kprobe blacklist, not in a fragile family. Names shared by several
+/// functions are fine: both arm every function of the name.
+fn traceable_and_safe() -> (Vec<String>, HashSet<String>) {
     let symbols = KernelSymbols::load().expect("reading /proc/kallsyms");
     let blacklist: HashSet<String> = std::fs::read_to_string("/sys/kernel/debug/kprobes/blacklist")
         .unwrap_or_default()
@@ -197,75 +203,204 @@ fn pick_globs(n: usize, seed: u64) -> (Vec<String>, Vec<String>) {
         .collect();
     let filter = std::fs::read_to_string("/sys/kernel/tracing/available_filter_functions")
         .expect("reading available_filter_functions");
-    let safe: HashSet<String> = filter
+    let modules: HashSet<&str> = filter
         .lines()
-        .filter(|l| !l.contains('['))
-        .map(|l| l.trim().to_string())
+        .filter(|l| l.contains('['))
+        .filter_map(|l| l.split_whitespace().next())
+        .collect();
+    let mut traceable: Vec<String> = filter
+        .lines()
+        .filter_map(|l| l.split_whitespace().next())
+        .map(str::to_string)
+        .collect();
+    traceable.sort_unstable();
+    traceable.dedup();
+    let safe = traceable
+        .iter()
+        .filter(|n| !modules.contains(n.as_str()))
         .filter(|n| !FRAGILE_FAMILIES.iter().any(|f| n.contains(f)))
-        .filter(|n| !blacklist.contains(n) && !n.starts_with("__"))
+        .filter(|n| !blacklist.contains(*n) && !n.starts_with("__"))
         .filter(|n| {
             let inst = symbols.lookup(n);
             !inst.is_empty() && inst.iter().all(|s| s.is_text() && s.module.is_none())
         })
+        .cloned()
         .collect();
-    let mut families: std::collections::BTreeMap<String, (Vec<String>, Vec<String>)> =
-        Default::default();
-    for line in filter.lines() {
-        let name = line.split_whitespace().next().unwrap_or_default();
-        let Some(cut) = name.get(1..).and_then(|r| r.find('_')).map(|i| i + 2) else {
-            continue;
-        };
-        let fam = families.entry(name[..cut].to_string()).or_default();
-        if safe.contains(name) && !line.contains('[') {
-            fam.0.push(name.to_string());
-        } else {
-            fam.1.push(name.to_string());
-        }
-    }
-    // Each fprobe event costs an ftrace_ops registration (and an RCU
-    // tasks grace period when removed), whatever its size: the families
-    // that give the most functions per glob come first (ties in a seeded
-    // order), each split to leave out what is not safe.
-    let mut order: Vec<(String, Family)> = families
-        .into_iter()
-        .filter(|(_, (keep, _))| !keep.is_empty())
+    (traceable, safe)
+}
+
+/// The globs whose union is exactly `keep` among `traceable`.
+fn cover(keep: &[&str], traceable: &[String]) -> Vec<kprobe_perf_symbols::CoverGlob> {
+    let kept: HashSet<&str> = keep.iter().copied().collect();
+    let avoid: Vec<&str> = traceable
+        .iter()
+        .map(String::as_str)
+        .filter(|n| !kept.contains(n))
         .collect();
+    kprobe_perf_symbols::cover_globs("*", keep, &avoid).unwrap_or_default()
+}
+
+/// Globs whose union is exactly `n` safe functions, and those functions:
+/// the cover of every safe function by globs that arm nothing else
+/// ([`kprobe_perf_symbols::cover_globs`]), largest globs first (ties in
+/// a seeded order), each taken whole when it fits in what is left of
+/// `n`.
+fn pick_globs(n: usize, seed: u64) -> (Vec<String>, Vec<String>) {
+    let (traceable, safe) = traceable_and_safe();
+    let mut keep: Vec<&str> = safe.iter().map(String::as_str).collect();
+    keep.sort_unstable();
+    let mut all = cover(&keep, &traceable);
     let mut state = seed | 1;
-    for i in (1..order.len()).rev() {
+    for i in (1..all.len()).rev() {
         let j = (xorshift(&mut state) % (i as u64 + 1)) as usize;
-        order.swap(i, j);
+        all.swap(i, j);
     }
-    let split = |prefix: &str, keep: &[String], avoid: &[String]| {
-        let keep_refs: Vec<&str> = keep.iter().map(String::as_str).collect();
-        let avoid_refs: Vec<&str> = avoid.iter().map(String::as_str).collect();
-        kprobe_perf_symbols::narrower_globs(&format!("{prefix}*"), &keep_refs, &avoid_refs)
-            .filter(|g| g.len() <= 8)
-    };
-    let mut scored: Vec<(usize, String, Family)> = order
-        .into_iter()
-        .filter_map(|(prefix, (mut keep, avoid))| {
-            keep.sort();
-            keep.dedup();
-            let g = split(&prefix, &keep, &avoid)?;
-            Some((keep.len() * 1000 / g.len(), prefix, (keep, avoid)))
-        })
-        .collect();
-    scored.sort_by_key(|(score, _, _)| std::cmp::Reverse(*score));
+    all.sort_by_key(|g| std::cmp::Reverse(g.kept));
     let (mut globs, mut funcs) = (Vec::new(), Vec::new());
-    for (_, prefix, (mut keep, mut avoid)) in scored {
+    for g in all {
         if funcs.len() >= n {
             break;
         }
-        let need = n - funcs.len();
-        if keep.len() > need {
-            avoid.extend(keep.split_off(need));
+        // Each glob whole, the largest that still fits: the last few
+        // are small ones that land on `n` exactly.
+        if g.kept > n - funcs.len() {
+            continue;
         }
-        if let Some(g) = split(&prefix, &keep, &avoid) {
-            globs.extend(g);
-            funcs.extend(keep);
-        }
+        funcs.extend(
+            keep.iter()
+                .filter(|k| kprobe_perf_symbols::glob_match(&g.pattern, k))
+                .map(|k| k.to_string()),
+        );
+        globs.push(g.pattern);
     }
     (globs, funcs)
+}
+
+/// Where the time of fprobe definitions goes, kernel side (writes to
+/// `dynamic_events`) and perf side (perf_event_open of the event on each
+/// CPU, enable, close), by glob size and by number of definitions.
+fn measure_fprobe(defs: usize) {
+    use kprobe_perf_engine::sys;
+    use std::io::Write;
+    let root = std::path::Path::new("/sys/kernel/tracing");
+    let group = "kpf_measure";
+    let write = |line: &str| -> Result<f64, String> {
+        let t = Instant::now();
+        let mut f = std::fs::OpenOptions::new()
+            .append(true)
+            .open(root.join("dynamic_events"))
+            .map_err(|e| e.to_string())?;
+        f.write_all(line.as_bytes())
+            .map_err(|e| format!("{line:?}: {e}"))?;
+        Ok(secs(t))
+    };
+    let cpus = std::thread::available_parallelism().map_or(1, |c| c.get());
+    let (traceable, safe) = traceable_and_safe();
+    let mut keep: Vec<&str> = safe.iter().map(String::as_str).collect();
+    keep.sort_unstable();
+    let mut all = cover(&keep, &traceable);
+    all.sort_by_key(|g| std::cmp::Reverse(g.kept));
+    let near = |want: usize| {
+        all.iter()
+            .min_by_key(|g| g.kept.abs_diff(want))
+            .map(|g| g.pattern.clone())
+    };
+    let mut globs: Vec<String> = [1, 10, 100, usize::MAX]
+        .into_iter()
+        .filter_map(near)
+        .collect();
+    // Show handlers (sysfs, seq files) run only when a file is read:
+    // a large glob, fragile-sounding names included, off the probe path.
+    globs.push("*_show".into());
+    println!("measure: {cpus} CPUs; per glob: define (write to dynamic_events), perf_event_open on each CPU, enable, close, remove");
+    println!("| glob | functions armed | define | open (all CPUs) | enable | close | remove |");
+    println!("|---|---:|---:|---:|---:|---:|---:|");
+    let open_all = |id: u64| -> (f64, f64, Vec<std::os::fd::OwnedFd>) {
+        let mut attr = sys::perf_event_attr {
+            type_: 2, // PERF_TYPE_TRACEPOINT
+            config: id,
+            ..Default::default()
+        };
+        attr.__bindgen_anon_1.sample_period = 1;
+        attr.sample_type = 1 << 10; // PERF_SAMPLE_RAW
+        attr.set_disabled(1);
+        let t = Instant::now();
+        let fds: Vec<_> = (0..cpus)
+            .filter_map(|c| sys::perf_event_open(&attr, None, -1, c as i32, 0).ok())
+            .collect();
+        let open = secs(t);
+        let t = Instant::now();
+        for fd in &fds {
+            let _ = sys::enable(fd);
+        }
+        (open, secs(t), fds)
+    };
+    for (i, g) in globs.iter().enumerate() {
+        let ev = format!("g{i}");
+        let define = match write(&format!("f:{group}/{ev} {g}\n")) {
+            Ok(t) => t,
+            Err(e) => {
+                println!("| {g} | refused: {e} | | | | | |");
+                continue;
+            }
+        };
+        let armed = std::fs::read_to_string(root.join("enabled_functions"))
+            .map_or(0, |t| t.lines().count());
+        let id: u64 = std::fs::read_to_string(root.join(format!("events/{group}/{ev}/id")))
+            .ok()
+            .and_then(|t| t.trim().parse().ok())
+            .unwrap_or(0);
+        let (open, enable, fds) = open_all(id);
+        let opened = fds.len();
+        let t = Instant::now();
+        drop(fds);
+        let close = secs(t);
+        let remove = write(&format!("-:{group}/{ev}\n")).unwrap_or(f64::NAN);
+        println!(
+            "| `{g}` | {armed} | {:.0} ms | {:.0} ms ({opened} fds) | {:.1} ms | {:.1} ms | {:.0} ms |",
+            define * 1e3,
+            open * 1e3,
+            enable * 1e3,
+            close * 1e3,
+            remove * 1e3
+        );
+    }
+    // Many definitions of one function each.
+    let singles: Vec<&str> = keep.iter().copied().take(defs).collect();
+    let mut define_each = Vec::new();
+    for (i, f) in singles.iter().enumerate() {
+        define_each.push(write(&format!("f:{group}/s{i} {f}\n")).unwrap_or(f64::NAN));
+    }
+    let mut remove_each = Vec::new();
+    for i in 0..singles.len() {
+        remove_each.push(write(&format!("-:{group}/s{i}\n")).unwrap_or(f64::NAN));
+    }
+    let ms = |v: &[f64]| {
+        v.iter()
+            .map(|x| format!("{:.0}", x * 1e3))
+            .collect::<Vec<_>>()
+            .join(" ")
+    };
+    let sum = |v: &[f64]| v.iter().sum::<f64>();
+    println!(
+        "{} definitions of one function, one write each: define {:.2} s (ms each: {}), remove one by one {:.2} s (ms each: {})",
+        singles.len(),
+        sum(&define_each),
+        ms(&define_each),
+        sum(&remove_each),
+        ms(&remove_each)
+    );
+    let batch: String = singles
+        .iter()
+        .enumerate()
+        .map(|(i, f)| format!("f:{group}/b{i} {f}\n"))
+        .collect();
+    let define_batch = write(&batch).unwrap_or(f64::NAN);
+    let remove_group = write(&format!("-:{group}/\n")).unwrap_or(f64::NAN);
+    println!(
+        "{} definitions in one write: define {define_batch:.2} s; removal of the whole group in one write ('-:{group}/'): {remove_group:.2} s",
+        singles.len()
+    );
 }
 
 /// Attaches the globs as fprobe events through the engine, checks what
@@ -303,17 +438,63 @@ fn ours_fprobe(globs: &[String], funcs: &[String]) -> (f64, f64, usize) {
     (attach, secs(t), armed.len())
 }
 
+/// The globs as bpftrace takes them: its probe names have `*` but no
+/// character class, so `crypto_[a-rtu]*` becomes `crypto_a*`,
+/// `crypto_b*` ..., one per first byte the class lets through among
+/// `funcs` (the same functions).
+fn without_classes(globs: &[String], funcs: &[String]) -> Vec<String> {
+    let mut out = Vec::new();
+    for g in globs {
+        let Some((head, rest)) = g.split_once('[') else {
+            out.push(g.clone());
+            continue;
+        };
+        let Some((_, tail)) = rest.split_once(']') else {
+            out.push(g.clone());
+            continue;
+        };
+        let mut firsts: Vec<char> = funcs
+            .iter()
+            .filter(|f| kprobe_perf_symbols::glob_match(g, f))
+            .filter_map(|f| f[head.len()..].chars().next())
+            .collect();
+        firsts.sort_unstable();
+        firsts.dedup();
+        out.extend(firsts.into_iter().map(|c| format!("{head}{c}{tail}")));
+    }
+    out
+}
+
 /// bpftrace on the same globs: wildcards, so kprobe_multi.
-fn bpftrace_globs(globs: &[String], n: usize) -> Option<f64> {
+fn bpftrace_globs(globs: &[String], funcs: &[String]) -> Option<f64> {
     if !have("bpftrace") {
         println!("bpftrace: not installed (apt-get install bpftrace), skipped");
         return None;
     }
-    let probes: Vec<String> = globs.iter().map(|g| format!("kprobe:{g}")).collect();
+    let n = funcs.len();
+    let plain = without_classes(globs, funcs);
+    println!(
+        "bpftrace: the {} globs as {} wildcards without classes",
+        globs.len(),
+        plain.len()
+    );
+    let probes: Vec<String> = plain.iter().map(|g| format!("kprobe:{g}")).collect();
     let prog = format!("{} {{ }}", probes.join(","));
+    // bpftrace holds descriptors per attached function and aborts
+    // ("dup(fd): Too many open files") past the default limit: it is
+    // started with a limit that fits, as a user of it would.
+    let limit = (4 * n + 4096).to_string();
     let t = Instant::now();
-    let out = Command::new("bpftrace")
-        .args(["-e", &prog, "-c", "/usr/bin/true"])
+    let out = Command::new("sh")
+        .args([
+            "-c",
+            "ulimit -n \"$0\" && exec bpftrace \"$@\"",
+            &limit,
+            "-e",
+            &prog,
+            "-c",
+            "/usr/bin/true",
+        ])
         .env("BPFTRACE_MAX_PROBES", (n + 16).to_string())
         .stdout(Stdio::null())
         .stderr(Stdio::piped())
@@ -354,7 +535,7 @@ fn fprobe_bench(sizes: &[usize], seed: u64, skip_peers: bool) {
         let bt = if skip_peers {
             None
         } else {
-            bpftrace_globs(&globs, funcs.len())
+            bpftrace_globs(&globs, &funcs)
         };
         if let Some(t) = bt {
             println!("bpftrace (kprobe_multi): attach + run + detach {t:.2} s");
@@ -418,6 +599,15 @@ fn main() {
     };
     if !workload.is_empty() {
         println!("workload: {} shell loops running", workload.len());
+    }
+    if let Some(defs) = std::env::args()
+        .skip_while(|a| a != "--measure")
+        .nth(1)
+        .and_then(|v| v.parse().ok())
+    {
+        measure_fprobe(defs);
+        stop(&mut workload);
+        return;
     }
     let fprobe_sizes: Option<Vec<usize>> = std::env::args()
         .skip_while(|a| a != "--fprobe")

@@ -4,7 +4,7 @@
 use std::collections::HashSet;
 use std::sync::OnceLock;
 
-use kprobe_perf_symbols::{is_glob, narrower_globs};
+use kprobe_perf_symbols::{cover_globs, glob_match, is_glob};
 
 use super::Kernel;
 use crate::plan::{BackendChoice, KernelFeatures};
@@ -84,8 +84,9 @@ pub enum GlobRoute {
 /// `available_filter_functions` it matches (`traceable`), and an fprobe
 /// definition takes one glob with no exclusion (trace_fprobe.c: no symbol
 /// list); so when it would also arm a function the selection leaves out,
-/// the glob is split into narrower ones, or, past [`MAX_FPROBE_SPLIT`],
-/// left to kprobes.
+/// the glob is replaced by the fewest disjoint globs that arm exactly the
+/// kept functions ([`cover_globs`]), or, past [`MAX_FPROBE_SPLIT`], left
+/// to kprobes.
 pub fn glob_route(
     spec: &ProbeSpec,
     symbols: &KernelSymbols,
@@ -132,19 +133,18 @@ pub fn glob_route(
     if kept.is_empty() {
         return kprobes("it keeps no function");
     }
-    let mut avoid: Vec<&str> = found
+    // What the kernel's wildcard would arm and the selection leaves out:
+    // every traceable name the pattern matches that is not kept.
+    let mut avoid: Vec<&str> = traceable
         .iter()
-        .filter(|c| c.excluded.is_some())
-        .map(|c| c.symbol.name.as_str())
-        .filter(|n| traceable.contains(*n) && !kept.contains(n))
+        .map(String::as_str)
+        .filter(|n| !kept.contains(n) && glob_match(pattern, n))
         .collect();
     avoid.sort_unstable();
-    avoid.dedup();
     let globs = if avoid.is_empty() {
         vec![pattern.clone()]
     } else {
-        let keep: Vec<&str> = kept.iter().copied().collect();
-        match narrower_globs(pattern, &keep, &avoid) {
+        match fewest_globs(pattern, &kept, &avoid, traceable) {
             Some(g) if g.len() <= MAX_FPROBE_SPLIT => g,
             Some(g) => {
                 return kprobes(&format!(
@@ -185,6 +185,34 @@ pub fn glob_route(
         kept: kept.len(),
         left_out: avoid.len(),
     })
+}
+
+/// The fewest globs (see [`cover_globs`]) that arm exactly the `kept`
+/// names: narrowed within `pattern` (which keeps its tail: `*_read` ->
+/// `[ab]*_read`), or drawn afresh over every traceable name (`v?s_*` ->
+/// `vfs_[o-w]*`), whichever takes fewer. `avoid` is what `pattern`
+/// would arm and must not.
+fn fewest_globs(
+    pattern: &str,
+    kept: &HashSet<&str>,
+    avoid: &[&str],
+    traceable: &HashSet<String>,
+) -> Option<Vec<String>> {
+    let mut keep: Vec<&str> = kept.iter().copied().collect();
+    keep.sort_unstable();
+    let within = cover_globs(pattern, &keep, avoid);
+    let everything: Vec<&str> = traceable
+        .iter()
+        .map(String::as_str)
+        .filter(|n| !kept.contains(n))
+        .collect();
+    let afresh = cover_globs("*", &keep, &everything);
+    let best = match (within, afresh) {
+        (Some(a), Some(b)) if b.len() < a.len() => b,
+        (Some(a), _) => a,
+        (None, b) => b?,
+    };
+    Some(best.into_iter().map(|g| g.pattern).collect())
 }
 
 /// How `notrace` functions are told apart in a [`Selection`].

@@ -404,11 +404,23 @@ fn parse_dynamic_target(
             "fprobe events take no MOD: prefix: name the function alone (modules' functions are found by name)",
         ));
     }
-    if let Some(i) = name.find(['+', '-']) {
+    if let Some(i) = outside_classes(name)
+        .find(|&(_, b)| b == b'+' || b == b'-')
+        .map(|(i, _)| i)
+    {
         return Err(cur.err(
             at + i,
             name.len() - i,
             "an fprobe goes on a function's entry or return: no offset (use p:SYM+OFFS for an offset)",
+        ));
+    }
+    // ftrace reads a leading `!` as "take these out of the filter", and
+    // an fprobe's filter starts empty: empty means every function.
+    if name.starts_with('!') {
+        return Err(cur.err(
+            at,
+            1,
+            "an fprobe's glob cannot start with !: the kernel would read it as an exclusion from an empty filter, which arms every function; name the functions to keep (a class [!...] excludes within one position)",
         ));
     }
     if name.starts_with(|c: char| c.is_ascii_digit()) {
@@ -482,6 +494,35 @@ fn parse_group_event(cur: &Cursor, at: usize, n: &str) -> Result<GroupEvent, Spe
 /// Glob metacharacters allowed in kernel function and module names.
 const GLOB_CHARS: &[u8] = b"*?[]!";
 
+/// The bytes of a glob outside its character classes (`[...]`, as
+/// lib/glob.c reads them: a `]` right after `[` or `[!` is a member, an
+/// unclosed `[` is literal), with their indices.
+fn outside_classes(text: &str) -> impl Iterator<Item = (usize, u8)> + '_ {
+    let b = text.as_bytes();
+    let mut inside_until = 0;
+    (0..b.len()).filter_map(move |i| {
+        if i < inside_until {
+            return None;
+        }
+        if b[i] == b'[' {
+            let mut j = i + 1;
+            if b.get(j) == Some(&b'!') {
+                j += 1;
+            }
+            // The first member may be `]`.
+            j += 1;
+            while j < b.len() && b[j] != b']' {
+                j += 1;
+            }
+            if j < b.len() {
+                inside_until = j + 1;
+                return None;
+            }
+        }
+        Some((i, b[i]))
+    })
+}
+
 fn parse_sym_offset<'t>(
     cur: &Cursor,
     at: usize,
@@ -490,9 +531,21 @@ fn parse_sym_offset<'t>(
     // A glob (`tcp_v4_*`) stands for a set of functions; it takes no
     // offset.
     if text.bytes().any(|b| GLOB_CHARS.contains(&b)) {
+        // A range in a class (`[a-k]`) is the one place for a `-`.
+        let in_class: Vec<bool> = {
+            let mut flags = vec![true; text.len()];
+            for (i, _) in outside_classes(text) {
+                flags[i] = false;
+            }
+            flags
+        };
         let valid = !text.starts_with(['.', '0', '1', '2', '3', '4', '5', '6', '7', '8', '9'])
-            && text.bytes().all(|b| {
-                b.is_ascii_alphanumeric() || b == b'_' || b == b'.' || GLOB_CHARS.contains(&b)
+            && text.bytes().zip(&in_class).all(|(b, &inside)| {
+                b.is_ascii_alphanumeric()
+                    || b == b'_'
+                    || b == b'.'
+                    || GLOB_CHARS.contains(&b)
+                    || (b == b'-' && inside)
             });
         if !valid {
             return Err(cur.err(

@@ -453,6 +453,8 @@ const BAD: &[(&str, &str, usize, usize)] = &[
     // fprobe and tracepoint probes (trace_fprobe.c: __trace_fprobe_create,
     // parse_symbol_and_return).
     ("f:ev vfs_read+4", "an fprobe goes on a function's entry or return: no offset (use p:SYM+OFFS for an offset)", 13, 2),
+    ("f:ev !vfs_read", "an fprobe's glob cannot start with !: the kernel would read it as an exclusion from an empty filter, which arms every function; name the functions to keep (a class [!...] excludes within one position)", 5, 1),
+    ("f:ev vfs_[a-k]*-4", "an fprobe goes on a function's entry or return: no offset (use p:SYM+OFFS for an offset)", 15, 2),
     ("f:ev ext4:ext4_file_open", "fprobe events take no MOD: prefix: name the function alone (modules' functions are found by name)", 5, 5),
     ("f:ev 0xffffffff81000000", "an fprobe takes a function name or a glob, not an address", 5, 18),
     ("f:ev vfs_read%ret", "the only suffix an fprobe takes is %return", 13, 4),
@@ -782,6 +784,9 @@ fn instance_of_a_duplicate_name() {
 fn newer_forms_round_trip() {
     let forms = [
         ("f:kpf/all vfs_*", "f:kpf/all vfs_*"),
+        // Character classes, ranges included (lib/glob.c).
+        ("f:kpf/cls ext4_[a-km-z]*", "f:kpf/cls ext4_[a-km-z]*"),
+        ("f:kpf/neg vfs_[!l]*%return", "f:kpf/neg vfs_[!l]*%return"),
         ("f:vfs_read", "f:fprobes/vfs_read__entry vfs_read"),
         (
             "f vfs_read%return",
