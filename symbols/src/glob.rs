@@ -159,48 +159,6 @@ pub fn glob_match(pattern: &str, text: &str) -> bool {
     Glob::new(pattern).is_match(text)
 }
 
-/// Narrower globs that together match every name of `keep` and none of
-/// `avoid`, each a subset of `pattern`: for a fprobe event, whose
-/// definition takes one glob and no exclusion (trace_fprobe.c registers
-/// its symbol as one ftrace filter), the way to leave some functions out.
-///
-/// Each glob replaces the first `*` of `pattern` by the shortest prefix of
-/// a kept name's remainder followed by `*`; a name no such prefix can
-/// separate from `avoid` is given alone (no wildcard). `None` when
-/// `pattern` has no `*`, has `?` or `[` before it, or a kept name does
-/// not start with what precedes it.
-pub fn narrower_globs(pattern: &str, keep: &[&str], avoid: &[&str]) -> Option<Vec<String>> {
-    let star = pattern.find('*')?;
-    let (head, tail) = pattern.split_at(star);
-    if head.contains(['?', '[']) {
-        return None;
-    }
-    let whole = Glob::new(pattern);
-    if !avoid.iter().any(|x| whole.is_match(x)) {
-        return Some(vec![pattern.to_string()]);
-    }
-    let mut out: Vec<(String, Glob)> = Vec::new();
-    let mut names: Vec<&str> = keep.to_vec();
-    names.sort_unstable();
-    names.dedup();
-    for name in names {
-        let rest = name.strip_prefix(head)?;
-        if out.iter().any(|(_, g)| g.is_match(name)) {
-            continue;
-        }
-        let narrower = (1..=rest.len())
-            .filter(|&k| rest.is_char_boundary(k))
-            .map(|k| format!("{head}{}{tail}", &rest[..k]))
-            .map(|p| {
-                let g = Glob::new(&p);
-                (p, g)
-            })
-            .find(|(_, g)| g.is_match(name) && !avoid.iter().any(|x| g.is_match(x)));
-        out.push(narrower.unwrap_or_else(|| (name.to_string(), Glob::new(name))));
-    }
-    Some(out.into_iter().map(|(p, _)| p).collect())
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -243,39 +201,6 @@ mod tests {
         assert!(!m("a\\*", "ab"));
         assert!(m("a[", "a["), "an unclosed class is literal");
         assert!(m("a[b", "a[b"));
-    }
-
-    #[test]
-    fn narrower_globs_leave_out_what_to_avoid() {
-        let keep = [
-            "vfs_read",
-            "vfs_readv",
-            "vfs_write",
-            "vfs_writev",
-            "vfs_open",
-        ];
-        let avoid = ["vfs_rename_lock", "vfs_wrlock"];
-        assert_eq!(
-            narrower_globs("vfs_*", &keep, &avoid).unwrap(),
-            vec!["vfs_o*", "vfs_rea*", "vfs_wri*"]
-        );
-        // Nothing to avoid: one glob per first letter.
-        assert_eq!(
-            narrower_globs("*_read", &["a_read", "ab_read", "b_read"], &["c_read"]).unwrap(),
-            vec!["a*_read", "b*_read"]
-        );
-        // A kept name that is a prefix of an avoided one stands alone.
-        assert_eq!(
-            narrower_globs("spin_*", &["spin_x"], &["spin_x_lock"]).unwrap(),
-            vec!["spin_x"]
-        );
-        // Nothing of `avoid` matches: the glob itself.
-        assert_eq!(
-            narrower_globs("vfs_*", &["vfs_read"], &["tcp_x"]).unwrap(),
-            vec!["vfs_*"]
-        );
-        assert_eq!(narrower_globs("vfs_read", &["vfs_read"], &["x"]), None);
-        assert_eq!(narrower_globs("v?s_*", &["vfs_read"], &["vfs_x"]), None);
     }
 
     #[test]

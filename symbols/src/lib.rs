@@ -44,7 +44,7 @@ use std::sync::OnceLock;
 
 pub use cover::{cover_globs, CoverGlob};
 pub use exclusion::{Blacklist, BlacklistEntry, BlacklistError, Exclusion, BLACKLIST_PATH};
-pub use glob::{glob_match, is_glob, narrower_globs};
+pub use glob::{glob_match, is_glob};
 
 use glob::Glob;
 use kallsyms::{Entry, LoadError, ParseError, Table};
