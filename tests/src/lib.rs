@@ -62,6 +62,44 @@ pub fn skip_here(test: &str, reason: &str) {
     println!("{}", skip_line(test, reason));
 }
 
+/// Where the VM tests (and the host) find bpftrace.
+pub const BPFTRACE: &str = "/usr/bin/bpftrace";
+
+/// True when bpftrace is installed and runs a program here. Inside the VM
+/// a missing or failing bpftrace fails the test, with the reason ([`skip`]
+/// panics there); elsewhere the test is skipped.
+pub fn bpftrace_runs(test: &str) -> bool {
+    if !std::path::Path::new(BPFTRACE).exists() {
+        skip(
+            test,
+            &format!("{BPFTRACE} is not installed (apt-get install bpftrace)"),
+        );
+        return false;
+    }
+    let check = std::process::Command::new(BPFTRACE)
+        .env("HOME", std::env::temp_dir())
+        .args(["-e", "BEGIN { exit(); }"])
+        .output();
+    match check {
+        Ok(out) if out.status.success() => true,
+        Ok(out) => {
+            skip(
+                test,
+                &format!(
+                    "bpftrace cannot run a program here ({}): {}",
+                    out.status,
+                    String::from_utf8_lossy(&out.stderr).trim()
+                ),
+            );
+            false
+        }
+        Err(e) => {
+            skip(test, &format!("{BPFTRACE} cannot be started: {e}"));
+            false
+        }
+    }
+}
+
 /// True when kprobes can be opened here. Inside the VM, panics instead of
 /// returning false; outside, prints why the test is skipped ([`skip`]).
 pub fn kprobes_available(test: &str) -> bool {

@@ -24,44 +24,9 @@
 
 use std::process::{Command, Output};
 
-use kprobe_perf_tests::{kprobe_perf_bin, kprobes_available, skip, uprobes_available};
-
-const BPFTRACE: &str = "/usr/bin/bpftrace";
-
-/// True when bpftrace is installed and runs a program here. Inside the VM
-/// a missing or failing bpftrace fails the test, with the reason ([`skip`]
-/// panics there); elsewhere the test is skipped.
-fn bpftrace_runs(test: &str) -> bool {
-    if !std::path::Path::new(BPFTRACE).exists() {
-        skip(
-            test,
-            &format!("{BPFTRACE} is not installed (apt-get install bpftrace)"),
-        );
-        return false;
-    }
-    let check = Command::new(BPFTRACE)
-        .env("HOME", std::env::temp_dir())
-        .args(["-e", "BEGIN { exit(); }"])
-        .output();
-    match check {
-        Ok(out) if out.status.success() => true,
-        Ok(out) => {
-            skip(
-                test,
-                &format!(
-                    "bpftrace cannot run a program here ({}): {}",
-                    out.status,
-                    String::from_utf8_lossy(&out.stderr).trim()
-                ),
-            );
-            false
-        }
-        Err(e) => {
-            skip(test, &format!("{BPFTRACE} cannot be started: {e}"));
-            false
-        }
-    }
-}
+use kprobe_perf_tests::{
+    bpftrace_runs, kprobe_perf_bin, kprobes_available, uprobes_available, BPFTRACE,
+};
 
 /// Runs `command` once under bpftrace with one probe block per predicate,
 /// `PROBE /pid == cpid && (PREDICATE)/ { @nI = count(); }`, and returns

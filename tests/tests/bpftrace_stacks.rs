@@ -11,7 +11,7 @@
 use std::collections::BTreeMap;
 use std::process::Command;
 
-use kprobe_perf_tests::{kprobe_perf_bin, kprobes_available, skip};
+use kprobe_perf_tests::{bpftrace_runs, kprobe_perf_bin, kprobes_available, BPFTRACE};
 use serde_json::Value;
 
 /// A frame as both tools name it: the function and the offset in it
@@ -155,23 +155,10 @@ fn kstack_chains_agree_with_bpftrace() {
     if !kprobes_available(test) {
         return;
     }
-    let bpftrace = "/usr/bin/bpftrace";
-    if !std::path::Path::new(bpftrace).exists() {
-        return skip(test, "bpftrace is not installed (apt-get install bpftrace)");
+    if !bpftrace_runs(test) {
+        return;
     }
-    let check = Command::new(bpftrace)
-        .args(["-e", "BEGIN { exit(); }"])
-        .output()
-        .unwrap();
-    if !check.status.success() {
-        return skip(
-            test,
-            &format!(
-                "bpftrace cannot run here: {}",
-                String::from_utf8_lossy(&check.stderr).trim()
-            ),
-        );
-    }
+    let bpftrace = BPFTRACE;
     // The VM's root file system is 9p: cat's opens, reads and the rest
     // reach the 9p client's `p9_client_rpc` (module 9pnet) through many
     // paths, deeper than 5 frames, so that set is cut to the top 5.

@@ -13,7 +13,9 @@
 use std::collections::BTreeMap;
 use std::process::{Command, Output};
 
-use kprobe_perf_tests::{kprobe_perf_bin, kprobes_available, skip_here, uprobes_available};
+use kprobe_perf_tests::{
+    bpftrace_runs, kprobe_perf_bin, kprobes_available, uprobes_available, BPFTRACE,
+};
 
 fn latency(args: &[&str]) -> Output {
     let out = Command::new(kprobe_perf_bin())
@@ -191,23 +193,10 @@ fn latency_agrees_with_bpftrace() {
     if !kprobes_available(test) {
         return;
     }
-    let bpftrace = "/usr/bin/bpftrace";
-    if !std::path::Path::new(bpftrace).exists() {
-        return skip_here(test, "bpftrace is not installed (apt-get install bpftrace)");
+    if !bpftrace_runs(test) {
+        return;
     }
-    let check = Command::new(bpftrace)
-        .args(["-e", "BEGIN { exit(); }"])
-        .output()
-        .unwrap();
-    if !check.status.success() {
-        return skip_here(
-            test,
-            &format!(
-                "bpftrace cannot run here: {}",
-                String::from_utf8_lossy(&check.stderr).trim()
-            ),
-        );
-    }
+    let bpftrace = BPFTRACE;
     let open_loop = env!("CARGO_BIN_EXE_open_loop");
     let n = "2000";
     let probe = "kprobe:do_sys_openat2 /comm == \"open_loop\"/ { @start[tid] = nsecs; } \
