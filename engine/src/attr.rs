@@ -168,6 +168,11 @@ pub(crate) fn probe_event(
         SideRecords::Comm | SideRecords::CommAndMmap => {
             attr.set_comm(1);
             attr.set_comm_exec(1);
+            // FORK (and EXIT) records: a child is called what its parent
+            // was until it execs or renames itself (a COMM record), as
+            // perf names it; read from /proc later, it would have the name
+            // it took afterwards.
+            attr.set_task(1);
             // Executable mappings, for perf to name uprobe samples' functions.
             attr.set_mmap(u64::from(side == SideRecords::CommAndMmap));
         }

@@ -203,6 +203,43 @@ impl CommTable {
         self.remember(tid, index | Self::HISTORY, 0);
     }
 
+    /// A FORK record: thread `tid` of process `pid` was made by `ptid` of
+    /// `ppid` at `time` (on `cpu`, `id` an event id of the record), and is
+    /// called what `ptid` was then until a COMM record (its exec, or a
+    /// rename) names it otherwise. In a live session the name is also
+    /// reported as learned, so that a file holds it as a COMM record of
+    /// the child at that time: its replay names the child the same way,
+    /// whatever the parent's name came from (a record, or /proc).
+    pub(super) fn fork(
+        &mut self,
+        (pid, tid): (i32, i32),
+        (ppid, ptid): (i32, i32),
+        time: u64,
+        cpu: u32,
+        id: u64,
+    ) {
+        if tid == ptid {
+            return;
+        }
+        self.see(ppid, ptid);
+        let (n, _) = self.at(ptid, time);
+        if n == 0 {
+            return;
+        }
+        let name = Arc::clone(self.name(n));
+        self.set(tid, name.as_bytes(), time);
+        if self.live {
+            self.learned.push(LearnedComm {
+                pid,
+                tid,
+                name,
+                time_ns: time,
+                cpu,
+                id,
+            });
+        }
+    }
+
     /// A COMM record: `tid` is called `name` from `time` on.
     pub(super) fn set(&mut self, tid: i32, name: &[u8], time: u64) {
         let name = String::from_utf8_lossy(name);

@@ -540,6 +540,17 @@ impl RecordDecoder {
                 self.comms.set(c.tid, &c.name.as_slice(), time.unwrap_or(0));
                 Ok(())
             }
+            Ok(EventRecord::Fork(f)) => {
+                let id = self.first_ids.get(probe).copied().unwrap_or(0);
+                self.comms.fork(
+                    (f.pid, f.tid),
+                    (f.ppid, f.ptid),
+                    f.timestamp,
+                    cpu().unwrap_or(0),
+                    id,
+                );
+                Ok(())
+            }
             Ok(EventRecord::Lost(l)) => {
                 self.stats.note_lost(cpu(), l.count);
                 if let Some(j) = self.join.as_mut() {

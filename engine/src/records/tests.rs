@@ -130,6 +130,53 @@ fn comm9(name: &str, time: u64, cpu: u32) -> (u32, Vec<u8>) {
     (RECORD_COMM, comm_record_body(9, 9, name, time, cpu, ID))
 }
 
+/// A FORK record: thread `tid` of process `pid` made by `ptid` of `ppid`
+/// at `time`, read from CPU 0.
+fn fork(pid: i32, ppid: i32, tid: i32, ptid: i32, time: u64) -> (u32, Vec<u8>) {
+    let mut b = Vec::new();
+    for v in [pid, ppid, tid, ptid] {
+        b.extend_from_slice(&v.to_ne_bytes());
+    }
+    b.extend_from_slice(&time.to_ne_bytes());
+    // sample_id_all: pid, tid, time, cpu, res, id.
+    b.extend_from_slice(&pid.to_ne_bytes());
+    b.extend_from_slice(&tid.to_ne_bytes());
+    b.extend_from_slice(&time.to_ne_bytes());
+    b.extend_from_slice(&0u64.to_ne_bytes());
+    b.extend_from_slice(&ID.to_ne_bytes());
+    (perf_event_open_sys::bindings::PERF_RECORD_FORK, b)
+}
+
+/// A child is called what its parent was until its exec, whether the
+/// exec's COMM record is read before or after the FORK record (rings are
+/// read one after the other).
+#[test]
+fn a_child_has_its_parents_name_until_it_execs() {
+    for exec_first in [false, true] {
+        let (mut d, plan) = decoder();
+        let s = |tid, time, flags| (RECORD_SAMPLE, sample(&plan, tid, 0, time, flags));
+        let sh = (RECORD_COMM, comm_record_body(8, 8, "sh", 1, 0, ID));
+        let cat = comm9("cat", 15, 1);
+        let mut records = vec![sh, s(8, 2, 1)];
+        if exec_first {
+            records.extend([cat.clone(), fork(9, 8, 9, 8, 5)]);
+        } else {
+            records.extend([fork(9, 8, 9, 8, 5), cat.clone()]);
+        }
+        records.extend([s(9, 10, 2), s(9, 20, 3)]);
+        feed(&mut d, &records);
+        assert_eq!(
+            take(&mut d, Handover::All),
+            [
+                (2, 8, "sh".to_string(), 1),
+                (10, 9, "sh".to_string(), 2),
+                (20, 9, "cat".to_string(), 3),
+            ],
+            "exec's COMM read first: {exec_first}"
+        );
+    }
+}
+
 #[test]
 fn names_are_those_at_the_time_of_the_sample() {
     let (mut d, plan) = decoder();
