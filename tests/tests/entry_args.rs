@@ -278,11 +278,20 @@ fn losses_of_the_hidden_entry_probe_leave_entry_values_unknown_and_counted() {
         assert_eq!(unknown, 0);
         assert!(probe.get("entry_unknown").is_none(), "{summary}");
     } else {
-        assert_eq!(probe["entry_unknown"].as_u64(), Some(unknown), "{summary}");
-        // One ring page cannot hold 20,000 entries and returns.
-        assert!(unknown > 0, "{summary}");
+        // A null path is an entry not seen (lost: counted in entry_unknown)
+        // or, rarely, a path the kernel could not read at the entry (a
+        // fetch fault, also null in JSON, not an unknown entry): seen once
+        // in a full run, 78 nulls for 77 unknown entries.
+        let counted = probe["entry_unknown"].as_u64().unwrap_or(u64::MAX);
+        assert!(counted <= unknown, "{summary}: {unknown} null paths");
         assert!(
-            stderr.contains(&format!("{unknown} with entry values unknown")) || unknown == 0,
+            unknown - counted <= events.len() as u64 / 100,
+            "{summary}: {unknown} null paths, {counted} counted unknown"
+        );
+        // One ring page cannot hold 20,000 entries and returns.
+        assert!(counted > 0, "{summary}");
+        assert!(
+            stderr.contains(&format!("{counted} with entry values unknown")),
             "{stderr}"
         );
     }
