@@ -100,6 +100,15 @@ pub fn bpftrace_runs(test: &str) -> bool {
     }
 }
 
+/// The C library the calling test runs with, from its own mappings.
+pub fn libc_path() -> Option<String> {
+    let maps = std::fs::read_to_string("/proc/self/maps").ok()?;
+    maps.lines()
+        .filter_map(|l| l.split_whitespace().nth(5))
+        .find(|p| p.contains("/libc.so"))
+        .map(str::to_string)
+}
+
 /// True when kprobes can be opened here. Inside the VM, panics instead of
 /// returning false; outside, prints why the test is skipped ([`skip`]).
 pub fn kprobes_available(test: &str) -> bool {

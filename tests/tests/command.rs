@@ -7,16 +7,7 @@
 
 use std::process::{Command, Output};
 
-use kprobe_perf_tests::{kprobe_perf_bin, vm_kernel};
-
-/// The C library this test runs with, from its own mappings.
-fn libc_path() -> Option<String> {
-    let maps = std::fs::read_to_string("/proc/self/maps").ok()?;
-    maps.lines()
-        .filter_map(|l| l.split_whitespace().nth(5))
-        .find(|p| p.contains("/libc.so"))
-        .map(str::to_string)
-}
+use kprobe_perf_tests::{kprobe_perf_bin, libc_path, vm_kernel};
 
 /// The probe options of each way to record a command that works here.
 fn recordings(test: &str) -> Vec<Vec<String>> {

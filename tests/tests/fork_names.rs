@@ -7,16 +7,7 @@
 
 use std::process::Command;
 
-use kprobe_perf_tests::{kprobe_perf_bin, uprobes_available};
-
-/// The C library this test runs with, from its own mappings.
-fn libc_path() -> Option<String> {
-    let maps = std::fs::read_to_string("/proc/self/maps").ok()?;
-    maps.lines()
-        .filter_map(|l| l.split_whitespace().nth(5))
-        .find(|p| p.contains("/libc.so"))
-        .map(str::to_string)
-}
+use kprobe_perf_tests::{kprobe_perf_bin, libc_path, uprobes_available};
 
 /// (comm, tid) of each event line of kprobe-perf's text output.
 fn events(text: &str) -> Vec<(String, i32)> {
