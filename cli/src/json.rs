@@ -1,60 +1,184 @@
 //! `--json`: one JSON object per event (JSON Lines), typed: numbers as
 //! numbers, strings as strings, an unreadable string as null, arrays as
 //! arrays; then one closing summary object.
+//!
+//! Events are written straight into the line's bytes, keys in sorted
+//! order (as a `serde_json::Value` map would print them), with what is
+//! the same from event to event (each probe's argument order, each
+//! address's symbol) worked out once: a live session at full rate spends
+//! its time here.
+
+use std::collections::HashMap;
 
 use kprobe_perf_engine::spec::BaseType;
 use kprobe_perf_engine::{Event, KernelSymbols, ProbePlan, Summary, Value};
-use serde_json::{json, Map, Value as Json};
+use serde_json::json;
 
 use crate::text::{function, location};
 
-fn value(v: &Value, symbols: &KernelSymbols) -> Json {
+/// Addresses whose symbols are kept before the cache starts again.
+const PLACES_KEPT: usize = 4096;
+
+/// Writes events as JSON objects, remembering what repeats.
+#[derive(Default)]
+pub(crate) struct EventWriter {
+    /// Per probe (by index): the `"args":{...}` key order, as indices
+    /// into the plan's arguments sorted by name (the last of equal names).
+    arg_order: Vec<Option<Vec<usize>>>,
+    /// Per address: its `"location":"..."` (entry) or `"function":"..."`
+    /// (return) member, quoted, with the leading key.
+    places: HashMap<(u64, bool), Box<[u8]>>,
+    /// Per symbol-typed value: its quoted location.
+    symbols: HashMap<u64, Box<[u8]>>,
+}
+
+impl EventWriter {
+    /// Appends `e` as one JSON object (no newline) to `out`.
+    pub(crate) fn event(
+        &mut self,
+        out: &mut Vec<u8>,
+        e: &Event,
+        plan: &ProbePlan,
+        symbols: &KernelSymbols,
+    ) {
+        if self.arg_order.len() <= e.probe {
+            self.arg_order.resize(e.probe + 1, None);
+        }
+        let order = self.arg_order[e.probe].get_or_insert_with(|| sorted_args(plan));
+        out.extend_from_slice(b"{\"args\":{");
+        for (n, &i) in order.iter().enumerate() {
+            let (Some(a), Some(v)) = (plan.args.get(i), e.args.get(i)) else {
+                continue;
+            };
+            if n > 0 {
+                out.push(b',');
+            }
+            put_str(out, &a.name);
+            out.push(b':');
+            put_value(out, v, symbols, &mut self.symbols);
+        }
+        out.extend_from_slice(b"},\"comm\":");
+        put_str(out, &e.comm);
+        out.extend_from_slice(b",\"cpu\":");
+        put_int(out, e.cpu);
+        out.extend_from_slice(b",\"event\":");
+        put_str(out, &plan.event);
+        out.push(b',');
+        let ret = e.ret_addr.is_some();
+        if self.places.len() >= PLACES_KEPT {
+            self.places.clear();
+        }
+        let place = self.places.entry((e.probe_addr, ret)).or_insert_with(|| {
+            let mut m = Vec::new();
+            if ret {
+                m.extend_from_slice(b"\"function\":");
+                put_str(&mut m, &function(symbols, e.probe_addr));
+            } else {
+                m.extend_from_slice(b"\"location\":");
+                put_str(&mut m, &location(symbols, e.probe_addr));
+            }
+            m.into_boxed_slice()
+        });
+        out.extend_from_slice(place);
+        out.extend_from_slice(b",\"pid\":");
+        put_int(out, e.pid);
+        out.extend_from_slice(b",\"probe_addr\":");
+        put_int(out, e.probe_addr);
+        if let Some(r) = e.ret_addr {
+            out.extend_from_slice(b",\"ret_addr\":");
+            put_int(out, r);
+            out.extend_from_slice(b",\"ret_location\":");
+            put_symbol(out, r, symbols, &mut self.symbols);
+        }
+        out.extend_from_slice(b",\"tid\":");
+        put_int(out, e.tid);
+        out.extend_from_slice(b",\"time_ns\":");
+        put_int(out, e.time_ns);
+        out.extend_from_slice(b",\"type\":\"event\"}");
+    }
+}
+
+/// The plan's argument indices in the order a sorted map prints their
+/// names, each name once (its last argument, as a map insert keeps).
+fn sorted_args(plan: &ProbePlan) -> Vec<usize> {
+    let mut order: Vec<usize> = (0..plan.args.len()).collect();
+    // Stable: equal names keep plan order, and the last of them is kept.
+    order.sort_by(|&a, &b| plan.args[a].name.cmp(&plan.args[b].name));
+    let mut kept: Vec<usize> = Vec::with_capacity(order.len());
+    for i in order {
+        match kept.last_mut() {
+            Some(last) if plan.args[*last].name == plan.args[i].name => *last = i,
+            _ => kept.push(i),
+        }
+    }
+    kept
+}
+
+pub(crate) fn put_int(out: &mut Vec<u8>, v: impl itoa::Integer) {
+    out.extend_from_slice(itoa::Buffer::new().format(v).as_bytes());
+}
+
+/// `s` as a JSON string: quoted, with `"`, `\` and control characters
+/// escaped as serde_json escapes them.
+pub(crate) fn put_str(out: &mut Vec<u8>, s: &str) {
+    if s.bytes().all(|b| b >= 0x20 && b != b'"' && b != b'\\') {
+        out.push(b'"');
+        out.extend_from_slice(s.as_bytes());
+        out.push(b'"');
+    } else {
+        // Writing to a Vec cannot fail, nor can serializing a str.
+        let _ = serde_json::to_writer(&mut *out, s);
+    }
+}
+
+/// The location of a symbol-typed value or a return address, quoted,
+/// looked up once per address.
+fn put_symbol(
+    out: &mut Vec<u8>,
+    addr: u64,
+    symbols: &KernelSymbols,
+    cache: &mut HashMap<u64, Box<[u8]>>,
+) {
+    if cache.len() >= PLACES_KEPT {
+        cache.clear();
+    }
+    let quoted = cache.entry(addr).or_insert_with(|| {
+        let mut m = Vec::new();
+        put_str(&mut m, &location(symbols, addr));
+        m.into_boxed_slice()
+    });
+    out.extend_from_slice(quoted);
+}
+
+fn put_value(
+    out: &mut Vec<u8>,
+    v: &Value,
+    symbols: &KernelSymbols,
+    cache: &mut HashMap<u64, Box<[u8]>>,
+) {
     match v {
         Value::Int {
             raw,
             ty: BaseType::Signed(_),
-        } => json!(*raw as i64),
+        } => put_int(out, *raw as i64),
         Value::Int {
             raw,
             ty: BaseType::Symbol,
-        } => json!(location(symbols, *raw)),
-        Value::Int { raw, .. } => json!(raw),
-        Value::Str(s) => json!(s),
-        Value::Array(items) => Json::Array(items.iter().map(|i| value(i, symbols)).collect()),
-        Value::Unknown => Json::Null,
-    }
-}
-
-/// One event as a JSON object on one line.
-pub(crate) fn event(e: &Event, plan: &ProbePlan, symbols: &KernelSymbols) -> String {
-    let mut args = Map::new();
-    for (a, v) in plan.args.iter().zip(&e.args) {
-        args.insert(a.name.clone(), value(v, symbols));
-    }
-    let mut obj = json!({
-        "type": "event",
-        "event": plan.event,
-        "comm": e.comm.as_ref(),
-        "pid": e.pid,
-        "tid": e.tid,
-        "cpu": e.cpu,
-        "time_ns": e.time_ns,
-        "probe_addr": e.probe_addr,
-        "args": args,
-    });
-    if let Json::Object(m) = &mut obj {
-        match e.ret_addr {
-            Some(r) => {
-                m.insert("function".into(), json!(function(symbols, e.probe_addr)));
-                m.insert("ret_addr".into(), json!(r));
-                m.insert("ret_location".into(), json!(location(symbols, r)));
+        } => put_symbol(out, *raw, symbols, cache),
+        Value::Int { raw, .. } => put_int(out, *raw),
+        Value::Str(Some(s)) => put_str(out, s),
+        Value::Str(None) | Value::Unknown => out.extend_from_slice(b"null"),
+        Value::Array(items) => {
+            out.push(b'[');
+            for (n, item) in items.iter().enumerate() {
+                if n > 0 {
+                    out.push(b',');
+                }
+                put_value(out, item, symbols, cache);
             }
-            None => {
-                m.insert("location".into(), json!(location(symbols, e.probe_addr)));
-            }
+            out.push(b']');
         }
     }
-    obj.to_string()
 }
 
 /// The closing object: counts per probe, losses, and misses (the
@@ -65,8 +189,11 @@ pub(crate) fn event(e: &Event, plan: &ProbePlan, symbols: &KernelSymbols) -> Str
 pub(crate) fn summary(summary: &Summary) -> String {
     // Through a `Value`, whose map sorts the keys.
     let mut o = serde_json::to_value(summary).unwrap_or_else(|e| json!({ "error": e.to_string() }));
-    if let Json::Object(m) = &mut o {
+    if let serde_json::Value::Object(m) = &mut o {
         m.insert("type".into(), json!("summary"));
     }
     o.to_string()
 }
+
+#[cfg(test)]
+mod tests;

@@ -468,6 +468,7 @@ fn record(args: &RecordArgs, filters: &[Option<String>]) -> Result<ExitCode> {
         }),
         cache: text::LineCache::default(),
         line: Vec::with_capacity(256),
+        json_writer: json::EventWriter::default(),
         agg,
         stacks: call_graph.map(|_| {
             stacks::Stacks::new(
@@ -670,6 +671,8 @@ struct Printer<'a> {
     cache: text::LineCache,
     /// The line being written.
     line: Vec<u8>,
+    /// What --json remembers between objects.
+    json_writer: json::EventWriter,
     /// The maps of --count-by, --hist, --lhist.
     agg: Option<aggregate::Aggregation>,
     /// With -g: the frames of each event, and the stacks counted.
@@ -684,8 +687,8 @@ impl Printer<'_> {
         };
         self.line.clear();
         if self.json {
-            self.line
-                .extend_from_slice(json::event(e, plan, self.symbols).as_bytes());
+            self.json_writer
+                .event(&mut self.line, e, plan, self.symbols);
             if let Some(s) = self.stacks.as_ref() {
                 s.write_json(&mut self.line);
             }

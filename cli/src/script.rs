@@ -61,6 +61,7 @@ pub(crate) fn run(args: &ScriptArgs) -> Result<ExitCode> {
         );
     }
     let mut plans_seen = Vec::new();
+    let mut json_writer = json::EventWriter::default();
     let replayed = replay.run(|e, plans, symbols, maps| {
         let Some(plan) = plans.get(e.probe) else {
             return;
@@ -86,7 +87,7 @@ pub(crate) fn run(args: &ScriptArgs) -> Result<ExitCode> {
             None => {
                 line.clear();
                 if json {
-                    line.extend_from_slice(json::event(e, plan, symbols).as_bytes());
+                    json_writer.event(&mut line, e, plan, symbols);
                     if chain {
                         stacks.write_json(&mut line);
                     }

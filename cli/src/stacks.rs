@@ -11,7 +11,6 @@ use std::path::{Path, PathBuf};
 use anyhow::{Context, Result};
 use kprobe_perf_engine::stack::{CallGraph, NamedFrame, ProcessMaps, StackSymbolizer};
 use kprobe_perf_engine::{Event, KernelSymbols, ProbePlan};
-use serde_json::json;
 
 /// `record`'s callchain flags.
 #[derive(clap::Args, Default)]
@@ -192,19 +191,26 @@ impl Stacks {
             return;
         }
         line.pop();
-        let frames: Vec<_> = self
-            .frames
-            .iter()
-            .map(|f| {
-                json!({
-                    "address": f.address,
-                    "symbol": f.symbol.as_deref(),
-                    "offset": f.offset,
-                    "object": &*f.object,
-                })
-            })
-            .collect();
-        let _ = write!(line, ",\"callchain\":{}}}", json!(frames));
+        // Keys sorted, as a serde_json map prints them.
+        line.extend_from_slice(b",\"callchain\":[");
+        for (n, f) in self.frames.iter().enumerate() {
+            if n > 0 {
+                line.push(b',');
+            }
+            line.extend_from_slice(b"{\"address\":");
+            crate::json::put_int(line, f.address);
+            line.extend_from_slice(b",\"object\":");
+            crate::json::put_str(line, &f.object);
+            line.extend_from_slice(b",\"offset\":");
+            crate::json::put_int(line, f.offset);
+            line.extend_from_slice(b",\"symbol\":");
+            match f.symbol.as_deref() {
+                Some(s) => crate::json::put_str(line, s),
+                None => line.extend_from_slice(b"null"),
+            }
+            line.push(b'}');
+        }
+        line.extend_from_slice(b"]}");
     }
 
     /// Writes the folded stacks and the flame graph `args` ask for.
@@ -302,5 +308,45 @@ mod tests {
             user: true,
         };
         assert_eq!(frame_name(&f), "[/usr/bin/x]");
+    }
+
+    #[test]
+    fn json_callchains_match_a_sorted_serde_json_map() {
+        let mut stacks = Stacks::new(false, false);
+        stacks.frames = vec![
+            NamedFrame {
+                address: 0xffff_ffff_8123_45a0,
+                symbol: Some("do_sys_openat2".into()),
+                offset: 0x10,
+                object: "[kernel.kallsyms]".into(),
+                user: false,
+            },
+            NamedFrame {
+                address: 7,
+                symbol: None,
+                offset: 0,
+                object: "/opt/a \"b\"\n".into(),
+                user: true,
+            },
+        ];
+        let mut line = b"{\"type\":\"event\"}".to_vec();
+        stacks.write_json(&mut line);
+        let frames: Vec<_> = stacks
+            .frames
+            .iter()
+            .map(|f| {
+                serde_json::json!({
+                    "address": f.address,
+                    "symbol": f.symbol.as_deref(),
+                    "offset": f.offset,
+                    "object": &*f.object,
+                })
+            })
+            .collect();
+        let want = format!(
+            "{{\"type\":\"event\",\"callchain\":{}}}",
+            serde_json::json!(frames)
+        );
+        assert_eq!(String::from_utf8(line).unwrap(), want);
     }
 }
