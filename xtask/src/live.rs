@@ -268,8 +268,8 @@ impl Chain {
     /// What each tool records and prints, for the table's header.
     fn describe(self) -> &'static str {
         match self {
-            Chain::Kernel => "stacks: the kernel stack only, every frame, in all three tools (kprobe-perf and perf: up to kernel.perf_event_max_stack frames; bpftrace: kstack without a limit); kprobe-perf and bpftrace print each frame as function+offset, perf record writes the raw addresses to its file",
-            Chain::User => "stacks: the user stack only, walked by frame pointer, every frame, in all three tools (kprobe-perf and perf: up to kernel.perf_event_max_stack frames; bpftrace: ustack without a limit); kprobe-perf and bpftrace print each frame as function+offset (bpftrace: an address once the workload has exited), perf record writes the raw addresses to its file",
+            Chain::Kernel => "stacks: the kernel stack only, in all three tools (kprobe-perf --call-graph kernel and perf --kernel-callchains: up to kernel.perf_event_max_stack frames; bpftrace kstack: its default depth); kprobe-perf and bpftrace print each frame as function+offset, perf record writes the addresses to its file",
+            Chain::User => "stacks: the user stack only, walked by frame pointer, in all three tools (kprobe-perf --call-graph user and perf --user-callchains: up to kernel.perf_event_max_stack frames; bpftrace ustack: its default depth); kprobe-perf and bpftrace print each frame as function+offset (bpftrace: an address once the workload has exited), perf record writes the addresses to its file",
         }
     }
 }
