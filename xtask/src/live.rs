@@ -17,6 +17,7 @@
 
 use anyhow::{anyhow, bail, Context, Result};
 use std::collections::BTreeMap;
+use std::ffi::OsString;
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -247,9 +248,35 @@ pub(crate) struct LiveOptions {
     /// Profile the consumers (perf stat counters, a call graph) instead
     /// of the tables.
     pub profile: bool,
-    /// Only these probe kinds (entry, return, string); empty: all.
+    /// Only these probe kinds (entry, return, string, stack); empty: all.
     pub probes: Vec<String>,
 }
+
+/// The probe kinds `--probes` selects from.
+pub(crate) const PROBE_KINDS: [&str; 4] = ["entry", "return", "string", "stack"];
+
+/// The callchain a stack probe records.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+enum Chain {
+    /// The kernel stack (kprobes).
+    Kernel,
+    /// The user stack, walked by frame pointer (uprobes).
+    User,
+}
+
+impl Chain {
+    /// What each tool records and prints, for the table's header.
+    fn describe(self) -> &'static str {
+        match self {
+            Chain::Kernel => "stacks: the kernel stack only, in all three tools (kprobe-perf --call-graph kernel and perf --kernel-callchains: up to kernel.perf_event_max_stack frames; bpftrace kstack: its default depth); kprobe-perf and bpftrace print each frame as function+offset, perf record writes the addresses to its file",
+            Chain::User => "stacks: the user stack only, walked by frame pointer, in all three tools (kprobe-perf --call-graph user and perf --user-callchains: up to kernel.perf_event_max_stack frames; bpftrace ustack: its default depth); kprobe-perf and bpftrace print each frame as function+offset (bpftrace: an address once the workload has exited), perf record writes the addresses to its file",
+        }
+    }
+}
+
+/// What bpftrace's stack programs print before each stack, so that an
+/// event is one line of its output however many frames follow.
+const BPFTRACE_STACK_MARK: &str = "stack";
 
 /// One probe on one workload, as each tool spells it.
 struct ProbeCase {
@@ -261,6 +288,40 @@ struct ProbeCase {
     perf: (Option<String>, String),
     /// bpftrace's program (`cpid` filters the workload).
     bpftrace: String,
+    /// The callchain recorded with each event (stack probes).
+    stack: Option<Chain>,
+}
+
+impl ProbeCase {
+    /// kprobe-perf record's options for this case, before `-e`.
+    fn kp_opts(&self) -> &'static [&'static str] {
+        match self.stack {
+            None => &[],
+            Some(Chain::Kernel) => &["--call-graph", "kernel"],
+            Some(Chain::User) => &["--call-graph", "user"],
+        }
+    }
+
+    /// perf record's options for this case, before `-e`: the same
+    /// callchain as kprobe-perf's, and only that one.
+    fn perf_opts(&self) -> &'static [&'static str] {
+        match self.stack {
+            None => &[],
+            Some(Chain::Kernel) => &["-g", "--kernel-callchains"],
+            Some(Chain::User) => &["-g", "--user-callchains"],
+        }
+    }
+
+    /// How bpftrace's output lines are counted as events: every line, or
+    /// (stack probes) the lines that start with this mark.
+    fn bpftrace_mark(&self) -> Option<&'static str> {
+        self.stack.map(|_| BPFTRACE_STACK_MARK)
+    }
+}
+
+/// `opts` followed by a space, or nothing.
+fn with_space(opts: &[&str]) -> String {
+    opts.iter().map(|o| format!("{o} ")).collect()
 }
 
 fn cases(xtask: &str) -> Vec<ProbeCase> {
@@ -271,6 +332,7 @@ fn cases(xtask: &str) -> Vec<ProbeCase> {
             kp: "p:do_sys_openat2 dfd=%di:s32 flags=%dx:x32".into(),
             perf: (None, "kpfb:entry=do_sys_openat2 dfd=%di:s32 flags=%dx:x32".into()),
             bpftrace: r#"kprobe:do_sys_openat2 /pid == cpid/ { printf("%d %x\n", arg0, arg2 & 0xffffffff); }"#.into(),
+            stack: None,
         },
         ProbeCase {
             workload: CallKind::Open,
@@ -278,6 +340,7 @@ fn cases(xtask: &str) -> Vec<ProbeCase> {
             kp: "r:do_sys_openat2 ret=$retval:s64".into(),
             perf: (None, "kpfb:ret=do_sys_openat2%return ret=$retval:s64".into()),
             bpftrace: r#"kretprobe:do_sys_openat2 /pid == cpid/ { printf("%d\n", retval); }"#.into(),
+            stack: None,
         },
         ProbeCase {
             workload: CallKind::Open,
@@ -285,6 +348,17 @@ fn cases(xtask: &str) -> Vec<ProbeCase> {
             kp: "p:do_sys_openat2 path=+0(%si):ustring".into(),
             perf: (None, "kpfb:string=do_sys_openat2 path=+0(%si):ustring".into()),
             bpftrace: r#"kprobe:do_sys_openat2 /pid == cpid/ { printf("%s\n", str(uptr(arg1))); }"#.into(),
+            stack: None,
+        },
+        ProbeCase {
+            workload: CallKind::Open,
+            kind: "stack",
+            kp: "p:do_sys_openat2".into(),
+            perf: (None, "kpfb:stack=do_sys_openat2".into()),
+            bpftrace: format!(
+                r#"kprobe:do_sys_openat2 /pid == cpid/ {{ printf("{BPFTRACE_STACK_MARK}%s\n", kstack); }}"#
+            ),
+            stack: Some(Chain::Kernel),
         },
         ProbeCase {
             workload: CallKind::Call,
@@ -292,6 +366,7 @@ fn cases(xtask: &str) -> Vec<ProbeCase> {
             kp: format!("p:{xtask}:kpf_live_target x=%di:u64"),
             perf: (Some(xtask.into()), "kpfb:uentry=kpf_live_target x=%di:u64".into()),
             bpftrace: format!(r#"uprobe:{xtask}:kpf_live_target /pid == cpid/ {{ printf("%u\n", arg0); }}"#),
+            stack: None,
         },
         ProbeCase {
             workload: CallKind::Call,
@@ -299,6 +374,17 @@ fn cases(xtask: &str) -> Vec<ProbeCase> {
             kp: format!("r:{xtask}:kpf_live_target ret=$retval:u64"),
             perf: (Some(xtask.into()), "kpfb:uret=kpf_live_target%return ret=$retval:u64".into()),
             bpftrace: format!(r#"uretprobe:{xtask}:kpf_live_target /pid == cpid/ {{ printf("%u\n", retval); }}"#),
+            stack: None,
+        },
+        ProbeCase {
+            workload: CallKind::Call,
+            kind: "stack",
+            kp: format!("p:{xtask}:kpf_live_target"),
+            perf: (Some(xtask.into()), "kpfb:ustack=kpf_live_target".into()),
+            bpftrace: format!(
+                r#"uprobe:{xtask}:kpf_live_target /pid == cpid/ {{ printf("{BPFTRACE_STACK_MARK}%s\n", ustack); }}"#
+            ),
+            stack: Some(Chain::User),
         },
     ]
 }
@@ -480,9 +566,11 @@ fn perf_lost_from_dump(text: &str) -> u64 {
         .sum()
 }
 
-/// Events (lines, empty ones too: one printf each) and `Lost N events`
-/// of bpftrace's output file.
-fn bpftrace_output(file: &Path) -> (u64, u64) {
+/// Events and `Lost N events` of bpftrace's output file. Without `mark`
+/// every line is an event (empty ones too: one printf each); with it, the
+/// lines that start with `mark` are (a stack program prints the mark, then
+/// the stack's frames, one an indented line, then empty lines).
+fn bpftrace_output(file: &Path, mark: Option<&str>) -> (u64, u64) {
     let text = std::fs::read(file).unwrap_or_default();
     let mut events = 0;
     let mut lost = 0;
@@ -501,7 +589,9 @@ fn bpftrace_output(file: &Path) -> (u64, u64) {
         if s.starts_with("Attaching ") {
             continue;
         }
-        events += 1;
+        if mark.is_none_or(|m| s.starts_with(m)) {
+            events += 1;
+        }
     }
     (events, lost)
 }
@@ -551,6 +641,55 @@ impl Runner<'_> {
         ]
     }
 
+    /// The command line of `tool` recording the workload `w` on `case`:
+    /// its files are `data` (-o) and `bpf_out` (bpftrace's -o).
+    fn tool_argv(
+        &self,
+        tool: &Tool,
+        case: &ProbeCase,
+        perf_event: &str,
+        w: &[String],
+        data: &Path,
+        bpf_out: &Path,
+    ) -> Result<Vec<OsString>> {
+        let mut argv: Vec<OsString> = Vec::new();
+        match tool {
+            Tool::Bare => {}
+            Tool::Kp(_, extra) => {
+                argv.push(self.opts.kprobe_perf.clone().into());
+                argv.push("record".into());
+                for e in extra {
+                    argv.push(if *e == "FILE" { data.into() } else { e.into() });
+                }
+                argv.extend(case.kp_opts().iter().map(OsString::from));
+                argv.extend(["-e".into(), case.kp.clone().into(), "--".into()]);
+            }
+            Tool::Perf(_, extra) => {
+                let perf = self.tools.perf.as_ref().ok_or_else(|| anyhow!("no perf"))?;
+                argv.extend([perf.into(), "record".into(), "-N".into()]);
+                argv.extend(extra.iter().chain(case.perf_opts()).map(OsString::from));
+                argv.extend(["-e".into(), perf_event.into(), "-o".into()]);
+                argv.extend([data.into(), "--".into()]);
+            }
+            Tool::Bpftrace => {
+                let b = self
+                    .tools
+                    .bpftrace
+                    .as_ref()
+                    .ok_or_else(|| anyhow!("no bpftrace"))?;
+                argv.extend([b.into(), "-o".into(), bpf_out.into(), "-e".into()]);
+                argv.extend([
+                    case.bpftrace.clone().into(),
+                    "-c".into(),
+                    w.join(" ").into(),
+                ]);
+                return Ok(argv);
+            }
+        }
+        argv.extend(w.iter().map(OsString::from));
+        Ok(argv)
+    }
+
     /// One run of `tool` on `case`.
     fn run(
         &self,
@@ -574,45 +713,8 @@ impl Runner<'_> {
             .arg(&timef)
             .current_dir(&self.dir)
             .stdin(Stdio::null())
-            .stdout(Stdio::null());
-        match tool {
-            Tool::Bare => {
-                cmd.args(&w);
-            }
-            Tool::Kp(_, extra) => {
-                cmd.arg(&self.opts.kprobe_perf).arg("record");
-                for e in extra {
-                    if *e == "FILE" {
-                        cmd.arg(&data);
-                    } else {
-                        cmd.arg(e);
-                    }
-                }
-                cmd.args(["-e", &case.kp, "--"]).args(&w);
-            }
-            Tool::Perf(_, extra) => {
-                let perf = self.tools.perf.as_ref().ok_or_else(|| anyhow!("no perf"))?;
-                cmd.arg(perf)
-                    .args(["record", "-N"])
-                    .args(extra)
-                    .args(["-e", perf_event, "-o"])
-                    .arg(&data)
-                    .arg("--")
-                    .args(&w);
-            }
-            Tool::Bpftrace => {
-                let b = self
-                    .tools
-                    .bpftrace
-                    .as_ref()
-                    .ok_or_else(|| anyhow!("no bpftrace"))?;
-                cmd.arg(b)
-                    .arg("-o")
-                    .arg(&bpf_out)
-                    .args(["-e", &case.bpftrace, "-c"])
-                    .arg(w.join(" "));
-            }
-        }
+            .stdout(Stdio::null())
+            .args(self.tool_argv(tool, case, perf_event, &w, &data, &bpf_out)?);
         let out = cmd
             .stderr(Stdio::piped())
             .output()
@@ -652,7 +754,7 @@ impl Runner<'_> {
                 (perf_samples(&stderr), perf_lost(perf, &data))
             }
             Tool::Bpftrace => {
-                let (e, l) = bpftrace_output(&bpf_out);
+                let (e, l) = bpftrace_output(&bpf_out, case.bpftrace_mark());
                 (Some(e), Some(l))
             }
         };
@@ -818,7 +920,6 @@ fn measure_in(opts: &LiveOptions, dir: &Path) -> Result<()> {
             (None, None) => "absent".into(),
         }
     );
-    println!("stack probes: not measured (kprobe-perf has no stack probe yet)");
     println!("uprobe string probes: not measured (kprobe-perf refuses memory fetches in uprobes)");
     if opts.profile {
         return profile(&runner);
@@ -844,7 +945,11 @@ fn measure_in(opts: &LiveOptions, dir: &Path) -> Result<()> {
         println!();
         println!("## {} probe: {what}", case.kind);
         println!();
-        println!("kprobe-perf: -e '{}'", case.kp);
+        println!(
+            "kprobe-perf: {}-e '{}'",
+            with_space(case.kp_opts()),
+            case.kp
+        );
         if tools.perf.is_some() {
             let x = case
                 .perf
@@ -852,8 +957,9 @@ fn measure_in(opts: &LiveOptions, dir: &Path) -> Result<()> {
                 .as_ref()
                 .map_or(String::new(), |x| format!("-x {x} "));
             println!(
-                "perf: perf probe {x}-a '{}'; perf record -N -e {perf_event} -o FILE -- WORKLOAD",
-                case.perf.1
+                "perf: perf probe {x}-a '{}'; perf record -N {}-e {perf_event} -o FILE -- WORKLOAD",
+                case.perf.1,
+                with_space(case.perf_opts())
             );
         }
         if tools.bpftrace.is_some() {
@@ -861,6 +967,9 @@ fn measure_in(opts: &LiveOptions, dir: &Path) -> Result<()> {
                 "bpftrace: bpftrace -o FILE -e '{}' -c WORKLOAD",
                 case.bpftrace
             );
+        }
+        if let Some(chain) = case.stack {
+            println!("{}", chain.describe());
         }
         println!();
         println!("| threads | rate/thread | tool | us/call | added us/call | added CPU us/call | events | lost per round | consumer CPU us/event: calls / to exit | consumer voluntary switches per 1000 events |");
@@ -955,78 +1064,27 @@ fn profile(runner: &Runner) -> Result<()> {
         );
         let w = runner.workload_args(case.workload, 1, Rate::Max);
         let data = runner.dir.join("prof-out.data");
-        let mut consumers: Vec<(String, Vec<String>)> = vec![
-            (
-                "kprobe-perf text".into(),
-                [
-                    runner.opts.kprobe_perf.to_string_lossy().as_ref(),
-                    "record",
-                    "-e",
-                    &case.kp,
-                    "--",
-                ]
-                .iter()
-                .map(|s| s.to_string())
-                .chain(w.iter().cloned())
-                .collect(),
-            ),
-            (
-                "kprobe-perf -q -o FILE".into(),
-                [
-                    runner.opts.kprobe_perf.to_string_lossy().as_ref(),
-                    "record",
-                    "-q",
-                    "-o",
-                    &data.to_string_lossy(),
-                    "-e",
-                    &case.kp,
-                    "--",
-                ]
-                .iter()
-                .map(|s| s.to_string())
-                .chain(w.iter().cloned())
-                .collect(),
-            ),
-            (
-                "perf record".into(),
-                [
-                    perf.to_string_lossy().as_ref(),
-                    "record",
-                    "-N",
-                    "-e",
-                    &perf_event,
-                    "-o",
-                    &data.to_string_lossy(),
-                    "--",
-                ]
-                .iter()
-                .map(|s| s.to_string())
-                .chain(w.iter().cloned())
-                .collect(),
-            ),
+        let bpf_out = runner.dir.join("prof-bpftrace.out");
+        let mut consumers = vec![
+            Tool::Kp("text", vec![]),
+            Tool::Kp("-q -o FILE", vec!["-q", "-o", "FILE"]),
+            Tool::Perf("", vec![]),
         ];
         if case.kind == "return" && case.workload == CallKind::Open {
             consumers.insert(
                 1,
-                (
-                    "kprobe-perf --backend tracefs text".into(),
-                    [
-                        runner.opts.kprobe_perf.to_string_lossy().as_ref(),
-                        "record",
-                        "--backend",
-                        "tracefs",
-                        "-e",
-                        &case.kp,
-                        "--",
-                    ]
-                    .iter()
-                    .map(|s| s.to_string())
-                    .chain(w.iter().cloned())
-                    .collect(),
-                ),
+                Tool::Kp("--backend tracefs text", vec!["--backend", "tracefs"]),
             );
         }
-        for (label, argv) in &consumers {
+        let consumers = consumers
+            .into_iter()
+            .map(|t| {
+                let argv = runner.tool_argv(&t, &case, &perf_event, &w, &data, &bpf_out)?;
+                Ok((t, argv))
+            })
+            .collect::<Result<Vec<_>>>()?;
+        for (tool, argv) in &consumers {
+            let label = tool.label();
             let _ = std::fs::remove_file(&data);
             let _ = std::fs::remove_file(runner.dir.join("prof-out.data.old"));
             let stat = runner.dir.join("stat.csv");
@@ -1050,10 +1108,9 @@ fn profile(runner: &Runner) -> Result<()> {
                 .output()
                 .context("running perf stat")?;
             let stderr = String::from_utf8_lossy(&out.stderr);
-            let events = if label.starts_with("perf") {
-                perf_samples(&stderr)
-            } else {
-                kp_summary(&stderr).map(|(e, _)| e)
+            let events = match tool {
+                Tool::Perf(..) => perf_samples(&stderr),
+                _ => kp_summary(&stderr).map(|(e, _)| e),
             };
             let csv = std::fs::read_to_string(&stat).unwrap_or_default();
             let mut parts = Vec::new();
@@ -1198,7 +1255,15 @@ mod tests {
         std::fs::create_dir_all(&dir).unwrap();
         let f = dir.join("out");
         std::fs::write(&f, "Attaching 1 probe...\n1\n\nLost 25 events\n3\n").unwrap();
-        assert_eq!(bpftrace_output(&f), (3, 25));
+        assert_eq!(bpftrace_output(&f, None), (3, 25));
+        // A stack program's output: the mark, the frames, an empty line.
+        std::fs::write(
+            &f,
+            "Attaching 1 probe...\nstack\n        do_sys_openat2+5\n        __x64_sys_openat+85\n\n\
+             Lost 4 events\nstack\n        do_sys_openat2+5\n\nstack\n\n",
+        )
+        .unwrap();
+        assert_eq!(bpftrace_output(&f, Some(BPFTRACE_STACK_MARK)), (3, 4));
         let _ = std::fs::remove_dir_all(&dir);
     }
 

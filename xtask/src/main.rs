@@ -97,7 +97,7 @@ enum Task {
     /// function, on one thread and on every CPU, at stepped rates, bare and
     /// recorded by kprobe-perf (text and --json to /dev/null, -q -o FILE;
     /// for the kretprobe also --backend tracefs), perf record and bpftrace
-    /// (where it runs), with entry, return and string probes; per probe
+    /// (where it runs), with entry, return, string and stack probes; per probe
     /// kind a table of the workload's added microseconds per call, the
     /// events lost per round, and the consumer's CPU time per event from
     /// getrusage; in the VM, or with --native on this host (uprobes only))
@@ -136,7 +136,7 @@ enum Task {
         /// `call` (calls of a uprobed function), comma-separated.
         #[arg(long, default_value = "open,call")]
         workloads: String,
-        /// For live: only these probe kinds (entry, return, string),
+        /// For live: only these probe kinds (entry, return, string, stack),
         /// comma-separated; default: all.
         #[arg(long, default_value = "")]
         probes: String,
@@ -406,9 +406,9 @@ fn live_options(
         .collect();
     if let Some(p) = probes
         .iter()
-        .find(|p| !["entry", "return", "string"].contains(&p.as_str()))
+        .find(|p| !live::PROBE_KINDS.contains(&p.as_str()))
     {
-        bail!("--probes takes entry, return and string, not {p:?}");
+        bail!("--probes takes {}, not {p:?}", live::PROBE_KINDS.join(", "));
     }
     Ok(live::LiveOptions {
         kprobe_perf,
