@@ -460,11 +460,13 @@ fn record(args: &RecordArgs, filters: &[Option<String>]) -> Result<ExitCode> {
         // The file names the return trampoline too, so that its replay
         // decodes a kretprobe's caller as this run does.
         addresses: file.as_ref().map(|_| {
-            session
-                .plans()
-                .iter()
-                .filter_map(|p| p.return_trampoline)
-                .collect()
+            output::Addresses::new(
+                session
+                    .plans()
+                    .iter()
+                    .filter_map(|p| p.return_trampoline)
+                    .collect(),
+            )
         }),
         cache: text::LineCache::default(),
         line: Vec::with_capacity(256),
@@ -555,7 +557,12 @@ fn record(args: &RecordArgs, filters: &[Option<String>]) -> Result<ExitCode> {
         )?;
     }
     if let Some(file) = live.file.take() {
-        let addresses = live.printer.addresses.take().unwrap_or_default();
+        let addresses = live
+            .printer
+            .addresses
+            .take()
+            .map(output::Addresses::into_set)
+            .unwrap_or_default();
         file.finish(&session, &symbols, addresses, &json_summary, &lines)?;
     }
     for line in &lines {
@@ -666,7 +673,7 @@ struct Printer<'a> {
     quiet: bool,
     /// With -o: the kernel addresses the output symbolizes, whose symbols
     /// the file stores.
-    addresses: Option<std::collections::HashSet<u64>>,
+    addresses: Option<output::Addresses>,
     /// What the text formatter remembers between lines.
     cache: text::LineCache,
     /// The line being written.
@@ -831,7 +838,7 @@ impl<W: Write> EventSink for LiveOutput<'_, W> {
 
     fn event(&mut self, e: &Event) -> Result<ControlFlow<()>> {
         if let Some(a) = self.printer.addresses.as_mut() {
-            output::note_addresses(a, e);
+            a.note(e);
         }
         if let Some(a) = self.printer.agg.as_mut() {
             a.record(e);
