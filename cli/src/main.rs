@@ -715,9 +715,14 @@ impl Printer<'_> {
         out.write_all(&self.line)
     }
 
-    /// With -g: names `e`'s frames and counts its stack.
+    /// With -g: names `e`'s frames and counts its stack; nothing when
+    /// the frames are neither printed nor counted (`-q -o` writes the raw
+    /// chains).
     fn see_stack(&mut self, e: &Event) {
         if let (Some(s), Some(plan)) = (self.stacks.as_mut(), self.plans.get(e.probe)) {
+            if self.quiet && !s.counts() {
+                return;
+            }
             s.see(e, plan, self.symbols, None);
         }
     }
