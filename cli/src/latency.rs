@@ -70,13 +70,16 @@ pub(crate) struct LatencyArgs {
 }
 
 /// The two probe definitions of `func`: its entry (with `nargs`
-/// arguments) and its return (with the return value).
-fn specs(func: &str, nargs: u8) -> [String; 2] {
+/// arguments) and its return (with the return value when `ret`: the
+/// register is then sampled at every return, which costs the kernel and
+/// the reader a little per call, so only `--by ret` and `--min` ask).
+fn specs(func: &str, nargs: u8, ret: bool) -> [String; 2] {
     let mut entry = format!("p:{func}");
     for i in 1..=nargs {
         entry.push_str(&format!(" arg{i}=$arg{i}"));
     }
-    [entry, format!("r:{func} ret=$retval:s64")]
+    let ret = if ret { " ret=$retval:s64" } else { "" };
+    [entry, format!("r:{func}{ret}")]
 }
 
 /// Runs `latency`.
@@ -96,8 +99,9 @@ pub(crate) fn run(args: &LatencyArgs) -> Result<ExitCode> {
     }
     let kernel = crate::inspect::record_kernel(&args.image);
     let nargs = if min_ns.is_some() { args.nargs } else { 0 };
+    let with_ret = min_ns.is_some() || by == Some(Key::Ret);
     let plans = kernel
-        .plan(&specs(&args.func, nargs), BackendChoice::Auto)
+        .plan(&specs(&args.func, nargs, with_ret), BackendChoice::Auto)
         .with_context(|| format!("cannot probe the entry and return of {}", args.func))?;
     crate::inspect::check_plans(&kernel, &plans)?;
     drop(kernel);
@@ -106,8 +110,13 @@ pub(crate) fn run(args: &LatencyArgs) -> Result<ExitCode> {
     options.shape = shape;
     options.unit = unit;
     options.calls_from_ns = min_ns;
-    let mut pairer =
-        LatencyPairer::new(&[FunctionProbes::new(0, 1).with_return_value(0)], options)?;
+    let function = FunctionProbes::new(0, 1);
+    let function = if with_ret {
+        function.with_return_value(0)
+    } else {
+        function
+    };
+    let mut pairer = LatencyPairer::new(&[function], options)?;
 
     let stop = Arc::new(AtomicBool::new(false));
     for sig in [
@@ -392,14 +401,11 @@ mod tests {
     #[test]
     fn entry_and_return_specs() {
         assert_eq!(
-            specs("vfs_read", 0),
-            [
-                "p:vfs_read".to_string(),
-                "r:vfs_read ret=$retval:s64".into()
-            ]
+            specs("vfs_read", 0, false),
+            ["p:vfs_read".to_string(), "r:vfs_read".into()]
         );
         assert_eq!(
-            specs("/bin/x:f", 2),
+            specs("/bin/x:f", 2, true),
             [
                 "p:/bin/x:f arg1=$arg1 arg2=$arg2".to_string(),
                 "r:/bin/x:f ret=$retval:s64".into()

@@ -460,11 +460,13 @@ fn record(args: &RecordArgs, filters: &[Option<String>]) -> Result<ExitCode> {
         // The file names the return trampoline too, so that its replay
         // decodes a kretprobe's caller as this run does.
         addresses: file.as_ref().map(|_| {
-            session
-                .plans()
-                .iter()
-                .filter_map(|p| p.return_trampoline)
-                .collect()
+            output::Addresses::new(
+                session
+                    .plans()
+                    .iter()
+                    .filter_map(|p| p.return_trampoline)
+                    .collect(),
+            )
         }),
         cache: text::LineCache::default(),
         line: Vec::with_capacity(256),
@@ -480,7 +482,10 @@ fn record(args: &RecordArgs, filters: &[Option<String>]) -> Result<ExitCode> {
     let stdout = io::stdout();
     let mut live = LiveOutput {
         printer,
-        out: io::BufWriter::new(stdout.lock()),
+        // Lines are flushed after each drain anyway; a large buffer
+        // makes one write(2) of many lines (a JSON line is ~200 bytes:
+        // 8 KiB took a system call per 40 events).
+        out: io::BufWriter::with_capacity(LIVE_OUT_BUFFER, stdout.lock()),
         file,
         reader_gone: false,
     };
@@ -555,7 +560,12 @@ fn record(args: &RecordArgs, filters: &[Option<String>]) -> Result<ExitCode> {
         )?;
     }
     if let Some(file) = live.file.take() {
-        let addresses = live.printer.addresses.take().unwrap_or_default();
+        let addresses = live
+            .printer
+            .addresses
+            .take()
+            .map(output::Addresses::into_set)
+            .unwrap_or_default();
         file.finish(&session, &symbols, addresses, &json_summary, &lines)?;
     }
     for line in &lines {
@@ -657,6 +667,9 @@ fn exit_code(status: std::process::ExitStatus) -> u8 {
     }
 }
 
+/// The bytes of printed events held before a write(2).
+const LIVE_OUT_BUFFER: usize = 256 << 10;
+
 /// How events are written: ftrace-style text or JSON Lines.
 struct Printer<'a> {
     plans: Vec<kprobe_perf_engine::ProbePlan>,
@@ -666,7 +679,7 @@ struct Printer<'a> {
     quiet: bool,
     /// With -o: the kernel addresses the output symbolizes, whose symbols
     /// the file stores.
-    addresses: Option<std::collections::HashSet<u64>>,
+    addresses: Option<output::Addresses>,
     /// What the text formatter remembers between lines.
     cache: text::LineCache,
     /// The line being written.
@@ -702,9 +715,14 @@ impl Printer<'_> {
         out.write_all(&self.line)
     }
 
-    /// With -g: names `e`'s frames and counts its stack.
+    /// With -g: names `e`'s frames and counts its stack; nothing when
+    /// the frames are neither printed nor counted (`-q -o` writes the raw
+    /// chains).
     fn see_stack(&mut self, e: &Event) {
         if let (Some(s), Some(plan)) = (self.stacks.as_mut(), self.plans.get(e.probe)) {
+            if self.quiet && !s.counts() {
+                return;
+            }
             s.see(e, plan, self.symbols, None);
         }
     }
@@ -831,7 +849,7 @@ impl<W: Write> EventSink for LiveOutput<'_, W> {
 
     fn event(&mut self, e: &Event) -> Result<ControlFlow<()>> {
         if let Some(a) = self.printer.addresses.as_mut() {
-            output::note_addresses(a, e);
+            a.note(e);
         }
         if let Some(a) = self.printer.agg.as_mut() {
             a.record(e);

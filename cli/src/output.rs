@@ -78,21 +78,51 @@ pub(crate) struct FileOutput {
     writer: Writer<BufWriter<File>>,
 }
 
-/// Records the kernel addresses `e`'s text or JSON line symbolizes.
-pub(crate) fn note_addresses(set: &mut HashSet<u64>, e: &Event) {
-    set.insert(e.probe_addr);
-    if let Some(r) = e.ret_addr {
-        set.insert(r);
-    }
-    set.extend(e.callchain.iter().filter(|f| !f.user).map(|f| f.address));
-    for v in &e.args {
-        if let Value::Int {
-            raw,
-            ty: BaseType::Symbol,
-        } = v
-        {
-            set.insert(*raw);
+/// The kernel addresses the events' text or JSON lines symbolize, whose
+/// symbols a file stores.
+#[derive(Default)]
+pub(crate) struct Addresses {
+    set: HashSet<u64>,
+    /// The last event's probe and return addresses: most events repeat
+    /// them, and a hash of each would cost more than the rest of a quiet
+    /// `-o` recording's work per event.
+    last: (u64, Option<u64>),
+}
+
+impl Addresses {
+    /// Starts with `set` (e.g. the return trampolines).
+    pub(crate) fn new(set: HashSet<u64>) -> Addresses {
+        Addresses {
+            set,
+            last: (0, None),
         }
+    }
+
+    /// Notes the addresses of `e`.
+    pub(crate) fn note(&mut self, e: &Event) {
+        if (e.probe_addr, e.ret_addr) != self.last {
+            self.last = (e.probe_addr, e.ret_addr);
+            self.set.insert(e.probe_addr);
+            if let Some(r) = e.ret_addr {
+                self.set.insert(r);
+            }
+        }
+        self.set
+            .extend(e.callchain.iter().filter(|f| !f.user).map(|f| f.address));
+        for v in &e.args {
+            if let Value::Int {
+                raw,
+                ty: BaseType::Symbol,
+            } = v
+            {
+                self.set.insert(*raw);
+            }
+        }
+    }
+
+    /// Every address noted.
+    pub(crate) fn into_set(self) -> HashSet<u64> {
+        self.set
     }
 }
 

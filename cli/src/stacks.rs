@@ -126,6 +126,11 @@ impl Stacks {
         }
     }
 
+    /// Whether stacks are counted (folded stacks or a flame graph).
+    pub(crate) fn counts(&self) -> bool {
+        self.folded.is_some()
+    }
+
     /// Names `e`'s frames (kept for [`Stacks::write_text`] and
     /// [`Stacks::write_json`]) and counts its stack. `maps` overrides the
     /// kept mappings (a replay's).

@@ -141,6 +141,9 @@ pub struct Session {
     /// Per PMU kretprobe (its index) and slot, a counting-only event at
     /// the function's entry: no ring, no samples, read with read(2).
     entry_counters: Vec<(usize, OwnedFd)>,
+    /// Per probe: the entry probe whose count gives a PMU kretprobe's
+    /// entries instead of a counter (see `attach::entry_partners`).
+    entry_partners: Vec<Option<usize>>,
     tracefs: Option<TracefsProbes>,
     /// Plans, attrs, ids, thread names and counters.
     decoder: RecordDecoder,
@@ -289,6 +292,7 @@ impl Session {
             streams,
             probe_of_id,
             entry_counters,
+            entry_partners,
         } = opened;
         let tracefs_guard = defined.tracefs;
         let field_offsets = defined.field_offsets;
@@ -318,6 +322,7 @@ impl Session {
         Ok(Session {
             streams,
             entry_counters,
+            entry_partners,
             tracefs: tracefs_guard,
             decoder,
             dumped: 0,
@@ -461,8 +466,14 @@ impl Session {
     /// Hits the kernel counted for each probe, summed over its fds: every
     /// hit, including those whose samples were lost to a full ring.
     pub fn kernel_hits(&self) -> Result<Vec<u64>, Error> {
-        // Over the probes opened (hidden entry probes last), then the
-        // user's only.
+        let mut hits = self.all_kernel_hits()?;
+        hits.truncate(self.plans().len());
+        Ok(hits)
+    }
+
+    /// The kernel's hits of every probe opened, the user's then the
+    /// hidden entry probes.
+    fn all_kernel_hits(&self) -> Result<Vec<u64>, Error> {
         let mut hits = vec![0u64; self.decoder.plans().len()];
         for s in &self.streams {
             // fds of a stream are in plan order, once per thread sharing
@@ -476,7 +487,6 @@ impl Session {
                 }
             }
         }
-        hits.truncate(self.plans().len());
         Ok(hits)
     }
 
@@ -527,6 +537,14 @@ impl Session {
                 .map_err(|e| Error::io("reading a kretprobe's entry count", e))?;
             if let Some(c) = counts.get_mut(*probe) {
                 c.get_or_insert_with(CallCounts::default).entries += n;
+            }
+        }
+        if self.entry_partners.iter().any(Option::is_some) {
+            let all = self.all_kernel_hits()?;
+            for (c, partner) in counts.iter_mut().zip(&self.entry_partners) {
+                if let Some(entries) = partner.and_then(|j| all.get(j)) {
+                    c.get_or_insert_with(CallCounts::default).entries = *entries;
+                }
             }
         }
         for (c, returns) in counts.iter_mut().zip(self.kernel_hits()?) {

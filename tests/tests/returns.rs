@@ -148,3 +148,76 @@ fn kretprobe_returns_and_losses_count_only_the_users_probe() {
     let _ = std::fs::remove_file(&data);
     let _ = std::fs::remove_file(&file);
 }
+
+/// One `record --json` of `specs` over `sh -c` that first counts the
+/// kprobes registered on do_sys_openat2 (debugfs `kprobes/list`, the
+/// probes armed for this run) then opens `file` `n` times: the JSON
+/// summary and that count.
+fn record_counting_kprobes(specs: &[&str], file: &Path, n: u64) -> (serde_json::Value, u64) {
+    let dir = std::env::temp_dir();
+    let listed = dir.join(format!("kprobe-perf-returns-list-{}", std::process::id()));
+    let script = format!(
+        "grep -c do_sys_openat2 /sys/kernel/debug/kprobes/list > {}; exec {} {} {n}",
+        listed.display(),
+        env!("CARGO_BIN_EXE_open_loop"),
+        file.display()
+    );
+    let mut cmd = Command::new(kprobe_perf_bin());
+    cmd.args(["record", "--json"]);
+    for s in specs {
+        cmd.args(["-e", s]);
+    }
+    let out = cmd.args(["--", "sh", "-c", &script]).output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert!(out.status.success(), "record failed: {stderr}");
+    let summary = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+        .find(|v| v["type"] == "summary")
+        .unwrap_or_else(|| panic!("no JSON summary; stderr: {stderr}"));
+    let count = std::fs::read_to_string(&listed)
+        .unwrap_or_else(|e| panic!("reading {}: {e}", listed.display()));
+    let _ = std::fs::remove_file(&listed);
+    (summary, count.trim().parse().unwrap())
+}
+
+/// With an entry probe on the same function in the session (as `latency`
+/// opens them), a PMU kretprobe's entries are that probe's count: no
+/// counting twin is registered (as many kprobes as for the kretprobe
+/// alone, which has its twin), and the entries equal the entry probe's
+/// events exactly.
+#[test]
+fn an_entry_probe_of_the_same_function_stands_in_for_the_entry_counter() {
+    if !kprobes_available("an_entry_probe_of_the_same_function_stands_in_for_the_entry_counter") {
+        return;
+    }
+    const N: u64 = 500;
+    let file = std::env::temp_dir().join(format!("kprobe-perf-partner-{}", std::process::id()));
+    std::fs::write(&file, "x\n").unwrap();
+    let (alone, alone_kprobes) = record_counting_kprobes(&[RETPROBE], &file, N);
+    let (paired, paired_kprobes) =
+        record_counting_kprobes(&["p:do_sys_openat2", RETPROBE], &file, N);
+    println!("alone: {alone_kprobes} kprobes, {alone}\npaired: {paired_kprobes} kprobes, {paired}");
+    // The kretprobe and its counter, per slot; the entry probe and the
+    // kretprobe, per slot: the same number.
+    assert!(
+        alone_kprobes >= 2 && alone_kprobes % 2 == 0,
+        "{alone_kprobes}"
+    );
+    assert_eq!(paired_kprobes, alone_kprobes);
+    let entry = &paired["probes"][0];
+    let ret = &paired["probes"][1];
+    let calls = entry["events"].as_u64().unwrap();
+    assert!(calls >= N, "{paired}");
+    assert_eq!(entry["lost"], 0, "{paired}");
+    assert_eq!(ret["entries"].as_u64(), Some(calls), "{paired}");
+    assert_eq!(ret["events"].as_u64(), Some(calls), "{paired}");
+    assert_eq!(ret["unreturned"], 0, "{paired}");
+    // The same calls as counted by the kretprobe's own counter.
+    assert_eq!(
+        alone["probes"][0]["entries"].as_u64(),
+        Some(calls),
+        "{alone}"
+    );
+    let _ = std::fs::remove_file(&file);
+}

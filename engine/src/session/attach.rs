@@ -378,6 +378,38 @@ pub(super) struct Opened {
     pub(super) probe_of_id: HashMap<u64, usize>,
     /// Per PMU kretprobe (its index) and slot, its entry counter.
     pub(super) entry_counters: Vec<(usize, OwnedFd)>,
+    /// Per probe: for a PMU return probe, the session's probe that
+    /// samples every entry of the same function (see [`entry_partners`]).
+    pub(super) entry_partners: Vec<Option<usize>>,
+}
+
+/// For each PMU return probe, an entry probe of the session that the
+/// kernel counts at every entry of the same function: the same place
+/// (symbol, address or binary offset, at offset 0 of the function), the
+/// same kind (kernel or user) and the same kernel filter. Its count is
+/// the calls entered, so the return probe needs no counting twin: one
+/// kprobe handler less per call (a latency session's entry probe, a
+/// return probe's hidden entry probe that fetches entry values).
+fn entry_partners(
+    plans: &[ProbePlan],
+    openers: &[Opener],
+    filters: &[Option<CString>],
+) -> Vec<Option<usize>> {
+    plans
+        .iter()
+        .enumerate()
+        .map(|(i, ret)| {
+            if !ret.is_return() || !matches!(openers.get(i), Some(Opener::Pmu(_))) {
+                return None;
+            }
+            plans.iter().enumerate().position(|(j, entry)| {
+                !entry.is_return()
+                    && entry.attach == ret.attach
+                    && entry.spec.target.is_user() == ret.spec.target.is_user()
+                    && filters.get(j) == filters.get(i)
+            })
+        })
+        .collect()
 }
 
 /// What opening every probe on one slot needs.
@@ -388,6 +420,8 @@ struct Opening<'a> {
     names: Vec<Option<CString>>,
     /// The filter the kernel runs for each probe, if any.
     filters: Vec<Option<CString>>,
+    /// See [`entry_partners`].
+    partners: Vec<Option<usize>>,
     /// The session's tracefs probes, to explain a refused filter.
     tracefs: Option<&'a TracefsProbes>,
     settings: EventSettings,
@@ -425,10 +459,12 @@ pub(super) fn open_events(
         .iter()
         .map(kernel_filter)
         .collect::<Result<Vec<_>, _>>()?;
+    let partners = entry_partners(plans, openers, &filters);
     let opening = Opening {
         plans,
         openers,
         names,
+        partners,
         filters,
         tracefs,
         settings: event_settings(opts),
@@ -441,6 +477,7 @@ pub(super) fn open_events(
         streams: Vec::with_capacity(slots.len()),
         probe_of_id: HashMap::new(),
         entry_counters: Vec::new(),
+        entry_partners: Vec::new(),
     };
     // Processes: the stream of each CPU, whose ring every thread's
     // events on that CPU share (as perf does).
@@ -481,6 +518,7 @@ pub(super) fn open_events(
             stream.fds.extend(fds);
         }
     }
+    opened.entry_partners = opening.partners;
     Ok(opened)
 }
 
@@ -530,8 +568,10 @@ impl Opening<'_> {
             self.set_filter(i, plan, &fd)?;
             // A PMU kretprobe's entries, counted by the kernel: the
             // same function's entry probe on the same slot, in
-            // counting mode.
-            if let (true, Opener::Pmu(pmu)) = (plan.is_return(), self.openers[i]) {
+            // counting mode, unless the session samples them already.
+            if let (true, Opener::Pmu(pmu), None) =
+                (plan.is_return(), self.openers[i], self.partners[i])
+            {
                 let counting = attr::entry_counter(&attr, pmu.retprobe_bit);
                 let counter = open_at(&counting, name, plan, self.openers[i], slot)?;
                 // A PMU probe's kernel filter tests common fields only,
@@ -693,6 +733,64 @@ mod tests {
             }
         });
         (result, calls)
+    }
+
+    #[test]
+    fn a_return_probe_counts_entries_by_an_entry_probe_of_the_same_function() {
+        let pmu = Opener::Pmu(PMU);
+        let partners = |specs: &[&str], openers: &[Opener], filters: &[Option<&str>]| {
+            let plans: Vec<ProbePlan> = specs.iter().map(|s| planned(s)).collect();
+            let filters: Vec<Option<CString>> = filters
+                .iter()
+                .map(|f| f.map(|f| CString::new(f).unwrap()))
+                .collect();
+            entry_partners(&plans, openers, &filters)
+        };
+        // A latency session: the entry probe counts the calls.
+        assert_eq!(
+            partners(
+                &["p:do_sys_openat2", "r:do_sys_openat2"],
+                &[pmu; 2],
+                &[None; 2]
+            ),
+            vec![None, Some(0)]
+        );
+        // Alone, or next to an entry probe elsewhere: a counter is opened.
+        assert_eq!(partners(&["r:do_sys_openat2"], &[pmu], &[None]), vec![None]);
+        assert_eq!(
+            partners(
+                &["p:do_sys_openat2+4", "p:mod_fn", "r:do_sys_openat2"],
+                &[pmu; 3],
+                &[None; 3]
+            ),
+            vec![None, None, None]
+        );
+        // Another kernel filter counts other calls.
+        assert_eq!(
+            partners(
+                &["p:do_sys_openat2", "r:do_sys_openat2"],
+                &[pmu; 2],
+                &[Some("common_pid == 1"), None]
+            ),
+            vec![None, None]
+        );
+        assert_eq!(
+            partners(
+                &["p:do_sys_openat2", "r:do_sys_openat2"],
+                &[pmu; 2],
+                &[Some("common_pid == 1"); 2]
+            ),
+            vec![None, Some(0)]
+        );
+        // A tracefs return probe has the kernel's own miss count.
+        assert_eq!(
+            partners(
+                &["p:do_sys_openat2", "r:do_sys_openat2"],
+                &[pmu, Opener::Tracepoint(7)],
+                &[None; 2]
+            ),
+            vec![None, None]
+        );
     }
 
     #[test]
