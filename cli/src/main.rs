@@ -32,6 +32,8 @@ mod output;
 mod script;
 mod stacks;
 mod stat;
+#[cfg(test)]
+mod test_support;
 mod text;
 mod validate;
 

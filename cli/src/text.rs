@@ -817,19 +817,8 @@ mod tests {
 
     #[test]
     fn lines_match_fmt_on_every_path() {
-        let symbols = KernelSymbols::parse(
-            "ffffffff81000000 T _text\nffffffff812345a0 T do_sys_openat2\nffffffff81234690 T do_sys_open\n",
-        )
-        .unwrap();
-        let plan = |spec: &str| {
-            plan::resolve(
-                ProbeSpec::parse(spec, Arch::X86_64).unwrap(),
-                &symbols,
-                Arch::X86_64,
-                BackendChoice::Pmu,
-            )
-            .unwrap()
-        };
+        let symbols = crate::test_support::open_symbols();
+        let plan = |spec: &str| crate::test_support::planned(spec, &symbols, BackendChoice::Pmu);
         let plans = [
             plan("p:do_sys_openat2 dfd=%di:s32 flags=%dx:x32 mode=%cx:u16 b=%si:b3@2/8"),
             plan("r:do_sys_open ret=$retval:s64 at=%di:symbol"),

@@ -55,19 +55,8 @@ fn reference(e: &Event, plan: &ProbePlan, symbols: &KernelSymbols) -> String {
 
 #[test]
 fn objects_match_a_sorted_serde_json_map_byte_for_byte() {
-    let symbols = KernelSymbols::parse(
-        "ffffffff81000000 T _text\nffffffff812345a0 T do_sys_openat2\nffffffff81234690 T do_sys_open\n",
-    )
-    .unwrap();
-    let plan = |spec: &str| {
-        plan::resolve(
-            ProbeSpec::parse(spec, Arch::X86_64).unwrap(),
-            &symbols,
-            Arch::X86_64,
-            BackendChoice::Tracefs,
-        )
-        .unwrap()
-    };
+    let symbols = crate::test_support::open_symbols();
+    let plan = |spec: &str| crate::test_support::planned(spec, &symbols, BackendChoice::Tracefs);
     let plans = [
         // Names out of order, so that the writer must sort them.
         plan("p:do_sys_openat2 zz=%di:s32 flags=%dx:x32 a=%cx:u16 path=+0(%si):string"),
