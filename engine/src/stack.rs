@@ -6,7 +6,7 @@
 //! writes, or `/proc/PID/maps` for a live process none named).
 
 use std::collections::HashMap;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::Arc;
 
 use kprobe_perf_symbols::elf::{AddressSymbol, UserBinary};
@@ -276,11 +276,29 @@ impl BinarySymbols {
 /// binaries (each read once).
 #[derive(Default)]
 pub struct StackSymbolizer {
-    binaries: HashMap<PathBuf, Option<BinarySymbols>>,
+    /// By path as the mappings give it (read once each).
+    binaries: HashMap<Arc<str>, Option<BinarySymbols>>,
     kernel_object: Option<Arc<str>>,
     unknown: Option<Arc<str>>,
     modules: HashMap<String, Arc<str>>,
-    names: HashMap<String, Arc<str>>,
+    names: HashMap<Box<str>, Arc<str>>,
+    /// Kernel frames already named, by address: kernel text does not
+    /// move, and a probe's stacks repeat the same few return addresses
+    /// (looked up in kallsyms and named once each, not at every event).
+    kernel_frames: HashMap<u64, NamedFrame>,
+}
+
+/// Kernel frames kept named before the cache starts again.
+const KERNEL_FRAMES_KEPT: usize = 1 << 16;
+
+/// The shared copy of `s` in `names`.
+fn intern(names: &mut HashMap<Box<str>, Arc<str>>, s: &str) -> Arc<str> {
+    if let Some(n) = names.get(s) {
+        return n.clone();
+    }
+    let n: Arc<str> = Arc::from(s);
+    names.insert(Box::from(s), n.clone());
+    n
 }
 
 impl std::fmt::Debug for StackSymbolizer {
@@ -295,15 +313,6 @@ impl StackSymbolizer {
     /// A symbolizer with no binary read yet.
     pub fn new() -> StackSymbolizer {
         StackSymbolizer::default()
-    }
-
-    fn name(&mut self, s: &str) -> Arc<str> {
-        if let Some(n) = self.names.get(s) {
-            return n.clone();
-        }
-        let n: Arc<str> = Arc::from(s);
-        self.names.insert(s.to_string(), n.clone());
-        n
     }
 
     /// The frames of `e`'s callchain, named, innermost first; a
@@ -342,6 +351,18 @@ impl StackSymbolizer {
     }
 
     fn kernel_frame(&mut self, address: u64, kernel: &KernelSymbols) -> NamedFrame {
+        if let Some(f) = self.kernel_frames.get(&address) {
+            return f.clone();
+        }
+        let f = self.name_kernel_frame(address, kernel);
+        if self.kernel_frames.len() >= KERNEL_FRAMES_KEPT {
+            self.kernel_frames.clear();
+        }
+        self.kernel_frames.insert(address, f.clone());
+        f
+    }
+
+    fn name_kernel_frame(&mut self, address: u64, kernel: &KernelSymbols) -> NamedFrame {
         let Some(loc) = kernel.symbolize(address) else {
             return NamedFrame {
                 address,
@@ -365,10 +386,9 @@ impl StackSymbolizer {
                 .get_or_insert_with(|| Arc::from("[kernel.kallsyms]"))
                 .clone(),
         };
-        let name = loc.symbol.name.clone();
         NamedFrame {
             address,
-            symbol: Some(self.name(&name)),
+            symbol: Some(intern(&mut self.names, &loc.symbol.name)),
             offset: loc.offset,
             object,
             user: false,
@@ -386,17 +406,23 @@ impl StackSymbolizer {
             };
         };
         let path = path.clone();
-        let found = self
-            .binaries
-            .entry(PathBuf::from(&*path))
-            .or_insert_with(|| BinarySymbols::read(Path::new(&*path)))
+        let StackSymbolizer {
+            binaries, names, ..
+        } = self;
+        let binary = match binaries.get(&path) {
+            Some(b) => b,
+            None => binaries
+                .entry(path.clone())
+                .or_insert_with(|| BinarySymbols::read(Path::new(&*path))),
+        };
+        let found = binary
             .as_ref()
             .and_then(|b| b.at(file_offset))
-            .map(|(name, offset)| (name.to_string(), offset));
+            .map(|(name, offset)| (intern(names, name), offset));
         match found {
             Some((name, offset)) => NamedFrame {
                 address,
-                symbol: Some(self.name(&name)),
+                symbol: Some(name),
                 offset,
                 object: path,
                 user: true,
