@@ -226,7 +226,9 @@ struct RecordArgs {
     /// kprobe between CPUs and detaches much faster; on a kernel with
     /// fprobe events, a glob becomes one fprobe event, or the fewest
     /// narrower ones that leave out what it must not arm, instead of one
-    /// kprobe per function). Uprobes of a recorded
+    /// kprobe per function; kernel probes of a recorded command or of
+    /// processes go through tracefs where it can be written, since every
+    /// inherited PMU event is a kprobe of its own). Uprobes of a recorded
     /// command (`-- CMD`) or of processes (`-p`), and with `tracefs` every
     /// uprobe, are defined in uprobe_events, so that they follow forks and
     /// new threads.

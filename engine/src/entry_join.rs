@@ -233,6 +233,7 @@ fn user_view(spec: ProbeSpec, join: EntryJoin) -> ProbePlan {
         return_trampoline: ret.return_trampoline,
         entry_join: Some(Box::new(join)),
         filter: None,
+        auto_backend: false,
     }
 }
 

@@ -247,6 +247,10 @@ pub struct ProbePlan {
     /// The probe's event filter (`--filter`), if any: see
     /// [`ProbePlan::with_filter`].
     pub filter: Option<crate::filter::ProbeFilter>,
+    /// The backend was chosen by [`BackendChoice::Auto`], so a session
+    /// may carry a kernel probe through `kprobe_events` instead where
+    /// that costs less (see [`ProbePlan::through_kprobe_events`]).
+    pub auto_backend: bool,
 }
 
 /// The names the kernel's kretprobe return trampoline has had: 6.0 and
@@ -299,10 +303,38 @@ impl ProbePlan {
     /// PMU read from sampled registers become fields the kernel fetches
     /// from the same registers (`uprobe_events` knows no `$argN`), each
     /// named as before. Other plans are returned unchanged.
-    pub fn through_uprobe_events(mut self) -> ProbePlan {
+    pub fn through_uprobe_events(self) -> ProbePlan {
         if !matches!(self.attach, AttachPoint::User { .. }) || self.backend == Backend::Tracefs {
             return self;
         }
+        self.registers_as_fields()
+    }
+
+    /// The same kernel probe defined through `kprobe_events` and opened
+    /// as a tracepoint, when [`BackendChoice::Auto`] chose the PMU. For a
+    /// target that inherits (a command and its children, processes and
+    /// their new threads): the kernel registers a kprobe for each PMU
+    /// perf event, inherited copies included (each CPU of each task), and
+    /// every hit runs all their handlers, where a tracefs probe is one
+    /// kprobe that every inherited event shares (as `perf probe` +
+    /// `perf record` use it). Arguments become fields fetched from the
+    /// same registers, named as before. Other plans are returned
+    /// unchanged.
+    pub fn through_kprobe_events(self) -> ProbePlan {
+        if matches!(self.attach, AttachPoint::User { .. })
+            || self.backend == Backend::Tracefs
+            || !self.auto_backend
+            || self.entry_join.is_some()
+        {
+            return self;
+        }
+        self.registers_as_fields()
+    }
+
+    /// Arguments the PMU read from sampled registers become fields the
+    /// kernel fetches from the same registers (`$argN` by its register,
+    /// which `uprobe_events` does not know), each named as before.
+    fn registers_as_fields(mut self) -> ProbePlan {
         for (spec_arg, arg) in self.spec.args.iter_mut().zip(&mut self.args) {
             if let (FetchBase::Arg(_), ArgSource::Register(r)) = (&spec_arg.fetch.base, arg.source)
             {
@@ -313,6 +345,8 @@ impl ProbePlan {
         }
         self.backend = Backend::Tracefs;
         self.regs_mask = 0;
+        // Planned for tracefs now, as `--backend tracefs` plans it.
+        self.auto_backend = false;
         self
     }
 
@@ -740,6 +774,7 @@ pub fn resolve_with(
         return_trampoline,
         entry_join: None,
         filter: None,
+        auto_backend: choice == BackendChoice::Auto,
     })
 }
 
@@ -1039,6 +1074,40 @@ mod tests {
         // Kernel probes are left as they are.
         let k = plan("p:do_sys_openat2 %di").unwrap();
         assert_eq!(k.clone().through_uprobe_events(), k);
+    }
+
+    #[test]
+    fn automatic_kernel_probes_through_kprobe_events_fetch_the_same_registers() {
+        let p = plan("p:do_sys_openat2 dfd=$arg1:s32 %dx:x32 c=$comm")
+            .unwrap()
+            .through_kprobe_events();
+        assert_eq!(p.backend, Backend::Tracefs);
+        assert_eq!(p.regs_mask, 0);
+        assert!(p.args.iter().all(|a| a.source == ArgSource::Field));
+        assert_eq!(
+            p.tracefs_definition("g"),
+            "p:g/p_do_sys_openat2_0 do_sys_openat2 dfd=%di:s32 arg2=%dx:x32 c=$comm"
+        );
+        // As --backend tracefs plans it, with $arg1 by its register.
+        let forced = plan_with(
+            "p:do_sys_openat2 dfd=%di:s32 %dx:x32 c=$comm",
+            BackendChoice::Tracefs,
+        )
+        .unwrap();
+        // The same fields (the kernel names the second arg2 either way).
+        assert_eq!(forced.args, p.args);
+        let r = plan("r:do_sys_openat2 ret=$retval:s64")
+            .unwrap()
+            .through_kprobe_events();
+        assert_eq!(
+            r.tracefs_definition("g"),
+            "r:g/r_do_sys_openat2_0 do_sys_openat2 ret=$retval:s64"
+        );
+        // A backend the user chose, and uprobes, are left as they are.
+        let pmu = plan_with("p:do_sys_openat2 %di", BackendChoice::Pmu).unwrap();
+        assert_eq!(pmu.clone().through_kprobe_events(), pmu);
+        let user = plan("p:/bin/true:0x1000 %di").unwrap();
+        assert_eq!(user.clone().through_kprobe_events(), user);
     }
 
     /// Plans against a kernel with none of the newer forms (as 6.1): the

@@ -290,6 +290,17 @@ impl Tracefs {
             })
     }
 
+    /// True when this process may define `kind` probes here: the file
+    /// it writes them to exists and opens for appending (not truncating,
+    /// which would remove every probe; nothing is written).
+    pub fn can_define(&self, kind: ProbeKind) -> bool {
+        self.require(kind).is_ok()
+            && OpenOptions::new()
+                .append(true)
+                .open(self.root.join(self.kind_file(kind)))
+                .is_ok()
+    }
+
     /// Defines one probe of `kind` (a kprobe_events or uprobe_events line
     /// with group and event).
     pub fn define(&self, kind: ProbeKind, definition: &str) -> Result<(), TracefsError> {

@@ -98,9 +98,10 @@ fn kernel_and_user_space_filters_agree_on_vfs_write() {
     }
 }
 
-/// `--backend auto` takes the tracefs route for a filter on arguments,
-/// and keeps the PMU for one on common fields, which the kernel then
-/// runs on the PMU probe's own record.
+/// `--backend auto` takes the tracefs route for a filter on arguments;
+/// over a command it takes it for any kernel probe (one kprobe for every
+/// inherited event), and the kernel runs a filter on common fields there
+/// too, as it does on a PMU probe's own record (`--backend pmu`).
 #[test]
 fn auto_puts_a_filter_where_the_kernel_runs_it() {
     if !kprobes_available("auto_puts_a_filter_where_the_kernel_runs_it") {
@@ -111,6 +112,10 @@ fn auto_puts_a_filter_where_the_kernel_runs_it() {
     assert_eq!(probe["backend"], "tracefs", "{probe}");
     assert_eq!(probe["filter"]["runs"], "kernel", "{probe}");
     let (n, probe) = write_sizes("auto", "comm == \"kpw_medium\"");
+    assert_eq!(n, 5);
+    assert_eq!(probe["backend"], "tracefs", "{probe}");
+    assert_eq!(probe["filter"]["runs"], "kernel", "{probe}");
+    let (n, probe) = write_sizes("pmu", "comm == \"kpw_medium\"");
     assert_eq!(n, 5);
     assert_eq!(probe["backend"], "pmu", "{probe}");
     assert_eq!(probe["filter"]["runs"], "kernel", "{probe}");

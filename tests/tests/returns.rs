@@ -18,7 +18,9 @@ struct Run {
 
 fn record(file: &Path, n: u64, extra: &[&str]) -> Run {
     let out = Command::new(kprobe_perf_bin())
-        .args(["record", "--json", "-e", RETPROBE])
+        // The PMU route: its counting entry event is what is tested (the
+        // automatic backend takes kprobe_events for a command).
+        .args(["record", "--json", "--backend", "pmu", "-e", RETPROBE])
         .args(extra)
         .arg("--")
         .arg(env!("CARGO_BIN_EXE_open_loop"))
@@ -163,7 +165,7 @@ fn record_counting_kprobes(specs: &[&str], file: &Path, n: u64) -> (serde_json::
         file.display()
     );
     let mut cmd = Command::new(kprobe_perf_bin());
-    cmd.args(["record", "--json"]);
+    cmd.args(["record", "--json", "--backend", "pmu"]);
     for s in specs {
         cmd.args(["-e", s]);
     }

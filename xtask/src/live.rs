@@ -852,16 +852,15 @@ fn tools_for(case: &ProbeCase, tools: &Tools) -> Vec<Tool> {
     ];
     let kretprobe = case.kind == "return" && case.workload == CallKind::Open;
     if kretprobe {
-        v.push(Tool::Kp(
-            "--backend tracefs text",
-            vec!["--backend", "tracefs"],
-        ));
+        // auto takes tracefs for a command's kernel probes: the PMU's
+        // figures are measured apart.
+        v.push(Tool::Kp("--backend pmu text", vec!["--backend", "pmu"]));
         // Nothing read while the workload runs: the handlers' cost alone.
-        v.push(Tool::Kp("--overwrite -q (pmu)", vec!["--overwrite", "-q"]));
         v.push(Tool::Kp(
-            "--overwrite -q --backend tracefs",
-            vec!["--overwrite", "-q", "--backend", "tracefs"],
+            "--overwrite -q --backend pmu",
+            vec!["--overwrite", "-q", "--backend", "pmu"],
         ));
+        v.push(Tool::Kp("--overwrite -q (auto)", vec!["--overwrite", "-q"]));
     }
     if tools.perf.is_some() {
         v.push(Tool::Perf("", vec![]));
@@ -1073,7 +1072,7 @@ fn profile(runner: &Runner) -> Result<()> {
         if case.kind == "return" && case.workload == CallKind::Open {
             consumers.insert(
                 1,
-                Tool::Kp("--backend tracefs text", vec!["--backend", "tracefs"]),
+                Tool::Kp("--backend pmu text", vec!["--backend", "pmu"]),
             );
         }
         let consumers = consumers

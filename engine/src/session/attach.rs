@@ -25,16 +25,35 @@ fn is_user(p: &ProbePlan) -> bool {
 }
 
 /// The plans as a target opens them: when it inherits, uprobes go through
-/// `uprobe_events` (see [`ProbePlan::through_uprobe_events`]).
-pub(crate) fn plans_for_target(plans: Vec<ProbePlan>, target: &RecordTarget) -> Vec<ProbePlan> {
-    if target.inherits() {
-        plans
-            .into_iter()
-            .map(ProbePlan::through_uprobe_events)
-            .collect()
-    } else {
-        plans
+/// `uprobe_events` (see [`ProbePlan::through_uprobe_events`]), and kernel
+/// probes the automatic backend put on the PMU go through `kprobe_events`
+/// where this process may define them (see
+/// [`ProbePlan::through_kprobe_events`]), unless entry values are joined
+/// in user space (`joined`: the joined probes stay as planned).
+pub(crate) fn plans_for_target(
+    plans: Vec<ProbePlan>,
+    target: &RecordTarget,
+    joined: bool,
+) -> Vec<ProbePlan> {
+    if !target.inherits() {
+        return plans;
     }
+    let kernel_via_tracefs = !joined
+        && plans
+            .iter()
+            .any(|p| !is_user(p) && p.backend == Backend::Pmu && p.auto_backend)
+        && Tracefs::find().is_ok_and(|t| t.can_define(ProbeKind::Kernel));
+    plans
+        .into_iter()
+        .map(|p| {
+            let p = p.through_uprobe_events();
+            if kernel_via_tracefs {
+                p.through_kprobe_events()
+            } else {
+                p
+            }
+        })
+        .collect()
 }
 
 /// The PMUs the plans need (kprobe, uprobe), checked to exist; without a
