@@ -1070,10 +1070,7 @@ fn profile(runner: &Runner) -> Result<()> {
             Tool::Perf("", vec![]),
         ];
         if case.kind == "return" && case.workload == CallKind::Open {
-            consumers.insert(
-                1,
-                Tool::Kp("--backend pmu text", vec!["--backend", "pmu"]),
-            );
+            consumers.insert(1, Tool::Kp("--backend pmu text", vec!["--backend", "pmu"]));
         }
         let consumers = consumers
             .into_iter()
