@@ -20,13 +20,20 @@ pub fn comm_record_body(pid: i32, tid: i32, name: &str, time: u64, cpu: u32, id:
     while b.len() % 8 != 0 {
         b.push(0);
     }
+    push_sample_id(&mut b, pid, tid, time, cpu, id);
+    b
+}
+
+/// Appends the sample_id trailer of a non-sample record, as the kernel
+/// writes it for the engine's attrs (`sample_id_all` with TID, TIME, CPU
+/// and IDENTIFIER): pid, tid, time, cpu and a reserved u32, id.
+pub(crate) fn push_sample_id(b: &mut Vec<u8>, pid: i32, tid: i32, time: u64, cpu: u32, id: u64) {
     b.extend_from_slice(&pid.to_ne_bytes());
     b.extend_from_slice(&tid.to_ne_bytes());
     b.extend_from_slice(&time.to_ne_bytes());
     b.extend_from_slice(&cpu.to_ne_bytes());
     b.extend_from_slice(&0u32.to_ne_bytes());
     b.extend_from_slice(&id.to_ne_bytes());
-    b
 }
 
 /// The bytes of a perf_event_attr with the sample layout a session uses
@@ -140,12 +147,7 @@ pub fn user_mmap_bodies(
         while b.len() % 8 != 0 {
             b.push(0);
         }
-        b.extend_from_slice(&pid.to_ne_bytes());
-        b.extend_from_slice(&tid.to_ne_bytes());
-        b.extend_from_slice(&time.to_ne_bytes());
-        b.extend_from_slice(&cpu.to_ne_bytes());
-        b.extend_from_slice(&0u32.to_ne_bytes());
-        b.extend_from_slice(&id.to_ne_bytes());
+        push_sample_id(&mut b, pid, tid, time, cpu, id);
         out.push(b);
     }
     out

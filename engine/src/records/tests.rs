@@ -138,12 +138,7 @@ fn fork(pid: i32, ppid: i32, tid: i32, ptid: i32, time: u64) -> (u32, Vec<u8>) {
         b.extend_from_slice(&v.to_ne_bytes());
     }
     b.extend_from_slice(&time.to_ne_bytes());
-    // sample_id_all: pid, tid, time, cpu, res, id.
-    b.extend_from_slice(&pid.to_ne_bytes());
-    b.extend_from_slice(&tid.to_ne_bytes());
-    b.extend_from_slice(&time.to_ne_bytes());
-    b.extend_from_slice(&0u64.to_ne_bytes());
-    b.extend_from_slice(&ID.to_ne_bytes());
+    super::build::push_sample_id(&mut b, pid, tid, time, 0, ID);
     (perf_event_open_sys::bindings::PERF_RECORD_FORK, b)
 }
 
