@@ -539,17 +539,17 @@ impl Session {
                 c.get_or_insert_with(CallCounts::default).entries += n;
             }
         }
-        if self.entry_partners.iter().any(Option::is_some) {
-            let all = self.all_kernel_hits()?;
-            for (c, partner) in counts.iter_mut().zip(&self.entry_partners) {
-                if let Some(entries) = partner.and_then(|j| all.get(j)) {
-                    c.get_or_insert_with(CallCounts::default).entries = *entries;
-                }
+        // Every probe's count read once: the partners' (hidden entry
+        // probes included) and the returns (the user's probes, first).
+        let all = self.all_kernel_hits()?;
+        for (c, partner) in counts.iter_mut().zip(&self.entry_partners) {
+            if let Some(entries) = partner.and_then(|j| all.get(j)) {
+                c.get_or_insert_with(CallCounts::default).entries = *entries;
             }
         }
-        for (c, returns) in counts.iter_mut().zip(self.kernel_hits()?) {
+        for (c, returns) in counts.iter_mut().zip(&all) {
             if let Some(c) = c {
-                c.returns = returns;
+                c.returns = *returns;
             }
         }
         Ok(counts)
