@@ -321,14 +321,20 @@ impl ProbePlan {
     /// same registers, named as before. Other plans are returned
     /// unchanged.
     pub fn through_kprobe_events(self) -> ProbePlan {
-        if matches!(self.attach, AttachPoint::User { .. })
-            || self.backend == Backend::Tracefs
-            || !self.auto_backend
-            || self.entry_join.is_some()
-        {
+        if !self.may_go_through_kprobe_events() {
             return self;
         }
         self.registers_as_fields()
+    }
+
+    /// True for a kernel probe that [`ProbePlan::through_kprobe_events`]
+    /// would move: put on the PMU by the automatic backend, its entry
+    /// values not joined in user space.
+    pub fn may_go_through_kprobe_events(&self) -> bool {
+        !matches!(self.attach, AttachPoint::User { .. })
+            && self.backend == Backend::Pmu
+            && self.auto_backend
+            && self.entry_join.is_none()
     }
 
     /// Arguments the PMU read from sampled registers become fields the

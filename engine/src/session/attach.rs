@@ -38,10 +38,9 @@ pub(crate) fn plans_for_target(
     if !target.inherits() {
         return plans;
     }
+    // tracefs is looked at only when some probe would move.
     let kernel_via_tracefs = !joined
-        && plans
-            .iter()
-            .any(|p| !is_user(p) && p.backend == Backend::Pmu && p.auto_backend)
+        && plans.iter().any(ProbePlan::may_go_through_kprobe_events)
         && Tracefs::find().is_ok_and(|t| t.can_define(ProbeKind::Kernel));
     plans
         .into_iter()
