@@ -157,6 +157,29 @@ impl FileOutput {
                     })?;
             }
         }
+        // The probes the session opened for itself (the entry half of a
+        // joined return probe) stay out of perf's sight: their samples
+        // wait in an unnamed file beside the output until the end.
+        let d = session.decoder();
+        let shown = d.shown_plans().len();
+        let hidden: Vec<u64> = d.ids().into_iter().skip(shown).flatten().collect();
+        if !hidden.is_empty() {
+            let dir = match path.parent() {
+                Some(p) if !p.as_os_str().is_empty() => p,
+                _ => Path::new("."),
+            };
+            let spill = tempfile::tempfile_in(dir).map_err(|e| {
+                write_error(
+                    &path,
+                    &format!(
+                        "creating an unnamed file in {} for the hidden entry probes' samples: {e}",
+                        dir.display()
+                    ),
+                    Some(&e),
+                )
+            })?;
+            writer.hide(hidden, spill);
+        }
         let mut out = FileOutput {
             path,
             tracing_data,
@@ -205,6 +228,7 @@ impl FileOutput {
                 .collect(),
             attrs: d.attrs().to_vec(),
             ids: d.ids(),
+            hidden: d.plans().len() - d.shown_plans().len(),
             symbols: symbol_subset(symbols, addresses),
             hostname: read("/proc/sys/kernel/hostname"),
             osrelease: read("/proc/sys/kernel/osrelease"),

@@ -62,6 +62,29 @@ fn record_cat(spec: &str, existing: &str, missing: &str) -> Vec<String> {
     let replayed = events(&replay_out);
     assert_eq!(replayed, events(&stdout), "script -i {data}");
     assert_eq!(replayed.len(), replay_out.lines().count(), "{replay_out}");
+    // perf sees the user's event only: the hidden entry probe's attr and
+    // samples are where perf does not look (on 6.1; 6.12 has none).
+    if vm_kernel().is_some() || std::path::Path::new("/usr/bin/perf").exists() {
+        let perf = Command::new("/usr/bin/perf")
+            .args(["script", "-i", &data])
+            .output()
+            .unwrap();
+        let perf_out = String::from_utf8_lossy(&perf.stdout);
+        let perf_err = String::from_utf8_lossy(&perf.stderr);
+        assert!(perf.status.success(), "perf script: {perf_err}");
+        assert!(
+            !perf_out.contains("_kpf_entry") && !perf_err.contains("_kpf_entry"),
+            "perf script shows the hidden probe:\n{perf_out}{perf_err}"
+        );
+        let perf_events = perf_out
+            .lines()
+            .filter(|l| l.contains("r_do_sys_openat2_0:"))
+            .count();
+        assert_eq!(perf_events, replayed.len(), "perf script:\n{perf_out}");
+        assert_eq!(perf_events, perf_out.lines().count(), "{perf_out}");
+    } else {
+        println!("note: perf script not compared: /usr/bin/perf is missing");
+    }
     let _ = std::fs::remove_file(&data);
     assert!(
         !stdout.contains("_kpf_entry") && !stdout.contains("kpf_sp"),

@@ -145,6 +145,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             w.round_end()?;
         }
         let meta = Metadata {
+            hidden: 0,
             arch: Arch::X86_64,
             probes: vec![StoredProbe::from_plan(&plan, &[])],
             attrs: vec![attr],

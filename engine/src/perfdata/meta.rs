@@ -92,6 +92,11 @@ pub struct Metadata {
     pub attrs: Vec<Vec<u8>>,
     /// The event ids of each probe.
     pub ids: Vec<Vec<u64>>,
+    /// How many of the last probes are hidden from perf
+    /// ([`super::FEAT_HIDDEN`]): their attrs are not among perf's, and
+    /// their samples went to the writer's hidden region
+    /// ([`super::Writer::hide`]).
+    pub hidden: usize,
     /// kallsyms-format lines for the symbols the output used
     /// ([`symbol_subset`]).
     pub symbols: String,
@@ -269,6 +274,7 @@ impl Default for Metadata {
             probes: Vec::new(),
             attrs: Vec::new(),
             ids: Vec::new(),
+            hidden: 0,
             symbols: String::new(),
             hostname: String::new(),
             osrelease: String::new(),

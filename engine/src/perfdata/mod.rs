@@ -13,6 +13,7 @@
 //!        FINISHED_ROUND after each poll round)
 //! end    feature section table, then the features in bit order
 //!        ids of each attr, then the attrs (perf_event_attr + ids section)
+//!        the hidden probes' records, if any (see [`FEAT_HIDDEN`])
 //! ```
 
 mod meta;
@@ -51,6 +52,22 @@ pub const FEAT_EVENT_DESC: u32 = 12;
 /// kprobe-perf's own section ([`Metadata`]); perf skips bits it does not
 /// know.
 pub const FEAT_KPROBE_PERF: u32 = 200;
+/// kprobe-perf's hidden probes: probes the session opened for its own
+/// use (the entry half of a joined return probe, [`crate::entry_join`]),
+/// whose attrs and samples perf must not see (perf shows the user's
+/// events only). The section holds, little-endian:
+///
+/// ```text
+/// u32 number of hidden attrs, u32 attr size (as the header's, less 16)
+/// per attr: the attr bytes, u32 number of ids, the u64 ids
+/// u64 offset, u64 size: the region of their records, after the attrs
+/// ```
+///
+/// The region holds perf records like the data section's, with a mark
+/// after the samples of each round: a `FINISHED_ROUND` record whose body
+/// is the u64 index of the data section's `FINISHED_ROUND` that ends the
+/// same round (from 0), so that a reader merges them round by round.
+pub const FEAT_HIDDEN: u32 = 201;
 
 /// `PERF_RECORD_MMAP`.
 pub const RECORD_MMAP: u32 = perf_event_open_sys::bindings::PERF_RECORD_MMAP;

@@ -6,8 +6,8 @@
 use std::io::{self, Read, Seek, SeekFrom};
 
 use super::{
-    Metadata, PerfDataError, Section, FEATURE_BITS, FEAT_CMDLINE, FEAT_HOSTNAME, FEAT_KPROBE_PERF,
-    FEAT_NRCPUS, FEAT_OSRELEASE, HEADER_SIZE, MAGIC,
+    Metadata, PerfDataError, Section, FEATURE_BITS, FEAT_CMDLINE, FEAT_HIDDEN, FEAT_HOSTNAME,
+    FEAT_KPROBE_PERF, FEAT_NRCPUS, FEAT_OSRELEASE, HEADER_SIZE, MAGIC,
 };
 
 /// Size of `perf_event_attr` version 0, the smallest perf accepts.
@@ -45,8 +45,17 @@ pub struct FileRecord<'a> {
 pub struct Reader<R> {
     r: R,
     attrs: Vec<FileAttr>,
+    /// How many of the last attrs are hidden probes ([`FEAT_HIDDEN`]).
+    hidden_attrs: usize,
     features: Vec<(u32, Section, Vec<u8>)>,
-    data: Section,
+    data: Stream,
+    /// The hidden probes' records ([`FEAT_HIDDEN`]).
+    hidden: Option<Stream>,
+}
+
+/// Records read one after the other from a section of the file.
+struct Stream {
+    sec: Section,
     /// Offset of the next record.
     pos: u64,
     index: u64,
@@ -242,18 +251,26 @@ impl<R: Read + Seek> Reader<R> {
                 .map_err(io_at("reading a feature section", s.offset))?;
             features.push((bit, s, b));
         }
-        r.seek(SeekFrom::Start(data.offset))
-            .map_err(io_at("seeking to the data", data.offset))?;
+        let mut hidden = None;
+        let mut hidden_attrs = 0;
+        if let Some((_, s, b)) = features.iter().find(|(bit, _, _)| *bit == FEAT_HIDDEN) {
+            let (more, region) =
+                hidden_section(b, len).map_err(|(at, reason)| PerfDataError::Feature {
+                    feature: FEAT_HIDDEN,
+                    offset: s.offset + at as u64,
+                    reason,
+                })?;
+            hidden_attrs = more.len();
+            attrs.extend(more);
+            hidden = Some(Stream::new(region));
+        }
         Ok(Reader {
             r,
             attrs,
+            hidden_attrs,
             features,
-            data,
-            pos: data.offset,
-            index: 0,
-            buf: Vec::new(),
-            start: 0,
-            end: 0,
+            data: Stream::new(data),
+            hidden,
         })
     }
 
@@ -264,7 +281,7 @@ impl<R: Read + Seek> Reader<R> {
 
     /// The data section.
     pub fn data(&self) -> Section {
-        self.data
+        self.data.sec
     }
 
     /// The bytes of a feature section, and where it is.
@@ -275,88 +292,24 @@ impl<R: Read + Seek> Reader<R> {
             .map(|(_, s, b)| (*s, b.as_slice()))
     }
 
-    /// Makes at least `want` bytes (at most what the data section still
-    /// holds) available at `buf[start..]`.
-    #[inline]
-    fn fill(&mut self, want: usize) -> io::Result<()> {
-        if self.end - self.start >= want {
-            return Ok(());
-        }
-        self.refill(want)
-    }
-
-    /// [`Reader::fill`] when the buffer runs short: moves what is left to
-    /// the front and reads more.
-    #[cold]
-    fn refill(&mut self, want: usize) -> io::Result<()> {
-        self.buf.copy_within(self.start..self.end, 0);
-        self.end -= self.start;
-        self.start = 0;
-        let left_in_data = self.data.offset + self.data.size - self.pos;
-        let target = (left_in_data.min(CHUNK.max(want) as u64)) as usize;
-        if self.buf.len() < target {
-            self.buf.resize(target, 0);
-        }
-        while self.end < want {
-            let n = self.r.read(&mut self.buf[self.end..target])?;
-            if n == 0 {
-                return Err(io::Error::from(io::ErrorKind::UnexpectedEof));
-            }
-            self.end += n;
-        }
-        Ok(())
+    /// How many of the last [`Reader::attrs`] are probes hidden from
+    /// perf ([`FEAT_HIDDEN`]).
+    pub fn hidden_attrs(&self) -> usize {
+        self.hidden_attrs
     }
 
     /// The next record, or `None` at the end of the data section.
     pub fn next_record(&mut self) -> Result<Option<FileRecord<'_>>, PerfDataError> {
-        let end = self.data.offset + self.data.size;
-        if self.pos >= end {
-            return Ok(None);
+        self.data.next(&mut self.r, "data section")
+    }
+
+    /// The next record of the hidden probes' region ([`FEAT_HIDDEN`]),
+    /// or `None` at its end or when the file has none.
+    pub fn next_hidden_record(&mut self) -> Result<Option<FileRecord<'_>>, PerfDataError> {
+        match &mut self.hidden {
+            Some(h) => h.next(&mut self.r, "hidden probes' region"),
+            None => Ok(None),
         }
-        let (index, offset) = (self.index, self.pos);
-        let err = |kind: u32, reason: String| PerfDataError::Record {
-            index,
-            kind,
-            offset,
-            reason,
-        };
-        if end - self.pos < 8 {
-            return Err(err(
-                0,
-                format!(
-                    "only {} bytes left in the data section, less than a record header",
-                    end - self.pos
-                ),
-            ));
-        }
-        self.fill(8)
-            .map_err(|e| err(0, format!("reading the header: {e}")))?;
-        let h = &self.buf[self.start..self.start + 8];
-        let kind = u32::from_ne_bytes([h[0], h[1], h[2], h[3]]);
-        let misc = u16::from_ne_bytes([h[4], h[5]]);
-        let size = u64::from(u16::from_ne_bytes([h[6], h[7]]));
-        if size < 8 {
-            return Err(err(kind, format!("size {size} is smaller than its header")));
-        }
-        if size > end - self.pos {
-            return Err(err(
-                kind,
-                format!("size {size} runs past the end of the data section at byte {end}"),
-            ));
-        }
-        self.fill(size as usize)
-            .map_err(|e| err(kind, format!("reading {size} bytes: {e}")))?;
-        let body = &self.buf[self.start + 8..self.start + size as usize];
-        self.start += size as usize;
-        self.pos += size;
-        self.index += 1;
-        Ok(Some(FileRecord {
-            index,
-            offset,
-            kind,
-            misc,
-            body,
-        }))
     }
 
     /// perf's sections (host, CPUs, command line) and kprobe-perf's own
@@ -366,6 +319,7 @@ impl<R: Read + Seek> Reader<R> {
         let mut meta = Metadata {
             attrs: self.attrs.iter().map(|a| a.attr.clone()).collect(),
             ids: self.attrs.iter().map(|a| a.ids.clone()).collect(),
+            hidden: self.hidden_attrs,
             ..Default::default()
         };
         let string = |bit: u32| -> Result<String, PerfDataError> {
@@ -417,6 +371,181 @@ impl<R: Read + Seek> Reader<R> {
             })?;
         Ok(meta)
     }
+}
+
+impl Stream {
+    fn new(sec: Section) -> Stream {
+        Stream {
+            sec,
+            pos: sec.offset,
+            index: 0,
+            buf: Vec::new(),
+            start: 0,
+            end: 0,
+        }
+    }
+
+    /// Makes at least `want` bytes (at most what the section still holds)
+    /// available at `buf[start..]`.
+    #[inline]
+    fn fill(&mut self, r: &mut (impl Read + Seek), want: usize) -> io::Result<()> {
+        if self.end - self.start >= want {
+            return Ok(());
+        }
+        self.refill(r, want)
+    }
+
+    /// [`Stream::fill`] when the buffer runs short: moves what is left to
+    /// the front and reads more (from where this stream stands: another
+    /// may have moved the file's position).
+    #[cold]
+    fn refill(&mut self, r: &mut (impl Read + Seek), want: usize) -> io::Result<()> {
+        self.buf.copy_within(self.start..self.end, 0);
+        self.end -= self.start;
+        self.start = 0;
+        let read_at = self.pos + self.end as u64;
+        let left = self.sec.offset + self.sec.size - self.pos;
+        let target = (left.min(CHUNK.max(want) as u64)) as usize;
+        if self.buf.len() < target {
+            self.buf.resize(target, 0);
+        }
+        r.seek(SeekFrom::Start(read_at))?;
+        while self.end < want {
+            let n = r.read(&mut self.buf[self.end..target])?;
+            if n == 0 {
+                return Err(io::Error::from(io::ErrorKind::UnexpectedEof));
+            }
+            self.end += n;
+        }
+        Ok(())
+    }
+
+    /// The next record of the section (called `what` in errors), or
+    /// `None` at its end.
+    fn next(
+        &mut self,
+        r: &mut (impl Read + Seek),
+        what: &str,
+    ) -> Result<Option<FileRecord<'_>>, PerfDataError> {
+        let end = self.sec.offset + self.sec.size;
+        if self.pos >= end {
+            return Ok(None);
+        }
+        let (index, offset) = (self.index, self.pos);
+        let err = |kind: u32, reason: String| PerfDataError::Record {
+            index,
+            kind,
+            offset,
+            reason,
+        };
+        if end - self.pos < 8 {
+            return Err(err(
+                0,
+                format!(
+                    "only {} bytes left in the {what}, less than a record header",
+                    end - self.pos
+                ),
+            ));
+        }
+        self.fill(r, 8)
+            .map_err(|e| err(0, format!("reading the header: {e}")))?;
+        let h = &self.buf[self.start..self.start + 8];
+        let kind = u32::from_ne_bytes([h[0], h[1], h[2], h[3]]);
+        let misc = u16::from_ne_bytes([h[4], h[5]]);
+        let size = u64::from(u16::from_ne_bytes([h[6], h[7]]));
+        if size < 8 {
+            return Err(err(kind, format!("size {size} is smaller than its header")));
+        }
+        if size > end - self.pos {
+            return Err(err(
+                kind,
+                format!("size {size} runs past the end of the {what} at byte {end}"),
+            ));
+        }
+        self.fill(r, size as usize)
+            .map_err(|e| err(kind, format!("reading {size} bytes: {e}")))?;
+        let body = &self.buf[self.start + 8..self.start + size as usize];
+        self.start += size as usize;
+        self.pos += size;
+        self.index += 1;
+        Ok(Some(FileRecord {
+            index,
+            offset,
+            kind,
+            misc,
+            body,
+        }))
+    }
+}
+
+/// The hidden probes' attrs and the region of their records, from the
+/// bytes of a [`FEAT_HIDDEN`] section of a `len`-byte file; an error
+/// gives the offset in the section and the reason.
+fn hidden_section(b: &[u8], len: u64) -> Result<(Vec<FileAttr>, Section), (usize, String)> {
+    let short = |at: usize, what: &str| {
+        (
+            at,
+            format!("the section ends ({} bytes) inside {what}", b.len()),
+        )
+    };
+    if b.len() < 8 {
+        return Err(short(0, "its counts"));
+    }
+    let (n, attr_size) = (u32_at(b, 0) as usize, u32_at(b, 4) as usize);
+    if !(ATTR_SIZE_VER0 as usize..=MAX_ATTR_SIZE as usize).contains(&attr_size) {
+        return Err((4, format!("attr size {attr_size}")));
+    }
+    let mut attrs = Vec::new();
+    let mut at = 8;
+    for i in 0..n {
+        let mut a = b
+            .get(at..at + attr_size)
+            .ok_or_else(|| short(at, &format!("hidden attr #{i}")))?
+            .to_vec();
+        let declared = u32_at(&a, 4) as usize;
+        if declared < ATTR_SIZE_VER0 as usize || declared > attr_size {
+            return Err((
+                at + 4,
+                format!("hidden attr #{i} declares {declared} bytes in a {attr_size}-byte slot"),
+            ));
+        }
+        a.truncate(declared);
+        at += attr_size;
+        if b.len() < at + 4 {
+            return Err(short(at, &format!("the id count of hidden attr #{i}")));
+        }
+        let count = u32_at(b, at) as usize;
+        at += 4;
+        let ids = b
+            .get(at..at.saturating_add(count.saturating_mul(8)))
+            .ok_or_else(|| short(at, &format!("the {count} ids of hidden attr #{i}")))?
+            .chunks_exact(8)
+            .map(|c| u64_at(c, 0))
+            .collect();
+        at += count * 8;
+        attrs.push(FileAttr { attr: a, ids });
+    }
+    if b.len() < at + 16 {
+        return Err(short(at, "the region's offset and size"));
+    }
+    let region = Section {
+        offset: u64_at(b, at),
+        size: u64_at(b, at + 8),
+    };
+    if region
+        .offset
+        .checked_add(region.size)
+        .is_none_or(|e| e > len)
+    {
+        return Err((
+            at,
+            format!(
+                "the region of hidden records ({} bytes at byte {}) runs past the end of the file ({len} bytes)",
+                region.size, region.offset
+            ),
+        ));
+    }
+    Ok((attrs, region))
 }
 
 /// A perf string at `at`: u32 length, then that many bytes (NUL-padded).

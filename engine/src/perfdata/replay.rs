@@ -28,6 +28,9 @@ pub struct Replay<R> {
     symbols: KernelSymbols,
     /// Executable mappings from the file's MMAP records.
     maps: ProcessMaps,
+    /// The mark of the hidden region read but whose round has not ended
+    /// yet ([`super::FEAT_HIDDEN`]).
+    hidden_mark: Option<u64>,
 }
 
 impl<R: Read + Seek> Replay<R> {
@@ -87,6 +90,7 @@ impl<R: Read + Seek> Replay<R> {
             decoder,
             symbols,
             maps: ProcessMaps::default(),
+            hidden_mark: None,
         })
     }
 
@@ -119,12 +123,16 @@ impl<R: Read + Seek> Replay<R> {
             decoder,
             symbols,
             maps,
+            hidden_mark,
             ..
         } = self;
         let mut n = 0u64;
+        let mut round = 0u64;
         while let Some(rec) = reader.next_record()? {
             match rec.kind {
                 RECORD_FINISHED_ROUND => {
+                    feed_hidden(reader, decoder, hidden_mark, Some(round))?;
+                    round += 1;
                     n += decoder.round(Handover::Ordered, |e, plans| f(e, plans, symbols, maps))
                         as u64;
                 }
@@ -143,7 +151,56 @@ impl<R: Read + Seek> Replay<R> {
                 _ => {}
             }
         }
+        feed_hidden(reader, decoder, hidden_mark, None)?;
         n += decoder.round(Handover::All, |e, plans| f(e, plans, symbols, maps)) as u64;
         Ok(n)
     }
+}
+
+/// Gives `decoder` the hidden probes' samples ([`super::FEAT_HIDDEN`]) of
+/// every round up to `round` (the index of the data section's
+/// `FINISHED_ROUND` just read), or all that are left with `None`. `mark`
+/// keeps a later round's mark read ahead.
+fn feed_hidden<R: Read + Seek>(
+    reader: &mut Reader<R>,
+    decoder: &mut RecordDecoder,
+    mark: &mut Option<u64>,
+    round: Option<u64>,
+) -> Result<(), PerfDataError> {
+    let later = |m: u64| round.is_some_and(|r| m > r);
+    if mark.is_some_and(later) {
+        return Ok(());
+    }
+    *mark = None;
+    while let Some(rec) = reader.next_hidden_record()? {
+        let err = |reason: String| PerfDataError::Record {
+            index: rec.index,
+            kind: rec.kind,
+            offset: rec.offset,
+            reason,
+        };
+        match rec.kind {
+            RECORD_FINISHED_ROUND => {
+                let m = rec
+                    .body
+                    .get(..8)
+                    .and_then(|b| b.try_into().ok())
+                    .map(u64::from_le_bytes)
+                    .ok_or_else(|| err("a hidden round mark without its round".into()))?;
+                if later(m) {
+                    *mark = Some(m);
+                    return Ok(());
+                }
+            }
+            RECORD_SAMPLE => decoder
+                .record(rec.kind, rec.misc, (rec.body, &[]))
+                .map_err(|e| err(format!("in the hidden probes' region: {e}")))?,
+            _ => {
+                return Err(err(
+                    "a record other than a sample in the hidden probes' region".into(),
+                ))
+            }
+        }
+    }
+    Ok(())
 }

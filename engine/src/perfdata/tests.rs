@@ -48,8 +48,19 @@ fn file() -> (Vec<u8>, Vec<String>) {
 
 /// The file of [`file`], recorded with `plans`.
 fn file_of(plans: &[crate::ProbePlan]) -> Vec<u8> {
+    file_hiding(plans, 0)
+}
+
+/// The file of [`file`], recorded with `plans`, the last `hidden` of
+/// them hidden from perf.
+fn file_hiding(plans: &[crate::ProbePlan], hidden: usize) -> Vec<u8> {
     let attrs: Vec<Vec<u8>> = plans.iter().map(sample_attr_bytes).collect();
+    let ids = vec![vec![100, 101], vec![200, 201]];
     let mut w = Writer::new(Cursor::new(Vec::new())).unwrap();
+    if hidden > 0 {
+        let hide = ids[ids.len() - hidden..].concat();
+        w.hide(hide, tempfile::tempfile().unwrap());
+    }
     w.kernel_mmap(0xffffffff81000000).unwrap();
     let body = comm_record_body(42, 43, "cat", 90, 1, 100);
     w.record(RECORD_COMM, 0, (&body, &[])).unwrap();
@@ -88,7 +99,8 @@ fn file_of(plans: &[crate::ProbePlan]) -> Vec<u8> {
             .map(|p| StoredProbe::from_plan(p, &[]))
             .collect(),
         attrs,
-        ids: vec![vec![100, 101], vec![200, 201]],
+        ids,
+        hidden,
         symbols: symbol_subset(&syms, [0xffffffff81234570, 0xffffffff81234661]),
         hostname: "host".into(),
         osrelease: "6.1.0".into(),
@@ -155,6 +167,66 @@ fn round_trip() {
         ("do_sys_open", 1, 0xf0)
     );
     assert_eq!(r.attrs()[1].ids, [200, 201]);
+}
+
+/// A hidden probe's attr and samples are not where perf reads (the
+/// header's attrs, the event descriptions, the data section), and a
+/// replay still decodes them in their place in time.
+#[test]
+fn a_hidden_probe_is_out_of_perfs_sight_and_replayed_in_order() {
+    let plans = plans();
+    let (open, _) = file();
+    let bytes = file_hiding(&plans, 1);
+    assert_eq!(replay_lines(&bytes).unwrap(), replay_lines(&open).unwrap());
+    let at = |i: usize| u64::from_le_bytes(bytes[i..i + 8].try_into().unwrap());
+    // One attr in perf's attr section: attr size, then the section size.
+    assert_eq!(at(32), at(16));
+    let mut r = Reader::new(Cursor::new(&bytes[..])).unwrap();
+    assert_eq!(r.attrs().len(), 2);
+    assert_eq!(r.hidden_attrs(), 1);
+    assert_eq!(r.attrs()[1].ids, [200, 201]);
+    assert_eq!(r.metadata().unwrap().hidden, 1);
+    let (_, desc) = r.feature(FEAT_EVENT_DESC).unwrap();
+    assert_eq!(u32::from_le_bytes(desc[..4].try_into().unwrap()), 1);
+    let mut ids = Vec::new();
+    while let Some(rec) = r.next_record().unwrap() {
+        if rec.kind == RECORD_SAMPLE {
+            ids.push(u64::from_ne_bytes(rec.body[..8].try_into().unwrap()));
+        }
+    }
+    assert_eq!(ids, [101, 101]);
+    let mut hidden = Vec::new();
+    while let Some(rec) = r.next_hidden_record().unwrap() {
+        hidden.push((rec.kind, rec.body.len()));
+    }
+    // The return sample, then the mark of the round it belongs to (0).
+    assert_eq!(hidden.len(), 2);
+    assert_eq!(hidden[1], (RECORD_FINISHED_ROUND, 8));
+    // An independent reader sees what perf sees: one event, its samples.
+    let linux_perf_data::PerfFileReader {
+        mut perf_file,
+        mut record_iter,
+    } = linux_perf_data::PerfFileReader::parse_file(Cursor::new(&bytes[..])).unwrap();
+    let names: Vec<Option<&str>> = perf_file
+        .event_attributes()
+        .iter()
+        .map(|a| a.name())
+        .collect();
+    assert_eq!(names, [Some("p_do_sys_openat2_0")]);
+    let mut samples = 0;
+    while let Some(rec) = record_iter.next_record(&mut perf_file).unwrap() {
+        if let linux_perf_data::PerfFileRecord::EventRecord { attr_index, record } = rec {
+            if record.record_type.0 == RECORD_SAMPLE {
+                assert_eq!(attr_index, 0);
+                samples += 1;
+            }
+        }
+    }
+    assert_eq!(samples, 2);
+    // A file cut anywhere is still an error, never a panic.
+    for cut in 0..bytes.len() {
+        assert!(replay_lines(&bytes[..cut]).is_err(), "{cut}");
+    }
 }
 
 #[test]

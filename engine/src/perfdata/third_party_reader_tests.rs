@@ -77,6 +77,7 @@ fn file() -> Vec<u8> {
         w.round_end().unwrap();
     }
     let meta = Metadata {
+        hidden: 0,
         arch: Arch::X86_64,
         probes: plans
             .iter()

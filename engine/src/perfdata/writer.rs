@@ -1,14 +1,15 @@
 //! Writing a perf.data file while a session runs.
 
-use std::io::{self, Seek, SeekFrom, Write};
+use std::fs::File;
+use std::io::{self, BufWriter, Seek, SeekFrom, Write};
 
 use super::{
     put_string, Metadata, PerfDataError, Section, FEATURE_BITS, FEAT_ARCH, FEAT_CMDLINE,
-    FEAT_EVENT_DESC, FEAT_HOSTNAME, FEAT_KPROBE_PERF, FEAT_NRCPUS, FEAT_OSRELEASE,
+    FEAT_EVENT_DESC, FEAT_HIDDEN, FEAT_HOSTNAME, FEAT_KPROBE_PERF, FEAT_NRCPUS, FEAT_OSRELEASE,
     FEAT_TRACING_DATA, FEAT_VERSION, HEADER_SIZE, MAGIC, MISC_KERNEL, RECORD_FINISHED_ROUND,
     RECORD_MMAP,
 };
-use crate::records::RecordSink;
+use crate::records::{RecordSink, RECORD_SAMPLE};
 
 /// Size of the sample_id trailer of the engine's non-sample records
 /// (TID, TIME, CPU, IDENTIFIER).
@@ -21,6 +22,23 @@ pub struct Writer<W: Write + Seek> {
     /// Bytes of records written.
     data_size: u64,
     /// Records written since the last FINISHED_ROUND.
+    in_round: u64,
+    /// FINISHED_ROUND records written.
+    rounds: u64,
+    /// The samples perf must not see ([`Writer::hide`]).
+    hidden: Option<Hidden>,
+}
+
+/// The samples of hidden probes, kept out of perf's data section: written
+/// to a spill file as they come, copied after the attrs at the end
+/// ([`super::FEAT_HIDDEN`] gives the layout).
+struct Hidden {
+    /// Their event ids, sorted.
+    ids: Vec<u64>,
+    spill: BufWriter<File>,
+    /// Bytes written to the spill.
+    size: u64,
+    /// Samples spilled since the last round mark.
     in_round: u64,
 }
 
@@ -42,7 +60,26 @@ impl<W: Write + Seek> Writer<W> {
             out,
             data_size: 0,
             in_round: 0,
+            rounds: 0,
+            hidden: None,
         })
+    }
+
+    /// Keeps the samples of `ids` (the events of probes the user did not
+    /// ask for, such as the entry half of a joined return probe) out of
+    /// what perf reads: they go to `spill` (an empty file, read and
+    /// written, which nothing else uses) and end up after the attrs,
+    /// where only kprobe-perf's reader looks ([`super::FEAT_HIDDEN`]).
+    /// The probes themselves are the last `meta.hidden` of
+    /// [`Writer::finish`]'s metadata.
+    pub fn hide(&mut self, mut ids: Vec<u64>, spill: File) {
+        ids.sort_unstable();
+        self.hidden = Some(Hidden {
+            ids,
+            spill: BufWriter::with_capacity(1 << 20, spill),
+            size: 0,
+            in_round: 0,
+        });
     }
 
     /// Writes the `PERF_RECORD_MMAP` perf record synthesizes for the
@@ -122,6 +159,16 @@ impl<W: Write + Seek> Writer<W> {
     /// header. Returns the output.
     pub fn finish(mut self, meta: &Metadata) -> Result<W, PerfDataError> {
         let data_end = HEADER_SIZE + self.data_size;
+        // perf sees the user's probes only: the last `meta.hidden` attrs
+        // go to kprobe-perf's hidden section.
+        let shown = meta.attrs.len().saturating_sub(meta.hidden);
+        let attr_size = meta.attrs.first().map_or(0, Vec::len);
+        let ids_of = |i: usize| meta.ids.get(i).map_or(&[][..], Vec::as_slice);
+        let sized = |attr: &Vec<u8>| {
+            let mut a = attr.clone();
+            a.resize(attr_size, 0);
+            a
+        };
         let mut features: Vec<(u32, Vec<u8>)> = Vec::new();
         if let Some(t) = &meta.tracing_data {
             features.push((FEAT_TRACING_DATA, t.clone()));
@@ -147,15 +194,12 @@ impl<W: Write + Seek> Writer<W> {
             put_string(&mut cmdline, a);
         }
         features.push((FEAT_CMDLINE, cmdline));
-        let attr_size = meta.attrs.first().map_or(0, Vec::len);
         let mut desc = Vec::new();
-        desc.extend_from_slice(&(meta.attrs.len() as u32).to_le_bytes());
+        desc.extend_from_slice(&(shown as u32).to_le_bytes());
         desc.extend_from_slice(&(attr_size as u32).to_le_bytes());
-        for (i, attr) in meta.attrs.iter().enumerate() {
-            let mut a = attr.clone();
-            a.resize(attr_size, 0);
-            desc.extend_from_slice(&a);
-            let ids = meta.ids.get(i).map_or(&[][..], Vec::as_slice);
+        for (i, attr) in meta.attrs.iter().enumerate().take(shown) {
+            desc.extend_from_slice(&sized(attr));
+            let ids = ids_of(i);
             desc.extend_from_slice(&(ids.len() as u32).to_le_bytes());
             put_string(
                 &mut desc,
@@ -167,10 +211,55 @@ impl<W: Write + Seek> Writer<W> {
         }
         features.push((FEAT_EVENT_DESC, desc));
         features.push((FEAT_KPROBE_PERF, meta.encode().into_bytes()));
+        // The hidden section's own size is known before the offset of the
+        // region it points at: the region follows the attrs.
+        let hidden_attrs = &meta.attrs[shown.min(meta.attrs.len())..];
+        let hidden_section_size = if hidden_attrs.is_empty() && self.hidden.is_none() {
+            None
+        } else {
+            Some(
+                8 + hidden_attrs
+                    .iter()
+                    .enumerate()
+                    .map(|(j, _)| attr_size + 4 + ids_of(shown + j).len() * 8)
+                    .sum::<usize>()
+                    + 16,
+            )
+        };
 
         // Feature table right after the data, then the features.
+        let n_features = features.len() + usize::from(hidden_section_size.is_some());
+        let table_size = n_features as u64 * 16;
+        let features_size: u64 = features.iter().map(|(_, b)| b.len() as u64).sum::<u64>()
+            + hidden_section_size.unwrap_or(0) as u64;
+        let ids_size: u64 = (0..shown).map(|i| ids_of(i).len() as u64 * 8).sum();
+        let attrs = Section {
+            offset: data_end + table_size + features_size + ids_size,
+            size: (shown * (attr_size + 16)) as u64,
+        };
+        let spill_size = self.hidden.as_ref().map_or(0, |h| h.size);
+        let region = Section {
+            offset: attrs.offset + attrs.size,
+            size: spill_size,
+        };
+        if let Some(size) = hidden_section_size {
+            let mut b = Vec::with_capacity(size);
+            b.extend_from_slice(&(hidden_attrs.len() as u32).to_le_bytes());
+            b.extend_from_slice(&(attr_size as u32).to_le_bytes());
+            for (j, attr) in hidden_attrs.iter().enumerate() {
+                b.extend_from_slice(&sized(attr));
+                let ids = ids_of(shown + j);
+                b.extend_from_slice(&(ids.len() as u32).to_le_bytes());
+                for id in ids {
+                    b.extend_from_slice(&id.to_le_bytes());
+                }
+            }
+            b.extend_from_slice(&region.offset.to_le_bytes());
+            b.extend_from_slice(&region.size.to_le_bytes());
+            debug_assert_eq!(b.len(), size);
+            features.push((FEAT_HIDDEN, b));
+        }
         let mut tail = Vec::new();
-        let table_size = features.len() as u64 * 16;
         let mut at = data_end + table_size;
         let mut bitmap = [0u64; (FEATURE_BITS / 64) as usize];
         for (bit, bytes) in &features {
@@ -184,8 +273,8 @@ impl<W: Write + Seek> Writer<W> {
         }
         // Ids of each attr, then the attrs with their id sections.
         let mut id_sections = Vec::new();
-        for i in 0..meta.attrs.len() {
-            let ids = meta.ids.get(i).map_or(&[][..], Vec::as_slice);
+        for i in 0..shown {
+            let ids = ids_of(i);
             id_sections.push(Section {
                 offset: at,
                 size: ids.len() as u64 * 8,
@@ -195,20 +284,33 @@ impl<W: Write + Seek> Writer<W> {
                 at += 8;
             }
         }
-        let attrs = Section {
-            offset: at,
-            size: (meta.attrs.len() * (attr_size + 16)) as u64,
-        };
+        debug_assert_eq!(at, attrs.offset);
         for (attr, ids) in meta.attrs.iter().zip(&id_sections) {
-            let mut a = attr.clone();
-            a.resize(attr_size, 0);
-            tail.extend_from_slice(&a);
+            tail.extend_from_slice(&sized(attr));
             tail.extend_from_slice(&ids.offset.to_le_bytes());
             tail.extend_from_slice(&ids.size.to_le_bytes());
         }
         self.out
             .write_all(&tail)
             .map_err(io_err("writing the features and attrs", data_end))?;
+        if let Some(h) = self.hidden.take() {
+            let mut spill = h
+                .spill
+                .into_inner()
+                .map_err(|e| e.into_error())
+                .and_then(|mut f| f.seek(SeekFrom::Start(0)).map(|_| f))
+                .map_err(io_err("reading back the hidden samples", region.offset))?;
+            let copied = io::copy(&mut io::Read::take(&mut spill, region.size), &mut self.out)
+                .map_err(io_err("copying the hidden samples", region.offset))?;
+            if copied != region.size {
+                return Err(io_err("copying the hidden samples", region.offset)(
+                    io::Error::new(
+                        io::ErrorKind::UnexpectedEof,
+                        format!("{copied} of {} bytes", region.size),
+                    ),
+                ));
+            }
+        }
 
         let mut header = Vec::with_capacity(HEADER_SIZE as usize);
         header.extend_from_slice(&MAGIC.to_le_bytes());
@@ -284,29 +386,68 @@ pub fn tracing_data(
 
 impl<W: Write + Seek> RecordSink for Writer<W> {
     fn record(&mut self, kind: u32, misc: u16, body: (&[u8], &[u8])) -> io::Result<()> {
-        let size = 8 + body.0.len() + body.1.len();
-        let size16 = u16::try_from(size)
-            .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "record over 64 KiB"))?;
-        let mut hdr = [0u8; 8];
-        hdr[..4].copy_from_slice(&kind.to_ne_bytes());
-        hdr[4..6].copy_from_slice(&misc.to_ne_bytes());
-        hdr[6..].copy_from_slice(&size16.to_ne_bytes());
-        self.out.write_all(&hdr)?;
-        self.out.write_all(body.0)?;
-        self.out.write_all(body.1)?;
-        self.data_size += size as u64;
+        if kind == RECORD_SAMPLE {
+            if let Some(h) = &mut self.hidden {
+                // PERF_SAMPLE_IDENTIFIER: the id comes first.
+                let mut id = [0u8; 8];
+                let n = body.0.len().min(8);
+                id[..n].copy_from_slice(&body.0[..n]);
+                if n < 8 && body.1.len() >= 8 - n {
+                    id[n..].copy_from_slice(&body.1[..8 - n]);
+                }
+                if h.ids.binary_search(&u64::from_ne_bytes(id)).is_ok() {
+                    h.size += write_record(&mut h.spill, kind, misc, body)?;
+                    h.in_round += 1;
+                    return Ok(());
+                }
+            }
+        }
+        self.data_size += write_record(&mut self.out, kind, misc, body)?;
         self.in_round += 1;
         Ok(())
     }
 
     fn round_end(&mut self) -> io::Result<()> {
-        if self.in_round == 0 {
+        let hidden = self.hidden.as_ref().map_or(0, |h| h.in_round);
+        if self.in_round == 0 && hidden == 0 {
             return Ok(());
         }
         self.record(RECORD_FINISHED_ROUND, 0, (&[], &[]))?;
+        if let Some(h) = self.hidden.as_mut().filter(|h| h.in_round > 0) {
+            // The samples spilled since the last mark belong to the round
+            // this FINISHED_ROUND ends.
+            h.size += write_record(
+                &mut h.spill,
+                RECORD_FINISHED_ROUND,
+                0,
+                (&self.rounds.to_le_bytes(), &[]),
+            )?;
+            h.in_round = 0;
+        }
+        self.rounds += 1;
         self.in_round = 0;
         Ok(())
     }
+}
+
+/// Writes one record (header, then `body`) to `out`; returns its size.
+fn write_record(
+    out: &mut impl Write,
+    kind: u32,
+    misc: u16,
+    body: (&[u8], &[u8]),
+) -> io::Result<u64> {
+    let size = 8 + body.0.len() + body.1.len();
+    let size16 = u16::try_from(size)
+        .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "record over 64 KiB"))?;
+    let mut hdr = [0u8; 8];
+    hdr[..4].copy_from_slice(&kind.to_ne_bytes());
+    hdr[4..6].copy_from_slice(&misc.to_ne_bytes());
+    hdr[6..].copy_from_slice(&size16.to_ne_bytes());
+    out.write_all(&hdr)?;
+    out.write_all(body.0)?;
+    out.write_all(body.1)?;
+    Ok(size as u64)
 }
 
 /// The running kernel's module files by module name (as /proc/modules

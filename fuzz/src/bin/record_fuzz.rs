@@ -208,6 +208,17 @@ fn format_file(i: usize, fields: &[(&str, usize, usize, u8)]) -> String {
 fn file(plans: &[ProbePlan], records: &[(u32, Vec<u8>)]) -> Vec<u8> {
     let run = || -> Result<Vec<u8>, Box<dyn std::error::Error>> {
         let mut w = Writer::new(Cursor::new(Vec::new()))?;
+        // The last probe is hidden from perf, as a joined return probe's
+        // entry half is: its samples go to the hidden region.
+        let spill_path =
+            std::env::temp_dir().join(format!("kprobe-perf-fuzz-{}.spill", std::process::id()));
+        let spill = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create_new(true)
+            .open(&spill_path)?;
+        std::fs::remove_file(&spill_path)?;
+        w.hide(vec![id_of(plans.len() - 1)], spill);
         w.kernel_mmap(0xffffffff81000000)?;
         for (n, (kind, body)) in records.iter().enumerate() {
             w.record(*kind, 1, (body, &[]))?;
@@ -252,6 +263,7 @@ fn file(plans: &[ProbePlan], records: &[(u32, Vec<u8>)]) -> Vec<u8> {
                 .collect(),
             attrs: plans.iter().map(sample_attr_bytes).collect(),
             ids: (0..plans.len()).map(|i| vec![id_of(i)]).collect(),
+            hidden: 1,
             symbols: symbol_subset(&syms, [OPENAT2, OPEN, CLOSE, OPENAT2 + 1]),
             hostname: "fuzz".into(),
             osrelease: "6.1".into(),
