@@ -117,8 +117,10 @@ struct CpuStream {
     fds: Vec<OwnedFd>,
     /// The CPU the ring's events were opened on (`None`: per thread).
     cpu: Option<u32>,
-    /// Samples decoded from this ring: the rest of its events' counts
-    /// were lost (or, in flight-recorder mode, not kept).
+    /// Samples of the user's probes decoded from this ring: the rest of
+    /// their events' counts were lost (or, in flight-recorder mode, not
+    /// kept). A hidden probe's samples (see [`crate::entry_join`]) are
+    /// not among them, nor its counts among those compared.
     samples: u64,
 }
 
@@ -511,9 +513,15 @@ impl Session {
     /// the samples not kept. CPUs that lost nothing are left out.
     pub fn lost_per_cpu(&self) -> Result<BTreeMap<Option<u32>, u64>, Error> {
         let mut lost = BTreeMap::new();
+        let shown = self.plans().len();
         for s in &self.streams {
             let mut counted = 0u64;
             for fd in &s.fds {
+                // The user's probes only: a hidden probe shares the ring.
+                let id = sys::event_id(fd).map_err(|e| Error::io("reading a perf event id", e))?;
+                if self.decoder.probe_of_id(id).is_none_or(|p| p >= shown) {
+                    continue;
+                }
                 counted +=
                     sys::read_count(fd).map_err(|e| Error::io("reading a probe's count", e))?;
             }
@@ -606,13 +614,12 @@ impl Session {
             sys::pause_output(owner, false)
                 .map_err(|e| Error::io("resuming a flight-recorder ring", e))?;
             // Newest first in the ring: decode oldest first.
+            let before = self.decoder.stats().shown_hits();
             for rec in taken.iter().rev() {
                 // An undecodable record is counted in the stats.
-                let decoded = self.decoder.record(rec.kind, rec.misc, (&rec.body, &[]));
-                if decoded.is_ok() && rec.kind == records::RECORD_SAMPLE {
-                    stream.samples += 1;
-                }
+                let _ = self.decoder.record(rec.kind, rec.misc, (&rec.body, &[]));
             }
+            stream.samples += self.decoder.stats().shown_hits() - before;
         }
         let mut failed = None;
         let n = self
@@ -673,19 +680,17 @@ impl Session {
             let StreamRing::Forward(ring) = &mut stream.ring else {
                 continue;
             };
-            let samples = &mut stream.samples;
+            let before = decoder.stats().shown_hits();
             let mut flow = Ok(ControlFlow::Continue(()));
             ring.drain(|rec| {
                 decoder.stats_mut().ring_bytes += (8 + rec.body.0.len() + rec.body.1.len()) as u64;
                 // An undecodable record is counted in the stats.
-                let decoded = decoder.record(rec.kind, rec.misc, rec.body).is_ok();
-                if decoded && rec.kind == records::RECORD_SAMPLE {
-                    *samples += 1;
-                }
+                let _ = decoder.record(rec.kind, rec.misc, rec.body);
                 if let Ok(ControlFlow::Continue(())) = flow {
                     flow = sink.record(rec.kind, rec.misc, rec.body);
                 }
             });
+            stream.samples += decoder.stats().shown_hits() - before;
             if flow?.is_break() {
                 // The rings not read yet, and the events decoded, wait
                 // for the next drain.

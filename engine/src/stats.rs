@@ -48,6 +48,12 @@ pub struct Throttling {
 }
 
 impl SessionStats {
+    /// Samples of the user's probes decoded so far: the sum of
+    /// [`SessionStats::hits`] (a hidden probe's are not counted there).
+    pub fn shown_hits(&self) -> u64 {
+        self.hits.iter().sum()
+    }
+
     /// Counts a `PERF_RECORD_LOST` of `count` samples on `cpu`.
     pub fn note_lost(&mut self, cpu: Option<u32>, count: u64) {
         self.lost += count;

@@ -170,12 +170,16 @@ pub struct Summary {
     #[serde(flatten)]
     pub loss: Loss,
     /// Samples `PERF_RECORD_LOST` records reported (a floor: the kernel
-    /// writes one only once a ring has room again).
+    /// writes one only once a ring has room again). A record counts every
+    /// event of its ring, a hidden entry probe's
+    /// ([`crate::entry_join`]) included, which the other loss figures
+    /// leave out.
     pub lost_records: u64,
     /// Records that could not be decoded.
     pub undecodable: u64,
-    /// Samples lost per CPU ring, exact (CPUs that lost nothing are left
-    /// out); from `PERF_RECORD_LOST` when the counts could not be read.
+    /// Samples of the user's probes lost per CPU ring, exact (CPUs that
+    /// lost nothing are left out); from `PERF_RECORD_LOST` when the counts
+    /// could not be read.
     pub lost_per_cpu: Vec<CpuLoss>,
     /// Throttling per (CPU, probe).
     pub throttling: Vec<ProbeThrottling>,

@@ -283,6 +283,16 @@ fn losses_of_the_hidden_entry_probe_leave_entry_values_unknown_and_counted() {
     );
     assert_eq!(summary["probes"].as_array().unwrap().len(), 1);
     assert_eq!(probe["events"].as_u64(), Some(events.len() as u64));
+    // The losses per CPU are the user's probe's only, as "lost" is (the
+    // hidden entry probe shares the ring and loses too).
+    let per_cpu: u64 = summary["lost_per_cpu"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c["lost"].as_u64().unwrap())
+        .sum();
+    assert_eq!(Some(per_cpu), summary["lost"].as_u64(), "{summary}");
+    assert_eq!(summary["lost"], probe["lost"], "{summary}");
     let unknown = events
         .iter()
         .filter(|e| e["args"]["path"].is_null())
