@@ -5,7 +5,9 @@
 # tools taken in turn, ROUNDS rounds; each tool's figure is its best
 # round. Peers: perf stat and perf record (the probe defined with `perf
 # probe`), and bpftrace's one-liners for a count, a latency histogram
-# and a count by comm, when bpftrace runs here.
+# and a count by comm, when bpftrace runs here. "perf record, entry +
+# return" samples what `latency` samples (each call's entry and return):
+# the cost of two perf samples per call, whoever reads them.
 #
 # usage: bench-analysis.sh KPROBE_PERF OPEN_LOOP [OPENS] [ROUNDS]
 set -eu
@@ -35,8 +37,9 @@ timed() {
     per_open
 }
 
-"$PERF" probe -q -d 'probe:kpfa*' </dev/null 2>/dev/null || true
+"$PERF" probe -q -d 'probe:kpf[ar]*' </dev/null 2>/dev/null || true
 "$PERF" probe -q -a 'kpfa=do_sys_openat2' </dev/null
+"$PERF" probe -q -a 'kpfr=do_sys_openat2%return' </dev/null
 BT_OK=no
 if [ -x "$BT" ] && "$BT" -e 'BEGIN { exit(); }' </dev/null >/dev/null 2>&1; then
     BT_OK=yes
@@ -48,7 +51,8 @@ kprobe-perf stat|$KP stat -e p:do_sys_openat2 --
 perf stat|$PERF stat -e probe:kpfa --
 kprobe-perf latency|$KP latency do_sys_openat2 --
 kprobe-perf record --count-by comm|$KP record -q --count-by comm -e p:do_sys_openat2 --
-perf record|$PERF record -N -e probe:kpfa -o $W/perf.data --"
+perf record|$PERF record -N -e probe:kpfa -o $W/perf.data --
+perf record, entry + return|$PERF record -N -e probe:kpfa -e probe:kpfr__return -o $W/perf.data --"
 if [ "$BT_OK" = yes ]; then
     # Programs in files: the commands are split on blanks.
     echo 'kprobe:do_sys_openat2 { @ = count(); }' >"$W/count.bt"
@@ -74,7 +78,7 @@ while [ "$i" -lt "$R" ]; do
     done
     i=$((i + 1))
 done
-"$PERF" probe -q -d 'probe:kpfa*' </dev/null 2>/dev/null || true
+"$PERF" probe -q -d 'probe:kpf[ar]*' </dev/null 2>/dev/null || true
 
 best() { grep -v failed "$W/$1" 2>/dev/null | sort -n | head -1; }
 bare=$(best bare)
