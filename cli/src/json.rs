@@ -1,6 +1,10 @@
 //! `--json`: one JSON object per event (JSON Lines), typed: numbers as
 //! numbers, strings as strings, an unreadable string as null, arrays as
-//! arrays; then one closing summary object.
+//! arrays; then one closing summary object. An entry value a return
+//! probe could not be given (its entry was not seen: see the engine's
+//! `entry_join`) is null too, and its name is listed in the event's
+//! `"unknown"` array, which only such events have: a null there is not a
+//! fault.
 //!
 //! Events are written straight into the line's bytes, keys in sorted
 //! order (as a `serde_json::Value` map would print them), with what is
@@ -94,7 +98,25 @@ impl EventWriter {
         put_int(out, e.tid);
         out.extend_from_slice(b",\"time_ns\":");
         put_int(out, e.time_ns);
-        out.extend_from_slice(b",\"type\":\"event\"}");
+        out.extend_from_slice(b",\"type\":\"event\"");
+        if order
+            .iter()
+            .any(|&i| matches!(e.args.get(i), Some(Value::Unknown)))
+        {
+            out.extend_from_slice(b",\"unknown\":[");
+            let mut first = true;
+            for &i in order.iter() {
+                if let (Some(a), Some(Value::Unknown)) = (plan.args.get(i), e.args.get(i)) {
+                    if !first {
+                        out.push(b',');
+                    }
+                    first = false;
+                    put_str(out, &a.name);
+                }
+            }
+            out.push(b']');
+        }
+        out.push(b'}');
     }
 }
 

@@ -24,9 +24,17 @@ fn reference(e: &Event, plan: &ProbePlan, symbols: &KernelSymbols) -> String {
         }
     }
     let mut args = Map::new();
+    let mut unknown = std::collections::BTreeMap::new();
     for (a, v) in plan.args.iter().zip(&e.args) {
         args.insert(a.name.clone(), value(v, symbols));
+        // The last of equal names is the one printed.
+        unknown.insert(a.name.clone(), matches!(v, Value::Unknown));
     }
+    let unknown: Vec<&String> = unknown
+        .iter()
+        .filter(|(_, u)| **u)
+        .map(|(n, _)| n)
+        .collect();
     let mut obj = json!({
         "type": "event",
         "event": plan.event,
@@ -39,6 +47,9 @@ fn reference(e: &Event, plan: &ProbePlan, symbols: &KernelSymbols) -> String {
         "args": args,
     });
     if let Json::Object(m) = &mut obj {
+        if !unknown.is_empty() {
+            m.insert("unknown".into(), json!(unknown));
+        }
         match e.ret_addr {
             Some(r) => {
                 m.insert("function".into(), json!(function(symbols, e.probe_addr)));
