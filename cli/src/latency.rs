@@ -5,6 +5,7 @@
 //! `--min` (funcslower).
 
 use std::io::{self, Write};
+use std::ops::ControlFlow;
 use std::process::ExitCode;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -16,7 +17,8 @@ use kprobe_perf_engine::analysis::{
     LatencyPairer, LatencySnapshot, TimeUnit,
 };
 use kprobe_perf_engine::{
-    plan::BackendChoice, sink_fn, CommandScope, RecordTarget, Session, SessionOptions,
+    plan::BackendChoice, records, CommandScope, Event, EventSink, RecordTarget, Session,
+    SessionOptions,
 };
 
 /// The arguments of `latency`.
@@ -224,6 +226,9 @@ pub(crate) fn run(args: &LatencyArgs) -> Result<ExitCode> {
         Err(e) => return Err(e).context("writing the output"),
         Ok(()) => {}
     }
+    // Every event is in: threads that exited with calls pending never
+    // return from them (their entries are dropped, not unreturned).
+    pairer.apply_exits();
     let snap = pairer.take();
     totals.add(&snap);
     if min_ns.is_none() && (interval.is_none() || snap.functions.iter().any(|f| f.paired > 0)) {
@@ -280,13 +285,11 @@ fn poll_once(
 ) -> Result<()> {
     session.poll(
         Some(timeout),
-        &mut sink_fn(|e| {
-            if let Some(call) = pairer.record(e) {
-                if result.is_ok() {
-                    *result = out.call(&call);
-                }
-            }
-        }),
+        &mut PairingSink {
+            pairer,
+            out,
+            result,
+        },
     )?;
     let lost = session.stats().lost;
     if lost > *lost_seen {
@@ -295,6 +298,39 @@ fn poll_once(
         pairer.events_lost();
     }
     Ok(())
+}
+
+/// Gives the pairer each event, and each thread exit in time order;
+/// prints the calls it completes that --min asks for.
+struct PairingSink<'a, W: Write> {
+    pairer: &'a mut LatencyPairer,
+    out: &'a mut Output<W>,
+    result: &'a mut io::Result<()>,
+}
+
+impl<W: Write> EventSink for PairingSink<'_, W> {
+    type Error = kprobe_perf_engine::Error;
+
+    fn event(&mut self, e: &Event) -> std::result::Result<ControlFlow<()>, Self::Error> {
+        if let Some(call) = self.pairer.record(e) {
+            if self.result.is_ok() {
+                *self.result = self.out.call(&call);
+            }
+        }
+        Ok(ControlFlow::Continue(()))
+    }
+
+    fn record(
+        &mut self,
+        kind: u32,
+        _: u16,
+        body: (&[u8], &[u8]),
+    ) -> std::result::Result<ControlFlow<()>, Self::Error> {
+        if let Some((tid, time)) = records::thread_exit(kind, body) {
+            self.pairer.thread_exits(tid, time);
+        }
+        Ok(ControlFlow::Continue(()))
+    }
 }
 
 /// Where and how the results are written.

@@ -7,6 +7,8 @@
 //!   host with the uprobe PMU too): each level's duration within one log2
 //!   bucket of what the function measured itself, each return paired with
 //!   its own level's entry.
+//! - A call the thread exits in (`do_exit`) is dropped at the thread's
+//!   EXIT record, not left running.
 //! - Against bpftrace's `@start[tid]` one-liner on the same function and
 //!   workload: equal counts, the median in the same log2 bucket.
 
@@ -122,6 +124,32 @@ fn latency_pairs_each_open_exactly_once() {
     let base = run("0");
     let with = run("500");
     assert_eq!(with - base, 500, "base {base}, with 500 opens {with}");
+}
+
+/// `do_exit` never returns: the command's one thread enters it once, and
+/// the kernel's EXIT record for the thread, which comes after that entry,
+/// drops it (a dropped entry, not a call still running).
+#[test]
+fn a_call_the_thread_exits_in_is_dropped_not_unreturned() {
+    if !kprobes_available("a_call_the_thread_exits_in_is_dropped_not_unreturned") {
+        return;
+    }
+    let out = latency(&[
+        "do_exit",
+        "--json",
+        "--",
+        env!("CARGO_BIN_EXE_open_loop"),
+        "/etc/hostname",
+        "0",
+        "/dev/null",
+    ]);
+    let acc = accounting(&out);
+    println!("{acc:?}\n{}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(
+        acc,
+        [0, 0, 1, 0, 0],
+        "paired, unpaired, dropped, unreturned, lost"
+    );
 }
 
 /// A recursion 64 deep, 10 ms of sleep per level: level L lasts

@@ -16,8 +16,10 @@
 //! - tid 0 is each CPU's idle task (and interrupts taken while idle): its
 //!   stacks are kept per CPU, so calls on two idle CPUs do not mix.
 //! - Thread exits and tid reuse: [`LatencyPairer::thread_exited`] drops a
-//!   thread's stacks (the CLI calls it on the kernel's exit record when it
-//!   has one). Without it, an entry or return whose pid differs from the
+//!   thread's stacks; [`LatencyPairer::thread_exits`] does it in time
+//!   order, for the kernel's exit records (which a session hands over
+//!   before the events of the same poll, [`crate::records::thread_exit`]
+//!   reads them). Without them, an entry or return whose pid differs from the
 //!   pid of the entries on its tid's stack shows the tid was reused by
 //!   another process: the old entries are dropped first. (A tid reused
 //!   inside the same process cannot be told apart this way.)
@@ -34,7 +36,8 @@
 //! Dropped entries are counted in `dropped_entries`; entries still waiting
 //! are `unreturned` in a snapshot (at the end: calls that never returned).
 
-use std::collections::HashMap;
+use std::cmp::Reverse;
+use std::collections::{BinaryHeap, HashMap};
 use std::fmt;
 use std::sync::Arc;
 
@@ -398,6 +401,8 @@ pub struct LatencyPairer {
     /// Map size at which empty stacks are swept.
     sweep_at: usize,
     totals: Vec<Totals>,
+    /// Thread exits not yet applied, earliest first: (time, tid).
+    exits: BinaryHeap<Reverse<(u64, i32)>>,
 }
 
 impl LatencyPairer {
@@ -435,6 +440,7 @@ impl LatencyPairer {
             stacks: HashMap::new(),
             sweep_at: SWEEP_MIN,
             totals,
+            exits: BinaryHeap::new(),
         })
     }
 
@@ -447,6 +453,13 @@ impl LatencyPairer {
     /// Returns the call a return completes when it lasted at least
     /// [`LatencyOptions::calls_from_ns`].
     pub fn record(&mut self, e: &Event) -> Option<Call> {
+        while let Some(&Reverse((time, tid))) = self.exits.peek() {
+            if time >= e.time_ns {
+                break;
+            }
+            self.exits.pop();
+            self.thread_exited(tid);
+        }
         let &(f, is_return) = self.roles.get(&e.probe)?;
         if is_return {
             self.on_return(f, e)
@@ -576,6 +589,26 @@ impl LatencyPairer {
             for (f, s) in stacks.iter().enumerate() {
                 self.totals[f].dropped_entries += s.len() as u64;
             }
+        }
+    }
+
+    /// Thread `tid` exited at `time_ns`: its pending entries are dropped
+    /// once an event later than that is recorded (events come in time
+    /// order; the exit record may come before the thread's last ones).
+    /// Entries of a thread that exited inside the function (a call that
+    /// never returns, such as `do_exit`) are then counted as dropped, not
+    /// as unreturned, and the thread's stacks are freed.
+    pub fn thread_exits(&mut self, tid: i32, time_ns: u64) {
+        if tid != 0 {
+            self.exits.push(Reverse((time_ns, tid)));
+        }
+    }
+
+    /// Every event has been recorded (the session is over): the thread
+    /// exits not yet applied take effect.
+    pub fn apply_exits(&mut self) {
+        while let Some(Reverse((_, tid))) = self.exits.pop() {
+            self.thread_exited(tid);
         }
     }
 

@@ -53,6 +53,26 @@ const COMM_AT_HANDOVER: &str = "";
 pub const RECORD_COMM: u32 = perf_event_open_sys::bindings::PERF_RECORD_COMM;
 /// `PERF_RECORD_SAMPLE`.
 pub const RECORD_SAMPLE: u32 = perf_event_open_sys::bindings::PERF_RECORD_SAMPLE;
+/// `PERF_RECORD_EXIT`.
+pub const RECORD_EXIT: u32 = perf_event_open_sys::bindings::PERF_RECORD_EXIT;
+
+/// The thread and time of a `PERF_RECORD_EXIT` (`kind`, `body` as a
+/// [`RecordSink`] or [`crate::EventSink`] is given them): `None` for
+/// other records or a body too short. The body starts with pid, ppid,
+/// tid and ptid (u32 each), then the time.
+pub fn thread_exit(kind: u32, body: (&[u8], &[u8])) -> Option<(i32, u64)> {
+    if kind != RECORD_EXIT {
+        return None;
+    }
+    let mut b = [0u8; 24];
+    let n = body.0.len().min(24);
+    b[..n].copy_from_slice(&body.0[..n]);
+    let rest = body.1.get(..24 - n)?;
+    b[n..].copy_from_slice(rest);
+    let tid = i32::from_ne_bytes([b[8], b[9], b[10], b[11]]);
+    let time = u64::from_ne_bytes([b[16], b[17], b[18], b[19], b[20], b[21], b[22], b[23]]);
+    Some((tid, time))
+}
 
 /// Which decoded events [`RecordDecoder::round`] hands over.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

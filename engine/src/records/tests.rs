@@ -742,3 +742,27 @@ fn no_filter_counts_nothing_filtered() {
     let (d, _) = decoder();
     assert!(d.stats().filtered.is_empty());
 }
+
+/// An EXIT record's thread and time, whole or split by a ring wrap
+/// anywhere; other records and short bodies give nothing.
+#[test]
+fn thread_exit_reads_an_exit_record_however_it_is_split() {
+    let mut b = Vec::new();
+    for v in [10u32, 1, 11, 1] {
+        b.extend_from_slice(&v.to_ne_bytes());
+    }
+    b.extend_from_slice(&12_345u64.to_ne_bytes());
+    b.extend_from_slice(&[0u8; 32]); // the sample_id trailer
+    for cut in 0..=b.len() {
+        assert_eq!(
+            super::thread_exit(super::RECORD_EXIT, (&b[..cut], &b[cut..])),
+            Some((11, 12_345)),
+            "{cut}"
+        );
+    }
+    assert_eq!(super::thread_exit(super::RECORD_COMM, (&b, &[])), None);
+    assert_eq!(
+        super::thread_exit(super::RECORD_EXIT, (&b[..23], &[])),
+        None
+    );
+}

@@ -187,6 +187,37 @@ fn tid_reuse_exit_and_loss_drop_entries() {
     );
 }
 
+/// An exit record handed over before the thread's last events (a
+/// session hands a poll's raw records before its events) takes effect
+/// at its time: the return before it pairs, the entry left is dropped.
+#[test]
+fn a_thread_exit_applies_in_time_order() {
+    let mut p = pairer(every_call());
+    p.thread_exits(7, 100);
+    p.thread_exits(0, 10);
+    p.record(&ev(ENTRY, 7, 7, 10, vec![]));
+    p.record(&ev(ENTRY, 7, 7, 20, vec![]));
+    let c = p.record(&ev(RET, 7, 7, 30, vec![])).unwrap();
+    assert_eq!(c.duration_ns, 10);
+    // Another thread's event after the exit: tid 7's entry is dropped.
+    p.record(&ev(ENTRY, 9, 9, 150, vec![]));
+    let f = &p.snapshot().functions[0];
+    assert_eq!(
+        (f.paired, f.dropped_entries, f.unreturned),
+        (1, 1, 1),
+        "tid 9's entry is the one unreturned"
+    );
+    // tid 7 again (reused by the same pid): a fresh stack.
+    assert_eq!(p.record(&ev(RET, 7, 7, 160, vec![])), None);
+    assert_eq!(p.snapshot().functions[0].unpaired_returns, 1);
+    // An exit after the last event applies at the end.
+    p.thread_exits(9, 200);
+    assert_eq!(p.snapshot().functions[0].unreturned, 1);
+    p.apply_exits();
+    let f = &p.snapshot().functions[0];
+    assert_eq!((f.dropped_entries, f.unreturned), (2, 0));
+}
+
 /// tid 0 on two CPUs: two idle tasks, two stacks.
 #[test]
 fn idle_tid_0_is_per_cpu() {
