@@ -14,6 +14,10 @@
 //! in the order the user wrote them: the printed line is the one the
 //! kernel-side form prints.
 //!
+//! A thread that exits inside the function (its kernel EXIT record)
+//! lets its waiting entries go, so memory stays bounded and a later
+//! thread of the same tid never takes them.
+//!
 //! The hidden probe is never shown: its events are not handed over, its
 //! counts are not among the session's probes ([`crate::Session::plans`]
 //! lists the user's probes only). A return whose entry was not seen (lost
@@ -459,6 +463,13 @@ impl Joiner {
         flow
     }
 
+    /// Thread `tid` exited at `time_ns` (its EXIT record): its entries
+    /// waiting, of calls it exited in, are let go once a later event
+    /// comes.
+    pub fn thread_exits(&mut self, tid: i32, time_ns: u64) {
+        self.pairer.thread_exits(tid, time_ns);
+    }
+
     /// Records were lost: the entries waiting may have lost their
     /// returns (or the returns their entries), so none is kept.
     pub fn events_lost(&mut self) {
@@ -654,6 +665,37 @@ mod tests {
         );
         assert_eq!(unknown, 2);
         assert_eq!(Value::Unknown.to_string(), "(unknown)");
+    }
+
+    /// A thread that exits inside the function leaves its entry: the exit
+    /// lets it go once a later event comes, so a later thread of the same
+    /// tid (same pid: not caught by the pid check) does not take it.
+    #[test]
+    fn an_exit_lets_the_threads_waiting_entry_go() {
+        let user = plan_on(OPENAT2, &KernelFeatures::default());
+        let (_, joiner) = expand(vec![user]);
+        let mut j = joiner.unwrap();
+        let mut out = Vec::new();
+        let mut pass = |j: &mut Joiner, e: Event| {
+            let _ = j.pass(
+                &e,
+                |_| {},
+                |m, _| {
+                    out.push(m.args.clone());
+                    ControlFlow::Continue(())
+                },
+            );
+        };
+        pass(&mut j, event(1, 7, 10, vec![s("/gone"), int(0x1000)]));
+        j.thread_exits(7, 11);
+        pass(&mut j, event(1, 8, 12, vec![s("/other"), int(0x5000)]));
+        // tid 7 again, the same frame: without the exit it would pair.
+        pass(&mut j, event(0, 7, 13, vec![ret(4), int(0x1008)]));
+        pass(&mut j, event(0, 8, 14, vec![ret(5), int(0x5008)]));
+        assert_eq!(
+            out,
+            vec![vec![Value::Unknown, ret(4)], vec![s("/other"), ret(5)]]
+        );
     }
 
     #[test]

@@ -571,6 +571,15 @@ impl RecordDecoder {
                 );
                 Ok(())
             }
+            Ok(EventRecord::Exit(x)) => {
+                // A thread that exits inside a function whose return is
+                // joined never returns: its entry goes (memory stays
+                // bounded however many threads do).
+                if let Some(j) = self.join.as_mut() {
+                    j.thread_exits(x.tid, x.timestamp);
+                }
+                Ok(())
+            }
             Ok(EventRecord::Lost(l)) => {
                 self.stats.note_lost(cpu(), l.count);
                 if let Some(j) = self.join.as_mut() {
