@@ -162,7 +162,7 @@ impl CountingSession {
     /// threads and children are counted as they inherit the events.
     pub fn open(plans: Vec<ProbePlan>, target: RecordTarget) -> Result<CountingSession, Error> {
         tracefs::remove_stale_if_mounted();
-        let mut plans = attach::plans_for_target(plans, &target, false);
+        let mut plans = attach::plans_for_target(plans, &target, false)?;
         let pmus = attach::probe_pmus(&plans)?;
         let cpus = online_cpus()?;
         let (threads, watched) = match &target {

@@ -122,6 +122,13 @@ pub enum Error {
         /// The probe, in canonical syntax.
         probe: String,
     },
+    /// `--backend pmu` for a uprobe of a target that inherits (a command
+    /// and its children, processes and their new threads).
+    #[error("--backend pmu cannot follow forks with the uprobe {probe}: the kernel re-creates an inherited uprobe PMU event at each fork and re-reads its binary's path there, from an address in kprobe-perf's memory, not the forking process's; use --backend auto or tracefs (a uprobe_events probe, which every fork inherits), or record system-wide (-a) with the PMU")]
+    UprobePmuCannotInherit {
+        /// The probe, in canonical syntax.
+        probe: String,
+    },
     /// This machine's architecture has no register table.
     #[error("choosing the register table: kprobe-perf supports x86_64 and aarch64")]
     UnsupportedArch,

@@ -274,7 +274,7 @@ impl Session {
         command: Option<i32>,
     ) -> Result<Session, Error> {
         let (plans, joiner) = crate::entry_join::expand(plans);
-        let mut plans = attach::plans_for_target(plans, &opts.target, joiner.is_some());
+        let mut plans = attach::plans_for_target(plans, &opts.target, joiner.is_some())?;
         let pmus = attach::probe_pmus(&plans)?;
         let cpus = online_cpus()?;
         let defined = attach::define_events(&mut plans, pmus)?;

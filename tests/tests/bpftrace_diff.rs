@@ -133,16 +133,24 @@ fn kprobe_perf_counts(
 /// The cases, both tools, one run of the workload each: bpftrace's counts
 /// (one probe block per predicate), then kprobe-perf's, one probe per
 /// filter, with the filters in the kernel (`--backend auto`) and in user
-/// space (`--backend pmu`; a filter that still runs in the kernel there,
-/// on `comm` alone or on a uprobe of `-- CMD`, which uprobe_events
-/// defines, runs again with `&& pid > 0`, which only user space can run).
+/// space (`--backend` `user_backend`: pmu for a kernel probe; a uprobe of
+/// `-- CMD` is a uprobe_events probe, tracefs, whose filters run in the
+/// kernel: a filter that still runs in the kernel, there or on `comm`
+/// alone, runs again with `&& pid > 0`, which only user space can run).
 /// Every count equals the case's `expected`, out of `calls` in all.
-fn compare(bt_probe: &str, spec: &str, command: &[&str], calls: u64, cases: &[(&str, &str, u64)]) {
+fn compare(
+    bt_probe: &str,
+    spec: &str,
+    command: &[&str],
+    calls: u64,
+    user_backend: &str,
+    cases: &[(&str, &str, u64)],
+) {
     let predicates: Vec<&str> = cases.iter().map(|c| c.1).collect();
     let bt = bpftrace_counts(bt_probe, &predicates, &command.join(" "));
     let filters: Vec<String> = cases.iter().map(|c| c.0.to_string()).collect();
     let kernel = kprobe_perf_counts("auto", spec, &filters, command);
-    let mut user = kprobe_perf_counts("pmu", spec, &filters, command);
+    let mut user = kprobe_perf_counts(user_backend, spec, &filters, command);
     let still_in_kernel: Vec<usize> = (0..cases.len())
         .filter(|i| user[*i].1["filter"]["runs"] == "kernel")
         .collect();
@@ -151,7 +159,7 @@ fn compare(bt_probe: &str, spec: &str, command: &[&str], calls: u64, cases: &[(&
             .iter()
             .map(|i| format!("({}) && pid > 0", cases[*i].0))
             .collect();
-        let again = kprobe_perf_counts("pmu", spec, &forced, command);
+        let again = kprobe_perf_counts(user_backend, spec, &forced, command);
         for (i, counted) in still_in_kernel.into_iter().zip(again) {
             user[i] = counted;
         }
@@ -226,6 +234,7 @@ fn vfs_write_filters_count_what_bpftrace_counts() {
         "p:vfs_write count=$arg3:u64",
         &[sizes],
         15,
+        "pmu",
         &cases,
     );
 }
@@ -267,6 +276,7 @@ fn uprobe_filters_count_what_bpftrace_counts() {
         &spec,
         &[bin, "1000"],
         1000,
+        "tracefs",
         &cases,
     );
 }

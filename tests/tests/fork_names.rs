@@ -98,3 +98,33 @@ fn a_forked_child_has_its_parents_name_until_exec() {
     }
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+/// A uprobe the user puts on the PMU (`--backend pmu`) cannot follow a
+/// command's forks: refused before anything is attached, with the
+/// reason and the way out, where auto takes uprobe_events silently.
+#[test]
+fn a_uprobe_on_the_pmu_is_refused_for_a_command_with_the_reason() {
+    let test = "a_uprobe_on_the_pmu_is_refused_for_a_command_with_the_reason";
+    if !uprobes_available(test) {
+        return;
+    }
+    let Some(libc) = libc_path() else {
+        panic!("{test}: no libc.so in this test's mappings");
+    };
+    let spec = format!("p:{libc}:getpid");
+    for verb in ["record", "stat"] {
+        let out = Command::new(kprobe_perf_bin())
+            .args([verb, "--backend", "pmu", "-e", &spec, "--", "true"])
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(1), "{verb}: {stderr}");
+        assert_eq!(
+            stderr.trim_end(),
+            format!(
+                "kprobe-perf: --backend pmu cannot follow forks with the uprobe p {libc}:getpid: the kernel re-creates an inherited uprobe PMU event at each fork and re-reads its binary's path there, from an address in kprobe-perf's memory, not the forking process's; use --backend auto or tracefs (a uprobe_events probe, which every fork inherits), or record system-wide (-a) with the PMU"
+            ),
+            "{verb}"
+        );
+    }
+}

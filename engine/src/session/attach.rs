@@ -29,20 +29,29 @@ fn is_user(p: &ProbePlan) -> bool {
 /// probes the automatic backend put on the PMU go through `kprobe_events`
 /// where this process may define them (see
 /// [`ProbePlan::through_kprobe_events`]), unless entry values are joined
-/// in user space (`joined`: the joined probes stay as planned).
+/// in user space (`joined`: the joined probes stay as planned). A uprobe
+/// the user put on the PMU (`--backend pmu`) cannot follow forks: refused.
 pub(crate) fn plans_for_target(
     plans: Vec<ProbePlan>,
     target: &RecordTarget,
     joined: bool,
-) -> Vec<ProbePlan> {
+) -> Result<Vec<ProbePlan>, Error> {
     if !target.inherits() {
-        return plans;
+        return Ok(plans);
+    }
+    if let Some(p) = plans
+        .iter()
+        .find(|p| is_user(p) && p.backend == Backend::Pmu && !p.auto_backend)
+    {
+        return Err(Error::UprobePmuCannotInherit {
+            probe: p.spec.to_string(),
+        });
     }
     // tracefs is looked at only when some probe would move.
     let kernel_via_tracefs = !joined
         && plans.iter().any(ProbePlan::may_go_through_kprobe_events)
         && Tracefs::find().is_ok_and(|t| t.can_define(ProbeKind::Kernel));
-    plans
+    Ok(plans
         .into_iter()
         .map(|p| {
             let p = p.through_uprobe_events();
@@ -52,7 +61,7 @@ pub(crate) fn plans_for_target(
                 p
             }
         })
-        .collect()
+        .collect())
 }
 
 /// The PMUs the plans need (kprobe, uprobe), checked to exist; without a
