@@ -312,12 +312,12 @@ impl ProbePlan {
 
     /// The same kernel probe defined through `kprobe_events` and opened
     /// as a tracepoint, when [`BackendChoice::Auto`] chose the PMU. For a
-    /// target that inherits (a command and its children, processes and
-    /// their new threads): the kernel registers a kprobe for each PMU
-    /// perf event, inherited copies included (each CPU of each task), and
-    /// every hit runs all their handlers, where a tracefs probe is one
-    /// kprobe that every inherited event shares (as `perf probe` +
-    /// `perf record` use it). Arguments become fields fetched from the
+    /// target that opens each probe more than once (per CPU, per thread,
+    /// inherited by a command's children or processes' new threads): the
+    /// kernel registers a kprobe for each PMU perf event, inherited
+    /// copies included, and every hit runs all their handlers, where a
+    /// tracefs probe is one kprobe that every event shares (as `perf
+    /// probe` + `perf record` use it). Arguments become fields fetched from the
     /// same registers, named as before. Other plans are returned
     /// unchanged.
     pub fn through_kprobe_events(self) -> ProbePlan {

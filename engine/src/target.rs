@@ -80,6 +80,26 @@ impl RecordTarget {
         }
     }
 
+    /// True when the session opens each probe more than once: once per
+    /// CPU on a machine with `online_cpus` CPUs (every task, a cgroup, a
+    /// command recorded system-wide), once per listed CPU or thread, or
+    /// per task and CPU when the events are inherited. Each PMU probe
+    /// event is then a kprobe of its own, and every hit runs all their
+    /// handlers.
+    pub fn opens_each_probe_more_than_once(&self, online_cpus: usize) -> bool {
+        match self {
+            RecordTarget::Processes(_) => true,
+            RecordTarget::AllCpus | RecordTarget::Cgroup(_) => online_cpus > 1,
+            RecordTarget::Cpus(c) => c.len() > 1,
+            RecordTarget::Threads(t) => t.len() > 1,
+            RecordTarget::Command { scope, .. } => match scope {
+                CommandScope::Descendants => true,
+                CommandScope::AllCpus | CommandScope::Cgroup(_) => online_cpus > 1,
+                CommandScope::Cpus(c) => c.len() > 1,
+            },
+        }
+    }
+
     /// True when the target's events are inherited by the tasks it
     /// creates (a command and its children, processes and their new
     /// threads): such uprobes then go through `uprobe_events` (see

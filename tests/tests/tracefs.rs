@@ -292,7 +292,15 @@ fn pmu_kretprobe_misses_are_inferred_from_entries() {
     let instances = (2 * possible_cpus().len() as u64).max(10);
     let sleepers = instances as usize + 6;
     let symbols = KernelSymbols::load().unwrap();
-    let plans = plan_probes(&["r:hrtimer_nanosleep"], &symbols).unwrap();
+    // On the PMU by choice: on every CPU, `auto` defines it through
+    // kprobe_events (one kprobe for all CPUs), whose misses the kernel
+    // counts itself.
+    let plans = kprobe_perf_engine::plan_probes_with(
+        &["r:hrtimer_nanosleep"],
+        &symbols,
+        kprobe_perf_engine::plan::BackendChoice::Pmu,
+    )
+    .unwrap();
     assert_eq!(plans.len(), 1, "the user's probe only");
     assert_eq!(plans[0].backend, Backend::Pmu);
     let mut session = Session::open(plans, SessionOptions::default()).unwrap();
@@ -486,4 +494,68 @@ fn pmu_comm_matches_the_kernels_current_comm() {
         ],
         "all opens: {kernel:?}"
     );
+}
+
+/// `auto` opens a kernel probe through kprobe_events whenever it would
+/// otherwise open one PMU kprobe per perf event: system-wide on the VM's
+/// CPUs, a kretprobe is then one kprobe whose hits and misses the kernel
+/// counts; on one CPU it stays on the PMU, with its counting entry event.
+/// Each run counts the 20 opens of its command exactly.
+#[test]
+fn auto_routes_a_probe_opened_on_several_cpus_through_kprobe_events() {
+    let test = "auto_routes_a_probe_opened_on_several_cpus_through_kprobe_events";
+    if !kprobes_available(test) {
+        return;
+    }
+    if kprobe_perf_tests::online_cpus().len() < 2 {
+        kprobe_perf_tests::skip(test, "one online CPU: every target opens a probe once");
+        return;
+    }
+    let run = |cpus: &[&str]| -> serde_json::Value {
+        let mut args = vec!["record", "--json"];
+        args.extend_from_slice(cpus);
+        args.extend_from_slice(&[
+            "-e",
+            "r:do_sys_openat2 ret=$retval:s64",
+            "--filter",
+            "comm == \"open_loop\"",
+            "--",
+            "taskset",
+            "-c",
+            "0",
+            env!("CARGO_BIN_EXE_open_loop"),
+            "/etc/hostname",
+            "20",
+            "/dev/null",
+        ]);
+        let out = Command::new(kprobe_perf_bin())
+            .args(&args)
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let summary = String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+            .find(|v| v["type"] == "summary")
+            .expect("a summary");
+        println!("{args:?}: {summary}");
+        summary["probes"][0].clone()
+    };
+    let all = run(&["-a"]);
+    assert_eq!(all["backend"], "tracefs", "{all}");
+    assert_eq!(all["kernel_misses"], 0, "{all}");
+    assert!(
+        all.get("entries").is_none(),
+        "no counting entry event: {all}"
+    );
+    // The loader's opens of open_loop, then its 20: the same in both runs.
+    let one = run(&["-C", "0"]);
+    assert_eq!(one["backend"], "pmu", "{one}");
+    assert_eq!(one["unreturned"], 0, "{one}");
+    assert_eq!(all["events"], one["events"], "{all} {one}");
+    assert!(one["events"].as_u64().unwrap() >= 20, "{one}");
 }

@@ -25,36 +25,49 @@ fn is_user(p: &ProbePlan) -> bool {
 }
 
 /// The plans as a target opens them: when it inherits, uprobes go through
-/// `uprobe_events` (see [`ProbePlan::through_uprobe_events`]), and kernel
+/// `uprobe_events` (see [`ProbePlan::through_uprobe_events`]); when it
+/// opens each probe more than once (per CPU, per thread, inherited), kernel
 /// probes the automatic backend put on the PMU go through `kprobe_events`
 /// where this process may define them (see
-/// [`ProbePlan::through_kprobe_events`]), unless entry values are joined
-/// in user space (`joined`: the joined probes stay as planned). A uprobe
-/// the user put on the PMU (`--backend pmu`) cannot follow forks: refused.
+/// [`ProbePlan::through_kprobe_events`]): one kprobe in all instead of one
+/// per perf event. Not when entry values are joined in user space
+/// (`joined`: the joined probes stay as planned). A uprobe the user put on
+/// the PMU (`--backend pmu`) cannot follow forks: refused for a target that
+/// inherits.
 pub(crate) fn plans_for_target(
     plans: Vec<ProbePlan>,
     target: &RecordTarget,
     joined: bool,
 ) -> Result<Vec<ProbePlan>, Error> {
-    if !target.inherits() {
-        return Ok(plans);
+    let inherits = target.inherits();
+    if inherits {
+        if let Some(p) = plans
+            .iter()
+            .find(|p| is_user(p) && p.backend == Backend::Pmu && !p.auto_backend)
+        {
+            return Err(Error::UprobePmuCannotInherit {
+                probe: p.spec.to_string(),
+            });
+        }
     }
-    if let Some(p) = plans
-        .iter()
-        .find(|p| is_user(p) && p.backend == Backend::Pmu && !p.auto_backend)
-    {
-        return Err(Error::UprobePmuCannotInherit {
-            probe: p.spec.to_string(),
-        });
-    }
-    // tracefs is looked at only when some probe would move.
+    // The CPUs are counted, and tracefs looked at, only when some probe
+    // would move.
     let kernel_via_tracefs = !joined
         && plans.iter().any(ProbePlan::may_go_through_kprobe_events)
+        && target
+            .opens_each_probe_more_than_once(crate::cpus::online_cpus().map_or(1, |c| c.len()))
         && Tracefs::find().is_ok_and(|t| t.can_define(ProbeKind::Kernel));
+    if !inherits && !kernel_via_tracefs {
+        return Ok(plans);
+    }
     Ok(plans
         .into_iter()
         .map(|p| {
-            let p = p.through_uprobe_events();
+            let p = if inherits {
+                p.through_uprobe_events()
+            } else {
+                p
+            };
             if kernel_via_tracefs {
                 p.through_kprobe_events()
             } else {
