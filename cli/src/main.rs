@@ -569,7 +569,10 @@ fn record(args: &RecordArgs, filters: &[Option<String>]) -> Result<ExitCode> {
             .addresses
             .take()
             .map(output::Addresses::into_set)
-            .unwrap_or_default();
+            .unwrap_or_default()
+            .into_iter()
+            .chain(session.counted_addresses().iter().copied())
+            .collect();
         file.finish(&session, &symbols, addresses, &json_summary, &lines)?;
     }
     for line in &lines {
@@ -877,6 +880,24 @@ impl<W: Write> EventSink for LiveOutput<'_, W> {
             Some(f) => f.round_end(),
             None => Ok(ControlFlow::Continue(())),
         }
+    }
+
+    /// `-q -o` with nothing counted from the events (no aggregation, no
+    /// stacks) and no argument the file's symbol table must name
+    /// (`:symbol`): the file takes raw records, and the samples are
+    /// counted without being decoded. Their probe and return addresses
+    /// come from [`Session::counted_addresses`].
+    fn wants_events(&self) -> bool {
+        let p = &self.printer;
+        !(p.quiet
+            && self.file.is_some()
+            && p.agg.is_none()
+            && p.stacks.is_none()
+            && !p
+                .plans
+                .iter()
+                .flat_map(|plan| &plan.args)
+                .any(|a| a.ty.base == kprobe_perf_engine::spec::BaseType::Symbol))
     }
 }
 

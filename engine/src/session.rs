@@ -671,11 +671,14 @@ impl Session {
     /// a drain hands over everything. A sink error ends the drain and is
     /// returned; a `Break` ends it cleanly (see [`EventSink`] for what is
     /// kept for the next drain). Returns the number of events handed
-    /// over.
+    /// over. A sink that wants no events ([`EventSink::wants_events`])
+    /// gets the records, names and round ends, its samples counted
+    /// without being decoded.
     pub fn drain<S: EventSink + ?Sized>(&mut self, sink: &mut S) -> Result<usize, S::Error> {
         let Session {
             streams, decoder, ..
         } = self;
+        let count_only = !sink.wants_events() && decoder.can_count_only();
         for stream in streams.iter_mut() {
             let StreamRing::Forward(ring) = &mut stream.ring else {
                 continue;
@@ -685,7 +688,11 @@ impl Session {
             ring.drain(|rec| {
                 decoder.stats_mut().ring_bytes += (8 + rec.body.0.len() + rec.body.1.len()) as u64;
                 // An undecodable record is counted in the stats.
-                let _ = decoder.record(rec.kind, rec.misc, rec.body);
+                let _ = if count_only {
+                    decoder.count(rec.kind, rec.misc, rec.body)
+                } else {
+                    decoder.record(rec.kind, rec.misc, rec.body)
+                };
                 if let Ok(ControlFlow::Continue(())) = flow {
                     flow = sink.record(rec.kind, rec.misc, rec.body);
                 }
@@ -724,6 +731,14 @@ impl Session {
         // The round is over: a Break has nothing left to stop.
         let _ = sink.round_end()?;
         Ok(n)
+    }
+
+    /// The probe and return addresses of the samples drains counted
+    /// without decoding, for a sink that wants no events (see
+    /// [`EventSink::wants_events`]): what a symbol table needs to name
+    /// them.
+    pub fn counted_addresses(&self) -> &std::collections::HashSet<u64> {
+        self.decoder.counted_addresses()
     }
 
     /// [`Session::wait`] up to `timeout`, then [`Session::drain`] into

@@ -55,6 +55,21 @@ pub trait EventSink {
     fn round_end(&mut self) -> Result<Flow, Self::Error> {
         Ok(ControlFlow::Continue(()))
     }
+
+    /// False for a sink that keeps raw records and looks at no event (a
+    /// perf.data file written without live output). A drain then counts
+    /// the samples, names their threads and notes their addresses
+    /// ([`Session::counted_addresses`](crate::Session::counted_addresses))
+    /// without decoding their arguments or ordering them, which is most
+    /// of a drain's work per event; [`EventSink::event`] is then called
+    /// only for the few samples that could not be counted so (callchains,
+    /// a record split at the ring's end). The counters are those of a
+    /// decoding drain. Ignored (every sample decoded) when entry values
+    /// are joined or a filter runs in user space. Asked at each drain; the
+    /// default is true.
+    fn wants_events(&self) -> bool {
+        true
+    }
 }
 
 impl<S: EventSink + ?Sized> EventSink for &mut S {
@@ -70,6 +85,10 @@ impl<S: EventSink + ?Sized> EventSink for &mut S {
 
     fn round_end(&mut self) -> Result<Flow, Self::Error> {
         (**self).round_end()
+    }
+
+    fn wants_events(&self) -> bool {
+        (**self).wants_events()
     }
 }
 

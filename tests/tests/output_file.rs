@@ -220,3 +220,121 @@ fn force_removes_a_planted_symlink_not_its_target() {
     assert_eq!(fs::read(OLD).unwrap(), first);
     assert_new_perf_data();
 }
+
+/// `script -i PATH`'s lines of `comm`'s threads, without what differs
+/// between two runs of one command: its pid, CPU and times.
+fn script_lines_of(path: &str, comm: &str) -> (Vec<String>, String) {
+    let out = Command::new(kprobe_perf_bin())
+        .args(["script", "-i", path])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "script -i {path}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    let lines = text
+        .lines()
+        .filter_map(|l| {
+            let mut f = l.split_whitespace();
+            let (task, _cpu, _time) = (f.next()?, f.next()?, f.next()?);
+            let (name, _pid) = task.rsplit_once('-')?;
+            (name == comm).then(|| format!("{name} {}", f.collect::<Vec<_>>().join(" ")))
+        })
+        .collect();
+    (lines, text)
+}
+
+/// `-q -o` counts the samples without decoding them (nothing looks at the
+/// events): the file must hold what a run that decodes and prints every
+/// event writes, its kretprobe callers named from the file's symbols, on
+/// the PMU (`-C 0`) and through kprobe_events (`-a`).
+#[test]
+fn a_quiet_file_holds_what_a_printing_run_writes() {
+    let test = "a_quiet_file_holds_what_a_printing_run_writes";
+    if !kprobes_available(test) {
+        return;
+    }
+    let entry = kprobe_perf_tests::for_kernel("p:do_sys_openat2 dfd=%di:s32");
+    for cpus in [&["-C", "0"][..], &["-a"][..]] {
+        let run = |quiet: bool, path: &str| -> (Vec<String>, String) {
+            let _ = fs::remove_file(path);
+            let mut args = vec!["record", "-o", path, "--force"];
+            if quiet {
+                args.push("-q");
+            }
+            args.extend_from_slice(cpus);
+            args.extend_from_slice(&[
+                "-e",
+                "r:do_sys_openat2 ret=$retval:s64",
+                "-e",
+                &entry,
+                "--",
+                "taskset",
+                "-c",
+                "0",
+                env!("CARGO_BIN_EXE_open_loop"),
+                "/etc/hostname",
+                "20",
+                "/dev/null",
+            ]);
+            let out = Command::new(kprobe_perf_bin())
+                .args(&args)
+                .stdout(std::process::Stdio::null())
+                .output()
+                .unwrap();
+            let stderr = String::from_utf8_lossy(&out.stderr);
+            assert!(out.status.success(), "{args:?}: {stderr}");
+            assert!(
+                stderr.contains(", 0 lost"),
+                "{args:?}: nothing lost: {stderr}"
+            );
+            let lines = script_lines_of(path, "open_loop");
+            let _ = fs::remove_file(path);
+            lines
+        };
+        let (printed, printed_text) = run(false, "/tmp/kp-printed.data");
+        let (quiet, quiet_text) = run(true, "/tmp/kp-quiet.data");
+        println!("{cpus:?}: {} lines of open_loop in each file", quiet.len());
+        let returns: Vec<&String> = quiet
+            .iter()
+            .filter(|l| l.contains("<- do_sys_openat2)"))
+            .collect();
+        // The loader's opens, then the 20 of /etc/hostname.
+        assert!(returns.len() >= 20, "{cpus:?}: {quiet:#?}");
+        // Each of the 20 opens returns fd 3 (it is closed again); the
+        // loader's opens return 3 too.
+        assert!(
+            returns.iter().filter(|l| l.ends_with(" ret=3")).count() >= 20,
+            "{cpus:?}: {quiet:#?}"
+        );
+        assert!(
+            quiet.iter().filter(|l| l.ends_with(" dfd=-100")).count() >= 20,
+            "{cpus:?}: AT_FDCWD: {quiet:#?}"
+        );
+        for l in &returns {
+            // `(CALLER+0xOFF/0xSIZE <- do_sys_openat2)`: named, not an
+            // address.
+            let caller = l.split('(').nth(1).unwrap_or_default();
+            assert!(
+                !caller.starts_with("0x") && caller.contains("+0x"),
+                "{cpus:?}: the caller is named: {l}"
+            );
+        }
+        // Lines before the command's exec may be named either way (its
+        // name read from /proc before or after the exec, a race of each
+        // run); after it, the 20 opens and the report's open (21 entries
+        // and returns) are the same in both files.
+        let last = |v: &[String]| v[v.len().saturating_sub(42)..].to_vec();
+        assert!(
+            quiet.len() >= 42 && printed.len() >= 42,
+            "{cpus:?}: -q -o:\n{quiet_text}\nprinted:\n{printed_text}"
+        );
+        assert_eq!(
+            last(&quiet),
+            last(&printed),
+            "{cpus:?}: -q -o:\n{quiet_text}\nprinted:\n{printed_text}"
+        );
+    }
+}

@@ -3,7 +3,9 @@
 //! record parser.
 
 use super::{account, RecordDecoder, COMM_AT_HANDOVER, RECENT_IDS};
-use crate::decode::{decode_head, decode_into, DecodeError, SampleParts, Value};
+use kprobe_perf_arch::boundary::ProbeSite;
+
+use crate::decode::{decode_head, decode_into, DecodeError, EventHead, SampleParts, Value};
 use crate::plan::{ArgSource, ProbePlan};
 use crate::spec::BaseType;
 
@@ -133,6 +135,61 @@ impl RecordDecoder {
         }
         .map(|()| probe);
         Some(account(&mut self.stats, &mut self.queue, decoded))
+    }
+
+    /// [`RecordDecoder::count`]'s sample of the session layout: counted,
+    /// its thread named and its addresses noted, nothing decoded past the
+    /// head; `None` sends it down [`RecordDecoder::record`].
+    #[inline]
+    pub(super) fn count_sample(&mut self, b: &[u8]) -> Option<Result<(), DecodeError>> {
+        let id = u64_at(b, 0)?;
+        let probe = self.probe_of_fast(id)?;
+        self.fast.get(probe)?.as_ref()?;
+        let plan = self.plans.get(probe)?;
+        let size = u32_at(b, 40)? as usize;
+        let parts = SampleParts {
+            ip: u64_at(b, 8),
+            pid: u32_at(b, 16).map(|v| v as i32),
+            tid: u32_at(b, 20).map(|v| v as i32),
+            time: u64_at(b, 24),
+            cpu: u32_at(b, 32),
+            raw: b.get(44..44usize.checked_add(size)?)?,
+        };
+        let mut head = EventHead::default();
+        let site = plan.site();
+        if let Err(e) = decode_head(probe, site, plan.return_trampoline, &parts, &mut head) {
+            self.stats.undecodable += 1;
+            return Some(Err(e));
+        }
+        self.comms.see(head.pid, head.tid);
+        // Named from /proc: dated at the round's end, at the thread's
+        // earliest sample (RecordDecoder::try_round).
+        if self.comms.at(head.tid, head.time_ns).1 {
+            self.counted_unnamed
+                .entry(head.tid)
+                .and_modify(|h| {
+                    if head.time_ns < h.time_ns {
+                        *h = head;
+                    }
+                })
+                .or_insert(head);
+        }
+        let ret = if site == ProbeSite::Return {
+            head.ip
+        } else {
+            0
+        };
+        if (head.probe_addr, ret) != self.last_counted {
+            self.last_counted = (head.probe_addr, ret);
+            self.counted_addresses.insert(head.probe_addr);
+            if site == ProbeSite::Return {
+                self.counted_addresses.insert(ret);
+            }
+        }
+        if let Some(h) = self.stats.hits.get_mut(probe) {
+            *h += 1;
+        }
+        Some(Ok(()))
     }
 }
 

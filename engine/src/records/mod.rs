@@ -217,6 +217,15 @@ pub struct RecordDecoder {
     /// Per probe: where the callchain's frame count lies in a sample
     /// record's body, when its samples carry one.
     chain_at: Vec<Option<usize>>,
+    /// The probe and return addresses of the samples
+    /// [`RecordDecoder::count`] passed over without decoding.
+    counted_addresses: std::collections::HashSet<u64>,
+    /// The last counted sample's `(probe, return)` addresses: most
+    /// samples repeat them.
+    last_counted: (u64, u64),
+    /// Per thread named from /proc, its earliest sample counted this
+    /// round: the next round settles the name there, as a handover does.
+    counted_unnamed: IntMap<i32, EventHead>,
 }
 
 /// The filters of `plans` that run in user space (one per plan).
@@ -349,6 +358,9 @@ impl RecordDecoder {
             recent_ids: vec![(0, 0); RECENT_IDS],
             join: None,
             chain_at,
+            counted_addresses: std::collections::HashSet::new(),
+            last_counted: (0, 0),
+            counted_unnamed: IntMap::default(),
         };
         if decoder.user_filters.iter().any(Option::is_some) {
             decoder.stats.filtered = vec![0; decoder.plans.len()];
@@ -472,6 +484,44 @@ impl RecordDecoder {
             }
             _ => Err(DecodeError::Missing("a well-formed sample")),
         }
+    }
+
+    /// True when [`RecordDecoder::count`] can stand for
+    /// [`RecordDecoder::record`]: no probe's entry values are joined and
+    /// no filter runs in user space (both need every argument decoded).
+    pub fn can_count_only(&self) -> bool {
+        self.join.is_none() && self.user_filters.iter().all(Option::is_none)
+    }
+
+    /// As [`RecordDecoder::record`] for a consumer that keeps raw records
+    /// and looks at no event (a perf.data file written without live
+    /// output): a sample of the session layout is counted, its thread
+    /// named (a name read from /proc is dated, at the next round, just
+    /// before the thread's earliest sample it names, and reported as
+    /// learned, as for a decoded sample) and its probe and return addresses noted (see
+    /// [`RecordDecoder::counted_addresses`]), but its arguments are not
+    /// decoded and it is not queued for a round. Any other record (a
+    /// callchain, a sample split at the ring's end, COMM, LOST ...) goes
+    /// to [`RecordDecoder::record`], whose events a round then hands over
+    /// as usual. Counters are the same as `record` would keep, when
+    /// [`RecordDecoder::can_count_only`].
+    pub fn count(&mut self, kind: u32, misc: u16, body: (&[u8], &[u8])) -> Result<(), RecordError> {
+        if kind == RECORD_SAMPLE && body.1.is_empty() {
+            match self.count_sample(body.0) {
+                Some(Ok(())) => return Ok(()),
+                Some(Err(e)) => return Err(RecordError::Decode(e)),
+                None => {}
+            }
+        }
+        self.record(kind, misc, body)
+    }
+
+    /// The probe addresses and return addresses (a kretprobe's caller) of
+    /// the samples [`RecordDecoder::count`] counted without decoding: what
+    /// a symbol table needs to name them, as a decoded [`Event`]'s
+    /// `probe_addr` and `ret_addr` would.
+    pub fn counted_addresses(&self) -> &std::collections::HashSet<u64> {
+        &self.counted_addresses
     }
 
     /// Handles one record (`kind` and `misc` from its header, `body` the
@@ -679,6 +729,15 @@ impl RecordDecoder {
             },
         );
         let n = n.saturating_sub(dropped);
+        // Samples counted without decoding (RecordDecoder::count), named
+        // from /proc unless a COMM record read since names them.
+        for (_, h) in self.counted_unnamed.drain() {
+            if self.comms.at(h.tid, h.time_ns).1 {
+                from_proc.push(h);
+            }
+        }
+        // The earliest first: a thread's name is dated at its first use.
+        from_proc.sort_by_key(|h| h.time_ns);
         for h in from_proc {
             // Dated just before that event: a COMM record of the same time
             // written after the sample would be applied after it by perf,

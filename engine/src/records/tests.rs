@@ -766,3 +766,87 @@ fn thread_exit_reads_an_exit_record_however_it_is_split() {
         None
     );
 }
+
+/// [`RecordDecoder::count`] keeps what [`RecordDecoder::record`] keeps
+/// for a file: the same counts, the same names learned from /proc (dated
+/// at the thread's earliest sample, and none where an older COMM record
+/// read later names it), and the probe address; nothing waits for a
+/// round.
+#[test]
+fn counting_keeps_the_counts_and_names_a_file_needs() {
+    let thread = Named::new("kpc-now");
+    let (pid, tid) = thread.ids;
+    let sample_of = |plan: &ProbePlan, time: u64| {
+        let mut raw = [0u8; 20];
+        raw[8..16].copy_from_slice(&FUNC.to_ne_bytes());
+        let f = SampleFields {
+            id: ID,
+            ip: FUNC + 1,
+            pid,
+            tid,
+            time,
+            cpu: 0,
+            raw: &raw,
+            regs: &[7, 0xffff_ff9c],
+        };
+        (RECORD_SAMPLE, sample_record_body(&f, plan.regs_mask))
+    };
+    let comm = |name: &str, time: u64| (RECORD_COMM, comm_record_body(pid, tid, name, time, 1, ID));
+    let count = |d: &mut RecordDecoder, records: &[(u32, Vec<u8>)]| {
+        for (kind, body) in records {
+            d.count(*kind, 0, (body, &[])).unwrap();
+        }
+        let mut handed = 0;
+        d.round(Handover::All, |_, _| handed += 1);
+        assert_eq!(handed, 0, "counted samples are not handed over");
+    };
+
+    // Read out of time order (CPU 1's ring after CPU 0's): the name is
+    // dated just before the earliest sample, as a decoding round dates it.
+    let (mut d, plan) = decoder_reading_proc(ThreadNames::ReadProc);
+    assert!(d.can_count_only());
+    count(
+        &mut d,
+        &[
+            sample_of(&plan, 50),
+            sample_of(&plan, 20),
+            sample_of(&plan, 60),
+        ],
+    );
+    assert_eq!(d.stats().hits, [3]);
+    assert_eq!(d.stats().undecodable, 0);
+    assert_eq!(d.waiting(), 0);
+    assert_eq!(
+        d.take_learned(),
+        [LearnedComm {
+            pid,
+            tid,
+            name: Arc::from("kpc-now"),
+            time_ns: 19,
+            cpu: 0,
+            id: ID
+        }]
+    );
+    assert_eq!(
+        d.counted_addresses(),
+        &std::collections::HashSet::from([FUNC])
+    );
+    // Settled once: later rounds learn nothing more.
+    count(&mut d, &[sample_of(&plan, 70)]);
+    assert_eq!(d.take_learned(), []);
+    assert_eq!(d.stats().hits, [4]);
+
+    // An older COMM record read after the sample names it: /proc's name
+    // (read after a rename) is not learned, as with decoding.
+    let (mut d, plan) = decoder_reading_proc(ThreadNames::ReadProc);
+    count(
+        &mut d,
+        &[
+            sample_of(&plan, 20),
+            comm("kpc-first", 10),
+            comm("kpc-now", 30),
+        ],
+    );
+    assert_eq!(d.take_learned(), []);
+    assert_eq!(d.stats().hits, [1]);
+}
