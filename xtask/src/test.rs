@@ -489,9 +489,14 @@ pub(crate) fn run(kernel_args: &[String], no_lint: bool) -> Result<()> {
     });
 
     // perf: the differential test (tests/differential.rs) and perf.data
-    // checks (tests/perfdata.rs) run Debian's perf inside the VM.
-    if let Err(e) = host::ensure_packages(&[("linux-perf", "/usr/bin/perf")]) {
-        tally.fail("installing linux-perf", &e);
+    // checks (tests/perfdata.rs) run Debian's perf inside the VM;
+    // bpftrace: the bpftrace differentials (tests/bpftrace_diff.rs,
+    // bpftrace_stacks.rs, latency.rs), which must not skip there.
+    if let Err(e) = host::ensure_packages(&[
+        ("linux-perf", "/usr/bin/perf"),
+        ("bpftrace", "/usr/bin/bpftrace"),
+    ]) {
+        tally.fail("installing linux-perf and bpftrace", &e);
     }
     let exes = match build_vm_tests() {
         Ok(exes) => exes,
