@@ -75,33 +75,41 @@ impl RecordDecoder {
         Some(probe)
     }
 
-    /// A sample of the exact layout sessions use, in one piece, parsed
-    /// directly; `None` sends it down the general path (which also reports
-    /// any error).
+    /// The probe and fields of a sample of the exact layout sessions use
+    /// (in one piece), read at their fixed offsets; `None` for another
+    /// layout or a short record.
     #[inline]
-    pub(super) fn fast_sample(&mut self, b: &[u8]) -> Option<Result<(), DecodeError>> {
-        let id = u64_at(b, 0)?;
-        let probe = self.probe_of_fast(id)?;
-        let layout = self.fast.get(probe)?.as_ref()?;
-        let plan = self.plans.get(probe)?;
+    fn fast_parts<'b>(&mut self, b: &'b [u8]) -> Option<(usize, SampleParts<'b>)> {
+        let probe = self.probe_of_fast(u64_at(b, 0)?)?;
+        self.fast.get(probe)?.as_ref()?;
         let size = u32_at(b, 40)? as usize;
-        let raw = b.get(44..44usize.checked_add(size)?)?;
-        let regs: &[u8] = if layout.regs == 0 {
-            &[]
-        } else {
-            let at = 44 + size;
-            match u64_at(b, at)? {
-                0 => &[],
-                _ => b.get(at + 8..at + 8 + 8 * layout.regs)?,
-            }
-        };
         let parts = SampleParts {
             ip: u64_at(b, 8),
             pid: u32_at(b, 16).map(|v| v as i32),
             tid: u32_at(b, 20).map(|v| v as i32),
             time: u64_at(b, 24),
             cpu: u32_at(b, 32),
-            raw,
+            raw: b.get(44..44usize.checked_add(size)?)?,
+        };
+        Some((probe, parts))
+    }
+
+    /// A sample of the exact layout sessions use, in one piece, parsed
+    /// directly; `None` sends it down the general path (which also reports
+    /// any error).
+    #[inline]
+    pub(super) fn fast_sample(&mut self, b: &[u8]) -> Option<Result<(), DecodeError>> {
+        let (probe, parts) = self.fast_parts(b)?;
+        let layout = self.fast.get(probe)?.as_ref()?;
+        let plan = self.plans.get(probe)?;
+        let regs: &[u8] = if layout.regs == 0 {
+            &[]
+        } else {
+            let at = 44 + parts.raw.len();
+            match u64_at(b, at)? {
+                0 => &[],
+                _ => b.get(at + 8..at + 8 + 8 * layout.regs)?,
+            }
         };
         self.comms
             .see(parts.pid.unwrap_or(-1), parts.tid.unwrap_or(-1));
@@ -142,19 +150,8 @@ impl RecordDecoder {
     /// head; `None` sends it down [`RecordDecoder::record`].
     #[inline]
     pub(super) fn count_sample(&mut self, b: &[u8]) -> Option<Result<(), DecodeError>> {
-        let id = u64_at(b, 0)?;
-        let probe = self.probe_of_fast(id)?;
-        self.fast.get(probe)?.as_ref()?;
+        let (probe, parts) = self.fast_parts(b)?;
         let plan = self.plans.get(probe)?;
-        let size = u32_at(b, 40)? as usize;
-        let parts = SampleParts {
-            ip: u64_at(b, 8),
-            pid: u32_at(b, 16).map(|v| v as i32),
-            tid: u32_at(b, 20).map(|v| v as i32),
-            time: u64_at(b, 24),
-            cpu: u32_at(b, 32),
-            raw: b.get(44..44usize.checked_add(size)?)?,
-        };
         let mut head = EventHead::default();
         let site = plan.site();
         if let Err(e) = decode_head(probe, site, plan.return_trampoline, &parts, &mut head) {
