@@ -416,6 +416,29 @@ impl Drop for Named {
     }
 }
 
+/// A sample record of thread `(pid, tid)` on CPU 0 at `time` with
+/// `flags` in %dx.
+fn sample_of_thread(
+    plan: &ProbePlan,
+    (pid, tid): (i32, i32),
+    time: u64,
+    flags: u64,
+) -> (u32, Vec<u8>) {
+    let mut raw = [0u8; 20];
+    raw[8..16].copy_from_slice(&FUNC.to_ne_bytes());
+    let f = SampleFields {
+        id: ID,
+        ip: FUNC + 1,
+        pid,
+        tid,
+        time,
+        cpu: 0,
+        raw: &raw,
+        regs: &[flags, 0xffff_ff9c],
+    };
+    (RECORD_SAMPLE, sample_record_body(&f, plan.regs_mask))
+}
+
 /// A live session reads /proc for a thread it first meets in a sample;
 /// that gives the name at the time of reading, possibly after a rename.
 /// It names only samples no COMM record names, and is dated (and
@@ -425,21 +448,7 @@ fn names_from_proc_name_only_what_no_comm_record_names() {
     let thread = Named::new("kpp-now");
     let (pid, tid) = thread.ids;
     let (mut d, plan) = decoder_reading_proc(ThreadNames::ReadProc);
-    let sample_of = |time: u64, flags: u64| {
-        let mut raw = [0u8; 20];
-        raw[8..16].copy_from_slice(&FUNC.to_ne_bytes());
-        let f = SampleFields {
-            id: ID,
-            ip: FUNC + 1,
-            pid,
-            tid,
-            time,
-            cpu: 0,
-            raw: &raw,
-            regs: &[flags, 0xffff_ff9c],
-        };
-        (RECORD_SAMPLE, sample_record_body(&f, plan.regs_mask))
-    };
+    let sample_of = |time: u64, flags: u64| sample_of_thread(&plan, (pid, tid), time, flags);
     let comm = |name: &str, time: u64| (RECORD_COMM, comm_record_body(pid, tid, name, time, 1, ID));
     // CPU 0's ring first: a sample at 20, then one at 50; /proc says
     // kpp-now. Then CPU 1's: the thread was kpp-old from 30 on, kpp-now
@@ -776,21 +785,7 @@ fn thread_exit_reads_an_exit_record_however_it_is_split() {
 fn counting_keeps_the_counts_and_names_a_file_needs() {
     let thread = Named::new("kpc-now");
     let (pid, tid) = thread.ids;
-    let sample_of = |plan: &ProbePlan, time: u64| {
-        let mut raw = [0u8; 20];
-        raw[8..16].copy_from_slice(&FUNC.to_ne_bytes());
-        let f = SampleFields {
-            id: ID,
-            ip: FUNC + 1,
-            pid,
-            tid,
-            time,
-            cpu: 0,
-            raw: &raw,
-            regs: &[7, 0xffff_ff9c],
-        };
-        (RECORD_SAMPLE, sample_record_body(&f, plan.regs_mask))
-    };
+    let sample_of = |plan: &ProbePlan, time: u64| sample_of_thread(plan, (pid, tid), time, 7);
     let comm = |name: &str, time: u64| (RECORD_COMM, comm_record_body(pid, tid, name, time, 1, ID));
     let count = |d: &mut RecordDecoder, records: &[(u32, Vec<u8>)]| {
         for (kind, body) in records {
