@@ -68,7 +68,7 @@ impl RingBuffer {
                 usize::try_from(size).unwrap_or(data_pages * page),
             )
         };
-        if data_offset.checked_add(data_size) != Some(map.len()) {
+        if data_offset.checked_add(data_size) != Some(map.len()) || !data_size.is_power_of_two() {
             return Err(io::Error::new(
                 io::ErrorKind::InvalidData,
                 "perf ring layout does not match the mapping",
@@ -128,7 +128,9 @@ impl RingBuffer {
             let (head, tail) = self.head_tail();
             (head.load(Ordering::Acquire), tail.load(Ordering::Relaxed))
         };
-        let size = self.data_size as u64;
+        // The data size is a power of two (checked in `new`): a position
+        // in the area is a mask away, not a division.
+        let mask = self.data_size - 1;
         // SAFETY: the data area is `data_size` bytes at `data_offset` within
         // the mapping (checked in `new`). We only read `[tail, head)`, which
         // the kernel finished writing before publishing `head` (acquire load
@@ -137,12 +139,20 @@ impl RingBuffer {
         let mut count = 0;
         let mut corrupt = None;
         while head.wrapping_sub(tail) >= HEADER_SIZE as u64 {
-            let start = (tail % size) as usize;
-            let mut hdr = [0u8; HEADER_SIZE];
-            for (i, b) in hdr.iter_mut().enumerate() {
-                // SAFETY: index is reduced modulo the data size, inside the area.
-                *b = unsafe { data.add((start + i) % self.data_size).read() };
-            }
+            let start = (tail & mask as u64) as usize;
+            // The kernel keeps records 8-byte aligned, so a header never
+            // runs past the end; byte by byte if one did.
+            let hdr: [u8; HEADER_SIZE] = if start + HEADER_SIZE <= self.data_size {
+                // SAFETY: the 8 bytes from `start` lie inside the area.
+                unsafe { data.add(start).cast::<[u8; HEADER_SIZE]>().read_unaligned() }
+            } else {
+                let mut hdr = [0u8; HEADER_SIZE];
+                for (i, b) in hdr.iter_mut().enumerate() {
+                    // SAFETY: the index is masked into the area.
+                    *b = unsafe { data.add((start + i) & mask).read() };
+                }
+                hdr
+            };
             let kind = u32::from_ne_bytes([hdr[0], hdr[1], hdr[2], hdr[3]]);
             let misc = u16::from_ne_bytes([hdr[4], hdr[5]]);
             let rec_size = u16::from_ne_bytes([hdr[6], hdr[7]]) as usize;
@@ -161,7 +171,7 @@ impl RingBuffer {
                 tail = head;
                 break;
             }
-            let body_start = (start + HEADER_SIZE) % self.data_size;
+            let body_start = (start + HEADER_SIZE) & mask;
             let body_len = rec_size - HEADER_SIZE;
             let first_len = body_len.min(self.data_size - body_start);
             // SAFETY: `rec_size <= data_size`, so the first part runs from
