@@ -500,15 +500,6 @@ fn record(args: &RecordArgs, filters: &[Option<String>]) -> Result<ExitCode> {
         && !args.overwrite
         && (args.quiet || !io::stdout().is_terminal()))
     .then(LiveCount::new);
-    // The wait's timer: a ring wakes the loop once a quarter of it is
-    // full, but in the VM a -q -o recording that lost 9,023 events had
-    // slept its whole 100 ms twice while the calls ran (perf sched
-    // timehist), the wakeup late or missed. While events flow the timer
-    // is short, so a late wakeup costs at most 10 ms of events; idle, it
-    // stays long.
-    const FLOWING: Duration = Duration::from_millis(10);
-    const IDLE: Duration = Duration::from_millis(100);
-    let mut timeout = IDLE;
     loop {
         if let Some(l) = count.as_mut() {
             l.tick(session.stats());
@@ -519,13 +510,7 @@ fn record(args: &RecordArgs, filters: &[Option<String>]) -> Result<ExitCode> {
                 break;
             }
         }
-        let read_before = session.stats().ring_bytes;
-        session.poll(Some(timeout), &mut live)?;
-        timeout = if session.stats().ring_bytes > read_before {
-            FLOWING
-        } else {
-            IDLE
-        };
+        session.poll(Some(Duration::from_millis(100)), &mut live)?;
         if !live.flush()? {
             break;
         }

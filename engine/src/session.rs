@@ -648,10 +648,7 @@ impl Session {
     /// something was ready. Reads nothing: [`Session::drain`] does.
     ///
     /// A ring wakes the wait once a quarter of it is full, so an event
-    /// loop also drains on a timer, a short one while events flow: a
-    /// late wakeup (seen under emulation) otherwise lets a ring fill.
-    /// The CLI waits at most 10 ms after a drain that read something and
-    /// 100 ms after one that did not. An embedder with its own event loop
+    /// loop also drains on a timer. An embedder with its own event loop
     /// watches [`Session::as_fd`] instead, then calls `wait(Some(Duration::ZERO))`
     /// (which takes the readiness the fd reported) and `drain`.
     pub fn wait(&mut self, timeout: Option<Duration>) -> Result<bool, Error> {
