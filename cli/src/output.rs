@@ -7,6 +7,7 @@ use std::ops::ControlFlow;
 use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result};
+use kprobe_perf_engine::decode::AddressSet;
 use kprobe_perf_engine::perfdata::{self, symbol_subset, Metadata, StoredProbe, Writer};
 use kprobe_perf_engine::plan::Backend;
 use kprobe_perf_engine::records::RecordSink;
@@ -79,35 +80,23 @@ pub(crate) struct FileOutput {
 }
 
 /// The kernel addresses the events' text or JSON lines symbolize, whose
-/// symbols a file stores.
+/// symbols a file stores: each event's probe and return addresses (a
+/// hash of each would cost more than the rest of a quiet `-o`
+/// recording's work per event, so repeats are passed over), its kernel
+/// frames and its `:symbol` arguments.
 #[derive(Default)]
-pub(crate) struct Addresses {
-    set: HashSet<u64>,
-    /// The last event's probe and return addresses: most events repeat
-    /// them, and a hash of each would cost more than the rest of a quiet
-    /// `-o` recording's work per event.
-    last: (u64, Option<u64>),
-}
+pub(crate) struct Addresses(AddressSet);
 
 impl Addresses {
     /// Starts with `set` (e.g. the return trampolines).
     pub(crate) fn new(set: HashSet<u64>) -> Addresses {
-        Addresses {
-            set,
-            last: (0, None),
-        }
+        Addresses(AddressSet::new(set))
     }
 
     /// Notes the addresses of `e`.
     pub(crate) fn note(&mut self, e: &Event) {
-        if (e.probe_addr, e.ret_addr) != self.last {
-            self.last = (e.probe_addr, e.ret_addr);
-            self.set.insert(e.probe_addr);
-            if let Some(r) = e.ret_addr {
-                self.set.insert(r);
-            }
-        }
-        self.set
+        self.0.note_site(e.probe_addr, e.ret_addr);
+        self.0
             .extend(e.callchain.iter().filter(|f| !f.user).map(|f| f.address));
         for v in &e.args {
             if let Value::Int {
@@ -115,14 +104,14 @@ impl Addresses {
                 ty: BaseType::Symbol,
             } = v
             {
-                self.set.insert(*raw);
+                self.0.insert(*raw);
             }
         }
     }
 
     /// Every address noted.
     pub(crate) fn into_set(self) -> HashSet<u64> {
-        self.set
+        self.0.into_set()
     }
 }
 

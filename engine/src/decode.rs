@@ -47,6 +47,61 @@ pub struct Event {
     pub callchain: Vec<crate::stack::StackFrame>,
 }
 
+/// Kernel addresses events name, kept for a symbol table (a perf.data
+/// file's): each event's probe address and return address, noted cheaply
+/// when an event repeats the previous one's (most do), and any other
+/// address inserted.
+#[derive(Debug, Clone, Default)]
+pub struct AddressSet {
+    set: std::collections::HashSet<u64>,
+    /// The last `(probe, return)` pair noted.
+    last: (u64, Option<u64>),
+}
+
+impl AddressSet {
+    /// Starts with `set` (e.g. the return trampolines).
+    pub fn new(set: std::collections::HashSet<u64>) -> AddressSet {
+        AddressSet {
+            set,
+            last: (0, None),
+        }
+    }
+
+    /// Notes an event's probe address and, for a return, the address it
+    /// returned to: a hash only when the pair differs from the last one.
+    #[inline]
+    pub fn note_site(&mut self, probe_addr: u64, ret_addr: Option<u64>) {
+        if (probe_addr, ret_addr) != self.last {
+            self.last = (probe_addr, ret_addr);
+            self.set.insert(probe_addr);
+            if let Some(r) = ret_addr {
+                self.set.insert(r);
+            }
+        }
+    }
+
+    /// Notes one more address.
+    pub fn insert(&mut self, address: u64) {
+        self.set.insert(address);
+    }
+
+    /// Every address noted.
+    pub fn as_set(&self) -> &std::collections::HashSet<u64> {
+        &self.set
+    }
+
+    /// Every address noted, taken.
+    pub fn into_set(self) -> std::collections::HashSet<u64> {
+        self.set
+    }
+}
+
+impl Extend<u64> for AddressSet {
+    fn extend<I: IntoIterator<Item = u64>>(&mut self, iter: I) {
+        self.set.extend(iter);
+    }
+}
+
 impl Default for Event {
     fn default() -> Self {
         Event {

@@ -171,18 +171,11 @@ impl RecordDecoder {
                 })
                 .or_insert(head);
         }
-        let ret = if site == ProbeSite::Return {
-            head.ip
-        } else {
-            0
-        };
-        if (head.probe_addr, ret) != self.last_counted {
-            self.last_counted = (head.probe_addr, ret);
-            self.counted_addresses.insert(head.probe_addr);
-            if site == ProbeSite::Return {
-                self.counted_addresses.insert(ret);
-            }
-        }
+        // What a decoded event's probe_addr and ret_addr would be.
+        self.counted_addresses.note_site(
+            head.probe_addr,
+            (site == ProbeSite::Return).then_some(head.ip),
+        );
         if let Some(h) = self.stats.hits.get_mut(probe) {
             *h += 1;
         }

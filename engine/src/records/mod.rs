@@ -20,7 +20,7 @@ use perf_event_open_sys::bindings::{
 };
 
 use crate::decode::{
-    arg_kinds, decode_into, decode_sample, DecodeError, Event, EventHead, SampleParts,
+    arg_kinds, decode_into, decode_sample, AddressSet, DecodeError, Event, EventHead, SampleParts,
 };
 use crate::plan::{ArgSource, ProbePlan};
 use crate::spec::BaseType;
@@ -219,10 +219,7 @@ pub struct RecordDecoder {
     chain_at: Vec<Option<usize>>,
     /// The probe and return addresses of the samples
     /// [`RecordDecoder::count`] passed over without decoding.
-    counted_addresses: std::collections::HashSet<u64>,
-    /// The last counted sample's `(probe, return)` addresses: most
-    /// samples repeat them.
-    last_counted: (u64, u64),
+    counted_addresses: AddressSet,
     /// Per thread named from /proc, its earliest sample counted this
     /// round: the next round settles the name there, as a handover does.
     counted_unnamed: IntMap<i32, EventHead>,
@@ -358,8 +355,7 @@ impl RecordDecoder {
             recent_ids: vec![(0, 0); RECENT_IDS],
             join: None,
             chain_at,
-            counted_addresses: std::collections::HashSet::new(),
-            last_counted: (0, 0),
+            counted_addresses: AddressSet::default(),
             counted_unnamed: IntMap::default(),
         };
         if decoder.user_filters.iter().any(Option::is_some) {
@@ -521,7 +517,7 @@ impl RecordDecoder {
     /// a symbol table needs to name them, as a decoded [`Event`]'s
     /// `probe_addr` and `ret_addr` would.
     pub fn counted_addresses(&self) -> &std::collections::HashSet<u64> {
-        &self.counted_addresses
+        self.counted_addresses.as_set()
     }
 
     /// Handles one record (`kind` and `misc` from its header, `body` the
