@@ -48,16 +48,18 @@ pub(crate) struct StackOutputArgs {
     /// Write the count of each distinct stack to FILE in the folded format
     /// (`comm;outermost;...;innermost COUNT`, one line per stack, the
     /// probed function innermost), for flamegraph.pl, inferno or
-    /// speedscope. Needs callchains (`-g`, or a file recorded with them).
-    /// FILE is created as -o creates its file (an existing FILE renamed to
+    /// speedscope. Needs callchains: in `record`, with no `-g` or
+    /// `--call-graph` it implies `--call-graph kernel`; in `script`, a file
+    /// recorded with them. FILE is created as -o creates its file (an existing FILE renamed to
     /// FILE.old, or removed with `record --force`; mode 0600).
     #[arg(long, value_name = "FILE")]
     pub stacks_folded: Option<PathBuf>,
     /// Draw the stacks as a flame graph, an SVG file (made with the
     /// inferno crate): one box per function, as wide as the share of
     /// events whose stack passes through it, callers below callees.
-    /// Needs callchains (`-g`, or a file recorded with them). FILE is
-    /// created as --stacks-folded creates its file.
+    /// Needs callchains as --stacks-folded does (in `record`, implies
+    /// `--call-graph kernel` when no `-g` or `--call-graph` is given).
+    /// FILE is created as --stacks-folded creates its file.
     #[arg(long, value_name = "FILE.svg")]
     pub flamegraph: Option<PathBuf>,
 }
@@ -83,20 +85,18 @@ impl StackOutputArgs {
 }
 
 impl CallGraphArgs {
-    /// The callchains asked for.
-    pub(crate) fn graph(&self) -> Result<Option<CallGraph>> {
-        let graph = match (self.g, self.call_graph) {
+    /// The callchains asked for. A picture of stacks (`--stacks-folded`,
+    /// `--flamegraph`) without `-g` or `--call-graph` asks for kernel
+    /// callchains: the user asked for stacks, and kernel ones need no
+    /// user-space unwinding.
+    pub(crate) fn graph(&self) -> Option<CallGraph> {
+        match (self.g, self.call_graph) {
             (_, Some(CallGraphArg::Kernel)) => Some(CallGraph::Kernel),
             (_, Some(CallGraphArg::User)) => Some(CallGraph::User),
             (_, Some(CallGraphArg::Both)) | (true, None) => Some(CallGraph::Both),
+            (false, None) if self.out.any() => Some(CallGraph::Kernel),
             (false, None) => None,
-        };
-        if graph.is_none() && self.out.any() {
-            anyhow::bail!(
-                "--stacks-folded and --flamegraph count callchains: add -g (or --call-graph kernel|user|both)"
-            );
         }
-        Ok(graph)
     }
 }
 
@@ -301,6 +301,22 @@ pub(crate) fn title(plans: &[ProbePlan]) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_picture_of_stacks_implies_kernel_callchains() {
+        let mut args = CallGraphArgs::default();
+        assert!(args.graph().is_none());
+        args.out.flamegraph = Some("f.svg".into());
+        assert!(matches!(args.graph(), Some(CallGraph::Kernel)));
+        args.out.flamegraph = None;
+        args.out.stacks_folded = Some("f.folded".into());
+        assert!(matches!(args.graph(), Some(CallGraph::Kernel)));
+        args.call_graph = Some(CallGraphArg::User);
+        assert!(matches!(args.graph(), Some(CallGraph::User)));
+        args.call_graph = None;
+        args.g = true;
+        assert!(matches!(args.graph(), Some(CallGraph::Both)));
+    }
 
     #[test]
     fn folded_names_have_no_separators() {
