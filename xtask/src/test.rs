@@ -299,7 +299,6 @@ const ARM64: &[(&str, &[&str])] = &[
     ("uprobes", &[]),
     ("differential", &[]),
     ("boundaries", &[]),
-    ("readme", &[]),
 ];
 
 /// Functions the boundary agreement test takes in the smoke set.
