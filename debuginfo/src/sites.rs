@@ -1,0 +1,563 @@
+//! Finding the addresses a source-level probe point stands for.
+
+use crate::dies::Attrs as _;
+use std::rc::Rc;
+
+use crate::debuginfo::{DebugInfo, Options};
+use crate::dies::{self, Unit};
+use crate::error::{Error, Result};
+use crate::point::{FunctionPart, ProbePoint};
+
+/// Which copy of the code a site is in.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Instance {
+    /// The function's own (out-of-line) body.
+    OutOfLine,
+    /// A copy of the function inlined into another function.
+    Inlined {
+        /// The out-of-line function the copy sits in.
+        into: String,
+        /// The call site (file:line) the copy stands for.
+        call: String,
+    },
+}
+
+/// Where in the DWARF a site's variables are looked up.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Scope {
+    pub(crate) unit: gimli::DebugInfoOffset<usize>,
+    /// The function or inlined instance whose variables are in scope.
+    pub(crate) die: gimli::UnitOffset,
+    /// The out-of-line function holding the address (for its frame base).
+    pub(crate) func: gimli::UnitOffset,
+    /// The entry PC of `die` (parameters without a location yet there are
+    /// looked up a little later, as perf does).
+    pub(crate) entry: u64,
+}
+
+/// One address a probe point stands for.
+#[derive(Debug, Clone)]
+pub struct Site {
+    /// The address (as linked: for the kernel, the vmlinux address).
+    pub address: u64,
+    /// The address as SYMBOL+OFFSET of the containing out-of-line function.
+    pub location: String,
+    /// The function the probe point named (or, for FILE:LINE, the innermost one there).
+    pub function: String,
+    /// The source file and line at the address (`fs/open.c:1398`).
+    pub source: String,
+    /// Which copy of the function.
+    pub instance: Instance,
+    pub(crate) scope: Scope,
+}
+
+/// One row of a unit's line table.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Row {
+    pub(crate) address: u64,
+    pub(crate) file: u64,
+    pub(crate) line: u64,
+    pub(crate) is_stmt: bool,
+    pub(crate) end: bool,
+}
+
+/// One function-like entry on the way from a unit to an address.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Frame {
+    pub(crate) die: gimli::UnitOffset,
+    pub(crate) tag: gimli::DwTag,
+    pub(crate) entry: u64,
+}
+
+impl<'a> DebugInfo<'a> {
+    /// The sites of a probe point.
+    pub fn sites(&self, point: &ProbePoint, opts: &Options) -> Result<Vec<Site>> {
+        let mut sites = match point {
+            ProbePoint::Function { name, file, at } => {
+                let mut out = Vec::new();
+                for unit in self.index.lookup(name.as_bytes()) {
+                    self.function_sites(unit, name, file.as_deref(), at, opts, &mut out)?;
+                }
+                if out.is_empty() && !self.defines(name, file.as_deref())? {
+                    return Err(Error::NoFunction {
+                        name: name.clone(),
+                        file: file.clone(),
+                    });
+                }
+                out
+            }
+            ProbePoint::Line { file, line } => {
+                let mut out = Vec::new();
+                let units: Vec<_> = self
+                    .index
+                    .entries()
+                    .filter(|(k, _)| {
+                        k.first() == Some(&crate::index::FILE_KEY)
+                            && dies::tail_matches(&String::from_utf8_lossy(&k[1..]), file)
+                    })
+                    .flat_map(|(_, u)| u)
+                    .collect();
+                for unit in units {
+                    self.line_sites(unit, file, *line, None, &mut out)?;
+                }
+                out
+            }
+        };
+        sites.sort_by_key(|s| s.address);
+        sites.dedup_by_key(|s| s.address);
+        if sites.is_empty() {
+            let place = match point {
+                ProbePoint::Function {
+                    name,
+                    at: FunctionPart::RelativeLine(n),
+                    ..
+                } => format!("{name}:{n}"),
+                ProbePoint::Function {
+                    name,
+                    at: FunctionPart::Lazy(p),
+                    ..
+                } => format!("{name};{p}"),
+                ProbePoint::Function { name, .. } => name.clone(),
+                ProbePoint::Line { file, line } => format!("{file}:{line}"),
+            };
+            let hint = match point {
+                ProbePoint::Function { name, file, .. } => self
+                    .lines(name, file.as_deref())
+                    .map(|l| l.iter().map(u64::to_string).collect::<Vec<_>>().join(" "))
+                    .unwrap_or_default(),
+                ProbePoint::Line { .. } => "see the function's line listing".into(),
+            };
+            return Err(Error::NoCodeAtLine { place, hint });
+        }
+        Ok(sites)
+    }
+
+    fn defines(&self, name: &str, file: Option<&str>) -> Result<bool> {
+        for unit in self.index.lookup(name.as_bytes()) {
+            let u = self.unit(unit)?;
+            if self.find_definition(&u, name, file)?.is_some() {
+                return Ok(true);
+            }
+        }
+        Ok(false)
+    }
+
+    /// The first top-level definition of `name` in the unit (perf's choice).
+    pub(crate) fn find_definition(
+        &self,
+        unit: &Unit<'a>,
+        name: &str,
+        file: Option<&str>,
+    ) -> Result<Option<gimli::UnitOffset>> {
+        let err = |e| {
+            self.dwarf_error(
+                format!("the top-level entries of a unit, looking for {name}"),
+                e,
+            )
+        };
+        let mut tree = unit.entries_tree(None).map_err(err)?;
+        let root = tree.root().map_err(err)?;
+        let mut children = root.children();
+        while let Some(child) = children.next().map_err(err)? {
+            let e = child.entry();
+            if e.tag() != gimli::DW_TAG_subprogram || e.has(gimli::DW_AT_declaration) {
+                continue;
+            }
+            if dies::name_of(&self.dwarf, unit, e).map_err(err)? != Some(name.as_bytes()) {
+                continue;
+            }
+            if let Some(f) = file {
+                let decl = dies::udata_integrated(unit, e, gimli::DW_AT_decl_file)
+                    .and_then(|n| dies::file_name(&self.dwarf, unit, n));
+                if !decl.is_some_and(|d| dies::tail_matches(&d, f)) {
+                    continue;
+                }
+            }
+            return Ok(Some(e.offset()));
+        }
+        Ok(None)
+    }
+
+    fn function_sites(
+        &self,
+        unit_off: gimli::DebugInfoOffset<usize>,
+        name: &str,
+        file: Option<&str>,
+        at: &FunctionPart,
+        opts: &Options,
+        out: &mut Vec<Site>,
+    ) -> Result<()> {
+        let unit = self.unit(unit_off)?;
+        let Some(def) = self.find_definition(&unit, name, file)? else {
+            return Ok(());
+        };
+        let err = |e| self.dwarf_error(format!("the definition of {name}"), e);
+        let def_e = unit.entry(def).map_err(err)?;
+        match at {
+            FunctionPart::RelativeLine(n) => {
+                let decl_line =
+                    dies::udata_integrated(&unit, &def_e, gimli::DW_AT_decl_line).unwrap_or(0);
+                let decl_file = dies::udata_integrated(&unit, &def_e, gimli::DW_AT_decl_file)
+                    .and_then(|f| dies::file_name(&self.dwarf, &unit, f))
+                    .unwrap_or_default();
+                self.line_sites(unit_off, &decl_file, decl_line + n, Some(name), out)
+            }
+            FunctionPart::Lazy(pattern) => self.lazy_sites(unit_off, def, name, pattern, out),
+            FunctionPart::Entry => {
+                let abstract_ = def_e.has(gimli::DW_AT_inline);
+                let ranges = dies::ranges(&self.dwarf, &unit, &def_e).map_err(err)?;
+                if !abstract_ && !ranges.is_empty() {
+                    let entry = dies::entry_pc(&self.dwarf, &unit, &def_e, &ranges).map_err(err)?;
+                    if let Some(entry) = entry.filter(|&e| e != 0) {
+                        out.push(self.site(unit_off, &unit, name, entry, def, def, entry, None)?);
+                    }
+                    return Ok(());
+                }
+                self.instances(unit_off, &unit, name, def, opts, out)
+            }
+        }
+    }
+
+    /// Every concrete copy of the abstract function `def` in the unit.
+    fn instances(
+        &self,
+        unit_off: gimli::DebugInfoOffset<usize>,
+        unit: &Rc<Unit<'a>>,
+        name: &str,
+        def: gimli::UnitOffset,
+        opts: &Options,
+        out: &mut Vec<Site>,
+    ) -> Result<()> {
+        let err = |e| self.dwarf_error(format!("the copies of {name}"), e);
+        let def_e = unit.entry(def).map_err(err)?;
+        let decl_line = def_e
+            .val(gimli::DW_AT_decl_line)
+            .and_then(|v| v.udata_value());
+        let decl_file = def_e.val(gimli::DW_AT_decl_file).and_then(|v| dies::num(v));
+        let mut cursor = unit.entries();
+        let mut depth = 0isize;
+        // The innermost enclosing top-level subprogram: (depth, offset).
+        let mut func: Option<(isize, gimli::UnitOffset)> = None;
+        while let Some((delta, e)) = cursor.next_dfs().map_err(err)? {
+            depth += delta;
+            if func.is_some_and(|(d, _)| depth <= d) {
+                func = None;
+            }
+            let tag = e.tag();
+            if tag == gimli::DW_TAG_subprogram && !e.has(gimli::DW_AT_declaration) {
+                func = Some((depth, e.offset()));
+            }
+            if tag != gimli::DW_TAG_subprogram && tag != gimli::DW_TAG_inlined_subroutine {
+                continue;
+            }
+            if e.val(gimli::DW_AT_abstract_origin) != Some(gimli::AttributeValue::UnitRef(def)) {
+                continue;
+            }
+            let call_line = e.val(gimli::DW_AT_call_line).and_then(|v| v.udata_value());
+            let call_file = e.val(gimli::DW_AT_call_file).and_then(|v| dies::num(v));
+            let inlined = tag == gimli::DW_TAG_inlined_subroutine;
+            if inlined && (!opts.inlines || (call_line == decl_line && call_file == decl_file)) {
+                continue;
+            }
+            let ranges = dies::ranges(&self.dwarf, unit, e).map_err(err)?;
+            let Some(entry) = dies::entry_pc(&self.dwarf, unit, e, &ranges).map_err(err)? else {
+                continue;
+            };
+            if entry == 0 {
+                continue;
+            }
+            let Some((_, f)) = func else { continue };
+            let call = inlined.then(|| {
+                let file = call_file
+                    .and_then(|n| dies::file_name(&self.dwarf, unit, n))
+                    .unwrap_or_default();
+                format!(
+                    "{}:{}",
+                    self.short_path(unit, &file),
+                    call_line.unwrap_or(0)
+                )
+            });
+            out.push(self.site(unit_off, unit, name, entry, e.offset(), f, entry, call)?);
+        }
+        Ok(())
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn site(
+        &self,
+        unit_off: gimli::DebugInfoOffset<usize>,
+        unit: &Unit<'a>,
+        name: &str,
+        address: u64,
+        die: gimli::UnitOffset,
+        func: gimli::UnitOffset,
+        entry: u64,
+        call: Option<String>,
+    ) -> Result<Site> {
+        let rows = self.rows(unit)?;
+        let source = match rows.iter().rev().find(|r| r.address <= address && !r.end) {
+            Some(r) => {
+                let file = dies::file_name(&self.dwarf, unit, r.file).unwrap_or_default();
+                format!("{}:{}", self.short_path(unit, &file), r.line)
+            }
+            None => "?".into(),
+        };
+        let instance = match call {
+            None => Instance::OutOfLine,
+            Some(call) => Instance::Inlined {
+                into: self
+                    .symbols
+                    .symbolize(address)
+                    .map(|(s, _)| s.name.to_string())
+                    .unwrap_or_default(),
+                call,
+            },
+        };
+        Ok(Site {
+            address,
+            location: self.sym_off(address),
+            function: name.to_string(),
+            source,
+            instance,
+            scope: Scope {
+                unit: unit_off,
+                die,
+                func,
+                entry,
+            },
+        })
+    }
+
+    pub(crate) fn short_path(&self, unit: &Unit<'a>, path: &str) -> String {
+        let comp_dir = unit
+            .comp_dir
+            .map(|d| String::from_utf8_lossy(d.slice()).into_owned());
+        dies::relative(comp_dir.as_deref(), path).to_string()
+    }
+
+    /// The unit's line table, sorted by address (rows of a sequence stay in order).
+    pub(crate) fn rows(&self, unit: &Unit<'a>) -> Result<Vec<Row>> {
+        let mut out = Vec::new();
+        let Some(lp) = unit.line_program.clone() else {
+            return Ok(out);
+        };
+        let mut rows = lp.rows();
+        let err = |e| self.dwarf_error("a line table".into(), e);
+        while let Some((_, row)) = rows.next_row().map_err(err)? {
+            out.push(Row {
+                address: row.address(),
+                file: row.file_index(),
+                line: row.line().map_or(0, |l| l.get()),
+                is_stmt: row.is_stmt(),
+                end: row.end_sequence(),
+            });
+        }
+        out.sort_by_key(|r| (r.address, r.end as u8 ^ 1));
+        Ok(out)
+    }
+
+    /// Sites of the statements at `file:line` in a unit.
+    fn line_sites(
+        &self,
+        unit_off: gimli::DebugInfoOffset<usize>,
+        file: &str,
+        line: u64,
+        function: Option<&str>,
+        out: &mut Vec<Site>,
+    ) -> Result<()> {
+        let unit = self.unit(unit_off)?;
+        let rows = self.rows(&unit)?;
+        let mut files: std::collections::HashMap<u64, bool> = std::collections::HashMap::new();
+        let mut addrs = Vec::new();
+        for r in rows
+            .iter()
+            .filter(|r| r.is_stmt && !r.end && r.line == line)
+        {
+            let matches = *files.entry(r.file).or_insert_with(|| {
+                dies::file_name(&self.dwarf, &unit, r.file)
+                    .is_some_and(|p| dies::tail_matches(&p, file))
+            });
+            if matches && self.symbols.symbolize(r.address).is_some() {
+                addrs.push(r.address);
+            }
+        }
+        addrs.dedup();
+        for address in addrs {
+            let chain = self.chain(&unit, address)?;
+            let Some(func) = chain.first() else { continue };
+            // The innermost copy whose function is declared in that file owns the line.
+            let owner = chain
+                .iter()
+                .rev()
+                .find(|f| {
+                    unit.entry(f.die)
+                        .ok()
+                        .and_then(|e| dies::udata_integrated(&unit, &e, gimli::DW_AT_decl_file))
+                        .and_then(|n| dies::file_name(&self.dwarf, &unit, n))
+                        .is_some_and(|p| dies::tail_matches(&p, file))
+                })
+                .unwrap_or(func);
+            let e = unit
+                .entry(owner.die)
+                .map_err(|e| self.dwarf_error("a scope".into(), e))?;
+            let name = dies::name_of(&self.dwarf, &unit, &e)
+                .ok()
+                .flatten()
+                .map(|n| String::from_utf8_lossy(n).into_owned())
+                .unwrap_or_default();
+            if function.is_some_and(|f| f != name) && owner.tag == gimli::DW_TAG_subprogram {
+                // A line of the function's file inside another function of the unit.
+                continue;
+            }
+            let call = (owner.tag == gimli::DW_TAG_inlined_subroutine).then(|| {
+                let n = e
+                    .val(gimli::DW_AT_call_line)
+                    .and_then(|v| v.udata_value())
+                    .unwrap_or(0);
+                let f = e
+                    .val(gimli::DW_AT_call_file)
+                    .and_then(dies::num)
+                    .and_then(|f| dies::file_name(&self.dwarf, &unit, f))
+                    .unwrap_or_default();
+                format!("{}:{n}", self.short_path(&unit, &f))
+            });
+            out.push(self.site(
+                unit_off,
+                &unit,
+                &name,
+                address,
+                owner.die,
+                func.die,
+                owner.entry,
+                call,
+            )?);
+        }
+        Ok(())
+    }
+
+    /// The function-like entries holding `pc`, outermost (the out-of-line function) first.
+    pub(crate) fn chain(&self, unit: &Unit<'a>, pc: u64) -> Result<Vec<Frame>> {
+        let err = |e| self.dwarf_error(format!("the scopes at 0x{pc:x}"), e);
+        let mut out = Vec::new();
+        let mut tree = unit.entries_tree(None).map_err(err)?;
+        let root = tree.root().map_err(err)?;
+        self.descend(unit, root, pc, &mut out).map_err(err)?;
+        Ok(out)
+    }
+
+    fn descend(
+        &self,
+        unit: &Unit<'a>,
+        node: gimli::EntriesTreeNode<'_, '_, '_, crate::file::R<'a>>,
+        pc: u64,
+        out: &mut Vec<Frame>,
+    ) -> gimli::Result<()> {
+        let mut children = node.children();
+        while let Some(child) = children.next()? {
+            let e = child.entry();
+            let tag = e.tag();
+            if !matches!(
+                tag,
+                gimli::DW_TAG_subprogram
+                    | gimli::DW_TAG_inlined_subroutine
+                    | gimli::DW_TAG_lexical_block
+            ) {
+                continue;
+            }
+            let ranges = dies::ranges(&self.dwarf, unit, e)?;
+            if !dies::holds(&ranges, pc) {
+                continue;
+            }
+            if tag != gimli::DW_TAG_lexical_block {
+                let entry = dies::entry_pc(&self.dwarf, unit, e, &ranges)?.unwrap_or(pc);
+                out.push(Frame {
+                    die: e.offset(),
+                    tag,
+                    entry,
+                });
+            }
+            return self.descend(unit, child, pc, out);
+        }
+        Ok(())
+    }
+
+    /// The lines of a function that carry code (perf -L), absolute line numbers.
+    pub fn lines(&self, name: &str, file: Option<&str>) -> Result<Vec<u64>> {
+        let mut lines = Vec::new();
+        let mut found = false;
+        for unit_off in self.index.lookup(name.as_bytes()) {
+            let unit = self.unit(unit_off)?;
+            let Some(def) = self.find_definition(&unit, name, file)? else {
+                continue;
+            };
+            found = true;
+            let err = |e| self.dwarf_error(format!("the lines of {name}"), e);
+            let def_e = unit.entry(def).map_err(err)?;
+            let decl_file = dies::udata_integrated(&unit, &def_e, gimli::DW_AT_decl_file)
+                .and_then(|f| dies::file_name(&self.dwarf, &unit, f));
+            // The code of every copy of the function in this unit.
+            let mut ranges = dies::ranges(&self.dwarf, &unit, &def_e).map_err(err)?;
+            let mut cursor = unit.entries();
+            while let Some((_, e)) = cursor.next_dfs().map_err(err)? {
+                if e.val(gimli::DW_AT_abstract_origin) == Some(gimli::AttributeValue::UnitRef(def))
+                {
+                    ranges.extend(dies::ranges(&self.dwarf, &unit, e).map_err(err)?);
+                }
+            }
+            for r in self.rows(&unit)? {
+                if !r.is_stmt || r.end || !dies::holds(&ranges, r.address) {
+                    continue;
+                }
+                let f = dies::file_name(&self.dwarf, &unit, r.file);
+                if f == decl_file {
+                    lines.push(r.line);
+                }
+            }
+            break;
+        }
+        if !found {
+            return Err(Error::NoFunction {
+                name: name.to_string(),
+                file: file.map(str::to_string),
+            });
+        }
+        lines.sort_unstable();
+        lines.dedup();
+        Ok(lines)
+    }
+
+    fn lazy_sites(
+        &self,
+        unit_off: gimli::DebugInfoOffset<usize>,
+        def: gimli::UnitOffset,
+        name: &str,
+        pattern: &str,
+        out: &mut Vec<Site>,
+    ) -> Result<()> {
+        let unit = self.unit(unit_off)?;
+        let err = |e| self.dwarf_error(format!("the definition of {name}"), e);
+        let def_e = unit.entry(def).map_err(err)?;
+        let decl_file = dies::udata_integrated(&unit, &def_e, gimli::DW_AT_decl_file)
+            .and_then(|f| dies::file_name(&self.dwarf, &unit, f))
+            .unwrap_or_default();
+        let comp_dir = unit
+            .comp_dir
+            .map(|d| String::from_utf8_lossy(d.slice()).into_owned());
+        let path = match (&comp_dir, decl_file.starts_with('/')) {
+            (Some(d), false) => format!("{d}/{decl_file}"),
+            _ => decl_file.clone(),
+        };
+        let text = std::fs::read_to_string(&path).map_err(|e| Error::io(&path, e))?;
+        let wanted: Vec<u64> = text
+            .lines()
+            .enumerate()
+            .filter(|(_, l)| crate::glob::lazy_match(l, pattern))
+            .map(|(i, _)| i as u64 + 1)
+            .collect();
+        let own: std::collections::HashSet<u64> = self.lines(name, None)?.into_iter().collect();
+        for line in wanted.into_iter().filter(|l| own.contains(l)) {
+            self.line_sites(unit_off, &decl_file, line, Some(name), out)?;
+        }
+        Ok(())
+    }
+}
