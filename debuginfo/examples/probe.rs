@@ -98,13 +98,9 @@ fn answer(
                 return Err("-L takes a function".into());
             };
             let lines = di.lines(name, file.as_deref())?;
-            let sites = di.sites(&ProbePoint::parse(name)?, &Options { inlines: false })?;
-            let decl = sites.first().map(|s| s.source.clone()).unwrap_or_default();
-            println!("<{name}@{decl}>");
-            let base = lines.first().copied().unwrap_or(0);
-            let _ = base;
-            for l in lines {
-                println!("      {l}");
+            println!("<{name}@{}:{}>", lines.file, lines.decl_line);
+            for l in lines.lines {
+                println!("      {}  ({l})", l.saturating_sub(lines.decl_line));
             }
         }
         other => return Err(format!("unknown mode {other}").into()),

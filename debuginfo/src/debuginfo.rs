@@ -37,6 +37,7 @@ pub struct DebugInfo<'a> {
     pub(crate) symbols: SymbolTable<'a>,
     pub(crate) index: NameIndex,
     units: RefCell<HashMap<usize, Rc<Unit<'a>>>>,
+    pub(crate) rows_cache: RefCell<HashMap<usize, Rc<Vec<crate::sites::Row>>>>,
 }
 
 impl std::fmt::Debug for DebugInfo<'_> {
@@ -97,7 +98,17 @@ impl<'a> DebugInfo<'a> {
             symbols,
             index,
             units: RefCell::new(HashMap::new()),
+            rows_cache: RefCell::new(HashMap::new()),
         })
+    }
+
+    /// The names of the functions with a definition (out-of-line or
+    /// inlinable) in the debug info, in byte order.
+    pub fn functions(&self) -> impl Iterator<Item = &str> + '_ {
+        self.index
+            .entries()
+            .filter(|(k, _)| k.first() != Some(&index::FILE_KEY))
+            .filter_map(|(k, _)| std::str::from_utf8(k).ok())
     }
 
     /// The unit at `offset`, parsed once and kept.

@@ -82,6 +82,15 @@ pub enum Error {
         /// Nearby lines that do carry code.
         hint: String,
     },
+    /// A line's code starts at the address of another line, so a probe there
+    /// would be reported (and behave) as that other line.
+    #[error("{place} shares its address with {other}: the code there starts with that line, so a probe there is that line's; probe {other} instead")]
+    SharedLine {
+        /// The line asked for (`FUNC:N` or `FILE:LINE`).
+        place: String,
+        /// The line whose address it shares, spelled the same way.
+        other: String,
+    },
     /// A variable is not visible in the scope of a probe site.
     #[error("variable {name} is not visible at {site}; variables there: {available}")]
     NoVariable {

@@ -51,5 +51,5 @@ pub use error::{Error, Result};
 pub use file::DebugFile;
 pub use index::cache_dir;
 pub use point::{Access, FunctionPart, ProbeArg, ProbePoint};
-pub use sites::{Instance, Site};
+pub use sites::{FunctionLines, Instance, Site};
 pub use vars::{FetchArg, ProbeSite, Resolved, Variable};

@@ -51,6 +51,17 @@ pub struct Site {
     pub(crate) scope: Scope,
 }
 
+/// The lines of a function that carry code.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FunctionLines {
+    /// The line the function is declared on (`FUNC:N` is N lines after it).
+    pub decl_line: u64,
+    /// The file it is declared in.
+    pub file: String,
+    /// Absolute line numbers with code, ascending.
+    pub lines: Vec<u64>,
+}
+
 /// One row of a unit's line table.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Row {
@@ -123,7 +134,14 @@ impl<'a> DebugInfo<'a> {
             let hint = match point {
                 ProbePoint::Function { name, file, .. } => self
                     .lines(name, file.as_deref())
-                    .map(|l| l.iter().map(u64::to_string).collect::<Vec<_>>().join(" "))
+                    .map(|l| {
+                        let rel: Vec<String> = l
+                            .lines
+                            .iter()
+                            .map(|n| format!("{name}:{}", n.saturating_sub(l.decl_line)))
+                            .collect();
+                        rel.join(" ")
+                    })
                     .unwrap_or_default(),
                 ProbePoint::Line { .. } => "see the function's line listing".into(),
             };
@@ -200,7 +218,13 @@ impl<'a> DebugInfo<'a> {
                 let decl_file = dies::udata_integrated(&unit, &def_e, gimli::DW_AT_decl_file)
                     .and_then(|f| dies::file_name(&self.dwarf, &unit, f))
                     .unwrap_or_default();
-                self.line_sites(unit_off, &decl_file, decl_line + n, Some(name), out)
+                self.line_sites(
+                    unit_off,
+                    &decl_file,
+                    decl_line + n,
+                    Some((name, decl_line)),
+                    out,
+                )
             }
             FunctionPart::Lazy(pattern) => self.lazy_sites(unit_off, def, name, pattern, out),
             FunctionPart::Entry => {
@@ -315,7 +339,7 @@ impl<'a> DebugInfo<'a> {
         };
         Ok(Site {
             address,
-            location: self.sym_off(address),
+            location: self.location(unit, func, address),
             function: name.to_string(),
             source,
             instance,
@@ -328,6 +352,23 @@ impl<'a> DebugInfo<'a> {
         })
     }
 
+    /// SYMBOL+OFFSET, naming a compiler clone (`f.isra.0`, `f.constprop.0`)
+    /// by the source function it is a copy of, as perf prints it.
+    fn location(&self, unit: &Unit<'a>, func: gimli::UnitOffset, address: u64) -> String {
+        let Some((sym, off)) = self.symbols.symbolize(address) else {
+            return format!("0x{address:x}");
+        };
+        let dwarf_name = unit
+            .entry(func)
+            .ok()
+            .and_then(|e| dies::name_of(&self.dwarf, unit, &e).ok().flatten())
+            .and_then(|n| std::str::from_utf8(n).ok());
+        match (dwarf_name, sym.name.split_once('.')) {
+            (Some(d), Some((base, _))) if d == base => format!("{d}+{off}"),
+            _ => format!("{}+{off}", sym.name),
+        }
+    }
+
     pub(crate) fn short_path(&self, unit: &Unit<'a>, path: &str) -> String {
         let comp_dir = unit
             .comp_dir
@@ -336,7 +377,21 @@ impl<'a> DebugInfo<'a> {
     }
 
     /// The unit's line table, sorted by address (rows of a sequence stay in order).
-    pub(crate) fn rows(&self, unit: &Unit<'a>) -> Result<Vec<Row>> {
+    pub(crate) fn rows(&self, unit: &Unit<'a>) -> Result<Rc<Vec<Row>>> {
+        let key = unit
+            .header
+            .offset()
+            .as_debug_info_offset()
+            .map_or(usize::MAX, |o| o.0);
+        if let Some(rows) = self.rows_cache.borrow().get(&key) {
+            return Ok(rows.clone());
+        }
+        let rows = Rc::new(self.read_rows(unit)?);
+        self.rows_cache.borrow_mut().insert(key, rows.clone());
+        Ok(rows)
+    }
+
+    fn read_rows(&self, unit: &Unit<'a>) -> Result<Vec<Row>> {
         let mut out = Vec::new();
         let Some(lp) = unit.line_program.clone() else {
             return Ok(out);
@@ -362,7 +417,7 @@ impl<'a> DebugInfo<'a> {
         unit_off: gimli::DebugInfoOffset<usize>,
         file: &str,
         line: u64,
-        function: Option<&str>,
+        function: Option<(&str, u64)>,
         out: &mut Vec<Site>,
     ) -> Result<()> {
         let unit = self.unit(unit_off)?;
@@ -382,6 +437,30 @@ impl<'a> DebugInfo<'a> {
             }
         }
         addrs.dedup();
+        // perf's rule: an address whose first row is another line belongs to that line.
+        let mut shared = None;
+        addrs.retain(|&a| {
+            let first = rows.iter().find(|r| r.address == a && !r.end);
+            match first {
+                Some(r) if r.line != line => {
+                    shared.get_or_insert(r.line);
+                    false
+                }
+                _ => true,
+            }
+        });
+        if addrs.is_empty() {
+            if let Some(other) = shared {
+                let spell = |l: u64| match function {
+                    Some((f, decl)) => format!("{f}:{}", l.saturating_sub(decl)),
+                    None => format!("{file}:{l}"),
+                };
+                return Err(Error::SharedLine {
+                    place: spell(line),
+                    other: spell(other),
+                });
+            }
+        }
         for address in addrs {
             let chain = self.chain(&unit, address)?;
             let Some(func) = chain.first() else { continue };
@@ -405,7 +484,7 @@ impl<'a> DebugInfo<'a> {
                 .flatten()
                 .map(|n| String::from_utf8_lossy(n).into_owned())
                 .unwrap_or_default();
-            if function.is_some_and(|f| f != name) && owner.tag == gimli::DW_TAG_subprogram {
+            if function.is_some_and(|(f, _)| f != name) && owner.tag == gimli::DW_TAG_subprogram {
                 // A line of the function's file inside another function of the unit.
                 continue;
             }
@@ -482,9 +561,10 @@ impl<'a> DebugInfo<'a> {
     }
 
     /// The lines of a function that carry code (perf -L), absolute line numbers.
-    pub fn lines(&self, name: &str, file: Option<&str>) -> Result<Vec<u64>> {
+    pub fn lines(&self, name: &str, file: Option<&str>) -> Result<FunctionLines> {
         let mut lines = Vec::new();
         let mut found = false;
+        let mut decl = (0, String::new());
         for unit_off in self.index.lookup(name.as_bytes()) {
             let unit = self.unit(unit_off)?;
             let Some(def) = self.find_definition(&unit, name, file)? else {
@@ -495,6 +575,10 @@ impl<'a> DebugInfo<'a> {
             let def_e = unit.entry(def).map_err(err)?;
             let decl_file = dies::udata_integrated(&unit, &def_e, gimli::DW_AT_decl_file)
                 .and_then(|f| dies::file_name(&self.dwarf, &unit, f));
+            decl = (
+                dies::udata_integrated(&unit, &def_e, gimli::DW_AT_decl_line).unwrap_or(0),
+                self.short_path(&unit, decl_file.as_deref().unwrap_or_default()),
+            );
             // The code of every copy of the function in this unit.
             let mut ranges = dies::ranges(&self.dwarf, &unit, &def_e).map_err(err)?;
             let mut cursor = unit.entries();
@@ -504,12 +588,15 @@ impl<'a> DebugInfo<'a> {
                     ranges.extend(dies::ranges(&self.dwarf, &unit, e).map_err(err)?);
                 }
             }
-            for r in self.rows(&unit)? {
+            let mut same_file = std::collections::HashMap::new();
+            for r in self.rows(&unit)?.iter() {
                 if !r.is_stmt || r.end || !dies::holds(&ranges, r.address) {
                     continue;
                 }
-                let f = dies::file_name(&self.dwarf, &unit, r.file);
-                if f == decl_file {
+                let same = *same_file
+                    .entry(r.file)
+                    .or_insert_with(|| dies::file_name(&self.dwarf, &unit, r.file) == decl_file);
+                if same {
                     lines.push(r.line);
                 }
             }
@@ -523,7 +610,11 @@ impl<'a> DebugInfo<'a> {
         }
         lines.sort_unstable();
         lines.dedup();
-        Ok(lines)
+        Ok(FunctionLines {
+            decl_line: decl.0,
+            file: decl.1,
+            lines,
+        })
     }
 
     fn lazy_sites(
@@ -554,9 +645,13 @@ impl<'a> DebugInfo<'a> {
             .filter(|(_, l)| crate::glob::lazy_match(l, pattern))
             .map(|(i, _)| i as u64 + 1)
             .collect();
-        let own: std::collections::HashSet<u64> = self.lines(name, None)?.into_iter().collect();
+        let fl = self.lines(name, None)?;
+        let own: std::collections::HashSet<u64> = fl.lines.iter().copied().collect();
         for line in wanted.into_iter().filter(|l| own.contains(l)) {
-            self.line_sites(unit_off, &decl_file, line, Some(name), out)?;
+            match self.line_sites(unit_off, &decl_file, line, Some((name, fl.decl_line)), out) {
+                Ok(()) | Err(Error::SharedLine { .. }) => {}
+                Err(e) => return Err(e),
+            }
         }
         Ok(())
     }

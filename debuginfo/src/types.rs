@@ -44,8 +44,19 @@ pub(crate) fn type_name(
             .map(|s| String::from_utf8_lossy(s.slice()).into_owned())
     };
     match e.tag() {
-        gimli::DW_TAG_pointer_type => format!("{}*", type_name(dwarf, unit, type_of(&e))),
-        gimli::DW_TAG_array_type => format!("{}[]", type_name(dwarf, unit, type_of(&e))),
+        gimli::DW_TAG_pointer_type | gimli::DW_TAG_array_type => {
+            let inner = type_name(dwarf, unit, type_of(&e));
+            // perf cannot name types built on void; it says so.
+            if inner == "(unknown_type)" || inner == "void" {
+                return "(unknown_type)".into();
+            }
+            let suffix = if e.tag() == gimli::DW_TAG_pointer_type {
+                "*"
+            } else {
+                "[]"
+            };
+            format!("{inner}{suffix}")
+        }
         gimli::DW_TAG_const_type
         | gimli::DW_TAG_volatile_type
         | gimli::DW_TAG_restrict_type
