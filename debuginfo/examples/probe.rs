@@ -103,6 +103,20 @@ fn answer(
                 println!("      {}  ({l})", l.saturating_sub(lines.decl_line));
             }
         }
+        "-R" => {
+            let site = di
+                .sites(&point, &Options { inlines: false })?
+                .into_iter()
+                .next()
+                .ok_or("no site")?;
+            for (a, f, l, stmt) in di.rows_between(point_text, site.address, site.address + 96)? {
+                println!(
+                    "+{} {f}:{l}{}",
+                    a - site.address,
+                    if stmt { "" } else { " (not stmt)" }
+                );
+            }
+        }
         other => return Err(format!("unknown mode {other}").into()),
     }
     Ok(())

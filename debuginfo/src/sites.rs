@@ -1,6 +1,7 @@
 //! Finding the addresses a source-level probe point stands for.
 
 use crate::dies::Attrs as _;
+use std::collections::HashMap;
 use std::rc::Rc;
 
 use crate::debuginfo::{DebugInfo, Options};
@@ -411,7 +412,11 @@ impl<'a> DebugInfo<'a> {
         Ok(out)
     }
 
-    /// Sites of the statements at `file:line` in a unit.
+    /// Sites of `file:line` in a unit, by perf's rules: every statement row
+    /// of that line, plus the entries of functions declared there and of
+    /// inlined copies called or declared there; an address whose own line
+    /// (its function's declaration at an entry, else its last row) is
+    /// another line of the same file makes the whole point ambiguous.
     fn line_sites(
         &self,
         unit_off: gimli::DebugInfoOffset<usize>,
@@ -422,81 +427,122 @@ impl<'a> DebugInfo<'a> {
     ) -> Result<()> {
         let unit = self.unit(unit_off)?;
         let rows = self.rows(&unit)?;
-        let mut files: std::collections::HashMap<u64, bool> = std::collections::HashMap::new();
-        let mut addrs = Vec::new();
+        let mut paths: HashMap<u64, Option<String>> = HashMap::new();
+        let mut path_of = |n: u64| {
+            paths
+                .entry(n)
+                .or_insert_with(|| dies::file_name(&self.dwarf, &unit, n))
+                .clone()
+        };
+        // (address, path of the file the candidate came from)
+        let mut candidates: Vec<(u64, String)> = Vec::new();
         for r in rows
             .iter()
             .filter(|r| r.is_stmt && !r.end && r.line == line)
         {
-            let matches = *files.entry(r.file).or_insert_with(|| {
-                dies::file_name(&self.dwarf, &unit, r.file)
-                    .is_some_and(|p| dies::tail_matches(&p, file))
-            });
-            if matches && self.symbols.symbolize(r.address).is_some() {
-                addrs.push(r.address);
+            if let Some(p) = path_of(r.file).filter(|p| dies::tail_matches(p, file)) {
+                candidates.push((r.address, p));
             }
         }
-        addrs.dedup();
-        // perf's rule: an address whose first row is another line belongs to that line.
-        let mut shared = None;
-        addrs.retain(|&a| {
-            let first = rows.iter().find(|r| r.address == a && !r.end);
-            match first {
-                Some(r) if r.line != line => {
-                    shared.get_or_insert(r.line);
-                    false
+        let err = |e| {
+            self.dwarf_error(
+                format!("the functions of the unit, looking for {file}:{line}"),
+                e,
+            )
+        };
+        let mut cursor = unit.entries();
+        while let Some((_, e)) = cursor.next_dfs().map_err(err)? {
+            let tag = e.tag();
+            if tag != gimli::DW_TAG_subprogram && tag != gimli::DW_TAG_inlined_subroutine {
+                continue;
+            }
+            let ranges = dies::ranges(&self.dwarf, &unit, e).map_err(err)?;
+            let Some(entry) = dies::entry_pc(&self.dwarf, &unit, e, &ranges)
+                .map_err(err)?
+                .filter(|&a| a != 0)
+            else {
+                continue;
+            };
+            let mut check = |f: Option<u64>, l: Option<u64>| {
+                if l == Some(line) {
+                    if let Some(p) = f
+                        .and_then(&mut path_of)
+                        .filter(|p| dies::tail_matches(p, file))
+                    {
+                        candidates.push((entry, p));
+                    }
                 }
-                _ => true,
+            };
+            if tag == gimli::DW_TAG_inlined_subroutine {
+                check(
+                    e.val(gimli::DW_AT_call_file).and_then(dies::num),
+                    e.val(gimli::DW_AT_call_line).and_then(dies::num),
+                );
             }
-        });
-        if addrs.is_empty() {
-            if let Some(other) = shared {
-                let spell = |l: u64| match function {
-                    Some((f, decl)) => format!("{f}:{}", l.saturating_sub(decl)),
-                    None => format!("{file}:{l}"),
-                };
-                return Err(Error::SharedLine {
-                    place: spell(line),
-                    other: spell(other),
-                });
-            }
+            check(
+                dies::udata_integrated(&unit, e, gimli::DW_AT_decl_file),
+                dies::udata_integrated(&unit, e, gimli::DW_AT_decl_line),
+            );
         }
-        for address in addrs {
+        candidates.sort();
+        candidates.dedup_by_key(|c| c.0);
+        let spell = |l: u64| match function {
+            Some((f, decl)) => format!("{f}:{}", l as i64 - decl as i64),
+            None => format!("{file}:{l}"),
+        };
+        for (address, path) in candidates {
+            if self.symbols.symbolize(address).is_none() {
+                continue;
+            }
             let chain = self.chain(&unit, address)?;
-            let Some(func) = chain.first() else { continue };
-            // The innermost copy whose function is declared in that file owns the line.
-            let owner = chain
-                .iter()
-                .rev()
-                .find(|f| {
-                    unit.entry(f.die)
-                        .ok()
-                        .and_then(|e| dies::udata_integrated(&unit, &e, gimli::DW_AT_decl_file))
-                        .and_then(|n| dies::file_name(&self.dwarf, &unit, n))
-                        .is_some_and(|p| dies::tail_matches(&p, file))
-                })
-                .unwrap_or(func);
-            let e = unit
-                .entry(owner.die)
-                .map_err(|e| self.dwarf_error("a scope".into(), e))?;
+            let Some(func) = chain.first().copied() else {
+                continue;
+            };
+            // The line the address stands for.
+            let own = if func.entry == address {
+                let e = unit.entry(func.die).map_err(err)?;
+                (
+                    dies::udata_integrated(&unit, &e, gimli::DW_AT_decl_file)
+                        .and_then(&mut path_of),
+                    dies::udata_integrated(&unit, &e, gimli::DW_AT_decl_line),
+                )
+            } else {
+                // The first row at the address (as libdw's lookup answers
+                // perf), else the last one before it.
+                let i = rows.partition_point(|r| r.address < address);
+                let at = rows[i..]
+                    .iter()
+                    .take_while(|r| r.address == address)
+                    .find(|r| !r.end);
+                match at.or_else(|| rows[..i].iter().rev().find(|r| !r.end)) {
+                    Some(r) => (path_of(r.file), Some(r.line)),
+                    None => (None, None),
+                }
+            };
+            if let (Some(f), Some(l)) = own {
+                if f == path && l != line {
+                    return Err(Error::SharedLine {
+                        place: spell(line),
+                        other: spell(l),
+                    });
+                }
+            }
+            let owner = self.best_scope(&unit, &chain, file, line).unwrap_or(func);
+            let e = unit.entry(owner.die).map_err(err)?;
             let name = dies::name_of(&self.dwarf, &unit, &e)
                 .ok()
                 .flatten()
                 .map(|n| String::from_utf8_lossy(n).into_owned())
                 .unwrap_or_default();
-            if function.is_some_and(|(f, _)| f != name) && owner.tag == gimli::DW_TAG_subprogram {
-                // A line of the function's file inside another function of the unit.
-                continue;
-            }
             let call = (owner.tag == gimli::DW_TAG_inlined_subroutine).then(|| {
                 let n = e
                     .val(gimli::DW_AT_call_line)
-                    .and_then(|v| v.udata_value())
+                    .and_then(dies::num)
                     .unwrap_or(0);
                 let f = e
                     .val(gimli::DW_AT_call_file)
                     .and_then(dies::num)
-                    .and_then(|f| dies::file_name(&self.dwarf, &unit, f))
+                    .and_then(&mut path_of)
                     .unwrap_or_default();
                 format!("{}:{n}", self.short_path(&unit, &f))
             });
@@ -512,6 +558,49 @@ impl<'a> DebugInfo<'a> {
             )?);
         }
         Ok(())
+    }
+
+    /// perf's best scope for a line: among the functions and inlined copies
+    /// at the address, the one declared in that file closest before the line.
+    fn best_scope(&self, unit: &Unit<'a>, chain: &[Frame], file: &str, line: u64) -> Option<Frame> {
+        let mut best: Option<(u64, Frame)> = None;
+        for f in chain {
+            let Ok(e) = unit.entry(f.die) else { continue };
+            let in_file = dies::udata_integrated(unit, &e, gimli::DW_AT_decl_file)
+                .and_then(|n| dies::file_name(&self.dwarf, unit, n))
+                .is_some_and(|p| dies::tail_matches(&p, file));
+            let Some(decl) = dies::udata_integrated(unit, &e, gimli::DW_AT_decl_line) else {
+                continue;
+            };
+            if in_file && decl < line && best.is_none_or(|(d, _)| line - decl < d) {
+                best = Some((line - decl, *f));
+            }
+        }
+        best.map(|(_, f)| f)
+    }
+
+    /// The line-table rows (address, file, line, is_stmt) at `from..to` in
+    /// the unit holding `from`, for debugging line questions.
+    #[doc(hidden)]
+    pub fn rows_between(
+        &self,
+        function: &str,
+        from: u64,
+        to: u64,
+    ) -> Result<Vec<(u64, String, u64, bool)>> {
+        let mut out = Vec::new();
+        for unit_off in self.index.lookup(function.as_bytes()) {
+            let unit = self.unit(unit_off)?;
+            for r in self
+                .rows(&unit)?
+                .iter()
+                .filter(|r| r.address >= from && r.address < to && !r.end)
+            {
+                let f = dies::file_name(&self.dwarf, &unit, r.file).unwrap_or_default();
+                out.push((r.address, f, r.line, r.is_stmt));
+            }
+        }
+        Ok(out)
     }
 
     /// The function-like entries holding `pc`, outermost (the out-of-line function) first.
@@ -560,6 +649,29 @@ impl<'a> DebugInfo<'a> {
         Ok(())
     }
 
+    /// The inlined copies anywhere below `node`: (ranges, call file, call line).
+    fn inlined_below(
+        &self,
+        unit: &Unit<'a>,
+        node: gimli::EntriesTreeNode<'_, '_, '_, crate::file::R<'a>>,
+        out: &mut Vec<(Vec<gimli::Range>, Option<String>, Option<u64>)>,
+    ) -> gimli::Result<()> {
+        let mut children = node.children();
+        while let Some(child) = children.next()? {
+            let e = child.entry();
+            if e.tag() == gimli::DW_TAG_inlined_subroutine {
+                let f = e
+                    .val(gimli::DW_AT_call_file)
+                    .and_then(dies::num)
+                    .and_then(|n| dies::file_name(&self.dwarf, unit, n));
+                let l = e.val(gimli::DW_AT_call_line).and_then(dies::num);
+                out.push((dies::ranges(&self.dwarf, unit, e)?, f, l));
+            }
+            self.inlined_below(unit, child, out)?;
+        }
+        Ok(())
+    }
+
     /// The lines of a function that carry code (perf -L), absolute line numbers.
     pub fn lines(&self, name: &str, file: Option<&str>) -> Result<FunctionLines> {
         let mut lines = Vec::new();
@@ -579,24 +691,56 @@ impl<'a> DebugInfo<'a> {
                 dies::udata_integrated(&unit, &def_e, gimli::DW_AT_decl_line).unwrap_or(0),
                 self.short_path(&unit, decl_file.as_deref().unwrap_or_default()),
             );
-            // The code of every copy of the function in this unit.
-            let mut ranges = dies::ranges(&self.dwarf, &unit, &def_e).map_err(err)?;
+            // Each copy of the function in this unit: its ranges, and the
+            // ranges of the copies inlined into it (whose rows are other
+            // functions' lines, except at their call line).
+            let mut copies = vec![def];
             let mut cursor = unit.entries();
             while let Some((_, e)) = cursor.next_dfs().map_err(err)? {
                 if e.val(gimli::DW_AT_abstract_origin) == Some(gimli::AttributeValue::UnitRef(def))
                 {
-                    ranges.extend(dies::ranges(&self.dwarf, &unit, e).map_err(err)?);
+                    copies.push(e.offset());
                 }
             }
-            let mut same_file = std::collections::HashMap::new();
-            for r in self.rows(&unit)?.iter() {
-                if !r.is_stmt || r.end || !dies::holds(&ranges, r.address) {
+            let decl_fileno = dies::udata_integrated(&unit, &def_e, gimli::DW_AT_decl_file);
+            let mut same_file = HashMap::new();
+            let rows = self.rows(&unit)?;
+            for copy in copies {
+                let ce = unit.entry(copy).map_err(err)?;
+                let ranges = dies::ranges(&self.dwarf, &unit, &ce).map_err(err)?;
+                if ranges.is_empty() {
                     continue;
                 }
-                let same = *same_file
-                    .entry(r.file)
-                    .or_insert_with(|| dies::file_name(&self.dwarf, &unit, r.file) == decl_file);
-                if same {
+                let mut nested: Vec<(Vec<gimli::Range>, Option<String>, Option<u64>)> = Vec::new();
+                let mut tree = unit.entries_tree(Some(copy)).map_err(err)?;
+                let root = tree.root().map_err(err)?;
+                self.inlined_below(&unit, root, &mut nested).map_err(err)?;
+                for (_, f, l) in &nested {
+                    if f.is_some() && *f == decl_file {
+                        lines.extend(*l);
+                    }
+                }
+                lines.push(decl.0);
+                for r in rows.iter() {
+                    if !r.is_stmt || r.end || !dies::holds(&ranges, r.address) {
+                        continue;
+                    }
+                    let same = *same_file.entry(r.file).or_insert_with(|| {
+                        Some(r.file) == decl_fileno
+                            || dies::file_name(&self.dwarf, &unit, r.file) == decl_file
+                    });
+                    if !same {
+                        continue;
+                    }
+                    let inside = nested
+                        .iter()
+                        .filter(|(rg, _, _)| dies::holds(rg, r.address));
+                    let mut holders = inside.peekable();
+                    if holders.peek().is_some()
+                        && !holders.any(|(_, f, l)| *f == decl_file && *l == Some(r.line))
+                    {
+                        continue;
+                    }
                     lines.push(r.line);
                 }
             }
