@@ -40,7 +40,8 @@ mod ring;
 pub mod select;
 pub mod session;
 pub mod sink;
-pub mod spec;
+/// The probe language, from its own pure crate (`kprobe-perf-spec`).
+pub use kprobe_perf_spec as spec;
 pub mod stack;
 mod stats;
 pub mod summary;

@@ -498,82 +498,32 @@ pub fn tracefs_reason(spec: &ProbeSpec, arch: Arch) -> Option<String> {
 
 pub use crate::spec::KernelFeatures;
 
-impl KernelFeatures {
-    /// Refuses a form of `spec` this kernel lacks, naming the feature.
-    pub fn check(&self, spec: &ProbeSpec) -> Result<(), PlanError> {
-        let lacks = |what: String, needs: &str| {
-            Err(PlanError::KernelLacks {
-                what,
-                needs: needs.to_string(),
-            })
-        };
-        match &spec.target {
-            Target::Fprobe { .. } if !self.fprobe => {
-                return lacks(
-                    "fprobe events (f:)".into(),
-                    "CONFIG_FPROBE_EVENTS, Linux 6.4+",
-                )
-            }
-            Target::Tracepoint { .. } if !self.tprobe => {
-                return lacks(
-                    "tracepoint probes (t:)".into(),
-                    "CONFIG_FPROBE_EVENTS, Linux 6.4+",
-                )
-            }
-            _ => {}
-        }
-        // Names on a p:/r: entry probe are turned into $argN here (from
-        // BTF); elsewhere the kernel looks them up.
-        let kernel_names = spec.target.is_dynamic_only() || spec.is_return();
-        for a in &spec.args {
-            match &a.fetch.base {
-                FetchBase::Name(n) if kernel_names && !self.btf_args => {
-                    return lacks(
-                        format!("BTF argument names ({n} resolved by the kernel)"),
-                        "CONFIG_PROBE_EVENTS_BTF_ARGS, Linux 6.5+",
-                    )
-                }
-                FetchBase::AllArgs if !self.btf_args => {
-                    return lacks(
-                        "$arg* (every parameter by BTF)".into(),
-                        "CONFIG_PROBE_EVENTS_BTF_ARGS, Linux 6.5+",
-                    )
-                }
-                FetchBase::Member { .. } if !self.btf_members => {
-                    return lacks(
-                        format!("BTF member access ({})", a.fetch),
-                        "CONFIG_PROBE_EVENTS_BTF_ARGS, Linux 6.7+",
-                    )
-                }
-                _ => {}
-            }
-            let entry_value = matches!(
-                a.fetch.base,
-                FetchBase::Arg(_)
-                    | FetchBase::Name(_)
-                    | FetchBase::Member { .. }
-                    | FetchBase::AllArgs
-            );
-            if spec.is_return() && entry_value && !self.return_args {
-                return lacks(
-                    format!("entry arguments in return probes ({})", a.fetch),
-                    "Linux 6.10+ (\"kernel return probes support: $retval, $arg<N>\")",
-                );
-            }
-            let ty = a.effective_type().base;
-            let missing = match ty {
-                BaseType::SymStr if !self.symstr => Some("Linux 6.2+"),
-                BaseType::Char if !self.char_type => Some("Linux 6.7+"),
-                BaseType::Dentry | BaseType::File if !self.dentry => {
-                    Some("CONFIG_PROBE_EVENTS_BTF_ARGS, Linux 6.9+")
-                }
-                _ => None,
-            };
-            if let Some(needs) = missing {
-                return lacks(format!("{ty} type ({a})"), needs);
-            }
-        }
-        Ok(())
+/// The running kernel's features, from tracefs's `README` (or the
+/// debugfs mount); `None` when neither can be read. Read once.
+pub fn running_kernel_features() -> Option<&'static KernelFeatures> {
+    static FEATURES: std::sync::OnceLock<Option<KernelFeatures>> = std::sync::OnceLock::new();
+    FEATURES
+        .get_or_init(|| {
+            [
+                "/sys/kernel/tracing/README",
+                "/sys/kernel/debug/tracing/README",
+            ]
+            .iter()
+            .find_map(|p| std::fs::read_to_string(p).ok())
+            .map(|t| KernelFeatures::from_readme(&t))
+        })
+        .as_ref()
+}
+
+/// Refuses a form of `spec` the kernel of `features` lacks, naming the
+/// feature.
+fn check_features(features: &KernelFeatures, spec: &ProbeSpec) -> Result<(), PlanError> {
+    match features.lacking(spec) {
+        Some(lack) => Err(PlanError::KernelLacks {
+            what: lack.what,
+            needs: lack.needs.to_string(),
+        }),
+        None => Ok(()),
     }
 }
 
@@ -585,13 +535,7 @@ pub fn resolve(
     arch: Arch,
     choice: BackendChoice,
 ) -> Result<ProbePlan, PlanError> {
-    resolve_with(
-        spec,
-        symbols,
-        arch,
-        choice,
-        KernelFeatures::running_kernel(),
-    )
+    resolve_with(spec, symbols, arch, choice, running_kernel_features())
 }
 
 /// As [`resolve`], against the given kernel features (`None`: unknown, so
@@ -608,7 +552,7 @@ pub fn resolve_with(
         return crate::entry_join::plan_joined(spec, symbols, arch, choice, features);
     }
     if let (Some(f), true) = (features, tracefs_reason(&spec, arch).is_some()) {
-        f.check(&spec)?;
+        check_features(f, &spec)?;
     }
     let mut resolved_address = None;
     let attach = match &spec.target {
@@ -1312,35 +1256,8 @@ mod tests {
         assert_eq!(r.args[0].ty, ArgType::scalar(BaseType::Signed(32)));
     }
 
-    const README_6_1: &str = include_str!("spec/fixtures/README-6.1");
-    const README_6_12: &str = include_str!("spec/fixtures/README-6.12");
-
-    /// The READMEs of Debian's 6.1 and 6.12 kernels, as read in the VM.
-    #[test]
-    fn features_from_the_readme() {
-        let old = KernelFeatures::from_readme(README_6_1);
-        assert_eq!(
-            old,
-            KernelFeatures {
-                symstr: true,
-                ..KernelFeatures::default()
-            }
-        );
-        let new = KernelFeatures::from_readme(README_6_12);
-        assert_eq!(
-            new,
-            KernelFeatures {
-                fprobe: true,
-                tprobe: true,
-                btf_args: true,
-                btf_members: true,
-                return_args: true,
-                symstr: true,
-                char_type: true,
-                dentry: true,
-            }
-        );
-    }
+    const README_6_1: &str = include_str!("../../spec/src/fixtures/README-6.1");
+    const README_6_12: &str = include_str!("../../spec/src/fixtures/README-6.12");
 
     #[test]
     fn forms_the_kernel_lacks_are_refused_by_name() {

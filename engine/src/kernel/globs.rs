@@ -289,7 +289,7 @@ impl<'k> Selection<'k> {
             self.symbols,
             &self.options(),
             self.traceable(),
-            KernelFeatures::running_kernel(),
+            crate::plan::running_kernel_features(),
         )
     }
 }

@@ -32,7 +32,7 @@
 //! tracefs's `README`, see [`KernelFeatures`]).
 //!
 //! ```
-//! use kprobe_perf_engine::spec::{ProbeSpec, ProbeKind, FetchBase};
+//! use kprobe_perf_spec::{ProbeSpec, ProbeKind, FetchBase};
 //! use kprobe_perf_arch::Arch;
 //! let s = ProbeSpec::parse("r:myret do_sys_openat2 ret=$retval:s64", Arch::X86_64).unwrap();
 //! assert_eq!(s.kind, ProbeKind::Return { maxactive: None });
@@ -41,6 +41,9 @@
 //! assert_eq!(s.to_string(), "r:myret do_sys_openat2 ret=$retval:s64");
 //! assert_eq!(s.qualified().to_string(), "r:kprobes/myret do_sys_openat2 ret=$retval:s64");
 //! ```
+#![cfg_attr(not(test), warn(unused_crate_dependencies))]
+#![deny(missing_docs)]
+#![forbid(unsafe_code)]
 
 use std::fmt;
 
@@ -50,7 +53,7 @@ pub mod proto;
 #[cfg(test)]
 mod tests;
 
-pub use features::KernelFeatures;
+pub use features::{KernelFeatures, Lacking};
 pub use parse::SpecError;
 
 /// Longest argument list the kernel accepts (`MAX_TRACE_ARGS`).
@@ -97,7 +100,7 @@ impl Span {
     /// Writes the three lines of a refusal: `message`, then `input`
     /// indented, then carets under this span (counted in characters; at
     /// least one).
-    pub(crate) fn write_under(
+    pub fn write_under(
         &self,
         f: &mut std::fmt::Formatter<'_>,
         message: &str,
