@@ -31,11 +31,11 @@
 use std::collections::HashSet;
 use std::io::Read;
 use std::os::fd::OwnedFd;
-use std::sync::{Mutex, OnceLock};
+use std::sync::Mutex;
 use std::time::Duration;
 
 use crate::sys;
-use crate::tracefs::{self, Tracefs, GROUP_PREFIX};
+use crate::tracefs::{self, Tracefs, GROUPS_TO_GUARD, GROUP_PREFIX};
 
 /// How long the guardian keeps retrying removals the kernel refuses
 /// (EBUSY until the dead process's perf events are released).
@@ -43,9 +43,6 @@ const PATIENCE: Duration = Duration::from_secs(10);
 
 /// Longest group name accepted from the socket.
 const MAX_GROUP: usize = 64;
-
-/// This process's end of the socket, once the guardian runs.
-static CHANNEL: OnceLock<Mutex<OwnedFd>> = OnceLock::new();
 
 /// Why the guardian could not be started.
 #[derive(Debug, thiserror::Error)]
@@ -71,34 +68,20 @@ impl Guardian {
     /// Sessions opened afterwards are guarded; on failure they fall back
     /// to removal on drop and at the next start.
     pub fn start() -> Result<(), GuardianError> {
-        if CHANNEL.get().is_some() {
+        if GROUPS_TO_GUARD.get().is_some() {
             return Err(GuardianError::AlreadyRunning);
         }
         let (ours, theirs) = sys::socket_pair_cloexec()?;
         sys::spawn_detached(c"kprobe-perf-gd", theirs, guard)?;
-        CHANNEL
+        GROUPS_TO_GUARD
             .set(Mutex::new(ours))
             .map_err(|_| GuardianError::AlreadyRunning)
     }
 
     /// True when a guardian was started in this process.
     pub fn is_running() -> bool {
-        CHANNEL.get().is_some()
+        GROUPS_TO_GUARD.get().is_some()
     }
-}
-
-/// Tells the guardian (if running) to remove `group` when this process
-/// dies. Called before anything is defined in the group.
-pub(crate) fn watch(group: &str) {
-    let Some(channel) = CHANNEL.get() else {
-        return;
-    };
-    let Ok(fd) = channel.lock() else {
-        return;
-    };
-    // A guardian that is gone cannot be helped: removal on drop and at
-    // the next start remain.
-    let _ = sys::send_all(&fd, format!("{group}\n").as_bytes());
 }
 
 /// The groups named in what the guardian read: one per complete line

@@ -15,8 +15,12 @@
 
 use std::fs::OpenOptions;
 use std::io::{self, Write};
+use std::os::fd::OwnedFd;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Mutex, OnceLock};
+
+use crate::sys;
 
 /// Prefix of every group this engine creates; the pid follows (then `_`
 /// and the session's number in that process).
@@ -526,6 +530,25 @@ pub fn filter_error_from_log(log: &str) -> Option<String> {
     Some(out)
 }
 
+/// This process's end of the socket to the [`guardian`](crate::guardian),
+/// once it runs: the groups it is to remove when this process dies are
+/// written here (the guardian sets it; this module only writes to it).
+pub(crate) static GROUPS_TO_GUARD: OnceLock<Mutex<OwnedFd>> = OnceLock::new();
+
+/// Tells the guardian (if running) to remove `group` when this process
+/// dies. Called before anything is defined in the group.
+fn tell_guardian(group: &str) {
+    let Some(channel) = GROUPS_TO_GUARD.get() else {
+        return;
+    };
+    let Ok(fd) = channel.lock() else {
+        return;
+    };
+    // A guardian that is gone cannot be helped: removal on drop and at
+    // the next start remain.
+    let _ = sys::send_all(&fd, format!("{group}\n").as_bytes());
+}
+
 /// Events one session defined; removed on drop (after the perf fds that
 /// use them are closed: keep this guard declared before them, or drop it
 /// last).
@@ -542,7 +565,7 @@ impl TracefsProbes {
     /// anything is defined in it.
     pub fn new(fs: Tracefs) -> TracefsProbes {
         let group = new_group();
-        crate::guardian::watch(&group);
+        tell_guardian(&group);
         TracefsProbes {
             fs,
             group,
