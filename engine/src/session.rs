@@ -18,7 +18,7 @@ use crate::process::{self, ProcessWatch};
 use crate::records::{self, Handover, RecordDecoder, ThreadNames};
 use crate::ring::{BackwardRing, RingBuffer};
 use crate::sink::EventSink;
-pub use crate::stats::{SessionStats, ThrottleChange, Throttling};
+pub use crate::stats::{CallCounts, KernelCounts, SessionStats, ThrottleChange, Throttling};
 use crate::summary::{KernelSide, Summary};
 use crate::sys;
 use crate::target;
@@ -84,27 +84,6 @@ impl Default for SessionOptions {
     }
 }
 
-/// Calls of a PMU kretprobe's function, as the kernel counted them: the
-/// entries (a counting-only kprobe at the function's entry, which writes
-/// no sample) and the returns the kretprobe reported (its own count,
-/// samples lost to a full ring included).
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-#[non_exhaustive]
-pub struct CallCounts {
-    /// Calls that entered the function while the session was enabled.
-    pub entries: u64,
-    /// Returns the kretprobe reported.
-    pub returns: u64,
-}
-
-impl CallCounts {
-    /// Calls whose entry was counted and whose return was not: missed for
-    /// lack of a kretprobe instance, or still running at the end.
-    pub fn unreturned(&self) -> u64 {
-        self.entries.saturating_sub(self.returns)
-    }
-}
-
 /// A stream's ring: read as it fills, or kept as a flight recorder.
 enum StreamRing {
     Forward(RingBuffer),
@@ -122,17 +101,6 @@ struct CpuStream {
     /// kept). A hidden probe's samples (see [`crate::entry_join`]) are
     /// not among them, nor its counts among those compared.
     samples: u64,
-}
-
-/// Hits and misses the kernel counted for a tracefs probe.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-#[non_exhaustive]
-pub struct KernelCounts {
-    /// Times the probe fired.
-    pub hits: u64,
-    /// Times it could not run (for a kretprobe: no free instance, so the
-    /// return was not reported).
-    pub misses: u64,
 }
 
 /// Armed probes and their ring buffers.

@@ -1,7 +1,8 @@
 //! The counters a session keeps while decoding: events per probe, lost
 //! and undecodable records, throttling. Shared by the decoder
 //! ([`crate::records`]) and the session ([`crate::session`]), which both
-//! re-export them.
+//! re-export them, and read by the [`Summary`](crate::Summary); with the
+//! counts the kernel keeps ([`CallCounts`], [`KernelCounts`]).
 
 use std::collections::BTreeMap;
 
@@ -89,4 +90,36 @@ pub enum ThrottleChange {
     Throttled,
     /// `PERF_RECORD_UNTHROTTLE`: sampling resumed.
     Unthrottled,
+}
+
+/// Calls of a PMU kretprobe's function, as the kernel counted them: the
+/// entries (a counting-only kprobe at the function's entry, which writes
+/// no sample) and the returns the kretprobe reported (its own count,
+/// samples lost to a full ring included).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct CallCounts {
+    /// Calls that entered the function while the session was enabled.
+    pub entries: u64,
+    /// Returns the kretprobe reported.
+    pub returns: u64,
+}
+
+impl CallCounts {
+    /// Calls whose entry was counted and whose return was not: missed for
+    /// lack of a kretprobe instance, or still running at the end.
+    pub fn unreturned(&self) -> u64 {
+        self.entries.saturating_sub(self.returns)
+    }
+}
+
+/// Hits and misses the kernel counted for a tracefs probe.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct KernelCounts {
+    /// Times the probe fired.
+    pub hits: u64,
+    /// Times it could not run (for a kretprobe: no free instance, so the
+    /// return was not reported).
+    pub misses: u64,
 }

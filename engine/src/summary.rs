@@ -8,7 +8,7 @@ use serde::{Serialize, Serializer};
 
 use crate::filter::FilterRuns;
 use crate::plan::{Backend, ProbePlan};
-use crate::session::{CallCounts, KernelCounts, SessionStats, Throttling};
+use crate::stats::{CallCounts, KernelCounts, SessionStats, Throttling};
 
 /// Samples the kernel counted and the session did not hand over. Its
 /// name in JSON is the variant's (`lost` or `not_kept`).
