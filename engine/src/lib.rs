@@ -13,49 +13,29 @@
 #![cfg_attr(not(test), warn(unused_crate_dependencies))]
 #![deny(missing_docs)]
 
+// The stages, in the order data flows through them; each imports only
+// from those before it (and from the crates below the engine).
 pub mod analysis;
-mod command;
-pub mod counting;
-pub mod cpus;
+mod attach;
 pub mod decode;
-pub mod entry_join;
 pub mod error;
-pub mod filter;
-pub mod guardian;
-pub mod kcore;
 pub mod kernel;
-pub mod os;
 pub mod perfdata;
 pub mod plan;
-pub mod pmu;
-pub mod preflight;
-pub mod process;
-pub mod records;
-/// The per-CPU ring reader (public with the `test-util` feature only).
-#[cfg(feature = "test-util")]
-pub mod ring;
-#[cfg(not(feature = "test-util"))]
-#[allow(unreachable_pub)] // public with test-util
-mod ring;
-pub mod select;
 pub mod session;
-pub mod sink;
+pub mod stack;
+
 /// The probe language, from its own pure crate (`kprobe-perf-spec`).
 pub use kprobe_perf_spec as spec;
-pub mod stack;
-mod stats;
-pub mod summary;
-/// The one syscall layer (public with the `test-util` feature only:
-/// tests that open perf events by hand).
-#[cfg(feature = "test-util")]
-pub mod sys;
-#[cfg(not(feature = "test-util"))]
-#[allow(unreachable_pub)] // public with test-util
-mod sys;
-pub mod target;
-pub mod tracefs;
 
-mod attr;
+// The modules' paths from before the crate was arranged by stage.
+pub use attach::{cpus, guardian, os, pmu, process, target, tracefs};
+#[cfg(feature = "test-util")]
+pub use attach::{ring, sys};
+pub use decode::records;
+pub use kernel::{kcore, preflight, select};
+pub use plan::{entry_join, filter};
+pub use session::{counting, sink, summary};
 
 pub use decode::{Event, Value};
 pub use error::Error;

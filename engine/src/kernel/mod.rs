@@ -30,6 +30,9 @@
 //! ```
 
 mod globs;
+pub mod kcore;
+pub mod preflight;
+pub mod select;
 mod text;
 
 use std::path::PathBuf;
@@ -48,9 +51,9 @@ pub use globs::{
 };
 pub use text::{KernelImages, SkippedImage};
 
-use crate::kcore::TextSources;
+use crate::kernel::kcore::TextSources;
+use crate::kernel::preflight::{KernelTextSource, Preflight};
 use crate::plan::BackendChoice;
-use crate::preflight::{KernelTextSource, Preflight};
 use crate::{Arch, Error, KernelSymbols, ProbePlan};
 
 /// Where kernel text bytes come from.

@@ -53,7 +53,7 @@ pub const FEAT_EVENT_DESC: u32 = 12;
 /// know.
 pub const FEAT_KPROBE_PERF: u32 = 200;
 /// kprobe-perf's hidden probes: probes the session opened for its own
-/// use (the entry half of a joined return probe, [`crate::entry_join`]),
+/// use (the entry half of a joined return probe, [`crate::plan::entry_join`]),
 /// whose attrs and samples perf must not see (perf shows the user's
 /// events only). The section holds, little-endian:
 ///

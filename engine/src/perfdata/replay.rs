@@ -18,7 +18,7 @@ use crate::stack::ProcessMaps;
 const RECORD_MMAP: u32 = perf_event_open_sys::bindings::PERF_RECORD_MMAP;
 /// `PERF_RECORD_MMAP2`.
 const RECORD_MMAP2: u32 = perf_event_open_sys::bindings::PERF_RECORD_MMAP2;
-use crate::records::{Handover, RecordDecoder, ThreadNames, RECORD_COMM, RECORD_SAMPLE};
+use crate::decode::records::{Handover, RecordDecoder, ThreadNames, RECORD_COMM, RECORD_SAMPLE};
 
 /// A perf.data file being replayed.
 pub struct Replay<R> {
@@ -74,10 +74,10 @@ impl<R: Read + Seek> Replay<R> {
             .map(|p| p.field_offsets.clone())
             .collect();
         let attrs = reader.attrs().iter().map(|a| a.attr.clone()).collect();
-        // Return probes joined to hidden entry probes ([`crate::entry_join`])
+        // Return probes joined to hidden entry probes ([`crate::plan::entry_join`])
         // are joined again, so the replay prints what the run printed.
         let (reopened, joiner) =
-            crate::entry_join::expand(crate::entry_join::rejoin(&plans, meta.arch));
+            crate::plan::entry_join::expand(crate::plan::entry_join::rejoin(&plans, meta.arch));
         let mut decoder =
             RecordDecoder::new(plans, offsets, attrs, probe_of_id, ThreadNames::RecordsOnly)
                 .map_err(|e| bad(e.to_string()))?;

@@ -6,11 +6,11 @@ use kprobe_perf_arch::Arch;
 use kprobe_perf_symbols::KernelSymbols;
 
 use super::*;
-use crate::plan::{self, BackendChoice};
-use crate::records::{
+use crate::decode::records::{
     comm_record_body, sample_attr_bytes, sample_record_body, RecordDecoder, RecordSink,
     SampleFields, ThreadNames, RECORD_COMM, RECORD_SAMPLE,
 };
+use crate::plan::{self, BackendChoice};
 use crate::spec::ProbeSpec;
 
 const KALLSYMS: &str = "ffffffff81000000 T _text\nffffffff81234570 T do_sys_openat2\nffffffff81234660 T do_sys_open\nffffffff81234750 T ksys_close\n";

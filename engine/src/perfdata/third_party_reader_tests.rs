@@ -11,11 +11,11 @@ use linux_perf_data::linux_perf_event_reader::{CpuMode, EventRecord};
 use linux_perf_data::{PerfFileReader, PerfFileRecord};
 
 use super::*;
-use crate::plan::{self, BackendChoice};
-use crate::records::{
+use crate::decode::records::{
     comm_record_body, sample_attr_bytes, sample_record_body, sample_type, RecordSink, SampleFields,
     RECORD_COMM, RECORD_SAMPLE,
 };
+use crate::plan::{self, BackendChoice};
 use crate::spec::ProbeSpec;
 
 const KALLSYMS: &str = "ffffffff81000000 T _text\nffffffff81234570 T do_sys_openat2\n";

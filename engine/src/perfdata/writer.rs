@@ -9,7 +9,7 @@ use super::{
     FEAT_TRACING_DATA, FEAT_VERSION, HEADER_SIZE, MAGIC, MISC_KERNEL, RECORD_FINISHED_ROUND,
     RECORD_MMAP,
 };
-use crate::records::{RecordSink, RECORD_SAMPLE};
+use crate::decode::records::{RecordSink, RECORD_SAMPLE};
 
 /// Size of the sample_id trailer of the engine's non-sample records
 /// (TID, TIME, CPU, IDENTIFIER).

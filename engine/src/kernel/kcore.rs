@@ -12,7 +12,7 @@ use object::elf::{FileHeader64, PT_LOAD};
 use object::read::elf::{FileHeader, ProgramHeader};
 use object::{LittleEndian, ReadCache};
 
-use crate::preflight::KernelTextSource;
+use crate::kernel::preflight::KernelTextSource;
 
 /// `/proc/kcore`, opened, with its loadable segments.
 pub struct Kcore {

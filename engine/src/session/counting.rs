@@ -12,23 +12,23 @@
 //!
 //! The probes reach the kernel as in a recording [`Session`](crate::Session):
 //! the same PMUs and tracefs definitions (removed on drop, and by the
-//! [`guardian`](crate::guardian) if the process dies), the same scopes and
+//! [`guardian`](crate::attach::guardian) if the process dies), the same scopes and
 //! the same by-address retry of a refused `MOD:SYM`.
 
 use std::collections::BTreeMap;
 use std::os::fd::OwnedFd;
 use std::time::Duration;
 
-use crate::attr::{self, EventSettings, Opener, SideRecords};
-use crate::command::HeldCommand;
+use crate::attach::attr::{self, EventSettings, Opener, SideRecords};
+use crate::attach::command::HeldCommand;
+use crate::attach::process::{self, ProcessWatch};
+use crate::attach::sys;
+use crate::attach::target::{self, Slot};
+use crate::attach::tracefs::{self, TracefsProbes};
 use crate::error::Error;
 use crate::plan::ProbePlan;
-use crate::process::{self, ProcessWatch};
 use crate::session::attach;
 use crate::session::{online_cpus, RecordTarget};
-use crate::sys;
-use crate::target::{self, Slot};
-use crate::tracefs::{self, TracefsProbes};
 
 /// One probe's count on one scope.
 #[derive(Debug)]
@@ -130,7 +130,7 @@ fn counter_attr<'n>(
 fn kernel_filters(plans: &[ProbePlan]) -> Result<Vec<Option<std::ffi::CString>>, Error> {
     for plan in plans {
         if let Some(f) = &plan.filter {
-            if let crate::filter::FilterRuns::UserSpace(why) = f.runs() {
+            if let crate::plan::filter::FilterRuns::UserSpace(why) = f.runs() {
                 return Err(Error::FilterNeedsUserSpace {
                     probe: plan.spec.to_string(),
                     filter: f.text().to_string(),
@@ -341,8 +341,8 @@ fn scan(pids: &[i32]) -> Result<(Vec<(i32, i32)>, Vec<ProcessWatch>), Error> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::pmu::ProbePmu;
-    use crate::sys::{fake, Syscall};
+    use crate::attach::pmu::ProbePmu;
+    use crate::attach::sys::{fake, Syscall};
     use std::cell::RefCell;
     use std::os::fd::AsRawFd;
     use std::rc::Rc;

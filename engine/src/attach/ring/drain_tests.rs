@@ -10,8 +10,8 @@ use std::fs::File;
 use std::rc::Rc;
 
 use super::*;
-use crate::sys::fake;
-use crate::sys::Syscall;
+use crate::attach::sys::fake;
+use crate::attach::sys::Syscall;
 
 /// Heap memory shaped like a perf mapping of `1 + data_pages` pages.
 struct FakeMapping {

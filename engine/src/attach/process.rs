@@ -4,8 +4,8 @@
 use std::io;
 use std::os::fd::OwnedFd;
 
+use crate::attach::sys;
 use crate::error::Error;
-use crate::sys;
 
 /// The pids in their first order, each once.
 pub fn unique_pids(pids: &[i32]) -> Vec<i32> {

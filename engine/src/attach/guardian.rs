@@ -4,7 +4,7 @@
 //! Probes defined through tracefs (kretprobes with maxactive, arguments
 //! the kernel fetches from memory, uprobes that follow a command's forks)
 //! outlive the process that defined them: the kernel keeps a definition
-//! until someone writes its removal. [`TracefsProbes`](crate::tracefs::TracefsProbes)
+//! until someone writes its removal. [`TracefsProbes`](crate::attach::tracefs::TracefsProbes)
 //! removes them on drop, but a SIGKILL, an abort or a panic with
 //! `panic=abort` drops nothing.
 //!
@@ -25,7 +25,7 @@
 //!
 //! Without a guardian (an embedder that did not start one), definitions
 //! are removed on drop, and those of dead processes at the next start of
-//! any session ([`remove_stale_if_mounted`](crate::tracefs::remove_stale_if_mounted))
+//! any session ([`remove_stale_if_mounted`](crate::attach::tracefs::remove_stale_if_mounted))
 //! or by `kprobe-perf cleanup`.
 
 use std::collections::HashSet;
@@ -34,8 +34,8 @@ use std::os::fd::OwnedFd;
 use std::sync::Mutex;
 use std::time::Duration;
 
-use crate::sys;
-use crate::tracefs::{self, Tracefs, GROUPS_TO_GUARD, GROUP_PREFIX};
+use crate::attach::sys;
+use crate::attach::tracefs::{self, Tracefs, GROUPS_TO_GUARD, GROUP_PREFIX};
 
 /// How long the guardian keeps retrying removals the kernel refuses
 /// (EBUSY until the dead process's perf events are released).

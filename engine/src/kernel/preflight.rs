@@ -614,15 +614,15 @@ fn x86_len(bytes: &[u8]) -> usize {
 /// text is patched; closing the fd unregisters it. Used to measure the
 /// predictions against the kernel.
 pub fn ask_kernel(
-    pmu: crate::pmu::ProbePmu,
+    pmu: crate::attach::pmu::ProbePmu,
     name: &str,
     offset: u64,
     kind: ProbeSite,
 ) -> std::io::Result<std::os::fd::OwnedFd> {
     let name = std::ffi::CString::new(name)
         .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidInput, e))?;
-    let attr = crate::attr::bare_probe(pmu, offset, kind);
-    crate::sys::perf_event_open(&attr, Some(&name), -1, 0, 0)
+    let attr = crate::attach::attr::bare_probe(pmu, offset, kind);
+    crate::attach::sys::perf_event_open(&attr, Some(&name), -1, 0, 0)
 }
 
 #[cfg(test)]

@@ -19,12 +19,12 @@ use perf_event_open_sys::bindings::{
     PERF_SAMPLE_RAW, PERF_SAMPLE_REGS_INTR, PERF_SAMPLE_TID, PERF_SAMPLE_TIME,
 };
 
+use crate::decode::stats::{SessionStats, ThrottleChange};
 use crate::decode::{
     arg_kinds, decode_into, decode_sample, AddressSet, DecodeError, Event, EventHead, SampleParts,
 };
 use crate::plan::{ArgSource, ProbePlan};
 use crate::spec::BaseType;
-use crate::stats::{SessionStats, ThrottleChange};
 
 mod build;
 mod comm;
@@ -43,7 +43,7 @@ pub use comm::LearnedComm;
 use fast::FastLayout;
 use order::EventQueue;
 
-pub use crate::attr::sample_type;
+pub use crate::attach::attr::sample_type;
 
 /// The thread name a queued sample is decoded with: its `$comm` arguments
 /// are set when it is handed over, from its thread's name at its time.
@@ -210,10 +210,10 @@ pub struct RecordDecoder {
     /// Per probe, its smallest event id (for the COMM records of names
     /// learned from /proc).
     first_ids: Vec<u64>,
-    /// Joins hidden entry probes to their returns ([`crate::entry_join`]).
-    join: Option<crate::entry_join::Joiner>,
+    /// Joins hidden entry probes to their returns ([`crate::plan::entry_join`]).
+    join: Option<crate::plan::entry_join::Joiner>,
     /// Per shown probe, the filter run in user space at handover.
-    user_filters: Vec<Option<crate::filter::Filter>>,
+    user_filters: Vec<Option<crate::plan::filter::Filter>>,
     /// Per probe: where the callchain's frame count lies in a sample
     /// record's body, when its samples carry one.
     chain_at: Vec<Option<usize>>,
@@ -226,7 +226,7 @@ pub struct RecordDecoder {
 }
 
 /// The filters of `plans` that run in user space (one per plan).
-fn user_filters(plans: &[ProbePlan]) -> Vec<Option<crate::filter::Filter>> {
+fn user_filters(plans: &[ProbePlan]) -> Vec<Option<crate::plan::filter::Filter>> {
     plans
         .iter()
         .map(|p| {
@@ -381,7 +381,7 @@ impl RecordDecoder {
     /// of hidden probes are no longer handed over nor counted in
     /// [`SessionStats::hits`] (which then has the user's probes only), and
     /// [`RecordDecoder::round`] hands the user's plans.
-    pub fn join_entries(&mut self, joiner: crate::entry_join::Joiner) {
+    pub fn join_entries(&mut self, joiner: crate::plan::entry_join::Joiner) {
         let n = joiner.shown().len();
         self.stats.hits.truncate(n);
         self.stats.entry_unknown = vec![0; n];

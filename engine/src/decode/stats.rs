@@ -1,6 +1,6 @@
 //! The counters a session keeps while decoding: events per probe, lost
 //! and undecodable records, throttling. Shared by the decoder
-//! ([`crate::records`]) and the session ([`crate::session`]), which both
+//! ([`crate::decode::records`]) and the session ([`crate::session`]), which both
 //! re-export them, and read by the [`Summary`](crate::Summary); with the
 //! counts the kernel keeps ([`CallCounts`], [`KernelCounts`]).
 
@@ -26,7 +26,7 @@ pub struct SessionStats {
     pub throttling: BTreeMap<(Option<u32>, usize), Throttling>,
     /// Per probe, returns handed over with their entry values unknown:
     /// return probes whose entry values are joined in user space
-    /// ([`crate::entry_join`]) when the entry was not seen (lost, or
+    /// ([`crate::plan::entry_join`]) when the entry was not seen (lost, or
     /// before the start). Empty when no probe is joined.
     pub entry_unknown: Vec<u64>,
     /// Per probe, events its filter rejected in user space (decoded,

@@ -6,9 +6,9 @@ use std::collections::BTreeMap;
 
 use serde::{Serialize, Serializer};
 
-use crate::filter::FilterRuns;
+use crate::decode::stats::{CallCounts, KernelCounts, SessionStats, Throttling};
+use crate::plan::filter::FilterRuns;
 use crate::plan::{Backend, ProbePlan};
-use crate::stats::{CallCounts, KernelCounts, SessionStats, Throttling};
 
 /// Samples the kernel counted and the session did not hand over. Its
 /// name in JSON is the variant's (`lost` or `not_kept`).
@@ -68,7 +68,7 @@ pub struct ProbeSummary {
     #[serde(flatten)]
     pub throttling: Throttling,
     /// For a return probe whose entry values are joined in user space
-    /// ([`crate::entry_join`]), when any probe is: the returns handed over
+    /// ([`crate::plan::entry_join`]), when any probe is: the returns handed over
     /// with their entry values unknown (their entry was not seen).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub entry_unknown: Option<u64>,
@@ -172,7 +172,7 @@ pub struct Summary {
     /// Samples `PERF_RECORD_LOST` records reported (a floor: the kernel
     /// writes one only once a ring has room again). A record counts every
     /// event of its ring, a hidden entry probe's
-    /// ([`crate::entry_join`]) included, which the other loss figures
+    /// ([`crate::plan::entry_join`]) included, which the other loss figures
     /// leave out.
     pub lost_records: u64,
     /// Records that could not be decoded.
@@ -343,9 +343,13 @@ mod tests {
             ..Default::default()
         };
         st.note_lost(Some(1), 3);
-        st.note_throttle(Some(0), 1, crate::stats::ThrottleChange::Throttled);
-        st.note_throttle(Some(0), 1, crate::stats::ThrottleChange::Unthrottled);
-        st.note_throttle(Some(1), 1, crate::stats::ThrottleChange::Throttled);
+        st.note_throttle(Some(0), 1, crate::decode::stats::ThrottleChange::Throttled);
+        st.note_throttle(
+            Some(0),
+            1,
+            crate::decode::stats::ThrottleChange::Unthrottled,
+        );
+        st.note_throttle(Some(1), 1, crate::decode::stats::ThrottleChange::Throttled);
         st
     }
 

@@ -1,6 +1,10 @@
 //! A recording session: armed probes, one ring buffer per CPU polled with
 //! mio, and decoded events handed to the caller in time order.
 
+pub mod counting;
+pub mod sink;
+pub mod summary;
+
 use std::collections::BTreeMap;
 use std::ops::ControlFlow;
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd, RawFd};
@@ -9,25 +13,27 @@ use std::time::Duration;
 use mio::unix::SourceFd;
 use mio::{Events, Interest, Poll, Token};
 
-use crate::command::HeldCommand;
+use crate::attach::command::HeldCommand;
+use crate::attach::pmu::{ProbePmu, SYSFS_PMUS};
+use crate::attach::process::{self, ProcessWatch};
+use crate::attach::ring::{BackwardRing, RingBuffer};
+use crate::attach::sys;
+use crate::attach::target;
+use crate::attach::tracefs::{self, TracefsProbes};
+use crate::decode::records::{self, Handover, RecordDecoder, ThreadNames};
+pub use crate::decode::stats::{
+    CallCounts, KernelCounts, SessionStats, ThrottleChange, Throttling,
+};
 use crate::decode::Event;
 use crate::error::Error;
 use crate::plan::{AttachPoint, Backend, ProbePlan};
-use crate::pmu::{ProbePmu, SYSFS_PMUS};
-use crate::process::{self, ProcessWatch};
-use crate::records::{self, Handover, RecordDecoder, ThreadNames};
-use crate::ring::{BackwardRing, RingBuffer};
-use crate::sink::EventSink;
-pub use crate::stats::{CallCounts, KernelCounts, SessionStats, ThrottleChange, Throttling};
-use crate::summary::{KernelSide, Summary};
-use crate::sys;
-use crate::target;
-use crate::tracefs::{self, TracefsProbes};
+use crate::session::sink::EventSink;
+use crate::session::summary::{KernelSide, Summary};
 
 /// Default ring size per CPU in data pages (512 KiB with 4 KiB pages).
 pub const DEFAULT_MMAP_PAGES: usize = 128;
 
-pub use crate::target::{CommandScope, RecordTarget};
+pub use crate::attach::target::{CommandScope, RecordTarget};
 
 /// Session settings.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -98,7 +104,7 @@ struct CpuStream {
     cpu: Option<u32>,
     /// Samples of the user's probes decoded from this ring: the rest of
     /// their events' counts were lost (or, in flight-recorder mode, not
-    /// kept). A hidden probe's samples (see [`crate::entry_join`]) are
+    /// kept). A hidden probe's samples (see [`crate::plan::entry_join`]) are
     /// not among them, nor its counts among those compared.
     samples: u64,
 }
@@ -132,7 +138,7 @@ pub struct Session {
     command: Option<(HeldCommand, Option<OwnedFd>)>,
 }
 
-pub use crate::cpus::online_cpus;
+pub use crate::attach::cpus::online_cpus;
 
 pub(crate) mod attach;
 
@@ -241,7 +247,7 @@ impl Session {
         threads: &[(i32, i32)],
         command: Option<i32>,
     ) -> Result<Session, Error> {
-        let (plans, joiner) = crate::entry_join::expand(plans);
+        let (plans, joiner) = crate::plan::entry_join::expand(plans);
         let mut plans = attach::plans_for_target(plans, &opts.target, joiner.is_some())?;
         let pmus = attach::probe_pmus(&plans)?;
         let cpus = online_cpus()?;
@@ -390,7 +396,7 @@ impl Session {
 
     /// The probes of this session, in the order events refer to them:
     /// the user's (hidden entry probes are not among them, see
-    /// [`crate::entry_join`]).
+    /// [`crate::plan::entry_join`]).
     pub fn plans(&self) -> &[ProbePlan] {
         self.decoder.shown_plans()
     }

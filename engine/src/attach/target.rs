@@ -5,8 +5,8 @@
 use std::os::fd::AsRawFd;
 use std::path::PathBuf;
 
+use crate::attach::process;
 use crate::error::Error;
-use crate::process;
 
 /// Whose probe hits are recorded.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -3,7 +3,7 @@
 //! the calling thread's id (to target it), the effective capabilities,
 //! and raising the open-file limit before opening many probes.
 
-pub use crate::sys::{
+pub use crate::attach::sys::{
     effective_capabilities, gettid, page_size, raise_fd_limit, FdLimitError, CAP_PERFMON,
     CAP_SYS_ADMIN,
 };

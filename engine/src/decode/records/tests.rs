@@ -6,9 +6,9 @@ use kprobe_perf_arch::Arch;
 use kprobe_perf_symbols::KernelSymbols;
 
 use super::*;
+use crate::decode::stats::Throttling;
 use crate::plan::{self, BackendChoice};
 use crate::spec::ProbeSpec;
-use crate::stats::Throttling;
 use crate::Value;
 
 const FUNC: u64 = 0xffff_ffff_8123_45a0;
@@ -394,7 +394,7 @@ impl Named {
         let handle = std::thread::Builder::new()
             .name(name.into())
             .spawn(move || {
-                tx.send(crate::sys::gettid()).unwrap();
+                tx.send(crate::attach::sys::gettid()).unwrap();
                 let _ = wait.recv();
             })
             .unwrap();

@@ -40,7 +40,7 @@ pub(crate) fn push_sample_id(b: &mut Vec<u8>, pid: i32, tid: i32, time: u64, cpu
 /// for `plan` (`sample_type`, `sample_regs_intr`, `sample_id_all`), for
 /// decoding recorded or made-up records without a session.
 pub fn sample_attr_bytes(plan: &ProbePlan) -> Vec<u8> {
-    crate::sys::attr_bytes(&crate::attr::sample_layout(plan))
+    crate::attach::sys::attr_bytes(&crate::attach::attr::sample_layout(plan))
 }
 
 /// The fields of a made-up PMU probe sample (see [`sample_record_body`]).

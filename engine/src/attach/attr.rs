@@ -4,7 +4,7 @@
 //! preflight asks the kernel about.
 //!
 //! Nothing here knows a session: the settings come in as plain values, so
-//! that the decoder ([`crate::records`]), the session and preflight all
+//! that the decoder ([`crate::decode::records`]), the session and preflight all
 //! depend on this module and none on another.
 
 use kprobe_perf_arch::boundary::ProbeSite;
@@ -13,10 +13,10 @@ use perf_event_open_sys::bindings::{
     PERF_SAMPLE_REGS_INTR, PERF_SAMPLE_TID, PERF_SAMPLE_TIME,
 };
 
+use crate::attach::pmu::ProbePmu;
+use crate::attach::sys::{self, perf_event_attr};
 use crate::plan::{AttachPoint, ProbePlan};
-use crate::pmu::ProbePmu;
 use crate::stack::CallGraph;
-use crate::sys::{self, perf_event_attr};
 
 /// The attr type of a tracefs-defined probe's tracepoint event.
 const PERF_TYPE_TRACEPOINT: u32 = perf_event_open_sys::bindings::PERF_TYPE_TRACEPOINT;

@@ -18,7 +18,7 @@
 //! - Thread exits and tid reuse: [`LatencyPairer::thread_exited`] drops a
 //!   thread's stacks; [`LatencyPairer::thread_exits`] does it in time
 //!   order, for the kernel's exit records (which a session hands over
-//!   before the events of the same poll, [`crate::records::thread_exit`]
+//!   before the events of the same poll, [`crate::decode::records::thread_exit`]
 //!   reads them). Without them, an entry or return whose pid differs from the
 //!   pid of the entries on its tid's stack shows the tid was reused by
 //!   another process: the old entries are dropped first. (A tid reused

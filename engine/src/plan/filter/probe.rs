@@ -69,7 +69,7 @@ impl ProbeFilter {
     /// Compiles `text` against `plan`'s arguments (see
     /// [`Filter::compile`]) and places it where `plan`'s record lets it
     /// run ([`ProbeFilter::place`] with [`expected_format`]); a joined
-    /// return probe ([`crate::entry_join`]) filters in user space.
+    /// return probe ([`crate::plan::entry_join`]) filters in user space.
     pub fn compile(text: &str, plan: &ProbePlan) -> Result<ProbeFilter, FilterError> {
         let filter = Filter::compile(text, &fields_of(&plan.args))?;
         let mut f = ProbeFilter {

@@ -12,7 +12,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use perf_event_open_sys::bindings::perf_event_mmap_page;
 
-use crate::sys::{self, Mapping};
+use crate::attach::sys::{self, Mapping};
 
 /// Size of `struct perf_event_header`.
 const HEADER_SIZE: usize = 8;

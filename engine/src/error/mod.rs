@@ -22,7 +22,7 @@ pub enum Error {
     Kernel(#[from] crate::kernel::KernelError),
     /// The tracefs control path failed.
     #[error(transparent)]
-    Tracefs(#[from] crate::tracefs::TracefsError),
+    Tracefs(#[from] crate::attach::tracefs::TracefsError),
     /// The running kernel offers no kprobe PMU.
     #[error("this kernel has no kprobe PMU ({dir} is missing): it was built without CONFIG_KPROBE_EVENTS or is older than 4.17; run `cargo xtask demo` to see kprobe-perf on a kernel that has one")]
     NoKprobePmu {
@@ -80,7 +80,7 @@ pub enum Error {
     /// A CPU to record on is not online.
     #[error(
         "CPU {cpu} is not online (online: {})",
-        crate::cpus::format_cpu_list(online)
+        crate::attach::cpus::format_cpu_list(online)
     )]
     CpuNotOnline {
         /// The CPU asked for.
@@ -167,7 +167,7 @@ pub enum Error {
         /// The probe, as given.
         probe: String,
         /// What is wrong, where.
-        error: crate::filter::FilterError,
+        error: crate::plan::filter::FilterError,
     },
     /// The kernel refused a filter that the engine accepted.
     #[error("the kernel refused the filter `{filter}` of {probe}: {reason}")]
@@ -254,11 +254,11 @@ impl Privilege {
     /// This process's effective capabilities and the running kernel's
     /// `perf_event_paranoid` (unknown parts read as absent).
     pub fn current() -> Privilege {
-        let caps = crate::sys::effective_capabilities().unwrap_or(0);
+        let caps = crate::attach::sys::effective_capabilities().unwrap_or(0);
         let has = |cap: u32| caps & (1u64 << cap) != 0;
         Privilege {
-            perfmon: has(crate::sys::CAP_PERFMON),
-            sys_admin: has(crate::sys::CAP_SYS_ADMIN),
+            perfmon: has(crate::attach::sys::CAP_PERFMON),
+            sys_admin: has(crate::attach::sys::CAP_SYS_ADMIN),
             paranoid: std::fs::read_to_string("/proc/sys/kernel/perf_event_paranoid")
                 .ok()
                 .and_then(|s| s.trim().parse().ok()),
@@ -438,7 +438,7 @@ mod tests {
         assert_eq!(open.errno(), Some(libc::ENOENT));
         let io_err = Error::io("mapping", io::Error::from_raw_os_error(libc::ENOMEM));
         assert_eq!(io_err.errno(), Some(libc::ENOMEM));
-        let tracefs = Error::Tracefs(crate::tracefs::TracefsError::NotReadable {
+        let tracefs = Error::Tracefs(crate::attach::tracefs::TracefsError::NotReadable {
             root: "/sys/kernel/tracing".into(),
             source: io::Error::from_raw_os_error(libc::EACCES),
         });
@@ -459,7 +459,7 @@ mod tests {
             None
         );
         assert_eq!(
-            Error::from(crate::tracefs::TracefsError::NotMounted).errno(),
+            Error::from(crate::attach::tracefs::TracefsError::NotMounted).errno(),
             None
         );
     }

@@ -2,6 +2,9 @@
 //! argument values, from the sampled registers (PMU probes) or from the
 //! fields the kernel fetched into the record (tracefs probes).
 
+pub mod records;
+pub(crate) mod stats;
+
 use std::fmt;
 use std::sync::Arc;
 
@@ -136,7 +139,7 @@ pub enum Value {
     Array(Vec<Value>),
     /// A value that could not be known: an entry value of a return probe
     /// joined to its entry in user space whose entry was not seen
-    /// ([`crate::entry_join`]). Printed `(unknown)`.
+    /// ([`crate::plan::entry_join`]). Printed `(unknown)`.
     Unknown,
 }
 

@@ -6,7 +6,7 @@
 //! session (`kprobe_perf_<pid>_<n>`), opened as tracepoint events, and
 //! removed again when the [`TracefsProbes`] guard is dropped. When the
 //! process dies without dropping it (SIGKILL, abort), the
-//! [`guardian`](crate::guardian) removes them, if one was started; and any
+//! [`guardian`](crate::attach::guardian) removes them, if one was started; and any
 //! start removes the groups of processes that are gone
 //! ([`remove_stale_if_mounted`]).
 //!
@@ -20,7 +20,7 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Mutex, OnceLock};
 
-use crate::sys;
+use crate::attach::sys;
 
 /// Prefix of every group this engine creates; the pid follows (then `_`
 /// and the session's number in that process).
@@ -184,14 +184,14 @@ pub fn parse_format(text: &str) -> Vec<Field> {
 }
 
 /// The fields of a `format` file as a filter sees them (name and
-/// [`FieldType`](crate::filter::FieldType) by the kernel's rules).
-pub fn filter_fields(fields: &[Field]) -> Vec<crate::filter::FieldDef> {
+/// [`FieldType`](crate::plan::filter::FieldType) by the kernel's rules).
+pub fn filter_fields(fields: &[Field]) -> Vec<crate::plan::filter::FieldDef> {
     fields
         .iter()
         .map(|f| {
-            crate::filter::FieldDef::new(
+            crate::plan::filter::FieldDef::new(
                 f.name.clone(),
-                crate::filter::FieldType::from_format(&f.c_type, f.size, f.signed),
+                crate::plan::filter::FieldType::from_format(&f.c_type, f.size, f.signed),
             )
         })
         .collect()
@@ -247,7 +247,9 @@ impl Tracefs {
         Err(match kind {
             ProbeKind::Kernel => TracefsError::NoKprobeEvents {
                 root,
-                kprobe_pmu: Path::new(crate::pmu::SYSFS_PMUS).join("kprobe").exists(),
+                kprobe_pmu: Path::new(crate::attach::pmu::SYSFS_PMUS)
+                    .join("kprobe")
+                    .exists(),
             },
             ProbeKind::User => TracefsError::NoUprobeEvents { root },
         })
@@ -530,7 +532,7 @@ pub fn filter_error_from_log(log: &str) -> Option<String> {
     Some(out)
 }
 
-/// This process's end of the socket to the [`guardian`](crate::guardian),
+/// This process's end of the socket to the [`guardian`](crate::attach::guardian),
 /// once it runs: the groups it is to remove when this process dies are
 /// written here (the guardian sets it; this module only writes to it).
 pub(crate) static GROUPS_TO_GUARD: OnceLock<Mutex<OwnedFd>> = OnceLock::new();
@@ -561,7 +563,7 @@ pub struct TracefsProbes {
 
 impl TracefsProbes {
     /// An empty set in a new private group, which the
-    /// [`guardian`](crate::guardian) (if running) is told about before
+    /// [`guardian`](crate::attach::guardian) (if running) is told about before
     /// anything is defined in it.
     pub fn new(fs: Tracefs) -> TracefsProbes {
         let group = new_group();

@@ -9,8 +9,8 @@ use std::sync::Arc;
 
 use kprobe_perf_arch::boundary::ProbeSite;
 
+use crate::decode::records::{Handover, ProbeShape};
 use crate::decode::{set_args, ArgsOut, Event, EventHead, Value};
-use crate::records::{Handover, ProbeShape};
 use crate::stack::StackFrame;
 
 /// A decoded sample waiting for its turn.

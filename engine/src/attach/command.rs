@@ -8,8 +8,8 @@ use std::path::{Path, PathBuf};
 use std::process::ExitStatus;
 use std::time::{Duration, Instant};
 
+use crate::attach::sys;
 use crate::error::Error;
-use crate::sys;
 
 /// A child process that waits before exec(2) until [`HeldCommand::release`],
 /// so perf events can be attached to its pid first. (std's

@@ -7,7 +7,7 @@ use std::fmt;
 
 use kprobe_perf_symbols::{Exclusion, KernelSymbols, Symbol};
 
-use crate::preflight::{FunctionRefusal, Preflight};
+use crate::kernel::preflight::{FunctionRefusal, Preflight};
 
 /// Name fragments of functions kept out of globs by default: the
 /// machinery a probe hit runs through (kprobes, ftrace, perf, tracing,
@@ -265,14 +265,15 @@ pub fn expand_globs<S: AsRef<str>>(
 /// Reads `available_filter_functions` from tracefs: the names the kernel
 /// can trace (modules' as `name [module]`, kept by name).
 pub fn traceable_functions(
-) -> Result<std::collections::HashSet<String>, crate::tracefs::TracefsError> {
-    let fs = crate::tracefs::Tracefs::find()?;
+) -> Result<std::collections::HashSet<String>, crate::attach::tracefs::TracefsError> {
+    let fs = crate::attach::tracefs::Tracefs::find()?;
     let path = fs.root().join("available_filter_functions");
-    let text =
-        std::fs::read_to_string(&path).map_err(|source| crate::tracefs::TracefsError::Io {
+    let text = std::fs::read_to_string(&path).map_err(|source| {
+        crate::attach::tracefs::TracefsError::Io {
             path: path.clone(),
             source,
-        })?;
+        }
+    })?;
     Ok(text
         .lines()
         .filter_map(|l| l.split_whitespace().next())

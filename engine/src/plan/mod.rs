@@ -2,6 +2,9 @@
 //! which registers a sample must carry, and how each argument is decoded.
 //! Every mistake a user can make is reported here, before any fd is opened.
 
+pub mod entry_join;
+pub mod filter;
+
 use kprobe_perf_arch::{Arch, Register};
 
 use kprobe_perf_symbols::prototypes::{BtfError, KernelBtf, Shape};
@@ -51,7 +54,7 @@ pub enum PlanError {
         instances: Vec<String>,
     },
     /// Every function a glob matches is left out (blacklisted, notrace,
-    /// fragile ...): [`crate::select`] tells why for each.
+    /// fragile ...): [`crate::kernel::select`] tells why for each.
     #[error("{pattern}: matches no function that can be probed ({matched} matched, all excluded); list them with the reason each is left out")]
     AllExcluded {
         /// The glob.
@@ -107,7 +110,7 @@ pub enum PlanError {
     #[error("{0}")]
     User(String),
     /// The kernel would refuse the probe: predicted from its symbols and
-    /// the function's bytes ([`crate::preflight`]).
+    /// the function's bytes ([`crate::kernel::preflight`]).
     #[error("{probe} {reason}")]
     Preflight {
         /// `SYM+OFF`.
@@ -241,12 +244,12 @@ pub struct ProbePlan {
     pub return_trampoline: Option<u64>,
     /// A return probe with entry values on a kernel that cannot fetch them
     /// at the return: the entry and return probes opened instead, joined
-    /// in user space ([`crate::entry_join`]). This plan is then the user's
+    /// in user space ([`crate::plan::entry_join`]). This plan is then the user's
     /// view of the probe.
-    pub entry_join: Option<Box<crate::entry_join::EntryJoin>>,
+    pub entry_join: Option<Box<crate::plan::entry_join::EntryJoin>>,
     /// The probe's event filter (`--filter`), if any: see
     /// [`ProbePlan::with_filter`].
-    pub filter: Option<crate::filter::ProbeFilter>,
+    pub filter: Option<crate::plan::filter::ProbeFilter>,
     /// The backend was chosen by [`BackendChoice::Auto`], so a session
     /// may carry a kernel probe through `kprobe_events` instead where
     /// that costs less (see [`ProbePlan::through_kprobe_events`]).
@@ -275,9 +278,12 @@ impl ProbePlan {
     /// and `comm`, `pid`, `tid`, `cpu`: a refusal points at the token.
     /// Where it runs (kernel or user space) is decided now from the
     /// record the backend gives, and again when the session reads the
-    /// event's format ([`crate::filter::ProbeFilter::runs`]).
-    pub fn with_filter(mut self, filter: &str) -> Result<ProbePlan, crate::filter::FilterError> {
-        self.filter = Some(crate::filter::ProbeFilter::compile(filter, &self)?);
+    /// event's format ([`crate::plan::filter::ProbeFilter::runs`]).
+    pub fn with_filter(
+        mut self,
+        filter: &str,
+    ) -> Result<ProbePlan, crate::plan::filter::FilterError> {
+        self.filter = Some(crate::plan::filter::ProbeFilter::compile(filter, &self)?);
         Ok(self)
     }
 
@@ -380,7 +386,7 @@ impl ProbePlan {
             .lines()
             .find(|l| l.starts_with("print fmt:"))
             .unwrap_or("");
-        let fields: Vec<_> = crate::tracefs::parse_format(text)
+        let fields: Vec<_> = crate::attach::tracefs::parse_format(text)
             .into_iter()
             .filter(|f| !f.name.starts_with("common_") && !f.name.starts_with("__probe_"))
             .collect();
@@ -437,7 +443,7 @@ impl ProbePlan {
 }
 
 /// The type of a `format` field as the kernel declared and prints it.
-fn field_type(f: &crate::tracefs::Field, print_fmt: &str) -> ArgType {
+fn field_type(f: &crate::attach::tracefs::Field, print_fmt: &str) -> ArgType {
     if f.c_type.starts_with("__data_loc") {
         return ArgType::scalar(BaseType::String);
     }
@@ -548,8 +554,8 @@ pub fn resolve_with(
     features: Option<&KernelFeatures>,
 ) -> Result<ProbePlan, PlanError> {
     let spec = short_form_with_names(spec, symbols);
-    if crate::entry_join::needs_join(&spec, features) {
-        return crate::entry_join::plan_joined(spec, symbols, arch, choice, features);
+    if crate::plan::entry_join::needs_join(&spec, features) {
+        return crate::plan::entry_join::plan_joined(spec, symbols, arch, choice, features);
     }
     if let (Some(f), true) = (features, tracefs_reason(&spec, arch).is_some()) {
         check_features(f, &spec)?;
@@ -643,7 +649,7 @@ pub fn resolve_with(
             } else {
                 kprobe_perf_arch::boundary::ProbeSite::Entry
             };
-            let offset = crate::preflight::check_uprobe(path, location, site, arch)?;
+            let offset = crate::kernel::preflight::check_uprobe(path, location, site, arch)?;
             AttachPoint::User {
                 path: path.clone(),
                 offset,
@@ -1256,8 +1262,8 @@ mod tests {
         assert_eq!(r.args[0].ty, ArgType::scalar(BaseType::Signed(32)));
     }
 
-    const README_6_1: &str = include_str!("../../spec/src/fixtures/README-6.1");
-    const README_6_12: &str = include_str!("../../spec/src/fixtures/README-6.12");
+    const README_6_1: &str = include_str!("../../../spec/src/fixtures/README-6.1");
+    const README_6_12: &str = include_str!("../../../spec/src/fixtures/README-6.12");
 
     #[test]
     fn forms_the_kernel_lacks_are_refused_by_name() {
