@@ -16,7 +16,30 @@ use perf_event_open_sys::bindings::{
 use crate::attach::pmu::ProbePmu;
 use crate::attach::sys::{self, perf_event_attr};
 use crate::plan::{AttachPoint, ProbePlan};
-use crate::stack::CallGraph;
+
+/// Which callchains the kernel records with each sample (`-g` /
+/// `--call-graph`): user stacks are walked by frame pointer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum CallGraph {
+    /// The kernel stack only (`exclude_callchain_user`).
+    Kernel,
+    /// The user stack only (`exclude_callchain_kernel`).
+    User,
+    /// Both, the kernel's first (innermost).
+    Both,
+}
+
+impl CallGraph {
+    /// True when kernel frames are recorded.
+    pub fn kernel(self) -> bool {
+        matches!(self, CallGraph::Kernel | CallGraph::Both)
+    }
+
+    /// True when user frames are recorded.
+    pub fn user(self) -> bool {
+        matches!(self, CallGraph::User | CallGraph::Both)
+    }
+}
 
 /// The attr type of a tracefs-defined probe's tracepoint event.
 const PERF_TYPE_TRACEPOINT: u32 = perf_event_open_sys::bindings::PERF_TYPE_TRACEPOINT;

@@ -2,6 +2,7 @@
 //! argument values, from the sampled registers (PMU probes) or from the
 //! fields the kernel fetched into the record (tracefs probes).
 
+pub mod frames;
 pub mod records;
 pub(crate) mod stats;
 
@@ -47,7 +48,7 @@ pub struct Event {
     pub args: Vec<Value>,
     /// The callchain, innermost frame first, when the session records
     /// them ([`crate::stack::CallGraph`]); empty otherwise.
-    pub callchain: Vec<crate::stack::StackFrame>,
+    pub callchain: Vec<frames::StackFrame>,
 }
 
 /// Kernel addresses events name, kept for a symbol table (a perf.data
@@ -350,7 +351,7 @@ pub fn decode_sample(
         field_offsets,
     )?;
     if let Some(chain) = sample.callchain {
-        crate::stack::push_frames(
+        frames::push_frames(
             (0..chain.len()).filter_map(|i| chain.get(i)),
             &mut e.callchain,
         );

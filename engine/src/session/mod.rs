@@ -48,13 +48,13 @@ pub struct SessionOptions {
     /// the oldest; nothing is read until [`Session::dump_overwrite`].
     pub overwrite: bool,
     /// The callchains each sample carries (`None`: none).
-    pub call_graph: Option<crate::stack::CallGraph>,
+    pub call_graph: Option<crate::attach::attr::CallGraph>,
 }
 
 impl SessionOptions {
     /// Records callchains with every sample (see
     /// [`SessionOptions::call_graph`]).
-    pub fn with_call_graph(mut self, graph: Option<crate::stack::CallGraph>) -> Self {
+    pub fn with_call_graph(mut self, graph: Option<crate::attach::attr::CallGraph>) -> Self {
         self.call_graph = graph;
         self
     }

@@ -9,9 +9,9 @@ use std::sync::Arc;
 
 use kprobe_perf_arch::boundary::ProbeSite;
 
+use crate::decode::frames::StackFrame;
 use crate::decode::records::{Handover, ProbeShape};
 use crate::decode::{set_args, ArgsOut, Event, EventHead, Value};
-use crate::stack::StackFrame;
 
 /// A decoded sample waiting for its turn.
 #[derive(Debug, Clone, Copy, Default)]
@@ -98,7 +98,7 @@ impl EventQueue {
     /// markers read, see [`crate::stack`]).
     pub(crate) fn set_frames(&mut self, chain: impl Iterator<Item = u64>) {
         let at = self.frames.len();
-        crate::stack::push_frames(chain, &mut self.frames);
+        crate::decode::frames::push_frames(chain, &mut self.frames);
         if let Some(s) = self.pending.last_mut() {
             s.frames_at = at as u32;
             s.frames_len = (self.frames.len() - at) as u32;
