@@ -265,3 +265,21 @@ pub(crate) fn bare_probe(pmu: ProbePmu, offset: u64, site: ProbeSite) -> perf_ev
     attr.set_disabled(1);
     attr
 }
+
+/// Asks the kernel itself: opens a disabled kprobe on `name+offset`
+/// through the kprobe PMU on CPU 0 and returns the fd, or the kernel's
+/// error. A disabled probe is registered but never armed, so no kernel
+/// text is patched; closing the fd unregisters it. Used to measure the
+/// predictions against the kernel ([`Preflight`](crate::preflight::Preflight)
+/// predicts without opening anything).
+pub fn ask_kernel(
+    pmu: ProbePmu,
+    name: &str,
+    offset: u64,
+    kind: ProbeSite,
+) -> std::io::Result<std::os::fd::OwnedFd> {
+    let name = std::ffi::CString::new(name)
+        .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidInput, e))?;
+    let attr = bare_probe(pmu, offset, kind);
+    sys::perf_event_open(&attr, Some(&name), -1, 0, 0)
+}

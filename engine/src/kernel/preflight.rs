@@ -608,23 +608,6 @@ fn x86_len(bytes: &[u8]) -> usize {
     .map_or(1, |i| i.len)
 }
 
-/// Asks the kernel itself: opens a disabled kprobe on `name+offset`
-/// through the kprobe PMU on CPU 0 and returns the fd, or the kernel's
-/// error. A disabled probe is registered but never armed, so no kernel
-/// text is patched; closing the fd unregisters it. Used to measure the
-/// predictions against the kernel.
-pub fn ask_kernel(
-    pmu: crate::attach::pmu::ProbePmu,
-    name: &str,
-    offset: u64,
-    kind: ProbeSite,
-) -> std::io::Result<std::os::fd::OwnedFd> {
-    let name = std::ffi::CString::new(name)
-        .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidInput, e))?;
-    let attr = crate::attach::attr::bare_probe(pmu, offset, kind);
-    crate::attach::sys::perf_event_open(&attr, Some(&name), -1, 0, 0)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
