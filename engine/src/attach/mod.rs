@@ -6,6 +6,7 @@
 pub(crate) mod attr;
 pub(crate) mod command;
 pub mod cpus;
+mod definition;
 pub mod guardian;
 pub mod os;
 pub mod pmu;
