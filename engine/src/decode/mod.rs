@@ -2,6 +2,7 @@
 //! argument values, from the sampled registers (PMU probes) or from the
 //! fields the kernel fetched into the record (tracefs probes).
 
+mod filter;
 pub mod frames;
 pub mod records;
 pub(crate) mod stats;

@@ -1,12 +1,12 @@
 //! User-space evaluation: the expression compiled to a flat list of tests
 //! with forward jumps (short-circuit `&&`/`||`, negation folded into the
-//! jump conditions), run without recursion or allocation.
+//! jump conditions), run without recursion or allocation (by the decoder,
+//! `decode/filter.rs`: this stage sees no event).
 
 use super::{Expr, FieldRef, FieldType, Literal, Op};
-use crate::{Event, Value};
 
 /// Where a jump goes when the filter is decided false.
-const FALSE: usize = usize::MAX;
+pub(crate) const FALSE: usize = usize::MAX;
 
 /// How a string test compares (the kernel's `regex_type`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -24,7 +24,7 @@ pub(crate) enum MatchKind {
 }
 
 #[derive(Debug, Clone)]
-enum Test {
+pub(crate) enum Test {
     Int {
         field: FieldRef,
         op: Op,
@@ -42,19 +42,19 @@ enum Test {
 }
 
 #[derive(Debug, Clone, Copy)]
-struct Step {
-    test: usize,
+pub(crate) struct Step {
+    pub(crate) test: usize,
     /// Jump when the test gives this; fall through otherwise.
-    jump_when: bool,
+    pub(crate) jump_when: bool,
     /// Step index to jump to; `steps.len()` is "true", [`FALSE`] false.
-    target: usize,
+    pub(crate) target: usize,
 }
 
 /// A compiled filter.
 #[derive(Debug, Clone, Default)]
 pub(crate) struct Program {
-    tests: Vec<Test>,
-    steps: Vec<Step>,
+    pub(crate) tests: Vec<Test>,
+    pub(crate) steps: Vec<Step>,
 }
 
 /// The kernel's reading of a `~` pattern (`filter_parse_regex()`): a
@@ -217,46 +217,6 @@ impl Program {
             steps: g.steps,
         }
     }
-
-    pub(crate) fn run(&self, ev: &Event) -> bool {
-        let mut i = 0;
-        while let Some(step) = self.steps.get(i) {
-            let r = self.tests.get(step.test).is_some_and(|t| t.eval(ev));
-            if r == step.jump_when {
-                if step.target == FALSE {
-                    return false;
-                }
-                i = step.target;
-            } else {
-                i += 1;
-            }
-        }
-        true
-    }
-}
-
-fn int_of(field: FieldRef, ev: &Event) -> Option<u64> {
-    match field {
-        FieldRef::Arg(i) => match ev.args.get(i)? {
-            Value::Int { raw, .. } => Some(*raw),
-            _ => None,
-        },
-        FieldRef::Pid => Some(ev.pid as i64 as u64),
-        FieldRef::Tid => Some(ev.tid as i64 as u64),
-        FieldRef::Cpu => Some(u64::from(ev.cpu)),
-        FieldRef::Comm => None,
-    }
-}
-
-fn str_of(field: FieldRef, ev: &Event) -> Option<&str> {
-    match field {
-        FieldRef::Arg(i) => match ev.args.get(i)? {
-            Value::Str(Some(s)) => Some(s),
-            _ => None,
-        },
-        FieldRef::Comm => Some(&ev.comm),
-        _ => None,
-    }
 }
 
 /// `a OP b` at the field's width and signedness, the constant cast to
@@ -281,40 +241,6 @@ pub(crate) fn compare(a: u64, op: Op, b: u64, bits: u8, signed: bool) -> bool {
         Op::Gt => ua > ub,
         Op::Ge => ua >= ub,
         Op::Glob => false,
-    }
-}
-
-impl Test {
-    fn eval(&self, ev: &Event) -> bool {
-        match self {
-            Test::Int {
-                field,
-                op,
-                value,
-                bits,
-                signed,
-            } => int_of(*field, ev).is_some_and(|a| compare(a, *op, *value, *bits, *signed)),
-            Test::Str {
-                field,
-                kind,
-                pattern,
-                negate,
-            } => {
-                // A string the kernel could not read (a fault) matches
-                // nothing, `!=` included.
-                let Some(s) = str_of(*field, ev) else {
-                    return false;
-                };
-                let m = match kind {
-                    MatchKind::Full => s == &**pattern,
-                    MatchKind::Prefix => s.starts_with(&**pattern),
-                    MatchKind::Suffix => s.ends_with(&**pattern),
-                    MatchKind::Contains => s.contains(&**pattern),
-                    MatchKind::Glob => glob_match(pattern.as_bytes(), s.as_bytes()),
-                };
-                m != *negate
-            }
-        }
     }
 }
 

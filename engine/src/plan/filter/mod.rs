@@ -1,6 +1,6 @@
 //! Event filters in the kernel's ftrace filter grammar (`--filter EXPR`):
 //! parsed, type-checked against a probe's fields, evaluated in user space
-//! over [`Event`]s, and written back in the form the kernel takes through
+//! over [`Event`](crate::Event)s, and written back in the form the kernel takes through
 //! `PERF_EVENT_IOC_SET_FILTER`.
 //!
 //! The grammar is the one of Documentation/trace/events.rst ("Event
@@ -53,10 +53,9 @@
 use std::fmt;
 
 use crate::spec::{ArgType, BaseType, Span};
-use crate::Event;
 
 mod check;
-mod eval;
+pub(crate) mod eval;
 mod kernel;
 mod parse;
 mod probe;
@@ -416,7 +415,7 @@ impl FieldDef {
     }
 }
 
-/// What a predicate reads from an [`Event`].
+/// What a predicate reads from an [`Event`](crate::Event).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum FieldRef {
     /// `event.args[i]`, the probe's i-th field.
@@ -438,12 +437,12 @@ pub struct Filter {
     /// Resolved field and type of each predicate, in
     /// [`Expr::predicates`] order.
     resolved: Vec<(FieldRef, FieldType)>,
-    program: eval::Program,
+    pub(crate) program: eval::Program,
 }
 
 impl Filter {
     /// Parses `input` and checks it against `fields` (the probe's named
-    /// arguments in [`Event::args`] order; `comm`, `pid`, `tid` and `cpu`
+    /// arguments in [`Event::args`](crate::Event::args) order; `comm`, `pid`, `tid` and `cpu`
     /// are added). Errors point at the offending token: an unknown
     /// field, an operator the field's type does not take, a value of the
     /// wrong type or out of range, and every syntax error of
@@ -467,14 +466,6 @@ impl Filter {
     /// What each predicate reads, in [`Expr::predicates`] order.
     pub fn fields(&self) -> Vec<FieldRef> {
         self.resolved.iter().map(|(r, _)| *r).collect()
-    }
-
-    /// True when `event` passes the filter. Allocation-free; an event
-    /// whose argument is missing or of another type than compiled for
-    /// (which a session built from the same plan never produces) fails
-    /// that predicate.
-    pub fn matches(&self, event: &Event) -> bool {
-        self.program.run(event)
     }
 }
 
