@@ -4,6 +4,7 @@
 
 mod filter;
 pub mod frames;
+pub mod join;
 pub mod records;
 pub(crate) mod stats;
 

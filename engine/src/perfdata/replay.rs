@@ -77,7 +77,7 @@ impl<R: Read + Seek> Replay<R> {
         // Return probes joined to hidden entry probes ([`crate::plan::entry_join`])
         // are joined again, so the replay prints what the run printed.
         let (reopened, joiner) =
-            crate::plan::entry_join::expand(crate::plan::entry_join::rejoin(&plans, meta.arch));
+            crate::decode::join::expand(crate::plan::entry_join::rejoin(&plans, meta.arch));
         let mut decoder =
             RecordDecoder::new(plans, offsets, attrs, probe_of_id, ThreadNames::RecordsOnly)
                 .map_err(|e| bad(e.to_string()))?;

@@ -247,7 +247,7 @@ impl Session {
         threads: &[(i32, i32)],
         command: Option<i32>,
     ) -> Result<Session, Error> {
-        let (plans, joiner) = crate::plan::entry_join::expand(plans);
+        let (plans, joiner) = crate::decode::join::expand(plans);
         let mut plans = attach::plans_for_target(plans, &opts.target, joiner.is_some())?;
         let pmus = attach::probe_pmus(&plans)?;
         let cpus = online_cpus()?;

@@ -211,7 +211,7 @@ pub struct RecordDecoder {
     /// learned from /proc).
     first_ids: Vec<u64>,
     /// Joins hidden entry probes to their returns ([`crate::plan::entry_join`]).
-    join: Option<crate::plan::entry_join::Joiner>,
+    join: Option<crate::decode::join::Joiner>,
     /// Per shown probe, the filter run in user space at handover.
     user_filters: Vec<Option<crate::plan::filter::Filter>>,
     /// Per probe: where the callchain's frame count lies in a sample
@@ -381,7 +381,7 @@ impl RecordDecoder {
     /// of hidden probes are no longer handed over nor counted in
     /// [`SessionStats::hits`] (which then has the user's probes only), and
     /// [`RecordDecoder::round`] hands the user's plans.
-    pub fn join_entries(&mut self, joiner: crate::plan::entry_join::Joiner) {
+    pub fn join_entries(&mut self, joiner: crate::decode::join::Joiner) {
         let n = joiner.shown().len();
         self.stats.hits.truncate(n);
         self.stats.entry_unknown = vec![0; n];
