@@ -384,7 +384,7 @@ impl Kernel {
         specs: &[S],
         choice: BackendChoice,
     ) -> Result<Vec<ProbePlan>, Error> {
-        crate::plan_probes_with(specs, &self.symbols, choice)
+        crate::plan::probes::plan_probes_with(specs, &self.symbols, choice)
     }
 
     /// As [`Kernel::plan`], each definition with its filter (see
@@ -394,7 +394,7 @@ impl Kernel {
         specs: &[(S, Option<F>)],
         choice: BackendChoice,
     ) -> Result<Vec<ProbePlan>, Error> {
-        crate::plan_probes_filtered(specs, &self.symbols, choice)
+        crate::plan::probes::plan_probes_filtered(specs, &self.symbols, choice)
     }
 }
 

@@ -4,6 +4,7 @@
 
 pub mod entry_join;
 pub mod filter;
+pub mod probes;
 pub mod uprobe;
 
 use kprobe_perf_arch::{Arch, Register};
