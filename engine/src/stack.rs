@@ -13,6 +13,7 @@ use std::sync::Arc;
 use kprobe_perf_symbols::elf::{AddressSymbol, UserBinary};
 use kprobe_perf_symbols::KernelSymbols;
 
+use crate::decode::records::{RECORD_MMAP, RECORD_MMAP2};
 use crate::decode::Event;
 
 pub use crate::attach::attr::CallGraph;
@@ -42,11 +43,6 @@ const TRAMPOLINES: [&str; 3] = [
     "__kretprobe_trampoline",
     "kretprobe_trampoline",
 ];
-
-/// `PERF_RECORD_MMAP`.
-const RECORD_MMAP: u32 = perf_event_open_sys::bindings::PERF_RECORD_MMAP;
-/// `PERF_RECORD_MMAP2`.
-const RECORD_MMAP2: u32 = perf_event_open_sys::bindings::PERF_RECORD_MMAP2;
 
 /// One executable mapping of a process.
 #[derive(Debug, Clone)]

@@ -69,8 +69,7 @@ pub const FEAT_KPROBE_PERF: u32 = 200;
 /// same round (from 0), so that a reader merges them round by round.
 pub const FEAT_HIDDEN: u32 = 201;
 
-/// `PERF_RECORD_MMAP`.
-pub const RECORD_MMAP: u32 = perf_event_open_sys::bindings::PERF_RECORD_MMAP;
+pub use crate::decode::records::RECORD_MMAP;
 /// `PERF_RECORD_LOST`.
 pub const RECORD_LOST: u32 = perf_event_open_sys::bindings::PERF_RECORD_LOST;
 /// `PERF_RECORD_FINISHED_ROUND` (a perf-only record type).

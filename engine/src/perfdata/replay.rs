@@ -10,15 +10,11 @@ use kprobe_perf_symbols::KernelSymbols;
 use super::{
     Metadata, PerfDataError, Reader, FEAT_KPROBE_PERF, RECORD_FINISHED_ROUND, RECORD_LOST,
 };
+use crate::decode::records::{Handover, RecordDecoder, ThreadNames, RECORD_COMM, RECORD_SAMPLE};
+use crate::decode::records::{RECORD_MMAP, RECORD_MMAP2};
 use crate::decode::Event;
 use crate::plan::ProbePlan;
 use crate::stack::ProcessMaps;
-
-/// `PERF_RECORD_MMAP`.
-const RECORD_MMAP: u32 = perf_event_open_sys::bindings::PERF_RECORD_MMAP;
-/// `PERF_RECORD_MMAP2`.
-const RECORD_MMAP2: u32 = perf_event_open_sys::bindings::PERF_RECORD_MMAP2;
-use crate::decode::records::{Handover, RecordDecoder, ThreadNames, RECORD_COMM, RECORD_SAMPLE};
 
 /// A perf.data file being replayed.
 pub struct Replay<R> {

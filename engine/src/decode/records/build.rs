@@ -94,8 +94,6 @@ pub fn sample_record_body(f: &SampleFields<'_>, regs_mask: u64) -> Vec<u8> {
     b
 }
 
-/// `PERF_RECORD_MMAP`.
-pub const RECORD_MMAP: u32 = perf_event_open_sys::bindings::PERF_RECORD_MMAP;
 /// `PERF_RECORD_MISC_USER`.
 pub const MISC_USER: u16 = perf_event_open_sys::bindings::PERF_RECORD_MISC_USER as u16;
 

@@ -33,7 +33,7 @@ mod order;
 #[cfg(test)]
 mod tests;
 
-pub use build::{comm_record_body, sample_attr_bytes, user_mmap_bodies, MISC_USER, RECORD_MMAP};
+pub use build::{comm_record_body, sample_attr_bytes, user_mmap_bodies, MISC_USER};
 /// Builders of sample records as the kernel lays them out, for tests,
 /// fuzzers and benchmarks (the `test-util` feature).
 #[cfg(any(test, feature = "test-util"))]
@@ -55,6 +55,11 @@ pub const RECORD_COMM: u32 = perf_event_open_sys::bindings::PERF_RECORD_COMM;
 pub const RECORD_SAMPLE: u32 = perf_event_open_sys::bindings::PERF_RECORD_SAMPLE;
 /// `PERF_RECORD_EXIT`.
 pub const RECORD_EXIT: u32 = perf_event_open_sys::bindings::PERF_RECORD_EXIT;
+/// `PERF_RECORD_MMAP`: the one definition, for the records built here,
+/// the symbolizer and perf.data.
+pub const RECORD_MMAP: u32 = perf_event_open_sys::bindings::PERF_RECORD_MMAP;
+/// `PERF_RECORD_MMAP2`.
+pub const RECORD_MMAP2: u32 = perf_event_open_sys::bindings::PERF_RECORD_MMAP2;
 
 /// The thread and time of a `PERF_RECORD_EXIT` (`kind`, `body` as a
 /// [`RecordSink`] or [`crate::EventSink`] is given them): `None` for
