@@ -11,6 +11,7 @@ use kprobe_perf_engine::decode::AddressSet;
 use kprobe_perf_engine::perfdata::{self, symbol_subset, Metadata, StoredProbe, Writer};
 use kprobe_perf_engine::plan::Backend;
 use kprobe_perf_engine::records::RecordSink;
+use kprobe_perf_engine::records::RingRecord;
 use kprobe_perf_engine::spec::BaseType;
 use kprobe_perf_engine::tracefs;
 use kprobe_perf_engine::{Arch, Event, EventSink, KernelSymbols, Session, Value};
@@ -247,8 +248,8 @@ impl EventSink for FileOutput {
         Ok(ControlFlow::Continue(()))
     }
 
-    fn record(&mut self, kind: u32, misc: u16, body: (&[u8], &[u8])) -> Result<ControlFlow<()>> {
-        match self.writer.record(kind, misc, body) {
+    fn record(&mut self, record: RingRecord<'_>) -> Result<ControlFlow<()>> {
+        match self.writer.record(record) {
             Ok(()) => Ok(ControlFlow::Continue(())),
             Err(e) => Err(self.named(e)),
         }

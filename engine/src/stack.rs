@@ -13,6 +13,7 @@ use std::sync::Arc;
 use kprobe_perf_symbols::elf::{AddressSymbol, UserBinary};
 use kprobe_perf_symbols::KernelSymbols;
 
+use crate::decode::records::RingRecord;
 use crate::decode::records::{RECORD_MMAP, RECORD_MMAP2};
 use crate::decode::Event;
 
@@ -79,7 +80,8 @@ impl ProcessMaps {
     /// Notes the mapping of a raw `PERF_RECORD_MMAP` or `PERF_RECORD_MMAP2`
     /// record (`kind`, `misc` and `body` as an [`crate::EventSink`] gets
     /// them); other records are ignored.
-    pub fn note_record(&mut self, kind: u32, misc: u16, body: (&[u8], &[u8])) {
+    pub fn note_record(&mut self, record: RingRecord<'_>) {
+        let RingRecord { kind, misc, body } = record;
         use linux_perf_event_reader::{Mmap2Record, MmapRecord, RawData};
         type E = byteorder::NativeEndian;
         let data = if body.1.is_empty() {

@@ -10,6 +10,7 @@ use kprobe_perf_symbols::KernelSymbols;
 use super::{
     Metadata, PerfDataError, Reader, FEAT_KPROBE_PERF, RECORD_FINISHED_ROUND, RECORD_LOST,
 };
+use crate::decode::records::RingRecord;
 use crate::decode::records::{Handover, RecordDecoder, ThreadNames, RECORD_COMM, RECORD_SAMPLE};
 use crate::decode::records::{RECORD_MMAP, RECORD_MMAP2};
 use crate::decode::Event;
@@ -134,7 +135,7 @@ impl<R: Read + Seek> Replay<R> {
                 }
                 RECORD_SAMPLE | RECORD_COMM | RECORD_LOST => {
                     decoder
-                        .record(rec.kind, rec.misc, (rec.body, &[]))
+                        .record(RingRecord::new(rec.kind, rec.misc, (rec.body, &[])))
                         .map_err(|e| PerfDataError::Record {
                             index: rec.index,
                             kind: rec.kind,
@@ -142,7 +143,9 @@ impl<R: Read + Seek> Replay<R> {
                             reason: e.to_string(),
                         })?;
                 }
-                RECORD_MMAP | RECORD_MMAP2 => maps.note_record(rec.kind, rec.misc, (rec.body, &[])),
+                RECORD_MMAP | RECORD_MMAP2 => {
+                    maps.note_record(RingRecord::new(rec.kind, rec.misc, (rec.body, &[])))
+                }
                 // The kernel MMAP and records the session ignores too.
                 _ => {}
             }
@@ -189,7 +192,7 @@ fn feed_hidden<R: Read + Seek>(
                 }
             }
             RECORD_SAMPLE => decoder
-                .record(rec.kind, rec.misc, (rec.body, &[]))
+                .record(RingRecord::new(rec.kind, rec.misc, (rec.body, &[])))
                 .map_err(|e| err(format!("in the hidden probes' region: {e}")))?,
             _ => {
                 return Err(err(

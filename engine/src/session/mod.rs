@@ -20,6 +20,7 @@ use crate::attach::ring::{BackwardRing, RingBuffer};
 use crate::attach::sys;
 use crate::attach::target;
 use crate::attach::tracefs::{self, TracefsProbes};
+use crate::decode::records::RingRecord;
 use crate::decode::records::{self, Handover, RecordDecoder, ThreadNames};
 pub use crate::decode::stats::{
     CallCounts, KernelCounts, SessionStats, ThrottleChange, Throttling,
@@ -429,7 +430,11 @@ impl Session {
         for pid in pids {
             for body in records::user_mmap_bodies(pid, pid, &self.user_binaries, 0, 0, 0) {
                 if sink
-                    .record(records::RECORD_MMAP, records::MISC_USER, (&body, &[]))?
+                    .record(RingRecord::new(
+                        records::RECORD_MMAP,
+                        records::MISC_USER,
+                        (&body, &[]),
+                    ))?
                     .is_break()
                 {
                     return Ok(());
@@ -591,7 +596,9 @@ impl Session {
             let before = self.decoder.stats().shown_hits();
             for rec in taken.iter().rev() {
                 // An undecodable record is counted in the stats.
-                let _ = self.decoder.record(rec.kind, rec.misc, (&rec.body, &[]));
+                let _ = self
+                    .decoder
+                    .record(RingRecord::new(rec.kind, rec.misc, (&rec.body, &[])));
             }
             stream.samples += self.decoder.stats().shown_hits() - before;
         }
@@ -663,12 +670,12 @@ impl Session {
                 decoder.stats_mut().ring_bytes += (8 + rec.body.0.len() + rec.body.1.len()) as u64;
                 // An undecodable record is counted in the stats.
                 let _ = if count_only {
-                    decoder.count(rec.kind, rec.misc, rec.body)
+                    decoder.count(rec)
                 } else {
-                    decoder.record(rec.kind, rec.misc, rec.body)
+                    decoder.record(rec)
                 };
                 if let Ok(ControlFlow::Continue(())) = flow {
-                    flow = sink.record(rec.kind, rec.misc, rec.body);
+                    flow = sink.record(rec);
                 }
             });
             stream.samples += decoder.stats().shown_hits() - before;
@@ -696,7 +703,7 @@ impl Session {
         for l in self.decoder.take_learned() {
             let body = records::comm_record_body(l.pid, l.tid, &l.name, l.time_ns, l.cpu, l.id);
             if sink
-                .record(records::RECORD_COMM, 0, (&body, &[]))?
+                .record(RingRecord::new(records::RECORD_COMM, 0, (&body, &[])))?
                 .is_break()
             {
                 return Ok(n);

@@ -6,6 +6,7 @@
 
 use std::ops::ControlFlow;
 
+use crate::decode::records::RingRecord;
 use crate::decode::Event;
 
 /// What a sink says after each call: go on, or stop this drain.
@@ -44,8 +45,8 @@ pub trait EventSink {
     /// The default ignores them. A sink that keeps records should not
     /// break: `Break` ends the drain once the current ring is read, and
     /// that ring's later records are decoded but not given to the sink.
-    fn record(&mut self, kind: u32, misc: u16, body: (&[u8], &[u8])) -> Result<Flow, Self::Error> {
-        let _ = (kind, misc, body);
+    fn record(&mut self, record: RingRecord<'_>) -> Result<Flow, Self::Error> {
+        let _ = record;
         Ok(ControlFlow::Continue(()))
     }
 
@@ -79,8 +80,8 @@ impl<S: EventSink + ?Sized> EventSink for &mut S {
         (**self).event(event)
     }
 
-    fn record(&mut self, kind: u32, misc: u16, body: (&[u8], &[u8])) -> Result<Flow, Self::Error> {
-        (**self).record(kind, misc, body)
+    fn record(&mut self, record: RingRecord<'_>) -> Result<Flow, Self::Error> {
+        (**self).record(record)
     }
 
     fn round_end(&mut self) -> Result<Flow, Self::Error> {
@@ -190,7 +191,7 @@ mod tests {
         let mut sink = sink_fn(|e: &Event| tids.push(e.tid));
         assert_eq!(feed(&mut sink, &[4, 0, 9]).unwrap(), 3);
         assert_eq!(
-            sink.record(9, 0, (&[1, 2], &[])).unwrap(),
+            sink.record(RingRecord::new(9, 0, (&[1, 2], &[]))).unwrap(),
             ControlFlow::Continue(())
         );
         assert_eq!(tids, [4, 0, 9]);

@@ -17,7 +17,9 @@ use crate::attach::sys::{self, Mapping};
 /// Size of `struct perf_event_header`.
 const HEADER_SIZE: usize = 8;
 
-/// One record in the ring, borrowed until the callback returns.
+/// One raw record (from a ring, a perf.data file, or made by the session),
+/// borrowed until the callback returns: the one type raw records travel
+/// in, from the ring to the decoder, the sinks and the perf.data writer.
 #[derive(Debug, Clone, Copy)]
 pub struct RingRecord<'a> {
     /// `perf_event_header.type`.
@@ -26,6 +28,14 @@ pub struct RingRecord<'a> {
     pub misc: u16,
     /// The record body after the header; two parts when it wraps.
     pub body: (&'a [u8], &'a [u8]),
+}
+
+impl<'a> RingRecord<'a> {
+    /// A record of type `kind` with header flags `misc` and `body` (the
+    /// bytes after the header, in one or two parts).
+    pub fn new(kind: u32, misc: u16, body: (&'a [u8], &'a [u8])) -> RingRecord<'a> {
+        RingRecord { kind, misc, body }
+    }
 }
 
 /// A mapped ring buffer of one perf event fd.

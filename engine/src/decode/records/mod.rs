@@ -33,6 +33,8 @@ mod order;
 #[cfg(test)]
 mod tests;
 
+/// The one type of a raw record, from a ring to a sink or a file.
+pub use crate::attach::ring::RingRecord;
 pub use build::{comm_record_body, sample_attr_bytes, user_mmap_bodies, MISC_USER};
 /// Builders of sample records as the kernel lays them out, for tests,
 /// fuzzers and benchmarks (the `test-util` feature).
@@ -65,7 +67,8 @@ pub const RECORD_MMAP2: u32 = perf_event_open_sys::bindings::PERF_RECORD_MMAP2;
 /// [`RecordSink`] or [`crate::EventSink`] is given them): `None` for
 /// other records or a body too short. The body starts with pid, ppid,
 /// tid and ptid (u32 each), then the time.
-pub fn thread_exit(kind: u32, body: (&[u8], &[u8])) -> Option<(i32, u64)> {
+pub fn thread_exit(record: RingRecord<'_>) -> Option<(i32, u64)> {
+    let RingRecord { kind, body, .. } = record;
     if kind != RECORD_EXIT {
         return None;
     }
@@ -506,7 +509,8 @@ impl RecordDecoder {
     /// to [`RecordDecoder::record`], whose events a round then hands over
     /// as usual. Counters are the same as `record` would keep, when
     /// [`RecordDecoder::can_count_only`].
-    pub fn count(&mut self, kind: u32, misc: u16, body: (&[u8], &[u8])) -> Result<(), RecordError> {
+    pub fn count(&mut self, record: RingRecord<'_>) -> Result<(), RecordError> {
+        let RingRecord { kind, body, .. } = record;
         if kind == RECORD_SAMPLE && body.1.is_empty() {
             match self.count_sample(body.0) {
                 Some(Ok(())) => return Ok(()),
@@ -514,7 +518,7 @@ impl RecordDecoder {
                 None => {}
             }
         }
-        self.record(kind, misc, body)
+        self.record(record)
     }
 
     /// The probe addresses and return addresses (a kretprobe's caller) of
@@ -530,12 +534,8 @@ impl RecordDecoder {
     /// asked for waits for [`RecordDecoder::round`]; counters and names are
     /// updated. Records of perf's own types (`FINISHED_ROUND` ...) are
     /// ignored.
-    pub fn record(
-        &mut self,
-        kind: u32,
-        misc: u16,
-        body: (&[u8], &[u8]),
-    ) -> Result<(), RecordError> {
+    pub fn record(&mut self, record: RingRecord<'_>) -> Result<(), RecordError> {
+        let RingRecord { kind, misc, body } = record;
         if kind == RECORD_SAMPLE && body.1.is_empty() {
             // The common case returns no more than a flag, so that no
             // result is copied between return slots.
@@ -814,7 +814,7 @@ fn account(
 pub trait RecordSink {
     /// One record: `kind` and `misc` from its header, `body` the bytes
     /// after the header, in one or two parts.
-    fn record(&mut self, kind: u32, misc: u16, body: (&[u8], &[u8])) -> std::io::Result<()>;
+    fn record(&mut self, record: RingRecord<'_>) -> std::io::Result<()>;
 
     /// Every ring has been read once since the last round: no record
     /// still to come is older than those already given.

@@ -83,15 +83,23 @@ fn events_come_in_time_order_one_round_late() {
     let (mut d, plan) = decoder();
     // Round 1, as two CPUs' rings are read one after the other.
     for (cpu, time, flags) in [(0, 30, 0x30), (0, 35, 0x35), (1, 10, 0x10), (1, 20, 0x20)] {
-        d.record(RECORD_SAMPLE, 0, (&sample(&plan, 7, cpu, time, flags), &[]))
-            .unwrap();
+        d.record(RingRecord::new(
+            RECORD_SAMPLE,
+            0,
+            (&sample(&plan, 7, cpu, time, flags), &[]),
+        ))
+        .unwrap();
     }
     // Nothing is known to be complete yet: a CPU may still be writing.
     assert!(take(&mut d, Handover::Ordered).is_empty());
     assert_eq!(d.waiting(), 4);
     for (cpu, time, flags) in [(0, 50, 0x50), (1, 25, 0x25)] {
-        d.record(RECORD_SAMPLE, 0, (&sample(&plan, 7, cpu, time, flags), &[]))
-            .unwrap();
+        d.record(RingRecord::new(
+            RECORD_SAMPLE,
+            0,
+            (&sample(&plan, 7, cpu, time, flags), &[]),
+        ))
+        .unwrap();
     }
     // Up to round 1's newest time (35), in order, with their own values.
     let times: Vec<(u64, u64)> = take(&mut d, Handover::Ordered)
@@ -104,8 +112,12 @@ fn events_come_in_time_order_one_round_late() {
     );
     assert_eq!(d.waiting(), 1);
     // The event left over keeps its arguments across the round.
-    d.record(RECORD_SAMPLE, 0, (&sample(&plan, 7, 1, 60, 0x60), &[]))
-        .unwrap();
+    d.record(RingRecord::new(
+        RECORD_SAMPLE,
+        0,
+        (&sample(&plan, 7, 1, 60, 0x60), &[]),
+    ))
+    .unwrap();
     assert_eq!(
         take(&mut d, Handover::Ordered),
         [(50, 7, "<...>".to_string(), 0x50)]
@@ -121,7 +133,7 @@ fn events_come_in_time_order_one_round_late() {
 /// Hands the decoder records, in this order, as one round.
 fn feed(d: &mut RecordDecoder, records: &[(u32, Vec<u8>)]) {
     for (kind, body) in records {
-        d.record(*kind, 0, (body, &[])).unwrap();
+        d.record(RingRecord::new(*kind, 0, (body, &[]))).unwrap();
     }
 }
 
@@ -270,18 +282,26 @@ fn names_read_out_of_order_are_put_in_time_order() {
 #[test]
 fn an_undecodable_sample_leaves_nothing_waiting() {
     let (mut d, plan) = decoder();
-    d.record(RECORD_SAMPLE, 0, (&sample(&plan, 7, 0, 5, 5), &[]))
-        .unwrap();
+    d.record(RingRecord::new(
+        RECORD_SAMPLE,
+        0,
+        (&sample(&plan, 7, 0, 5, 5), &[]),
+    ))
+    .unwrap();
     let mut short = sample(&plan, 7, 0, 6, 6);
     // Registers cut off: the sample no longer has the attr's layout.
     short.truncate(short.len() - 16);
-    assert!(d.record(RECORD_SAMPLE, 0, (&short, &[])).is_err());
+    assert!(d
+        .record(RingRecord::new(RECORD_SAMPLE, 0, (&short, &[])))
+        .is_err());
     // No registers (ABI 0): decoding starts, then fails on %dx.
     let mut no_regs = sample(&plan, 7, 0, 7, 7);
     let at = no_regs.len() - 24;
     no_regs[at..at + 8].copy_from_slice(&0u64.to_ne_bytes());
     no_regs.truncate(at + 8);
-    let err = d.record(RECORD_SAMPLE, 0, (&no_regs, &[])).unwrap_err();
+    let err = d
+        .record(RingRecord::new(RECORD_SAMPLE, 0, (&no_regs, &[])))
+        .unwrap_err();
     assert!(
         matches!(err, RecordError::Decode(DecodeError::MissingRegister(_))),
         "{err}"
@@ -337,7 +357,7 @@ fn comm_arguments_are_named_at_handover() {
         (RECORD_COMM, comm("after", 30)),
         (RECORD_SAMPLE, sample(0, 40)),
     ] {
-        d.record(kind, 0, (&body, &[])).unwrap();
+        d.record(RingRecord::new(kind, 0, (&body, &[]))).unwrap();
     }
     let mut got = Vec::new();
     d.round(Handover::All, |e, _| {
@@ -369,9 +389,11 @@ fn names_are_stored_once() {
     let (mut d, _) = decoder();
     for tid in 100..1100 {
         let body = comm_record_body(tid, tid, "ls", 1, 0, ID);
-        d.record(RECORD_COMM, 0, (&body, &[])).unwrap();
+        d.record(RingRecord::new(RECORD_COMM, 0, (&body, &[])))
+            .unwrap();
         let body = comm_record_body(tid, tid, "sh", 2, 0, ID);
-        d.record(RECORD_COMM, 0, (&body, &[])).unwrap();
+        d.record(RingRecord::new(RECORD_COMM, 0, (&body, &[])))
+            .unwrap();
     }
     let names: Vec<&str> = d.comms.names.iter().map(|n| &**n).collect();
     assert_eq!(names, ["<...>", "ls", "sh"]);
@@ -574,11 +596,11 @@ fn kretprobe_caller_comes_from_the_raw_record_when_the_ip_is_the_trampoline() {
             raw: &raw,
             regs: &[0xffff_fffe],
         };
-        d.record(
+        d.record(RingRecord::new(
             RECORD_SAMPLE,
             0,
             (&sample_record_body(&f, plan.regs_mask), &[]),
-        )
+        ))
         .unwrap();
     }
     let mut got = Vec::new();
@@ -636,7 +658,7 @@ fn throttle_and_lost_records_are_counted_per_cpu_and_probe() {
     const THROTTLE: u32 = 5;
     const UNTHROTTLE: u32 = 6;
     let mut d = two_probes();
-    let mut feed = |kind, body: Vec<u8>| d.record(kind, 0, (&body, &[])).unwrap();
+    let mut feed = |kind, body: Vec<u8>| d.record(RingRecord::new(kind, 0, (&body, &[]))).unwrap();
     // THROTTLE/UNTHROTTLE: time, id, stream_id; LOST: id, count.
     feed(THROTTLE, with_sample_id(&[50, 7, 7], 1, 7));
     feed(UNTHROTTLE, with_sample_id(&[60, 7, 7], 1, 7));
@@ -673,8 +695,12 @@ fn throttle_and_lost_records_are_counted_per_cpu_and_probe() {
 fn a_break_keeps_the_rest_of_the_round_queued_with_its_arguments() {
     let (mut d, plan) = decoder();
     for (cpu, time, flags) in [(0, 30, 0x30), (1, 10, 0x10), (0, 40, 0x40), (1, 20, 0x20)] {
-        d.record(RECORD_SAMPLE, 0, (&sample(&plan, 7, cpu, time, flags), &[]))
-            .unwrap();
+        d.record(RingRecord::new(
+            RECORD_SAMPLE,
+            0,
+            (&sample(&plan, 7, cpu, time, flags), &[]),
+        ))
+        .unwrap();
     }
     let mut got = Vec::new();
     let n = d.try_round(Handover::All, |e, _| {
@@ -692,8 +718,12 @@ fn a_break_keeps_the_rest_of_the_round_queued_with_its_arguments() {
     assert_eq!(got, [(10, 0x10), (20, 0x20)]);
     assert_eq!(d.waiting(), 2);
     // A new event older than those left is put in its place.
-    d.record(RECORD_SAMPLE, 0, (&sample(&plan, 7, 1, 25, 0x25), &[]))
-        .unwrap();
+    d.record(RingRecord::new(
+        RECORD_SAMPLE,
+        0,
+        (&sample(&plan, 7, 1, 25, 0x25), &[]),
+    ))
+    .unwrap();
     let rest: Vec<(u64, u64)> = take(&mut d, Handover::All)
         .into_iter()
         .map(|(t, _, _, f)| (t, f))
@@ -764,14 +794,21 @@ fn thread_exit_reads_an_exit_record_however_it_is_split() {
     b.extend_from_slice(&[0u8; 32]); // the sample_id trailer
     for cut in 0..=b.len() {
         assert_eq!(
-            super::thread_exit(super::RECORD_EXIT, (&b[..cut], &b[cut..])),
+            super::thread_exit(RingRecord::new(
+                super::RECORD_EXIT,
+                0,
+                (&b[..cut], &b[cut..])
+            )),
             Some((11, 12_345)),
             "{cut}"
         );
     }
-    assert_eq!(super::thread_exit(super::RECORD_COMM, (&b, &[])), None);
     assert_eq!(
-        super::thread_exit(super::RECORD_EXIT, (&b[..23], &[])),
+        super::thread_exit(RingRecord::new(super::RECORD_COMM, 0, (&b, &[]))),
+        None
+    );
+    assert_eq!(
+        super::thread_exit(RingRecord::new(super::RECORD_EXIT, 0, (&b[..23], &[]))),
         None
     );
 }
@@ -789,7 +826,7 @@ fn counting_keeps_the_counts_and_names_a_file_needs() {
     let comm = |name: &str, time: u64| (RECORD_COMM, comm_record_body(pid, tid, name, time, 1, ID));
     let count = |d: &mut RecordDecoder, records: &[(u32, Vec<u8>)]| {
         for (kind, body) in records {
-            d.count(*kind, 0, (body, &[])).unwrap();
+            d.count(RingRecord::new(*kind, 0, (body, &[]))).unwrap();
         }
         let mut handed = 0;
         d.round(Handover::All, |_, _| handed += 1);
