@@ -13,9 +13,25 @@ use kprobe_perf_engine::Error;
 /// ": "), each engine error whose advice is a flag in this CLI's words.
 pub(crate) fn render(e: &anyhow::Error) -> String {
     e.chain()
-        .map(|cause| with_flags(cause).unwrap_or_else(|| cause.to_string()))
+        .map(|cause| with_flags(cause).unwrap_or_else(|| flags_in(&cause.to_string())))
         .collect::<Vec<_>>()
         .join(": ")
+}
+
+/// The engine's generic words for a backend, in any text of its (an
+/// error, a summary's reason for a filter running in user space), as
+/// this CLI's flags.
+pub(crate) fn flags_in(text: &str) -> String {
+    const WORDS: [(&str, &str); 2] = [
+        (
+            "(the automatic or tracefs backend)",
+            "(--backend auto or tracefs)",
+        ),
+        ("(with the PMU backend, ", "(with --backend pmu, "),
+    ];
+    WORDS.iter().fold(text.to_string(), |t, (engine, ours)| {
+        t.replace(engine, ours)
+    })
 }
 
 /// This CLI's wording of `e`, when the engine's advice is one of its
@@ -29,6 +45,13 @@ fn with_flags(e: &(dyn StdError + 'static)) -> Option<String> {
                 "{tid} is a thread of process {process}, not a process: record the process with -p {process}, or this thread alone with -t {tid}"
             )),
             Error::InheritNeedsAddress { .. } => Some(format!("{e} with -a")),
+            Error::UprobePmuCannotInherit { probe } => Some(format!(
+                "--backend pmu cannot follow forks with the uprobe {probe}: the kernel re-creates an inherited uprobe PMU event at each fork and re-reads its binary's path there, from an address in kprobe-perf's memory, not the forking process's; use --backend auto or tracefs (a uprobe_events probe, which every fork inherits), or record system-wide (-a) with the PMU"
+            )),
+            Error::FilterNeedsUserSpace { probe, filter, why } => Some(format!(
+                "cannot count {probe} with the filter `{filter}`: counting happens in the kernel, which cannot run it ({}); `record -q --filter` runs it in user space and counts what passes",
+                flags_in(why)
+            )),
             _ => None,
         };
     }
@@ -118,6 +141,37 @@ mod tests {
             code: 38,
         });
         assert!(render(&e).ends_with("; see kprobe-perf probe --lines f"));
+    }
+
+    #[test]
+    fn the_engines_backend_words_become_our_flags() {
+        let e = anyhow::Error::new(Error::UprobePmuCannotInherit {
+            probe: "p /bin/x:f".into(),
+        });
+        assert_eq!(
+            render(&e),
+            "--backend pmu cannot follow forks with the uprobe p /bin/x:f: the kernel re-creates an inherited uprobe PMU event at each fork and re-reads its binary's path there, from an address in kprobe-perf's memory, not the forking process's; use --backend auto or tracefs (a uprobe_events probe, which every fork inherits), or record system-wide (-a) with the PMU"
+        );
+        let e = anyhow::Error::new(Error::FilterNeedsUserSpace {
+            probe: "p vfs_write".into(),
+            filter: "count == 100".into(),
+            why: "a PMU probe's record carries no argument (`count`); a tracefs-defined one's does (the automatic or tracefs backend)".into(),
+        });
+        assert_eq!(
+            render(&e),
+            "cannot count p vfs_write with the filter `count == 100`: counting happens in the kernel, which cannot run it (a PMU probe's record carries no argument (`count`); a tracefs-defined one's does (--backend auto or tracefs)); `record -q --filter` runs it in user space and counts what passes"
+        );
+        let e = anyhow::Error::new(Error::FilterRefused {
+            probe: "p f".into(),
+            filter: "x == 1".into(),
+            reason: "Invalid argument (os error 22): the kernel could not apply it to the event's fields (with the PMU backend, kprobe-perf runs a filter on arguments in user space)".into(),
+        });
+        assert!(
+            render(&e).ends_with(
+                "(with --backend pmu, kprobe-perf runs a filter on arguments in user space)"
+            ),
+            "{e}"
+        );
     }
 
     #[test]

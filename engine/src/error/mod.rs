@@ -122,9 +122,9 @@ pub enum Error {
         /// The probe, in canonical syntax.
         probe: String,
     },
-    /// `--backend pmu` for a uprobe of a target that inherits (a command
+    /// The PMU backend chosen for a uprobe of a target that inherits (a command
     /// and its children, processes and their new threads).
-    #[error("--backend pmu cannot follow forks with the uprobe {probe}: the kernel re-creates an inherited uprobe PMU event at each fork and re-reads its binary's path there, from an address in kprobe-perf's memory, not the forking process's; use --backend auto or tracefs (a uprobe_events probe, which every fork inherits), or record system-wide (-a) with the PMU")]
+    #[error("the PMU backend cannot follow forks with the uprobe {probe}: the kernel re-creates an inherited uprobe PMU event at each fork and re-reads its binary's path there, from an address in kprobe-perf's memory, not the forking process's; choose the automatic or tracefs backend (a uprobe_events probe, which every fork inherits), or record system-wide with the PMU")]
     UprobePmuCannotInherit {
         /// The probe, in canonical syntax.
         probe: String,
@@ -180,7 +180,7 @@ pub enum Error {
         reason: String,
     },
     /// A counting session was given a filter only user space can run.
-    #[error("cannot count {probe} with the filter `{filter}`: counting happens in the kernel, which cannot run it ({why}); `record -q --filter` runs it in user space and counts what passes")]
+    #[error("cannot count {probe} with the filter `{filter}`: counting happens in the kernel, which cannot run it ({why}); recording with the filter runs it in user space and counts what passes")]
     FilterNeedsUserSpace {
         /// The probe, as given.
         probe: String,

@@ -398,7 +398,7 @@ pub(crate) fn apply_kernel_filter(
         let text = filter.to_string_lossy().into_owned();
         let reason = explain(&text).unwrap_or_else(|| match e.raw_os_error() {
             Some(libc::EINVAL) => format!(
-                "{e}: the kernel could not apply it to the event's fields (with --backend pmu, \
+                "{e}: the kernel could not apply it to the event's fields (with the PMU backend, \
                  kprobe-perf runs a filter on arguments in user space)"
             ),
             Some(libc::EEXIST) => format!("{e}: the event already has a filter"),
@@ -925,7 +925,7 @@ mod tests {
         let e = apply_kernel_filter(&fd, &filter, &plan, |_| None).unwrap_err();
         assert!(
             e.to_string().ends_with(
-                "(os error 22): the kernel could not apply it to the event's fields (with --backend pmu, kprobe-perf runs a filter on arguments in user space)"
+                "(os error 22): the kernel could not apply it to the event's fields (with the PMU backend, kprobe-perf runs a filter on arguments in user space)"
             ),
             "{e}"
         );

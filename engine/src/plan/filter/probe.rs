@@ -114,7 +114,7 @@ impl ProbeFilter {
             let list: Vec<String> = args.iter().map(|a| format!("`{a}`")).collect();
             why.push(format!(
                 "a PMU probe's record carries no argument ({}); a tracefs-defined one's does \
-                 (--backend auto or tracefs)",
+                 (the automatic or tracefs backend)",
                 list.join(", ")
             ));
         }
@@ -215,7 +215,7 @@ mod tests {
             runs,
             FilterRuns::UserSpace(
                 "a PMU probe's record carries no argument (`dfd`); a tracefs-defined one's does \
-                 (--backend auto or tracefs); `pid` is in no kernel record (they carry the \
+                 (the automatic or tracefs backend); `pid` is in no kernel record (they carry the \
                  thread id, `tid`)"
                     .into()
             )
@@ -230,7 +230,7 @@ mod tests {
                 Backend::Pmu,
                 FilterRuns::UserSpace(
                     "a PMU probe's record carries no argument (`dfd`); a tracefs-defined one's \
-                     does (--backend auto or tracefs)"
+                     does (the automatic or tracefs backend)"
                         .into()
                 )
             )
