@@ -7,7 +7,7 @@ use std::error::Error as StdError;
 use kprobe_perf_engine::plan::PlanError;
 use kprobe_perf_engine::select::Excluded;
 use kprobe_perf_engine::tracefs::TracefsError;
-use kprobe_perf_engine::Error;
+use kprobe_perf_engine::{AttachError, Error};
 
 /// The error and its causes as anyhow's `{:#}` prints them (joined by
 /// ": "), each engine error whose advice is a flag in this CLI's words.
@@ -41,9 +41,7 @@ fn with_flags(e: &(dyn StdError + 'static)) -> Option<String> {
         return match e {
             Error::Plan(p) => plan(p),
             Error::Tracefs(t) => tracefs(t),
-            Error::NotAProcess { tid, process } => Some(format!(
-                "{tid} is a thread of process {process}, not a process: record the process with -p {process}, or this thread alone with -t {tid}"
-            )),
+            Error::Attach(a) => attach(a),
             Error::InheritNeedsAddress { .. } => Some(format!("{e} with -a")),
             Error::UprobePmuCannotInherit { probe } => Some(format!(
                 "--backend pmu cannot follow forks with the uprobe {probe}: the kernel re-creates an inherited uprobe PMU event at each fork and re-reads its binary's path there, from an address in kprobe-perf's memory, not the forking process's; use --backend auto or tracefs (a uprobe_events probe, which every fork inherits), or record system-wide (-a) with the PMU"
@@ -57,6 +55,9 @@ fn with_flags(e: &(dyn StdError + 'static)) -> Option<String> {
     }
     if let Some(p) = e.downcast_ref::<PlanError>() {
         return plan(p);
+    }
+    if let Some(a) = e.downcast_ref::<AttachError>() {
+        return attach(a);
     }
     e.downcast_ref::<TracefsError>().and_then(tracefs)
 }
@@ -76,6 +77,15 @@ fn plan(e: &PlanError) -> Option<String> {
             code,
         } => Some(format!(
             "{function}+{offset} is past the last instruction of {function} (its code is {code} bytes by the vmlinux symbol table): the alignment padding there never runs, so the probe would never fire; see kprobe-perf probe --lines {function}"
+        )),
+        _ => None,
+    }
+}
+
+fn attach(e: &AttachError) -> Option<String> {
+    match e {
+        AttachError::NotAProcess { tid, process } => Some(format!(
+            "{tid} is a thread of process {process}, not a process: record the process with -p {process}, or this thread alone with -t {tid}"
         )),
         _ => None,
     }
@@ -105,10 +115,10 @@ mod tests {
 
     #[test]
     fn flags_are_named_where_the_engine_gives_generic_advice() {
-        let e = anyhow::Error::new(Error::NotAProcess {
+        let e = anyhow::Error::new(Error::from(AttachError::NotAProcess {
             tid: 12,
             process: 10,
-        });
+        }));
         assert_eq!(
             render(&e),
             "12 is a thread of process 10, not a process: record the process with -p 10, or this thread alone with -t 12"
@@ -179,10 +189,10 @@ mod tests {
         let os = std::io::Error::from_raw_os_error(libc_enoent());
         let e = anyhow::Error::new(os).context("reading /x");
         assert_eq!(render(&e), format!("{e:#}"));
-        let e = anyhow::Error::new(Error::CpuNotOnline {
+        let e = anyhow::Error::new(Error::from(AttachError::CpuNotOnline {
             cpu: 9,
             online: vec![0, 1],
-        });
+        }));
         assert_eq!(render(&e), "CPU 9 is not online (online: 0-1)");
         assert_eq!(render(&e), format!("{e:#}"));
     }

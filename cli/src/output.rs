@@ -205,7 +205,7 @@ impl FileOutput {
                 .map(|s| s.trim().to_string())
                 .unwrap_or_default()
         };
-        let count = |cpus: Result<Vec<u32>, kprobe_perf_engine::Error>| {
+        let count = |cpus: Result<Vec<u32>, kprobe_perf_engine::AttachError>| {
             cpus.map_or(0, |c| u32::try_from(c.len()).unwrap_or(u32::MAX))
         };
         let meta = Metadata {

@@ -30,6 +30,7 @@ pub use kprobe_perf_spec as spec;
 
 // The modules' paths from before the crate was arranged by stage.
 pub use attach::attr::ask_kernel;
+pub use attach::error::AttachError;
 pub use attach::{cpus, guardian, os, pmu, process, target, tracefs};
 #[cfg(feature = "test-util")]
 pub use attach::{ring, sys};

@@ -8,8 +8,8 @@ use std::path::{Path, PathBuf};
 use std::process::ExitStatus;
 use std::time::{Duration, Instant};
 
+use crate::attach::error::AttachError;
 use crate::attach::sys;
-use crate::error::Error;
 
 /// A child process that waits before exec(2) until [`HeldCommand::release`],
 /// so perf events can be attached to its pid first. (std's
@@ -31,10 +31,10 @@ impl HeldCommand {
     /// a missing command is an error before anything else happens. Once
     /// released, the child resets every signal to its default action and
     /// unblocks all signals, then execs.
-    pub(crate) fn spawn(argv: &[String]) -> Result<HeldCommand, Error> {
+    pub(crate) fn spawn(argv: &[String]) -> Result<HeldCommand, AttachError> {
         let program = argv.first().map_or("", String::as_str);
         let path = find_program(program)?;
-        let nul = || Error::CommandHasNul {
+        let nul = || AttachError::CommandHasNul {
             program: program.to_string(),
         };
         let path = CString::new(std::os::unix::ffi::OsStringExt::into_vec(
@@ -46,7 +46,7 @@ impl HeldCommand {
             .map(|a| CString::new(a.as_str()).map_err(|_| nul()))
             .collect::<Result<Vec<_>, _>>()?;
         let fork = sys::fork_held(&path, &argv)
-            .map_err(|e| Error::io(format!("cannot start {program}"), e))?;
+            .map_err(|e| AttachError::io(format!("cannot start {program}"), e))?;
         Ok(HeldCommand {
             program: program.to_string(),
             pid: fork.pid,
@@ -62,8 +62,8 @@ impl HeldCommand {
     }
 
     /// Lets the child exec, and reports exec's failure.
-    pub(crate) fn release(&mut self) -> Result<(), Error> {
-        let cannot_run = |e| Error::io(format!("cannot run {}", self.program), e);
+    pub(crate) fn release(&mut self) -> Result<(), AttachError> {
+        let cannot_run = |e| AttachError::io(format!("cannot run {}", self.program), e);
         if let Some(mut gate) = self.gate.take() {
             gate.write_all(&[1]).map_err(cannot_run)?;
         }
@@ -82,17 +82,17 @@ impl HeldCommand {
     }
 
     /// The exit status if the child has ended, reaping it (does not block).
-    pub(crate) fn try_wait(&mut self) -> Result<Option<ExitStatus>, Error> {
+    pub(crate) fn try_wait(&mut self) -> Result<Option<ExitStatus>, AttachError> {
         if self.status.is_none() {
-            self.status =
-                sys::try_reap(self.pid).map_err(|e| Error::io("waiting for the command", e))?;
+            self.status = sys::try_reap(self.pid)
+                .map_err(|e| AttachError::io("waiting for the command", e))?;
         }
         Ok(self.status)
     }
 
     /// The exit status once the child has ended, waiting up to `grace`
     /// for it (checking every 10 ms); `None` if it still runs then.
-    pub(crate) fn wait(&mut self, grace: Duration) -> Result<Option<ExitStatus>, Error> {
+    pub(crate) fn wait(&mut self, grace: Duration) -> Result<Option<ExitStatus>, AttachError> {
         let until = Instant::now() + grace;
         loop {
             let status = self.try_wait()?;
@@ -119,20 +119,20 @@ impl Drop for HeldCommand {
 /// a `/`), else the first executable regular file of that name in a
 /// directory of `PATH` (an empty entry is the current directory; without
 /// `PATH`, `/usr/local/bin:/usr/bin:/bin`). Errors:
-/// [`Error::CommandNotFound`] when there is none,
-/// [`Error::CommandNotExecutable`] when the file found is not executable.
-pub(crate) fn find_program(program: &str) -> Result<PathBuf, Error> {
+/// [`AttachError::CommandNotFound`] when there is none,
+/// [`AttachError::CommandNotExecutable`] when the file found is not executable.
+pub(crate) fn find_program(program: &str) -> Result<PathBuf, AttachError> {
     use std::os::unix::fs::PermissionsExt;
     let executable = |p: &Path| {
         std::fs::metadata(p)
             .map(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
             .unwrap_or(false)
     };
-    let not_found = |path: Option<String>| Error::CommandNotFound {
+    let not_found = |path: Option<String>| AttachError::CommandNotFound {
         program: program.to_string(),
         path,
     };
-    let not_executable = |reason: String| Error::CommandNotExecutable {
+    let not_executable = |reason: String| AttachError::CommandNotExecutable {
         program: program.to_string(),
         reason,
     };
@@ -143,7 +143,7 @@ pub(crate) fn find_program(program: &str) -> Result<PathBuf, Error> {
         let path = PathBuf::from(program);
         return match std::fs::metadata(&path) {
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => Err(not_found(None)),
-            Err(e) => Err(Error::io(format!("cannot run {program}"), e)),
+            Err(e) => Err(AttachError::io(format!("cannot run {program}"), e)),
             Ok(_) if !executable(&path) => {
                 Err(not_executable("not an executable regular file".into()))
             }
@@ -184,7 +184,7 @@ mod tests {
         assert!(sh.is_absolute() || sh.starts_with("."), "{}", sh.display());
         assert_eq!(sh.file_name().and_then(|n| n.to_str()), Some("sh"));
         let e = find_program("kprobe-perf-no-such-command").unwrap_err();
-        assert!(matches!(e, Error::CommandNotFound { .. }), "{e:?}");
+        assert!(matches!(e, AttachError::CommandNotFound { .. }), "{e:?}");
         assert!(
             e.to_string().starts_with(
                 "command not found: kprobe-perf-no-such-command (in no directory of PATH="
@@ -197,7 +197,10 @@ mod tests {
             "command not found: ./kprobe-perf-no-such-command (no such file)"
         );
         let e = find_program("/").unwrap_err();
-        assert!(matches!(e, Error::CommandNotExecutable { .. }), "{e:?}");
+        assert!(
+            matches!(e, AttachError::CommandNotExecutable { .. }),
+            "{e:?}"
+        );
         assert_eq!(
             e.to_string(),
             "cannot run /: not an executable regular file"

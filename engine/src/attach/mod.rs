@@ -5,8 +5,10 @@
 
 pub(crate) mod attr;
 pub(crate) mod command;
+mod cpu_list;
 pub mod cpus;
 mod definition;
+pub(crate) mod error;
 pub mod guardian;
 pub mod os;
 pub mod pmu;

@@ -3,6 +3,8 @@
 use std::io;
 use std::path::Path;
 
+use crate::attach::error::AttachError;
+
 /// Where the kernel lists its PMUs.
 pub const SYSFS_PMUS: &str = "/sys/bus/event_source/devices";
 
@@ -18,19 +20,19 @@ pub struct ProbePmu {
 impl ProbePmu {
     /// Reads `kprobe` or `uprobe` from sysfs; `Ok(None)` when the kernel has
     /// no such PMU.
-    pub fn discover(name: &str) -> Result<Option<ProbePmu>, crate::Error> {
+    pub fn discover(name: &str) -> Result<Option<ProbePmu>, AttachError> {
         Self::discover_in(Path::new(SYSFS_PMUS), name)
     }
 
     /// As [`ProbePmu::discover`], under another sysfs root (for tests).
-    pub fn discover_in(root: &Path, name: &str) -> Result<Option<ProbePmu>, crate::Error> {
+    pub fn discover_in(root: &Path, name: &str) -> Result<Option<ProbePmu>, AttachError> {
         let dir = root.join(name);
         let path = dir.join("type");
         let type_text = match std::fs::read_to_string(&path) {
             Ok(t) => t,
             Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
             Err(e) => {
-                return Err(crate::Error::io(
+                return Err(AttachError::io(
                     format!("reading the {name} PMU from {}", path.display()),
                     e,
                 ))
@@ -39,7 +41,7 @@ impl ProbePmu {
         let type_ = type_text
             .trim()
             .parse()
-            .map_err(|_| crate::Error::Malformed {
+            .map_err(|_| AttachError::Malformed {
                 path: path.display().to_string(),
                 reason: format!("the PMU type is not a number: {type_text:?}"),
             })?;

@@ -4,8 +4,8 @@
 use std::io;
 use std::os::fd::OwnedFd;
 
+use crate::attach::error::AttachError;
 use crate::attach::sys;
-use crate::error::Error;
 
 /// The pids in their first order, each once.
 pub fn unique_pids(pids: &[i32]) -> Vec<i32> {
@@ -77,15 +77,15 @@ pub enum ProcessWatch {
 impl ProcessWatch {
     /// Starts watching `pid`, which must be a process (a thread group
     /// leader): a thread of another process is refused, naming both.
-    pub fn new(pid: i32) -> Result<ProcessWatch, Error> {
-        let not_found = || Error::NoSuchProcess { pid };
+    pub fn new(pid: i32) -> Result<ProcessWatch, AttachError> {
+        let not_found = || AttachError::NoSuchProcess { pid };
         if pid <= 0 {
-            return Err(Error::NotAProcessId { pid });
+            return Err(AttachError::NotAProcessId { pid });
         }
         match tgid_of(pid) {
             None => return Err(not_found()),
             Some(tgid) if tgid != pid => {
-                return Err(Error::NotAProcess {
+                return Err(AttachError::NotAProcess {
                     tid: pid,
                     process: tgid,
                 })
@@ -99,7 +99,10 @@ impl ProcessWatch {
                 Some((_, start)) => Ok(ProcessWatch::Proc { pid, start }),
                 None => Err(not_found()),
             },
-            Err(e) => Err(Error::io(format!("watching process {pid} (pidfd_open)"), e)),
+            Err(e) => Err(AttachError::io(
+                format!("watching process {pid} (pidfd_open)"),
+                e,
+            )),
         }
     }
 
@@ -159,7 +162,7 @@ mod tests {
         // A thread is refused as a process, naming its process.
         let e = ProcessWatch::new(tid).unwrap_err();
         assert!(
-            matches!(e, Error::NotAProcess { tid: t, process } if t == tid && process == me),
+            matches!(e, AttachError::NotAProcess { tid: t, process } if t == tid && process == me),
             "{e:?}"
         );
         assert_eq!(

@@ -5,8 +5,8 @@
 use std::os::fd::AsRawFd;
 use std::path::PathBuf;
 
+use crate::attach::error::AttachError;
 use crate::attach::process;
-use crate::error::Error;
 
 /// Whose probe hits are recorded.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -131,10 +131,10 @@ impl RecordTarget {
         cpus: &[u32],
         threads: &[(i32, i32)],
         command: Option<i32>,
-    ) -> Result<Scopes, Error> {
-        let system_wide = |list: &[u32]| -> Result<Scopes, Error> {
+    ) -> Result<Scopes, AttachError> {
+        let system_wide = |list: &[u32]| -> Result<Scopes, AttachError> {
             if let Some(&bad) = list.iter().find(|c| !cpus.contains(c)) {
-                return Err(Error::CpuNotOnline {
+                return Err(AttachError::CpuNotOnline {
                     cpu: bad,
                     online: cpus.to_vec(),
                 });
@@ -179,7 +179,7 @@ impl RecordTarget {
                 CommandScope::Cpus(list) => system_wide(list),
                 CommandScope::Cgroup(path) => cgroup(path, cpus),
                 CommandScope::Descendants => {
-                    let pid = command.ok_or_else(|| Error::Internal {
+                    let pid = command.ok_or_else(|| AttachError::Internal {
                         what: "a command target opened without its command".into(),
                     })?;
                     Ok(Scopes::new(
@@ -199,9 +199,9 @@ impl RecordTarget {
 }
 
 /// Every task of the cgroup at `path`, on each of `cpus`.
-fn cgroup(path: &std::path::Path, cpus: &[u32]) -> Result<Scopes, Error> {
+fn cgroup(path: &std::path::Path, cpus: &[u32]) -> Result<Scopes, AttachError> {
     let dir = std::fs::File::open(path).map_err(|e| {
-        Error::io(
+        AttachError::io(
             format!(
                 "cannot open the cgroup {} (give a directory of the cgroup2 hierarchy, e.g. /sys/fs/cgroup/system.slice)",
                 path.display()
@@ -227,11 +227,11 @@ fn cgroup(path: &std::path::Path, cpus: &[u32]) -> Result<Scopes, Error> {
 }
 
 /// The (pid, tid) of every thread of `pids` now, in their order.
-pub(crate) fn threads_of_processes(pids: &[i32]) -> Result<Vec<(i32, i32)>, Error> {
+pub(crate) fn threads_of_processes(pids: &[i32]) -> Result<Vec<(i32, i32)>, AttachError> {
     let mut threads = Vec::new();
     for &pid in pids {
         let tids = process::threads_of(pid).map_err(|e| {
-            Error::io(
+            AttachError::io(
                 format!("listing the threads of process {pid} (/proc/{pid}/task)"),
                 e,
             )
@@ -306,7 +306,7 @@ mod tests {
             .unwrap();
         assert_eq!(pairs(&s), [(-1, 0, "CPU 0"), (-1, 3, "CPU 3")]);
         let e = RecordTarget::Cpus(vec![2]).scopes(&cpus, &[], None);
-        assert!(matches!(e, Err(Error::CpuNotOnline { cpu: 2, .. })));
+        assert!(matches!(e, Err(AttachError::CpuNotOnline { cpu: 2, .. })));
         let s = RecordTarget::Threads(vec![42, 43, 42])
             .scopes(&cpus, &[], None)
             .unwrap();

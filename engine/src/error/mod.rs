@@ -19,7 +19,11 @@ pub enum Error {
     Plan(#[from] PlanError),
     /// The kernel's symbols, images or text cannot be used.
     #[error(transparent)]
-    Kernel(#[from] crate::kernel::KernelError),
+    Kernel(#[from] crate::kernel::error::KernelError),
+    /// A process, CPU or command to record cannot be used, or a system
+    /// call of the attach stage failed.
+    #[error(transparent)]
+    Attach(#[from] crate::attach::error::AttachError),
     /// The tracefs control path failed.
     #[error(transparent)]
     Tracefs(#[from] crate::attach::tracefs::TracefsError),
@@ -54,67 +58,9 @@ pub enum Error {
         /// The OS error.
         source: io::Error,
     },
-    /// A process to record does not exist.
-    #[error("no process {pid} (/proc/{pid} does not exist): give the pid of a running process")]
-    NoSuchProcess {
-        /// The pid given.
-        pid: i32,
-    },
-    /// A number given as a process id cannot be one (0 or negative).
-    #[error("{pid} is not a process id: give a positive pid")]
-    NotAProcessId {
-        /// The number given.
-        pid: i32,
-    },
-    /// A thread was given as a process to record.
-    #[error("{tid} is a thread of process {process}, not a process: record process {process}, or thread {tid} alone as a thread target")]
-    NotAProcess {
-        /// The thread given.
-        tid: i32,
-        /// The process it belongs to.
-        process: i32,
-    },
     /// A processes target with no pid in it.
     #[error("no process to record: give at least one pid")]
     NoProcesses,
-    /// A CPU to record on is not online.
-    #[error(
-        "CPU {cpu} is not online (online: {})",
-        crate::attach::cpus::format_cpu_list(online)
-    )]
-    CpuNotOnline {
-        /// The CPU asked for.
-        cpu: u32,
-        /// The online CPUs.
-        online: Vec<u32>,
-    },
-    /// The command to record was found neither as a file nor in `PATH`.
-    #[error("command not found: {}", match (program.as_str(), path) {
-        ("", _) => "the command name is empty".to_string(),
-        (p, None) => format!("{p} (no such file)"),
-        (p, Some(path)) => format!("{p} (in no directory of PATH={path})"),
-    })]
-    CommandNotFound {
-        /// The program as given.
-        program: String,
-        /// The `PATH` searched (`None`: the program names a file).
-        path: Option<String>,
-    },
-    /// The command to record names a file that cannot be executed.
-    #[error("cannot run {program}: {reason}")]
-    CommandNotExecutable {
-        /// The program as given.
-        program: String,
-        /// Why (not a regular file, no execute permission).
-        reason: String,
-    },
-    /// The command line of the command to record holds a NUL byte, which
-    /// exec cannot pass.
-    #[error("cannot start {program}: a NUL byte in the command line")]
-    CommandHasNul {
-        /// The program as given.
-        program: String,
-    },
     /// Following a command's or processes' children needs a kernel
     /// symbol's address, which `/proc/kallsyms` hides from this process.
     #[error("following a command's children with {probe}: this needs the symbol's address, which /proc/kallsyms hides from this process (kernel.kptr_restrict=2 hides it even from root): lower kernel.kptr_restrict, or record system-wide")]
@@ -151,14 +97,6 @@ pub enum Error {
     RingPages {
         /// The pages asked for.
         pages: usize,
-    },
-    /// A kernel file the engine reads is not in the format it expects.
-    #[error("parsing {path}: {reason}")]
-    Malformed {
-        /// The file.
-        path: String,
-        /// What is wrong with it.
-        reason: String,
     },
     /// A probe's `--filter` is malformed or tests what the probe lacks
     /// (the message has the filter and a caret under the token).
@@ -212,6 +150,7 @@ impl Error {
     pub fn errno(&self) -> Option<i32> {
         match self {
             Error::Open { source, .. } | Error::Io { source, .. } => source.raw_os_error(),
+            Error::Attach(e) => e.errno(),
             Error::Tracefs(e) => std::error::Error::source(e)
                 .and_then(|s| s.downcast_ref::<io::Error>())
                 .and_then(io::Error::raw_os_error),
@@ -448,13 +387,23 @@ mod tests {
         assert_eq!(synthetic.errno(), None);
         // Errors of input or of the engine have none.
         assert_eq!(Error::NoProcesses.errno(), None);
-        assert_eq!(Error::NotAProcess { tid: 2, process: 1 }.errno(), None);
+        use crate::attach::error::AttachError;
+        assert_eq!(
+            Error::from(AttachError::NotAProcess { tid: 2, process: 1 }).errno(),
+            None
+        );
+        // An attach stage's system call keeps its errno through Error.
+        let attach = Error::from(AttachError::io(
+            "reading /proc/1/task",
+            io::Error::from_raw_os_error(libc::ENOENT),
+        ));
+        assert_eq!(attach.errno(), Some(libc::ENOENT));
         assert_eq!(Error::UnsupportedArch.errno(), None);
         assert_eq!(
-            Error::CommandNotFound {
+            Error::from(AttachError::CommandNotFound {
                 program: "x".into(),
                 path: None
-            }
+            })
             .errno(),
             None
         );

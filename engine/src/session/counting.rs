@@ -258,7 +258,7 @@ impl CountingSession {
     /// other targets. Does not block.
     pub fn command_status(&mut self) -> Result<Option<std::process::ExitStatus>, Error> {
         match self.command.as_mut() {
-            Some(command) => command.try_wait(),
+            Some(command) => Ok(command.try_wait()?),
             None => Ok(None),
         }
     }
@@ -271,7 +271,7 @@ impl CountingSession {
         grace: Duration,
     ) -> Result<Option<std::process::ExitStatus>, Error> {
         match self.command.as_mut() {
-            Some(command) => command.wait(grace),
+            Some(command) => Ok(command.wait(grace)?),
             None => Ok(None),
         }
     }

@@ -364,7 +364,7 @@ impl Session {
     /// other targets. Does not block.
     pub fn command_status(&mut self) -> Result<Option<std::process::ExitStatus>, Error> {
         match self.command.as_mut() {
-            Some((command, _)) => command.try_wait(),
+            Some((command, _)) => Ok(command.try_wait()?),
             None => Ok(None),
         }
     }
@@ -376,7 +376,7 @@ impl Session {
         grace: Duration,
     ) -> Result<Option<std::process::ExitStatus>, Error> {
         match self.command.as_mut() {
-            Some((command, _)) => command.wait(grace),
+            Some((command, _)) => Ok(command.wait(grace)?),
             None => Ok(None),
         }
     }
