@@ -7,6 +7,7 @@ pub mod frames;
 pub mod join;
 pub mod records;
 pub(crate) mod stats;
+mod user_stacks;
 
 use std::fmt;
 use std::sync::Arc;

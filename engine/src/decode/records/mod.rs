@@ -16,7 +16,8 @@ use linux_perf_event_reader::{
 };
 use perf_event_open_sys::bindings::{
     PERF_SAMPLE_CALLCHAIN, PERF_SAMPLE_CPU, PERF_SAMPLE_IDENTIFIER, PERF_SAMPLE_IP,
-    PERF_SAMPLE_RAW, PERF_SAMPLE_REGS_INTR, PERF_SAMPLE_TID, PERF_SAMPLE_TIME,
+    PERF_SAMPLE_RAW, PERF_SAMPLE_REGS_INTR, PERF_SAMPLE_REGS_USER, PERF_SAMPLE_STACK_USER,
+    PERF_SAMPLE_TID, PERF_SAMPLE_TIME,
 };
 
 use crate::decode::stats::{SessionStats, ThrottleChange};
@@ -57,6 +58,8 @@ pub const RECORD_COMM: u32 = perf_event_open_sys::bindings::PERF_RECORD_COMM;
 pub const RECORD_SAMPLE: u32 = perf_event_open_sys::bindings::PERF_RECORD_SAMPLE;
 /// `PERF_RECORD_EXIT`.
 pub const RECORD_EXIT: u32 = perf_event_open_sys::bindings::PERF_RECORD_EXIT;
+/// `PERF_RECORD_FORK`.
+pub const RECORD_FORK: u32 = perf_event_open_sys::bindings::PERF_RECORD_FORK;
 /// `PERF_RECORD_MMAP`: the one definition, for the records built here,
 /// the symbolizer and perf.data.
 pub const RECORD_MMAP: u32 = perf_event_open_sys::bindings::PERF_RECORD_MMAP;
@@ -231,6 +234,9 @@ pub struct RecordDecoder {
     /// Per thread named from /proc, its earliest sample counted this
     /// round: the next round settles the name there, as a handover does.
     counted_unnamed: IntMap<i32, EventHead>,
+    /// When some probe's samples carry user registers and stack bytes:
+    /// the processes' mappings and the DWARF unwinder.
+    user_stacks: Option<Box<crate::decode::user_stacks::UserStacks>>,
 }
 
 /// The filters of `plans` that run in user space (one per plan).
@@ -275,8 +281,12 @@ impl RecordDecoder {
                 | PERF_SAMPLE_CPU
                 | PERF_SAMPLE_CALLCHAIN
                 | PERF_SAMPLE_RAW
-                | PERF_SAMPLE_REGS_INTR,
+                | PERF_SAMPLE_REGS_INTR
+                | PERF_SAMPLE_REGS_USER
+                | PERF_SAMPLE_STACK_USER,
         );
+        let dwarf = u64::from(PERF_SAMPLE_REGS_USER | PERF_SAMPLE_STACK_USER);
+        let mut any_dwarf = false;
         let mut chain_at = Vec::with_capacity(attrs.len());
         let parse_info = attrs
             .iter()
@@ -297,6 +307,7 @@ impl RecordDecoder {
                         allowed,
                     });
                 }
+                any_dwarf |= sample_type & dwarf == dwarf;
                 let callchain = u64::from(PERF_SAMPLE_CALLCHAIN);
                 // The fields before the callchain, 8 bytes each.
                 chain_at.push((sample_type & callchain != 0).then(|| {
@@ -312,10 +323,14 @@ impl RecordDecoder {
                     .count()
                         * 8
                 }));
-                let base = allowed & !u64::from(PERF_SAMPLE_REGS_INTR | PERF_SAMPLE_CALLCHAIN);
-                // The fast reader knows the layout without a callchain.
-                let fast =
-                    (sample_type & base == base && sample_type & callchain == 0).then(|| {
+                let base =
+                    allowed & !u64::from(PERF_SAMPLE_REGS_INTR | PERF_SAMPLE_CALLCHAIN) & !dwarf;
+                // The fast reader knows the layout without a callchain or
+                // user stack.
+                let fast = (sample_type & base == base
+                    && sample_type & callchain == 0
+                    && sample_type & dwarf == 0)
+                    .then(|| {
                         FastLayout::new(if sample_type & u64::from(PERF_SAMPLE_REGS_INTR) != 0 {
                             a.sample_regs_intr
                         } else {
@@ -365,6 +380,11 @@ impl RecordDecoder {
             chain_at,
             counted_addresses: AddressSet::default(),
             counted_unnamed: IntMap::default(),
+            user_stacks: any_dwarf.then(|| {
+                Box::new(crate::decode::user_stacks::UserStacks::new(
+                    names == ThreadNames::ReadProc,
+                ))
+            }),
         };
         if decoder.user_filters.iter().any(Option::is_some) {
             decoder.stats.filtered = vec![0; decoder.plans.len()];
@@ -554,6 +574,12 @@ impl RecordDecoder {
         if kind.is_user_type() {
             return Ok(());
         }
+        if matches!(kind.0, RECORD_MMAP | RECORD_MMAP2) {
+            // Mappings need no probe: perf.data files also hold ones made
+            // from /proc, without a sample id.
+            self.note_mapping(kind.0, misc, data);
+            return Ok(());
+        }
         let id = get_record_identifier::<NativeEndian>(kind, data, true);
         let probe = id.and_then(|id| self.probe_of_id.get(&id).copied());
         let (Some(probe), Some(plan), Some(info)) = (
@@ -601,10 +627,22 @@ impl RecordDecoder {
                     self.queue
                         .set_frames((0..chain.len()).filter_map(|i| chain.get(i)));
                 }
+                if let (Ok(()), Some(stacks), Some(regs), Some((stack, _))) = (
+                    &decoded,
+                    self.user_stacks.as_mut(),
+                    s.user_regs.as_ref(),
+                    s.user_stack,
+                ) {
+                    let frames = stacks.unwind(s.pid.unwrap_or(-1), regs, &stack.as_slice());
+                    self.queue.push_user_frames(frames);
+                }
                 account(&mut self.stats, &mut self.queue, decoded.map(|()| probe))
                     .map_err(RecordError::Decode)
             }
             Ok(EventRecord::Comm(c)) => {
+                if let Some(stacks) = self.user_stacks.as_mut().filter(|_| c.is_execve) {
+                    stacks.gone(c.pid);
+                }
                 // Without a time (no sample_id_all), the name counts from
                 // the start.
                 let time = raw.common_data().ok().and_then(|c| c.timestamp);
@@ -612,6 +650,9 @@ impl RecordDecoder {
                 Ok(())
             }
             Ok(EventRecord::Fork(f)) => {
+                if let Some(stacks) = self.user_stacks.as_mut().filter(|_| f.pid != f.ppid) {
+                    stacks.forked(f.ppid, f.pid);
+                }
                 let id = self.first_ids.get(probe).copied().unwrap_or(0);
                 self.comms.fork(
                     (f.pid, f.tid),
@@ -623,6 +664,9 @@ impl RecordDecoder {
                 Ok(())
             }
             Ok(EventRecord::Exit(x)) => {
+                if let Some(stacks) = self.user_stacks.as_mut().filter(|_| x.pid == x.tid) {
+                    stacks.gone(x.pid);
+                }
                 // A thread that exits inside a function whose return is
                 // joined never returns: its entry goes (memory stays
                 // bounded however many threads do).
@@ -652,6 +696,44 @@ impl RecordDecoder {
             Err(e) => {
                 self.stats.undecodable += 1;
                 Err(RecordError::Parse(e.to_string()))
+            }
+        }
+    }
+
+    /// True when samples carry user stacks to unwind: the decoder then
+    /// wants every MMAP, FORK, COMM and EXIT record (a file read back
+    /// gives it those too).
+    pub fn unwinds_user_stacks(&self) -> bool {
+        self.user_stacks.is_some()
+    }
+
+    /// An executable mapping, for the DWARF unwinder.
+    fn note_mapping(&mut self, kind: u32, misc: u16, data: RawData<'_>) {
+        use linux_perf_event_reader::{Mmap2Record, MmapRecord};
+        let Some(stacks) = self.user_stacks.as_mut() else {
+            return;
+        };
+        if kind == RECORD_MMAP {
+            if let Ok(m) = MmapRecord::parse::<NativeEndian>(data, misc) {
+                if m.is_executable {
+                    stacks.mapped(
+                        m.pid,
+                        m.address,
+                        m.length,
+                        m.page_offset,
+                        &m.path.as_slice(),
+                    );
+                }
+            }
+        } else if let Ok(m) = Mmap2Record::parse::<NativeEndian>(data, misc) {
+            if m.protection & (libc::PROT_EXEC as u32) != 0 {
+                stacks.mapped(
+                    m.pid,
+                    m.address,
+                    m.length,
+                    m.page_offset,
+                    &m.path.as_slice(),
+                );
             }
         }
     }
