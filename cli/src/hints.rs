@@ -7,15 +7,31 @@ use std::error::Error as StdError;
 use kprobe_perf_engine::plan::PlanError;
 use kprobe_perf_engine::select::Excluded;
 use kprobe_perf_engine::tracefs::TracefsError;
-use kprobe_perf_engine::Error;
+use kprobe_perf_engine::{AttachError, Error};
 
 /// The error and its causes as anyhow's `{:#}` prints them (joined by
 /// ": "), each engine error whose advice is a flag in this CLI's words.
 pub(crate) fn render(e: &anyhow::Error) -> String {
     e.chain()
-        .map(|cause| with_flags(cause).unwrap_or_else(|| cause.to_string()))
+        .map(|cause| with_flags(cause).unwrap_or_else(|| flags_in(&cause.to_string())))
         .collect::<Vec<_>>()
         .join(": ")
+}
+
+/// The engine's generic words for a backend, in any text of its (an
+/// error, a summary's reason for a filter running in user space), as
+/// this CLI's flags.
+pub(crate) fn flags_in(text: &str) -> String {
+    const WORDS: [(&str, &str); 2] = [
+        (
+            "(the automatic or tracefs backend)",
+            "(--backend auto or tracefs)",
+        ),
+        ("(with the PMU backend, ", "(with --backend pmu, "),
+    ];
+    WORDS.iter().fold(text.to_string(), |t, (engine, ours)| {
+        t.replace(engine, ours)
+    })
 }
 
 /// This CLI's wording of `e`, when the engine's advice is one of its
@@ -25,15 +41,23 @@ fn with_flags(e: &(dyn StdError + 'static)) -> Option<String> {
         return match e {
             Error::Plan(p) => plan(p),
             Error::Tracefs(t) => tracefs(t),
-            Error::NotAProcess { tid, process } => Some(format!(
-                "{tid} is a thread of process {process}, not a process: record the process with -p {process}, or this thread alone with -t {tid}"
-            )),
+            Error::Attach(a) => attach(a),
             Error::InheritNeedsAddress { .. } => Some(format!("{e} with -a")),
+            Error::UprobePmuCannotInherit { probe } => Some(format!(
+                "--backend pmu cannot follow forks with the uprobe {probe}: the kernel re-creates an inherited uprobe PMU event at each fork and re-reads its binary's path there, from an address in kprobe-perf's memory, not the forking process's; use --backend auto or tracefs (a uprobe_events probe, which every fork inherits), or record system-wide (-a) with the PMU"
+            )),
+            Error::FilterNeedsUserSpace { probe, filter, why } => Some(format!(
+                "cannot count {probe} with the filter `{filter}`: counting happens in the kernel, which cannot run it ({}); `record -q --filter` runs it in user space and counts what passes",
+                flags_in(why)
+            )),
             _ => None,
         };
     }
     if let Some(p) = e.downcast_ref::<PlanError>() {
         return plan(p);
+    }
+    if let Some(a) = e.downcast_ref::<AttachError>() {
+        return attach(a);
     }
     e.downcast_ref::<TracefsError>().and_then(tracefs)
 }
@@ -53,6 +77,15 @@ fn plan(e: &PlanError) -> Option<String> {
             code,
         } => Some(format!(
             "{function}+{offset} is past the last instruction of {function} (its code is {code} bytes by the vmlinux symbol table): the alignment padding there never runs, so the probe would never fire; see kprobe-perf probe --lines {function}"
+        )),
+        _ => None,
+    }
+}
+
+fn attach(e: &AttachError) -> Option<String> {
+    match e {
+        AttachError::NotAProcess { tid, process } => Some(format!(
+            "{tid} is a thread of process {process}, not a process: record the process with -p {process}, or this thread alone with -t {tid}"
         )),
         _ => None,
     }
@@ -82,10 +115,10 @@ mod tests {
 
     #[test]
     fn flags_are_named_where_the_engine_gives_generic_advice() {
-        let e = anyhow::Error::new(Error::NotAProcess {
+        let e = anyhow::Error::new(Error::from(AttachError::NotAProcess {
             tid: 12,
             process: 10,
-        });
+        }));
         assert_eq!(
             render(&e),
             "12 is a thread of process 10, not a process: record the process with -p 10, or this thread alone with -t 12"
@@ -121,14 +154,45 @@ mod tests {
     }
 
     #[test]
+    fn the_engines_backend_words_become_our_flags() {
+        let e = anyhow::Error::new(Error::UprobePmuCannotInherit {
+            probe: "p /bin/x:f".into(),
+        });
+        assert_eq!(
+            render(&e),
+            "--backend pmu cannot follow forks with the uprobe p /bin/x:f: the kernel re-creates an inherited uprobe PMU event at each fork and re-reads its binary's path there, from an address in kprobe-perf's memory, not the forking process's; use --backend auto or tracefs (a uprobe_events probe, which every fork inherits), or record system-wide (-a) with the PMU"
+        );
+        let e = anyhow::Error::new(Error::FilterNeedsUserSpace {
+            probe: "p vfs_write".into(),
+            filter: "count == 100".into(),
+            why: "a PMU probe's record carries no argument (`count`); a tracefs-defined one's does (the automatic or tracefs backend)".into(),
+        });
+        assert_eq!(
+            render(&e),
+            "cannot count p vfs_write with the filter `count == 100`: counting happens in the kernel, which cannot run it (a PMU probe's record carries no argument (`count`); a tracefs-defined one's does (--backend auto or tracefs)); `record -q --filter` runs it in user space and counts what passes"
+        );
+        let e = anyhow::Error::new(Error::FilterRefused {
+            probe: "p f".into(),
+            filter: "x == 1".into(),
+            reason: "Invalid argument (os error 22): the kernel could not apply it to the event's fields (with the PMU backend, kprobe-perf runs a filter on arguments in user space)".into(),
+        });
+        assert!(
+            render(&e).ends_with(
+                "(with --backend pmu, kprobe-perf runs a filter on arguments in user space)"
+            ),
+            "{e}"
+        );
+    }
+
+    #[test]
     fn other_errors_print_as_anyhow_prints_them() {
         let os = std::io::Error::from_raw_os_error(libc_enoent());
         let e = anyhow::Error::new(os).context("reading /x");
         assert_eq!(render(&e), format!("{e:#}"));
-        let e = anyhow::Error::new(Error::CpuNotOnline {
+        let e = anyhow::Error::new(Error::from(AttachError::CpuNotOnline {
             cpu: 9,
             online: vec![0, 1],
-        });
+        }));
         assert_eq!(render(&e), "CPU 9 is not online (online: 0-1)");
         assert_eq!(render(&e), format!("{e:#}"));
     }

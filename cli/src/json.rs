@@ -214,6 +214,17 @@ pub(crate) fn summary(summary: &Summary) -> String {
     if let serde_json::Value::Object(m) = &mut o {
         m.insert("type".into(), json!("summary"));
     }
+    // A filter's reason for running in user space, in this CLI's flags.
+    if let Some(probes) = o.get_mut("probes").and_then(|p| p.as_array_mut()) {
+        for reason in probes
+            .iter_mut()
+            .filter_map(|p| p.pointer_mut("/filter/reason"))
+        {
+            if let Some(text) = reason.as_str() {
+                *reason = json!(crate::hints::flags_in(text));
+            }
+        }
+    }
     o.to_string()
 }
 

@@ -16,6 +16,7 @@ use kprobe_perf_engine::analysis::{
     parse_duration, parse_linear, render, Call, FunctionProbes, HistShape, Key, LatencyOptions,
     LatencyPairer, LatencySnapshot, TimeUnit,
 };
+use kprobe_perf_engine::records::RingRecord;
 use kprobe_perf_engine::{
     plan::BackendChoice, records, CommandScope, Event, EventSink, RecordTarget, Session,
     SessionOptions,
@@ -322,11 +323,9 @@ impl<W: Write> EventSink for PairingSink<'_, W> {
 
     fn record(
         &mut self,
-        kind: u32,
-        _: u16,
-        body: (&[u8], &[u8]),
+        record: RingRecord<'_>,
     ) -> std::result::Result<ControlFlow<()>, Self::Error> {
-        if let Some((tid, time)) = records::thread_exit(kind, body) {
+        if let Some((tid, time)) = records::thread_exit(record) {
             self.pairer.thread_exits(tid, time);
         }
         Ok(ControlFlow::Continue(()))

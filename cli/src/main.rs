@@ -46,6 +46,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result};
 use clap::{Parser, Subcommand};
+use kprobe_perf_engine::records::RingRecord;
 use kprobe_perf_engine::{
     plan::BackendChoice, spec::Definition, tracefs, Arch, CommandScope, Event, EventSink,
     KernelSymbols, RecordTarget, Session, SessionOptions,
@@ -865,12 +866,12 @@ impl<W: Write> EventSink for LiveOutput<'_, W> {
         self.print(e)
     }
 
-    fn record(&mut self, kind: u32, misc: u16, body: (&[u8], &[u8])) -> Result<ControlFlow<()>> {
+    fn record(&mut self, record: RingRecord<'_>) -> Result<ControlFlow<()>> {
         if let Some(s) = self.printer.stacks.as_mut() {
-            s.maps.note_record(kind, misc, body);
+            s.maps.note_record(record);
         }
         match self.file.as_mut() {
-            Some(f) => f.record(kind, misc, body),
+            Some(f) => f.record(record),
             None => Ok(ControlFlow::Continue(())),
         }
     }

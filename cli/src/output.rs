@@ -11,6 +11,7 @@ use kprobe_perf_engine::decode::AddressSet;
 use kprobe_perf_engine::perfdata::{self, symbol_subset, Metadata, StoredProbe, Writer};
 use kprobe_perf_engine::plan::Backend;
 use kprobe_perf_engine::records::RecordSink;
+use kprobe_perf_engine::records::RingRecord;
 use kprobe_perf_engine::spec::BaseType;
 use kprobe_perf_engine::tracefs;
 use kprobe_perf_engine::{Arch, Event, EventSink, KernelSymbols, Session, Value};
@@ -204,7 +205,7 @@ impl FileOutput {
                 .map(|s| s.trim().to_string())
                 .unwrap_or_default()
         };
-        let count = |cpus: Result<Vec<u32>, kprobe_perf_engine::Error>| {
+        let count = |cpus: Result<Vec<u32>, kprobe_perf_engine::AttachError>| {
             cpus.map_or(0, |c| u32::try_from(c.len()).unwrap_or(u32::MAX))
         };
         let meta = Metadata {
@@ -247,8 +248,8 @@ impl EventSink for FileOutput {
         Ok(ControlFlow::Continue(()))
     }
 
-    fn record(&mut self, kind: u32, misc: u16, body: (&[u8], &[u8])) -> Result<ControlFlow<()>> {
-        match self.writer.record(kind, misc, body) {
+    fn record(&mut self, record: RingRecord<'_>) -> Result<ControlFlow<()>> {
+        match self.writer.record(record) {
             Ok(()) => Ok(ControlFlow::Continue(())),
             Err(e) => Err(self.named(e)),
         }

@@ -610,8 +610,10 @@ fn filter_lines(s: &Summary) -> Vec<String> {
             let f = p.filter.as_ref()?;
             Some(match (&f.reason, f.dropped) {
                 (Some(why), Some(n)) => format!(
-                    "filter of {} ({}): ran in user space ({why}), dropped {n} events",
-                    p.event, f.expr
+                    "filter of {} ({}): ran in user space ({}), dropped {n} events",
+                    p.event,
+                    f.expr,
+                    crate::hints::flags_in(why)
                 ),
                 _ => format!(
                     "filter of {} ({}): ran in the kernel (events it rejected never reached the ring; the kernel does not count them)",

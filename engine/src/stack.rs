@@ -1,6 +1,7 @@
-//! Callchains: which stacks a session asks the kernel for
-//! (`PERF_SAMPLE_CALLCHAIN`), the frames a sample's chain holds once its
-//! context markers are read, and naming those frames: kernel frames from
+//! Callchains named: which stacks a session asks the kernel for
+//! ([`CallGraph`], set on the probes' attrs) and the frames a sample's
+//! chain holds ([`StackFrame`], read by the decoder) are re-exported here;
+//! this module names those frames: kernel frames from
 //! kallsyms (modules included), user frames from the symbol tables of
 //! the binaries the process had mapped (from the MMAP records the kernel
 //! writes, or `/proc/PID/maps` for a live process none named).
@@ -12,72 +13,12 @@ use std::sync::Arc;
 use kprobe_perf_symbols::elf::{AddressSymbol, UserBinary};
 use kprobe_perf_symbols::KernelSymbols;
 
+use crate::decode::records::RingRecord;
+use crate::decode::records::{RECORD_MMAP, RECORD_MMAP2};
 use crate::decode::Event;
 
-/// Which callchains the kernel records with each sample (`-g` /
-/// `--call-graph`): user stacks are walked by frame pointer.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum CallGraph {
-    /// The kernel stack only (`exclude_callchain_user`).
-    Kernel,
-    /// The user stack only (`exclude_callchain_kernel`).
-    User,
-    /// Both, the kernel's first (innermost).
-    Both,
-}
-
-impl CallGraph {
-    /// True when kernel frames are recorded.
-    pub fn kernel(self) -> bool {
-        matches!(self, CallGraph::Kernel | CallGraph::Both)
-    }
-
-    /// True when user frames are recorded.
-    pub fn user(self) -> bool {
-        matches!(self, CallGraph::User | CallGraph::Both)
-    }
-}
-
-/// Frames of a chain at or above this value are context markers
-/// (`PERF_CONTEXT_MAX` is -4095).
-const PERF_CONTEXT_MAX: u64 = (-4095i64) as u64;
-/// `PERF_CONTEXT_KERNEL`: kernel frames follow.
-const PERF_CONTEXT_KERNEL: u64 = (-128i64) as u64;
-/// `PERF_CONTEXT_USER`: user frames follow.
-const PERF_CONTEXT_USER: u64 = (-512i64) as u64;
-
-/// One frame of a callchain, innermost first: a return address (the
-/// first frame of each part is the sampled ip itself).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub struct StackFrame {
-    /// The address.
-    pub address: u64,
-    /// A user-space frame (else a kernel frame).
-    pub user: bool,
-}
-
-/// Appends the frames of a raw `PERF_SAMPLE_CALLCHAIN` array to `out`:
-/// context markers say whether the frames after them are kernel or user
-/// frames and are not frames themselves; frames of other contexts
-/// (hypervisor, guest) are left out.
-pub(crate) fn push_frames(ips: impl Iterator<Item = u64>, out: &mut Vec<StackFrame>) {
-    // Before any marker: the kernel puts one first, so this is only a
-    // guess for made-up chains.
-    let mut context = Some(false);
-    for ip in ips {
-        if ip >= PERF_CONTEXT_MAX {
-            context = match ip {
-                PERF_CONTEXT_KERNEL => Some(false),
-                PERF_CONTEXT_USER => Some(true),
-                _ => None,
-            };
-            continue;
-        }
-        if let Some(user) = context {
-            out.push(StackFrame { address: ip, user });
-        }
-    }
-}
+pub use crate::attach::attr::{CallGraph, DEFAULT_DWARF_STACK};
+pub use crate::decode::frames::StackFrame;
 
 /// A frame with its name, as `perf script` prints it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -103,11 +44,6 @@ const TRAMPOLINES: [&str; 3] = [
     "__kretprobe_trampoline",
     "kretprobe_trampoline",
 ];
-
-/// `PERF_RECORD_MMAP`.
-const RECORD_MMAP: u32 = perf_event_open_sys::bindings::PERF_RECORD_MMAP;
-/// `PERF_RECORD_MMAP2`.
-const RECORD_MMAP2: u32 = perf_event_open_sys::bindings::PERF_RECORD_MMAP2;
 
 /// One executable mapping of a process.
 #[derive(Debug, Clone)]
@@ -144,7 +80,8 @@ impl ProcessMaps {
     /// Notes the mapping of a raw `PERF_RECORD_MMAP` or `PERF_RECORD_MMAP2`
     /// record (`kind`, `misc` and `body` as an [`crate::EventSink`] gets
     /// them); other records are ignored.
-    pub fn note_record(&mut self, kind: u32, misc: u16, body: (&[u8], &[u8])) {
+    pub fn note_record(&mut self, record: RingRecord<'_>) {
+        let RingRecord { kind, misc, body } = record;
         use linux_perf_event_reader::{Mmap2Record, MmapRecord, RawData};
         type E = byteorder::NativeEndian;
         let data = if body.1.is_empty() {
@@ -441,38 +378,6 @@ impl StackSymbolizer {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn markers_set_the_context_and_are_not_frames() {
-        let mut out = Vec::new();
-        let chain = [
-            PERF_CONTEXT_KERNEL,
-            0xffff_ffff_8100_0001,
-            0xffff_ffff_8100_0002,
-            PERF_CONTEXT_USER,
-            0x5555_0000_1000,
-            (-32i64) as u64, // PERF_CONTEXT_HV: its frames are left out
-            0x1234,
-        ];
-        push_frames(chain.into_iter(), &mut out);
-        assert_eq!(
-            out,
-            vec![
-                StackFrame {
-                    address: 0xffff_ffff_8100_0001,
-                    user: false
-                },
-                StackFrame {
-                    address: 0xffff_ffff_8100_0002,
-                    user: false
-                },
-                StackFrame {
-                    address: 0x5555_0000_1000,
-                    user: true
-                },
-            ]
-        );
-    }
 
     #[test]
     fn kernel_frames_are_named_from_kallsyms_and_trampolines_dropped() {

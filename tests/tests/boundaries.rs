@@ -13,8 +13,9 @@ use std::time::{Duration, Instant};
 
 use kprobe_perf_arch::boundary::{FunctionLayout, ProbeSite};
 use kprobe_perf_arch::Arch;
+use kprobe_perf_engine::ask_kernel;
 use kprobe_perf_engine::pmu::ProbePmu;
-use kprobe_perf_engine::preflight::{ask_kernel, Prediction, Preflight};
+use kprobe_perf_engine::preflight::{Prediction, Preflight};
 use kprobe_perf_symbols::{Blacklist, KernelSymbols, Symbol};
 use kprobe_perf_tests::{kprobes_available, xorshift};
 

@@ -9,7 +9,7 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 use kprobe_perf_engine::decode::Value;
-use kprobe_perf_engine::plan::{Backend, KernelFeatures};
+use kprobe_perf_engine::plan::{running_kernel_features, Backend};
 use kprobe_perf_engine::{plan_probes, KernelSymbols, Session, SessionOptions};
 use kprobe_perf_tests::{kprobe_perf_bin, kprobes_available, vm_kernel};
 
@@ -19,7 +19,7 @@ const BY_NAME: &str = "r:do_sys_openat2 path=+0(filename):ustring ret=$retval:s6
 /// Which route the running kernel takes, from its README: `true` when
 /// the kernel fetches entry values at the return.
 fn kernel_route() -> bool {
-    KernelFeatures::running_kernel()
+    running_kernel_features()
         .expect("tracefs README readable")
         .return_args
 }

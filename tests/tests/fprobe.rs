@@ -9,7 +9,7 @@ use std::io::Read;
 use std::time::{Duration, Instant};
 
 use kprobe_perf_engine::decode::{Event, Value};
-use kprobe_perf_engine::plan::{Backend, KernelFeatures};
+use kprobe_perf_engine::plan::{running_kernel_features, Backend, KernelFeatures};
 use kprobe_perf_engine::{plan_probes, KernelSymbols, Session, SessionOptions};
 use kprobe_perf_tests::{kprobes_available, vm_kernel};
 
@@ -19,7 +19,7 @@ fn fprobe_kernel(test: &str) -> Option<&'static KernelFeatures> {
     if !kprobes_available(test) {
         return None;
     }
-    let features = KernelFeatures::running_kernel().expect("tracefs README readable");
+    let features = running_kernel_features().expect("tracefs README readable");
     if !features.fprobe {
         println!("SKIP {test}: this kernel has no fprobe events (its README)");
         return None;
@@ -278,7 +278,7 @@ fn fprobe_refused_where_the_kernel_lacks_it() {
     if !kprobes_available("fprobe_refused_where_the_kernel_lacks_it") {
         return;
     }
-    let features = KernelFeatures::running_kernel().expect("tracefs README readable");
+    let features = running_kernel_features().expect("tracefs README readable");
     let symbols = KernelSymbols::load().unwrap();
     let got = plan_probes(&["f:vfs_read%return $retval"], &symbols);
     if features.fprobe {

@@ -613,8 +613,7 @@ fn main() {
         .skip_while(|a| a != "--fprobe")
         .nth(1)
         .map(|v| v.split(',').filter_map(|x| x.parse().ok()).collect());
-    let has_fprobe =
-        kprobe_perf_engine::plan::KernelFeatures::running_kernel().is_some_and(|f| f.fprobe);
+    let has_fprobe = kprobe_perf_engine::plan::running_kernel_features().is_some_and(|f| f.fprobe);
     match (&fprobe_sizes, has_fprobe) {
         (Some(sizes), true) => {
             fprobe_bench(sizes, seed, skip_peers);

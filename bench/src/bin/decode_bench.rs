@@ -14,6 +14,7 @@ use std::time::Instant;
 use kprobe_perf_arch::Arch;
 use kprobe_perf_engine::perfdata::{symbol_subset, Metadata, StoredProbe, Writer, MISC_KERNEL};
 use kprobe_perf_engine::plan::{self, BackendChoice};
+use kprobe_perf_engine::records::RingRecord;
 use kprobe_perf_engine::records::{
     comm_record_body, sample_attr_bytes, sample_record_body, Handover, RecordDecoder, RecordSink,
     SampleFields, ThreadNames, RECORD_COMM, RECORD_SAMPLE,
@@ -105,13 +106,17 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         )?;
         for (tid, name) in &comms {
             let b = comm_record_body(*tid, *tid, name, 0, 0, ids[0]);
-            d.record(RECORD_COMM, 0, (&b, &[]))?;
+            d.record(RingRecord::new(RECORD_COMM, 0, (&b, &[])))?;
         }
         let start = Instant::now();
         let mut count = 0usize;
         for chunk in offsets.chunks(ROUND) {
             for &off in chunk {
-                d.record(RECORD_SAMPLE, MISC_KERNEL, (body_of(off), &[]))?;
+                d.record(RingRecord::new(
+                    RECORD_SAMPLE,
+                    MISC_KERNEL,
+                    (body_of(off), &[]),
+                ))?;
             }
             count += d.round(Handover::Ordered, |e, _| {
                 std::hint::black_box(e);
@@ -136,11 +141,15 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         w.kernel_mmap(text)?;
         for (tid, name) in &comms {
             let b = comm_record_body(*tid, *tid, name, 0, 0, ids[0]);
-            w.record(RECORD_COMM, 0, (&b, &[]))?;
+            w.record(RingRecord::new(RECORD_COMM, 0, (&b, &[])))?;
         }
         for chunk in offsets.chunks(ROUND) {
             for &off in chunk {
-                w.record(RECORD_SAMPLE, MISC_KERNEL, (body_of(off), &[]))?;
+                w.record(RingRecord::new(
+                    RECORD_SAMPLE,
+                    MISC_KERNEL,
+                    (body_of(off), &[]),
+                ))?;
             }
             w.round_end()?;
         }

@@ -4,7 +4,7 @@
 use std::time::Instant;
 
 use kprobe_perf_arch::Arch;
-use kprobe_perf_engine::spec::ProbeSpec;
+use kprobe_perf_spec::ProbeSpec;
 
 fn main() {
     let n: usize = std::env::args()

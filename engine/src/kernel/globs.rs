@@ -7,9 +7,9 @@ use std::sync::OnceLock;
 use kprobe_perf_symbols::{cover_globs, glob_match, is_glob};
 
 use super::Kernel;
+use crate::kernel::preflight::Preflight;
+use crate::kernel::select::{self, Candidate, SelectOptions};
 use crate::plan::{BackendChoice, KernelFeatures};
-use crate::preflight::Preflight;
-use crate::select::{self, Candidate, SelectOptions};
 use crate::spec::{Definition, FetchBase, ProbeKind, ProbeSpec, Target};
 use crate::{Arch, Error, KernelSymbols};
 
@@ -289,7 +289,7 @@ impl<'k> Selection<'k> {
             self.symbols,
             &self.options(),
             self.traceable(),
-            KernelFeatures::running_kernel(),
+            crate::plan::running_kernel_features(),
         )
     }
 }

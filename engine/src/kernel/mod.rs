@@ -29,7 +29,11 @@
 //! # }
 //! ```
 
+pub(crate) mod error;
 mod globs;
+pub mod kcore;
+pub mod preflight;
+pub mod select;
 mod text;
 
 use std::path::PathBuf;
@@ -42,15 +46,16 @@ pub use kprobe_perf_symbols::{
     glob_match, is_glob, Blacklist, BlacklistError, SymbolsError, BLACKLIST_PATH,
 };
 
+pub use error::{looked_in, KernelError};
 pub use globs::{
     glob_route, Expanded, ExpandedAs, FprobeRoute, GlobOptions, GlobRoute, NotraceBy, Selection,
     MAX_FPROBE_SPLIT,
 };
 pub use text::{KernelImages, SkippedImage};
 
-use crate::kcore::TextSources;
+use crate::kernel::kcore::TextSources;
+use crate::kernel::preflight::{KernelTextSource, Preflight};
 use crate::plan::BackendChoice;
-use crate::preflight::{KernelTextSource, Preflight};
 use crate::{Arch, Error, KernelSymbols, ProbePlan};
 
 /// Where kernel text bytes come from.
@@ -127,64 +132,6 @@ impl KernelOptions {
         self.sizes_from = from;
         self
     }
-}
-
-/// Why the kernel's symbols, images or text cannot be used.
-#[derive(Debug, thiserror::Error)]
-#[non_exhaustive]
-pub enum KernelError {
-    /// `/proc/kallsyms` could not be read.
-    #[error(transparent)]
-    Kallsyms(#[from] SymbolsError),
-    /// A vmlinux or System.map cannot be read, or is not the running
-    /// kernel's.
-    #[error(transparent)]
-    Image(#[from] ImageError),
-    /// The System.map and the vmlinux give different KASLR slides.
-    #[error("{} (KASLR slide 0x{map_slide:x}) and the vmlinux (0x{vmlinux_slide:x}) are of different builds", system_map.display())]
-    ImagesDisagree {
-        /// The System.map.
-        system_map: PathBuf,
-        /// The slide the System.map gives.
-        map_slide: u64,
-        /// The slide the vmlinux gives.
-        vmlinux_slide: u64,
-    },
-    /// Text was asked of `/proc/kcore` ([`TextFrom::Kcore`]), which cannot
-    /// be read.
-    #[error("/proc/kcore cannot be read (run as root on a kernel with CONFIG_PROC_KCORE)")]
-    Kcore {
-        /// The OS error.
-        source: std::io::Error,
-    },
-    /// Text was asked of the vmlinux ([`TextFrom::Vmlinux`]), which has
-    /// no symbols to compute the KASLR slide from.
-    #[error("{} cannot be placed at the running kernel's addresses (no symbols to compute the KASLR slide from: give the System.map too, and run as root so kallsyms shows addresses)", path.display())]
-    Unplaced {
-        /// The vmlinux.
-        path: PathBuf,
-    },
-    /// Text was asked of the vmlinux ([`TextFrom::Vmlinux`]), and none was
-    /// given or found.
-    #[error("no vmlinux for {release} (looked in {}); give the vmlinux path (Debian: the linux-image-VERSION-dbg package)", looked_in(candidates))]
-    NoVmlinux {
-        /// `uname -r`.
-        release: String,
-        /// Where it was looked for.
-        candidates: Vec<PathBuf>,
-    },
-    /// The running kernel's architecture is not one the engine decodes.
-    #[error("kprobe-perf supports x86_64 and aarch64 only")]
-    UnsupportedArch,
-}
-
-/// The paths, joined for a message.
-pub fn looked_in(paths: &[PathBuf]) -> String {
-    paths
-        .iter()
-        .map(|p| p.display().to_string())
-        .collect::<Vec<_>>()
-        .join(", ")
 }
 
 /// The running kernel: its symbols and blacklist, read at once; its
@@ -381,7 +328,7 @@ impl Kernel {
         specs: &[S],
         choice: BackendChoice,
     ) -> Result<Vec<ProbePlan>, Error> {
-        crate::plan_probes_with(specs, &self.symbols, choice)
+        crate::plan::probes::plan_probes_with(specs, &self.symbols, choice)
     }
 
     /// As [`Kernel::plan`], each definition with its filter (see
@@ -391,7 +338,7 @@ impl Kernel {
         specs: &[(S, Option<F>)],
         choice: BackendChoice,
     ) -> Result<Vec<ProbePlan>, Error> {
-        crate::plan_probes_filtered(specs, &self.symbols, choice)
+        crate::plan::probes::plan_probes_filtered(specs, &self.symbols, choice)
     }
 }
 

@@ -53,7 +53,7 @@ pub const FEAT_EVENT_DESC: u32 = 12;
 /// know.
 pub const FEAT_KPROBE_PERF: u32 = 200;
 /// kprobe-perf's hidden probes: probes the session opened for its own
-/// use (the entry half of a joined return probe, [`crate::entry_join`]),
+/// use (the entry half of a joined return probe, [`crate::plan::entry_join`]),
 /// whose attrs and samples perf must not see (perf shows the user's
 /// events only). The section holds, little-endian:
 ///
@@ -69,8 +69,7 @@ pub const FEAT_KPROBE_PERF: u32 = 200;
 /// same round (from 0), so that a reader merges them round by round.
 pub const FEAT_HIDDEN: u32 = 201;
 
-/// `PERF_RECORD_MMAP`.
-pub const RECORD_MMAP: u32 = perf_event_open_sys::bindings::PERF_RECORD_MMAP;
+pub use crate::decode::records::RECORD_MMAP;
 /// `PERF_RECORD_LOST`.
 pub const RECORD_LOST: u32 = perf_event_open_sys::bindings::PERF_RECORD_LOST;
 /// `PERF_RECORD_FINISHED_ROUND` (a perf-only record type).

@@ -10,15 +10,12 @@ use kprobe_perf_symbols::KernelSymbols;
 use super::{
     Metadata, PerfDataError, Reader, FEAT_KPROBE_PERF, RECORD_FINISHED_ROUND, RECORD_LOST,
 };
+use crate::decode::records::RingRecord;
+use crate::decode::records::{Handover, RecordDecoder, ThreadNames, RECORD_COMM, RECORD_SAMPLE};
+use crate::decode::records::{RECORD_EXIT, RECORD_FORK, RECORD_MMAP, RECORD_MMAP2};
 use crate::decode::Event;
 use crate::plan::ProbePlan;
 use crate::stack::ProcessMaps;
-
-/// `PERF_RECORD_MMAP`.
-const RECORD_MMAP: u32 = perf_event_open_sys::bindings::PERF_RECORD_MMAP;
-/// `PERF_RECORD_MMAP2`.
-const RECORD_MMAP2: u32 = perf_event_open_sys::bindings::PERF_RECORD_MMAP2;
-use crate::records::{Handover, RecordDecoder, ThreadNames, RECORD_COMM, RECORD_SAMPLE};
 
 /// A perf.data file being replayed.
 pub struct Replay<R> {
@@ -74,10 +71,10 @@ impl<R: Read + Seek> Replay<R> {
             .map(|p| p.field_offsets.clone())
             .collect();
         let attrs = reader.attrs().iter().map(|a| a.attr.clone()).collect();
-        // Return probes joined to hidden entry probes ([`crate::entry_join`])
+        // Return probes joined to hidden entry probes ([`crate::plan::entry_join`])
         // are joined again, so the replay prints what the run printed.
         let (reopened, joiner) =
-            crate::entry_join::expand(crate::entry_join::rejoin(&plans, meta.arch));
+            crate::decode::join::expand(crate::plan::entry_join::rejoin(&plans, meta.arch));
         let mut decoder =
             RecordDecoder::new(plans, offsets, attrs, probe_of_id, ThreadNames::RecordsOnly)
                 .map_err(|e| bad(e.to_string()))?;
@@ -138,7 +135,7 @@ impl<R: Read + Seek> Replay<R> {
                 }
                 RECORD_SAMPLE | RECORD_COMM | RECORD_LOST => {
                     decoder
-                        .record(rec.kind, rec.misc, (rec.body, &[]))
+                        .record(RingRecord::new(rec.kind, rec.misc, (rec.body, &[])))
                         .map_err(|e| PerfDataError::Record {
                             index: rec.index,
                             kind: rec.kind,
@@ -146,7 +143,18 @@ impl<R: Read + Seek> Replay<R> {
                             reason: e.to_string(),
                         })?;
                 }
-                RECORD_MMAP | RECORD_MMAP2 => maps.note_record(rec.kind, rec.misc, (rec.body, &[])),
+                RECORD_MMAP | RECORD_MMAP2 => {
+                    let record = RingRecord::new(rec.kind, rec.misc, (rec.body, &[]));
+                    maps.note_record(record);
+                    // The DWARF unwinder follows mappings too (never an
+                    // error: a mapping needs no probe).
+                    let _ = decoder.record(record);
+                }
+                RECORD_FORK | RECORD_EXIT if decoder.unwinds_user_stacks() => {
+                    // Processes' mappings follow forks and end at exit; a
+                    // record of a probe this file lacks is skipped.
+                    let _ = decoder.record(RingRecord::new(rec.kind, rec.misc, (rec.body, &[])));
+                }
                 // The kernel MMAP and records the session ignores too.
                 _ => {}
             }
@@ -193,7 +201,7 @@ fn feed_hidden<R: Read + Seek>(
                 }
             }
             RECORD_SAMPLE => decoder
-                .record(rec.kind, rec.misc, (rec.body, &[]))
+                .record(RingRecord::new(rec.kind, rec.misc, (rec.body, &[])))
                 .map_err(|e| err(format!("in the hidden probes' region: {e}")))?,
             _ => {
                 return Err(err(

@@ -1,3 +1,4 @@
+use crate::decode::records::RingRecord;
 use std::collections::HashMap;
 use std::io::Cursor;
 use std::sync::Arc;
@@ -6,11 +7,11 @@ use kprobe_perf_arch::Arch;
 use kprobe_perf_symbols::KernelSymbols;
 
 use super::*;
-use crate::plan::{self, BackendChoice};
-use crate::records::{
+use crate::decode::records::{
     comm_record_body, sample_attr_bytes, sample_record_body, RecordDecoder, RecordSink,
     SampleFields, ThreadNames, RECORD_COMM, RECORD_SAMPLE,
 };
+use crate::plan::{self, BackendChoice};
 use crate::spec::ProbeSpec;
 
 const KALLSYMS: &str = "ffffffff81000000 T _text\nffffffff81234570 T do_sys_openat2\nffffffff81234660 T do_sys_open\nffffffff81234750 T ksys_close\n";
@@ -63,7 +64,8 @@ fn file_hiding(plans: &[crate::ProbePlan], hidden: usize) -> Vec<u8> {
     }
     w.kernel_mmap(0xffffffff81000000).unwrap();
     let body = comm_record_body(42, 43, "cat", 90, 1, 100);
-    w.record(RECORD_COMM, 0, (&body, &[])).unwrap();
+    w.record(RingRecord::new(RECORD_COMM, 0, (&body, &[])))
+        .unwrap();
     let mut raw = vec![0u8; 20];
     raw[8..16].copy_from_slice(&0xffffffff81234570u64.to_ne_bytes());
     let mut rraw = vec![0u8; 28];
@@ -85,7 +87,8 @@ fn file_hiding(plans: &[crate::ProbePlan], hidden: usize) -> Vec<u8> {
             regs: &regs,
         };
         let body = sample_record_body(&f, plans[probe].regs_mask);
-        w.record(RECORD_SAMPLE, 1, (&body, &[])).unwrap();
+        w.record(RingRecord::new(RECORD_SAMPLE, 1, (&body, &[])))
+            .unwrap();
         if time == 200 {
             w.round_end().unwrap();
         }

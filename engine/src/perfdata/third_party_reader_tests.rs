@@ -3,6 +3,7 @@
 //! be what was written, so the files are not only readable by our own
 //! reader.
 
+use crate::decode::records::RingRecord;
 use std::io::Cursor;
 
 use kprobe_perf_arch::Arch;
@@ -11,11 +12,11 @@ use linux_perf_data::linux_perf_event_reader::{CpuMode, EventRecord};
 use linux_perf_data::{PerfFileReader, PerfFileRecord};
 
 use super::*;
-use crate::plan::{self, BackendChoice};
-use crate::records::{
+use crate::decode::records::{
     comm_record_body, sample_attr_bytes, sample_record_body, sample_type, RecordSink, SampleFields,
     RECORD_COMM, RECORD_SAMPLE,
 };
+use crate::plan::{self, BackendChoice};
 use crate::spec::ProbeSpec;
 
 const KALLSYMS: &str = "ffffffff81000000 T _text\nffffffff81234570 T do_sys_openat2\n";
@@ -58,7 +59,8 @@ fn file() -> Vec<u8> {
     let mut w = Writer::new(Cursor::new(Vec::new())).unwrap();
     w.kernel_mmap(TEXT).unwrap();
     let comm = comm_record_body(42, 43, "cat", 900, 1, 101);
-    w.record(RECORD_COMM, 0, (&comm, &[])).unwrap();
+    w.record(RingRecord::new(RECORD_COMM, 0, (&comm, &[])))
+        .unwrap();
     for (probe, id, time, cpu, raw, regs) in &samples() {
         let f = SampleFields {
             id: *id,
@@ -73,7 +75,8 @@ fn file() -> Vec<u8> {
         let body = sample_record_body(&f, plans[*probe].regs_mask);
         // The body in two parts, as a ring hands over a record that wraps.
         let (a, b) = body.split_at(body.len() / 2);
-        w.record(RECORD_SAMPLE, MISC_KERNEL, (a, b)).unwrap();
+        w.record(RingRecord::new(RECORD_SAMPLE, MISC_KERNEL, (a, b)))
+            .unwrap();
         w.round_end().unwrap();
     }
     let meta = Metadata {

@@ -9,7 +9,8 @@ use super::{
     FEAT_TRACING_DATA, FEAT_VERSION, HEADER_SIZE, MAGIC, MISC_KERNEL, RECORD_FINISHED_ROUND,
     RECORD_MMAP,
 };
-use crate::records::{RecordSink, RECORD_SAMPLE};
+use crate::decode::records::RingRecord;
+use crate::decode::records::{RecordSink, RECORD_SAMPLE};
 
 /// Size of the sample_id trailer of the engine's non-sample records
 /// (TID, TIME, CPU, IDENTIFIER).
@@ -98,7 +99,7 @@ impl<W: Write + Seek> Writer<W> {
             body.push(0);
         }
         body.resize(body.len() + ID_TRAILER, 0);
-        self.record(RECORD_MMAP, MISC_KERNEL, (&body, &[]))
+        self.record(RingRecord::new(RECORD_MMAP, MISC_KERNEL, (&body, &[])))
     }
 
     /// Writes a `PERF_RECORD_MMAP` for each loaded module `/proc/modules`
@@ -144,7 +145,7 @@ impl<W: Write + Seek> Writer<W> {
                 body.push(0);
             }
             body.resize(body.len() + ID_TRAILER, 0);
-            self.record(RECORD_MMAP, MISC_KERNEL, (&body, &[]))?;
+            self.record(RingRecord::new(RECORD_MMAP, MISC_KERNEL, (&body, &[])))?;
             n += 1;
         }
         Ok(n)
@@ -385,7 +386,8 @@ pub fn tracing_data(
 }
 
 impl<W: Write + Seek> RecordSink for Writer<W> {
-    fn record(&mut self, kind: u32, misc: u16, body: (&[u8], &[u8])) -> io::Result<()> {
+    fn record(&mut self, record: RingRecord<'_>) -> io::Result<()> {
+        let RingRecord { kind, misc, body } = record;
         if kind == RECORD_SAMPLE {
             if let Some(h) = &mut self.hidden {
                 // PERF_SAMPLE_IDENTIFIER: the id comes first.
@@ -412,7 +414,7 @@ impl<W: Write + Seek> RecordSink for Writer<W> {
         if self.in_round == 0 && hidden == 0 {
             return Ok(());
         }
-        self.record(RECORD_FINISHED_ROUND, 0, (&[], &[]))?;
+        self.record(RingRecord::new(RECORD_FINISHED_ROUND, 0, (&[], &[])))?;
         if let Some(h) = self.hidden.as_mut().filter(|h| h.in_round > 0) {
             // The samples spilled since the last mark belong to the round
             // this FINISHED_ROUND ends.

@@ -11,14 +11,14 @@ use mio::unix::SourceFd;
 use mio::{Interest, Poll, Token};
 
 use super::{check_capabilities, preflight, CpuStream, RecordTarget, SessionOptions, StreamRing};
-use crate::attr::{self, EventSettings, Opener, SideRecords};
+use crate::attach::attr::{self, EventSettings, Opener, SideRecords};
+use crate::attach::pmu::{ProbePmu, SYSFS_PMUS};
+use crate::attach::ring::{BackwardRing, RingBuffer};
+use crate::attach::sys;
+use crate::attach::target::Slot;
+use crate::attach::tracefs::{ProbeKind, Tracefs, TracefsProbes};
 use crate::error::{explain_open_errno, Error, OpenedAs};
 use crate::plan::{AttachPoint, Backend, ProbePlan};
-use crate::pmu::{ProbePmu, SYSFS_PMUS};
-use crate::ring::{BackwardRing, RingBuffer};
-use crate::sys;
-use crate::target::Slot;
-use crate::tracefs::{ProbeKind, Tracefs, TracefsProbes};
 
 fn is_user(p: &ProbePlan) -> bool {
     matches!(p.attach, AttachPoint::User { .. })
@@ -54,8 +54,9 @@ pub(crate) fn plans_for_target(
     // would move.
     let kernel_via_tracefs = !joined
         && plans.iter().any(ProbePlan::may_go_through_kprobe_events)
-        && target
-            .opens_each_probe_more_than_once(crate::cpus::online_cpus().map_or(1, |c| c.len()))
+        && target.opens_each_probe_more_than_once(
+            crate::attach::cpus::online_cpus().map_or(1, |c| c.len()),
+        )
         && Tracefs::find().is_ok_and(|t| t.can_define(ProbeKind::Kernel));
     if !inherits && !kernel_via_tracefs {
         return Ok(plans);
@@ -176,7 +177,7 @@ pub(crate) fn define_events(
                             })?;
                     }
                     if !joined {
-                        filter.place(&crate::tracefs::filter_fields(&fields));
+                        filter.place(&crate::attach::tracefs::filter_fields(&fields));
                     }
                 }
                 let offsets = plan
@@ -188,7 +189,7 @@ pub(crate) fn define_events(
                             .find(|f| f.name == a.name)
                             .map(|f| f.offset)
                             .ok_or_else(|| {
-                                Error::Tracefs(crate::tracefs::TracefsError::Format {
+                                Error::Tracefs(crate::attach::tracefs::TracefsError::Format {
                                     path: guard.tracefs().format_path(&group, &plan.event),
                                     field: a.name.clone(),
                                 })
@@ -371,7 +372,8 @@ pub(crate) fn inherited<'n>(
 
 /// The string the kernel runs for `plan`'s filter, when it runs there.
 pub(crate) fn kernel_filter(plan: &ProbePlan) -> Result<Option<CString>, Error> {
-    let Some(crate::filter::FilterRuns::Kernel(s)) = plan.filter.as_ref().map(|f| f.runs()) else {
+    let Some(crate::plan::filter::FilterRuns::Kernel(s)) = plan.filter.as_ref().map(|f| f.runs())
+    else {
         return Ok(None);
     };
     CString::new(s.as_bytes())
@@ -396,7 +398,7 @@ pub(crate) fn apply_kernel_filter(
         let text = filter.to_string_lossy().into_owned();
         let reason = explain(&text).unwrap_or_else(|| match e.raw_os_error() {
             Some(libc::EINVAL) => format!(
-                "{e}: the kernel could not apply it to the event's fields (with --backend pmu, \
+                "{e}: the kernel could not apply it to the event's fields (with the PMU backend, \
                  kprobe-perf runs a filter on arguments in user space)"
             ),
             Some(libc::EEXIST) => format!("{e}: the event already has a filter"),
@@ -510,7 +512,10 @@ pub(super) fn open_events(
         settings: event_settings(opts),
         opts,
         // User callchains are named from the binaries' mappings too.
-        any_user: plans.iter().any(is_user) || opts.call_graph.is_some_and(|g| g.user()),
+        any_user: plans.iter().any(is_user)
+            || opts
+                .call_graph
+                .is_some_and(|g| g.user() || g.dwarf_stack().is_some()),
         poll,
     };
     let mut opened = Opened {
@@ -923,7 +928,7 @@ mod tests {
         let e = apply_kernel_filter(&fd, &filter, &plan, |_| None).unwrap_err();
         assert!(
             e.to_string().ends_with(
-                "(os error 22): the kernel could not apply it to the event's fields (with --backend pmu, kprobe-perf runs a filter on arguments in user space)"
+                "(os error 22): the kernel could not apply it to the event's fields (with the PMU backend, kprobe-perf runs a filter on arguments in user space)"
             ),
             "{e}"
         );

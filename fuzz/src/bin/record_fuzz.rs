@@ -18,6 +18,7 @@ use kprobe_perf_engine::perfdata::{
     symbol_subset, tracing_data, Metadata, Reader, Replay, StoredProbe, Writer, RECORD_LOST,
 };
 use kprobe_perf_engine::plan::{self, BackendChoice};
+use kprobe_perf_engine::records::RingRecord;
 use kprobe_perf_engine::records::{
     comm_record_body, sample_attr_bytes, sample_record_body, Handover, RecordDecoder, RecordSink,
     SampleFields, ThreadNames, RECORD_COMM, RECORD_SAMPLE,
@@ -221,7 +222,7 @@ fn file(plans: &[ProbePlan], records: &[(u32, Vec<u8>)]) -> Vec<u8> {
         w.hide(vec![id_of(plans.len() - 1)], spill);
         w.kernel_mmap(0xffffffff81000000)?;
         for (n, (kind, body)) in records.iter().enumerate() {
-            w.record(*kind, 1, (body, &[]))?;
+            w.record(RingRecord::new(*kind, 1, (body, &[])))?;
             if n % 4 == 3 {
                 w.round_end()?;
             }
@@ -371,7 +372,11 @@ fn main() {
     let comm: Arc<str> = Arc::from("cat");
     for (n, (kind, body)) in records.iter().enumerate() {
         let sample = *kind != RECORD_SAMPLE || decoder.decode_sample_bytes(1, body, &comm).is_ok();
-        if !sample || decoder.record(*kind, 1, (body, &[])).is_err() {
+        if !sample
+            || decoder
+                .record(RingRecord::new(*kind, 1, (body, &[])))
+                .is_err()
+        {
             eprintln!("record fuzz: starting record #{n} (type {kind}) does not decode");
             std::process::exit(1);
         }
@@ -413,11 +418,13 @@ fn main() {
                 for (kind, input) in &inputs {
                     let a = *kind != RECORD_SAMPLE
                         || decoder.decode_sample_bytes(1, input, &comm).is_ok();
-                    let b = decoder.record(*kind, 1, (input, &[])).is_ok();
+                    let b = decoder
+                        .record(RingRecord::new(*kind, 1, (input, &[])))
+                        .is_ok();
                     // Split the record as a ring wrap would.
                     let cut = input.len() / 2;
                     let c = decoder
-                        .record(*kind, 1, (&input[..cut], &input[cut..]))
+                        .record(RingRecord::new(*kind, 1, (&input[..cut], &input[cut..])))
                         .is_ok();
                     ok &= a && b && c;
                 }

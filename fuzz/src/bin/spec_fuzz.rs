@@ -6,8 +6,8 @@
 //! mode.
 
 use kprobe_perf_arch::Arch;
-use kprobe_perf_engine::spec::Definition;
 use kprobe_perf_fuzz::{alloc, run, Options, Rng, Verdict};
+use kprobe_perf_spec::Definition;
 
 const CORPUS: &[&str] = &[
     "p:myprobe do_sys_open dfd=%ax filename=%dx flags=%cx mode=+4($stack)",

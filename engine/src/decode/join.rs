@@ -1,0 +1,199 @@
+//! The decode-time half of the entry joins planned in
+//! [`crate::plan::entry_join`]: [`expand`] gives the probes a session
+//! opens for the user's (a joined probe's return part in its place, the
+//! hidden entry probes after the user's), and the [`Joiner`] pairs each
+//! return with its entry per thread and hands the return on with the
+//! user's arguments.
+
+use std::ops::ControlFlow;
+use std::sync::Arc;
+
+use crate::analysis::latency::{FrameMatch, FunctionProbes, LatencyOptions, LatencyPairer};
+use crate::decode::{Event, Value};
+use crate::plan::entry_join::{JoinSource, ENTRY_SUFFIX};
+use crate::plan::ProbePlan;
+
+/// One joined return probe, as the [`Joiner`] knows it.
+#[derive(Debug)]
+struct Joined {
+    /// Index of the return probe (the user's probe).
+    ret: usize,
+    order: Vec<JoinSource>,
+}
+
+/// Pairs the hidden entry probes' events with their returns and gives
+/// the returns the user's arguments (see the [module](self)).
+pub struct Joiner {
+    /// The user's probes, as shown.
+    shown: Vec<ProbePlan>,
+    /// Per function of `pairer`, its return probe.
+    joined: Vec<Joined>,
+    /// Per probe index (user's and hidden): its function, if any.
+    role: Vec<Option<usize>>,
+    pairer: LatencyPairer,
+    /// The event handed over for a joined return (its storage reused).
+    merged: Event,
+    /// True when the consumer stopped at `merged` (it comes again).
+    held: bool,
+}
+
+impl std::fmt::Debug for Joiner {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Joiner")
+            .field("shown", &self.shown.len())
+            .field("joined", &self.joined)
+            .finish_non_exhaustive()
+    }
+}
+
+/// The probes a session opens for `plans` (the user's): a joined probe's
+/// return part in its place, the hidden entry probes after the user's;
+/// and the [`Joiner`] that puts them back together, when one is needed.
+pub fn expand(plans: Vec<ProbePlan>) -> (Vec<ProbePlan>, Option<Joiner>) {
+    if plans.iter().all(|p| p.entry_join.is_none()) {
+        return (plans, None);
+    }
+    let mut opened: Vec<ProbePlan> = Vec::with_capacity(plans.len() + 1);
+    let mut hidden = Vec::new();
+    let mut functions = Vec::new();
+    let mut joined = Vec::new();
+    for (i, p) in plans.iter().enumerate() {
+        match &p.entry_join {
+            Some(j) => {
+                let entry_index = plans.len() + hidden.len();
+                let frame = FrameMatch::new(
+                    j.entry.args.len().saturating_sub(1),
+                    j.ret.args.len().saturating_sub(1),
+                    j.frame_step,
+                );
+                functions.push(FunctionProbes::new(entry_index, i).with_frame(frame));
+                joined.push(Joined {
+                    ret: i,
+                    order: j.order.clone(),
+                });
+                // Under the user's event name, which planning may have
+                // made unique since.
+                let mut ret = j.ret.clone();
+                ret.event = p.event.clone();
+                let mut entry = j.entry.clone();
+                entry.event = format!("{}{ENTRY_SUFFIX}", p.event);
+                opened.push(ret);
+                hidden.push(entry);
+            }
+            None => opened.push(p.clone()),
+        }
+    }
+    opened.extend(hidden);
+    let mut role = vec![None; opened.len()];
+    for (f, fp) in functions.iter().enumerate() {
+        role[fp.entry] = Some(f);
+        role[fp.ret] = Some(f);
+    }
+    let options = LatencyOptions {
+        calls_from_ns: Some(0),
+        ..LatencyOptions::default()
+    };
+    // Each probe is in one function only: the pairer cannot refuse them.
+    let pairer = match LatencyPairer::new(&functions, options) {
+        Ok(p) => p,
+        Err(_) => return (plans, None),
+    };
+    let joiner = Joiner {
+        shown: plans,
+        joined,
+        role,
+        pairer,
+        merged: Event {
+            probe: 0,
+            cpu: 0,
+            pid: 0,
+            tid: 0,
+            comm: Arc::from(""),
+            time_ns: 0,
+            ip: 0,
+            probe_addr: 0,
+            ret_addr: None,
+            callchain: Vec::new(),
+            args: Vec::new(),
+        },
+        held: false,
+    };
+    (opened, Some(joiner))
+}
+
+impl Joiner {
+    /// The user's probes, as shown (events refer to them).
+    pub fn shown(&self) -> &[ProbePlan] {
+        &self.shown
+    }
+
+    /// Takes one event in time order: a hidden entry is kept for its
+    /// return, a joined return is handed to `f` with the user's
+    /// arguments (entry values [`Value::Unknown`] when its entry was not
+    /// seen, and then `unknown` is called with its probe), any other
+    /// event is handed to `f` as it is. Returns what `f` returned; after a
+    /// `Break` the same event may come again (it stays queued): a joined
+    /// return then gets the same arguments again.
+    pub fn pass(
+        &mut self,
+        e: &Event,
+        mut unknown: impl FnMut(usize),
+        mut f: impl FnMut(&Event, &[ProbePlan]) -> ControlFlow<()>,
+    ) -> ControlFlow<()> {
+        let Some(func) = self.role.get(e.probe).copied().flatten() else {
+            return f(e, &self.shown);
+        };
+        let Some(j) = self.joined.get(func) else {
+            return ControlFlow::Continue(());
+        };
+        if e.probe != j.ret {
+            // The hidden entry: kept on its thread's stack.
+            let _ = self.pairer.record(e);
+            return ControlFlow::Continue(());
+        }
+        let m = &mut self.merged;
+        let again =
+            self.held && (m.probe, m.tid, m.cpu, m.time_ns) == (e.probe, e.tid, e.cpu, e.time_ns);
+        if !again {
+            let call = self.pairer.record(e);
+            m.probe = e.probe;
+            m.cpu = e.cpu;
+            m.pid = e.pid;
+            m.tid = e.tid;
+            m.comm = e.comm.clone();
+            m.time_ns = e.time_ns;
+            m.ip = e.ip;
+            m.probe_addr = e.probe_addr;
+            m.ret_addr = e.ret_addr;
+            m.callchain.clone_from(&e.callchain);
+            m.args.clear();
+            for src in &j.order {
+                let v = match (*src, &call) {
+                    (JoinSource::Entry(k), Some(c)) => c.entry_args.get(k).cloned(),
+                    (JoinSource::Entry(_), None) => None,
+                    (JoinSource::Return(k), _) => e.args.get(k).cloned(),
+                };
+                m.args.push(v.unwrap_or(Value::Unknown));
+            }
+            if call.is_none() {
+                unknown(e.probe);
+            }
+        }
+        let flow = f(m, &self.shown);
+        self.held = flow.is_break();
+        flow
+    }
+
+    /// Thread `tid` exited at `time_ns` (its EXIT record): its entries
+    /// waiting, of calls it exited in, are let go once a later event
+    /// comes.
+    pub fn thread_exits(&mut self, tid: i32, time_ns: u64) {
+        self.pairer.thread_exits(tid, time_ns);
+    }
+
+    /// Records were lost: the entries waiting may have lost their
+    /// returns (or the returns their entries), so none is kept.
+    pub fn events_lost(&mut self) {
+        self.pairer.events_lost();
+    }
+}

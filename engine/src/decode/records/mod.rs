@@ -1,0 +1,904 @@
+//! From raw perf records to [`Event`]s, with no kernel in sight: the
+//! decoding a [`Session`](crate::Session) applies to what its rings hold,
+//! usable as well on records read back from a perf.data file
+//! ([`crate::perfdata`]) or made up by benchmarks and fuzzers.
+
+use std::collections::HashMap;
+use std::hash::{BuildHasherDefault, Hasher};
+use std::ops::ControlFlow;
+use std::sync::Arc;
+
+use byteorder::NativeEndian;
+use kprobe_perf_arch::boundary::ProbeSite;
+use linux_perf_event_reader::{
+    get_record_identifier, Endianness, EventRecord, PerfEventAttr, RawData, RawEventRecord,
+    RecordParseInfo, RecordType,
+};
+use perf_event_open_sys::bindings::{
+    PERF_SAMPLE_CALLCHAIN, PERF_SAMPLE_CPU, PERF_SAMPLE_IDENTIFIER, PERF_SAMPLE_IP,
+    PERF_SAMPLE_RAW, PERF_SAMPLE_REGS_INTR, PERF_SAMPLE_REGS_USER, PERF_SAMPLE_STACK_USER,
+    PERF_SAMPLE_TID, PERF_SAMPLE_TIME,
+};
+
+use crate::decode::stats::{SessionStats, ThrottleChange};
+use crate::decode::{
+    arg_kinds, decode_into, decode_sample, AddressSet, DecodeError, Event, EventHead, SampleParts,
+};
+use crate::plan::{ArgSource, ProbePlan};
+use crate::spec::BaseType;
+
+mod build;
+mod comm;
+mod fast;
+mod order;
+#[cfg(test)]
+mod tests;
+
+/// The one type of a raw record, from a ring to a sink or a file.
+pub use crate::attach::ring::RingRecord;
+pub use build::{comm_record_body, sample_attr_bytes, user_mmap_bodies, MISC_USER};
+/// Builders of sample records as the kernel lays them out, for tests,
+/// fuzzers and benchmarks (the `test-util` feature).
+#[cfg(any(test, feature = "test-util"))]
+pub use build::{sample_record_body, SampleFields};
+use comm::CommTable;
+pub use comm::LearnedComm;
+use fast::FastLayout;
+use order::EventQueue;
+
+pub use crate::attach::attr::sample_type;
+
+/// The thread name a queued sample is decoded with: its `$comm` arguments
+/// are set when it is handed over, from its thread's name at its time.
+const COMM_AT_HANDOVER: &str = "";
+
+/// `PERF_RECORD_COMM`.
+pub const RECORD_COMM: u32 = perf_event_open_sys::bindings::PERF_RECORD_COMM;
+/// `PERF_RECORD_SAMPLE`.
+pub const RECORD_SAMPLE: u32 = perf_event_open_sys::bindings::PERF_RECORD_SAMPLE;
+/// `PERF_RECORD_EXIT`.
+pub const RECORD_EXIT: u32 = perf_event_open_sys::bindings::PERF_RECORD_EXIT;
+/// `PERF_RECORD_FORK`.
+pub const RECORD_FORK: u32 = perf_event_open_sys::bindings::PERF_RECORD_FORK;
+/// `PERF_RECORD_MMAP`: the one definition, for the records built here,
+/// the symbolizer and perf.data.
+pub const RECORD_MMAP: u32 = perf_event_open_sys::bindings::PERF_RECORD_MMAP;
+/// `PERF_RECORD_MMAP2`.
+pub const RECORD_MMAP2: u32 = perf_event_open_sys::bindings::PERF_RECORD_MMAP2;
+
+/// The thread and time of a `PERF_RECORD_EXIT` (`kind`, `body` as a
+/// [`RecordSink`] or [`crate::EventSink`] is given them): `None` for
+/// other records or a body too short. The body starts with pid, ppid,
+/// tid and ptid (u32 each), then the time.
+pub fn thread_exit(record: RingRecord<'_>) -> Option<(i32, u64)> {
+    let RingRecord { kind, body, .. } = record;
+    if kind != RECORD_EXIT {
+        return None;
+    }
+    let mut b = [0u8; 24];
+    let n = body.0.len().min(24);
+    b[..n].copy_from_slice(&body.0[..n]);
+    let rest = body.1.get(..24 - n)?;
+    b[n..].copy_from_slice(rest);
+    let tid = i32::from_ne_bytes([b[8], b[9], b[10], b[11]]);
+    let time = u64::from_ne_bytes([b[16], b[17], b[18], b[19], b[20], b[21], b[22], b[23]]);
+    Some((tid, time))
+}
+
+/// Which decoded events [`RecordDecoder::round`] hands over.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Handover {
+    /// Those known to be in time order: older than the newest event of an
+    /// earlier round (a CPU may still be writing an older event when
+    /// another's ring is read).
+    Ordered,
+    /// Every one: the last round, when no older record can come.
+    All,
+}
+
+/// Where a [`RecordDecoder`] finds the names of threads that no COMM
+/// record named.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ThreadNames {
+    /// Nowhere else (a file read back, made-up records): they are `<...>`.
+    RecordsOnly,
+    /// In /proc, as a live session can.
+    ReadProc,
+}
+
+/// Why a set of probes cannot be decoded.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum RecordsError {
+    /// An attr does not describe a sample layout we can read.
+    #[error("the perf_event_attr of probe {probe} cannot be parsed: {source}")]
+    Attr {
+        /// Index of the probe.
+        probe: usize,
+        /// What the parser said.
+        source: std::io::Error,
+    },
+    /// An attr asks for sample fields a kprobe-perf session never does.
+    #[error("the perf_event_attr of probe {probe} has sample_type 0x{sample_type:x}; kprobe-perf's samples have only IDENTIFIER, IP, TID, TIME, CPU, CALLCHAIN, RAW and REGS_INTR (0x{allowed:x}) and IDENTIFIER")]
+    Layout {
+        /// Index of the probe.
+        probe: usize,
+        /// Its sample_type.
+        sample_type: u64,
+        /// The bits allowed.
+        allowed: u64,
+    },
+    /// The number of attrs, field tables or plans differ.
+    #[error("{plans} probes but {attrs} attrs and {offsets} field tables")]
+    Mismatch {
+        /// Plans given.
+        plans: usize,
+        /// Attrs given.
+        attrs: usize,
+        /// Field offset tables given.
+        offsets: usize,
+    },
+}
+
+/// Why one record could not be used (it is also counted in
+/// [`SessionStats::undecodable`]).
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum RecordError {
+    /// The record's event id belongs to no probe.
+    #[error("its event id ({}) belongs to no probe", .0.map_or("none".to_string(), |i| i.to_string()))]
+    UnknownId(Option<u64>),
+    /// The record does not have the layout its attr describes.
+    #[error("it does not have the layout of its attr: {0}")]
+    Parse(String),
+    /// The sample could not be decoded with its probe's plan.
+    #[error("its sample cannot be decoded: {0}")]
+    Decode(#[from] DecodeError),
+}
+
+/// A multiplicative hasher for the integer keys of the per-record lookups
+/// (event ids, thread ids): SipHash costs more than the rest of a lookup.
+#[derive(Default, Clone, Copy)]
+struct IntHasher(u64);
+
+impl Hasher for IntHasher {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+
+    fn write(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            self.write_u64(u64::from(b));
+        }
+    }
+
+    fn write_u64(&mut self, i: u64) {
+        self.0 = (self.0.rotate_left(5) ^ i).wrapping_mul(0x51_7c_c1_b7_27_22_0a_95);
+    }
+
+    fn write_i32(&mut self, i: i32) {
+        self.write_u64(u64::from(i as u32));
+    }
+}
+
+type IntMap<K, V> = HashMap<K, V, BuildHasherDefault<IntHasher>>;
+
+/// Event ids in [`RecordDecoder::probe_of_fast`]'s cache (a power of two).
+const RECENT_IDS: usize = 64;
+
+/// What handing over a probe's events needs of its plan.
+#[derive(Debug)]
+pub(crate) struct ProbeShape {
+    /// [`arg_kinds`] of the plan.
+    pub kinds: Vec<Option<BaseType>>,
+    /// A kretprobe ([`ProbeSite::Return`]): the sampled ip is the return
+    /// address.
+    pub site: ProbeSite,
+    /// The arguments that are the thread's name (`$comm` read by the
+    /// engine), set when the event is handed over.
+    pub comm_args: Vec<usize>,
+}
+
+/// Decodes the records of a set of probes: samples into [`Event`]s, handed
+/// over in time order round by round ([`RecordDecoder::round`]), COMM
+/// records into the thread-name table, LOST records into the counters.
+pub struct RecordDecoder {
+    plans: Vec<ProbePlan>,
+    field_offsets: Vec<Vec<usize>>,
+    attrs: Vec<Vec<u8>>,
+    probe_of_id: IntMap<u64, usize>,
+    parse_info: Vec<RecordParseInfo>,
+    /// Per probe: `Some` when its samples have exactly the session layout,
+    /// which [`RecordDecoder::fast_sample`] reads.
+    fast: Vec<Option<FastLayout>>,
+    comms: CommTable,
+    stats: SessionStats,
+    queue: EventQueue,
+    /// Per probe, what delivering its events needs of its plan.
+    shapes: Vec<ProbeShape>,
+    /// See [`RecordDecoder::probe_of_fast`].
+    recent_ids: Vec<(u64, usize)>,
+    /// Per probe, its smallest event id (for the COMM records of names
+    /// learned from /proc).
+    first_ids: Vec<u64>,
+    /// Joins hidden entry probes to their returns ([`crate::plan::entry_join`]).
+    join: Option<crate::decode::join::Joiner>,
+    /// Per shown probe, the filter run in user space at handover.
+    user_filters: Vec<Option<crate::plan::filter::Filter>>,
+    /// Per probe: where the callchain's frame count lies in a sample
+    /// record's body, when its samples carry one.
+    chain_at: Vec<Option<usize>>,
+    /// The probe and return addresses of the samples
+    /// [`RecordDecoder::count`] passed over without decoding.
+    counted_addresses: AddressSet,
+    /// Per thread named from /proc, its earliest sample counted this
+    /// round: the next round settles the name there, as a handover does.
+    counted_unnamed: IntMap<i32, EventHead>,
+    /// When some probe's samples carry user registers and stack bytes:
+    /// the processes' mappings and the DWARF unwinder.
+    user_stacks: Option<Box<crate::decode::user_stacks::UserStacks>>,
+}
+
+/// The filters of `plans` that run in user space (one per plan).
+fn user_filters(plans: &[ProbePlan]) -> Vec<Option<crate::plan::filter::Filter>> {
+    plans
+        .iter()
+        .map(|p| {
+            p.filter
+                .as_ref()
+                .filter(|f| !f.in_kernel())
+                .map(|f| f.filter().clone())
+        })
+        .collect()
+}
+
+impl RecordDecoder {
+    /// A decoder for `plans`, whose events were opened with `attrs` (the
+    /// bytes of each probe's perf_event_attr) and carry the ids of
+    /// `probe_of_id`. `field_offsets[i]` lists where the arguments of
+    /// tracefs probe `i` lie in its raw record (empty for PMU probes).
+    /// With [`ThreadNames::ReadProc`], the decoder reads /proc for threads
+    /// it has no COMM for.
+    pub fn new(
+        plans: Vec<ProbePlan>,
+        field_offsets: Vec<Vec<usize>>,
+        attrs: Vec<Vec<u8>>,
+        probe_of_id: HashMap<u64, usize>,
+        names: ThreadNames,
+    ) -> Result<RecordDecoder, RecordsError> {
+        if attrs.len() != plans.len() || field_offsets.len() != plans.len() {
+            return Err(RecordsError::Mismatch {
+                plans: plans.len(),
+                attrs: attrs.len(),
+                offsets: field_offsets.len(),
+            });
+        }
+        let allowed = u64::from(
+            PERF_SAMPLE_IDENTIFIER
+                | PERF_SAMPLE_IP
+                | PERF_SAMPLE_TID
+                | PERF_SAMPLE_TIME
+                | PERF_SAMPLE_CPU
+                | PERF_SAMPLE_CALLCHAIN
+                | PERF_SAMPLE_RAW
+                | PERF_SAMPLE_REGS_INTR
+                | PERF_SAMPLE_REGS_USER
+                | PERF_SAMPLE_STACK_USER,
+        );
+        let dwarf = u64::from(PERF_SAMPLE_REGS_USER | PERF_SAMPLE_STACK_USER);
+        let mut any_dwarf = false;
+        let mut chain_at = Vec::with_capacity(attrs.len());
+        let parse_info = attrs
+            .iter()
+            .enumerate()
+            .map(|(probe, bytes)| {
+                let (a, _) = PerfEventAttr::parse::<_, NativeEndian>(&bytes[..])
+                    .map_err(|source| RecordsError::Attr { probe, source })?;
+                // The record parser trusts the attr (a CALLCHAIN bit makes
+                // it multiply a length from the record): allow only the
+                // layout sessions use.
+                let sample_type = a.sample_format.bits();
+                if sample_type & !allowed != 0
+                    || sample_type & u64::from(PERF_SAMPLE_IDENTIFIER) == 0
+                {
+                    return Err(RecordsError::Layout {
+                        probe,
+                        sample_type,
+                        allowed,
+                    });
+                }
+                any_dwarf |= sample_type & dwarf == dwarf;
+                let callchain = u64::from(PERF_SAMPLE_CALLCHAIN);
+                // The fields before the callchain, 8 bytes each.
+                chain_at.push((sample_type & callchain != 0).then(|| {
+                    [
+                        PERF_SAMPLE_IDENTIFIER,
+                        PERF_SAMPLE_IP,
+                        PERF_SAMPLE_TID,
+                        PERF_SAMPLE_TIME,
+                        PERF_SAMPLE_CPU,
+                    ]
+                    .iter()
+                    .filter(|&&b| sample_type & u64::from(b) != 0)
+                    .count()
+                        * 8
+                }));
+                let base =
+                    allowed & !u64::from(PERF_SAMPLE_REGS_INTR | PERF_SAMPLE_CALLCHAIN) & !dwarf;
+                // The fast reader knows the layout without a callchain or
+                // user stack.
+                let fast = (sample_type & base == base
+                    && sample_type & callchain == 0
+                    && sample_type & dwarf == 0)
+                    .then(|| {
+                        FastLayout::new(if sample_type & u64::from(PERF_SAMPLE_REGS_INTR) != 0 {
+                            a.sample_regs_intr
+                        } else {
+                            0
+                        })
+                    });
+                Ok((RecordParseInfo::new(&a, Endianness::LittleEndian), fast))
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        let (parse_info, fast): (Vec<_>, Vec<Option<FastLayout>>) = parse_info.into_iter().unzip();
+        let fast = fast
+            .into_iter()
+            .zip(&plans)
+            .map(|(f, plan)| f.map(|f| f.with_plan(plan)))
+            .collect();
+        let mut decoder = RecordDecoder {
+            first_ids: Vec::new(),
+            stats: SessionStats {
+                hits: vec![0; plans.len()],
+                ..Default::default()
+            },
+            field_offsets,
+            attrs,
+            probe_of_id: probe_of_id.into_iter().collect(),
+            parse_info,
+            fast,
+            comms: CommTable::new(names),
+            queue: EventQueue::new(),
+            shapes: plans
+                .iter()
+                .map(|p| ProbeShape {
+                    kinds: arg_kinds(p),
+                    site: p.site(),
+                    comm_args: p
+                        .args
+                        .iter()
+                        .enumerate()
+                        .filter(|(_, a)| matches!(a.source, ArgSource::Comm))
+                        .map(|(i, _)| i)
+                        .collect(),
+                })
+                .collect(),
+            user_filters: user_filters(&plans),
+            plans,
+            recent_ids: vec![(0, 0); RECENT_IDS],
+            join: None,
+            chain_at,
+            counted_addresses: AddressSet::default(),
+            counted_unnamed: IntMap::default(),
+            user_stacks: any_dwarf.then(|| {
+                Box::new(crate::decode::user_stacks::UserStacks::new(
+                    names == ThreadNames::ReadProc,
+                ))
+            }),
+        };
+        if decoder.user_filters.iter().any(Option::is_some) {
+            decoder.stats.filtered = vec![0; decoder.plans.len()];
+        }
+        decoder.first_ids = decoder
+            .ids()
+            .iter()
+            .map(|ids| ids.first().copied().unwrap_or(0))
+            .collect();
+        Ok(decoder)
+    }
+
+    /// The probes opened, in the order of the ids and attrs (with
+    /// [`RecordDecoder::join_entries`], a joined probe is its return part
+    /// and the hidden entry probes follow the user's: see
+    /// [`RecordDecoder::shown_plans`]).
+    pub fn plans(&self) -> &[ProbePlan] {
+        &self.plans
+    }
+
+    /// Joins the hidden entry probes of `joiner` to their returns: events
+    /// of hidden probes are no longer handed over nor counted in
+    /// [`SessionStats::hits`] (which then has the user's probes only), and
+    /// [`RecordDecoder::round`] hands the user's plans.
+    pub fn join_entries(&mut self, joiner: crate::decode::join::Joiner) {
+        let n = joiner.shown().len();
+        self.stats.hits.truncate(n);
+        self.stats.entry_unknown = vec![0; n];
+        self.user_filters = user_filters(joiner.shown());
+        self.stats.filtered = if self.user_filters.iter().any(Option::is_some) {
+            vec![0; n]
+        } else {
+            Vec::new()
+        };
+        self.join = Some(joiner);
+    }
+
+    /// The user's probes, in the order handed-over events refer to them:
+    /// [`RecordDecoder::plans`] unless entries are joined.
+    pub fn shown_plans(&self) -> &[ProbePlan] {
+        self.join.as_ref().map_or(&self.plans, |j| j.shown())
+    }
+
+    /// Where each tracefs probe's arguments lie in its raw record.
+    pub fn field_offsets(&self) -> &[Vec<usize>] {
+        &self.field_offsets
+    }
+
+    /// The perf_event_attr bytes of each probe.
+    pub fn attrs(&self) -> &[Vec<u8>] {
+        &self.attrs
+    }
+
+    /// The event ids of each probe (one per CPU or thread it was opened
+    /// on), sorted.
+    pub fn ids(&self) -> Vec<Vec<u64>> {
+        let mut ids = vec![Vec::new(); self.plans.len()];
+        for (&id, &p) in &self.probe_of_id {
+            if let Some(v) = ids.get_mut(p) {
+                v.push(id);
+            }
+        }
+        for v in &mut ids {
+            v.sort_unstable();
+        }
+        ids
+    }
+
+    /// The probe an event id belongs to.
+    pub fn probe_of_id(&self, id: u64) -> Option<usize> {
+        self.probe_of_id.get(&id).copied()
+    }
+
+    /// True when some probe's samples carry a callchain.
+    pub fn has_callchains(&self) -> bool {
+        self.chain_at.iter().any(Option::is_some)
+    }
+
+    /// Counters so far.
+    pub fn stats(&self) -> &SessionStats {
+        &self.stats
+    }
+
+    /// Counters, for the owner to add what it learns elsewhere.
+    pub fn stats_mut(&mut self) -> &mut SessionStats {
+        &mut self.stats
+    }
+
+    /// The names read from /proc since the last call.
+    pub fn take_learned(&mut self) -> Vec<LearnedComm> {
+        std::mem::take(&mut self.comms.learned)
+    }
+
+    /// Decodes one sample of a known probe without touching the counters
+    /// or the name table (the thread is named `comm`): the decode step
+    /// alone, for benchmarks and fuzzers. `body` is the record after its
+    /// 8-byte header.
+    pub fn decode_sample_bytes(
+        &self,
+        misc: u16,
+        body: &[u8],
+        comm: &Arc<str>,
+    ) -> Result<Event, DecodeError> {
+        let data = RawData::Single(body);
+        let kind = RecordType(RECORD_SAMPLE);
+        let probe = get_record_identifier::<NativeEndian>(kind, data, true)
+            .and_then(|id| self.probe_of_id(id))
+            .ok_or(DecodeError::Missing("a known event id"))?;
+        let (Some(plan), Some(info)) = (self.plans.get(probe), self.parse_info.get(probe)) else {
+            return Err(DecodeError::Missing("a known event id"));
+        };
+        if let Some(Some(at)) = self.chain_at.get(probe) {
+            if !chain_fits(&data, *at) {
+                return Err(DecodeError::Missing("a callchain that fits in the record"));
+            }
+        }
+        match RawEventRecord::new(kind, misc, data, *info).parse() {
+            Ok(EventRecord::Sample(s)) => {
+                let offsets = self.field_offsets.get(probe).map_or(&[][..], Vec::as_slice);
+                decode_sample(probe, plan, &s, comm.clone(), offsets)
+            }
+            _ => Err(DecodeError::Missing("a well-formed sample")),
+        }
+    }
+
+    /// True when [`RecordDecoder::count`] can stand for
+    /// [`RecordDecoder::record`]: no probe's entry values are joined and
+    /// no filter runs in user space (both need every argument decoded).
+    pub fn can_count_only(&self) -> bool {
+        self.join.is_none() && self.user_filters.iter().all(Option::is_none)
+    }
+
+    /// As [`RecordDecoder::record`] for a consumer that keeps raw records
+    /// and looks at no event (a perf.data file written without live
+    /// output): a sample of the session layout is counted, its thread
+    /// named (a name read from /proc is dated, at the next round, just
+    /// before the thread's earliest sample it names, and reported as
+    /// learned, as for a decoded sample) and its probe and return addresses noted (see
+    /// [`RecordDecoder::counted_addresses`]), but its arguments are not
+    /// decoded and it is not queued for a round. Any other record (a
+    /// callchain, a sample split at the ring's end, COMM, LOST ...) goes
+    /// to [`RecordDecoder::record`], whose events a round then hands over
+    /// as usual. Counters are the same as `record` would keep, when
+    /// [`RecordDecoder::can_count_only`].
+    pub fn count(&mut self, record: RingRecord<'_>) -> Result<(), RecordError> {
+        let RingRecord { kind, body, .. } = record;
+        if kind == RECORD_SAMPLE && body.1.is_empty() {
+            match self.count_sample(body.0) {
+                Some(Ok(())) => return Ok(()),
+                Some(Err(e)) => return Err(RecordError::Decode(e)),
+                None => {}
+            }
+        }
+        self.record(record)
+    }
+
+    /// The probe addresses and return addresses (a kretprobe's caller) of
+    /// the samples [`RecordDecoder::count`] counted without decoding: what
+    /// a symbol table needs to name them, as a decoded [`Event`]'s
+    /// `probe_addr` and `ret_addr` would.
+    pub fn counted_addresses(&self) -> &std::collections::HashSet<u64> {
+        self.counted_addresses.as_set()
+    }
+
+    /// Handles one record (`kind` and `misc` from its header, `body` the
+    /// rest, in one or two parts). A decoded sample of a probe the user
+    /// asked for waits for [`RecordDecoder::round`]; counters and names are
+    /// updated. Records of perf's own types (`FINISHED_ROUND` ...) are
+    /// ignored.
+    pub fn record(&mut self, record: RingRecord<'_>) -> Result<(), RecordError> {
+        let RingRecord { kind, misc, body } = record;
+        if kind == RECORD_SAMPLE && body.1.is_empty() {
+            // The common case returns no more than a flag, so that no
+            // result is copied between return slots.
+            match self.fast_sample(body.0) {
+                Some(Ok(())) => return Ok(()),
+                Some(Err(e)) => return Err(RecordError::Decode(e)),
+                None => {}
+            }
+        }
+        let data = if body.1.is_empty() {
+            RawData::Single(body.0)
+        } else {
+            RawData::Split(body.0, body.1)
+        };
+        let kind = RecordType(kind);
+        if kind.is_user_type() {
+            return Ok(());
+        }
+        if matches!(kind.0, RECORD_MMAP | RECORD_MMAP2) {
+            // Mappings need no probe: perf.data files also hold ones made
+            // from /proc, without a sample id.
+            self.note_mapping(kind.0, misc, data);
+            return Ok(());
+        }
+        let id = get_record_identifier::<NativeEndian>(kind, data, true);
+        let probe = id.and_then(|id| self.probe_of_id.get(&id).copied());
+        let (Some(probe), Some(plan), Some(info)) = (
+            probe,
+            probe.and_then(|p| self.plans.get(p)),
+            probe.and_then(|p| self.parse_info.get(p)),
+        ) else {
+            self.stats.undecodable += 1;
+            return Err(RecordError::UnknownId(id));
+        };
+        if kind.0 == RECORD_SAMPLE {
+            if let Some(Some(at)) = self.chain_at.get(probe) {
+                if !chain_fits(&data, *at) {
+                    self.stats.undecodable += 1;
+                    return Err(RecordError::Parse(
+                        "its callchain is longer than the record".into(),
+                    ));
+                }
+            }
+        }
+        let raw = RawEventRecord::new(kind, misc, data, *info);
+        let cpu = || raw.common_data().ok().and_then(|c| c.cpu);
+        match raw.parse() {
+            Ok(EventRecord::Sample(s)) => {
+                self.comms.see(s.pid.unwrap_or(-1), s.tid.unwrap_or(-1));
+                let offsets = self.field_offsets.get(probe).map_or(&[][..], Vec::as_slice);
+                let Some(sample_raw) = s.raw.map(|r| r.as_slice()) else {
+                    self.stats.undecodable += 1;
+                    return Err(DecodeError::Missing("raw data").into());
+                };
+                let parts = SampleParts::of(&s, &sample_raw);
+                let regs = s.intr_regs.as_ref();
+                let (head, args) = self.queue.begin();
+                let decoded = decode_into(
+                    probe,
+                    plan,
+                    &parts,
+                    |i| regs.and_then(|r| r.get(i)),
+                    COMM_AT_HANDOVER,
+                    offsets,
+                    head,
+                    args,
+                );
+                if let (Ok(()), Some(chain)) = (&decoded, s.callchain) {
+                    self.queue
+                        .set_frames((0..chain.len()).filter_map(|i| chain.get(i)));
+                }
+                if let (Ok(()), Some(stacks), Some(regs), Some((stack, _))) = (
+                    &decoded,
+                    self.user_stacks.as_mut(),
+                    s.user_regs.as_ref(),
+                    s.user_stack,
+                ) {
+                    let frames = stacks.unwind(s.pid.unwrap_or(-1), regs, &stack.as_slice());
+                    self.queue.push_user_frames(frames);
+                }
+                account(&mut self.stats, &mut self.queue, decoded.map(|()| probe))
+                    .map_err(RecordError::Decode)
+            }
+            Ok(EventRecord::Comm(c)) => {
+                if let Some(stacks) = self.user_stacks.as_mut().filter(|_| c.is_execve) {
+                    stacks.gone(c.pid);
+                }
+                // Without a time (no sample_id_all), the name counts from
+                // the start.
+                let time = raw.common_data().ok().and_then(|c| c.timestamp);
+                self.comms.set(c.tid, &c.name.as_slice(), time.unwrap_or(0));
+                Ok(())
+            }
+            Ok(EventRecord::Fork(f)) => {
+                if let Some(stacks) = self.user_stacks.as_mut().filter(|_| f.pid != f.ppid) {
+                    stacks.forked(f.ppid, f.pid);
+                }
+                let id = self.first_ids.get(probe).copied().unwrap_or(0);
+                self.comms.fork(
+                    (f.pid, f.tid),
+                    (f.ppid, f.ptid),
+                    f.timestamp,
+                    cpu().unwrap_or(0),
+                    id,
+                );
+                Ok(())
+            }
+            Ok(EventRecord::Exit(x)) => {
+                if let Some(stacks) = self.user_stacks.as_mut().filter(|_| x.pid == x.tid) {
+                    stacks.gone(x.pid);
+                }
+                // A thread that exits inside a function whose return is
+                // joined never returns: its entry goes (memory stays
+                // bounded however many threads do).
+                if let Some(j) = self.join.as_mut() {
+                    j.thread_exits(x.tid, x.timestamp);
+                }
+                Ok(())
+            }
+            Ok(EventRecord::Lost(l)) => {
+                self.stats.note_lost(cpu(), l.count);
+                if let Some(j) = self.join.as_mut() {
+                    j.events_lost();
+                }
+                Ok(())
+            }
+            Ok(EventRecord::Throttle(_)) => {
+                self.stats
+                    .note_throttle(cpu(), probe, ThrottleChange::Throttled);
+                Ok(())
+            }
+            Ok(EventRecord::Unthrottle(_)) => {
+                self.stats
+                    .note_throttle(cpu(), probe, ThrottleChange::Unthrottled);
+                Ok(())
+            }
+            Ok(_) => Ok(()),
+            Err(e) => {
+                self.stats.undecodable += 1;
+                Err(RecordError::Parse(e.to_string()))
+            }
+        }
+    }
+
+    /// True when samples carry user stacks to unwind: the decoder then
+    /// wants every MMAP, FORK, COMM and EXIT record (a file read back
+    /// gives it those too).
+    pub fn unwinds_user_stacks(&self) -> bool {
+        self.user_stacks.is_some()
+    }
+
+    /// An executable mapping, for the DWARF unwinder.
+    fn note_mapping(&mut self, kind: u32, misc: u16, data: RawData<'_>) {
+        use linux_perf_event_reader::{Mmap2Record, MmapRecord};
+        let Some(stacks) = self.user_stacks.as_mut() else {
+            return;
+        };
+        if kind == RECORD_MMAP {
+            if let Ok(m) = MmapRecord::parse::<NativeEndian>(data, misc) {
+                if m.is_executable {
+                    stacks.mapped(
+                        m.pid,
+                        m.address,
+                        m.length,
+                        m.page_offset,
+                        &m.path.as_slice(),
+                    );
+                }
+            }
+        } else if let Ok(m) = Mmap2Record::parse::<NativeEndian>(data, misc) {
+            if m.protection & (libc::PROT_EXEC as u32) != 0 {
+                stacks.mapped(
+                    m.pid,
+                    m.address,
+                    m.length,
+                    m.page_offset,
+                    &m.path.as_slice(),
+                );
+            }
+        }
+    }
+
+    /// Hands `f` (with the plans events refer to) the decoded events known
+    /// to be in time order: those older than the newest event of an earlier
+    /// round, as a CPU may still be writing an older event when another's
+    /// ring is read ([`Handover::Ordered`]); with [`Handover::All`], every
+    /// one (the last round). Call it after
+    /// each round of [`RecordDecoder::record`] calls (each ring read once).
+    /// The event handed over is reused for the next: clone it to keep it.
+    /// Names read from /proc that the round used are then ready for
+    /// [`RecordDecoder::take_learned`]. Returns how many were handed over.
+    pub fn round(&mut self, handover: Handover, mut f: impl FnMut(&Event, &[ProbePlan])) -> usize {
+        self.try_round(handover, |e, plans| {
+            f(e, plans);
+            ControlFlow::Continue(())
+        })
+    }
+
+    /// As [`RecordDecoder::round`], but `f` may stop the round with
+    /// `Break`: the events not yet handed over stay queued, in order, for
+    /// the next round.
+    pub fn try_round(
+        &mut self,
+        handover: Handover,
+        mut f: impl FnMut(&Event, &[ProbePlan]) -> ControlFlow<()>,
+    ) -> usize {
+        let plans = &self.plans;
+        let comms = &self.comms;
+        let (join, stats) = (&mut self.join, &mut self.stats);
+        let SessionStats {
+            entry_unknown,
+            filtered,
+            ..
+        } = stats;
+        let user_filters = &self.user_filters;
+        let mut dropped = 0usize;
+        // The user-space filters, before `f` sees an event: a rejected
+        // one is counted and skipped.
+        let mut f = |e: &Event, plans: &[ProbePlan]| {
+            if let Some(Some(filter)) = user_filters.get(e.probe) {
+                if !filter.matches(e) {
+                    if let Some(n) = filtered.get_mut(e.probe) {
+                        *n += 1;
+                    }
+                    dropped += 1;
+                    return ControlFlow::Continue(());
+                }
+            }
+            f(e, plans)
+        };
+        // Per thread, the first (earliest) event named from /proc.
+        let mut from_proc: Vec<EventHead> = Vec::new();
+        let n = self.queue.round(
+            &comms.names,
+            |h| {
+                let (n, provisional) = comms.at(h.tid, h.time_ns);
+                if provisional && !from_proc.iter().any(|p| p.tid == h.tid) {
+                    from_proc.push(*h);
+                }
+                n
+            },
+            &self.shapes,
+            handover,
+            |e| match join {
+                None => f(e, plans),
+                Some(j) => {
+                    let unknown = |p: usize| {
+                        if let Some(n) = entry_unknown.get_mut(p) {
+                            *n += 1;
+                        }
+                    };
+                    j.pass(e, unknown, |m, shown| f(m, shown))
+                }
+            },
+        );
+        let n = n.saturating_sub(dropped);
+        // Samples counted without decoding (RecordDecoder::count), named
+        // from /proc unless a COMM record read since names them.
+        for (_, h) in self.counted_unnamed.drain() {
+            if self.comms.at(h.tid, h.time_ns).1 {
+                from_proc.push(h);
+            }
+        }
+        // The earliest first: a thread's name is dated at its first use.
+        from_proc.sort_by_key(|h| h.time_ns);
+        for h in from_proc {
+            // Dated just before that event: a COMM record of the same time
+            // written after the sample would be applied after it by perf,
+            // which keeps records of equal times in file order.
+            let time = h.time_ns.saturating_sub(1);
+            if let Some(name) = self.comms.settle(h.tid, time) {
+                let learned = LearnedComm {
+                    pid: h.pid,
+                    tid: h.tid,
+                    name: self.comms.name(name).clone(),
+                    time_ns: time,
+                    cpu: h.cpu,
+                    id: self.first_ids.get(h.probe as usize).copied().unwrap_or(0),
+                };
+                self.comms.learned.push(learned);
+            }
+        }
+        n
+    }
+
+    /// Decoded events waiting for a later round.
+    pub fn waiting(&self) -> usize {
+        self.queue.len()
+    }
+}
+
+/// True when the callchain whose frame count lies at byte `at` of a
+/// sample's body fits in it: the record parser trusts the count.
+fn chain_fits(data: &RawData<'_>, at: usize) -> bool {
+    let Some(nr) = data
+        .get(at..at + 8)
+        .map(|d| d.as_slice())
+        .and_then(|b| <[u8; 8]>::try_from(&b[..]).ok())
+        .map(u64::from_ne_bytes)
+    else {
+        return false;
+    };
+    usize::try_from(nr)
+        .ok()
+        .and_then(|n| n.checked_mul(8))
+        .and_then(|n| n.checked_add(at + 8))
+        .is_some_and(|end| end <= data.len())
+}
+
+/// Counts a decoded sample of `probe` and commits the queue's slot it was
+/// decoded into, or counts a failure as undecodable.
+#[inline]
+fn account(
+    stats: &mut SessionStats,
+    queue: &mut EventQueue,
+    decoded: Result<usize, DecodeError>,
+) -> Result<(), DecodeError> {
+    match decoded {
+        Ok(probe) => {
+            if let Some(h) = stats.hits.get_mut(probe) {
+                *h += 1;
+            }
+            queue.commit();
+            Ok(())
+        }
+        Err(e) => {
+            queue.abort();
+            stats.undecodable += 1;
+            Err(e)
+        }
+    }
+}
+
+/// What takes raw records untouched, as a perf.data writer does (see
+/// [`crate::perfdata::Writer`]). A session hands records to an
+/// [`EventSink`](crate::EventSink) given to each drain; a sink that writes
+/// a file forwards them here.
+pub trait RecordSink {
+    /// One record: `kind` and `misc` from its header, `body` the bytes
+    /// after the header, in one or two parts.
+    fn record(&mut self, record: RingRecord<'_>) -> std::io::Result<()>;
+
+    /// Every ring has been read once since the last round: no record
+    /// still to come is older than those already given.
+    fn round_end(&mut self) -> std::io::Result<()>;
+}

@@ -1,0 +1,261 @@
+//! Time order across CPUs, round by round, without building an owned
+//! [`Event`] per sample: decoded samples wait as small fixed-size slots
+//! (integer arguments as bare integers in one shared arena, other values
+//! in another), and each is turned into a single reused [`Event`] only
+//! when it is handed over.
+
+use std::ops::ControlFlow;
+use std::sync::Arc;
+
+use kprobe_perf_arch::boundary::ProbeSite;
+
+use crate::decode::frames::StackFrame;
+use crate::decode::records::{Handover, ProbeShape};
+use crate::decode::{set_args, ArgsOut, Event, EventHead, Value};
+
+/// A decoded sample waiting for its turn.
+#[derive(Debug, Clone, Copy, Default)]
+struct Slot {
+    head: EventHead,
+    /// Where its arguments start in [`EventQueue::ints`] and
+    /// [`EventQueue::others`] (which never hold 2^32 values: a round's
+    /// events are handed over by the next).
+    ints_at: u32,
+    others_at: u32,
+    /// Where its callchain's frames start in [`EventQueue::frames`], and
+    /// how many.
+    frames_at: u32,
+    frames_len: u32,
+}
+
+/// Puts the events of successive poll rounds in time order: an event is
+/// handed over once a later round has passed its time (a CPU may still be
+/// writing an older event when another's ring is read).
+#[derive(Debug)]
+pub(crate) struct EventQueue {
+    /// Read, not yet handed over; in time order up to `sorted`, then in
+    /// the order they were read. A slot being filled sits at the back.
+    pending: Vec<Slot>,
+    /// How many of `pending` (from the front) are known to be in order.
+    sorted: usize,
+    /// Integer arguments of the pending slots.
+    ints: Vec<u64>,
+    /// Other argument values of the pending slots.
+    others: Vec<Value>,
+    /// Callchain frames of the pending slots.
+    frames: Vec<StackFrame>,
+    /// Every event up to this time has been read: the newest time of an
+    /// earlier round.
+    complete_before: u64,
+    /// The newest time of this round.
+    round_max: Option<u64>,
+    /// The events handed to callers, refilled for each slot: one per name
+    /// (direct-mapped by name index), so that handing over an event of
+    /// another thread does not touch a name's reference count.
+    scratch: Vec<(u32, Event)>,
+}
+
+impl EventQueue {
+    /// Events kept for reuse (a power of two).
+    const SCRATCH: usize = 256;
+
+    pub(crate) fn new() -> EventQueue {
+        EventQueue {
+            pending: Vec::new(),
+            sorted: 0,
+            ints: Vec::new(),
+            others: Vec::new(),
+            frames: Vec::new(),
+            complete_before: 0,
+            round_max: None,
+            scratch: Vec::new(),
+        }
+    }
+
+    /// Starts a slot at the back, for a sample's decoding to fill in place;
+    /// it must be ended by [`EventQueue::commit`] or [`EventQueue::abort`].
+    #[inline]
+    pub(crate) fn begin(&mut self) -> (&mut EventHead, ArgsOut<'_>) {
+        self.pending.push(Slot {
+            ints_at: self.ints.len() as u32,
+            others_at: self.others.len() as u32,
+            frames_at: self.frames.len() as u32,
+            ..Slot::default()
+        });
+        let head = match self.pending.last_mut() {
+            Some(slot) => &mut slot.head,
+            // Not reached: a slot was just pushed.
+            None => unreachable!("a slot was just pushed"),
+        };
+        let args = ArgsOut {
+            ints: &mut self.ints,
+            others: &mut self.others,
+        };
+        (head, args)
+    }
+
+    /// Gives the slot begun last the frames of a raw callchain (context
+    /// markers read, see [`crate::stack`]).
+    pub(crate) fn set_frames(&mut self, chain: impl Iterator<Item = u64>) {
+        let at = self.frames.len();
+        crate::decode::frames::push_frames(chain, &mut self.frames);
+        if let Some(s) = self.pending.last_mut() {
+            s.frames_at = at as u32;
+            s.frames_len = (self.frames.len() - at) as u32;
+        }
+    }
+
+    /// Adds user frames to the slot begun last, after any of its
+    /// callchain's frames: a DWARF-unwound user stack.
+    pub(crate) fn push_user_frames(&mut self, addresses: &[u64]) {
+        let at = self.frames.len() as u32;
+        let Some(s) = self.pending.last_mut() else {
+            return;
+        };
+        if s.frames_len == 0 {
+            s.frames_at = at;
+        }
+        self.frames.extend(
+            addresses
+                .iter()
+                .map(|&address| crate::decode::frames::StackFrame {
+                    address,
+                    user: true,
+                }),
+        );
+        s.frames_len += addresses.len() as u32;
+    }
+
+    /// Queues the slot begun last.
+    #[inline]
+    pub(crate) fn commit(&mut self) {
+        let n = self.pending.len();
+        let Some(t) = self.pending.last().map(|s| s.head.time_ns) else {
+            return;
+        };
+        self.round_max = Some(self.round_max.map_or(t, |m| m.max(t)));
+        if self.sorted + 1 == n
+            && (n < 2 || self.pending.get(n - 2).is_some_and(|b| b.head.time_ns <= t))
+        {
+            self.sorted = n;
+        }
+    }
+
+    /// Drops the slot begun last and its arguments (a sample not handed
+    /// over).
+    #[inline]
+    pub(crate) fn abort(&mut self) {
+        if let Some(s) = self.pending.pop() {
+            self.ints.truncate(s.ints_at as usize);
+            self.others.truncate(s.others_at as usize);
+            self.frames.truncate(s.frames_at as usize);
+        }
+    }
+
+    /// Number of events waiting.
+    pub(crate) fn len(&self) -> usize {
+        self.pending.len()
+    }
+
+    /// Ends a round: hands `f` the events now known to be in order (all of
+    /// them with [`Handover::All`]), with the shapes of the probes in `shapes`. The
+    /// thread of an event is named `names[name_of(event)]` (the first
+    /// entry names threads without a known name): asked in time order,
+    /// once every record up to the event's time has been read. A `Break`
+    /// from `f` keeps the events not yet handed over for the next round.
+    /// Returns how many were handed over.
+    pub(crate) fn round(
+        &mut self,
+        names: &[Arc<str>],
+        mut name_of: impl FnMut(&EventHead) -> u32,
+        shapes: &[ProbeShape],
+        handover: Handover,
+        mut f: impl FnMut(&Event) -> ControlFlow<()>,
+    ) -> usize {
+        let round_max = self.round_max.take();
+        if self.sorted < self.pending.len() {
+            // Stable, as the events of one ring are already in order.
+            self.pending.sort_by_key(|s| s.head.time_ns);
+        }
+        let ready = match handover {
+            Handover::All => self.pending.len(),
+            Handover::Ordered => {
+                let before = self.complete_before;
+                self.pending.partition_point(|s| s.head.time_ns <= before)
+            }
+        };
+        if let Some(m) = round_max {
+            self.complete_before = self.complete_before.max(m);
+        }
+        if self.scratch.is_empty() {
+            let blank = EventHead::default().event(Arc::from(""), Vec::new(), ProbeSite::Entry);
+            self.scratch = vec![(u32::MAX, blank); Self::SCRATCH];
+        }
+        // Events after a `Break` stay queued, in order, for the next round.
+        let mut handed = 0;
+        for slot in self.pending.get(..ready).unwrap_or(&[]) {
+            let comm = name_of(&slot.head);
+            let Some((named, e)) = self.scratch.get_mut(comm as usize & (Self::SCRATCH - 1)) else {
+                continue;
+            };
+            if *named != comm {
+                if let Some(name) = names.get(comm as usize).or(names.first()) {
+                    e.comm = name.clone();
+                }
+                *named = comm;
+            }
+            let shape = shapes.get(slot.head.probe as usize);
+            slot.head
+                .fill(e, shape.map_or(ProbeSite::Entry, |s| s.site));
+            let kinds = shape.map_or(&[][..], |s| s.kinds.as_slice());
+            set_args(
+                &mut e.args,
+                kinds,
+                self.ints.get(slot.ints_at as usize..).unwrap_or(&[]),
+                self.others.get(slot.others_at as usize..).unwrap_or(&[]),
+            );
+            e.callchain.clear();
+            let (at, len) = (slot.frames_at as usize, slot.frames_len as usize);
+            if let Some(frames) = self.frames.get(at..at + len) {
+                e.callchain.extend_from_slice(frames);
+            }
+            for &i in shape.map_or(&[][..], |s| s.comm_args.as_slice()) {
+                if let Some(v) = e.args.get_mut(i) {
+                    *v = Value::Str(Some(e.comm.to_string()));
+                }
+            }
+            handed += 1;
+            if f(e).is_break() {
+                break;
+            }
+        }
+        self.pending.drain(..handed);
+        self.sorted = self.pending.len();
+        // The arguments of handed-over events are dead: keep only those of
+        // the slots still waiting.
+        let first = self.pending.iter().map(|s| (s.ints_at, s.others_at)).fold(
+            (self.ints.len() as u32, self.others.len() as u32),
+            |(i, o), (si, so)| (i.min(si), o.min(so)),
+        );
+        if first.0 > 0 {
+            self.ints.drain(..first.0 as usize);
+        }
+        if first.1 > 0 {
+            self.others.drain(..first.1 as usize);
+        }
+        let first_frame = self
+            .pending
+            .iter()
+            .map(|s| s.frames_at)
+            .fold(self.frames.len() as u32, u32::min);
+        if first_frame > 0 {
+            self.frames.drain(..first_frame as usize);
+        }
+        for s in &mut self.pending {
+            s.ints_at -= first.0;
+            s.others_at -= first.1;
+            s.frames_at -= first_frame;
+        }
+        handed
+    }
+}

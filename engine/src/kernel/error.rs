@@ -1,0 +1,65 @@
+//! The kernel stage's error: the kernel's symbols, images or text that
+//! cannot be used. Wrapped by the crate's [`Error`](crate::Error).
+
+use std::path::PathBuf;
+
+use kprobe_perf_symbols::image::ImageError;
+use kprobe_perf_symbols::SymbolsError;
+
+/// Why the kernel's symbols, images or text cannot be used.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum KernelError {
+    /// `/proc/kallsyms` could not be read.
+    #[error(transparent)]
+    Kallsyms(#[from] SymbolsError),
+    /// A vmlinux or System.map cannot be read, or is not the running
+    /// kernel's.
+    #[error(transparent)]
+    Image(#[from] ImageError),
+    /// The System.map and the vmlinux give different KASLR slides.
+    #[error("{} (KASLR slide 0x{map_slide:x}) and the vmlinux (0x{vmlinux_slide:x}) are of different builds", system_map.display())]
+    ImagesDisagree {
+        /// The System.map.
+        system_map: PathBuf,
+        /// The slide the System.map gives.
+        map_slide: u64,
+        /// The slide the vmlinux gives.
+        vmlinux_slide: u64,
+    },
+    /// Text was asked of `/proc/kcore` ([`TextFrom::Kcore`](crate::kernel::TextFrom::Kcore)), which cannot
+    /// be read.
+    #[error("/proc/kcore cannot be read (run as root on a kernel with CONFIG_PROC_KCORE)")]
+    Kcore {
+        /// The OS error.
+        source: std::io::Error,
+    },
+    /// Text was asked of the vmlinux ([`TextFrom::Vmlinux`](crate::kernel::TextFrom::Vmlinux)), which has
+    /// no symbols to compute the KASLR slide from.
+    #[error("{} cannot be placed at the running kernel's addresses (no symbols to compute the KASLR slide from: give the System.map too, and run as root so kallsyms shows addresses)", path.display())]
+    Unplaced {
+        /// The vmlinux.
+        path: PathBuf,
+    },
+    /// Text was asked of the vmlinux ([`TextFrom::Vmlinux`](crate::kernel::TextFrom::Vmlinux)), and none was
+    /// given or found.
+    #[error("no vmlinux for {release} (looked in {}); give the vmlinux path (Debian: the linux-image-VERSION-dbg package)", looked_in(candidates))]
+    NoVmlinux {
+        /// `uname -r`.
+        release: String,
+        /// Where it was looked for.
+        candidates: Vec<PathBuf>,
+    },
+    /// The running kernel's architecture is not one the engine decodes.
+    #[error("kprobe-perf supports x86_64 and aarch64 only")]
+    UnsupportedArch,
+}
+
+/// The paths, joined for a message.
+pub fn looked_in(paths: &[PathBuf]) -> String {
+    paths
+        .iter()
+        .map(|p| p.display().to_string())
+        .collect::<Vec<_>>()
+        .join(", ")
+}

@@ -1,0 +1,802 @@
+//! A recording session: armed probes, one ring buffer per CPU polled with
+//! mio, and decoded events handed to the caller in time order.
+
+pub mod counting;
+pub mod sink;
+pub mod summary;
+
+use std::collections::BTreeMap;
+use std::ops::ControlFlow;
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd, RawFd};
+use std::time::Duration;
+
+use mio::unix::SourceFd;
+use mio::{Events, Interest, Poll, Token};
+
+use crate::attach::command::HeldCommand;
+use crate::attach::pmu::{ProbePmu, SYSFS_PMUS};
+use crate::attach::process::{self, ProcessWatch};
+use crate::attach::ring::{BackwardRing, RingBuffer};
+use crate::attach::sys;
+use crate::attach::target;
+use crate::attach::tracefs::{self, TracefsProbes};
+use crate::decode::records::RingRecord;
+use crate::decode::records::{self, Handover, RecordDecoder, ThreadNames};
+pub use crate::decode::stats::{
+    CallCounts, KernelCounts, SessionStats, ThrottleChange, Throttling,
+};
+use crate::decode::Event;
+use crate::error::Error;
+use crate::plan::{AttachPoint, Backend, ProbePlan};
+use crate::session::sink::EventSink;
+use crate::session::summary::{KernelSide, Summary};
+
+/// Default ring size per CPU in data pages (512 KiB with 4 KiB pages).
+pub const DEFAULT_MMAP_PAGES: usize = 128;
+
+pub use crate::attach::target::{CommandScope, RecordTarget};
+
+/// Session settings.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct SessionOptions {
+    /// Whose hits to record.
+    pub target: RecordTarget,
+    /// Data pages per CPU ring (a power of two).
+    pub mmap_pages: usize,
+    /// Flight-recorder mode: rings are written backward and mapped
+    /// read-only, so the kernel keeps the newest records and overwrites
+    /// the oldest; nothing is read until [`Session::dump_overwrite`].
+    pub overwrite: bool,
+    /// The callchains each sample carries (`None`: none).
+    pub call_graph: Option<crate::attach::attr::CallGraph>,
+}
+
+impl SessionOptions {
+    /// Records callchains with every sample (see
+    /// [`SessionOptions::call_graph`]).
+    pub fn with_call_graph(mut self, graph: Option<crate::attach::attr::CallGraph>) -> Self {
+        self.call_graph = graph;
+        self
+    }
+
+    /// Records `target` (default: every CPU).
+    pub fn with_target(mut self, target: RecordTarget) -> Self {
+        self.target = target;
+        self
+    }
+
+    /// `pages` data pages per ring, a power of two (default:
+    /// [`DEFAULT_MMAP_PAGES`]).
+    pub fn with_mmap_pages(mut self, pages: usize) -> Self {
+        self.mmap_pages = pages;
+        self
+    }
+
+    /// Flight-recorder mode (see [`SessionOptions::overwrite`]).
+    pub fn with_overwrite(mut self, overwrite: bool) -> Self {
+        self.overwrite = overwrite;
+        self
+    }
+}
+
+impl Default for SessionOptions {
+    fn default() -> Self {
+        SessionOptions {
+            target: RecordTarget::AllCpus,
+            mmap_pages: DEFAULT_MMAP_PAGES,
+            overwrite: false,
+            call_graph: None,
+        }
+    }
+}
+
+/// A stream's ring: read as it fills, or kept as a flight recorder.
+enum StreamRing {
+    Forward(RingBuffer),
+    Backward(BackwardRing),
+}
+
+struct CpuStream {
+    ring: StreamRing,
+    /// All fds of this CPU; the first owns the ring.
+    fds: Vec<OwnedFd>,
+    /// The CPU the ring's events were opened on (`None`: per thread).
+    cpu: Option<u32>,
+    /// Samples of the user's probes decoded from this ring: the rest of
+    /// their events' counts were lost (or, in flight-recorder mode, not
+    /// kept). A hidden probe's samples (see [`crate::plan::entry_join`]) are
+    /// not among them, nor its counts among those compared.
+    samples: u64,
+}
+
+/// Armed probes and their ring buffers.
+pub struct Session {
+    // Field order matters: the perf fds in `streams` must close before
+    // `tracefs` removes the events they use.
+    streams: Vec<CpuStream>,
+    /// Per PMU kretprobe (its index) and slot, a counting-only event at
+    /// the function's entry: no ring, no samples, read with read(2).
+    entry_counters: Vec<(usize, OwnedFd)>,
+    /// Per probe: the entry probe whose count gives a PMU kretprobe's
+    /// entries instead of a counter (see `attach::entry_partners`).
+    entry_partners: Vec<Option<usize>>,
+    tracefs: Option<TracefsProbes>,
+    /// Plans, attrs, ids, thread names and counters.
+    decoder: RecordDecoder,
+    /// Events handed over by [`Session::dump_overwrite`], for the
+    /// flight recorder's window.
+    dumped: u64,
+    /// Canonical paths of the uprobes' binaries.
+    user_binaries: Vec<std::path::PathBuf>,
+    poll: Poll,
+    events: Events,
+    enabled: bool,
+    /// The processes of [`RecordTarget::Processes`], until they exit.
+    watched: Vec<ProcessWatch>,
+    /// The command of [`RecordTarget::Command`], and its pidfd (whose
+    /// readiness ends a poll's wait when it exits).
+    command: Option<(HeldCommand, Option<OwnedFd>)>,
+}
+
+pub use crate::attach::cpus::online_cpus;
+
+pub(crate) mod attach;
+
+/// Checks what a newcomer hits first: a kernel without the kprobe PMU, or
+/// a process without the capability to use it.
+pub fn preflight() -> Result<ProbePmu, Error> {
+    let pmu = ProbePmu::discover("kprobe")?.ok_or_else(|| Error::NoKprobePmu {
+        dir: format!("{SYSFS_PMUS}/kprobe"),
+    })?;
+    check_capabilities()?;
+    Ok(pmu)
+}
+
+/// Fails unless this process has CAP_PERFMON or CAP_SYS_ADMIN.
+pub fn check_capabilities() -> Result<(), Error> {
+    let caps = sys::effective_capabilities().map_err(|e| Error::io("reading capabilities", e))?;
+    let has = |cap: u32| caps & (1u64 << cap) != 0;
+    if !has(sys::CAP_PERFMON) && !has(sys::CAP_SYS_ADMIN) {
+        let exe = std::env::current_exe()
+            .map(|p| p.display().to_string())
+            .unwrap_or_else(|_| "kprobe-perf".into());
+        return Err(Error::NotPermitted { exe });
+    }
+    Ok(())
+}
+
+impl Session {
+    /// Opens every probe on every online CPU (or for the target's tasks),
+    /// maps one ring per CPU and leaves the probes disabled until
+    /// [`Session::enable`].
+    ///
+    /// Every open first removes the tracefs definitions of kprobe-perf
+    /// processes that are gone (silently nothing without tracefs). When
+    /// the target inherits ([`RecordTarget::inherits`]), uprobes are
+    /// defined through `uprobe_events`, whose events follow forks.
+    pub fn open(plans: Vec<ProbePlan>, opts: SessionOptions) -> Result<Session, Error> {
+        if !opts.mmap_pages.is_power_of_two() {
+            return Err(Error::RingPages {
+                pages: opts.mmap_pages,
+            });
+        }
+        tracefs::remove_stale_if_mounted();
+        if let RecordTarget::Command { argv, .. } = &opts.target {
+            let command = HeldCommand::spawn(argv)?;
+            let mut session = Session::open_tasks(plans, opts, &[], Some(command.pid()))?;
+            session.hold_command(command)?;
+            return Ok(session);
+        }
+        let RecordTarget::Processes(pids) = &opts.target else {
+            return Session::open_tasks(plans, opts, &[], None);
+        };
+        const ATTEMPTS: usize = 5;
+        let pids = process::unique_pids(pids);
+        if pids.is_empty() {
+            return Err(Error::NoProcesses);
+        }
+        // Watched from before the first scan, so an exit is never missed.
+        let watched = pids
+            .iter()
+            .map(|&p| ProcessWatch::new(p))
+            .collect::<Result<Vec<_>, _>>()?;
+        let scan = || target::threads_of_processes(&pids);
+        let mut attempt = 1;
+        loop {
+            let threads = scan()?;
+            let mut session = Session::open_tasks(plans.clone(), opts.clone(), &threads, None)?;
+            // A thread created before its creator's events were open
+            // inherited nothing: attach again, from a new list.
+            let late = scan()?.iter().any(|t| !threads.contains(t));
+            if !late || attempt == ATTEMPTS {
+                for (k, w) in watched.iter().enumerate() {
+                    if let Some(fd) = w.pidfd() {
+                        session
+                            .poll
+                            .registry()
+                            .register(
+                                &mut SourceFd(&fd.as_raw_fd()),
+                                Token(usize::MAX - k),
+                                Interest::READABLE,
+                            )
+                            .map_err(|e| Error::io("registering a pidfd with the poller", e))?;
+                    }
+                }
+                session.watched = watched;
+                return Ok(session);
+            }
+            attempt += 1;
+        }
+    }
+
+    /// For [`RecordTarget::Processes`]: true once every target process has
+    /// exited (checked with a pidfd, whose readiness also ends the wait of
+    /// [`Session::poll`]; before Linux 5.3, with `/proc/PID/stat`). False
+    /// for every other target.
+    pub fn target_exited(&self) -> bool {
+        !self.watched.is_empty() && self.watched.iter().all(ProcessWatch::exited)
+    }
+
+    /// Opens the probes for `opts.target`; for
+    /// [`RecordTarget::Processes`], on each (pid, tid) of `threads` on
+    /// every CPU, one ring per CPU shared by all threads; for a
+    /// [`RecordTarget::Command`], for the held `command`'s pid.
+    fn open_tasks(
+        plans: Vec<ProbePlan>,
+        opts: SessionOptions,
+        threads: &[(i32, i32)],
+        command: Option<i32>,
+    ) -> Result<Session, Error> {
+        let (plans, joiner) = crate::decode::join::expand(plans);
+        let mut plans = attach::plans_for_target(plans, &opts.target, joiner.is_some())?;
+        let pmus = attach::probe_pmus(&plans)?;
+        let cpus = online_cpus()?;
+        let defined = attach::define_events(&mut plans, pmus)?;
+        let scopes = opts.target.scopes(&cpus, threads, command)?;
+        attach::reserve_fds(&plans, &scopes.slots)?;
+        let attrs = attach::file_attrs(&plans, &defined.openers, &opts);
+        let poll = Poll::new().map_err(|e| Error::io("creating the poller", e))?;
+        let opened = attach::open_events(
+            &plans,
+            &defined.openers,
+            &opts,
+            &scopes.slots,
+            &poll,
+            defined.tracefs.as_ref(),
+        )?;
+        let attach::Opened {
+            streams,
+            probe_of_id,
+            entry_counters,
+            entry_partners,
+        } = opened;
+        let tracefs_guard = defined.tracefs;
+        let field_offsets = defined.field_offsets;
+        let enabled = opts.target.enables_on_exec();
+        let decoder = RecordDecoder::new(
+            plans,
+            field_offsets,
+            attrs,
+            probe_of_id,
+            ThreadNames::ReadProc,
+        )
+        .map_err(|e| Error::Internal {
+            what: format!("describing the sample layout: {e}"),
+        })?;
+        let mut decoder = decoder;
+        if let Some(j) = joiner {
+            decoder.join_entries(j);
+        }
+        let user_binaries = decoder
+            .plans()
+            .iter()
+            .filter_map(|p| match &p.attach {
+                AttachPoint::User { path, .. } => std::fs::canonicalize(path).ok(),
+                _ => None,
+            })
+            .collect();
+        Ok(Session {
+            streams,
+            entry_counters,
+            entry_partners,
+            tracefs: tracefs_guard,
+            decoder,
+            dumped: 0,
+            user_binaries,
+            poll,
+            events: Events::with_capacity(64),
+            enabled,
+            watched: Vec::new(),
+            command: None,
+        })
+    }
+
+    /// Arms every probe (the kernel does it at exec for a command's
+    /// descendants, [`RecordTarget::enables_on_exec`]), then releases the
+    /// command of a [`RecordTarget::Command`], reporting exec's failure.
+    pub fn enable(&mut self) -> Result<(), Error> {
+        if !self.enabled {
+            for s in &self.streams {
+                for fd in &s.fds {
+                    sys::enable(fd).map_err(|e| Error::io("enabling a probe", e))?;
+                }
+            }
+            // Entries counted from now on have their kretprobe armed.
+            for (_, fd) in &self.entry_counters {
+                sys::enable(fd)
+                    .map_err(|e| Error::io("enabling a kretprobe's entry counter", e))?;
+            }
+            self.enabled = true;
+        }
+        if let Some((command, _)) = self.command.as_mut() {
+            command.release()?;
+        }
+        Ok(())
+    }
+
+    /// Keeps the held command of a [`RecordTarget::Command`], its pidfd
+    /// registered with the poller so that its exit ends a poll's wait.
+    fn hold_command(&mut self, command: HeldCommand) -> Result<(), Error> {
+        // Before Linux 5.3 (no pidfd), its exit is seen at the next poll.
+        let pidfd = sys::pidfd_open(command.pid()).ok();
+        if let Some(fd) = &pidfd {
+            self.poll
+                .registry()
+                .register(
+                    &mut SourceFd(&fd.as_raw_fd()),
+                    Token(usize::MAX),
+                    Interest::READABLE,
+                )
+                .map_err(|e| Error::io("registering a pidfd with the poller", e))?;
+        }
+        self.command = Some((command, pidfd));
+        Ok(())
+    }
+
+    /// The pid of the command of a [`RecordTarget::Command`].
+    pub fn command_pid(&self) -> Option<i32> {
+        self.command.as_ref().map(|(c, _)| c.pid())
+    }
+
+    /// The exit status of the command of a [`RecordTarget::Command`] once
+    /// it has ended (it is then reaped); `None` while it runs, and for
+    /// other targets. Does not block.
+    pub fn command_status(&mut self) -> Result<Option<std::process::ExitStatus>, Error> {
+        match self.command.as_mut() {
+            Some((command, _)) => Ok(command.try_wait()?),
+            None => Ok(None),
+        }
+    }
+
+    /// As [`Session::command_status`], waiting up to `grace` for the
+    /// command to end (for instance after a Ctrl-C that reached it too).
+    pub fn wait_command(
+        &mut self,
+        grace: Duration,
+    ) -> Result<Option<std::process::ExitStatus>, Error> {
+        match self.command.as_mut() {
+            Some((command, _)) => Ok(command.wait(grace)?),
+            None => Ok(None),
+        }
+    }
+
+    /// Disarms every probe; buffered events can still be read.
+    pub fn disable(&mut self) -> Result<(), Error> {
+        for (_, fd) in &self.entry_counters {
+            sys::disable(fd).map_err(|e| Error::io("disabling a kretprobe's entry counter", e))?;
+        }
+        for s in &self.streams {
+            for fd in &s.fds {
+                sys::disable(fd).map_err(|e| Error::io("disabling a probe", e))?;
+            }
+        }
+        self.enabled = false;
+        Ok(())
+    }
+
+    /// The probes of this session, in the order events refer to them:
+    /// the user's (hidden entry probes are not among them, see
+    /// [`crate::plan::entry_join`]).
+    pub fn plans(&self) -> &[ProbePlan] {
+        self.decoder.shown_plans()
+    }
+
+    /// Counters so far.
+    pub fn stats(&self) -> &SessionStats {
+        self.decoder.stats()
+    }
+
+    /// The decoder of this session's records: its plans, attrs and event
+    /// ids, which a perf.data writer stores.
+    pub fn decoder(&self) -> &RecordDecoder {
+        &self.decoder
+    }
+
+    /// Hands `sink` (its [`EventSink::record`]) MMAP records of the
+    /// uprobes' binaries in every running process, as `perf record`
+    /// synthesizes them; the kernel's own MMAP records follow in the
+    /// rings. Call it once, before the first drain, for a sink that
+    /// writes a perf.data file. Nothing without uprobes, nor for a
+    /// recorded command (the kernel describes its mappings).
+    pub fn user_mmap_records<S: EventSink + ?Sized>(&self, sink: &mut S) -> Result<(), S::Error> {
+        // A recorded command's mappings all come from the kernel after its
+        // exec: before it, its pid is this process's fork, whose mappings
+        // would stand for the command's in a reader that does not drop
+        // them at exec.
+        if self.user_binaries.is_empty() || self.command.is_some() {
+            return Ok(());
+        }
+        let pids = std::fs::read_dir("/proc")
+            .into_iter()
+            .flatten()
+            .flatten()
+            .filter_map(|e| e.file_name().to_str().and_then(|n| n.parse::<i32>().ok()));
+        for pid in pids {
+            for body in records::user_mmap_bodies(pid, pid, &self.user_binaries, 0, 0, 0) {
+                if sink
+                    .record(RingRecord::new(
+                        records::RECORD_MMAP,
+                        records::MISC_USER,
+                        (&body, &[]),
+                    ))?
+                    .is_break()
+                {
+                    return Ok(());
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Hits the kernel counted for each probe, summed over its fds: every
+    /// hit, including those whose samples were lost to a full ring.
+    pub fn kernel_hits(&self) -> Result<Vec<u64>, Error> {
+        let mut hits = self.all_kernel_hits()?;
+        hits.truncate(self.plans().len());
+        Ok(hits)
+    }
+
+    /// The kernel's hits of every probe opened, the user's then the
+    /// hidden entry probes.
+    fn all_kernel_hits(&self) -> Result<Vec<u64>, Error> {
+        let mut hits = vec![0u64; self.decoder.plans().len()];
+        for s in &self.streams {
+            // fds of a stream are in plan order, once per thread sharing
+            // the stream.
+            let n = hits.len().max(1);
+            for (i, fd) in s.fds.iter().enumerate() {
+                let count =
+                    sys::read_count(fd).map_err(|e| Error::io("reading a probe's count", e))?;
+                if let Some(h) = hits.get_mut(i % n) {
+                    *h += count;
+                }
+            }
+        }
+        Ok(hits)
+    }
+
+    /// Samples lost per probe: hits the kernel counted minus events decoded.
+    /// Exact once the rings are drained (after [`Session::disable`] and a
+    /// last [`Session::poll`]).
+    pub fn lost_per_probe(&self) -> Result<Vec<u64>, Error> {
+        Ok(self
+            .kernel_hits()?
+            .iter()
+            .zip(&self.stats().hits)
+            .map(|(k, got)| k.saturating_sub(*got))
+            .collect())
+    }
+
+    /// Samples lost per CPU ring (`None`: a ring per thread; those are
+    /// summed): the counts the kernel kept for the ring's events minus the
+    /// samples decoded from it. Unlike [`SessionStats::lost_per_cpu`]
+    /// (from `PERF_RECORD_LOST`, which the kernel writes only once a ring
+    /// has room again), exact once the rings are drained, and summing to
+    /// the total of [`Session::lost_per_probe`]. In flight-recorder mode,
+    /// the samples not kept. CPUs that lost nothing are left out.
+    pub fn lost_per_cpu(&self) -> Result<BTreeMap<Option<u32>, u64>, Error> {
+        let mut lost = BTreeMap::new();
+        let shown = self.plans().len();
+        for s in &self.streams {
+            let mut counted = 0u64;
+            for fd in &s.fds {
+                // The user's probes only: a hidden probe shares the ring.
+                let id = sys::event_id(fd).map_err(|e| Error::io("reading a perf event id", e))?;
+                if self.decoder.probe_of_id(id).is_none_or(|p| p >= shown) {
+                    continue;
+                }
+                counted +=
+                    sys::read_count(fd).map_err(|e| Error::io("reading a probe's count", e))?;
+            }
+            let n = counted.saturating_sub(s.samples);
+            if n > 0 {
+                *lost.entry(s.cpu).or_insert(0) += n;
+            }
+        }
+        Ok(lost)
+    }
+
+    /// For each PMU kretprobe (`None` for other probes), the calls the
+    /// kernel counted entering its function and the returns the kretprobe
+    /// reported, over every CPU or thread; exact after
+    /// [`Session::disable`]. Calls still running when the session was
+    /// disabled count as unreturned.
+    pub fn call_counts(&self) -> Result<Vec<Option<CallCounts>>, Error> {
+        let mut counts: Vec<Option<CallCounts>> = vec![None; self.plans().len()];
+        for (probe, fd) in &self.entry_counters {
+            let n = sys::read_count(fd)
+                .map_err(|e| Error::io("reading a kretprobe's entry count", e))?;
+            if let Some(c) = counts.get_mut(*probe) {
+                c.get_or_insert_with(CallCounts::default).entries += n;
+            }
+        }
+        // Every probe's count read once: the partners' (hidden entry
+        // probes included) and the returns (the user's probes, first).
+        let all = self.all_kernel_hits()?;
+        for (c, partner) in counts.iter_mut().zip(&self.entry_partners) {
+            if let Some(entries) = partner.and_then(|j| all.get(j)) {
+                c.get_or_insert_with(CallCounts::default).entries = *entries;
+            }
+        }
+        for (c, returns) in counts.iter_mut().zip(&all) {
+            if let Some(c) = c {
+                c.returns = *returns;
+            }
+        }
+        Ok(counts)
+    }
+
+    /// Hits and misses the kernel counted, for tracefs probes (`None` for
+    /// PMU probes, whose counts the kernel does not expose).
+    pub fn kernel_counts(&self) -> Vec<Option<KernelCounts>> {
+        self.plans()
+            .iter()
+            .map(|p| {
+                let fs = self.tracefs.as_ref()?;
+                // kprobe_profile counts kprobes only.
+                if p.backend != Backend::Tracefs || matches!(p.attach, AttachPoint::User { .. }) {
+                    return None;
+                }
+                let (hits, misses) = fs.tracefs().profile(&p.event)?;
+                Some(KernelCounts { hits, misses })
+            })
+            .collect()
+    }
+
+    /// The private tracefs group of this session's tracefs probes, if any.
+    pub fn tracefs_group(&self) -> Option<&str> {
+        self.tracefs.as_ref().map(|t| t.group())
+    }
+
+    /// Number of perf event fds this session holds.
+    pub fn fd_count(&self) -> usize {
+        self.streams.iter().map(|s| s.fds.len()).sum::<usize>() + self.entry_counters.len()
+    }
+
+    /// Flight-recorder mode: pauses every ring's output, takes the records
+    /// written since the previous dump (those still in the ring), resumes
+    /// the output, and hands the events to `sink` in timestamp order
+    /// (raw records are not given: nothing is written to a file in this
+    /// mode). Returns the number of events handed over; they count in
+    /// the flight recorder's window of [`Session::summary`]. Does nothing
+    /// without [`SessionOptions::overwrite`].
+    pub fn dump_overwrite<S: EventSink + ?Sized>(
+        &mut self,
+        sink: &mut S,
+    ) -> Result<usize, S::Error> {
+        for stream in &mut self.streams {
+            let StreamRing::Backward(ring) = &mut stream.ring else {
+                continue;
+            };
+            let Some(owner) = stream.fds.first() else {
+                continue;
+            };
+            sys::pause_output(owner, true)
+                .map_err(|e| Error::io("pausing a flight-recorder ring", e))?;
+            let taken = ring.take_new();
+            sys::pause_output(owner, false)
+                .map_err(|e| Error::io("resuming a flight-recorder ring", e))?;
+            // Newest first in the ring: decode oldest first.
+            let before = self.decoder.stats().shown_hits();
+            for rec in taken.iter().rev() {
+                // An undecodable record is counted in the stats.
+                let _ = self
+                    .decoder
+                    .record(RingRecord::new(rec.kind, rec.misc, (&rec.body, &[])));
+            }
+            stream.samples += self.decoder.stats().shown_hits() - before;
+        }
+        let mut failed = None;
+        let n = self
+            .decoder
+            .try_round(Handover::All, |e, _| hand(sink, e, &mut failed));
+        self.dumped += n as u64;
+        // No file in this mode: nothing keeps names learned from /proc.
+        let _ = self.decoder.take_learned();
+        match failed {
+            Some(e) => Err(e),
+            None => Ok(n),
+        }
+    }
+
+    /// True in flight-recorder mode ([`SessionOptions::overwrite`]).
+    pub fn is_overwrite(&self) -> bool {
+        self.streams
+            .iter()
+            .any(|s| matches!(s.ring, StreamRing::Backward(_)))
+    }
+
+    /// Waits up to `timeout` (forever with `None`) until a ring has data
+    /// (or a target process of [`RecordTarget::Processes`], or the command
+    /// of a [`RecordTarget::Command`], exits); a
+    /// signal ends the wait early without error. Returns true when
+    /// something was ready. Reads nothing: [`Session::drain`] does.
+    ///
+    /// A ring wakes the wait once a quarter of it is full, so an event
+    /// loop also drains on a timer. An embedder with its own event loop
+    /// watches [`Session::as_fd`] instead, then calls `wait(Some(Duration::ZERO))`
+    /// (which takes the readiness the fd reported) and `drain`.
+    pub fn wait(&mut self, timeout: Option<Duration>) -> Result<bool, Error> {
+        match self.poll.poll(&mut self.events, timeout) {
+            Ok(()) => Ok(!self.events.is_empty()),
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => Ok(false),
+            Err(e) => Err(Error::io("waiting for ring buffers", e)),
+        }
+    }
+
+    /// Reads every ring without waiting, and hands `sink` each raw record
+    /// (before decoding it), then the decoded events in timestamp order
+    /// across all CPUs, then the COMM records of thread names this round
+    /// read from /proc (dated just before the first event they named),
+    /// then the end of the round.
+    ///
+    /// An event is handed over once a later round has passed its time (a
+    /// CPU may still be writing an older event when another's ring is
+    /// read), so events come one round late; after [`Session::disable`],
+    /// a drain hands over everything. A sink error ends the drain and is
+    /// returned; a `Break` ends it cleanly (see [`EventSink`] for what is
+    /// kept for the next drain). Returns the number of events handed
+    /// over. A sink that wants no events ([`EventSink::wants_events`])
+    /// gets the records, names and round ends, its samples counted
+    /// without being decoded.
+    pub fn drain<S: EventSink + ?Sized>(&mut self, sink: &mut S) -> Result<usize, S::Error> {
+        let Session {
+            streams, decoder, ..
+        } = self;
+        let count_only = !sink.wants_events() && decoder.can_count_only();
+        for stream in streams.iter_mut() {
+            let StreamRing::Forward(ring) = &mut stream.ring else {
+                continue;
+            };
+            let before = decoder.stats().shown_hits();
+            let mut flow = Ok(ControlFlow::Continue(()));
+            ring.drain(|rec| {
+                decoder.stats_mut().ring_bytes += (8 + rec.body.0.len() + rec.body.1.len()) as u64;
+                // An undecodable record is counted in the stats.
+                let _ = if count_only {
+                    decoder.count(rec)
+                } else {
+                    decoder.record(rec)
+                };
+                if let Ok(ControlFlow::Continue(())) = flow {
+                    flow = sink.record(rec);
+                }
+            });
+            stream.samples += decoder.stats().shown_hits() - before;
+            if flow?.is_break() {
+                // The rings not read yet, and the events decoded, wait
+                // for the next drain.
+                return Ok(0);
+            }
+        }
+        let handover = if self.enabled {
+            Handover::Ordered
+        } else {
+            Handover::All
+        };
+        let mut failed = None;
+        let n = self
+            .decoder
+            .try_round(handover, |e, _| hand(sink, e, &mut failed));
+        if let Some(e) = failed {
+            return Err(e);
+        }
+        // Names read from /proc that this round used, dated at the first
+        // event they named: in the file before the round ends, so that a
+        // replay's round has them too.
+        for l in self.decoder.take_learned() {
+            let body = records::comm_record_body(l.pid, l.tid, &l.name, l.time_ns, l.cpu, l.id);
+            if sink
+                .record(RingRecord::new(records::RECORD_COMM, 0, (&body, &[])))?
+                .is_break()
+            {
+                return Ok(n);
+            }
+        }
+        // The round is over: a Break has nothing left to stop.
+        let _ = sink.round_end()?;
+        Ok(n)
+    }
+
+    /// The probe and return addresses of the samples drains counted
+    /// without decoding, for a sink that wants no events (see
+    /// [`EventSink::wants_events`]): what a symbol table needs to name
+    /// them.
+    pub fn counted_addresses(&self) -> &std::collections::HashSet<u64> {
+        self.decoder.counted_addresses()
+    }
+
+    /// [`Session::wait`] up to `timeout`, then [`Session::drain`] into
+    /// `sink`. Returns the number of events handed over.
+    pub fn poll<S: EventSink + ?Sized>(
+        &mut self,
+        timeout: Option<Duration>,
+        sink: &mut S,
+    ) -> Result<usize, S::Error> {
+        self.wait(timeout)?;
+        self.drain(sink)
+    }
+
+    /// Everything counted so far: events and exact losses per probe, the
+    /// kernel's hits and misses (tracefs kprobes), the calls entered and
+    /// not returned (PMU kretprobes), throttling, lost records per CPU,
+    /// and in flight-recorder mode the window the dumps held. Exact once
+    /// the rings are drained (after [`Session::disable`] and a last
+    /// drain). A count the kernel would not give is `None` (the losses
+    /// then come from `PERF_RECORD_LOST`; see [`Summary::exact`]).
+    pub fn summary(&self) -> Summary {
+        Summary::new(
+            self.plans(),
+            self.stats(),
+            KernelSide {
+                overwrite: self.is_overwrite(),
+                hits: self.kernel_hits().ok(),
+                lost_per_cpu: self.lost_per_cpu().ok(),
+                calls: self.call_counts().ok(),
+                kernel: self.kernel_counts(),
+                dumped: self.dumped,
+            },
+        )
+    }
+}
+
+/// Hands one event to `sink` for a round: an error is kept in `failed`
+/// and stops the round.
+#[inline]
+fn hand<S: EventSink + ?Sized>(
+    sink: &mut S,
+    e: &Event,
+    failed: &mut Option<S::Error>,
+) -> ControlFlow<()> {
+    match sink.event(e) {
+        Ok(flow) => flow,
+        Err(e) => {
+            *failed = Some(e);
+            ControlFlow::Break(())
+        }
+    }
+}
+
+/// The session's poller: readable when a ring has data to read (or a
+/// watched process exited). For an embedder's event loop: on
+/// readiness, call [`Session::wait`] with a zero timeout, then
+/// [`Session::drain`].
+impl AsFd for Session {
+    fn as_fd(&self) -> BorrowedFd<'_> {
+        self.poll.registry().as_fd()
+    }
+}
+
+impl AsRawFd for Session {
+    fn as_raw_fd(&self) -> RawFd {
+        self.poll.as_raw_fd()
+    }
+}
+
+/// A session moves to another thread (a reader task, say).
+#[allow(dead_code)]
+fn _assert_send() {
+    fn is_send<T: Send>() {}
+    is_send::<Session>();
+}

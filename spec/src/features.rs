@@ -1,0 +1,171 @@
+//! Which forms of the probe language the running kernel accepts, read
+//! from tracefs's `README` (the kernel's own list of the dynamic_events
+//! syntax), never guessed from the version. The reading of that file is
+//! the engine's; this crate only turns its text into [`KernelFeatures`].
+
+use crate::{BaseType, FetchBase, ProbeSpec, Target};
+
+/// The forms of the probe language the running kernel accepts, read from
+/// tracefs's `README` (its list of the dynamic_events syntax), never
+/// guessed from the version.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct KernelFeatures {
+    /// `f[:[<group>/][<event>]] <func-name>[%return]` (CONFIG_FPROBE_EVENTS).
+    pub fprobe: bool,
+    /// `t[:[<group>/][<event>]] <tracepoint>`.
+    pub tprobe: bool,
+    /// `<argname>` and `$arg*` (CONFIG_PROBE_EVENTS_BTF_ARGS).
+    pub btf_args: bool,
+    /// `<argname>->field[->field|.field...]`.
+    pub btf_members: bool,
+    /// `kernel return probes support: $retval, $arg<N>`.
+    pub return_args: bool,
+    /// The `symstr` type.
+    pub symstr: bool,
+    /// The `char` type.
+    pub char_type: bool,
+    /// The `%pd`/`%pD` types.
+    pub dentry: bool,
+}
+
+/// A form of the probe language a kernel lacks, and what adds it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Lacking {
+    /// The form, with the argument that uses it.
+    pub what: String,
+    /// The kernel configuration or version that has it.
+    pub needs: &'static str,
+}
+
+impl KernelFeatures {
+    /// Reads the forms from the text of tracefs's `README`.
+    pub fn from_readme(text: &str) -> KernelFeatures {
+        // The `type:` paragraph, up to the synthetic events' `field:`.
+        let types = text
+            .lines()
+            .skip_while(|l| !l.trim_start().starts_with("type:"))
+            .take_while(|l| !l.trim_start().starts_with("field:"))
+            .collect::<Vec<_>>()
+            .join(" ");
+        KernelFeatures {
+            fprobe: text.contains("f[:[<group>/][<event>]]"),
+            tprobe: text.contains("t[:[<group>/][<event>]]"),
+            btf_args: text.contains("<argname>"),
+            btf_members: text.contains("<argname>[->field"),
+            return_args: text
+                .lines()
+                .any(|l| l.contains("return probes support:") && l.contains("$arg<N>")),
+            symstr: types.contains("symstr"),
+            char_type: types.split([' ', ',', '\t']).any(|w| w == "char"),
+            dentry: types.contains("%pd"),
+        }
+    }
+
+    /// The first form of `spec` this kernel lacks, naming the feature
+    /// (`None`: it has them all).
+    pub fn lacking(&self, spec: &ProbeSpec) -> Option<Lacking> {
+        let lacks = |what: String, needs: &'static str| Some(Lacking { what, needs });
+        match &spec.target {
+            Target::Fprobe { .. } if !self.fprobe => {
+                return lacks(
+                    "fprobe events (f:)".into(),
+                    "CONFIG_FPROBE_EVENTS, Linux 6.4+",
+                )
+            }
+            Target::Tracepoint { .. } if !self.tprobe => {
+                return lacks(
+                    "tracepoint probes (t:)".into(),
+                    "CONFIG_FPROBE_EVENTS, Linux 6.4+",
+                )
+            }
+            _ => {}
+        }
+        // Names on a p:/r: entry probe are turned into $argN here (from
+        // BTF); elsewhere the kernel looks them up.
+        let kernel_names = spec.target.is_dynamic_only() || spec.is_return();
+        for a in &spec.args {
+            match &a.fetch.base {
+                FetchBase::Name(n) if kernel_names && !self.btf_args => {
+                    return lacks(
+                        format!("BTF argument names ({n} resolved by the kernel)"),
+                        "CONFIG_PROBE_EVENTS_BTF_ARGS, Linux 6.5+",
+                    )
+                }
+                FetchBase::AllArgs if !self.btf_args => {
+                    return lacks(
+                        "$arg* (every parameter by BTF)".into(),
+                        "CONFIG_PROBE_EVENTS_BTF_ARGS, Linux 6.5+",
+                    )
+                }
+                FetchBase::Member { .. } if !self.btf_members => {
+                    return lacks(
+                        format!("BTF member access ({})", a.fetch),
+                        "CONFIG_PROBE_EVENTS_BTF_ARGS, Linux 6.7+",
+                    )
+                }
+                _ => {}
+            }
+            let entry_value = matches!(
+                a.fetch.base,
+                FetchBase::Arg(_)
+                    | FetchBase::Name(_)
+                    | FetchBase::Member { .. }
+                    | FetchBase::AllArgs
+            );
+            if spec.is_return() && entry_value && !self.return_args {
+                return lacks(
+                    format!("entry arguments in return probes ({})", a.fetch),
+                    "Linux 6.10+ (\"kernel return probes support: $retval, $arg<N>\")",
+                );
+            }
+            let ty = a.effective_type().base;
+            let missing = match ty {
+                BaseType::SymStr if !self.symstr => Some("Linux 6.2+"),
+                BaseType::Char if !self.char_type => Some("Linux 6.7+"),
+                BaseType::Dentry | BaseType::File if !self.dentry => {
+                    Some("CONFIG_PROBE_EVENTS_BTF_ARGS, Linux 6.9+")
+                }
+                _ => None,
+            };
+            if let Some(needs) = missing {
+                return lacks(format!("{ty} type ({a})"), needs);
+            }
+        }
+        None
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::KernelFeatures;
+
+    const README_6_1: &str = include_str!("fixtures/README-6.1");
+    const README_6_12: &str = include_str!("fixtures/README-6.12");
+
+    /// The READMEs of Debian's 6.1 and 6.12 kernels, as read in the VM.
+    #[test]
+    fn features_from_the_readme() {
+        let old = KernelFeatures::from_readme(README_6_1);
+        assert_eq!(
+            old,
+            KernelFeatures {
+                symstr: true,
+                ..KernelFeatures::default()
+            }
+        );
+        let new = KernelFeatures::from_readme(README_6_12);
+        assert_eq!(
+            new,
+            KernelFeatures {
+                fprobe: true,
+                tprobe: true,
+                btf_args: true,
+                btf_members: true,
+                return_args: true,
+                symstr: true,
+                char_type: true,
+                dentry: true,
+            }
+        );
+    }
+}
