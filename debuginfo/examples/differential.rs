@@ -137,7 +137,8 @@ fn run(vmlinux: &str, n: usize, seed: u64, report: &str) -> Result<(), Box<dyn s
                 .map(|(out, _)| parse_d(&out))
                 .unwrap_or(Err("no answer".into()))
         };
-        let verdict = compare(&di, mode, q, ours, &theirs);
+        let (ours, theirs) = (&normalize(ours), &normalize(&theirs));
+        let verdict = compare(&di, mode, q, ours, theirs);
         *tally.entry(verdict.clone()).or_default() += 1;
         if verdict != "agree" {
             lines.push(format!(
@@ -305,6 +306,22 @@ fn ask_ours(di: &DebugInfo<'_>, mode: &str, q: &str) -> Answer {
     Ok(m)
 }
 
+/// Spellings that name the same thing: a compiler clone's symbol
+/// (`f.isra.0+8`) and its source function (`f+8`) are the same address.
+fn normalize(a: &Answer) -> Answer {
+    a.as_ref().map_err(Clone::clone).map(|m| {
+        m.iter()
+            .map(|(k, v)| {
+                let key = match k.split_once('+') {
+                    Some((sym, off)) => format!("{}+{off}", sym.split('.').next().unwrap_or(sym)),
+                    None => k.clone(),
+                };
+                (key, v.clone())
+            })
+            .collect()
+    })
+}
+
 fn compare(di: &DebugInfo<'_>, mode: &str, q: &str, ours: &Answer, theirs: &Answer) -> String {
     let s = |x: &str| x.to_string();
     match (ours, theirs) {
@@ -367,14 +384,25 @@ fn compare_v(
             }
             continue;
         }
-        if on.difference(&tn).next().is_some() {
-            reasons.insert("we list more");
-        }
-        for missing in tn.difference(&on) {
-            let why = ask_ours(di, "-D", &format!("{q} {missing}"))
+        for extra in on.difference(&tn) {
+            let fetched = ask_ours(di, "-D", &format!("{q} {extra}"))
                 .ok()
                 .and_then(|m| m.get(loc).map(|v| v.iter().cloned().collect::<String>()))
                 .unwrap_or_default();
+            reasons.insert(if fetched.starts_with('\\') {
+                "we list more: constants (DW_OP_lit/const + stack_value, or DW_AT_const_value), fetched as immediates"
+            } else {
+                "we list more"
+            });
+        }
+        for missing in tn.difference(&on) {
+            let why = match ask_ours(di, "-D", &format!("{q} {missing}")) {
+                Ok(m) => m
+                    .get(loc)
+                    .map(|v| v.iter().cloned().collect::<String>())
+                    .unwrap_or_default(),
+                Err(e) => e,
+            };
             reasons.insert(if why.contains("DW_OP_stack_value") {
                 "perf wrong: lists a computed value it reads as memory"
             } else if why.contains("entry_value") {
@@ -389,11 +417,18 @@ fn compare_v(
         }
     }
     let r: Vec<&str> = reasons.into_iter().collect();
-    if r == ["type spelled differently"] {
-        "equivalent: same variables, type spelled differently".into()
-    } else if r.iter().all(|x| x.starts_with("perf wrong")) {
-        "perf wrong: lists a computed value (DW_OP_stack_value) that it reads as memory; we refuse it".into()
-    } else {
+    let benign = |x: &&str| {
+        *x == "type spelled differently"
+            || x.starts_with("perf wrong")
+            || x.starts_with("we list more: constants")
+    };
+    if !r.iter().all(benign) {
         format!("different variables: {}", r.join(", "))
+    } else if r.iter().any(|x| x.starts_with("perf wrong")) {
+        "perf wrong: lists a computed value (DW_OP_stack_value) that it reads as memory; we refuse it".into()
+    } else if r.iter().any(|x| x.starts_with("we list more: constants")) {
+        "equivalent+: we also list constant-valued variables (fetched as immediates); perf omits them".into()
+    } else {
+        "equivalent: same variables, type spelled differently".into()
     }
 }

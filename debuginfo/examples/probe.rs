@@ -109,7 +109,15 @@ fn answer(
                 .into_iter()
                 .next()
                 .ok_or("no site")?;
-            for (a, f, l, stmt) in di.rows_between(point_text, site.address, site.address + 96)? {
+            for (a, f, l, stmt) in di.rows_between(
+                point_text,
+                site.address,
+                site.address
+                    + std::env::var("SPAN")
+                        .ok()
+                        .and_then(|s| s.parse().ok())
+                        .unwrap_or(96),
+            )? {
                 println!(
                     "+{} {f}:{l}{}",
                     a - site.address,

@@ -84,10 +84,12 @@ pub enum Error {
     },
     /// A line's code starts at the address of another line, so a probe there
     /// would be reported (and behave) as that other line.
-    #[error("{place} shares its address with {other}: the code there starts with that line, so a probe there is that line's; probe {other} instead")]
+    #[error("{place} shares its address {at} with {other}: the code there starts with that line, so a probe there is that line's; probe {other} instead")]
     SharedLine {
         /// The line asked for (`FUNC:N` or `FILE:LINE`).
         place: String,
+        /// The address, as SYMBOL+OFFSET.
+        at: String,
         /// The line whose address it shares, spelled the same way.
         other: String,
     },

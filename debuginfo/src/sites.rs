@@ -213,6 +213,10 @@ impl<'a> DebugInfo<'a> {
         let err = |e| self.dwarf_error(format!("the definition of {name}"), e);
         let def_e = unit.entry(def).map_err(err)?;
         match at {
+            // perf reads FUNC:0 as FUNC, the entry of every copy.
+            FunctionPart::RelativeLine(0) => {
+                self.function_sites(unit_off, name, file, &FunctionPart::Entry, opts, out)
+            }
             FunctionPart::RelativeLine(n) => {
                 let decl_line =
                     dies::udata_integrated(&unit, &def_e, gimli::DW_AT_decl_line).unwrap_or(0);
@@ -353,21 +357,25 @@ impl<'a> DebugInfo<'a> {
         })
     }
 
-    /// SYMBOL+OFFSET, naming a compiler clone (`f.isra.0`, `f.constprop.0`)
-    /// by the source function it is a copy of, as perf prints it.
+    /// SYMBOL+OFFSET as perf prints it: the DWARF name of the out-of-line
+    /// function and the offset from its entry when the function has one
+    /// entry address (low_pc); else (code split in ranges, e.g. a `.cold`
+    /// part) the ELF symbol holding the address.
     fn location(&self, unit: &Unit<'a>, func: gimli::UnitOffset, address: u64) -> String {
-        let Some((sym, off)) = self.symbols.symbolize(address) else {
-            return format!("0x{address:x}");
-        };
-        let dwarf_name = unit
-            .entry(func)
-            .ok()
-            .and_then(|e| dies::name_of(&self.dwarf, unit, &e).ok().flatten())
-            .and_then(|n| std::str::from_utf8(n).ok());
-        match (dwarf_name, sym.name.split_once('.')) {
-            (Some(d), Some((base, _))) if d == base => format!("{d}+{off}"),
-            _ => format!("{}+{off}", sym.name),
-        }
+        let dwarf = unit.entry(func).ok().and_then(|e| {
+            let name = dies::name_of(&self.dwarf, unit, &e).ok().flatten()?;
+            let entry = match e
+                .val(gimli::DW_AT_entry_pc)
+                .or_else(|| e.val(gimli::DW_AT_low_pc))?
+            {
+                gimli::AttributeValue::Addr(a) => a,
+                gimli::AttributeValue::DebugAddrIndex(i) => self.dwarf.address(unit, i).ok()?,
+                _ => return None,
+            };
+            let off = address.checked_sub(entry)?;
+            Some(format!("{}+{off}", std::str::from_utf8(name).ok()?))
+        });
+        dwarf.unwrap_or_else(|| self.sym_off(address))
     }
 
     pub(crate) fn short_path(&self, unit: &Unit<'a>, path: &str) -> String {
@@ -434,14 +442,14 @@ impl<'a> DebugInfo<'a> {
                 .or_insert_with(|| dies::file_name(&self.dwarf, &unit, n))
                 .clone()
         };
-        // (address, path of the file the candidate came from)
-        let mut candidates: Vec<(u64, String)> = Vec::new();
+        // (address, path of the file the candidate came from, from a line-table row)
+        let mut candidates: Vec<(u64, String, bool)> = Vec::new();
         for r in rows
             .iter()
             .filter(|r| r.is_stmt && !r.end && r.line == line)
         {
             if let Some(p) = path_of(r.file).filter(|p| dies::tail_matches(p, file)) {
-                candidates.push((r.address, p));
+                candidates.push((r.address, p, true));
             }
         }
         let err = |e| {
@@ -469,7 +477,7 @@ impl<'a> DebugInfo<'a> {
                         .and_then(&mut path_of)
                         .filter(|p| dies::tail_matches(p, file))
                     {
-                        candidates.push((entry, p));
+                        candidates.push((entry, p, false));
                     }
                 }
             };
@@ -484,13 +492,14 @@ impl<'a> DebugInfo<'a> {
                 dies::udata_integrated(&unit, e, gimli::DW_AT_decl_line),
             );
         }
-        candidates.sort();
+        // One candidate per address; a line-table row wins (it is verified).
+        candidates.sort_by_key(|c| (c.0, !c.2));
         candidates.dedup_by_key(|c| c.0);
         let spell = |l: u64| match function {
             Some((f, decl)) => format!("{f}:{}", l as i64 - decl as i64),
             None => format!("{file}:{l}"),
         };
-        for (address, path) in candidates {
+        for (address, path, from_row) in candidates {
             if self.symbols.symbolize(address).is_none() {
                 continue;
             }
@@ -498,8 +507,13 @@ impl<'a> DebugInfo<'a> {
             let Some(func) = chain.first().copied() else {
                 continue;
             };
-            // The line the address stands for.
-            let own = if func.entry == address {
+            // The line the address stands for: at the entry of the
+            // out-of-line function its declaration, else the line table's.
+            // (perf checks line-table candidates only: the function and
+            // inlined-copy entries it adds never fail the check.)
+            let own = if !from_row {
+                (None, None)
+            } else if func.entry == address {
                 let e = unit.entry(func.die).map_err(err)?;
                 (
                     dies::udata_integrated(&unit, &e, gimli::DW_AT_decl_file)
@@ -507,13 +521,13 @@ impl<'a> DebugInfo<'a> {
                     dies::udata_integrated(&unit, &e, gimli::DW_AT_decl_line),
                 )
             } else {
-                // The first row at the address (as libdw's lookup answers
-                // perf), else the last one before it.
+                // The first statement row at the address (as perf's lookup
+                // answers it), else its first row, else the last one before it.
                 let i = rows.partition_point(|r| r.address < address);
-                let at = rows[i..]
-                    .iter()
-                    .take_while(|r| r.address == address)
-                    .find(|r| !r.end);
+                let here = || rows[i..].iter().take_while(|r| r.address == address);
+                let at = here()
+                    .find(|r| !r.end && r.is_stmt)
+                    .or_else(|| here().find(|r| !r.end));
                 match at.or_else(|| rows[..i].iter().rev().find(|r| !r.end)) {
                     Some(r) => (path_of(r.file), Some(r.line)),
                     None => (None, None),
@@ -523,6 +537,7 @@ impl<'a> DebugInfo<'a> {
                 if f == path && l != line {
                     return Err(Error::SharedLine {
                         place: spell(line),
+                        at: self.sym_off(address),
                         other: spell(l),
                     });
                 }

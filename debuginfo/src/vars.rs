@@ -198,7 +198,7 @@ impl<'a> DebugInfo<'a> {
         let mut out = Vec::new();
         for off in offs {
             let Ok(e) = unit.entry(off) else { continue };
-            if e.has(gimli::DW_AT_external) || e.has(gimli::DW_AT_const_value) {
+            if e.has(gimli::DW_AT_external) {
                 continue;
             }
             let Some(name) = dies::name_of(&self.dwarf, &unit, &e).ok().flatten() else {
