@@ -38,6 +38,21 @@ pub struct DebugInfo<'a> {
     pub(crate) index: NameIndex,
     units: RefCell<HashMap<usize, Rc<Unit<'a>>>>,
     pub(crate) rows_cache: RefCell<HashMap<usize, Rc<Vec<crate::sites::Row>>>>,
+    pub(crate) funcs_cache: RefCell<HashMap<usize, Rc<Vec<crate::sites::FuncDie>>>>,
+}
+
+/// How many parsed units (and their line tables and function lists) are
+/// kept: enough for the units of one question and its neighbours, few
+/// enough to keep the memory flat over thousands of questions.
+const KEPT_UNITS: usize = 32;
+
+/// Inserts into a per-unit cache, emptying it first when it is full.
+pub(crate) fn bounded_insert<T>(cache: &RefCell<HashMap<usize, T>>, key: usize, value: T) {
+    let mut c = cache.borrow_mut();
+    if c.len() >= KEPT_UNITS {
+        c.clear();
+    }
+    c.insert(key, value);
 }
 
 impl std::fmt::Debug for DebugInfo<'_> {
@@ -99,6 +114,7 @@ impl<'a> DebugInfo<'a> {
             index,
             units: RefCell::new(HashMap::new()),
             rows_cache: RefCell::new(HashMap::new()),
+            funcs_cache: RefCell::new(HashMap::new()),
         })
     }
 
@@ -124,7 +140,7 @@ impl<'a> DebugInfo<'a> {
             .header_from_offset(offset)
             .map_err(err)?;
         let unit = Rc::new(self.dwarf.unit(header).map_err(err)?);
-        self.units.borrow_mut().insert(offset.0, unit.clone());
+        bounded_insert(&self.units, offset.0, unit.clone());
         Ok(unit)
     }
 

@@ -28,6 +28,9 @@ impl DebugFile {
         // managers (they are replaced by rename), which is the accepted
         // risk of every debugger that maps them.
         let map = unsafe { memmap2::Mmap::map(&file) }.map_err(|e| Error::io(&path, e))?;
+        // Queries jump around the file: read only the pages they touch
+        // (no read-ahead), which keeps the resident set small. Advice only.
+        let _ = map.advise(memmap2::Advice::Random);
         Ok(DebugFile { path, map })
     }
 

@@ -63,6 +63,17 @@ pub struct FunctionLines {
     pub lines: Vec<u64>,
 }
 
+/// A function or inlined copy of a unit, from one walk of the unit.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct FuncDie {
+    pub(crate) off: gimli::UnitOffset,
+    pub(crate) tag: gimli::DwTag,
+    /// DW_AT_abstract_origin, when in the same unit.
+    pub(crate) origin: Option<gimli::UnitOffset>,
+    /// The top-level (out-of-line) function it is in, or itself.
+    pub(crate) top: Option<gimli::UnitOffset>,
+}
+
 /// One row of a unit's line table.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Row {
@@ -263,25 +274,12 @@ impl<'a> DebugInfo<'a> {
             .val(gimli::DW_AT_decl_line)
             .and_then(|v| v.udata_value());
         let decl_file = def_e.val(gimli::DW_AT_decl_file).and_then(|v| dies::num(v));
-        let mut cursor = unit.entries();
-        let mut depth = 0isize;
-        // The innermost enclosing top-level subprogram: (depth, offset).
-        let mut func: Option<(isize, gimli::UnitOffset)> = None;
-        while let Some((delta, e)) = cursor.next_dfs().map_err(err)? {
-            depth += delta;
-            if func.is_some_and(|(d, _)| depth <= d) {
-                func = None;
-            }
-            let tag = e.tag();
-            if tag == gimli::DW_TAG_subprogram && !e.has(gimli::DW_AT_declaration) {
-                func = Some((depth, e.offset()));
-            }
-            if tag != gimli::DW_TAG_subprogram && tag != gimli::DW_TAG_inlined_subroutine {
-                continue;
-            }
-            if e.val(gimli::DW_AT_abstract_origin) != Some(gimli::AttributeValue::UnitRef(def)) {
-                continue;
-            }
+        let funcs = self.func_dies(unit)?;
+        for fd in funcs.iter().filter(|f| f.origin == Some(def)) {
+            let e = unit.entry(fd.off).map_err(err)?;
+            let e = &e;
+            let tag = fd.tag;
+            let func = fd.top.map(|t| (0isize, t));
             let call_line = e.val(gimli::DW_AT_call_line).and_then(|v| v.udata_value());
             let call_file = e.val(gimli::DW_AT_call_file).and_then(|v| dies::num(v));
             let inlined = tag == gimli::DW_TAG_inlined_subroutine;
@@ -385,6 +383,53 @@ impl<'a> DebugInfo<'a> {
         dies::relative(comp_dir.as_deref(), path).to_string()
     }
 
+    /// Every function and inlined copy of the unit, in DWARF order (one
+    /// walk of the unit per process, then kept).
+    pub(crate) fn func_dies(&self, unit: &Unit<'a>) -> Result<Rc<Vec<FuncDie>>> {
+        let key = unit
+            .header
+            .offset()
+            .as_debug_info_offset()
+            .map_or(usize::MAX, |o| o.0);
+        if let Some(f) = self.funcs_cache.borrow().get(&key) {
+            return Ok(f.clone());
+        }
+        let err = |e| self.dwarf_error("the functions of a unit".into(), e);
+        let mut out = Vec::new();
+        let mut cursor = unit.entries();
+        let mut depth = 0isize;
+        let mut top: Option<(isize, gimli::UnitOffset)> = None;
+        while let Some((delta, e)) = cursor.next_dfs().map_err(err)? {
+            depth += delta;
+            if top.is_some_and(|(d, _)| depth <= d) {
+                top = None;
+            }
+            let tag = e.tag();
+            if tag != gimli::DW_TAG_subprogram && tag != gimli::DW_TAG_inlined_subroutine {
+                continue;
+            }
+            if tag == gimli::DW_TAG_subprogram {
+                if e.has(gimli::DW_AT_declaration) {
+                    continue;
+                }
+                top = Some((depth, e.offset()));
+            }
+            let origin = match e.val(gimli::DW_AT_abstract_origin) {
+                Some(gimli::AttributeValue::UnitRef(o)) => Some(o),
+                _ => None,
+            };
+            out.push(FuncDie {
+                off: e.offset(),
+                tag,
+                origin,
+                top: top.map(|t| t.1),
+            });
+        }
+        let out = Rc::new(out);
+        crate::debuginfo::bounded_insert(&self.funcs_cache, key, out.clone());
+        Ok(out)
+    }
+
     /// The unit's line table, sorted by address (rows of a sequence stay in order).
     pub(crate) fn rows(&self, unit: &Unit<'a>) -> Result<Rc<Vec<Row>>> {
         let key = unit
@@ -396,7 +441,7 @@ impl<'a> DebugInfo<'a> {
             return Ok(rows.clone());
         }
         let rows = Rc::new(self.read_rows(unit)?);
-        self.rows_cache.borrow_mut().insert(key, rows.clone());
+        crate::debuginfo::bounded_insert(&self.rows_cache, key, rows.clone());
         Ok(rows)
     }
 
@@ -458,12 +503,10 @@ impl<'a> DebugInfo<'a> {
                 e,
             )
         };
-        let mut cursor = unit.entries();
-        while let Some((_, e)) = cursor.next_dfs().map_err(err)? {
-            let tag = e.tag();
-            if tag != gimli::DW_TAG_subprogram && tag != gimli::DW_TAG_inlined_subroutine {
-                continue;
-            }
+        for fd in self.func_dies(&unit)?.iter() {
+            let tag = fd.tag;
+            let e = unit.entry(fd.off).map_err(err)?;
+            let e = &e;
             let ranges = dies::ranges(&self.dwarf, &unit, e).map_err(err)?;
             let Some(entry) = dies::entry_pc(&self.dwarf, &unit, e, &ranges)
                 .map_err(err)?
@@ -710,13 +753,12 @@ impl<'a> DebugInfo<'a> {
             // ranges of the copies inlined into it (whose rows are other
             // functions' lines, except at their call line).
             let mut copies = vec![def];
-            let mut cursor = unit.entries();
-            while let Some((_, e)) = cursor.next_dfs().map_err(err)? {
-                if e.val(gimli::DW_AT_abstract_origin) == Some(gimli::AttributeValue::UnitRef(def))
-                {
-                    copies.push(e.offset());
-                }
-            }
+            copies.extend(
+                self.func_dies(&unit)?
+                    .iter()
+                    .filter(|f| f.origin == Some(def))
+                    .map(|f| f.off),
+            );
             let decl_fileno = dies::udata_integrated(&unit, &def_e, gimli::DW_AT_decl_file);
             let mut same_file = HashMap::new();
             let rows = self.rows(&unit)?;

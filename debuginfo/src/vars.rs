@@ -146,6 +146,14 @@ impl<'a> DebugInfo<'a> {
         Ok(out)
     }
 
+    /// The kprobe at one site: every argument fetched there, or why not.
+    pub fn probe_at(&self, site: &Site, args: &[ProbeArg]) -> Result<ProbeSite> {
+        Ok(ProbeSite {
+            site: site.clone(),
+            args: self.site_args(site, args)?,
+        })
+    }
+
     fn site_args(&self, site: &Site, args: &[ProbeArg]) -> Result<Vec<FetchArg>> {
         let mut fetched = Vec::new();
         for arg in args {
