@@ -37,7 +37,7 @@ pub struct DebugInfo<'a> {
     pub(crate) symbols: SymbolTable<'a>,
     pub(crate) index: NameIndex,
     units: RefCell<HashMap<usize, Rc<Unit<'a>>>>,
-    pub(crate) rows_cache: RefCell<HashMap<usize, Rc<Vec<crate::sites::Row>>>>,
+    pub(crate) rows_cache: RefCell<HashMap<usize, Rc<Vec<crate::lines::Row>>>>,
     pub(crate) funcs_cache: RefCell<HashMap<usize, Rc<Vec<crate::sites::FuncDie>>>>,
 }
 

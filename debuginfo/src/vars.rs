@@ -110,6 +110,13 @@ impl Fetch {
     }
 }
 
+/// A fetch being walked through fields and indexes, with the type reached.
+struct Walk<'f> {
+    fetch: &'f mut Fetch,
+    ty: Option<gimli::UnitOffset>,
+    bits: Option<(u64, u64)>,
+}
+
 /// Why a location cannot be fetched (before it is given its site and name).
 type Why = String;
 
@@ -308,77 +315,21 @@ impl<'a> DebugInfo<'a> {
             .entry(off)
             .map_err(|e| self.dwarf_error(format!("variable {var}"), e))?;
         let mut fetch = self.locate(&unit, site, &e, var)?;
-        let mut ty = self.var_type(&unit, &e);
-        let mut bits = None;
+        let ty = self.var_type(&unit, &e);
         let type_err = |reason: String| Error::Type {
             expr: arg.event_name(),
             site: site.location.clone(),
             reason,
         };
+        let mut state = Walk {
+            fetch: &mut fetch,
+            ty,
+            bits: None,
+        };
         for step in path {
-            let shape = ty
-                .and_then(|t| types::shape(&unit, t))
-                .ok_or_else(|| type_err(format!("{var} has no type information")))?;
-            if matches!(fetch.base, Base::Immediate(_)) {
-                return Err(type_err(format!(
-                    "{var} is a constant, with no memory behind it"
-                )));
-            }
-            match step {
-                Access::Arrow(f) | Access::Dot(f) => {
-                    let arrow = matches!(step, Access::Arrow(_));
-                    let is_ptr = shape.tag == gimli::DW_TAG_pointer_type;
-                    if arrow != is_ptr {
-                        return Err(type_err(if arrow {
-                            format!("'->{f}' needs a pointer; this is a structure, use '.{f}'")
-                        } else {
-                            format!("'.{f}' needs a structure; this is a pointer, use '->{f}'")
-                        }));
-                    }
-                    let agg = if arrow {
-                        shape.inner.and_then(|t| types::real_type(&unit, t))
-                    } else {
-                        ty.and_then(|t| types::real_type(&unit, t))
-                    };
-                    let agg =
-                        agg.ok_or_else(|| type_err(format!("the type holding {f} is unknown")))?;
-                    let m = types::find_member(&self.dwarf, &unit, agg, f.as_bytes(), 0)
-                        .ok_or_else(|| {
-                            type_err(format!(
-                                "{} has no member {f}",
-                                types::type_name(&self.dwarf, &unit, Some(agg))
-                            ))
-                        })?;
-                    if arrow {
-                        fetch.refs.push(m.offset as i64);
-                    } else {
-                        let last = fetch.refs.last_mut().ok_or_else(|| {
-                            type_err(format!("the structure is in a register; kprobes cannot take its member .{f}"))
-                        })?;
-                        *last += m.offset as i64;
-                    }
-                    ty = m.ty;
-                    bits = m.bits;
-                }
-                Access::Index(n) => {
-                    let elem = shape
-                        .inner
-                        .ok_or_else(|| type_err("the element type is unknown".into()))?;
-                    let size = types::shape(&unit, elem).and_then(|s| s.size).unwrap_or(0) as i64;
-                    let by = size.saturating_mul(*n as i64);
-                    match shape.tag {
-                        gimli::DW_TAG_pointer_type => fetch.refs.push(by),
-                        gimli::DW_TAG_array_type => match fetch.refs.last_mut() {
-                            Some(last) => *last += by,
-                            None => return Err(type_err("the array is in a register".into())),
-                        },
-                        _ => return Err(type_err(format!("[{n}] needs an array or a pointer"))),
-                    }
-                    ty = Some(elem);
-                    bits = None;
-                }
-            }
+            self.step(&unit, &mut state, step, var).map_err(type_err)?;
         }
+        let (ty, bits) = (state.ty, state.bits);
         let kind = self
             .kind(&unit, ty, bits, cast.as_deref(), &mut fetch)
             .map_err(type_err)?;
@@ -392,6 +343,81 @@ impl<'a> DebugInfo<'a> {
             fetch: rendered,
             kind,
         })
+    }
+
+    /// Applies one `->field`, `.field` or `[N]` to a fetch, or says why it does not fit.
+    fn step(
+        &self,
+        unit: &Unit<'a>,
+        st: &mut Walk<'_>,
+        step: &Access,
+        var: &str,
+    ) -> std::result::Result<(), Why> {
+        let why = |reason: String| reason;
+        let shape = st
+            .ty
+            .and_then(|t| types::shape(unit, t))
+            .ok_or_else(|| format!("{var} has no type information"))?;
+        if matches!(st.fetch.base, Base::Immediate(_)) {
+            return Err(format!("{var} is a constant, with no memory behind it"));
+        }
+        match step {
+            Access::Arrow(f) | Access::Dot(f) => {
+                let arrow = matches!(step, Access::Arrow(_));
+                let is_ptr = shape.tag == gimli::DW_TAG_pointer_type;
+                if arrow != is_ptr {
+                    return Err(if arrow {
+                        format!("'->{f}' needs a pointer; this is a structure, use '.{f}'")
+                    } else {
+                        format!("'.{f}' needs a structure; this is a pointer, use '->{f}'")
+                    });
+                }
+                let agg = if arrow {
+                    shape.inner.and_then(|t| types::real_type(unit, t))
+                } else {
+                    st.ty.and_then(|t| types::real_type(unit, t))
+                };
+                let agg = agg.ok_or_else(|| format!("the type holding {f} is unknown"))?;
+                let m = types::find_member(&self.dwarf, unit, agg, f.as_bytes(), 0).ok_or_else(
+                    || {
+                        why(format!(
+                            "{} has no member {f}",
+                            types::type_name(&self.dwarf, unit, Some(agg))
+                        ))
+                    },
+                )?;
+                if arrow {
+                    st.fetch.refs.push(m.offset as i64);
+                } else {
+                    let last = st.fetch.refs.last_mut().ok_or_else(|| {
+                        why(format!(
+                            "the structure is in a register; kprobes cannot take its member .{f}"
+                        ))
+                    })?;
+                    *last += m.offset as i64;
+                }
+                st.ty = m.ty;
+                st.bits = m.bits;
+            }
+            Access::Index(n) => {
+                let elem = shape
+                    .inner
+                    .ok_or_else(|| "the element type is unknown".to_string())?;
+                let size = types::shape(unit, elem).and_then(|s| s.size).unwrap_or(0) as i64;
+                let by = size.saturating_mul(*n as i64);
+                match shape.tag {
+                    gimli::DW_TAG_pointer_type => st.fetch.refs.push(by),
+                    gimli::DW_TAG_array_type => match st.fetch.refs.last_mut() {
+                        Some(last) => *last += by,
+                        None => return Err("the array is in a register".into()),
+                    },
+                    _ => return Err(format!("[{n}] needs an array or a pointer")),
+                }
+                st.ty = Some(elem);
+                st.bits = None;
+            }
+        }
+        Ok(())
     }
 
     /// The kprobe type of the fetched value.

@@ -1,0 +1,451 @@
+//! Source lines: the line table, probe points by line (perf's rules), the
+//! lines of a function, and lazy patterns.
+
+use std::collections::HashMap;
+use std::rc::Rc;
+
+use crate::debuginfo::DebugInfo;
+use crate::dies::{self, Attrs as _, Unit};
+use crate::error::{Error, Result};
+use crate::sites::{Frame, Site};
+
+/// The lines of a function that carry code.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FunctionLines {
+    /// The line the function is declared on (`FUNC:N` is N lines after it).
+    pub decl_line: u64,
+    /// The file it is declared in.
+    pub file: String,
+    /// Absolute line numbers with code, ascending.
+    pub lines: Vec<u64>,
+}
+
+/// One row of a unit's line table.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Row {
+    pub(crate) address: u64,
+    pub(crate) file: u64,
+    pub(crate) line: u64,
+    pub(crate) is_stmt: bool,
+    pub(crate) end: bool,
+}
+
+/// File paths of a unit's line table, looked up once each.
+#[derive(Debug, Default)]
+pub(crate) struct Paths(HashMap<u64, Option<String>>);
+
+impl Paths {
+    fn get(&mut self, di: &DebugInfo<'_>, unit: &Unit<'_>, n: u64) -> Option<String> {
+        self.0
+            .entry(n)
+            .or_insert_with(|| dies::file_name(&di.dwarf, unit, n))
+            .clone()
+    }
+}
+
+impl<'a> DebugInfo<'a> {
+    /// The unit's line table, sorted by address (rows of a sequence stay in order).
+    pub(crate) fn rows(&self, unit: &Unit<'a>) -> Result<Rc<Vec<Row>>> {
+        let key = unit
+            .header
+            .offset()
+            .as_debug_info_offset()
+            .map_or(usize::MAX, |o| o.0);
+        if let Some(rows) = self.rows_cache.borrow().get(&key) {
+            return Ok(rows.clone());
+        }
+        let rows = Rc::new(self.read_rows(unit)?);
+        crate::debuginfo::bounded_insert(&self.rows_cache, key, rows.clone());
+        Ok(rows)
+    }
+
+    fn read_rows(&self, unit: &Unit<'a>) -> Result<Vec<Row>> {
+        let mut out = Vec::new();
+        let Some(lp) = unit.line_program.clone() else {
+            return Ok(out);
+        };
+        let mut rows = lp.rows();
+        let err = |e| self.dwarf_error("a line table".into(), e);
+        while let Some((_, row)) = rows.next_row().map_err(err)? {
+            out.push(Row {
+                address: row.address(),
+                file: row.file_index(),
+                line: row.line().map_or(0, |l| l.get()),
+                is_stmt: row.is_stmt(),
+                end: row.end_sequence(),
+            });
+        }
+        out.sort_by_key(|r| (r.address, r.end as u8 ^ 1));
+        Ok(out)
+    }
+
+    /// Sites of `file:line` in a unit, by perf's rules: every statement row
+    /// of that line, plus the entries of functions declared there and of
+    /// inlined copies called or declared there; an address whose own line
+    /// (its function's declaration at an entry, else its last row) is
+    /// another line of the same file makes the whole point ambiguous.
+    pub(crate) fn line_sites(
+        &self,
+        unit_off: gimli::DebugInfoOffset<usize>,
+        file: &str,
+        line: u64,
+        function: Option<(&str, u64)>,
+        out: &mut Vec<Site>,
+    ) -> Result<()> {
+        let unit = self.unit(unit_off)?;
+        let rows = self.rows(&unit)?;
+        let mut paths = Paths::default();
+        let candidates = self.line_candidates(&unit, &rows, file, line, &mut paths)?;
+        let err = |e| self.dwarf_error(format!("the scopes of {file}:{line}"), e);
+        let spell = |l: u64| match function {
+            Some((f, decl)) => format!("{f}:{}", l as i64 - decl as i64),
+            None => format!("{file}:{l}"),
+        };
+        for (address, path, from_row) in candidates {
+            if self.symbols.symbolize(address).is_none() {
+                continue;
+            }
+            let chain = self.chain(&unit, address)?;
+            let Some(func) = chain.first().copied() else {
+                continue;
+            };
+            // perf checks line-table candidates only: the function and
+            // inlined-copy entries it adds never fail the check.
+            if from_row {
+                if let (Some(f), Some(l)) =
+                    self.own_line(&unit, &rows, func, address, &mut paths)?
+                {
+                    if f == path && l != line {
+                        return Err(Error::SharedLine {
+                            place: spell(line),
+                            at: self.sym_off(address),
+                            other: spell(l),
+                        });
+                    }
+                }
+            }
+            let owner = self.best_scope(&unit, &chain, file, line).unwrap_or(func);
+            let e = unit.entry(owner.die).map_err(err)?;
+            let name = dies::name_of(&self.dwarf, &unit, &e)
+                .ok()
+                .flatten()
+                .map(|n| String::from_utf8_lossy(n).into_owned())
+                .unwrap_or_default();
+            let call = (owner.tag == gimli::DW_TAG_inlined_subroutine).then(|| {
+                let n = e
+                    .val(gimli::DW_AT_call_line)
+                    .and_then(dies::num)
+                    .unwrap_or(0);
+                let f = e
+                    .val(gimli::DW_AT_call_file)
+                    .and_then(dies::num)
+                    .and_then(|n| paths.get(self, &unit, n))
+                    .unwrap_or_default();
+                format!("{}:{n}", self.short_path(&unit, &f))
+            });
+            out.push(self.site(
+                unit_off,
+                &unit,
+                &name,
+                address,
+                owner.die,
+                func.die,
+                owner.entry,
+                call,
+            )?);
+        }
+        Ok(())
+    }
+
+    /// The addresses standing for `file:line` in a unit: (address, path of
+    /// the file, whether from a line-table row), one per address, rows first.
+    fn line_candidates(
+        &self,
+        unit: &Unit<'a>,
+        rows: &[Row],
+        file: &str,
+        line: u64,
+        paths: &mut Paths,
+    ) -> Result<Vec<(u64, String, bool)>> {
+        let mut candidates = Vec::new();
+        for r in rows
+            .iter()
+            .filter(|r| r.is_stmt && !r.end && r.line == line)
+        {
+            if let Some(p) = paths
+                .get(self, unit, r.file)
+                .filter(|p| dies::tail_matches(p, file))
+            {
+                candidates.push((r.address, p, true));
+            }
+        }
+        let err = |e| {
+            self.dwarf_error(
+                format!("the functions of the unit, looking for {file}:{line}"),
+                e,
+            )
+        };
+        for fd in self.func_dies(unit)?.iter() {
+            let e = unit.entry(fd.off).map_err(err)?;
+            let ranges = dies::ranges(&self.dwarf, unit, &e).map_err(err)?;
+            let Some(entry) = dies::entry_pc(&self.dwarf, unit, &e, &ranges)
+                .map_err(err)?
+                .filter(|&a| a != 0)
+            else {
+                continue;
+            };
+            let mut places = vec![(
+                dies::udata_integrated(unit, &e, gimli::DW_AT_decl_file),
+                dies::udata_integrated(unit, &e, gimli::DW_AT_decl_line),
+            )];
+            if fd.tag == gimli::DW_TAG_inlined_subroutine {
+                places.push((
+                    e.val(gimli::DW_AT_call_file).and_then(dies::num),
+                    e.val(gimli::DW_AT_call_line).and_then(dies::num),
+                ));
+            }
+            for (f, l) in places {
+                if l != Some(line) {
+                    continue;
+                }
+                if let Some(p) = f
+                    .and_then(|n| paths.get(self, unit, n))
+                    .filter(|p| dies::tail_matches(p, file))
+                {
+                    candidates.push((entry, p, false));
+                }
+            }
+        }
+        candidates.sort_by_key(|c| (c.0, !c.2));
+        candidates.dedup_by_key(|c| c.0);
+        Ok(candidates)
+    }
+
+    /// The line an address stands for: the declaration of the out-of-line
+    /// function at its entry, else the first statement row at the address
+    /// (as perf's lookup answers it), else its first row, else the last one
+    /// before it.
+    fn own_line(
+        &self,
+        unit: &Unit<'a>,
+        rows: &[Row],
+        func: Frame,
+        address: u64,
+        paths: &mut Paths,
+    ) -> Result<(Option<String>, Option<u64>)> {
+        if func.entry == address {
+            let e = unit
+                .entry(func.die)
+                .map_err(|e| self.dwarf_error("a function".into(), e))?;
+            return Ok((
+                dies::udata_integrated(unit, &e, gimli::DW_AT_decl_file)
+                    .and_then(|n| paths.get(self, unit, n)),
+                dies::udata_integrated(unit, &e, gimli::DW_AT_decl_line),
+            ));
+        }
+        let i = rows.partition_point(|r| r.address < address);
+        let here = || rows[i..].iter().take_while(|r| r.address == address);
+        let at = here()
+            .find(|r| !r.end && r.is_stmt)
+            .or_else(|| here().find(|r| !r.end));
+        Ok(
+            match at.or_else(|| rows[..i].iter().rev().find(|r| !r.end)) {
+                Some(r) => (paths.get(self, unit, r.file), Some(r.line)),
+                None => (None, None),
+            },
+        )
+    }
+
+    /// perf's best scope for a line: among the functions and inlined copies
+    /// at the address, the one declared in that file closest before the line.
+    fn best_scope(&self, unit: &Unit<'a>, chain: &[Frame], file: &str, line: u64) -> Option<Frame> {
+        let mut best: Option<(u64, Frame)> = None;
+        for f in chain {
+            let Ok(e) = unit.entry(f.die) else { continue };
+            let in_file = dies::udata_integrated(unit, &e, gimli::DW_AT_decl_file)
+                .and_then(|n| dies::file_name(&self.dwarf, unit, n))
+                .is_some_and(|p| dies::tail_matches(&p, file));
+            let Some(decl) = dies::udata_integrated(unit, &e, gimli::DW_AT_decl_line) else {
+                continue;
+            };
+            if in_file && decl < line && best.is_none_or(|(d, _)| line - decl < d) {
+                best = Some((line - decl, *f));
+            }
+        }
+        best.map(|(_, f)| f)
+    }
+
+    /// The line-table rows (address, file, line, is_stmt) at `from..to` in
+    /// the unit holding `from`, for debugging line questions.
+    #[doc(hidden)]
+    pub fn rows_between(
+        &self,
+        function: &str,
+        from: u64,
+        to: u64,
+    ) -> Result<Vec<(u64, String, u64, bool)>> {
+        let mut out = Vec::new();
+        for unit_off in self.index.lookup(function.as_bytes()) {
+            let unit = self.unit(unit_off)?;
+            for r in self
+                .rows(&unit)?
+                .iter()
+                .filter(|r| r.address >= from && r.address < to && !r.end)
+            {
+                let f = dies::file_name(&self.dwarf, &unit, r.file).unwrap_or_default();
+                out.push((r.address, f, r.line, r.is_stmt));
+            }
+        }
+        Ok(out)
+    }
+
+    /// The inlined copies anywhere below `node`: (ranges, call file, call line).
+    fn inlined_below(
+        &self,
+        unit: &Unit<'a>,
+        node: gimli::EntriesTreeNode<'_, '_, '_, crate::file::R<'a>>,
+        out: &mut Vec<(Vec<gimli::Range>, Option<String>, Option<u64>)>,
+    ) -> gimli::Result<()> {
+        let mut children = node.children();
+        while let Some(child) = children.next()? {
+            let e = child.entry();
+            if e.tag() == gimli::DW_TAG_inlined_subroutine {
+                let f = e
+                    .val(gimli::DW_AT_call_file)
+                    .and_then(dies::num)
+                    .and_then(|n| dies::file_name(&self.dwarf, unit, n));
+                let l = e.val(gimli::DW_AT_call_line).and_then(dies::num);
+                out.push((dies::ranges(&self.dwarf, unit, e)?, f, l));
+            }
+            self.inlined_below(unit, child, out)?;
+        }
+        Ok(())
+    }
+
+    /// The lines of a function that carry code (perf -L), absolute line numbers.
+    pub fn lines(&self, name: &str, file: Option<&str>) -> Result<FunctionLines> {
+        let mut lines = Vec::new();
+        let mut found = false;
+        let mut decl = (0, String::new());
+        for unit_off in self.index.lookup(name.as_bytes()) {
+            let unit = self.unit(unit_off)?;
+            let Some(def) = self.find_definition(&unit, name, file)? else {
+                continue;
+            };
+            found = true;
+            let err = |e| self.dwarf_error(format!("the lines of {name}"), e);
+            let def_e = unit.entry(def).map_err(err)?;
+            let decl_file = dies::udata_integrated(&unit, &def_e, gimli::DW_AT_decl_file)
+                .and_then(|f| dies::file_name(&self.dwarf, &unit, f));
+            decl = (
+                dies::udata_integrated(&unit, &def_e, gimli::DW_AT_decl_line).unwrap_or(0),
+                self.short_path(&unit, decl_file.as_deref().unwrap_or_default()),
+            );
+            // Each copy of the function in this unit: its ranges, and the
+            // ranges of the copies inlined into it (whose rows are other
+            // functions' lines, except at their call line).
+            let mut copies = vec![def];
+            copies.extend(
+                self.func_dies(&unit)?
+                    .iter()
+                    .filter(|f| f.origin == Some(def))
+                    .map(|f| f.off),
+            );
+            let decl_fileno = dies::udata_integrated(&unit, &def_e, gimli::DW_AT_decl_file);
+            let mut same_file = HashMap::new();
+            let rows = self.rows(&unit)?;
+            for copy in copies {
+                let ce = unit.entry(copy).map_err(err)?;
+                let ranges = dies::ranges(&self.dwarf, &unit, &ce).map_err(err)?;
+                if ranges.is_empty() {
+                    continue;
+                }
+                let mut nested: Vec<(Vec<gimli::Range>, Option<String>, Option<u64>)> = Vec::new();
+                let mut tree = unit.entries_tree(Some(copy)).map_err(err)?;
+                let root = tree.root().map_err(err)?;
+                self.inlined_below(&unit, root, &mut nested).map_err(err)?;
+                for (_, f, l) in &nested {
+                    if f.is_some() && *f == decl_file {
+                        lines.extend(*l);
+                    }
+                }
+                lines.push(decl.0);
+                for r in rows.iter() {
+                    if !r.is_stmt || r.end || !dies::holds(&ranges, r.address) {
+                        continue;
+                    }
+                    let same = *same_file.entry(r.file).or_insert_with(|| {
+                        Some(r.file) == decl_fileno
+                            || dies::file_name(&self.dwarf, &unit, r.file) == decl_file
+                    });
+                    if !same {
+                        continue;
+                    }
+                    let inside = nested
+                        .iter()
+                        .filter(|(rg, _, _)| dies::holds(rg, r.address));
+                    let mut holders = inside.peekable();
+                    if holders.peek().is_some()
+                        && !holders.any(|(_, f, l)| *f == decl_file && *l == Some(r.line))
+                    {
+                        continue;
+                    }
+                    lines.push(r.line);
+                }
+            }
+            break;
+        }
+        if !found {
+            return Err(Error::NoFunction {
+                name: name.to_string(),
+                file: file.map(str::to_string),
+            });
+        }
+        lines.sort_unstable();
+        lines.dedup();
+        Ok(FunctionLines {
+            decl_line: decl.0,
+            file: decl.1,
+            lines,
+        })
+    }
+
+    pub(crate) fn lazy_sites(
+        &self,
+        unit_off: gimli::DebugInfoOffset<usize>,
+        def: gimli::UnitOffset,
+        name: &str,
+        pattern: &str,
+        out: &mut Vec<Site>,
+    ) -> Result<()> {
+        let unit = self.unit(unit_off)?;
+        let err = |e| self.dwarf_error(format!("the definition of {name}"), e);
+        let def_e = unit.entry(def).map_err(err)?;
+        let decl_file = dies::udata_integrated(&unit, &def_e, gimli::DW_AT_decl_file)
+            .and_then(|f| dies::file_name(&self.dwarf, &unit, f))
+            .unwrap_or_default();
+        let comp_dir = unit
+            .comp_dir
+            .map(|d| String::from_utf8_lossy(d.slice()).into_owned());
+        let path = match (&comp_dir, decl_file.starts_with('/')) {
+            (Some(d), false) => format!("{d}/{decl_file}"),
+            _ => decl_file.clone(),
+        };
+        let text = std::fs::read_to_string(&path).map_err(|e| Error::io(&path, e))?;
+        let wanted: Vec<u64> = text
+            .lines()
+            .enumerate()
+            .filter(|(_, l)| crate::glob::lazy_match(l, pattern))
+            .map(|(i, _)| i as u64 + 1)
+            .collect();
+        let fl = self.lines(name, None)?;
+        let own: std::collections::HashSet<u64> = fl.lines.iter().copied().collect();
+        for line in wanted.into_iter().filter(|l| own.contains(l)) {
+            match self.line_sites(unit_off, &decl_file, line, Some((name, fl.decl_line)), out) {
+                Ok(()) | Err(Error::SharedLine { .. }) => {}
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(())
+    }
+}
