@@ -237,6 +237,9 @@ pub struct RecordDecoder {
     /// When some probe's samples carry user registers and stack bytes:
     /// the processes' mappings and the DWARF unwinder.
     user_stacks: Option<Box<crate::decode::user_stacks::UserStacks>>,
+    /// False while [`RecordDecoder::count`] decodes a sample: its user
+    /// stack is not unwound.
+    unwind_samples: bool,
 }
 
 /// The filters of `plans` that run in user space (one per plan).
@@ -380,6 +383,7 @@ impl RecordDecoder {
             chain_at,
             counted_addresses: AddressSet::default(),
             counted_unnamed: IntMap::default(),
+            unwind_samples: true,
             user_stacks: any_dwarf.then(|| {
                 Box::new(crate::decode::user_stacks::UserStacks::new(
                     names == ThreadNames::ReadProc,
@@ -538,7 +542,13 @@ impl RecordDecoder {
                 None => {}
             }
         }
-        self.record(record)
+        // Nothing looks at the frames: the user stack stays unwound (a
+        // file keeps its bytes for whoever reads it), as perf record does.
+        let unwinding = self.unwind_samples;
+        self.unwind_samples = false;
+        let r = self.record(record);
+        self.unwind_samples = unwinding;
+        r
     }
 
     /// The probe addresses and return addresses (a kretprobe's caller) of
@@ -629,7 +639,7 @@ impl RecordDecoder {
                 }
                 if let (Ok(()), Some(stacks), Some(regs), Some((stack, _))) = (
                     &decoded,
-                    self.user_stacks.as_mut(),
+                    self.user_stacks.as_mut().filter(|_| self.unwind_samples),
                     s.user_regs.as_ref(),
                     s.user_stack,
                 ) {
