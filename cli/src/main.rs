@@ -79,7 +79,7 @@ enum Cmd {
     /// blocked signals. Without it (or with -a) records every CPU until
     /// Ctrl-C or --duration. A summary with per-probe counts and lost
     /// events goes to stderr.
-    Record(RecordArgs),
+    Record(Box<RecordArgs>),
     /// Measure how long each call of a function takes: an entry and a
     /// return probe of FUNC (a kernel function or `BINARY:func`), paired
     /// per thread (recursion and nesting give each call its own duration),
