@@ -466,36 +466,53 @@ pub fn resolve_with(
     if let (Some(f), true) = (features, tracefs_reason(&spec, arch).is_some()) {
         check_features(f, &spec)?;
     }
+    let (attach, resolved_address) = attach_point(&spec, symbols, arch)?;
+    if matches!(attach, AttachPoint::User { .. }) {
+        if let Some(what) = tracefs_reason(&spec, arch) {
+            return Err(PlanError::Unsupported {
+                what: format!("{what} in a uprobe"),
+                instead: "fetch registers in uprobes for now".into(),
+            });
+        }
+        if choice == BackendChoice::Tracefs {
+            // Planned for registers, then given to uprobe_events with them.
+            return resolve(spec, symbols, arch, BackendChoice::Pmu)
+                .map(ProbePlan::through_uprobe_events);
+        }
+    }
+    let spec = resolve_names(spec, arch, KernelBtf::running_kernel)?;
+    check_unique_names(&spec)?;
+    let backend = choose_backend(choice, tracefs_reason(&spec, arch))?;
+    let (args, regs_mask) = arg_plans(&spec, backend, arch)?;
+    let return_trampoline = (spec.is_return() && !matches!(spec.target, Target::User { .. }))
+        .then(|| return_trampoline(symbols))
+        .flatten();
+    Ok(ProbePlan {
+        event: spec.event_name(),
+        spec,
+        attach,
+        backend,
+        resolved_address,
+        args,
+        regs_mask,
+        return_trampoline,
+        entry_join: None,
+        filter: None,
+        auto_backend: choice == BackendChoice::Auto,
+    })
+}
+
+/// Where `spec` goes (checked against the symbols, and a uprobe against
+/// its binary's bytes), and the function's address when known.
+fn attach_point(
+    spec: &ProbeSpec,
+    symbols: &KernelSymbols,
+    arch: Arch,
+) -> Result<(AttachPoint, Option<u64>), PlanError> {
     let mut resolved_address = None;
     let attach = match &spec.target {
         Target::Fprobe { name } => {
-            if !symbols.is_empty() {
-                if name.contains(['*', '?', '[']) {
-                    if !symbols.matches(name).iter().any(|s| s.is_text()) {
-                        return Err(PlanError::Glob {
-                            pattern: name.clone(),
-                            reason: "matches no function in /proc/kallsyms".into(),
-                        });
-                    }
-                } else {
-                    let text: Vec<_> = symbols
-                        .lookup(name)
-                        .into_iter()
-                        .filter(|s| s.is_text())
-                        .collect();
-                    if text.is_empty() {
-                        return Err(PlanError::UnknownSymbol {
-                            name: name.clone(),
-                            module: None,
-                            suggestion: suggest(symbols, name),
-                        });
-                    }
-                    resolved_address = text
-                        .first()
-                        .map(|s| s.address)
-                        .filter(|_| text.len() == 1 && !symbols.addresses_hidden());
-                }
-            }
+            resolved_address = fprobe_address(symbols, name)?;
             AttachPoint::Symbol {
                 name: name.clone(),
                 offset: 0,
@@ -562,20 +579,45 @@ pub fn resolve_with(
             }
         }
     };
-    if matches!(attach, AttachPoint::User { .. }) {
-        if let Some(what) = tracefs_reason(&spec, arch) {
-            return Err(PlanError::Unsupported {
-                what: format!("{what} in a uprobe"),
-                instead: "fetch registers in uprobes for now".into(),
-            });
-        }
-        if choice == BackendChoice::Tracefs {
-            // Planned for registers, then given to uprobe_events with them.
-            return resolve(spec, symbols, arch, BackendChoice::Pmu)
-                .map(ProbePlan::through_uprobe_events);
+    Ok((attach, resolved_address))
+}
+
+/// Checks an fprobe's function (or glob) against the symbols; its
+/// address when it names exactly one function whose address is shown.
+fn fprobe_address(symbols: &KernelSymbols, name: &str) -> Result<Option<u64>, PlanError> {
+    let mut resolved_address = None;
+    if !symbols.is_empty() {
+        if name.contains(['*', '?', '[']) {
+            if !symbols.matches(name).iter().any(|s| s.is_text()) {
+                return Err(PlanError::Glob {
+                    pattern: name.to_string(),
+                    reason: "matches no function in /proc/kallsyms".into(),
+                });
+            }
+        } else {
+            let text: Vec<_> = symbols
+                .lookup(name)
+                .into_iter()
+                .filter(|s| s.is_text())
+                .collect();
+            if text.is_empty() {
+                return Err(PlanError::UnknownSymbol {
+                    name: name.to_string(),
+                    module: None,
+                    suggestion: suggest(symbols, name),
+                });
+            }
+            resolved_address = text
+                .first()
+                .map(|s| s.address)
+                .filter(|_| text.len() == 1 && !symbols.addresses_hidden());
         }
     }
-    let spec = resolve_names(spec, arch, KernelBtf::running_kernel)?;
+    Ok(resolved_address)
+}
+
+/// Refuses two arguments of `spec` with one name.
+fn check_unique_names(spec: &ProbeSpec) -> Result<(), PlanError> {
     let mut names = std::collections::HashSet::new();
     for i in 0..spec.args.len() {
         let n = spec.arg_name(i);
@@ -583,7 +625,12 @@ pub fn resolve_with(
             return Err(PlanError::DuplicateArgName { name: n });
         }
     }
-    let reason = tracefs_reason(&spec, arch);
+    Ok(())
+}
+
+/// The backend `choice` gives a probe that needs tracefs for `reason`
+/// (`None`: it does not).
+fn choose_backend(choice: BackendChoice, reason: Option<String>) -> Result<Backend, PlanError> {
     let backend = match (choice, reason) {
         (BackendChoice::Tracefs, _) | (BackendChoice::Auto, Some(_)) => Backend::Tracefs,
         (BackendChoice::Pmu, Some(what)) => {
@@ -595,6 +642,16 @@ pub fn resolve_with(
         }
         (_, None) => Backend::Pmu,
     };
+    Ok(backend)
+}
+
+/// How each argument of `spec` is read on `backend`, and the registers
+/// the PMU samples for them.
+fn arg_plans(
+    spec: &ProbeSpec,
+    backend: Backend,
+    arch: Arch,
+) -> Result<(Vec<ArgPlan>, u64), PlanError> {
     let mut args = Vec::with_capacity(spec.args.len());
     let mut regs_mask = 0u64;
     for (i, a) in spec.args.iter().enumerate() {
@@ -622,22 +679,7 @@ pub fn resolve_with(
             ty: a.effective_type(),
         });
     }
-    let return_trampoline = (spec.is_return() && !matches!(spec.target, Target::User { .. }))
-        .then(|| return_trampoline(symbols))
-        .flatten();
-    Ok(ProbePlan {
-        event: spec.event_name(),
-        spec,
-        attach,
-        backend,
-        resolved_address,
-        args,
-        regs_mask,
-        return_trampoline,
-        entry_join: None,
-        filter: None,
-        auto_backend: choice == BackendChoice::Auto,
-    })
+    Ok((args, regs_mask))
 }
 
 /// `p:do_sys_openat2 dfd filename` reads, in the kernel's grammar, as
