@@ -267,65 +267,15 @@ impl RecordDecoder {
                 offsets: field_offsets.len(),
             });
         }
-        let allowed = u64::from(
-            PERF_SAMPLE_IDENTIFIER
-                | PERF_SAMPLE_IP
-                | PERF_SAMPLE_TID
-                | PERF_SAMPLE_TIME
-                | PERF_SAMPLE_CPU
-                | PERF_SAMPLE_CALLCHAIN
-                | PERF_SAMPLE_RAW
-                | PERF_SAMPLE_REGS_INTR,
-        );
         let mut chain_at = Vec::with_capacity(attrs.len());
-        let parse_info = attrs
-            .iter()
-            .enumerate()
-            .map(|(probe, bytes)| {
-                let (a, _) = PerfEventAttr::parse::<_, NativeEndian>(&bytes[..])
-                    .map_err(|source| RecordsError::Attr { probe, source })?;
-                // The record parser trusts the attr (a CALLCHAIN bit makes
-                // it multiply a length from the record): allow only the
-                // layout sessions use.
-                let sample_type = a.sample_format.bits();
-                if sample_type & !allowed != 0
-                    || sample_type & u64::from(PERF_SAMPLE_IDENTIFIER) == 0
-                {
-                    return Err(RecordsError::Layout {
-                        probe,
-                        sample_type,
-                        allowed,
-                    });
-                }
-                let callchain = u64::from(PERF_SAMPLE_CALLCHAIN);
-                // The fields before the callchain, 8 bytes each.
-                chain_at.push((sample_type & callchain != 0).then(|| {
-                    [
-                        PERF_SAMPLE_IDENTIFIER,
-                        PERF_SAMPLE_IP,
-                        PERF_SAMPLE_TID,
-                        PERF_SAMPLE_TIME,
-                        PERF_SAMPLE_CPU,
-                    ]
-                    .iter()
-                    .filter(|&&b| sample_type & u64::from(b) != 0)
-                    .count()
-                        * 8
-                }));
-                let base = allowed & !u64::from(PERF_SAMPLE_REGS_INTR | PERF_SAMPLE_CALLCHAIN);
-                // The fast reader knows the layout without a callchain.
-                let fast =
-                    (sample_type & base == base && sample_type & callchain == 0).then(|| {
-                        FastLayout::new(if sample_type & u64::from(PERF_SAMPLE_REGS_INTR) != 0 {
-                            a.sample_regs_intr
-                        } else {
-                            0
-                        })
-                    });
-                Ok((RecordParseInfo::new(&a, Endianness::LittleEndian), fast))
-            })
-            .collect::<Result<Vec<_>, _>>()?;
-        let (parse_info, fast): (Vec<_>, Vec<Option<FastLayout>>) = parse_info.into_iter().unzip();
+        let mut parse_info = Vec::with_capacity(attrs.len());
+        let mut fast = Vec::with_capacity(attrs.len());
+        for (probe, bytes) in attrs.iter().enumerate() {
+            let (info, layout, chain) = sample_layout(probe, bytes)?;
+            parse_info.push(info);
+            fast.push(layout);
+            chain_at.push(chain);
+        }
         let fast = fast
             .into_iter()
             .zip(&plans)
@@ -344,20 +294,7 @@ impl RecordDecoder {
             fast,
             comms: CommTable::new(names),
             queue: EventQueue::new(),
-            shapes: plans
-                .iter()
-                .map(|p| ProbeShape {
-                    kinds: arg_kinds(p),
-                    site: p.site(),
-                    comm_args: p
-                        .args
-                        .iter()
-                        .enumerate()
-                        .filter(|(_, a)| matches!(a.source, ArgSource::Comm))
-                        .map(|(i, _)| i)
-                        .collect(),
-                })
-                .collect(),
+            shapes: plans.iter().map(probe_shape).collect(),
             user_filters: user_filters(&plans),
             plans,
             recent_ids: vec![(0, 0); RECENT_IDS],
@@ -804,6 +741,83 @@ fn account(
             stats.undecodable += 1;
             Err(e)
         }
+    }
+}
+
+/// How the samples of probe `probe` are laid out, from its attr's
+/// `bytes`: the parser's view, the fast reader's layout (`None`: the fast
+/// reader does not know it), and where a callchain starts (`None`: no
+/// callchain). Refuses a layout sessions do not open.
+fn sample_layout(
+    probe: usize,
+    bytes: &[u8],
+) -> Result<(RecordParseInfo, Option<FastLayout>, Option<usize>), RecordsError> {
+    let allowed = u64::from(
+        PERF_SAMPLE_IDENTIFIER
+            | PERF_SAMPLE_IP
+            | PERF_SAMPLE_TID
+            | PERF_SAMPLE_TIME
+            | PERF_SAMPLE_CPU
+            | PERF_SAMPLE_CALLCHAIN
+            | PERF_SAMPLE_RAW
+            | PERF_SAMPLE_REGS_INTR,
+    );
+    let (a, _) = PerfEventAttr::parse::<_, NativeEndian>(bytes)
+        .map_err(|source| RecordsError::Attr { probe, source })?;
+    // The record parser trusts the attr (a CALLCHAIN bit makes
+    // it multiply a length from the record): allow only the
+    // layout sessions use.
+    let sample_type = a.sample_format.bits();
+    if sample_type & !allowed != 0 || sample_type & u64::from(PERF_SAMPLE_IDENTIFIER) == 0 {
+        return Err(RecordsError::Layout {
+            probe,
+            sample_type,
+            allowed,
+        });
+    }
+    let callchain = u64::from(PERF_SAMPLE_CALLCHAIN);
+    // The fields before the callchain, 8 bytes each.
+    let chain_at = (sample_type & callchain != 0).then(|| {
+        [
+            PERF_SAMPLE_IDENTIFIER,
+            PERF_SAMPLE_IP,
+            PERF_SAMPLE_TID,
+            PERF_SAMPLE_TIME,
+            PERF_SAMPLE_CPU,
+        ]
+        .iter()
+        .filter(|&&b| sample_type & u64::from(b) != 0)
+        .count()
+            * 8
+    });
+    let base = allowed & !u64::from(PERF_SAMPLE_REGS_INTR | PERF_SAMPLE_CALLCHAIN);
+    // The fast reader knows the layout without a callchain.
+    let fast = (sample_type & base == base && sample_type & callchain == 0).then(|| {
+        FastLayout::new(if sample_type & u64::from(PERF_SAMPLE_REGS_INTR) != 0 {
+            a.sample_regs_intr
+        } else {
+            0
+        })
+    });
+    Ok((
+        RecordParseInfo::new(&a, Endianness::LittleEndian),
+        fast,
+        chain_at,
+    ))
+}
+
+/// What the decoder keeps of a plan to turn its samples into events.
+fn probe_shape(p: &ProbePlan) -> ProbeShape {
+    ProbeShape {
+        kinds: arg_kinds(p),
+        site: p.site(),
+        comm_args: p
+            .args
+            .iter()
+            .enumerate()
+            .filter(|(_, a)| matches!(a.source, ArgSource::Comm))
+            .map(|(i, _)| i)
+            .collect(),
     }
 }
 
