@@ -12,7 +12,7 @@ use byteorder::NativeEndian;
 use kprobe_perf_arch::boundary::ProbeSite;
 use linux_perf_event_reader::{
     get_record_identifier, Endianness, EventRecord, PerfEventAttr, RawData, RawEventRecord,
-    RecordParseInfo, RecordType,
+    RecordParseInfo, RecordType, SampleRecord,
 };
 use perf_event_open_sys::bindings::{
     PERF_SAMPLE_CALLCHAIN, PERF_SAMPLE_CPU, PERF_SAMPLE_IDENTIFIER, PERF_SAMPLE_IP,
@@ -493,7 +493,7 @@ impl RecordDecoder {
         }
         let id = get_record_identifier::<NativeEndian>(kind, data, true);
         let probe = id.and_then(|id| self.probe_of_id.get(&id).copied());
-        let (Some(probe), Some(plan), Some(info)) = (
+        let (Some(probe), Some(_), Some(info)) = (
             probe,
             probe.and_then(|p| self.plans.get(p)),
             probe.and_then(|p| self.parse_info.get(p)),
@@ -514,33 +514,7 @@ impl RecordDecoder {
         let raw = RawEventRecord::new(kind, misc, data, *info);
         let cpu = || raw.common_data().ok().and_then(|c| c.cpu);
         match raw.parse() {
-            Ok(EventRecord::Sample(s)) => {
-                self.comms.see(s.pid.unwrap_or(-1), s.tid.unwrap_or(-1));
-                let offsets = self.field_offsets.get(probe).map_or(&[][..], Vec::as_slice);
-                let Some(sample_raw) = s.raw.map(|r| r.as_slice()) else {
-                    self.stats.undecodable += 1;
-                    return Err(DecodeError::Missing("raw data").into());
-                };
-                let parts = SampleParts::of(&s, &sample_raw);
-                let regs = s.intr_regs.as_ref();
-                let (head, args) = self.queue.begin();
-                let decoded = decode_into(
-                    probe,
-                    plan,
-                    &parts,
-                    |i| regs.and_then(|r| r.get(i)),
-                    COMM_AT_HANDOVER,
-                    offsets,
-                    head,
-                    args,
-                );
-                if let (Ok(()), Some(chain)) = (&decoded, s.callchain) {
-                    self.queue
-                        .set_frames((0..chain.len()).filter_map(|i| chain.get(i)));
-                }
-                account(&mut self.stats, &mut self.queue, decoded.map(|()| probe))
-                    .map_err(RecordError::Decode)
-            }
+            Ok(EventRecord::Sample(s)) => self.sample(probe, s),
             Ok(EventRecord::Comm(c)) => {
                 // Without a time (no sample_id_all), the name counts from
                 // the start.
@@ -591,6 +565,39 @@ impl RecordDecoder {
                 Err(RecordError::Parse(e.to_string()))
             }
         }
+    }
+
+    /// Decodes the sample `s` of `probe` into the queue, counting it.
+    fn sample(&mut self, probe: usize, s: SampleRecord<'_>) -> Result<(), RecordError> {
+        let Some(plan) = self.plans.get(probe) else {
+            self.stats.undecodable += 1;
+            return Err(RecordError::UnknownId(None));
+        };
+        self.comms.see(s.pid.unwrap_or(-1), s.tid.unwrap_or(-1));
+        let offsets = self.field_offsets.get(probe).map_or(&[][..], Vec::as_slice);
+        let Some(sample_raw) = s.raw.map(|r| r.as_slice()) else {
+            self.stats.undecodable += 1;
+            return Err(DecodeError::Missing("raw data").into());
+        };
+        let parts = SampleParts::of(&s, &sample_raw);
+        let regs = s.intr_regs.as_ref();
+        let (head, args) = self.queue.begin();
+        let decoded = decode_into(
+            probe,
+            plan,
+            &parts,
+            |i| regs.and_then(|r| r.get(i)),
+            COMM_AT_HANDOVER,
+            offsets,
+            head,
+            args,
+        );
+        if let (Ok(()), Some(chain)) = (&decoded, s.callchain) {
+            self.queue
+                .set_frames((0..chain.len()).filter_map(|i| chain.get(i)));
+        }
+        account(&mut self.stats, &mut self.queue, decoded.map(|()| probe))
+            .map_err(RecordError::Decode)
     }
 
     /// Hands `f` (with the plans events refer to) the decoded events known
