@@ -9,7 +9,7 @@ pub mod uprobe;
 
 use kprobe_perf_arch::{Arch, Register};
 
-use kprobe_perf_symbols::prototypes::{BtfError, KernelBtf, Shape};
+use kprobe_perf_symbols::prototypes::{BtfError, KernelBtf, Param, Prototype, Shape};
 use kprobe_perf_symbols::KernelSymbols;
 
 use crate::spec::{ArgType, FetchBase, ProbeKind, ProbeSpec, Target};
@@ -743,27 +743,9 @@ fn resolve_names<'b>(
     {
         return Ok(spec);
     }
-    let function = match &spec.target {
-        // The tracepoint's arguments are checked by the kernel.
-        Target::Tracepoint { .. } => return Ok(spec),
-        Target::Fprobe { name } => name.clone(),
-        Target::Symbol {
-            module: None, name, ..
-        } => name.clone(),
-        Target::Symbol {
-            module: Some(m), ..
-        } => {
-            return Err(PlanError::Unsupported {
-                what: format!("argument names in module {m} (its split BTF)"),
-                instead: "name the arguments with $argN, as in dfd=$arg1".into(),
-            })
-        }
-        _ => return Err(PlanError::Unsupported {
-            what:
-                "argument names on an address or a uprobe (there is no function to look up in BTF)"
-                    .into(),
-            instead: "name the arguments with $argN or registers".into(),
-        }),
+    // The tracepoint's arguments are checked by the kernel.
+    let Some(function) = btf_function(&spec)? else {
+        return Ok(spec);
     };
     let fail = |reason: String| PlanError::Btf {
         function: function.clone(),
@@ -788,22 +770,7 @@ fn resolve_names<'b>(
         };
         let n = n.clone();
         let Some(pos) = proto.position(&n) else {
-            let names: Vec<&str> = proto.params.iter().map(|p| p.name.as_str()).collect();
-            let close = names
-                .iter()
-                .filter(|c| kprobe_perf_arch::edit_distance(c, &n) <= 2)
-                .min_by_key(|c| kprobe_perf_arch::edit_distance(c, &n));
-            let hint = close
-                .map(|c| format!("did you mean {c}? "))
-                .unwrap_or_default();
-            return Err(fail(format!(
-                "it has no parameter {n}; {hint}its parameters are {}",
-                if names.is_empty() {
-                    "none".to_string()
-                } else {
-                    names.join(", ")
-                }
-            )));
+            return Err(fail(no_such_parameter(&proto, &n)));
         };
         if kernel_resolves {
             continue;
@@ -816,23 +783,12 @@ fn resolve_names<'b>(
                 arch.name()
             )));
         }
-        let default = match param.shape {
-            Shape::Int { size, signed } | Shape::Enum { size, signed } => {
-                let bits = u8::try_from(size * 8).unwrap_or(64).clamp(8, 64);
-                if signed {
-                    crate::spec::BaseType::Signed(bits)
-                } else {
-                    crate::spec::BaseType::Unsigned(bits)
-                }
-            }
-            Shape::Pointer => crate::spec::BaseType::Hex(64),
-            Shape::Float { .. } | Shape::Aggregate { .. } | Shape::Void => {
-                return Err(fail(format!(
-                    "{n} is a {} passed by value, which does not fit a register fetch",
-                    param.c_type
-                )))
-            }
-        };
+        let default = register_type(param).ok_or_else(|| {
+            fail(format!(
+                "{n} is a {} passed by value, which does not fit a register fetch",
+                param.c_type
+            ))
+        })?;
         // `filename` shows as filename=; `+0(filename)` keeps the
         // generated argN, as the kernel names an unnamed argument.
         if a.fetch.derefs.is_empty() {
@@ -846,6 +802,69 @@ fn resolve_names<'b>(
         a.fetch.base = FetchBase::Arg(n32);
     }
     Ok(spec)
+}
+
+/// The function whose BTF names `spec`'s arguments (`None`: a tracepoint,
+/// whose arguments the kernel checks).
+fn btf_function(spec: &ProbeSpec) -> Result<Option<String>, PlanError> {
+    Ok(Some(match &spec.target {
+        Target::Tracepoint { .. } => return Ok(None),
+        Target::Fprobe { name } => name.clone(),
+        Target::Symbol {
+            module: None, name, ..
+        } => name.clone(),
+        Target::Symbol {
+            module: Some(m), ..
+        } => {
+            return Err(PlanError::Unsupported {
+                what: format!("argument names in module {m} (its split BTF)"),
+                instead: "name the arguments with $argN, as in dfd=$arg1".into(),
+            })
+        }
+        _ => return Err(PlanError::Unsupported {
+            what:
+                "argument names on an address or a uprobe (there is no function to look up in BTF)"
+                    .into(),
+            instead: "name the arguments with $argN or registers".into(),
+        }),
+    }))
+}
+
+/// Why `n` names no parameter of `proto`: the closest names, and all.
+fn no_such_parameter(proto: &Prototype, n: &str) -> String {
+    let names: Vec<&str> = proto.params.iter().map(|p| p.name.as_str()).collect();
+    let close = names
+        .iter()
+        .filter(|c| kprobe_perf_arch::edit_distance(c, n) <= 2)
+        .min_by_key(|c| kprobe_perf_arch::edit_distance(c, n));
+    let hint = close
+        .map(|c| format!("did you mean {c}? "))
+        .unwrap_or_default();
+    format!(
+        "it has no parameter {n}; {hint}its parameters are {}",
+        if names.is_empty() {
+            "none".to_string()
+        } else {
+            names.join(", ")
+        }
+    )
+}
+
+/// The type a register fetch of `param` shows as by default (`None`: it
+/// is not passed in a register).
+fn register_type(param: &Param) -> Option<crate::spec::BaseType> {
+    Some(match param.shape {
+        Shape::Int { size, signed } | Shape::Enum { size, signed } => {
+            let bits = u8::try_from(size * 8).unwrap_or(64).clamp(8, 64);
+            if signed {
+                crate::spec::BaseType::Signed(bits)
+            } else {
+                crate::spec::BaseType::Unsigned(bits)
+            }
+        }
+        Shape::Pointer => crate::spec::BaseType::Hex(64),
+        Shape::Float { .. } | Shape::Aggregate { .. } | Shape::Void => return None,
+    })
 }
 
 fn bad_register(name: &str, arch: Arch) -> PlanError {
