@@ -942,105 +942,13 @@ fn parse_base(
         return Ok(FetchBase::Register(reg.to_string()));
     }
     if let Some(var) = text.strip_prefix('$') {
-        return match var {
-            "retval" => {
-                if !spec.is_return() {
-                    return err(
-                        "$retval is only available at a return probe: use r: instead of p:".into(),
-                    );
-                }
-                Ok(FetchBase::Retval)
-            }
-            "stack" => Ok(FetchBase::Stack),
-            "comm" | "COMM" => Ok(FetchBase::Comm),
-            v if v.starts_with("stack") => match v[5..].parse::<u32>() {
-                Ok(n) if v[5..].bytes().all(|b| b.is_ascii_digit()) => Ok(FetchBase::StackEntry(n)),
-                _ => err("$stack takes a number from 0, as in $stack0".into()),
-            },
-            "arg*" => {
-                check_btf_place(spec, "$arg*").map_err(|m| cur.err(at, text.len(), m))?;
-                Ok(FetchBase::AllArgs)
-            }
-            v if v.starts_with("arg") => {
-                let n = match v[3..].parse::<u32>() {
-                    Ok(n) if v[3..].bytes().all(|b| b.is_ascii_digit()) => n,
-                    _ => return err("$arg takes a number from 1, as in $arg1".into()),
-                };
-                if n == 0 {
-                    return err("arguments count from 1: $arg1 is the first".into());
-                }
-                // A return probe's $argN is saved at the entry by the kernel
-                // (6.10+, "kernel return probes support: $retval, $arg<N>"
-                // in tracefs's README); the planner checks the kernel has it.
-                if spec.is_return() && spec.target.is_user() {
-                    return err(format!("$arg{n} is not available at a uprobe's return: the argument registers are overwritten by then"));
-                }
-                if !spec.target.at_entry() {
-                    return err(format!("$arg{n} is only meaningful at a function's entry (offset 0); fetch the register instead"));
-                }
-                Ok(FetchBase::Arg(n))
-            }
-            _ => err(format!(
-                "unknown variable ${var}: use $argN, $retval, $stack, $stackN or $comm"
-            )),
-        };
+        return parse_variable(cur, spec, at, text, var);
     }
     if let Some(mem) = text.strip_prefix('@') {
-        if let Some(off) = mem.strip_prefix('+') {
-            if !spec.target.is_user() {
-                return err("@+OFFS reads a file offset of a uprobe's binary; for kernel memory use @ADDR or @SYM".into());
-            }
-            return match parse_number(off) {
-                Some(o) => Ok(FetchBase::FileOffset(o)),
-                None => err("not a valid file offset: write @+0x1234".into()),
-            };
-        }
-        if mem.starts_with(|c: char| c.is_ascii_digit()) {
-            return match parse_number(mem) {
-                Some(a) => Ok(FetchBase::Address(a)),
-                None => err("not a valid address: write @0xffffffff82000000".into()),
-            };
-        }
-        if spec.target.is_user() {
-            return err("@SYM reads kernel memory; in a uprobe use @+OFFS (a file offset)".into());
-        }
-        let (name, offset) = match mem.find(['+', '-']) {
-            Some(i) => match parse_signed(mem.as_bytes()[i], &mem[i + 1..]) {
-                Some(o) => (&mem[..i], o),
-                None => return err("not a valid offset: write @SYM+8 or @SYM-0x10".into()),
-            },
-            None => (mem, 0),
-        };
-        if name.is_empty()
-            || !name
-                .chars()
-                .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '.')
-            || name.starts_with(|c: char| c.is_ascii_digit())
-        {
-            return err("not a symbol name after @: write @jiffies or @SYM+OFFS".into());
-        }
-        return Ok(FetchBase::Symbol {
-            name: name.to_string(),
-            offset,
-        });
+        return parse_memory(cur, spec, at, text, mem);
     }
     if let Some(imm) = text.strip_prefix('\\') {
-        if let Some(s) = imm.strip_prefix('"') {
-            return match s.strip_suffix('"') {
-                Some(body) if !body.contains('"') => {
-                    Ok(FetchBase::Immediate(Immediate::String(body.to_string())))
-                }
-                _ => err("an immediate string is \\\"text\" with one pair of quotes".into()),
-            };
-        }
-        let value = match imm.strip_prefix('-') {
-            Some(d) => parse_signed(b'-', d),
-            None => parse_signed(b'+', imm),
-        };
-        return match value {
-            Some(v) => Ok(FetchBase::Immediate(Immediate::Number(v))),
-            None => err("an immediate is \\NUMBER or \\\"text\"".into()),
-        };
+        return parse_immediate(cur, at, text, imm);
     }
     if is_identifier(text) {
         check_btf_place(spec, text).map_err(|m| cur.err(at, text.len(), m))?;
@@ -1051,6 +959,128 @@ fn parse_base(
         return parse_member(cur, spec, at, text);
     }
     err(format!("unknown fetch argument {text}: use %REG, $argN, $retval, $stack, $stackN, $comm, @ADDR, @SYM, +OFFS(...) or a BTF argument name"))
+}
+
+/// `$VAR` (`var`, of the whole fetch argument `text` at `at`).
+fn parse_variable(
+    cur: &Cursor,
+    spec: &ProbeSpec,
+    at: usize,
+    text: &str,
+    var: &str,
+) -> Result<FetchBase, SpecError> {
+    let err = |msg: String| Err(cur.err(at, text.len().max(1), msg));
+    match var {
+        "retval" => {
+            if !spec.is_return() {
+                return err(
+                    "$retval is only available at a return probe: use r: instead of p:".into(),
+                );
+            }
+            Ok(FetchBase::Retval)
+        }
+        "stack" => Ok(FetchBase::Stack),
+        "comm" | "COMM" => Ok(FetchBase::Comm),
+        v if v.starts_with("stack") => match v[5..].parse::<u32>() {
+            Ok(n) if v[5..].bytes().all(|b| b.is_ascii_digit()) => Ok(FetchBase::StackEntry(n)),
+            _ => err("$stack takes a number from 0, as in $stack0".into()),
+        },
+        "arg*" => {
+            check_btf_place(spec, "$arg*").map_err(|m| cur.err(at, text.len(), m))?;
+            Ok(FetchBase::AllArgs)
+        }
+        v if v.starts_with("arg") => {
+            let n = match v[3..].parse::<u32>() {
+                Ok(n) if v[3..].bytes().all(|b| b.is_ascii_digit()) => n,
+                _ => return err("$arg takes a number from 1, as in $arg1".into()),
+            };
+            if n == 0 {
+                return err("arguments count from 1: $arg1 is the first".into());
+            }
+            // A return probe's $argN is saved at the entry by the kernel
+            // (6.10+, "kernel return probes support: $retval, $arg<N>"
+            // in tracefs's README); the planner checks the kernel has it.
+            if spec.is_return() && spec.target.is_user() {
+                return err(format!("$arg{n} is not available at a uprobe's return: the argument registers are overwritten by then"));
+            }
+            if !spec.target.at_entry() {
+                return err(format!("$arg{n} is only meaningful at a function's entry (offset 0); fetch the register instead"));
+            }
+            Ok(FetchBase::Arg(n))
+        }
+        _ => err(format!(
+            "unknown variable ${var}: use $argN, $retval, $stack, $stackN or $comm"
+        )),
+    }
+}
+
+/// `@ADDR`, `@SYM[+|-OFFS]` or `@+OFFS` (`mem`, after the `@`).
+fn parse_memory(
+    cur: &Cursor,
+    spec: &ProbeSpec,
+    at: usize,
+    text: &str,
+    mem: &str,
+) -> Result<FetchBase, SpecError> {
+    let err = |msg: String| Err(cur.err(at, text.len().max(1), msg));
+    if let Some(off) = mem.strip_prefix('+') {
+        if !spec.target.is_user() {
+            return err("@+OFFS reads a file offset of a uprobe's binary; for kernel memory use @ADDR or @SYM".into());
+        }
+        return match parse_number(off) {
+            Some(o) => Ok(FetchBase::FileOffset(o)),
+            None => err("not a valid file offset: write @+0x1234".into()),
+        };
+    }
+    if mem.starts_with(|c: char| c.is_ascii_digit()) {
+        return match parse_number(mem) {
+            Some(a) => Ok(FetchBase::Address(a)),
+            None => err("not a valid address: write @0xffffffff82000000".into()),
+        };
+    }
+    if spec.target.is_user() {
+        return err("@SYM reads kernel memory; in a uprobe use @+OFFS (a file offset)".into());
+    }
+    let (name, offset) = match mem.find(['+', '-']) {
+        Some(i) => match parse_signed(mem.as_bytes()[i], &mem[i + 1..]) {
+            Some(o) => (&mem[..i], o),
+            None => return err("not a valid offset: write @SYM+8 or @SYM-0x10".into()),
+        },
+        None => (mem, 0),
+    };
+    if name.is_empty()
+        || !name
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '.')
+        || name.starts_with(|c: char| c.is_ascii_digit())
+    {
+        return err("not a symbol name after @: write @jiffies or @SYM+OFFS".into());
+    }
+    Ok(FetchBase::Symbol {
+        name: name.to_string(),
+        offset,
+    })
+}
+
+/// `\NUMBER` or `\"text"` (`imm`, after the backslash).
+fn parse_immediate(cur: &Cursor, at: usize, text: &str, imm: &str) -> Result<FetchBase, SpecError> {
+    let err = |msg: String| Err(cur.err(at, text.len().max(1), msg));
+    if let Some(s) = imm.strip_prefix('"') {
+        return match s.strip_suffix('"') {
+            Some(body) if !body.contains('"') => {
+                Ok(FetchBase::Immediate(Immediate::String(body.to_string())))
+            }
+            _ => err("an immediate string is \\\"text\" with one pair of quotes".into()),
+        };
+    }
+    let value = match imm.strip_prefix('-') {
+        Some(d) => parse_signed(b'-', d),
+        None => parse_signed(b'+', imm),
+    };
+    match value {
+        Some(v) => Ok(FetchBase::Immediate(Immediate::Number(v))),
+        None => err("an immediate is \\NUMBER or \\\"text\"".into()),
+    }
 }
 
 /// Where BTF names may be used (parse_btf_arg, traceprobe_expand_meta_args):
