@@ -1,7 +1,7 @@
 //! Answers from decoded events: histograms, entry/return latency pairing,
 //! counts by key, and their text rendering.
 //!
-//! Everything here is pure code over [`Event`](crate::Event)s: no I/O and
+//! Everything here is pure code over [`Event`](crate::decode::Event)s: no I/O and
 //! no system call, so an embedder gets the same analysis as the CLI by
 //! feeding it the events a session delivers (in time order).
 //!

@@ -19,19 +19,19 @@
 //! thread of the same tid never takes them.
 //!
 //! The hidden probe is never shown: its events are not handed over, its
-//! counts are not among the session's probes ([`crate::Session::plans`]
+//! counts are not among the session's probes ([`crate::session::Session::plans`]
 //! lists the user's probes only). A return whose entry was not seen (lost
 //! to a full ring, before the start, out of stack) has its entry values
-//! [`Value::Unknown`](crate::Value::Unknown), counted per probe in
-//! [`SessionStats::entry_unknown`](crate::SessionStats::entry_unknown).
+//! [`Value::Unknown`](crate::decode::Value::Unknown), counted per probe in
+//! [`SessionStats::entry_unknown`](crate::decode::stats::SessionStats::entry_unknown).
 
 use kprobe_perf_arch::Arch;
 use kprobe_perf_symbols::KernelSymbols;
 
 use crate::plan::probe_plan::{ArgPlan, BackendChoice, PlanError, ProbePlan};
 pub use crate::plan::probe_plan::{EntryJoin, JoinSource};
-use crate::spec::KernelFeatures;
-use crate::spec::{Fetch, FetchArg, FetchBase, ProbeKind, ProbeSpec, Target};
+use kprobe_perf_spec::KernelFeatures;
+use kprobe_perf_spec::{Fetch, FetchArg, FetchBase, ProbeKind, ProbeSpec, Target};
 
 /// Name of the stack pointer argument the return half of a joined probe
 /// fetches last (never shown). The entry half's is this, `_`, and the
@@ -278,7 +278,7 @@ mod tests {
     use crate::decode::join::{expand, Joiner};
     use crate::decode::{Event, Value};
     use crate::plan::{resolve_with, Backend};
-    use crate::spec::BaseType;
+    use kprobe_perf_spec::BaseType;
     use std::ops::ControlFlow;
     use std::sync::Arc;
 

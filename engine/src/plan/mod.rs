@@ -10,7 +10,7 @@ pub mod uprobe;
 mod probe_plan;
 mod resolve;
 
-pub use crate::spec::KernelFeatures;
+pub use kprobe_perf_spec::KernelFeatures;
 pub use probe_plan::{
     return_trampoline, tracefs_reason, ArgPlan, ArgSource, AttachPoint, Backend, BackendChoice,
     PlanError, ProbePlan,

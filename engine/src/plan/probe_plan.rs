@@ -4,7 +4,7 @@
 use kprobe_perf_arch::{Arch, Register};
 use kprobe_perf_symbols::KernelSymbols;
 
-use crate::spec::{ArgType, FetchBase, ProbeKind, ProbeSpec, Target};
+use kprobe_perf_spec::{ArgType, FetchBase, ProbeKind, ProbeSpec, Target};
 
 /// Why a probe cannot be planned.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]

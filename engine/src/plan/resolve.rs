@@ -13,7 +13,7 @@ use crate::plan::probe_plan::{
     PlanError, ProbePlan,
 };
 use crate::plan::uprobe;
-use crate::spec::{ArgType, FetchBase, KernelFeatures, ProbeSpec, Target};
+use kprobe_perf_spec::{ArgType, FetchBase, KernelFeatures, ProbeSpec, Target};
 
 /// The running kernel's features, from tracefs's `README` (or the
 /// debugfs mount); `None` when neither can be read. Read once.
@@ -309,9 +309,9 @@ fn short_form_with_names(spec: ProbeSpec, symbols: &KernelSymbols) -> ProbeSpec 
     if symbols.is_empty() || is_function(name) || !is_function(event) {
         return spec;
     }
-    let first = crate::spec::FetchArg {
+    let first = kprobe_perf_spec::FetchArg {
         name: None,
-        fetch: crate::spec::Fetch {
+        fetch: kprobe_perf_spec::Fetch {
             base: FetchBase::Name(name.clone()),
             derefs: Vec::new(),
         },
@@ -457,17 +457,17 @@ fn no_such_parameter(proto: &Prototype, n: &str) -> String {
 
 /// The type a register fetch of `param` shows as by default (`None`: it
 /// is not passed in a register).
-fn register_type(param: &Param) -> Option<crate::spec::BaseType> {
+fn register_type(param: &Param) -> Option<kprobe_perf_spec::BaseType> {
     Some(match param.shape {
         Shape::Int { size, signed } | Shape::Enum { size, signed } => {
             let bits = u8::try_from(size * 8).unwrap_or(64).clamp(8, 64);
             if signed {
-                crate::spec::BaseType::Signed(bits)
+                kprobe_perf_spec::BaseType::Signed(bits)
             } else {
-                crate::spec::BaseType::Unsigned(bits)
+                kprobe_perf_spec::BaseType::Unsigned(bits)
             }
         }
-        Shape::Pointer => crate::spec::BaseType::Hex(64),
+        Shape::Pointer => kprobe_perf_spec::BaseType::Hex(64),
         Shape::Float { .. } | Shape::Aggregate { .. } | Shape::Void => return None,
     })
 }
@@ -564,7 +564,7 @@ fn suggest(symbols: &KernelSymbols, name: &str) -> Option<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::spec::BaseType;
+    use kprobe_perf_spec::BaseType;
 
     fn syms() -> KernelSymbols {
         KernelSymbols::parse(

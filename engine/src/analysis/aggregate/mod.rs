@@ -16,8 +16,8 @@ use serde::Serialize;
 
 use super::hist::{Hist, HistShape, LinearRange};
 use super::{AnalysisError, KeyPart};
+use crate::decode::{Event, Value};
 use crate::plan::{ArgSource, ProbePlan};
-use crate::{Event, Value};
 
 /// What an argument holds, for deciding what may be histogrammed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -449,7 +449,7 @@ impl Aggregator {
                 continue;
             };
             let (hist, negative) = slot.get_or_insert_with(|| (h.spec.shape.new_hist(), 0));
-            if matches!(ty, crate::spec::BaseType::Signed(_)) {
+            if matches!(ty, kprobe_perf_spec::BaseType::Signed(_)) {
                 if !hist.record_i64(*raw as i64) {
                     *negative += 1;
                 }

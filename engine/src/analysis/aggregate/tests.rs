@@ -2,7 +2,7 @@
 
 use super::*;
 use crate::analysis::hist::Bucket;
-use crate::spec::BaseType;
+use kprobe_perf_spec::BaseType;
 
 /// vfs_read(fd, count), openat(path: string, flags), close(fd: s32).
 fn probes() -> Vec<ProbeFields> {

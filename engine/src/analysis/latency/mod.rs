@@ -45,7 +45,7 @@ use serde::Serialize;
 
 use super::hist::{Hist, HistShape};
 use super::{AnalysisError, KeyPart};
-use crate::{Event, Value};
+use crate::decode::{Event, Value};
 
 /// The probes of one function: its entry and its return.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

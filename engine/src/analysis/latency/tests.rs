@@ -1,7 +1,7 @@
 //! Unit tests of the parent module.
 
 use super::*;
-use crate::spec::BaseType;
+use kprobe_perf_spec::BaseType;
 
 const ENTRY: usize = 0;
 const RET: usize = 1;

@@ -1,5 +1,5 @@
 //! From raw perf records to [`Event`]s, with no kernel in sight: the
-//! decoding a [`Session`](crate::Session) applies to what its rings hold,
+//! decoding a [`Session`](crate::session::Session) applies to what its rings hold,
 //! usable as well on records read back from a perf.data file
 //! ([`crate::perfdata`]) or made up by benchmarks and fuzzers.
 
@@ -24,7 +24,7 @@ use crate::decode::{
     arg_kinds, decode_into, decode_sample, AddressSet, DecodeError, Event, EventHead, SampleParts,
 };
 use crate::plan::{ArgSource, ProbePlan};
-use crate::spec::BaseType;
+use kprobe_perf_spec::BaseType;
 
 mod build;
 mod comm;
@@ -64,7 +64,7 @@ pub const RECORD_MMAP: u32 = perf_event_open_sys::bindings::PERF_RECORD_MMAP;
 pub const RECORD_MMAP2: u32 = perf_event_open_sys::bindings::PERF_RECORD_MMAP2;
 
 /// The thread and time of a `PERF_RECORD_EXIT` (`kind`, `body` as a
-/// [`RecordSink`] or [`crate::EventSink`] is given them): `None` for
+/// [`RecordSink`] or [`crate::session::sink::EventSink`] is given them): `None` for
 /// other records or a body too short. The body starts with pid, ppid,
 /// tid and ptid (u32 each), then the time.
 pub fn thread_exit(record: RingRecord<'_>) -> Option<(i32, u64)> {
@@ -830,7 +830,7 @@ fn probe_shape(p: &ProbePlan) -> ProbeShape {
 
 /// What takes raw records untouched, as a perf.data writer does (see
 /// [`crate::perfdata::Writer`]). A session hands records to an
-/// [`EventSink`](crate::EventSink) given to each drain; a sink that writes
+/// [`EventSink`](crate::session::sink::EventSink) given to each drain; a sink that writes
 /// a file forwards them here.
 pub trait RecordSink {
     /// One record: `kind` and `misc` from its header, `body` the bytes
