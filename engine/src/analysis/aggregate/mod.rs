@@ -191,7 +191,7 @@ pub fn parse_count_by(spec: &str, probes: &[ProbeFields]) -> Result<CountBy, Ana
                 name => CountKey::Arg {
                     name: name.to_string(),
                     index: resolve_arg(name, probes).ok_or_else(|| AnalysisError::UnknownKey {
-                        option: "--count-by",
+                        option: "the count keys",
                         key: name.to_string(),
                         builtins: "comm, pid, tid, cpu, probe",
                         arguments: describe_arguments(probes),
@@ -252,7 +252,7 @@ fn hist_by(
 /// Parses `--hist ARG`: a log2 histogram of integer argument `ARG`, one
 /// per probe that has it. A string or array argument is refused.
 pub fn parse_hist(arg: &str, probes: &[ProbeFields]) -> Result<HistBy, AnalysisError> {
-    hist_by("--hist", arg.trim(), probes, HistShape::Log2)
+    hist_by("a log2 histogram", arg.trim(), probes, HistShape::Log2)
 }
 
 enum RangeError {
@@ -303,7 +303,12 @@ pub fn parse_lhist(spec: &str, probes: &[ProbeFields]) -> Result<HistBy, Analysi
         RangeError::Syntax(why) => bad(&why),
         RangeError::Hist(h) => AnalysisError::Hist(h),
     })?;
-    hist_by("--lhist", arg.trim(), probes, HistShape::Linear(range))
+    hist_by(
+        "a linear histogram",
+        arg.trim(),
+        probes,
+        HistShape::Linear(range),
+    )
 }
 
 /// One row of a [`CountTable`].

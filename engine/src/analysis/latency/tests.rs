@@ -387,7 +387,7 @@ fn setup_errors() {
     assert_eq!(Key::parse("cpu").unwrap(), Key::Cpu);
     assert_eq!(
         Key::parse("uid").unwrap_err().to_string(),
-        "unknown key \"uid\" for --by: use comm, pid, tid, cpu or ret"
+        "unknown latency key \"uid\": use comm, pid, tid, cpu or ret"
     );
     assert_eq!(TimeUnit::parse("us").unwrap(), TimeUnit::Us);
     assert_eq!(
