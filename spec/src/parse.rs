@@ -209,34 +209,10 @@ impl ProbeSpec {
         let (target, returns) = match flavor {
             Flavor::Kprobe => parse_target(&cur, target_at, target_text)?,
             Flavor::Fprobe | Flavor::Tprobe => {
-                let (target, mut returns) =
-                    parse_dynamic_target(&cur, flavor, target_at, target_text)?;
-                // As parse_symbol_and_return does: `$retval` among the args
-                // makes an fprobe a return probe, and is refused on a
-                // tracepoint.
-                for &(at, t) in arg_toks {
-                    let Some(i) = find_retval(t) else { continue };
-                    if flavor == Flavor::Tprobe {
-                        return Err(cur.err(
-                            at + i,
-                            7,
-                            "$retval is not available at a tracepoint: it fires inside the traced function",
-                        ));
-                    }
-                    returns = true;
-                }
-                if let (ProbeKind::Return { maxactive: Some(_) }, false) = (kind, returns) {
-                    return Err(cur.err(
-                        head_at + 1,
-                        kind_text.len() - 1,
-                        "maxactive applies only to return fprobes: add %return to the function (f100:EV SYM%return)",
-                    ));
-                }
-                if returns {
-                    if let ProbeKind::Entry = kind {
-                        kind = ProbeKind::Return { maxactive: None };
-                    }
-                }
+                let head = (head_at, kind_text);
+                let target_tok = (target_at, target_text);
+                let target;
+                (target, kind) = dynamic_target(&cur, flavor, kind, head, target_tok, arg_toks)?;
                 (target, false)
             }
         };
@@ -250,18 +226,13 @@ impl ProbeSpec {
             }
             kind = ProbeKind::Return { maxactive: None };
         }
-        if let ProbeKind::Return { maxactive } = kind {
-            if !target.at_entry() {
-                return Err(cur.err(target_at, target_text.len(), "a return probe goes on a function's entry: remove the offset (r:SYM or r:SYM+0)"));
-            }
-            if maxactive.is_some() && target.is_user() {
-                return Err(cur.err(
-                    head_at + 1,
-                    kind_text.len() - 1,
-                    "maxactive applies to kernel return probes only; uretprobes have no such limit",
-                ));
-            }
-        }
+        check_return(
+            &cur,
+            kind,
+            &target,
+            (head_at, kind_text),
+            (target_at, target_text),
+        )?;
         let mut spec = ProbeSpec {
             kind,
             group,
@@ -269,31 +240,112 @@ impl ProbeSpec {
             target,
             args: Vec::new(),
         };
-        if arg_toks.len() > MAX_ARGS {
-            let (at, t) = arg_toks[MAX_ARGS];
-            return Err(cur.err(
-                at,
-                t.len(),
-                format!("at most {MAX_ARGS} arguments per probe"),
-            ));
-        }
-        for &(at, text) in arg_toks {
-            let arg = parse_arg(&cur, &spec, arch, at, text)?;
-            if arg.fetch.base == FetchBase::AllArgs
-                && spec.args.iter().any(|a| a.fetch.base == FetchBase::AllArgs)
-            {
-                // traceprobe_expand_meta_args: once only.
-                return Err(cur.err(
-                    at,
-                    text.len(),
-                    "$arg* can be used only once: it already stands for every parameter",
-                ));
-            }
-            spec.args.push(arg);
-            check_names(&cur, &spec, at, text)?;
-        }
+        push_args(&cur, &mut spec, arch, arg_toks)?;
         Ok(spec)
     }
+}
+
+/// The target of an `f:` or `t:` probe (`target_tok`, with the probe's
+/// `head` token) and its kind: `$retval` among the args makes an fprobe a
+/// return probe, and is refused on a tracepoint.
+fn dynamic_target(
+    cur: &Cursor,
+    flavor: Flavor,
+    mut kind: ProbeKind,
+    (head_at, kind_text): (usize, &str),
+    (target_at, target_text): (usize, &str),
+    arg_toks: &[(usize, &str)],
+) -> Result<(Target, ProbeKind), SpecError> {
+    let (target, mut returns) = parse_dynamic_target(cur, flavor, target_at, target_text)?;
+    // As parse_symbol_and_return does: `$retval` among the args
+    // makes an fprobe a return probe, and is refused on a
+    // tracepoint.
+    for &(at, t) in arg_toks {
+        let Some(i) = find_retval(t) else { continue };
+        if flavor == Flavor::Tprobe {
+            return Err(cur.err(
+                at + i,
+                7,
+                "$retval is not available at a tracepoint: it fires inside the traced function",
+            ));
+        }
+        returns = true;
+    }
+    if let (ProbeKind::Return { maxactive: Some(_) }, false) = (kind, returns) {
+        return Err(cur.err(
+            head_at + 1,
+            kind_text.len() - 1,
+            "maxactive applies only to return fprobes: add %return to the function (f100:EV SYM%return)",
+        ));
+    }
+    if returns {
+        if let ProbeKind::Entry = kind {
+            kind = ProbeKind::Return { maxactive: None };
+        }
+    }
+    Ok((target, kind))
+}
+
+/// Refuses a return probe (`kind`) that is not at its function's entry,
+/// or a maxactive on a uretprobe.
+fn check_return(
+    cur: &Cursor,
+    kind: ProbeKind,
+    target: &Target,
+    (head_at, kind_text): (usize, &str),
+    (target_at, target_text): (usize, &str),
+) -> Result<(), SpecError> {
+    if let ProbeKind::Return { maxactive } = kind {
+        if !target.at_entry() {
+            return Err(cur.err(
+                target_at,
+                target_text.len(),
+                "a return probe goes on a function's entry: remove the offset (r:SYM or r:SYM+0)",
+            ));
+        }
+        if maxactive.is_some() && target.is_user() {
+            return Err(cur.err(
+                head_at + 1,
+                kind_text.len() - 1,
+                "maxactive applies to kernel return probes only; uretprobes have no such limit",
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// Parses the fetch arguments `arg_toks` into `spec`, at most
+/// [`MAX_ARGS`], `$arg*` once, each name once.
+fn push_args(
+    cur: &Cursor,
+    spec: &mut ProbeSpec,
+    arch: Arch,
+    arg_toks: &[(usize, &str)],
+) -> Result<(), SpecError> {
+    if arg_toks.len() > MAX_ARGS {
+        let (at, t) = arg_toks[MAX_ARGS];
+        return Err(cur.err(
+            at,
+            t.len(),
+            format!("at most {MAX_ARGS} arguments per probe"),
+        ));
+    }
+    for &(at, text) in arg_toks {
+        let arg = parse_arg(cur, spec, arch, at, text)?;
+        if arg.fetch.base == FetchBase::AllArgs
+            && spec.args.iter().any(|a| a.fetch.base == FetchBase::AllArgs)
+        {
+            // traceprobe_expand_meta_args: once only.
+            return Err(cur.err(
+                at,
+                text.len(),
+                "$arg* can be used only once: it already stands for every parameter",
+            ));
+        }
+        spec.args.push(arg);
+        check_names(cur, spec, at, text)?;
+    }
+    Ok(())
 }
 
 fn parse_kind(cur: &Cursor, at: usize, kind_text: &str) -> Result<(ProbeKind, Flavor), SpecError> {
