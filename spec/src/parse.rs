@@ -651,58 +651,7 @@ fn parse_target(cur: &Cursor, at: usize, text: &str) -> Result<(Target, bool), S
         None => (text, false),
     };
     if text.starts_with('/') {
-        let Some(colon) = text.rfind(':') else {
-            return Err(cur.err(
-                at,
-                text.len(),
-                "a uprobe target is PATH:SYMBOL[+offs] or PATH:0xOFFSET",
-            ));
-        };
-        let (path, loc) = (&text[..colon], &text[colon + 1..]);
-        let loc_at = at + colon + 1;
-        if loc.is_empty() {
-            return Err(cur.err(
-                loc_at,
-                1,
-                "missing symbol or offset after the path: PATH:SYMBOL or PATH:0xOFFSET",
-            ));
-        }
-        if loc.contains('(') {
-            return Err(cur.err(
-                loc_at,
-                loc.len(),
-                "reference counter offsets (PATH:OFFS(CTR)) are not supported",
-            ));
-        }
-        if loc.bytes().any(|b| GLOB_CHARS.contains(&b)) {
-            return Err(cur.err(
-                loc_at,
-                loc.len(),
-                "globs select kernel functions only; name one symbol of the binary",
-            ));
-        }
-        let location = if loc.starts_with(|c: char| c.is_ascii_digit()) {
-            UserLocation::Offset(parse_number(loc).ok_or_else(|| {
-                cur.err(
-                    loc_at,
-                    loc.len(),
-                    "not a valid file offset: write PATH:0x1234",
-                )
-            })?)
-        } else {
-            let (name, offset) = parse_sym_offset(cur, loc_at, loc)?;
-            UserLocation::Symbol {
-                name: name.to_string(),
-                offset,
-            }
-        };
-        return Ok((
-            Target::User {
-                path: path.to_string(),
-                location,
-            },
-            returns,
-        ));
+        return Ok((parse_user_target(cur, at, text)?, returns));
     }
     if text.starts_with(|c: char| c.is_ascii_digit()) && !text.contains(':') {
         let addr = parse_number(text).ok_or_else(|| {
@@ -775,6 +724,60 @@ fn parse_target(cur: &Cursor, at: usize, text: &str) -> Result<(Target, bool), S
         },
         returns,
     ))
+}
+
+/// A uprobe's target: `PATH:SYMBOL[+offs]` or `PATH:0xOFFSET` (`text`,
+/// at `at`, without `%return`).
+fn parse_user_target(cur: &Cursor, at: usize, text: &str) -> Result<Target, SpecError> {
+    let Some(colon) = text.rfind(':') else {
+        return Err(cur.err(
+            at,
+            text.len(),
+            "a uprobe target is PATH:SYMBOL[+offs] or PATH:0xOFFSET",
+        ));
+    };
+    let (path, loc) = (&text[..colon], &text[colon + 1..]);
+    let loc_at = at + colon + 1;
+    if loc.is_empty() {
+        return Err(cur.err(
+            loc_at,
+            1,
+            "missing symbol or offset after the path: PATH:SYMBOL or PATH:0xOFFSET",
+        ));
+    }
+    if loc.contains('(') {
+        return Err(cur.err(
+            loc_at,
+            loc.len(),
+            "reference counter offsets (PATH:OFFS(CTR)) are not supported",
+        ));
+    }
+    if loc.bytes().any(|b| GLOB_CHARS.contains(&b)) {
+        return Err(cur.err(
+            loc_at,
+            loc.len(),
+            "globs select kernel functions only; name one symbol of the binary",
+        ));
+    }
+    let location = if loc.starts_with(|c: char| c.is_ascii_digit()) {
+        UserLocation::Offset(parse_number(loc).ok_or_else(|| {
+            cur.err(
+                loc_at,
+                loc.len(),
+                "not a valid file offset: write PATH:0x1234",
+            )
+        })?)
+    } else {
+        let (name, offset) = parse_sym_offset(cur, loc_at, loc)?;
+        UserLocation::Symbol {
+            name: name.to_string(),
+            offset,
+        }
+    };
+    Ok(Target::User {
+        path: path.to_string(),
+        location,
+    })
 }
 
 fn parse_type(cur: &Cursor, at: usize, text: &str) -> Result<ArgType, SpecError> {
