@@ -1307,35 +1307,7 @@ fn check_type(
         _ => {}
     }
     if matches!(ty.base, BaseType::Dentry | BaseType::File) {
-        // traceprobe_expand_dentry_args rewrites `ARG:%pd` only when the
-        // type is exactly `%pd`/`%pD`, of a pointer.
-        if ty.array.is_some() {
-            return Err(cur.err(
-                ty_at,
-                ty_len,
-                format!("{} takes no array: it names one dentry or file", ty.base),
-            ));
-        }
-        if matches!(
-            arg.fetch.base,
-            FetchBase::Comm | FetchBase::Immediate(_) | FetchBase::Retval
-        ) && arg.fetch.derefs.is_empty()
-        {
-            return Err(cur.err(
-                ty_at,
-                ty_len,
-                format!(
-                    "{} prints the name of a struct {} pointer: fetch one, as in file:%pD",
-                    ty.base,
-                    if ty.base == BaseType::File {
-                        "file"
-                    } else {
-                        "dentry"
-                    }
-                ),
-            ));
-        }
-        return Ok(());
+        return check_dentry_type(cur, arg, ty, ty_at, ty_len);
     }
     if ty.base == BaseType::SymStr {
         // symstr turns any value into `sym+off/size`; only strings of
@@ -1377,6 +1349,45 @@ fn check_type(
             ty_len,
             format!(
                 "arrays are read from memory: write +0({fetch_text}):{ty}, not {fetch_text}:{ty}"
+            ),
+        ));
+    }
+    Ok(())
+}
+
+/// Checks a `%pd`/`%pD` type (`ty`, written at `ty_at`) on `arg`.
+fn check_dentry_type(
+    cur: &Cursor,
+    arg: &FetchArg,
+    ty: ArgType,
+    ty_at: usize,
+    ty_len: usize,
+) -> Result<(), SpecError> {
+    // traceprobe_expand_dentry_args rewrites `ARG:%pd` only when the
+    // type is exactly `%pd`/`%pD`, of a pointer.
+    if ty.array.is_some() {
+        return Err(cur.err(
+            ty_at,
+            ty_len,
+            format!("{} takes no array: it names one dentry or file", ty.base),
+        ));
+    }
+    if matches!(
+        arg.fetch.base,
+        FetchBase::Comm | FetchBase::Immediate(_) | FetchBase::Retval
+    ) && arg.fetch.derefs.is_empty()
+    {
+        return Err(cur.err(
+            ty_at,
+            ty_len,
+            format!(
+                "{} prints the name of a struct {} pointer: fetch one, as in file:%pD",
+                ty.base,
+                if ty.base == BaseType::File {
+                    "file"
+                } else {
+                    "dentry"
+                }
             ),
         ));
     }
