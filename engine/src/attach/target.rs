@@ -1,6 +1,6 @@
 //! Whose probe hits a session records ([`RecordTarget`]), and how a
 //! target becomes the (pid, cpu) pairs perf_event_open takes
-//! ([`RecordTarget::scopes`]).
+//! (`RecordTarget::scopes`).
 
 use std::os::fd::AsRawFd;
 use std::path::PathBuf;
