@@ -5,6 +5,7 @@
 mod filter;
 pub mod frames;
 pub mod join;
+pub mod pairing;
 pub mod records;
 pub(crate) mod stats;
 

@@ -1,6 +1,7 @@
 //! Unit tests of the parent module.
 
 use super::*;
+use crate::decode::pairing::SWEEP_MIN;
 use kprobe_perf_spec::BaseType;
 
 const ENTRY: usize = 0;
@@ -247,10 +248,10 @@ fn empty_stacks_are_swept() {
         p.record(&ev(ENTRY, tid, tid, 1, vec![]));
         p.record(&ev(RET, tid, tid, 2, vec![]));
     }
-    assert_eq!(p.stacks.len(), SWEEP_MIN);
+    assert_eq!(p.stacks.stacks.len(), SWEEP_MIN);
     p.record(&ev(ENTRY, 9999, 9999, 3, vec![]));
-    assert_eq!(p.stacks.len(), 2);
-    assert_eq!(p.sweep_at, SWEEP_MIN);
+    assert_eq!(p.stacks.stacks.len(), 2);
+    assert_eq!(p.stacks.sweep_at, SWEEP_MIN);
     let c = p.record(&ev(RET, 1, 1, 10, vec![])).unwrap();
     assert_eq!(c.duration_ns, 10);
     assert_eq!(p.snapshot().functions[0].paired, SWEEP_MIN as u64);
