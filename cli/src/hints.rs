@@ -4,6 +4,7 @@
 
 use std::error::Error as StdError;
 
+use kprobe_perf_engine::analysis::AnalysisError;
 use kprobe_perf_engine::plan::PlanError;
 use kprobe_perf_engine::select::Excluded;
 use kprobe_perf_engine::tracefs::TracefsError;
@@ -59,6 +60,9 @@ fn with_flags(e: &(dyn StdError + 'static)) -> Option<String> {
     if let Some(a) = e.downcast_ref::<AttachError>() {
         return attach(a);
     }
+    if let Some(a) = e.downcast_ref::<AnalysisError>() {
+        return analysis(a);
+    }
     e.downcast_ref::<TracefsError>().and_then(tracefs)
 }
 
@@ -80,6 +84,62 @@ fn plan(e: &PlanError) -> Option<String> {
         )),
         _ => None,
     }
+}
+
+/// The analyses' errors with the options of `record` and `latency` that
+/// gave what they refuse.
+fn analysis(e: &AnalysisError) -> Option<String> {
+    let flag = |option: &str| match option {
+        "the count keys" => "--count-by".to_string(),
+        "a log2 histogram" => "--hist".to_string(),
+        "a linear histogram" => "--lhist".to_string(),
+        other => other.to_string(),
+    };
+    Some(match e {
+        AnalysisError::EmptyKeyList => {
+            "--count-by needs at least one key: comm, pid, tid, cpu, probe or an argument name"
+                .to_string()
+        }
+        AnalysisError::UnknownKey {
+            option,
+            key,
+            builtins,
+            arguments,
+        } => format!(
+            "unknown key {key:?} in {}: the keys are {builtins}, or an argument name ({arguments})",
+            flag(option)
+        ),
+        AnalysisError::UnknownArgument {
+            option,
+            name,
+            arguments,
+        } => format!(
+            "no probe has an argument named {name:?} for {}; the arguments are: {arguments}",
+            flag(option)
+        ),
+        AnalysisError::NotNumeric {
+            option,
+            name,
+            probe,
+            kind,
+        } => format!(
+            "{} {name}: argument {name} of probe {probe} is a {kind}, not a number; a histogram needs an integer argument (use --count-by {name} to count its values)",
+            flag(option)
+        ),
+        AnalysisError::BadLhist { spec, why } => format!(
+            "--lhist {spec:?}: {why}; write ARG:MIN,MAX,STEP, e.g. --lhist size:0,4096,512"
+        ),
+        AnalysisError::UnknownByKey(key) => {
+            format!("unknown key {key:?} for --by: use comm, pid, tid, cpu or ret")
+        }
+        AnalysisError::BadLinear { spec, why } => format!(
+            "--linear {spec:?}: {why}; write MIN,MAX,STEP, e.g. --linear 0,1000,100"
+        ),
+        AnalysisError::NoReturnValue { function } => format!(
+            "--by ret needs the return value: the return probe of function {function} fetches no argument chosen as its return value"
+        ),
+        _ => return None,
+    })
 }
 
 fn attach(e: &AttachError) -> Option<String> {
@@ -181,6 +241,38 @@ mod tests {
                 "(with --backend pmu, kprobe-perf runs a filter on arguments in user space)"
             ),
             "{e}"
+        );
+    }
+
+    #[test]
+    fn analysis_errors_name_the_options() {
+        use kprobe_perf_engine::analysis::{parse_count_by, parse_hist, parse_lhist, parse_linear};
+        use kprobe_perf_engine::analysis::{Key, ProbeFields};
+        let p = [ProbeFields::new("openat", vec![])];
+        let said = |e: AnalysisError| render(&anyhow::Error::new(e));
+        assert_eq!(
+            said(parse_count_by(" ", &p).unwrap_err()),
+            "--count-by needs at least one key: comm, pid, tid, cpu, probe or an argument name"
+        );
+        assert!(said(parse_count_by("size", &p).unwrap_err())
+            .starts_with("unknown key \"size\" in --count-by: the keys are"));
+        assert!(said(parse_hist("len", &p).unwrap_err())
+            .starts_with("no probe has an argument named \"len\" for --hist;"));
+        assert_eq!(
+            said(parse_lhist("count", &p).unwrap_err()),
+            "--lhist \"count\": no ':' between the argument and its range; write ARG:MIN,MAX,STEP, e.g. --lhist size:0,4096,512"
+        );
+        assert_eq!(
+            said(parse_linear("0,x,10").unwrap_err()),
+            "--linear \"0,x,10\": \"x\" is not an integer; write MIN,MAX,STEP, e.g. --linear 0,1000,100"
+        );
+        assert_eq!(
+            said(Key::parse("uid").unwrap_err()),
+            "unknown key \"uid\" for --by: use comm, pid, tid, cpu or ret"
+        );
+        assert_eq!(
+            said(AnalysisError::NoReturnValue { function: 0 }),
+            "--by ret needs the return value: the return probe of function 0 fetches no argument chosen as its return value"
         );
     }
 

@@ -29,6 +29,7 @@ mod inspect;
 mod json;
 mod latency;
 mod output;
+mod profile;
 mod script;
 mod stacks;
 mod stat;
@@ -78,7 +79,7 @@ enum Cmd {
     /// blocked signals. Without it (or with -a) records every CPU until
     /// Ctrl-C or --duration. A summary with per-probe counts and lost
     /// events goes to stderr.
-    Record(RecordArgs),
+    Record(Box<RecordArgs>),
     /// Measure how long each call of a function takes: an entry and a
     /// return probe of FUNC (a kernel function or `BINARY:func`), paired
     /// per thread (recursion and nesting give each call its own duration),
@@ -157,7 +158,7 @@ enum Cmd {
 }
 
 #[derive(clap::Args)]
-#[command(group(clap::ArgGroup::new("files").args(["output", "stacks_folded", "flamegraph"]).multiple(true)))]
+#[command(group(clap::ArgGroup::new("files").args(["output", "stacks_folded", "flamegraph", "profile"]).multiple(true)))]
 struct RecordArgs {
     /// A probe definition (repeatable).
     #[arg(short = 'e', long = "event", value_name = "SPEC", required = true)]
@@ -477,12 +478,7 @@ fn record(args: &RecordArgs, filters: &[Option<String>]) -> Result<ExitCode> {
         line: Vec::with_capacity(256),
         json_writer: json::EventWriter::default(),
         agg,
-        stacks: call_graph.map(|_| {
-            stacks::Stacks::new(
-                true,
-                args.stacks.out.stacks_folded.is_some() || args.stacks.out.flamegraph.is_some(),
-            )
-        }),
+        stacks: call_graph.map(|_| stacks::Stacks::new(true, &args.stacks.out)),
     };
     let stdout = io::stdout();
     let mut live = LiveOutput {

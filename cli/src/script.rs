@@ -49,8 +49,10 @@ pub(crate) fn run(args: &ScriptArgs) -> Result<ExitCode> {
     let mut used = 0;
     let mut line = Vec::with_capacity(256);
     let mut cache = text::LineCache::default();
-    let folded = args.stacks.stacks_folded.is_some() || args.stacks.flamegraph.is_some();
-    let mut stacks = crate::stacks::Stacks::new(false, folded);
+    let folded = args.stacks.stacks_folded.is_some()
+        || args.stacks.flamegraph.is_some()
+        || args.stacks.profile.is_some();
+    let mut stacks = crate::stacks::Stacks::new(false, &args.stacks);
     // A file recorded with -g prints each event's frames (none for an
     // event whose chain is empty), as the recording did.
     let with_chains = replay.decoder().has_callchains();

@@ -105,11 +105,20 @@ pub(crate) struct StackOutputArgs {
     /// FILE is created as --stacks-folded creates its file.
     #[arg(long, value_name = "FILE.svg")]
     pub flamegraph: Option<PathBuf>,
+    /// Write the events as a profile for the Firefox Profiler
+    /// (profiler.firefox.com; `samply load FILE.json` opens it too): one
+    /// sample per event, on its process and thread, at its time, with its
+    /// stack named as in the text output and the probe's event name
+    /// innermost. Needs callchains as --stacks-folded does (in `record`,
+    /// implies `--call-graph kernel` when no `-g` or `--call-graph` is
+    /// given). FILE is created as --stacks-folded creates its file.
+    #[arg(long, value_name = "FILE.json")]
+    pub profile: Option<PathBuf>,
 }
 
 impl StackOutputArgs {
     fn any(&self) -> bool {
-        self.stacks_folded.is_some() || self.flamegraph.is_some()
+        self.stacks_folded.is_some() || self.flamegraph.is_some() || self.profile.is_some()
     }
 
     /// Refuses, before anything is attached, paths no file could be
@@ -118,6 +127,7 @@ impl StackOutputArgs {
         for (flag, p) in [
             ("--stacks-folded", &self.stacks_folded),
             ("--flamegraph", &self.flamegraph),
+            ("--profile", &self.profile),
         ] {
             if let Some(p) = p {
                 crate::output::check(p).map_err(|e| named(flag, e))?;
@@ -154,25 +164,31 @@ pub(crate) struct Stacks {
     live: bool,
     /// Counts of folded stacks, when asked for.
     folded: Option<HashMap<String, u64>>,
+    /// The profile of `--profile`, when asked for.
+    profile: Option<crate::profile::ProfileBuilder>,
     frames: Vec<NamedFrame>,
 }
 
 impl Stacks {
-    /// For a live recording (`live`) or a replay; `count` when folded
-    /// stacks are wanted.
-    pub(crate) fn new(live: bool, count: bool) -> Stacks {
+    /// For a live recording (`live`) or a replay, keeping what `out`
+    /// asks for (folded stacks, a flame graph, a profile).
+    pub(crate) fn new(live: bool, out: &StackOutputArgs) -> Stacks {
         Stacks {
             symbolizer: StackSymbolizer::new(),
             maps: ProcessMaps::default(),
             live,
-            folded: count.then(HashMap::new),
+            folded: (out.stacks_folded.is_some() || out.flamegraph.is_some()).then(HashMap::new),
+            profile: out
+                .profile
+                .is_some()
+                .then(crate::profile::ProfileBuilder::new),
             frames: Vec::new(),
         }
     }
 
-    /// Whether stacks are counted (folded stacks or a flame graph).
+    /// Whether stacks are kept (folded stacks, a flame graph, a profile).
     pub(crate) fn counts(&self) -> bool {
-        self.folded.is_some()
+        self.folded.is_some() || self.profile.is_some()
     }
 
     /// Names `e`'s frames (kept for [`Stacks::write_text`] and
@@ -190,6 +206,9 @@ impl Stacks {
         }
         let maps = maps.unwrap_or(&self.maps);
         self.frames = self.symbolizer.frames(e, kernel, maps);
+        if let Some(p) = self.profile.as_mut() {
+            p.add(e, &plan.event, &self.frames);
+        }
         let Some(folded) = self.folded.as_mut() else {
             return;
         };
@@ -265,6 +284,9 @@ impl Stacks {
     /// Writes the folded stacks and the flame graph `args` ask for.
     /// `title` names the probes.
     pub(crate) fn finish(&self, args: &StackOutputArgs, force: bool, title: &str) -> Result<()> {
+        if let (Some(p), Some(path)) = (&self.profile, &args.profile) {
+            p.write(path, force)?;
+        }
         let Some(folded) = self.folded.as_ref() else {
             return Ok(());
         };
@@ -326,7 +348,7 @@ fn named(flag: &str, e: anyhow::Error) -> anyhow::Error {
 
 /// Creates `path` (given with `flag`) as -o creates its file and writes
 /// `bytes` into it.
-fn write_new(flag: &str, path: &Path, force: bool, bytes: &[u8]) -> Result<()> {
+pub(crate) fn write_new(flag: &str, path: &Path, force: bool, bytes: &[u8]) -> Result<()> {
     let f = crate::output::create(path, force).map_err(|e| named(flag, e))?;
     let Some(mut file) = f.into_file() else {
         anyhow::bail!("{}: the file was already handed over", path.display());
@@ -395,7 +417,7 @@ mod tests {
 
     #[test]
     fn json_callchains_match_a_sorted_serde_json_map() {
-        let mut stacks = Stacks::new(false, false);
+        let mut stacks = Stacks::new(false, &StackOutputArgs::default());
         stacks.frames = vec![
             NamedFrame {
                 address: 0xffff_ffff_8123_45a0,

@@ -13,8 +13,10 @@
 #![cfg_attr(not(test), warn(unused_crate_dependencies))]
 #![deny(missing_docs)]
 
-// The stages, in the order data flows through them; each imports only
-// from those before it (and from the crates below the engine).
+// One module per stage. Data flows plan -> kernel -> attach -> decode ->
+// session -> analysis, perfdata (error wraps the errors of plan, kernel
+// and attach; stack names the frames decode reads); each stage imports
+// only from the stages before it and from the crates below the engine.
 pub mod analysis;
 mod attach;
 pub mod decode;
@@ -39,15 +41,19 @@ pub use kernel::{kcore, preflight, select};
 pub use plan::{entry_join, filter};
 pub use session::{counting, sink, summary};
 
+// What an embedder uses, at the crate root.
+pub use decode::frames::StackFrame;
 pub use decode::{Event, Value};
 pub use error::Error;
 pub use kernel::{Kernel, KernelOptions};
 pub use kprobe_perf_arch::Arch;
 pub use kprobe_perf_symbols::KernelSymbols;
 pub use plan::probes::{plan_probes, plan_probes_filtered, plan_probes_with, BULK_THROUGH_TRACEFS};
-pub use plan::ProbePlan;
+pub use plan::{BackendChoice, ProbePlan};
+pub use session::counting::CountingSession;
 pub use session::{CallCounts, Session, SessionOptions, SessionStats, Throttling};
 pub use sink::{sink_fn, EventSink};
 pub use spec::ProbeSpec;
+pub use stack::StackSymbolizer;
 pub use summary::Summary;
 pub use target::{CommandScope, RecordTarget};

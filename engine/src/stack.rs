@@ -78,7 +78,7 @@ impl ProcessMaps {
     }
 
     /// Notes the mapping of a raw `PERF_RECORD_MMAP` or `PERF_RECORD_MMAP2`
-    /// record (`kind`, `misc` and `body` as an [`crate::EventSink`] gets
+    /// record (`kind`, `misc` and `body` as an [`crate::session::sink::EventSink`] gets
     /// them); other records are ignored.
     pub fn note_record(&mut self, record: RingRecord<'_>) {
         let RingRecord { kind, misc, body } = record;

@@ -209,34 +209,10 @@ impl ProbeSpec {
         let (target, returns) = match flavor {
             Flavor::Kprobe => parse_target(&cur, target_at, target_text)?,
             Flavor::Fprobe | Flavor::Tprobe => {
-                let (target, mut returns) =
-                    parse_dynamic_target(&cur, flavor, target_at, target_text)?;
-                // As parse_symbol_and_return does: `$retval` among the args
-                // makes an fprobe a return probe, and is refused on a
-                // tracepoint.
-                for &(at, t) in arg_toks {
-                    let Some(i) = find_retval(t) else { continue };
-                    if flavor == Flavor::Tprobe {
-                        return Err(cur.err(
-                            at + i,
-                            7,
-                            "$retval is not available at a tracepoint: it fires inside the traced function",
-                        ));
-                    }
-                    returns = true;
-                }
-                if let (ProbeKind::Return { maxactive: Some(_) }, false) = (kind, returns) {
-                    return Err(cur.err(
-                        head_at + 1,
-                        kind_text.len() - 1,
-                        "maxactive applies only to return fprobes: add %return to the function (f100:EV SYM%return)",
-                    ));
-                }
-                if returns {
-                    if let ProbeKind::Entry = kind {
-                        kind = ProbeKind::Return { maxactive: None };
-                    }
-                }
+                let head = (head_at, kind_text);
+                let target_tok = (target_at, target_text);
+                let target;
+                (target, kind) = dynamic_target(&cur, flavor, kind, head, target_tok, arg_toks)?;
                 (target, false)
             }
         };
@@ -250,18 +226,13 @@ impl ProbeSpec {
             }
             kind = ProbeKind::Return { maxactive: None };
         }
-        if let ProbeKind::Return { maxactive } = kind {
-            if !target.at_entry() {
-                return Err(cur.err(target_at, target_text.len(), "a return probe goes on a function's entry: remove the offset (r:SYM or r:SYM+0)"));
-            }
-            if maxactive.is_some() && target.is_user() {
-                return Err(cur.err(
-                    head_at + 1,
-                    kind_text.len() - 1,
-                    "maxactive applies to kernel return probes only; uretprobes have no such limit",
-                ));
-            }
-        }
+        check_return(
+            &cur,
+            kind,
+            &target,
+            (head_at, kind_text),
+            (target_at, target_text),
+        )?;
         let mut spec = ProbeSpec {
             kind,
             group,
@@ -269,31 +240,112 @@ impl ProbeSpec {
             target,
             args: Vec::new(),
         };
-        if arg_toks.len() > MAX_ARGS {
-            let (at, t) = arg_toks[MAX_ARGS];
-            return Err(cur.err(
-                at,
-                t.len(),
-                format!("at most {MAX_ARGS} arguments per probe"),
-            ));
-        }
-        for &(at, text) in arg_toks {
-            let arg = parse_arg(&cur, &spec, arch, at, text)?;
-            if arg.fetch.base == FetchBase::AllArgs
-                && spec.args.iter().any(|a| a.fetch.base == FetchBase::AllArgs)
-            {
-                // traceprobe_expand_meta_args: once only.
-                return Err(cur.err(
-                    at,
-                    text.len(),
-                    "$arg* can be used only once: it already stands for every parameter",
-                ));
-            }
-            spec.args.push(arg);
-            check_names(&cur, &spec, at, text)?;
-        }
+        push_args(&cur, &mut spec, arch, arg_toks)?;
         Ok(spec)
     }
+}
+
+/// The target of an `f:` or `t:` probe (`target_tok`, with the probe's
+/// `head` token) and its kind: `$retval` among the args makes an fprobe a
+/// return probe, and is refused on a tracepoint.
+fn dynamic_target(
+    cur: &Cursor,
+    flavor: Flavor,
+    mut kind: ProbeKind,
+    (head_at, kind_text): (usize, &str),
+    (target_at, target_text): (usize, &str),
+    arg_toks: &[(usize, &str)],
+) -> Result<(Target, ProbeKind), SpecError> {
+    let (target, mut returns) = parse_dynamic_target(cur, flavor, target_at, target_text)?;
+    // As parse_symbol_and_return does: `$retval` among the args
+    // makes an fprobe a return probe, and is refused on a
+    // tracepoint.
+    for &(at, t) in arg_toks {
+        let Some(i) = find_retval(t) else { continue };
+        if flavor == Flavor::Tprobe {
+            return Err(cur.err(
+                at + i,
+                7,
+                "$retval is not available at a tracepoint: it fires inside the traced function",
+            ));
+        }
+        returns = true;
+    }
+    if let (ProbeKind::Return { maxactive: Some(_) }, false) = (kind, returns) {
+        return Err(cur.err(
+            head_at + 1,
+            kind_text.len() - 1,
+            "maxactive applies only to return fprobes: add %return to the function (f100:EV SYM%return)",
+        ));
+    }
+    if returns {
+        if let ProbeKind::Entry = kind {
+            kind = ProbeKind::Return { maxactive: None };
+        }
+    }
+    Ok((target, kind))
+}
+
+/// Refuses a return probe (`kind`) that is not at its function's entry,
+/// or a maxactive on a uretprobe.
+fn check_return(
+    cur: &Cursor,
+    kind: ProbeKind,
+    target: &Target,
+    (head_at, kind_text): (usize, &str),
+    (target_at, target_text): (usize, &str),
+) -> Result<(), SpecError> {
+    if let ProbeKind::Return { maxactive } = kind {
+        if !target.at_entry() {
+            return Err(cur.err(
+                target_at,
+                target_text.len(),
+                "a return probe goes on a function's entry: remove the offset (r:SYM or r:SYM+0)",
+            ));
+        }
+        if maxactive.is_some() && target.is_user() {
+            return Err(cur.err(
+                head_at + 1,
+                kind_text.len() - 1,
+                "maxactive applies to kernel return probes only; uretprobes have no such limit",
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// Parses the fetch arguments `arg_toks` into `spec`, at most
+/// [`MAX_ARGS`], `$arg*` once, each name once.
+fn push_args(
+    cur: &Cursor,
+    spec: &mut ProbeSpec,
+    arch: Arch,
+    arg_toks: &[(usize, &str)],
+) -> Result<(), SpecError> {
+    if arg_toks.len() > MAX_ARGS {
+        let (at, t) = arg_toks[MAX_ARGS];
+        return Err(cur.err(
+            at,
+            t.len(),
+            format!("at most {MAX_ARGS} arguments per probe"),
+        ));
+    }
+    for &(at, text) in arg_toks {
+        let arg = parse_arg(cur, spec, arch, at, text)?;
+        if arg.fetch.base == FetchBase::AllArgs
+            && spec.args.iter().any(|a| a.fetch.base == FetchBase::AllArgs)
+        {
+            // traceprobe_expand_meta_args: once only.
+            return Err(cur.err(
+                at,
+                text.len(),
+                "$arg* can be used only once: it already stands for every parameter",
+            ));
+        }
+        spec.args.push(arg);
+        check_names(cur, spec, at, text)?;
+    }
+    Ok(())
 }
 
 fn parse_kind(cur: &Cursor, at: usize, kind_text: &str) -> Result<(ProbeKind, Flavor), SpecError> {
@@ -599,58 +651,7 @@ fn parse_target(cur: &Cursor, at: usize, text: &str) -> Result<(Target, bool), S
         None => (text, false),
     };
     if text.starts_with('/') {
-        let Some(colon) = text.rfind(':') else {
-            return Err(cur.err(
-                at,
-                text.len(),
-                "a uprobe target is PATH:SYMBOL[+offs] or PATH:0xOFFSET",
-            ));
-        };
-        let (path, loc) = (&text[..colon], &text[colon + 1..]);
-        let loc_at = at + colon + 1;
-        if loc.is_empty() {
-            return Err(cur.err(
-                loc_at,
-                1,
-                "missing symbol or offset after the path: PATH:SYMBOL or PATH:0xOFFSET",
-            ));
-        }
-        if loc.contains('(') {
-            return Err(cur.err(
-                loc_at,
-                loc.len(),
-                "reference counter offsets (PATH:OFFS(CTR)) are not supported",
-            ));
-        }
-        if loc.bytes().any(|b| GLOB_CHARS.contains(&b)) {
-            return Err(cur.err(
-                loc_at,
-                loc.len(),
-                "globs select kernel functions only; name one symbol of the binary",
-            ));
-        }
-        let location = if loc.starts_with(|c: char| c.is_ascii_digit()) {
-            UserLocation::Offset(parse_number(loc).ok_or_else(|| {
-                cur.err(
-                    loc_at,
-                    loc.len(),
-                    "not a valid file offset: write PATH:0x1234",
-                )
-            })?)
-        } else {
-            let (name, offset) = parse_sym_offset(cur, loc_at, loc)?;
-            UserLocation::Symbol {
-                name: name.to_string(),
-                offset,
-            }
-        };
-        return Ok((
-            Target::User {
-                path: path.to_string(),
-                location,
-            },
-            returns,
-        ));
+        return Ok((parse_user_target(cur, at, text)?, returns));
     }
     if text.starts_with(|c: char| c.is_ascii_digit()) && !text.contains(':') {
         let addr = parse_number(text).ok_or_else(|| {
@@ -723,6 +724,60 @@ fn parse_target(cur: &Cursor, at: usize, text: &str) -> Result<(Target, bool), S
         },
         returns,
     ))
+}
+
+/// A uprobe's target: `PATH:SYMBOL[+offs]` or `PATH:0xOFFSET` (`text`,
+/// at `at`, without `%return`).
+fn parse_user_target(cur: &Cursor, at: usize, text: &str) -> Result<Target, SpecError> {
+    let Some(colon) = text.rfind(':') else {
+        return Err(cur.err(
+            at,
+            text.len(),
+            "a uprobe target is PATH:SYMBOL[+offs] or PATH:0xOFFSET",
+        ));
+    };
+    let (path, loc) = (&text[..colon], &text[colon + 1..]);
+    let loc_at = at + colon + 1;
+    if loc.is_empty() {
+        return Err(cur.err(
+            loc_at,
+            1,
+            "missing symbol or offset after the path: PATH:SYMBOL or PATH:0xOFFSET",
+        ));
+    }
+    if loc.contains('(') {
+        return Err(cur.err(
+            loc_at,
+            loc.len(),
+            "reference counter offsets (PATH:OFFS(CTR)) are not supported",
+        ));
+    }
+    if loc.bytes().any(|b| GLOB_CHARS.contains(&b)) {
+        return Err(cur.err(
+            loc_at,
+            loc.len(),
+            "globs select kernel functions only; name one symbol of the binary",
+        ));
+    }
+    let location = if loc.starts_with(|c: char| c.is_ascii_digit()) {
+        UserLocation::Offset(parse_number(loc).ok_or_else(|| {
+            cur.err(
+                loc_at,
+                loc.len(),
+                "not a valid file offset: write PATH:0x1234",
+            )
+        })?)
+    } else {
+        let (name, offset) = parse_sym_offset(cur, loc_at, loc)?;
+        UserLocation::Symbol {
+            name: name.to_string(),
+            offset,
+        }
+    };
+    Ok(Target::User {
+        path: path.to_string(),
+        location,
+    })
 }
 
 fn parse_type(cur: &Cursor, at: usize, text: &str) -> Result<ArgType, SpecError> {
@@ -942,105 +997,13 @@ fn parse_base(
         return Ok(FetchBase::Register(reg.to_string()));
     }
     if let Some(var) = text.strip_prefix('$') {
-        return match var {
-            "retval" => {
-                if !spec.is_return() {
-                    return err(
-                        "$retval is only available at a return probe: use r: instead of p:".into(),
-                    );
-                }
-                Ok(FetchBase::Retval)
-            }
-            "stack" => Ok(FetchBase::Stack),
-            "comm" | "COMM" => Ok(FetchBase::Comm),
-            v if v.starts_with("stack") => match v[5..].parse::<u32>() {
-                Ok(n) if v[5..].bytes().all(|b| b.is_ascii_digit()) => Ok(FetchBase::StackEntry(n)),
-                _ => err("$stack takes a number from 0, as in $stack0".into()),
-            },
-            "arg*" => {
-                check_btf_place(spec, "$arg*").map_err(|m| cur.err(at, text.len(), m))?;
-                Ok(FetchBase::AllArgs)
-            }
-            v if v.starts_with("arg") => {
-                let n = match v[3..].parse::<u32>() {
-                    Ok(n) if v[3..].bytes().all(|b| b.is_ascii_digit()) => n,
-                    _ => return err("$arg takes a number from 1, as in $arg1".into()),
-                };
-                if n == 0 {
-                    return err("arguments count from 1: $arg1 is the first".into());
-                }
-                // A return probe's $argN is saved at the entry by the kernel
-                // (6.10+, "kernel return probes support: $retval, $arg<N>"
-                // in tracefs's README); the planner checks the kernel has it.
-                if spec.is_return() && spec.target.is_user() {
-                    return err(format!("$arg{n} is not available at a uprobe's return: the argument registers are overwritten by then"));
-                }
-                if !spec.target.at_entry() {
-                    return err(format!("$arg{n} is only meaningful at a function's entry (offset 0); fetch the register instead"));
-                }
-                Ok(FetchBase::Arg(n))
-            }
-            _ => err(format!(
-                "unknown variable ${var}: use $argN, $retval, $stack, $stackN or $comm"
-            )),
-        };
+        return parse_variable(cur, spec, at, text, var);
     }
     if let Some(mem) = text.strip_prefix('@') {
-        if let Some(off) = mem.strip_prefix('+') {
-            if !spec.target.is_user() {
-                return err("@+OFFS reads a file offset of a uprobe's binary; for kernel memory use @ADDR or @SYM".into());
-            }
-            return match parse_number(off) {
-                Some(o) => Ok(FetchBase::FileOffset(o)),
-                None => err("not a valid file offset: write @+0x1234".into()),
-            };
-        }
-        if mem.starts_with(|c: char| c.is_ascii_digit()) {
-            return match parse_number(mem) {
-                Some(a) => Ok(FetchBase::Address(a)),
-                None => err("not a valid address: write @0xffffffff82000000".into()),
-            };
-        }
-        if spec.target.is_user() {
-            return err("@SYM reads kernel memory; in a uprobe use @+OFFS (a file offset)".into());
-        }
-        let (name, offset) = match mem.find(['+', '-']) {
-            Some(i) => match parse_signed(mem.as_bytes()[i], &mem[i + 1..]) {
-                Some(o) => (&mem[..i], o),
-                None => return err("not a valid offset: write @SYM+8 or @SYM-0x10".into()),
-            },
-            None => (mem, 0),
-        };
-        if name.is_empty()
-            || !name
-                .chars()
-                .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '.')
-            || name.starts_with(|c: char| c.is_ascii_digit())
-        {
-            return err("not a symbol name after @: write @jiffies or @SYM+OFFS".into());
-        }
-        return Ok(FetchBase::Symbol {
-            name: name.to_string(),
-            offset,
-        });
+        return parse_memory(cur, spec, at, text, mem);
     }
     if let Some(imm) = text.strip_prefix('\\') {
-        if let Some(s) = imm.strip_prefix('"') {
-            return match s.strip_suffix('"') {
-                Some(body) if !body.contains('"') => {
-                    Ok(FetchBase::Immediate(Immediate::String(body.to_string())))
-                }
-                _ => err("an immediate string is \\\"text\" with one pair of quotes".into()),
-            };
-        }
-        let value = match imm.strip_prefix('-') {
-            Some(d) => parse_signed(b'-', d),
-            None => parse_signed(b'+', imm),
-        };
-        return match value {
-            Some(v) => Ok(FetchBase::Immediate(Immediate::Number(v))),
-            None => err("an immediate is \\NUMBER or \\\"text\"".into()),
-        };
+        return parse_immediate(cur, at, text, imm);
     }
     if is_identifier(text) {
         check_btf_place(spec, text).map_err(|m| cur.err(at, text.len(), m))?;
@@ -1051,6 +1014,128 @@ fn parse_base(
         return parse_member(cur, spec, at, text);
     }
     err(format!("unknown fetch argument {text}: use %REG, $argN, $retval, $stack, $stackN, $comm, @ADDR, @SYM, +OFFS(...) or a BTF argument name"))
+}
+
+/// `$VAR` (`var`, of the whole fetch argument `text` at `at`).
+fn parse_variable(
+    cur: &Cursor,
+    spec: &ProbeSpec,
+    at: usize,
+    text: &str,
+    var: &str,
+) -> Result<FetchBase, SpecError> {
+    let err = |msg: String| Err(cur.err(at, text.len().max(1), msg));
+    match var {
+        "retval" => {
+            if !spec.is_return() {
+                return err(
+                    "$retval is only available at a return probe: use r: instead of p:".into(),
+                );
+            }
+            Ok(FetchBase::Retval)
+        }
+        "stack" => Ok(FetchBase::Stack),
+        "comm" | "COMM" => Ok(FetchBase::Comm),
+        v if v.starts_with("stack") => match v[5..].parse::<u32>() {
+            Ok(n) if v[5..].bytes().all(|b| b.is_ascii_digit()) => Ok(FetchBase::StackEntry(n)),
+            _ => err("$stack takes a number from 0, as in $stack0".into()),
+        },
+        "arg*" => {
+            check_btf_place(spec, "$arg*").map_err(|m| cur.err(at, text.len(), m))?;
+            Ok(FetchBase::AllArgs)
+        }
+        v if v.starts_with("arg") => {
+            let n = match v[3..].parse::<u32>() {
+                Ok(n) if v[3..].bytes().all(|b| b.is_ascii_digit()) => n,
+                _ => return err("$arg takes a number from 1, as in $arg1".into()),
+            };
+            if n == 0 {
+                return err("arguments count from 1: $arg1 is the first".into());
+            }
+            // A return probe's $argN is saved at the entry by the kernel
+            // (6.10+, "kernel return probes support: $retval, $arg<N>"
+            // in tracefs's README); the planner checks the kernel has it.
+            if spec.is_return() && spec.target.is_user() {
+                return err(format!("$arg{n} is not available at a uprobe's return: the argument registers are overwritten by then"));
+            }
+            if !spec.target.at_entry() {
+                return err(format!("$arg{n} is only meaningful at a function's entry (offset 0); fetch the register instead"));
+            }
+            Ok(FetchBase::Arg(n))
+        }
+        _ => err(format!(
+            "unknown variable ${var}: use $argN, $retval, $stack, $stackN or $comm"
+        )),
+    }
+}
+
+/// `@ADDR`, `@SYM[+|-OFFS]` or `@+OFFS` (`mem`, after the `@`).
+fn parse_memory(
+    cur: &Cursor,
+    spec: &ProbeSpec,
+    at: usize,
+    text: &str,
+    mem: &str,
+) -> Result<FetchBase, SpecError> {
+    let err = |msg: String| Err(cur.err(at, text.len().max(1), msg));
+    if let Some(off) = mem.strip_prefix('+') {
+        if !spec.target.is_user() {
+            return err("@+OFFS reads a file offset of a uprobe's binary; for kernel memory use @ADDR or @SYM".into());
+        }
+        return match parse_number(off) {
+            Some(o) => Ok(FetchBase::FileOffset(o)),
+            None => err("not a valid file offset: write @+0x1234".into()),
+        };
+    }
+    if mem.starts_with(|c: char| c.is_ascii_digit()) {
+        return match parse_number(mem) {
+            Some(a) => Ok(FetchBase::Address(a)),
+            None => err("not a valid address: write @0xffffffff82000000".into()),
+        };
+    }
+    if spec.target.is_user() {
+        return err("@SYM reads kernel memory; in a uprobe use @+OFFS (a file offset)".into());
+    }
+    let (name, offset) = match mem.find(['+', '-']) {
+        Some(i) => match parse_signed(mem.as_bytes()[i], &mem[i + 1..]) {
+            Some(o) => (&mem[..i], o),
+            None => return err("not a valid offset: write @SYM+8 or @SYM-0x10".into()),
+        },
+        None => (mem, 0),
+    };
+    if name.is_empty()
+        || !name
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '.')
+        || name.starts_with(|c: char| c.is_ascii_digit())
+    {
+        return err("not a symbol name after @: write @jiffies or @SYM+OFFS".into());
+    }
+    Ok(FetchBase::Symbol {
+        name: name.to_string(),
+        offset,
+    })
+}
+
+/// `\NUMBER` or `\"text"` (`imm`, after the backslash).
+fn parse_immediate(cur: &Cursor, at: usize, text: &str, imm: &str) -> Result<FetchBase, SpecError> {
+    let err = |msg: String| Err(cur.err(at, text.len().max(1), msg));
+    if let Some(s) = imm.strip_prefix('"') {
+        return match s.strip_suffix('"') {
+            Some(body) if !body.contains('"') => {
+                Ok(FetchBase::Immediate(Immediate::String(body.to_string())))
+            }
+            _ => err("an immediate string is \\\"text\" with one pair of quotes".into()),
+        };
+    }
+    let value = match imm.strip_prefix('-') {
+        Some(d) => parse_signed(b'-', d),
+        None => parse_signed(b'+', imm),
+    };
+    match value {
+        Some(v) => Ok(FetchBase::Immediate(Immediate::Number(v))),
+        None => err("an immediate is \\NUMBER or \\\"text\"".into()),
+    }
 }
 
 /// Where BTF names may be used (parse_btf_arg, traceprobe_expand_meta_args):
@@ -1222,35 +1307,7 @@ fn check_type(
         _ => {}
     }
     if matches!(ty.base, BaseType::Dentry | BaseType::File) {
-        // traceprobe_expand_dentry_args rewrites `ARG:%pd` only when the
-        // type is exactly `%pd`/`%pD`, of a pointer.
-        if ty.array.is_some() {
-            return Err(cur.err(
-                ty_at,
-                ty_len,
-                format!("{} takes no array: it names one dentry or file", ty.base),
-            ));
-        }
-        if matches!(
-            arg.fetch.base,
-            FetchBase::Comm | FetchBase::Immediate(_) | FetchBase::Retval
-        ) && arg.fetch.derefs.is_empty()
-        {
-            return Err(cur.err(
-                ty_at,
-                ty_len,
-                format!(
-                    "{} prints the name of a struct {} pointer: fetch one, as in file:%pD",
-                    ty.base,
-                    if ty.base == BaseType::File {
-                        "file"
-                    } else {
-                        "dentry"
-                    }
-                ),
-            ));
-        }
-        return Ok(());
+        return check_dentry_type(cur, arg, ty, ty_at, ty_len);
     }
     if ty.base == BaseType::SymStr {
         // symstr turns any value into `sym+off/size`; only strings of
@@ -1292,6 +1349,45 @@ fn check_type(
             ty_len,
             format!(
                 "arrays are read from memory: write +0({fetch_text}):{ty}, not {fetch_text}:{ty}"
+            ),
+        ));
+    }
+    Ok(())
+}
+
+/// Checks a `%pd`/`%pD` type (`ty`, written at `ty_at`) on `arg`.
+fn check_dentry_type(
+    cur: &Cursor,
+    arg: &FetchArg,
+    ty: ArgType,
+    ty_at: usize,
+    ty_len: usize,
+) -> Result<(), SpecError> {
+    // traceprobe_expand_dentry_args rewrites `ARG:%pd` only when the
+    // type is exactly `%pd`/`%pD`, of a pointer.
+    if ty.array.is_some() {
+        return Err(cur.err(
+            ty_at,
+            ty_len,
+            format!("{} takes no array: it names one dentry or file", ty.base),
+        ));
+    }
+    if matches!(
+        arg.fetch.base,
+        FetchBase::Comm | FetchBase::Immediate(_) | FetchBase::Retval
+    ) && arg.fetch.derefs.is_empty()
+    {
+        return Err(cur.err(
+            ty_at,
+            ty_len,
+            format!(
+                "{} prints the name of a struct {} pointer: fetch one, as in file:%pD",
+                ty.base,
+                if ty.base == BaseType::File {
+                    "file"
+                } else {
+                    "dentry"
+                }
             ),
         ));
     }

@@ -84,6 +84,72 @@ fn c_type(words: &[&str], declared: Declared) -> Option<ParamType> {
     Some(ParamType::Value(t))
 }
 
+/// One parameter `p` (at `p_at`, the `position`th) of a prototype: its
+/// name, what fetches it, and its type.
+fn parse_param<'p>(
+    cur: &Cursor,
+    p_at: usize,
+    p: &'p str,
+    position: u32,
+) -> Result<(&'p str, Fetch, BaseType), SpecError> {
+    if p.contains(['[', '+', '|', '(']) {
+        return Err(cur.err(p_at, p.len(), "indexing and offsets inside a prototype are not supported; use the kprobe_events form (+OFFS($argN))"));
+    }
+    let declared = if p.contains('*') {
+        Declared::Pointer
+    } else {
+        Declared::Plain
+    };
+    let words: Vec<&str> = p
+        .split(|c: char| c.is_ascii_whitespace() || c == '*')
+        .filter(|w| !w.is_empty())
+        .collect();
+    let Some((name, type_words)) = words.split_last() else {
+        return Err(cur.err(p_at, p.len(), "a parameter is TYPE NAME"));
+    };
+    if type_words.is_empty() {
+        if c_type(&[name], declared).is_some() {
+            return Err(cur.err(
+                p_at,
+                p.len(),
+                format!("this parameter has a type but no name: write {name} NAME"),
+            ));
+        }
+        return Err(cur.err(
+            p_at,
+            p.len(),
+            format!("parameter {name} has no type: write e.g. int {name}"),
+        ));
+    }
+    if !is_identifier(name) {
+        return Err(cur.err(p_at, p.len(), format!("{name} is not a parameter name")));
+    }
+    let type_text = type_words.join(" ");
+    let ty = c_type(type_words, declared).ok_or_else(|| {
+        cur.err(p_at, p.len() - name.len(), format!("unknown type {type_text}{}: use a C integer type, a pointer, string, ustring, symbol, or u8..u64/s8..s64/x8..x64", if declared == Declared::Pointer { " *" } else { "" }))
+    })?;
+    let (fetch, base) = match ty {
+        ParamType::Value(b) => (
+            Fetch {
+                base: FetchBase::Arg(position),
+                derefs: Vec::new(),
+            },
+            b,
+        ),
+        ParamType::PointsAtString(b) => (
+            Fetch {
+                base: FetchBase::Arg(position),
+                derefs: vec![Deref {
+                    offset: 0,
+                    user: false,
+                }],
+            },
+            b,
+        ),
+    };
+    Ok((name, fetch, base))
+}
+
 /// Parses `FUNC(TYPE NAME, ...)`.
 pub fn parse(input: &str, _arch: Arch) -> Result<ProbeSpec, SpecError> {
     let cur = Cursor { input };
@@ -113,61 +179,7 @@ pub fn parse(input: &str, _arch: Arch) -> Result<ProbeSpec, SpecError> {
             if p == "NULL" {
                 continue;
             }
-            if p.contains(['[', '+', '|', '(']) {
-                return Err(cur.err(p_at, p.len(), "indexing and offsets inside a prototype are not supported; use the kprobe_events form (+OFFS($argN))"));
-            }
-            let declared = if p.contains('*') {
-                Declared::Pointer
-            } else {
-                Declared::Plain
-            };
-            let words: Vec<&str> = p
-                .split(|c: char| c.is_ascii_whitespace() || c == '*')
-                .filter(|w| !w.is_empty())
-                .collect();
-            let Some((name, type_words)) = words.split_last() else {
-                return Err(cur.err(p_at, p.len(), "a parameter is TYPE NAME"));
-            };
-            if type_words.is_empty() {
-                if c_type(&[name], declared).is_some() {
-                    return Err(cur.err(
-                        p_at,
-                        p.len(),
-                        format!("this parameter has a type but no name: write {name} NAME"),
-                    ));
-                }
-                return Err(cur.err(
-                    p_at,
-                    p.len(),
-                    format!("parameter {name} has no type: write e.g. int {name}"),
-                ));
-            }
-            if !is_identifier(name) {
-                return Err(cur.err(p_at, p.len(), format!("{name} is not a parameter name")));
-            }
-            let type_text = type_words.join(" ");
-            let ty = c_type(type_words, declared).ok_or_else(|| {
-                cur.err(p_at, p.len() - name.len(), format!("unknown type {type_text}{}: use a C integer type, a pointer, string, ustring, symbol, or u8..u64/s8..s64/x8..x64", if declared == Declared::Pointer { " *" } else { "" }))
-            })?;
-            let (fetch, base) = match ty {
-                ParamType::Value(b) => (
-                    Fetch {
-                        base: FetchBase::Arg(position),
-                        derefs: Vec::new(),
-                    },
-                    b,
-                ),
-                ParamType::PointsAtString(b) => (
-                    Fetch {
-                        base: FetchBase::Arg(position),
-                        derefs: vec![Deref {
-                            offset: 0,
-                            user: false,
-                        }],
-                    },
-                    b,
-                ),
-            };
+            let (name, fetch, base) = parse_param(&cur, p_at, p, position)?;
             if args.len() == MAX_ARGS {
                 return Err(cur.err(
                     p_at,
@@ -177,7 +189,7 @@ pub fn parse(input: &str, _arch: Arch) -> Result<ProbeSpec, SpecError> {
             }
             if args
                 .iter()
-                .any(|a: &FetchArg| a.name.as_deref() == Some(*name))
+                .any(|a: &FetchArg| a.name.as_deref() == Some(name))
             {
                 return Err(cur.err(
                     p_at,

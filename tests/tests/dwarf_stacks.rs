@@ -150,3 +150,63 @@ fn dwarf_unwinds_ls_through_main_live_from_the_file_and_in_perf() {
     }
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// `--profile`: a Firefox Profiler profile of the same probe: one thread,
+/// `ls`, with the event as one sample whose stack holds the unwound
+/// frames and, innermost, the probe's event name.
+#[test]
+fn a_profile_holds_each_event_as_a_sample_with_its_stack() {
+    let test = "a_profile_holds_each_event_as_a_sample_with_its_stack";
+    if !uprobes_available(test) {
+        return;
+    }
+    let (Some(libc), true) = (libc_path(), Path::new("/usr/bin/ls").exists()) else {
+        return skip(
+            test,
+            "no libc in this process's mappings, or no /usr/bin/ls",
+        );
+    };
+    let dir = std::env::temp_dir().join(format!("kpf-profile-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("ls.json");
+    let probe = format!("p:{libc}:opendir");
+    record(&[
+        "-q",
+        "--call-graph",
+        "dwarf",
+        "--profile",
+        path.to_str().unwrap(),
+        "-e",
+        &probe,
+        "--",
+        "/usr/bin/ls",
+        "/",
+    ]);
+    let profile: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(&path).unwrap()).unwrap();
+    let _ = std::fs::remove_dir_all(&dir);
+    assert_eq!(profile["meta"]["product"], "kprobe-perf");
+    let threads = profile["threads"].as_array().unwrap();
+    assert_eq!(threads.len(), 1, "{profile}");
+    let t = &threads[0];
+    assert_eq!(t["name"], "ls");
+    assert_eq!(t["samples"]["length"], 1);
+    let strings: Vec<&str> = profile["shared"]["stringArray"]
+        .as_array()
+        .or_else(|| t["stringArray"].as_array())
+        .unwrap()
+        .iter()
+        .filter_map(|s| s.as_str())
+        .collect();
+    assert!(strings.contains(&"p_libc_opendir_0"), "{strings:?}");
+    assert!(
+        strings.iter().any(|s| s.starts_with("__opendir (libc.so")),
+        "{strings:?}"
+    );
+    assert!(
+        strings
+            .iter()
+            .any(|s| s.starts_with("__libc_start_call_main (")),
+        "{strings:?}"
+    );
+}

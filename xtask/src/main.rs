@@ -1,6 +1,7 @@
 //! Developer tasks: `cargo xtask vm | test | demo | dist | deb`.
 #![cfg_attr(not(test), warn(unused_crate_dependencies))]
 
+mod bench_unwind;
 mod deb;
 mod dist;
 mod host;
@@ -104,10 +105,14 @@ enum Task {
     /// or `filter` (the bytes read from the ring buffers for --calls
     /// calls of a uprobed function, without a filter, with one keeping
     /// 1% that the kernel runs, and with the same one in user space; in
-    /// the VM; xtask/bench-filter.sh).
+    /// the VM; xtask/bench-filter.sh) or `unwind` (reading back a
+    /// `--call-graph dwarf` file of /usr/bin/python3.11 under a libc free
+    /// uprobe, --calls byte strings of 1,000 bytes it makes: `kprobe-perf script -i` against
+    /// `perf script -i` on the same file, least of --rounds; on this
+    /// host).
     Bench {
         /// What to measure.
-        #[arg(value_parser = ["spec", "attach", "opens", "decode", "live", "analysis", "filter"], default_value = "spec")]
+        #[arg(value_parser = ["spec", "attach", "opens", "decode", "live", "analysis", "filter", "unwind"], default_value = "spec")]
         what: String,
         /// For decode: how many samples.
         #[arg(long, default_value_t = 2_000_000)]
@@ -118,14 +123,15 @@ enum Task {
         /// For opens: opens per run.
         #[arg(long, default_value_t = 100_000)]
         opens: u64,
-        /// For opens: rounds (each runs every tool once).
+        /// For opens and unwind: rounds (each runs every tool once).
         #[arg(long, default_value_t = 3)]
         rounds: u32,
         /// For attach, opens and live: the kernel series (6.1, 6.12) or a
         /// vmlinuz path.
         #[arg(long, default_value = "6.1")]
         kernel: String,
-        /// For live: calls per run (split between the threads).
+        /// For live: calls per run (split between the threads); for
+        /// unwind, the byte strings the workload makes.
         #[arg(long, default_value_t = 100_000)]
         calls: u64,
         /// For live: the workload's rates, calls per second per thread, or
@@ -303,6 +309,12 @@ fn run(cli: Cli) -> Result<()> {
         }
         Task::Bench { what, .. } if what == "spec" => run_harness("spec_bench", &[]),
         Task::Bench { what, samples, .. } if what == "decode" => bench_decode(samples),
+        Task::Bench {
+            what,
+            calls,
+            rounds,
+            ..
+        } if what == "unwind" => bench_unwind::run(calls, rounds),
         Task::Bench {
             what,
             opens,

@@ -6,8 +6,8 @@ use std::sync::Arc;
 
 use serde::Serialize;
 
-use crate::spec::BaseType;
-use crate::Value;
+use crate::decode::Value;
+use kprobe_perf_spec::BaseType;
 
 /// One part of a map key. Keys order by variant, then value: numbers
 /// numerically, strings bytewise, probes by their index.

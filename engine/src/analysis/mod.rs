@@ -1,7 +1,7 @@
 //! Answers from decoded events: histograms, entry/return latency pairing,
 //! counts by key, and their text rendering.
 //!
-//! Everything here is pure code over [`Event`](crate::Event)s: no I/O and
+//! Everything here is pure code over [`Event`](crate::decode::Event)s: no I/O and
 //! no system call, so an embedder gets the same analysis as the CLI by
 //! feeding it the events a session delivers (in time order).
 //!
@@ -72,8 +72,8 @@ pub enum AnalysisError {
     /// A histogram's bounds are wrong.
     #[error(transparent)]
     Hist(#[from] HistError),
-    /// `--count-by` with nothing in it.
-    #[error("--count-by needs at least one key: comm, pid, tid, cpu, probe or an argument name")]
+    /// A list of count keys with nothing in it.
+    #[error("a count needs at least one key: comm, pid, tid, cpu, probe or an argument name")]
     EmptyKeyList,
     /// A key that is neither a built-in key nor an argument of a probe.
     #[error(
@@ -81,7 +81,7 @@ pub enum AnalysisError {
          ({arguments})"
     )]
     UnknownKey {
-        /// The option (`--count-by`, `--by`).
+        /// What the key was given for (`the count keys`).
         option: &'static str,
         /// The key as given.
         key: String,
@@ -91,12 +91,12 @@ pub enum AnalysisError {
         /// (`none` when no probe has arguments).
         arguments: String,
     },
-    /// A `--hist`/`--lhist` argument no probe has.
+    /// A histogram's argument that no probe has.
     #[error(
         "no probe has an argument named {name:?} for {option}; the arguments are: {arguments}"
     )]
     UnknownArgument {
-        /// The option (`--hist`, `--lhist`).
+        /// The histogram (`a log2 histogram`, `a linear histogram`).
         option: &'static str,
         /// The name as given.
         name: String,
@@ -105,11 +105,11 @@ pub enum AnalysisError {
     },
     /// A histogram over an argument that is not a number.
     #[error(
-        "{option} {name}: argument {name} of probe {probe} is a {kind}, not a number; a \
-         histogram needs an integer argument (use --count-by {name} to count its values)"
+        "{option} of {name}: argument {name} of probe {probe} is a {kind}, not a number; a \
+         histogram needs an integer argument (count its values by {name} instead)"
     )]
     NotNumeric {
-        /// The option (`--hist`, `--lhist`).
+        /// The histogram (`a log2 histogram`, `a linear histogram`).
         option: &'static str,
         /// The argument's name.
         name: String,
@@ -118,19 +118,19 @@ pub enum AnalysisError {
         /// What it is (`string`, `array`).
         kind: &'static str,
     },
-    /// A `--lhist` spec that is not `ARG:MIN,MAX,STEP`.
-    #[error("--lhist {spec:?}: {why}; write ARG:MIN,MAX,STEP, e.g. --lhist size:0,4096,512")]
+    /// A linear histogram's spec that is not `ARG:MIN,MAX,STEP`.
+    #[error("linear histogram {spec:?}: {why}; write ARG:MIN,MAX,STEP, e.g. size:0,4096,512")]
     BadLhist {
         /// The spec as given.
         spec: String,
         /// What is wrong with it.
         why: String,
     },
-    /// A `--by` key that is not comm, pid, tid, cpu or ret.
-    #[error("unknown key {0:?} for --by: use comm, pid, tid, cpu or ret")]
+    /// A latency key that is not comm, pid, tid, cpu or ret.
+    #[error("unknown latency key {0:?}: use comm, pid, tid, cpu or ret")]
     UnknownByKey(String),
-    /// A `--linear` spec that is not `MIN,MAX,STEP`.
-    #[error("--linear {spec:?}: {why}; write MIN,MAX,STEP, e.g. --linear 0,1000,100")]
+    /// Linear buckets that are not `MIN,MAX,STEP`.
+    #[error("linear buckets {spec:?}: {why}; write MIN,MAX,STEP, e.g. 0,1000,100")]
     BadLinear {
         /// The spec as given.
         spec: String,
@@ -148,9 +148,9 @@ pub enum AnalysisError {
     /// A `--unit` that is not ns, us or ms.
     #[error("unknown unit {0:?}: use ns, us or ms")]
     UnknownUnit(String),
-    /// `--by ret` without a return value to key on.
+    /// Latencies keyed by `ret` without a return value to key on.
     #[error(
-        "--by ret needs the return value: the return probe of function {function} fetches no \
+        "keying latencies by ret needs the return value: the return probe of function {function} fetches no \
          argument chosen as its return value"
     )]
     NoReturnValue {

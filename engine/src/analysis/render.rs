@@ -272,8 +272,8 @@ mod tests {
         parse_count_by, parse_hist, Aggregator, ArgField, ArgKind, FunctionProbes, Key,
         LatencyOptions, LatencyPairer, LinearRange, ProbeFields,
     };
-    use crate::spec::BaseType;
-    use crate::{Event, Value};
+    use crate::decode::{Event, Value};
+    use kprobe_perf_spec::BaseType;
     use std::sync::Arc;
 
     #[test]

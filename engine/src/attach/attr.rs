@@ -328,7 +328,7 @@ pub(crate) fn bare_probe(pmu: ProbePmu, offset: u64, site: ProbeSite) -> perf_ev
 /// through the kprobe PMU on CPU 0 and returns the fd, or the kernel's
 /// error. A disabled probe is registered but never armed, so no kernel
 /// text is patched; closing the fd unregisters it. Used to measure the
-/// predictions against the kernel ([`Preflight`](crate::preflight::Preflight)
+/// predictions against the kernel ([`Preflight`](crate::kernel::preflight::Preflight)
 /// predicts without opening anything).
 pub fn ask_kernel(
     pmu: ProbePmu,

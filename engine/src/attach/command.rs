@@ -1,4 +1,4 @@
-//! The command of a [`RecordTarget::Command`](crate::RecordTarget::Command):
+//! The command of a [`RecordTarget::Command`](crate::attach::target::RecordTarget::Command):
 //! found in `PATH`, forked held before exec so its events can be opened
 //! first, released once they are armed, and reaped.
 

@@ -1,5 +1,5 @@
 //! CPU lists as text (`0-3,6`), parsed and written back: pure, shared by
-//! [`crate::cpus`] (which reads the kernel's lists) and the attach errors
+//! [`crate::attach::cpus`] (which reads the kernel's lists) and the attach errors
 //! (which show the online CPUs).
 
 use std::fmt;

@@ -4,7 +4,7 @@
 
 use crate::attach::tracefs::{parse_format, Field};
 use crate::plan::{ArgPlan, ArgSource, AttachPoint, ProbePlan};
-use crate::spec::{ArgType, BaseType, FetchBase, ProbeSpec, Target};
+use kprobe_perf_spec::{ArgType, BaseType, FetchBase, ProbeSpec, Target};
 
 impl ProbePlan {
     /// Replaces the argument plans with the fields of the event's `format`
@@ -58,7 +58,7 @@ impl ProbePlan {
             // uprobe_events knows no symbols: give it the file offset.
             (Target::User { .. }, AttachPoint::User { path, offset }) => Target::User {
                 path: path.clone(),
-                location: crate::spec::UserLocation::Offset(*offset),
+                location: kprobe_perf_spec::UserLocation::Offset(*offset),
             },
             (t, _) => t.clone(),
         };

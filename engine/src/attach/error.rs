@@ -1,6 +1,6 @@
 //! The attach stage's errors: a process, CPU or command to record that
 //! cannot be used, a kernel file of its that cannot be parsed, a system
-//! call that failed. Wrapped by the crate's [`Error`](crate::Error)
+//! call that failed. Wrapped by the crate's [`Error`](crate::error::Error)
 //! (its `Attach` variant), which prints them as they are.
 
 use std::io;

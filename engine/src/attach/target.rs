@@ -1,6 +1,6 @@
 //! Whose probe hits a session records ([`RecordTarget`]), and how a
 //! target becomes the (pid, cpu) pairs perf_event_open takes
-//! ([`RecordTarget::scopes`]).
+//! (`RecordTarget::scopes`).
 
 use std::os::fd::AsRawFd;
 use std::path::PathBuf;
@@ -33,18 +33,18 @@ pub enum RecordTarget {
     /// between (created by a thread not yet attached, so not inherited),
     /// it closes everything and attaches again (up to 5 times; after
     /// that, such late threads are not recorded).
-    /// [`Session::target_exited`](crate::Session::target_exited) says when
+    /// [`Session::target_exited`](crate::session::Session::target_exited) says when
     /// every process has exited.
     Processes(Vec<i32>),
 
-    /// A command the session starts: [`Session::open`](crate::Session::open)
+    /// A command the session starts: [`Session::open`](crate::session::Session::open)
     /// looks `argv[0]` up in `PATH` and forks it held before exec (a
     /// missing command is an error before any probe is opened);
-    /// [`Session::enable`](crate::Session::enable) releases it once the
+    /// [`Session::enable`](crate::session::Session::enable) releases it once the
     /// probes are armed. It starts with every signal at its default action
     /// and none blocked, whatever this process ignores, handles or blocks.
-    /// [`Session::command_status`](crate::Session::command_status) and
-    /// [`Session::wait_command`](crate::Session::wait_command) reap it and
+    /// [`Session::command_status`](crate::session::Session::command_status) and
+    /// [`Session::wait_command`](crate::session::Session::wait_command) reap it and
     /// give its exit status; a session dropped before releasing it kills it.
     Command {
         /// The program (looked up in `PATH` unless it contains a `/`) and
@@ -103,7 +103,7 @@ impl RecordTarget {
     /// True when the target's events are inherited by the tasks it
     /// creates (a command and its children, processes and their new
     /// threads): such uprobes then go through `uprobe_events` (see
-    /// [`ProbePlan::through_uprobe_events`](crate::ProbePlan::through_uprobe_events)).
+    /// [`ProbePlan::through_uprobe_events`](crate::plan::ProbePlan::through_uprobe_events)).
     pub fn inherits(&self) -> bool {
         matches!(
             self,
@@ -116,7 +116,7 @@ impl RecordTarget {
     }
 
     /// True when the kernel arms the probes itself at the command's exec
-    /// (`enable_on_exec`), so that [`Session::enable`](crate::Session::enable)
+    /// (`enable_on_exec`), so that [`Session::enable`](crate::session::Session::enable)
     /// has nothing to arm.
     pub fn enables_on_exec(&self) -> bool {
         self.inherits() && matches!(self, RecordTarget::Command { .. })

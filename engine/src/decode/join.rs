@@ -8,10 +8,13 @@
 use std::ops::ControlFlow;
 use std::sync::Arc;
 
-use crate::analysis::latency::{FrameMatch, FunctionProbes, LatencyOptions, LatencyPairer};
+use crate::decode::pairing::{CallStacks, FrameMatch, FunctionProbes};
 use crate::decode::{Event, Value};
 use crate::plan::entry_join::{JoinSource, ENTRY_SUFFIX};
 use crate::plan::ProbePlan;
+
+/// Most entries kept per thread and function (a latency pairer's default).
+const MAX_DEPTH: usize = 1024;
 
 /// One joined return probe, as the [`Joiner`] knows it.
 #[derive(Debug)]
@@ -30,7 +33,7 @@ pub struct Joiner {
     joined: Vec<Joined>,
     /// Per probe index (user's and hidden): its function, if any.
     role: Vec<Option<usize>>,
-    pairer: LatencyPairer,
+    pairer: CallStacks,
     /// The event handed over for a joined return (its storage reused).
     merged: Event,
     /// True when the consumer stopped at `merged` (it comes again).
@@ -89,12 +92,9 @@ pub fn expand(plans: Vec<ProbePlan>) -> (Vec<ProbePlan>, Option<Joiner>) {
         role[fp.entry] = Some(f);
         role[fp.ret] = Some(f);
     }
-    let options = LatencyOptions {
-        calls_from_ns: Some(0),
-        ..LatencyOptions::default()
-    };
-    // Each probe is in one function only: the pairer cannot refuse them.
-    let pairer = match LatencyPairer::new(&functions, options) {
+    // Each probe is in one function only: the stacks cannot refuse them.
+    // As deep as a latency pairer's by default.
+    let pairer = match CallStacks::new(&functions, MAX_DEPTH) {
         Ok(p) => p,
         Err(_) => return (plans, None),
     };
@@ -169,7 +169,7 @@ impl Joiner {
             m.args.clear();
             for src in &j.order {
                 let v = match (*src, &call) {
-                    (JoinSource::Entry(k), Some(c)) => c.entry_args.get(k).cloned(),
+                    (JoinSource::Entry(k), Some((_, entry))) => entry.args.get(k).cloned(),
                     (JoinSource::Entry(_), None) => None,
                     (JoinSource::Return(k), _) => e.args.get(k).cloned(),
                 };

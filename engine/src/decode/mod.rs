@@ -5,6 +5,7 @@
 mod filter;
 pub mod frames;
 pub mod join;
+pub mod pairing;
 pub mod records;
 pub(crate) mod stats;
 mod user_stacks;
@@ -16,7 +17,7 @@ use kprobe_perf_arch::boundary::ProbeSite;
 use linux_perf_event_reader::SampleRecord;
 
 use crate::plan::{ArgSource, ProbePlan};
-use crate::spec::{ArgType, BaseType};
+use kprobe_perf_spec::{ArgType, BaseType};
 
 /// Size of `struct trace_entry` at the start of a kprobe's raw data.
 const TRACE_ENTRY_SIZE: usize = 8;

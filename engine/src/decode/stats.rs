@@ -1,7 +1,7 @@
 //! The counters a session keeps while decoding: events per probe, lost
 //! and undecodable records, throttling. Shared by the decoder
 //! ([`crate::decode::records`]) and the session ([`crate::session`]), which both
-//! re-export them, and read by the [`Summary`](crate::Summary); with the
+//! re-export them, and read by the [`Summary`](crate::session::summary::Summary); with the
 //! counts the kernel keeps ([`CallCounts`], [`KernelCounts`]).
 
 use std::collections::BTreeMap;

@@ -5,7 +5,7 @@
 //! the `kprobe-perf-unwind` crate.
 
 use kprobe_perf_unwind::{Mapping, UnwindArch, Unwinder, UserRegs};
-use linux_perf_event_reader::Regs;
+use linux_perf_event_reader::{EventRecord, Regs};
 
 /// perf's register numbers of what the unwinder starts from
 /// (arch/*/include/uapi/asm/perf_regs.h).
@@ -72,9 +72,22 @@ impl UserStacks {
         );
     }
 
+    /// Follows the processes a record says something of: a new process
+    /// (FORK of a process, not a thread) starts with its parent's
+    /// mappings; an exec (COMM) or the end of a process (EXIT of its main
+    /// thread) drops them.
+    pub(crate) fn follow(&mut self, record: &EventRecord<'_>) {
+        match record {
+            EventRecord::Fork(f) if f.pid != f.ppid => self.forked(f.ppid, f.pid),
+            EventRecord::Comm(c) if c.is_execve => self.gone(c.pid),
+            EventRecord::Exit(x) if x.pid == x.tid => self.gone(x.pid),
+            _ => {}
+        }
+    }
+
     /// A new process `child` of `parent` (a FORK record of a process, not
     /// a thread).
-    pub(crate) fn forked(&mut self, parent: i32, child: i32) {
+    fn forked(&mut self, parent: i32, child: i32) {
         if let (Ok(p), Ok(c)) = (u32::try_from(parent), u32::try_from(child)) {
             if !self.unwinder.knows(p) && self.live {
                 self.unwinder.add_proc_maps(p);
@@ -84,7 +97,7 @@ impl UserStacks {
     }
 
     /// `pid` exec'd (its mappings follow) or exited.
-    pub(crate) fn gone(&mut self, pid: i32) {
+    fn gone(&mut self, pid: i32) {
         if let Ok(pid) = u32::try_from(pid) {
             self.unwinder.forget(pid);
         }

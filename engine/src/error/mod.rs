@@ -5,7 +5,7 @@
 use std::io;
 
 use crate::plan::PlanError;
-use crate::spec::SpecError;
+use kprobe_perf_spec::SpecError;
 
 /// Anything that can stop a session from starting or running.
 #[derive(Debug, thiserror::Error)]

@@ -1,5 +1,5 @@
 //! The kernel stage's error: the kernel's symbols, images or text that
-//! cannot be used. Wrapped by the crate's [`Error`](crate::Error).
+//! cannot be used. Wrapped by the crate's [`Error`](crate::error::Error).
 
 use std::path::PathBuf;
 

@@ -7,11 +7,13 @@ use std::sync::OnceLock;
 use kprobe_perf_symbols::{cover_globs, glob_match, is_glob};
 
 use super::Kernel;
+use crate::error::Error;
 use crate::kernel::preflight::Preflight;
 use crate::kernel::select::{self, Candidate, SelectOptions};
 use crate::plan::{BackendChoice, KernelFeatures};
-use crate::spec::{Definition, FetchBase, ProbeKind, ProbeSpec, Target};
-use crate::{Arch, Error, KernelSymbols};
+use kprobe_perf_arch::Arch;
+use kprobe_perf_spec::{Definition, FetchBase, ProbeKind, ProbeSpec, Target};
+use kprobe_perf_symbols::KernelSymbols;
 
 /// Most narrower fprobe events one glob is split into before the engine
 /// falls back to one kprobe per function.

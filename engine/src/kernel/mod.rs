@@ -53,10 +53,13 @@ pub use globs::{
 };
 pub use text::{KernelImages, SkippedImage};
 
+use crate::error::Error;
 use crate::kernel::kcore::TextSources;
 use crate::kernel::preflight::{KernelTextSource, Preflight};
 use crate::plan::BackendChoice;
-use crate::{Arch, Error, KernelSymbols, ProbePlan};
+use crate::plan::ProbePlan;
+use kprobe_perf_arch::Arch;
+use kprobe_perf_symbols::KernelSymbols;
 
 /// Where kernel text bytes come from.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -322,7 +325,7 @@ impl Kernel {
     }
 
     /// Parses and plans definitions against this kernel's symbols (see
-    /// [`plan_probes_with`](crate::plan_probes_with)).
+    /// [`plan_probes_with`](crate::plan::probes::plan_probes_with)).
     pub fn plan<S: AsRef<str>>(
         &self,
         specs: &[S],
@@ -332,7 +335,7 @@ impl Kernel {
     }
 
     /// As [`Kernel::plan`], each definition with its filter (see
-    /// [`crate::plan_probes_filtered`]).
+    /// [`crate::plan::probes::plan_probes_filtered`]).
     pub fn plan_filtered<S: AsRef<str>, F: AsRef<str>>(
         &self,
         specs: &[(S, Option<F>)],

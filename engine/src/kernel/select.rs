@@ -182,9 +182,9 @@ pub fn expand_globs<S: AsRef<str>>(
     symbols: &KernelSymbols,
     arch: kprobe_perf_arch::Arch,
     opts: &SelectOptions<'_>,
-) -> Result<Vec<String>, crate::Error> {
+) -> Result<Vec<String>, crate::error::Error> {
     use crate::plan::PlanError;
-    use crate::spec::{Definition, ProbeSpec, Target};
+    use kprobe_perf_spec::{Definition, ProbeSpec, Target};
     let mut out = Vec::with_capacity(specs.len());
     for text in specs {
         let text = text.as_ref();
@@ -218,7 +218,7 @@ pub fn expand_globs<S: AsRef<str>>(
             continue;
         }
         let glob_error = |reason: String| {
-            crate::Error::from(PlanError::Glob {
+            crate::error::Error::from(PlanError::Glob {
                 pattern: pattern.clone(),
                 reason,
             })
@@ -241,7 +241,7 @@ pub fn expand_globs<S: AsRef<str>>(
         };
         let kept: Vec<&Candidate<'_>> = found.iter().filter(|c| c.excluded.is_none()).collect();
         if kept.is_empty() {
-            return Err(crate::Error::from(PlanError::AllExcluded {
+            return Err(crate::error::Error::from(PlanError::AllExcluded {
                 pattern: pattern.clone(),
                 matched: found.len(),
             }));
@@ -336,7 +336,7 @@ mod tests {
         );
         let e = expand_globs(&["p:*spin*"], &syms, arch, &opts).unwrap_err();
         assert!(
-            matches!(&e, crate::Error::Plan(crate::plan::PlanError::AllExcluded { pattern, matched: 1 }) if pattern == "*spin*"),
+            matches!(&e, crate::error::Error::Plan(crate::plan::PlanError::AllExcluded { pattern, matched: 1 }) if pattern == "*spin*"),
             "{e:?}"
         );
         assert_eq!(e.to_string(), "*spin*: matches no function that can be probed (1 matched, all excluded); list them with the reason each is left out");

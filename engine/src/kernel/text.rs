@@ -8,8 +8,8 @@ use std::sync::Arc;
 use kprobe_perf_symbols::image::{ImageError, KaslrSlide, KernelImage};
 
 use super::{first_existing, Kernel, KernelError, SizesFrom, TextFrom};
+use crate::error::Error;
 use crate::kernel::kcore::{ImageText, Kcore, TextSources};
-use crate::Error;
 
 /// A vmlinux and System.map matched to the running kernel.
 #[derive(Debug, Default)]

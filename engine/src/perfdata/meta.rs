@@ -7,7 +7,7 @@ use kprobe_perf_arch::Arch;
 use kprobe_perf_symbols::KernelSymbols;
 
 use crate::plan::{self, AttachPoint, Backend, BackendChoice, ProbePlan};
-use crate::spec::{ProbeSpec, Target, UserLocation};
+use kprobe_perf_spec::{ProbeSpec, Target, UserLocation};
 
 /// First line of the private section.
 const MAGIC_LINE: &str = "kprobe-perf-data 1";

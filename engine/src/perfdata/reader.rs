@@ -109,148 +109,17 @@ impl<R: Read + Seek> Reader<R> {
     /// Reads the header, attrs, ids and feature sections, and stands at
     /// the first record.
     pub fn new(mut r: R) -> Result<Self, PerfDataError> {
-        let io_at = |what: &'static str, offset: u64| {
-            move |source: io::Error| PerfDataError::Io {
-                what: what.into(),
-                offset,
-                source,
-            }
-        };
-        let len = r
-            .seek(SeekFrom::End(0))
-            .map_err(io_at("finding the file size", 0))?;
-        if len < HEADER_SIZE {
-            return Err(header_err(
-                len,
-                format!("the file ends after {len} bytes, inside the {HEADER_SIZE}-byte header"),
-            ));
-        }
-        let mut h = [0u8; HEADER_SIZE as usize];
-        r.seek(SeekFrom::Start(0))
-            .and_then(|_| r.read_exact(&mut h))
-            .map_err(io_at("reading the header", 0))?;
-        let magic = u64_at(&h, 0);
-        if magic != MAGIC {
-            let reason = if magic.swap_bytes() == MAGIC {
-                "a big-endian perf.data file, which kprobe-perf does not read".to_string()
-            } else {
-                format!("magic 0x{magic:016x} is not PERFILE2: not a perf.data file, or one whose recording did not finish")
-            };
-            return Err(header_err(0, reason));
-        }
-        if u64_at(&h, 8) != HEADER_SIZE {
-            return Err(header_err(
-                8,
-                format!("header size {} (expected {HEADER_SIZE})", u64_at(&h, 8)),
-            ));
-        }
-        let attr_size = u64_at(&h, 16);
-        let section = |at: usize| Section {
-            offset: u64_at(&h, at),
-            size: u64_at(&h, at + 8),
-        };
-        let (attrs_sec, data) = (section(24), section(40));
-        if !(ATTR_SIZE_VER0 + 16..=MAX_ATTR_SIZE).contains(&attr_size) {
-            return Err(header_err(16, format!("attr size {attr_size}")));
-        }
-        check_section(attrs_sec, len, "attr section", 24)?;
-        check_section(data, len, "data section", 40)?;
-        if attrs_sec.size % attr_size != 0 || attrs_sec.size / attr_size > MAX_ATTRS {
-            return Err(header_err(
-                32,
-                format!(
-                    "attr section of {} bytes does not hold whole {attr_size}-byte attrs",
-                    attrs_sec.size
-                ),
-            ));
-        }
+        let header = read_header(&mut r)?;
         // What the id and feature sections may take in all: the file's
         // size (in a sound file they do not overlap), so that sections
         // pointing at the same bytes cannot multiply the memory taken.
-        let mut budget = len;
-        let mut spend = |size: u64, at: u64, what: &str| {
-            budget = budget.checked_sub(size).ok_or_else(|| {
-                header_err(
-                    at,
-                    format!("the {what} ({size} bytes) overlaps others: the sections hold more bytes than the file ({len} bytes)"),
-                )
-            })?;
-            Ok::<(), PerfDataError>(())
+        let mut budget = Budget {
+            left: header.len,
+            len: header.len,
         };
-        let mut attrs = Vec::new();
-        for i in 0..attrs_sec.size / attr_size {
-            let at = attrs_sec.offset + i * attr_size;
-            let mut a = vec![0u8; attr_size as usize];
-            r.seek(SeekFrom::Start(at))
-                .and_then(|_| r.read_exact(&mut a))
-                .map_err(io_at("reading an attr", at))?;
-            let body = attr_size as usize - 16;
-            let declared = u32_at(&a, 4) as usize;
-            if declared < ATTR_SIZE_VER0 as usize || declared > body {
-                return Err(header_err(
-                    at + 4,
-                    format!("attr #{i} declares {declared} bytes in a {body}-byte slot"),
-                ));
-            }
-            let ids_sec = Section {
-                offset: u64_at(&a, body),
-                size: u64_at(&a, body + 8),
-            };
-            check_section(ids_sec, len, &format!("id section of attr #{i}"), at)?;
-            if ids_sec.size % 8 != 0 {
-                return Err(header_err(
-                    at + body as u64 + 8,
-                    format!("id section of attr #{i} has {} bytes", ids_sec.size),
-                ));
-            }
-            spend(ids_sec.size, at, &format!("id section of attr #{i}"))?;
-            let mut raw = vec![0u8; ids_sec.size as usize];
-            r.seek(SeekFrom::Start(ids_sec.offset))
-                .and_then(|_| r.read_exact(&mut raw))
-                .map_err(io_at("reading event ids", ids_sec.offset))?;
-            let ids = raw
-                .chunks_exact(8)
-                .map(|c| u64_at(c, 0))
-                .collect::<Vec<u64>>();
-            a.truncate(declared);
-            attrs.push(FileAttr { attr: a, ids });
-        }
-        // Features: a table of sections right after the data section, one
-        // per set bit, in bit order.
-        let bits: Vec<u32> = (0..FEATURE_BITS)
-            .filter(|b| u64_at(&h, 72 + (b / 64) as usize * 8) >> (b % 64) & 1 == 1)
-            .collect();
-        let table_at = data.offset + data.size;
-        let table = Section {
-            offset: table_at,
-            size: bits.len() as u64 * 16,
-        };
-        check_section(table, len, "feature table", 72)?;
-        let mut raw = vec![0u8; table.size as usize];
-        r.seek(SeekFrom::Start(table_at))
-            .and_then(|_| r.read_exact(&mut raw))
-            .map_err(io_at("reading the feature table", table_at))?;
-        let mut features = Vec::new();
-        for (i, &bit) in bits.iter().enumerate() {
-            let s = Section {
-                offset: u64_at(&raw, i * 16),
-                size: u64_at(&raw, i * 16 + 8),
-            };
-            let at = table_at + i as u64 * 16;
-            check_section(s, len, &format!("feature section {bit}"), at)?;
-            if s.size > MAX_FEATURE {
-                return Err(header_err(
-                    at,
-                    format!("feature section {bit} of {} bytes", s.size),
-                ));
-            }
-            spend(s.size, at, &format!("feature section {bit}"))?;
-            let mut b = vec![0u8; s.size as usize];
-            r.seek(SeekFrom::Start(s.offset))
-                .and_then(|_| r.read_exact(&mut b))
-                .map_err(io_at("reading a feature section", s.offset))?;
-            features.push((bit, s, b));
-        }
+        let mut attrs = read_attrs(&mut r, &header, &mut budget)?;
+        let features = read_features(&mut r, &header, &mut budget)?;
+        let (len, data) = (header.len, header.data);
         let mut hidden = None;
         let mut hidden_attrs = 0;
         if let Some((_, s, b)) = features.iter().find(|(bit, _, _)| *bit == FEAT_HIDDEN) {
@@ -564,4 +433,202 @@ fn read_string(b: &[u8], at: usize) -> Result<(String, usize), String> {
         })?;
     let text = bytes.split(|&c| c == 0).next().unwrap_or(bytes);
     Ok((String::from_utf8_lossy(text).into_owned(), start + len))
+}
+
+fn io_at(what: &'static str, offset: u64) -> impl FnOnce(io::Error) -> PerfDataError {
+    move |source: io::Error| PerfDataError::Io {
+        what: what.into(),
+        offset,
+        source,
+    }
+}
+
+/// What the header says, checked against the file's length.
+struct Header {
+    /// The file's length.
+    len: u64,
+    /// The header's bytes.
+    h: [u8; HEADER_SIZE as usize],
+    attr_size: u64,
+    attrs_sec: Section,
+    data: Section,
+}
+
+/// The bytes the id and feature sections may still take (see
+/// [`Reader::new`]).
+struct Budget {
+    left: u64,
+    len: u64,
+}
+
+impl Budget {
+    fn spend(&mut self, size: u64, at: u64, what: &str) -> Result<(), PerfDataError> {
+        let len = self.len;
+        self.left = self.left.checked_sub(size).ok_or_else(|| {
+            header_err(
+                at,
+                format!("the {what} ({size} bytes) overlaps others: the sections hold more bytes than the file ({len} bytes)"),
+            )
+        })?;
+        Ok(())
+    }
+}
+
+/// Reads and checks the header: magic, sizes, the attr and data sections.
+fn read_header<R: Read + Seek>(r: &mut R) -> Result<Header, PerfDataError> {
+    let len = r
+        .seek(SeekFrom::End(0))
+        .map_err(io_at("finding the file size", 0))?;
+    if len < HEADER_SIZE {
+        return Err(header_err(
+            len,
+            format!("the file ends after {len} bytes, inside the {HEADER_SIZE}-byte header"),
+        ));
+    }
+    let mut h = [0u8; HEADER_SIZE as usize];
+    r.seek(SeekFrom::Start(0))
+        .and_then(|_| r.read_exact(&mut h))
+        .map_err(io_at("reading the header", 0))?;
+    let magic = u64_at(&h, 0);
+    if magic != MAGIC {
+        let reason = if magic.swap_bytes() == MAGIC {
+            "a big-endian perf.data file, which kprobe-perf does not read".to_string()
+        } else {
+            format!("magic 0x{magic:016x} is not PERFILE2: not a perf.data file, or one whose recording did not finish")
+        };
+        return Err(header_err(0, reason));
+    }
+    if u64_at(&h, 8) != HEADER_SIZE {
+        return Err(header_err(
+            8,
+            format!("header size {} (expected {HEADER_SIZE})", u64_at(&h, 8)),
+        ));
+    }
+    let attr_size = u64_at(&h, 16);
+    let section = |at: usize| Section {
+        offset: u64_at(&h, at),
+        size: u64_at(&h, at + 8),
+    };
+    let (attrs_sec, data) = (section(24), section(40));
+    if !(ATTR_SIZE_VER0 + 16..=MAX_ATTR_SIZE).contains(&attr_size) {
+        return Err(header_err(16, format!("attr size {attr_size}")));
+    }
+    check_section(attrs_sec, len, "attr section", 24)?;
+    check_section(data, len, "data section", 40)?;
+    if attrs_sec.size % attr_size != 0 || attrs_sec.size / attr_size > MAX_ATTRS {
+        return Err(header_err(
+            32,
+            format!(
+                "attr section of {} bytes does not hold whole {attr_size}-byte attrs",
+                attrs_sec.size
+            ),
+        ));
+    }
+    Ok(Header {
+        len,
+        h,
+        attr_size,
+        attrs_sec,
+        data,
+    })
+}
+
+/// Reads the attrs and the ids of each.
+fn read_attrs<R: Read + Seek>(
+    r: &mut R,
+    header: &Header,
+    budget: &mut Budget,
+) -> Result<Vec<FileAttr>, PerfDataError> {
+    let Header {
+        len,
+        attr_size,
+        attrs_sec,
+        ..
+    } = *header;
+    let mut attrs = Vec::new();
+    for i in 0..attrs_sec.size / attr_size {
+        let at = attrs_sec.offset + i * attr_size;
+        let mut a = vec![0u8; attr_size as usize];
+        r.seek(SeekFrom::Start(at))
+            .and_then(|_| r.read_exact(&mut a))
+            .map_err(io_at("reading an attr", at))?;
+        let body = attr_size as usize - 16;
+        let declared = u32_at(&a, 4) as usize;
+        if declared < ATTR_SIZE_VER0 as usize || declared > body {
+            return Err(header_err(
+                at + 4,
+                format!("attr #{i} declares {declared} bytes in a {body}-byte slot"),
+            ));
+        }
+        let ids_sec = Section {
+            offset: u64_at(&a, body),
+            size: u64_at(&a, body + 8),
+        };
+        check_section(ids_sec, len, &format!("id section of attr #{i}"), at)?;
+        if ids_sec.size % 8 != 0 {
+            return Err(header_err(
+                at + body as u64 + 8,
+                format!("id section of attr #{i} has {} bytes", ids_sec.size),
+            ));
+        }
+        budget.spend(ids_sec.size, at, &format!("id section of attr #{i}"))?;
+        let mut raw = vec![0u8; ids_sec.size as usize];
+        r.seek(SeekFrom::Start(ids_sec.offset))
+            .and_then(|_| r.read_exact(&mut raw))
+            .map_err(io_at("reading event ids", ids_sec.offset))?;
+        let ids = raw
+            .chunks_exact(8)
+            .map(|c| u64_at(c, 0))
+            .collect::<Vec<u64>>();
+        a.truncate(declared);
+        attrs.push(FileAttr { attr: a, ids });
+    }
+    Ok(attrs)
+}
+
+/// Reads the feature sections: a table of sections right after the data
+/// section, one per set bit, in bit order.
+fn read_features<R: Read + Seek>(
+    r: &mut R,
+    header: &Header,
+    budget: &mut Budget,
+) -> Result<Vec<(u32, Section, Vec<u8>)>, PerfDataError> {
+    let Header { len, h, data, .. } = *header;
+    // Features: a table of sections right after the data section, one
+    // per set bit, in bit order.
+    let bits: Vec<u32> = (0..FEATURE_BITS)
+        .filter(|b| u64_at(&h, 72 + (b / 64) as usize * 8) >> (b % 64) & 1 == 1)
+        .collect();
+    let table_at = data.offset + data.size;
+    let table = Section {
+        offset: table_at,
+        size: bits.len() as u64 * 16,
+    };
+    check_section(table, len, "feature table", 72)?;
+    let mut raw = vec![0u8; table.size as usize];
+    r.seek(SeekFrom::Start(table_at))
+        .and_then(|_| r.read_exact(&mut raw))
+        .map_err(io_at("reading the feature table", table_at))?;
+    let mut features = Vec::new();
+    for (i, &bit) in bits.iter().enumerate() {
+        let s = Section {
+            offset: u64_at(&raw, i * 16),
+            size: u64_at(&raw, i * 16 + 8),
+        };
+        let at = table_at + i as u64 * 16;
+        check_section(s, len, &format!("feature section {bit}"), at)?;
+        if s.size > MAX_FEATURE {
+            return Err(header_err(
+                at,
+                format!("feature section {bit} of {} bytes", s.size),
+            ));
+        }
+        budget.spend(s.size, at, &format!("feature section {bit}"))?;
+        let mut b = vec![0u8; s.size as usize];
+        r.seek(SeekFrom::Start(s.offset))
+            .and_then(|_| r.read_exact(&mut b))
+            .map_err(io_at("reading a feature section", s.offset))?;
+        features.push((bit, s, b));
+    }
+    Ok(features)
 }

@@ -12,11 +12,11 @@ use crate::decode::records::{
     SampleFields, ThreadNames, RECORD_COMM, RECORD_SAMPLE,
 };
 use crate::plan::{self, BackendChoice};
-use crate::spec::ProbeSpec;
+use kprobe_perf_spec::ProbeSpec;
 
 const KALLSYMS: &str = "ffffffff81000000 T _text\nffffffff81234570 T do_sys_openat2\nffffffff81234660 T do_sys_open\nffffffff81234750 T ksys_close\n";
 
-fn plans() -> Vec<crate::ProbePlan> {
+fn plans() -> Vec<crate::plan::ProbePlan> {
     let syms = KernelSymbols::parse(KALLSYMS).unwrap();
     [
         "p:do_sys_openat2 dfd=%di:s32 flags=%dx:x32",
@@ -48,13 +48,13 @@ fn file() -> (Vec<u8>, Vec<String>) {
 }
 
 /// The file of [`file`], recorded with `plans`.
-fn file_of(plans: &[crate::ProbePlan]) -> Vec<u8> {
+fn file_of(plans: &[crate::plan::ProbePlan]) -> Vec<u8> {
     file_hiding(plans, 0)
 }
 
 /// The file of [`file`], recorded with `plans`, the last `hidden` of
 /// them hidden from perf.
-fn file_hiding(plans: &[crate::ProbePlan], hidden: usize) -> Vec<u8> {
+fn file_hiding(plans: &[crate::plan::ProbePlan], hidden: usize) -> Vec<u8> {
     let attrs: Vec<Vec<u8>> = plans.iter().map(sample_attr_bytes).collect();
     let ids = vec![vec![100, 101], vec![200, 201]];
     let mut w = Writer::new(Cursor::new(Vec::new())).unwrap();

@@ -17,12 +17,12 @@ use crate::decode::records::{
     RECORD_COMM, RECORD_SAMPLE,
 };
 use crate::plan::{self, BackendChoice};
-use crate::spec::ProbeSpec;
+use kprobe_perf_spec::ProbeSpec;
 
 const KALLSYMS: &str = "ffffffff81000000 T _text\nffffffff81234570 T do_sys_openat2\n";
 const TEXT: u64 = 0xffff_ffff_8100_0000;
 
-fn plans() -> Vec<crate::ProbePlan> {
+fn plans() -> Vec<crate::plan::ProbePlan> {
     let syms = KernelSymbols::parse(KALLSYMS).unwrap();
     [
         "p:do_sys_openat2 dfd=%di:s32 flags=%dx:x32",

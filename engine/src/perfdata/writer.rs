@@ -164,54 +164,9 @@ impl<W: Write + Seek> Writer<W> {
         // go to kprobe-perf's hidden section.
         let shown = meta.attrs.len().saturating_sub(meta.hidden);
         let attr_size = meta.attrs.first().map_or(0, Vec::len);
-        let ids_of = |i: usize| meta.ids.get(i).map_or(&[][..], Vec::as_slice);
-        let sized = |attr: &Vec<u8>| {
-            let mut a = attr.clone();
-            a.resize(attr_size, 0);
-            a
-        };
-        let mut features: Vec<(u32, Vec<u8>)> = Vec::new();
-        if let Some(t) = &meta.tracing_data {
-            features.push((FEAT_TRACING_DATA, t.clone()));
-        }
-        let string = |s: &str| {
-            let mut b = Vec::new();
-            put_string(&mut b, s);
-            b
-        };
-        features.push((FEAT_HOSTNAME, string(&meta.hostname)));
-        features.push((FEAT_OSRELEASE, string(&meta.osrelease)));
-        features.push((
-            FEAT_VERSION,
-            string(concat!("kprobe-perf ", env!("CARGO_PKG_VERSION"))),
-        ));
-        features.push((FEAT_ARCH, string(meta.arch.name())));
-        let mut nrcpus = Vec::new();
-        nrcpus.extend_from_slice(&meta.nr_cpus.0.to_le_bytes());
-        nrcpus.extend_from_slice(&meta.nr_cpus.1.to_le_bytes());
-        features.push((FEAT_NRCPUS, nrcpus));
-        let mut cmdline = (meta.cmdline.len() as u32).to_le_bytes().to_vec();
-        for a in &meta.cmdline {
-            put_string(&mut cmdline, a);
-        }
-        features.push((FEAT_CMDLINE, cmdline));
-        let mut desc = Vec::new();
-        desc.extend_from_slice(&(shown as u32).to_le_bytes());
-        desc.extend_from_slice(&(attr_size as u32).to_le_bytes());
-        for (i, attr) in meta.attrs.iter().enumerate().take(shown) {
-            desc.extend_from_slice(&sized(attr));
-            let ids = ids_of(i);
-            desc.extend_from_slice(&(ids.len() as u32).to_le_bytes());
-            put_string(
-                &mut desc,
-                meta.probes.get(i).map_or("", |p| p.event.as_str()),
-            );
-            for id in ids {
-                desc.extend_from_slice(&id.to_le_bytes());
-            }
-        }
-        features.push((FEAT_EVENT_DESC, desc));
-        features.push((FEAT_KPROBE_PERF, meta.encode().into_bytes()));
+        let ids_of = |i: usize| ids_of(meta, i);
+        let sized = |attr: &Vec<u8>| sized(attr, attr_size);
+        let mut features = shown_features(meta, shown, attr_size);
         // The hidden section's own size is known before the offset of the
         // region it points at: the region follows the attrs.
         let hidden_attrs = &meta.attrs[shown.min(meta.attrs.len())..];
@@ -244,19 +199,7 @@ impl<W: Write + Seek> Writer<W> {
             size: spill_size,
         };
         if let Some(size) = hidden_section_size {
-            let mut b = Vec::with_capacity(size);
-            b.extend_from_slice(&(hidden_attrs.len() as u32).to_le_bytes());
-            b.extend_from_slice(&(attr_size as u32).to_le_bytes());
-            for (j, attr) in hidden_attrs.iter().enumerate() {
-                b.extend_from_slice(&sized(attr));
-                let ids = ids_of(shown + j);
-                b.extend_from_slice(&(ids.len() as u32).to_le_bytes());
-                for id in ids {
-                    b.extend_from_slice(&id.to_le_bytes());
-                }
-            }
-            b.extend_from_slice(&region.offset.to_le_bytes());
-            b.extend_from_slice(&region.size.to_le_bytes());
+            let b = hidden_section(meta, shown, attr_size, region);
             debug_assert_eq!(b.len(), size);
             features.push((FEAT_HIDDEN, b));
         }
@@ -295,42 +238,10 @@ impl<W: Write + Seek> Writer<W> {
             .write_all(&tail)
             .map_err(io_err("writing the features and attrs", data_end))?;
         if let Some(h) = self.hidden.take() {
-            let mut spill = h
-                .spill
-                .into_inner()
-                .map_err(|e| e.into_error())
-                .and_then(|mut f| f.seek(SeekFrom::Start(0)).map(|_| f))
-                .map_err(io_err("reading back the hidden samples", region.offset))?;
-            let copied = io::copy(&mut io::Read::take(&mut spill, region.size), &mut self.out)
-                .map_err(io_err("copying the hidden samples", region.offset))?;
-            if copied != region.size {
-                return Err(io_err("copying the hidden samples", region.offset)(
-                    io::Error::new(
-                        io::ErrorKind::UnexpectedEof,
-                        format!("{copied} of {} bytes", region.size),
-                    ),
-                ));
-            }
+            copy_hidden(h, region, &mut self.out)?;
         }
 
-        let mut header = Vec::with_capacity(HEADER_SIZE as usize);
-        header.extend_from_slice(&MAGIC.to_le_bytes());
-        header.extend_from_slice(&HEADER_SIZE.to_le_bytes());
-        header.extend_from_slice(&(attr_size as u64 + 16).to_le_bytes());
-        for s in [
-            attrs,
-            Section {
-                offset: HEADER_SIZE,
-                size: self.data_size,
-            },
-            Section::default(),
-        ] {
-            header.extend_from_slice(&s.offset.to_le_bytes());
-            header.extend_from_slice(&s.size.to_le_bytes());
-        }
-        for w in bitmap {
-            header.extend_from_slice(&w.to_le_bytes());
-        }
+        let header = file_header(attrs, self.data_size, attr_size, &bitmap);
         self.out
             .seek(SeekFrom::Start(0))
             .and_then(|_| self.out.write_all(&header))
@@ -338,6 +249,139 @@ impl<W: Write + Seek> Writer<W> {
             .map_err(io_err("writing the header", 0))?;
         Ok(self.out)
     }
+}
+
+/// The sized copy of an attr (every attr of a file has one size).
+fn sized(attr: &[u8], attr_size: usize) -> Vec<u8> {
+    let mut a = attr.to_vec();
+    a.resize(attr_size, 0);
+    a
+}
+
+/// The ids of attr `i`.
+fn ids_of(meta: &Metadata, i: usize) -> &[u64] {
+    meta.ids.get(i).map_or(&[][..], Vec::as_slice)
+}
+
+/// The header features perf reads, for the first `shown` attrs (the
+/// user's probes): tracing data, host, kernel and tool, CPUs, command
+/// line, event descriptions, and kprobe-perf's own metadata.
+fn shown_features(meta: &Metadata, shown: usize, attr_size: usize) -> Vec<(u32, Vec<u8>)> {
+    let sized = |attr: &Vec<u8>| sized(attr, attr_size);
+    let ids_of = |i: usize| ids_of(meta, i);
+    let mut features: Vec<(u32, Vec<u8>)> = Vec::new();
+    if let Some(t) = &meta.tracing_data {
+        features.push((FEAT_TRACING_DATA, t.clone()));
+    }
+    let string = |s: &str| {
+        let mut b = Vec::new();
+        put_string(&mut b, s);
+        b
+    };
+    features.push((FEAT_HOSTNAME, string(&meta.hostname)));
+    features.push((FEAT_OSRELEASE, string(&meta.osrelease)));
+    features.push((
+        FEAT_VERSION,
+        string(concat!("kprobe-perf ", env!("CARGO_PKG_VERSION"))),
+    ));
+    features.push((FEAT_ARCH, string(meta.arch.name())));
+    let mut nrcpus = Vec::new();
+    nrcpus.extend_from_slice(&meta.nr_cpus.0.to_le_bytes());
+    nrcpus.extend_from_slice(&meta.nr_cpus.1.to_le_bytes());
+    features.push((FEAT_NRCPUS, nrcpus));
+    let mut cmdline = (meta.cmdline.len() as u32).to_le_bytes().to_vec();
+    for a in &meta.cmdline {
+        put_string(&mut cmdline, a);
+    }
+    features.push((FEAT_CMDLINE, cmdline));
+    let mut desc = Vec::new();
+    desc.extend_from_slice(&(shown as u32).to_le_bytes());
+    desc.extend_from_slice(&(attr_size as u32).to_le_bytes());
+    for (i, attr) in meta.attrs.iter().enumerate().take(shown) {
+        desc.extend_from_slice(&sized(attr));
+        let ids = ids_of(i);
+        desc.extend_from_slice(&(ids.len() as u32).to_le_bytes());
+        put_string(
+            &mut desc,
+            meta.probes.get(i).map_or("", |p| p.event.as_str()),
+        );
+        for id in ids {
+            desc.extend_from_slice(&id.to_le_bytes());
+        }
+    }
+    features.push((FEAT_EVENT_DESC, desc));
+    features.push((FEAT_KPROBE_PERF, meta.encode().into_bytes()));
+    features
+}
+
+/// kprobe-perf's hidden section: the attrs after the first `shown` with
+/// their ids, then where the hidden samples' region is.
+fn hidden_section(meta: &Metadata, shown: usize, attr_size: usize, region: Section) -> Vec<u8> {
+    let hidden_attrs = &meta.attrs[shown.min(meta.attrs.len())..];
+    let mut b = Vec::new();
+    b.extend_from_slice(&(hidden_attrs.len() as u32).to_le_bytes());
+    b.extend_from_slice(&(attr_size as u32).to_le_bytes());
+    for (j, attr) in hidden_attrs.iter().enumerate() {
+        b.extend_from_slice(&sized(attr, attr_size));
+        let ids = ids_of(meta, shown + j);
+        b.extend_from_slice(&(ids.len() as u32).to_le_bytes());
+        for id in ids {
+            b.extend_from_slice(&id.to_le_bytes());
+        }
+    }
+    b.extend_from_slice(&region.offset.to_le_bytes());
+    b.extend_from_slice(&region.size.to_le_bytes());
+    b
+}
+
+/// Copies the hidden samples spilled to `h` into `out` at `region`.
+fn copy_hidden<W: Write>(h: Hidden, region: Section, out: &mut W) -> Result<(), PerfDataError> {
+    let mut spill = h
+        .spill
+        .into_inner()
+        .map_err(|e| e.into_error())
+        .and_then(|mut f| f.seek(SeekFrom::Start(0)).map(|_| f))
+        .map_err(io_err("reading back the hidden samples", region.offset))?;
+    let copied = io::copy(&mut io::Read::take(&mut spill, region.size), out)
+        .map_err(io_err("copying the hidden samples", region.offset))?;
+    if copied != region.size {
+        return Err(io_err("copying the hidden samples", region.offset)(
+            io::Error::new(
+                io::ErrorKind::UnexpectedEof,
+                format!("{copied} of {} bytes", region.size),
+            ),
+        ));
+    }
+    Ok(())
+}
+
+/// The file header: magic, sizes, the attrs and data sections, and the
+/// feature bitmap.
+fn file_header(
+    attrs: Section,
+    data_size: u64,
+    attr_size: usize,
+    bitmap: &[u64; (FEATURE_BITS / 64) as usize],
+) -> Vec<u8> {
+    let mut header = Vec::with_capacity(HEADER_SIZE as usize);
+    header.extend_from_slice(&MAGIC.to_le_bytes());
+    header.extend_from_slice(&HEADER_SIZE.to_le_bytes());
+    header.extend_from_slice(&(attr_size as u64 + 16).to_le_bytes());
+    for s in [
+        attrs,
+        Section {
+            offset: HEADER_SIZE,
+            size: data_size,
+        },
+        Section::default(),
+    ] {
+        header.extend_from_slice(&s.offset.to_le_bytes());
+        header.extend_from_slice(&s.size.to_le_bytes());
+    }
+    for w in bitmap {
+        header.extend_from_slice(&w.to_le_bytes());
+    }
+    header
 }
 
 /// perf's `HEADER_TRACING_DATA` (version 0.6, little-endian, 64-bit):

@@ -19,17 +19,19 @@
 //! thread of the same tid never takes them.
 //!
 //! The hidden probe is never shown: its events are not handed over, its
-//! counts are not among the session's probes ([`crate::Session::plans`]
+//! counts are not among the session's probes ([`crate::session::Session::plans`]
 //! lists the user's probes only). A return whose entry was not seen (lost
 //! to a full ring, before the start, out of stack) has its entry values
-//! [`Value::Unknown`](crate::Value::Unknown), counted per probe in
-//! [`SessionStats::entry_unknown`](crate::SessionStats::entry_unknown).
+//! [`Value::Unknown`](crate::decode::Value::Unknown), counted per probe in
+//! [`SessionStats::entry_unknown`](crate::decode::stats::SessionStats::entry_unknown).
 
 use kprobe_perf_arch::Arch;
 use kprobe_perf_symbols::KernelSymbols;
 
-use crate::plan::{self, ArgPlan, BackendChoice, KernelFeatures, PlanError, ProbePlan};
-use crate::spec::{Fetch, FetchArg, FetchBase, ProbeKind, ProbeSpec, Target};
+use crate::plan::probe_plan::{ArgPlan, BackendChoice, PlanError, ProbePlan};
+pub use crate::plan::probe_plan::{EntryJoin, JoinSource};
+use kprobe_perf_spec::KernelFeatures;
+use kprobe_perf_spec::{Fetch, FetchArg, FetchBase, ProbeKind, ProbeSpec, Target};
 
 /// Name of the stack pointer argument the return half of a joined probe
 /// fetches last (never shown). The entry half's is this, `_`, and the
@@ -73,35 +75,6 @@ fn order_of_frame_name(name: &str) -> Option<Vec<JoinSource>> {
         .collect()
 }
 
-/// Where one argument of a joined return probe comes from.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum JoinSource {
-    /// Argument `n` of the hidden entry probe.
-    Entry(usize),
-    /// Argument `n` of the return probe.
-    Return(usize),
-}
-
-/// How a return probe's entry values are fetched on a kernel that cannot
-/// fetch them at the return: the two probes opened and the order of the
-/// user's arguments. The [`ProbePlan`] holding it is the user's view
-/// (its spec, event and arguments as written); these are what the
-/// session opens.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct EntryJoin {
-    /// The return probe: the user's return-time arguments, then the stack
-    /// pointer.
-    pub ret: ProbePlan,
-    /// The hidden entry probe: the user's entry-time arguments, then the
-    /// stack pointer.
-    pub entry: ProbePlan,
-    /// For each of the user's arguments, in order, where it comes from.
-    pub order: Vec<JoinSource>,
-    /// The stack pointer at the return minus the one at the entry of the
-    /// same call (their last arguments).
-    pub frame_step: i64,
-}
-
 /// True when `a` is a value of the function's entry (an argument, by
 /// number or BTF name, or what is fetched through one).
 fn entry_value(a: &FetchArg) -> bool {
@@ -142,6 +115,17 @@ pub(crate) fn frame_step(arch: Arch) -> i64 {
     }
 }
 
+/// How [`plan_joined`] plans each half: [`crate::plan::resolve_with`],
+/// given by the planner (which calls `plan_joined`), so that this module
+/// does not call back into it.
+pub type Resolver = fn(
+    ProbeSpec,
+    &KernelSymbols,
+    Arch,
+    BackendChoice,
+    Option<&KernelFeatures>,
+) -> Result<ProbePlan, PlanError>;
+
 /// Plans a return probe with entry values ([`needs_join`]) as a hidden
 /// entry probe and a return probe joined in user space. The plan returned
 /// is the user's view; its [`ProbePlan::entry_join`] holds the two.
@@ -151,6 +135,7 @@ pub fn plan_joined(
     arch: Arch,
     choice: BackendChoice,
     features: Option<&KernelFeatures>,
+    resolve_with: Resolver,
 ) -> Result<ProbePlan, PlanError> {
     let event = spec.event_name();
     let mut entry_args = Vec::new();
@@ -191,8 +176,8 @@ pub fn plan_joined(
         args: ret_args,
         ..spec.clone()
     };
-    let entry = plan::resolve_with(entry_spec, symbols, arch, choice, features)?;
-    let ret = plan::resolve_with(ret_spec, symbols, arch, choice, features)?;
+    let entry = resolve_with(entry_spec, symbols, arch, choice, features)?;
+    let ret = resolve_with(ret_spec, symbols, arch, choice, features)?;
     Ok(user_view(
         spec,
         EntryJoin {
@@ -293,7 +278,7 @@ mod tests {
     use crate::decode::join::{expand, Joiner};
     use crate::decode::{Event, Value};
     use crate::plan::{resolve_with, Backend};
-    use crate::spec::BaseType;
+    use kprobe_perf_spec::BaseType;
     use std::ops::ControlFlow;
     use std::sync::Arc;
 

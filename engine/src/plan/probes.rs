@@ -8,7 +8,7 @@ use kprobe_perf_symbols::KernelSymbols;
 
 use crate::error::Error;
 use crate::plan::{resolve, Backend, BackendChoice, ProbePlan};
-use crate::spec::{ProbeSpec, Target};
+use kprobe_perf_spec::{ProbeSpec, Target};
 
 /// Parses and plans probe definitions for this machine's architecture,
 /// choosing the backend of each automatically (see [`plan_probes_with`]).
@@ -86,8 +86,8 @@ pub const BULK_THROUGH_TRACEFS: usize = 64;
 /// tracefs. Event names that repeat get a `_2`, `_3` ... suffix so each
 /// probe stays distinct. The plans are the user's probes only, in order:
 /// the calls a PMU kretprobe saw enter but not return are counted by the
-/// [`Session`](crate::Session) itself
-/// ([`Session::call_counts`](crate::Session::call_counts)).
+/// [`Session`](crate::session::Session) itself
+/// ([`Session::call_counts`](crate::session::Session::call_counts)).
 pub fn plan_probes_with<S: AsRef<str>>(
     specs: &[S],
     symbols: &KernelSymbols,

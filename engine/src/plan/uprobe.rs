@@ -20,11 +20,11 @@ const MAX_USER_FUNCTION_BYTES: u64 = 16 << 20;
 /// cannot read is left to the kernel for the offset form.
 pub fn check_uprobe(
     path: &str,
-    location: &crate::spec::UserLocation,
+    location: &kprobe_perf_spec::UserLocation,
     kind: ProbeSite,
     arch: Arch,
 ) -> Result<u64, PlanError> {
-    use crate::spec::UserLocation;
+    use kprobe_perf_spec::UserLocation;
     use kprobe_perf_symbols::elf::{ElfError, UserBinary};
     let user_err = |e: ElfError| PlanError::User(e.to_string());
     let file = std::path::Path::new(path);

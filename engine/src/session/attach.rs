@@ -731,7 +731,7 @@ mod tests {
         )
         .unwrap();
         crate::plan::resolve(
-            crate::spec::ProbeSpec::parse(spec, kprobe_perf_arch::Arch::X86_64).unwrap(),
+            kprobe_perf_spec::ProbeSpec::parse(spec, kprobe_perf_arch::Arch::X86_64).unwrap(),
             &syms,
             kprobe_perf_arch::Arch::X86_64,
             crate::plan::BackendChoice::Pmu,

@@ -10,7 +10,7 @@
 //! the share of each CPU; [`CountSnapshot::since`] gives the hits between
 //! two snapshots (interval output).
 //!
-//! The probes reach the kernel as in a recording [`Session`](crate::Session):
+//! The probes reach the kernel as in a recording [`Session`](crate::session::Session):
 //! the same PMUs and tracefs definitions (removed on drop, and by the
 //! [`guardian`](crate::attach::guardian) if the process dies), the same scopes and
 //! the same by-address retry of a refused `MOD:SYM`.
@@ -152,9 +152,9 @@ impl CountingSession {
     /// leaves them disabled until [`CountingSession::enable`] (or, for a
     /// command's descendants, until the command calls exec: `enable`
     /// releases the command, started held as
-    /// [`Session::open`](crate::Session::open) starts it).
+    /// [`Session::open`](crate::session::Session::open) starts it).
     ///
-    /// As [`Session::open`](crate::Session::open): the tracefs definitions
+    /// As [`Session::open`](crate::session::Session::open): the tracefs definitions
     /// of kprobe-perf processes that are gone are removed first, and a
     /// target that inherits defines its uprobes through `uprobe_events`.
     /// For [`RecordTarget::Processes`], the threads are those each process
@@ -358,7 +358,7 @@ mod tests {
         )
         .unwrap();
         crate::plan::resolve(
-            crate::spec::ProbeSpec::parse(spec, kprobe_perf_arch::Arch::X86_64).unwrap(),
+            kprobe_perf_spec::ProbeSpec::parse(spec, kprobe_perf_arch::Arch::X86_64).unwrap(),
             &syms,
             kprobe_perf_arch::Arch::X86_64,
             crate::plan::BackendChoice::Pmu,

@@ -1,7 +1,7 @@
 //! Where a session hands what it reads: [`EventSink`], given as an
-//! argument to [`Session::poll`](crate::Session::poll),
-//! [`Session::drain`](crate::Session::drain) and
-//! [`Session::dump_overwrite`](crate::Session::dump_overwrite), never
+//! argument to [`Session::poll`](crate::session::Session::poll),
+//! [`Session::drain`](crate::session::Session::drain) and
+//! [`Session::dump_overwrite`](crate::session::Session::dump_overwrite), never
 //! stored in the session.
 
 use std::ops::ControlFlow;
@@ -19,13 +19,13 @@ pub type Flow = ControlFlow<()>;
 /// `Ok(ControlFlow::Break(()))` to end the drain cleanly, or an error,
 /// which ends the drain and is returned by it. Session errors reach the
 /// caller through the same type (hence `From<Error>`), so a sink's own
-/// error type can also be [`crate::Error`] or `anyhow::Error`.
+/// error type can also be [`crate::error::Error`] or `anyhow::Error`.
 ///
 /// A closure that only takes events becomes a sink with [`sink_fn`]; a
 /// `&mut` to a sink is a sink too, so one sink serves many drains.
 pub trait EventSink {
     /// The sink's error; a session error converts into it.
-    type Error: From<crate::Error>;
+    type Error: From<crate::error::Error>;
 
     /// One decoded event, in time order across CPUs. The event is lent
     /// for the call (its storage is reused): clone it to keep it.
@@ -40,7 +40,7 @@ pub trait EventSink {
     /// or two parts (a record wrapping around the ring's end). Records
     /// the session makes itself come here too: COMM records of thread
     /// names read from /proc, just before the round's end, and the MMAP
-    /// records of [`Session::user_mmap_records`](crate::Session::user_mmap_records).
+    /// records of [`Session::user_mmap_records`](crate::session::Session::user_mmap_records).
     ///
     /// The default ignores them. A sink that keeps records should not
     /// break: `Break` ends the drain once the current ring is read, and
@@ -60,7 +60,7 @@ pub trait EventSink {
     /// False for a sink that keeps raw records and looks at no event (a
     /// perf.data file written without live output). A drain then counts
     /// the samples, names their threads and notes their addresses
-    /// ([`Session::counted_addresses`](crate::Session::counted_addresses))
+    /// ([`Session::counted_addresses`](crate::session::Session::counted_addresses))
     /// without decoding their arguments or ordering them, which is most
     /// of a drain's work per event; [`EventSink::event`] is then called
     /// only for the few samples that could not be counted so (callchains,
@@ -100,14 +100,14 @@ pub struct FnSink<F>(pub F);
 
 /// Makes a closure a sink:
 /// `session.poll(timeout, &mut sink_fn(|e| println!("{}", e.tid)))`.
-/// Its error type is [`crate::Error`], so the poll returns the same
+/// Its error type is [`crate::error::Error`], so the poll returns the same
 /// `Result` as the session's other calls.
 pub fn sink_fn<F: FnMut(&Event)>(f: F) -> FnSink<F> {
     FnSink(f)
 }
 
 impl<F: FnMut(&Event)> EventSink for FnSink<F> {
-    type Error = crate::Error;
+    type Error = crate::error::Error;
 
     #[inline]
     fn event(&mut self, event: &Event) -> Result<Flow, Self::Error> {
@@ -127,11 +127,11 @@ mod tests {
     }
 
     impl EventSink for Counter {
-        type Error = crate::Error;
+        type Error = crate::error::Error;
 
         fn event(&mut self, e: &Event) -> Result<Flow, Self::Error> {
             if e.tid == 0 {
-                return Err(crate::Error::Internal {
+                return Err(crate::error::Error::Internal {
                     what: "tid 0".into(),
                 });
             }

@@ -1,5 +1,5 @@
 //! What a session counted, in one value: [`Summary`], made by
-//! [`Session::summary`](crate::Session::summary). Text and JSON outputs
+//! [`Session::summary`](crate::session::Session::summary). Text and JSON outputs
 //! only render it; the loss accounting is done here, once.
 
 use std::collections::BTreeMap;
@@ -132,7 +132,7 @@ pub struct CpuLoss {
 pub struct ProbeThrottling {
     /// The CPU (`None`: the record did not say).
     pub cpu: Option<u32>,
-    /// The probe (its index in [`Session::plans`](crate::Session::plans)).
+    /// The probe (its index in [`Session::plans`](crate::session::Session::plans)).
     #[serde(skip)]
     pub probe: usize,
     /// The probe's event name.
@@ -156,7 +156,7 @@ pub struct FlightWindow {
 
 /// Everything a session counted: events, exact losses, the kernel's
 /// counts, throttling, and the flight recorder's window. Exact once the
-/// rings are drained (after [`Session::disable`](crate::Session::disable)
+/// rings are drained (after [`Session::disable`](crate::session::Session::disable)
 /// and a last drain).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 #[non_exhaustive]
@@ -183,7 +183,7 @@ pub struct Summary {
     pub lost_per_cpu: Vec<CpuLoss>,
     /// Throttling per (CPU, probe).
     pub throttling: Vec<ProbeThrottling>,
-    /// Per probe, in the order of [`Session::plans`](crate::Session::plans).
+    /// Per probe, in the order of [`Session::plans`](crate::session::Session::plans).
     pub probes: Vec<ProbeSummary>,
     /// The flight recorder's window (flight-recorder mode only).
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -326,7 +326,7 @@ mod tests {
         .iter()
         .map(|(s, b)| {
             crate::plan::resolve(
-                crate::spec::ProbeSpec::parse(s, Arch::X86_64).unwrap(),
+                kprobe_perf_spec::ProbeSpec::parse(s, Arch::X86_64).unwrap(),
                 &syms,
                 Arch::X86_64,
                 *b,

@@ -16,8 +16,8 @@ use serde::Serialize;
 
 use super::hist::{Hist, HistShape, LinearRange};
 use super::{AnalysisError, KeyPart};
+use crate::decode::{Event, Value};
 use crate::plan::{ArgSource, ProbePlan};
-use crate::{Event, Value};
 
 /// What an argument holds, for deciding what may be histogrammed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -191,7 +191,7 @@ pub fn parse_count_by(spec: &str, probes: &[ProbeFields]) -> Result<CountBy, Ana
                 name => CountKey::Arg {
                     name: name.to_string(),
                     index: resolve_arg(name, probes).ok_or_else(|| AnalysisError::UnknownKey {
-                        option: "--count-by",
+                        option: "the count keys",
                         key: name.to_string(),
                         builtins: "comm, pid, tid, cpu, probe",
                         arguments: describe_arguments(probes),
@@ -252,7 +252,7 @@ fn hist_by(
 /// Parses `--hist ARG`: a log2 histogram of integer argument `ARG`, one
 /// per probe that has it. A string or array argument is refused.
 pub fn parse_hist(arg: &str, probes: &[ProbeFields]) -> Result<HistBy, AnalysisError> {
-    hist_by("--hist", arg.trim(), probes, HistShape::Log2)
+    hist_by("a log2 histogram", arg.trim(), probes, HistShape::Log2)
 }
 
 enum RangeError {
@@ -303,7 +303,12 @@ pub fn parse_lhist(spec: &str, probes: &[ProbeFields]) -> Result<HistBy, Analysi
         RangeError::Syntax(why) => bad(&why),
         RangeError::Hist(h) => AnalysisError::Hist(h),
     })?;
-    hist_by("--lhist", arg.trim(), probes, HistShape::Linear(range))
+    hist_by(
+        "a linear histogram",
+        arg.trim(),
+        probes,
+        HistShape::Linear(range),
+    )
 }
 
 /// One row of a [`CountTable`].
@@ -449,7 +454,7 @@ impl Aggregator {
                 continue;
             };
             let (hist, negative) = slot.get_or_insert_with(|| (h.spec.shape.new_hist(), 0));
-            if matches!(ty, crate::spec::BaseType::Signed(_)) {
+            if matches!(ty, kprobe_perf_spec::BaseType::Signed(_)) {
                 if !hist.record_i64(*raw as i64) {
                     *negative += 1;
                 }

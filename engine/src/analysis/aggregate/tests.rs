@@ -2,7 +2,7 @@
 
 use super::*;
 use crate::analysis::hist::Bucket;
-use crate::spec::BaseType;
+use kprobe_perf_spec::BaseType;
 
 /// vfs_read(fd, count), openat(path: string, flags), close(fd: s32).
 fn probes() -> Vec<ProbeFields> {
@@ -127,8 +127,8 @@ fn key_and_argument_errors() {
     let p = probes();
     assert_eq!(
         parse_count_by("comm,size", &p).unwrap_err().to_string(),
-        "unknown key \"size\" in --count-by: the keys are comm, pid, tid, cpu, probe, or an \
-         argument name (vfs_read: fd, count; openat: path, arg2; close: ret)"
+        "unknown key \"size\" in the count keys: the keys are comm, pid, tid, cpu, probe, or \
+         an argument name (vfs_read: fd, count; openat: path, arg2; close: ret)"
     );
     assert_eq!(parse_count_by(" ", &p), Err(AnalysisError::EmptyKeyList));
     // argN by position when no probe has that name.
@@ -151,28 +151,28 @@ fn key_and_argument_errors() {
     );
     assert_eq!(
         parse_hist("path", &p).unwrap_err().to_string(),
-        "--hist path: argument path of probe openat is a string, not a number; a histogram \
-         needs an integer argument (use --count-by path to count its values)"
+        "a log2 histogram of path: argument path of probe openat is a string, not a number; \
+         a histogram needs an integer argument (count its values by path instead)"
     );
     assert_eq!(
         parse_hist("len", &p).unwrap_err().to_string(),
-        "no probe has an argument named \"len\" for --hist; the arguments are: vfs_read: fd, \
+        "no probe has an argument named \"len\" for a log2 histogram; the arguments are: vfs_read: fd, \
          count; openat: path, arg2; close: ret"
     );
     assert_eq!(
         parse_lhist("count:0,100", &p).unwrap_err().to_string(),
-        "--lhist \"count:0,100\": the range has 2 numbers, not 3; write ARG:MIN,MAX,STEP, \
-         e.g. --lhist size:0,4096,512"
+        "linear histogram \"count:0,100\": the range has 2 numbers, not 3; write \
+         ARG:MIN,MAX,STEP, e.g. size:0,4096,512"
     );
     assert_eq!(
         parse_lhist("count", &p).unwrap_err().to_string(),
-        "--lhist \"count\": no ':' between the argument and its range; write \
-         ARG:MIN,MAX,STEP, e.g. --lhist size:0,4096,512"
+        "linear histogram \"count\": no ':' between the argument and its range; write \
+         ARG:MIN,MAX,STEP, e.g. size:0,4096,512"
     );
     assert_eq!(
         parse_lhist("count:0,1k,10", &p).unwrap_err().to_string(),
-        "--lhist \"count:0,1k,10\": \"1k\" is not an integer; write ARG:MIN,MAX,STEP, e.g. \
-         --lhist size:0,4096,512"
+        "linear histogram \"count:0,1k,10\": \"1k\" is not an integer; write \
+         ARG:MIN,MAX,STEP, e.g. size:0,4096,512"
     );
     assert_eq!(
         parse_lhist("count:5,0,1", &p).unwrap_err(),
@@ -184,7 +184,7 @@ fn key_and_argument_errors() {
     );
     assert_eq!(
         parse_linear("0,x,10").unwrap_err().to_string(),
-        "--linear \"0,x,10\": \"x\" is not an integer; write MIN,MAX,STEP, e.g. --linear \
+        "linear buckets \"0,x,10\": \"x\" is not an integer; write MIN,MAX,STEP, e.g. \
          0,1000,100"
     );
     assert_eq!(

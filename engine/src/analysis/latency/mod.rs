@@ -36,8 +36,7 @@
 //! Dropped entries are counted in `dropped_entries`; entries still waiting
 //! are `unreturned` in a snapshot (at the end: calls that never returned).
 
-use std::cmp::Reverse;
-use std::collections::{BinaryHeap, HashMap};
+use std::collections::HashMap;
 use std::fmt;
 use std::sync::Arc;
 
@@ -45,73 +44,10 @@ use serde::Serialize;
 
 use super::hist::{Hist, HistShape};
 use super::{AnalysisError, KeyPart};
-use crate::{Event, Value};
+use crate::decode::pairing::CallStacks;
+use crate::decode::{Event, Value};
 
-/// The probes of one function: its entry and its return.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-#[non_exhaustive]
-pub struct FunctionProbes {
-    /// Index of the entry probe in the session's plan list.
-    pub entry: usize,
-    /// Index of the return probe.
-    pub ret: usize,
-    /// Which argument of the return probe is the return value (for
-    /// `--by ret`).
-    pub ret_value: Option<usize>,
-    /// Pair by stack frame rather than by nesting alone.
-    pub frame: Option<FrameMatch>,
-}
-
-impl FunctionProbes {
-    /// A function whose entry is probe `entry` and return probe `ret`.
-    pub fn new(entry: usize, ret: usize) -> FunctionProbes {
-        FunctionProbes {
-            entry,
-            ret,
-            ret_value: None,
-            frame: None,
-        }
-    }
-
-    /// The return value is argument `arg` of the return probe.
-    pub fn with_return_value(mut self, arg: usize) -> FunctionProbes {
-        self.ret_value = Some(arg);
-        self
-    }
-
-    /// Pairs by stack frame (see [`FrameMatch`]).
-    pub fn with_frame(mut self, frame: FrameMatch) -> FunctionProbes {
-        self.frame = Some(frame);
-        self
-    }
-}
-
-/// How to tell the entry of a return by its frame: argument `entry_arg`
-/// of the entry probe and `ret_arg` of the return probe both fetch the
-/// stack pointer, and a return belongs to the entry whose value plus
-/// `ret_minus_entry` equals the return's (on x86_64 the return pops the
-/// return address: +8; on aarch64 the stack pointer is the same: 0).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-#[non_exhaustive]
-pub struct FrameMatch {
-    /// Argument of the entry probe holding the stack pointer.
-    pub entry_arg: usize,
-    /// Argument of the return probe holding the stack pointer.
-    pub ret_arg: usize,
-    /// Return's stack pointer minus the entry's.
-    pub ret_minus_entry: i64,
-}
-
-impl FrameMatch {
-    /// See the type's documentation.
-    pub fn new(entry_arg: usize, ret_arg: usize, ret_minus_entry: i64) -> FrameMatch {
-        FrameMatch {
-            entry_arg,
-            ret_arg,
-            ret_minus_entry,
-        }
-    }
-}
+pub use crate::decode::pairing::{FrameMatch, FunctionProbes};
 
 /// What `--by` keys latency histograms on.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -359,50 +295,19 @@ fn ser_key<S: serde::Serializer>(k: &Option<Key>, s: S) -> Result<S::Ok, S::Erro
     }
 }
 
-/// The stacks of thread `tid` on `cpu`: the tid, except for tid 0 (each
-/// CPU's idle task, and interrupts taken in it), whose stacks are per CPU.
-fn thread_key(tid: i32, cpu: u32) -> i64 {
-    if tid == 0 {
-        -1 - i64::from(cpu)
-    } else {
-        i64::from(tid)
-    }
-}
-
-/// Threads tracked before empty stacks are first swept.
-const SWEEP_MIN: usize = 4096;
-
-struct Pending {
-    time_ns: u64,
-    pid: i32,
-    cpu: u32,
-    args: Vec<Value>,
-}
-
 struct Totals {
     total: Hist,
     by_key: HashMap<KeyPart, Hist>,
     paired: u64,
-    unpaired_returns: u64,
-    dropped_entries: u64,
 }
 
 /// Pairs returns with entries (see the [module documentation](self)).
 pub struct LatencyPairer {
-    functions: Vec<FunctionProbes>,
-    /// Probe index to (function, is the return).
-    roles: HashMap<usize, (usize, bool)>,
+    /// The entries waiting, per thread and function, and what was
+    /// dropped or left unpaired (the decoder's [`CallStacks`]).
+    stacks: CallStacks,
     options: LatencyOptions,
-    /// Per thread: one stack per function. A thread's entry stays when
-    /// its stacks empty (no allocation per call); empty ones are swept
-    /// when the map doubles.
-    /// Keyed by [`thread_key`].
-    stacks: HashMap<i64, Vec<Vec<Pending>>>,
-    /// Map size at which empty stacks are swept.
-    sweep_at: usize,
     totals: Vec<Totals>,
-    /// Thread exits not yet applied, earliest first: (time, tid).
-    exits: BinaryHeap<Reverse<(u64, i32)>>,
 }
 
 impl LatencyPairer {
@@ -412,10 +317,10 @@ impl LatencyPairer {
         functions: &[FunctionProbes],
         options: LatencyOptions,
     ) -> Result<LatencyPairer, AnalysisError> {
-        let mut roles = HashMap::new();
+        let mut seen = std::collections::HashSet::new();
         for (i, f) in functions.iter().enumerate() {
-            for (probe, is_return) in [(f.entry, false), (f.ret, true)] {
-                if roles.insert(probe, (i, is_return)).is_some() {
+            for probe in [f.entry, f.ret] {
+                if !seen.insert(probe) {
                     return Err(AnalysisError::ProbeReused { probe });
                 }
             }
@@ -423,24 +328,20 @@ impl LatencyPairer {
                 return Err(AnalysisError::NoReturnValue { function: i });
             }
         }
+        let stacks = CallStacks::new(functions, options.max_depth)
+            .map_err(|probe| AnalysisError::ProbeReused { probe })?;
         let totals = functions
             .iter()
             .map(|_| Totals {
                 total: options.shape.new_hist(),
                 by_key: HashMap::new(),
                 paired: 0,
-                unpaired_returns: 0,
-                dropped_entries: 0,
             })
             .collect();
         Ok(LatencyPairer {
-            functions: functions.to_vec(),
-            roles,
+            stacks,
             options,
-            stacks: HashMap::new(),
-            sweep_at: SWEEP_MIN,
             totals,
-            exits: BinaryHeap::new(),
         })
     }
 
@@ -453,96 +354,9 @@ impl LatencyPairer {
     /// Returns the call a return completes when it lasted at least
     /// [`LatencyOptions::calls_from_ns`].
     pub fn record(&mut self, e: &Event) -> Option<Call> {
-        while let Some(&Reverse((time, tid))) = self.exits.peek() {
-            if time >= e.time_ns {
-                break;
-            }
-            self.exits.pop();
-            self.thread_exited(tid);
-        }
-        let &(f, is_return) = self.roles.get(&e.probe)?;
-        if is_return {
-            self.on_return(f, e)
-        } else {
-            self.on_entry(f, e);
-            None
-        }
-    }
-
-    fn stack_of(&mut self, tid: i64, f: usize, pid: i32) -> &mut Vec<Pending> {
-        let n = self.functions.len();
-        if self.stacks.len() >= self.sweep_at && !self.stacks.contains_key(&tid) {
-            self.stacks.retain(|_, s| s.iter().any(|f| !f.is_empty()));
-            self.sweep_at = (self.stacks.len() * 2).max(SWEEP_MIN);
-        }
-        let stacks = self.stacks.entry(tid).or_insert_with(|| {
-            let mut v = Vec::with_capacity(n);
-            v.resize_with(n, Vec::new);
-            v
-        });
-        // A different process on this tid: the old thread is gone.
-        // (All entries of a tid share one pid: the newest one tells.)
-        if stacks
-            .iter()
-            .find_map(|s| s.last())
-            .is_some_and(|p| p.pid != pid)
-        {
-            for (g, s) in stacks.iter_mut().enumerate() {
-                self.totals[g].dropped_entries += s.len() as u64;
-                s.clear();
-            }
-        }
-        &mut stacks[f]
-    }
-
-    fn on_entry(&mut self, f: usize, e: &Event) {
-        let max_depth = self.options.max_depth.max(1);
-        let stack = self.stack_of(thread_key(e.tid, e.cpu), f, e.pid);
-        let mut dropped = 0;
-        if stack.len() >= max_depth {
-            let excess = stack.len() + 1 - max_depth;
-            stack.drain(..excess);
-            dropped = excess as u64;
-        }
-        stack.push(Pending {
-            time_ns: e.time_ns,
-            pid: e.pid,
-            cpu: e.cpu,
-            args: e.args.clone(),
-        });
-        self.totals[f].dropped_entries += dropped;
-    }
-
-    fn on_return(&mut self, f: usize, e: &Event) -> Option<Call> {
-        let frame = self.functions[f].frame;
-        let thread = thread_key(e.tid, e.cpu);
-        if !self.stacks.contains_key(&thread) {
-            self.totals[f].unpaired_returns += 1;
-            return None;
-        }
-        let stack = self.stack_of(thread, f, e.pid);
-        let at = match frame {
-            None => stack.len().checked_sub(1),
-            Some(m) => {
-                let ret_sp = e.args.get(m.ret_arg).and_then(Value::as_i64);
-                stack.iter().rposition(|p| {
-                    let entry_sp = p.args.get(m.entry_arg).and_then(Value::as_i64);
-                    matches!((entry_sp, ret_sp), (Some(a), Some(b))
-                        if a.wrapping_add(m.ret_minus_entry) == b)
-                })
-            }
-        };
-        let Some(at) = at.filter(|&i| stack[i].time_ns <= e.time_ns) else {
-            self.totals[f].unpaired_returns += 1;
-            return None;
-        };
-        // Entries above the frame returned without their return seen.
-        let skipped = (stack.len() - at - 1) as u64;
-        stack.truncate(at + 1);
-        let entry = stack.pop()?;
+        let (f, entry) = self.stacks.record(e)?;
         let duration_ns = e.time_ns - entry.time_ns;
         let totals = &mut self.totals[f];
-        totals.dropped_entries += skipped;
         totals.paired += 1;
         let v = self.options.unit.from_ns(duration_ns);
         totals.total.record_u64(v);
@@ -552,7 +366,7 @@ impl LatencyPairer {
                 Key::Pid => KeyPart::Pid(e.pid),
                 Key::Tid => KeyPart::Tid(e.tid),
                 Key::Cpu => KeyPart::Cpu(e.cpu),
-                Key::Ret => self.functions[f]
+                Key::Ret => self.stacks.functions()[f]
                     .ret_value
                     .and_then(|i| e.args.get(i))
                     .map_or(KeyPart::Missing, KeyPart::of_value),
@@ -582,14 +396,7 @@ impl LatencyPairer {
     /// Thread `tid` exited: its pending entries are dropped (tid 0, the
     /// idle tasks, never exits: ignored).
     pub fn thread_exited(&mut self, tid: i32) {
-        if tid == 0 {
-            return;
-        }
-        if let Some(stacks) = self.stacks.remove(&i64::from(tid)) {
-            for (f, s) in stacks.iter().enumerate() {
-                self.totals[f].dropped_entries += s.len() as u64;
-            }
-        }
+        self.stacks.thread_exited(tid);
     }
 
     /// Thread `tid` exited at `time_ns`: its pending entries are dropped
@@ -599,38 +406,24 @@ impl LatencyPairer {
     /// never returns, such as `do_exit`) are then counted as dropped, not
     /// as unreturned, and the thread's stacks are freed.
     pub fn thread_exits(&mut self, tid: i32, time_ns: u64) {
-        if tid != 0 {
-            self.exits.push(Reverse((time_ns, tid)));
-        }
+        self.stacks.thread_exits(tid, time_ns);
     }
 
     /// Every event has been recorded (the session is over): the thread
     /// exits not yet applied take effect.
     pub fn apply_exits(&mut self) {
-        while let Some(Reverse((_, tid))) = self.exits.pop() {
-            self.thread_exited(tid);
-        }
+        self.stacks.apply_exits();
     }
 
     /// Events were lost: every pending entry is dropped (see the module
     /// documentation).
     pub fn events_lost(&mut self) {
-        for (_, stacks) in self.stacks.drain() {
-            for (f, s) in stacks.iter().enumerate() {
-                self.totals[f].dropped_entries += s.len() as u64;
-            }
-        }
+        self.stacks.events_lost();
     }
 
     /// Entries waiting for their return, per function.
     pub fn unreturned(&self) -> Vec<u64> {
-        let mut n = vec![0; self.functions.len()];
-        for stacks in self.stacks.values() {
-            for (f, s) in stacks.iter().enumerate() {
-                n[f] += s.len() as u64;
-            }
-        }
-        n
+        self.stacks.unreturned()
     }
 
     /// What the pairer holds, without resetting it.
@@ -642,8 +435,9 @@ impl LatencyPairer {
             functions: self
                 .totals
                 .iter()
+                .enumerate()
                 .zip(unreturned)
-                .map(|(t, unreturned)| {
+                .map(|((f, t), unreturned)| {
                     let mut by_key: Vec<KeyedHist> = t
                         .by_key
                         .iter()
@@ -657,8 +451,8 @@ impl LatencyPairer {
                         total: t.total.clone(),
                         by_key,
                         paired: t.paired,
-                        unpaired_returns: t.unpaired_returns,
-                        dropped_entries: t.dropped_entries,
+                        unpaired_returns: self.stacks.unpaired_returns[f],
+                        dropped_entries: self.stacks.dropped_entries[f],
                         unreturned,
                     }
                 })
@@ -675,9 +469,8 @@ impl LatencyPairer {
             t.total.take();
             t.by_key.clear();
             t.paired = 0;
-            t.unpaired_returns = 0;
-            t.dropped_entries = 0;
         }
+        self.stacks.reset_counts();
         s
     }
 }

@@ -1,7 +1,8 @@
 //! Unit tests of the parent module.
 
 use super::*;
-use crate::spec::BaseType;
+use crate::decode::pairing::SWEEP_MIN;
+use kprobe_perf_spec::BaseType;
 
 const ENTRY: usize = 0;
 const RET: usize = 1;
@@ -247,10 +248,10 @@ fn empty_stacks_are_swept() {
         p.record(&ev(ENTRY, tid, tid, 1, vec![]));
         p.record(&ev(RET, tid, tid, 2, vec![]));
     }
-    assert_eq!(p.stacks.len(), SWEEP_MIN);
+    assert_eq!(p.stacks.stacks.len(), SWEEP_MIN);
     p.record(&ev(ENTRY, 9999, 9999, 3, vec![]));
-    assert_eq!(p.stacks.len(), 2);
-    assert_eq!(p.sweep_at, SWEEP_MIN);
+    assert_eq!(p.stacks.stacks.len(), 2);
+    assert_eq!(p.stacks.sweep_at, SWEEP_MIN);
     let c = p.record(&ev(RET, 1, 1, 10, vec![])).unwrap();
     assert_eq!(c.duration_ns, 10);
     assert_eq!(p.snapshot().functions[0].paired, SWEEP_MIN as u64);
@@ -387,7 +388,7 @@ fn setup_errors() {
     assert_eq!(Key::parse("cpu").unwrap(), Key::Cpu);
     assert_eq!(
         Key::parse("uid").unwrap_err().to_string(),
-        "unknown key \"uid\" for --by: use comm, pid, tid, cpu or ret"
+        "unknown latency key \"uid\": use comm, pid, tid, cpu or ret"
     );
     assert_eq!(TimeUnit::parse("us").unwrap(), TimeUnit::Us);
     assert_eq!(

@@ -7,7 +7,7 @@ use kprobe_perf_arch::boundary::ProbeSite;
 
 use crate::decode::{decode_head, decode_into, DecodeError, EventHead, SampleParts, Value};
 use crate::plan::{ArgSource, ProbePlan};
-use crate::spec::BaseType;
+use kprobe_perf_spec::BaseType;
 
 /// Where a probe's sampled registers lie in its samples.
 #[derive(Debug)]

@@ -1,5 +1,5 @@
 //! From raw perf records to [`Event`]s, with no kernel in sight: the
-//! decoding a [`Session`](crate::Session) applies to what its rings hold,
+//! decoding a [`Session`](crate::session::Session) applies to what its rings hold,
 //! usable as well on records read back from a perf.data file
 //! ([`crate::perfdata`]) or made up by benchmarks and fuzzers.
 
@@ -12,7 +12,7 @@ use byteorder::NativeEndian;
 use kprobe_perf_arch::boundary::ProbeSite;
 use linux_perf_event_reader::{
     get_record_identifier, Endianness, EventRecord, PerfEventAttr, RawData, RawEventRecord,
-    RecordParseInfo, RecordType,
+    RecordParseInfo, RecordType, SampleRecord,
 };
 use perf_event_open_sys::bindings::{
     PERF_SAMPLE_CALLCHAIN, PERF_SAMPLE_CPU, PERF_SAMPLE_IDENTIFIER, PERF_SAMPLE_IP,
@@ -25,7 +25,7 @@ use crate::decode::{
     arg_kinds, decode_into, decode_sample, AddressSet, DecodeError, Event, EventHead, SampleParts,
 };
 use crate::plan::{ArgSource, ProbePlan};
-use crate::spec::BaseType;
+use kprobe_perf_spec::BaseType;
 
 mod build;
 mod comm;
@@ -67,7 +67,7 @@ pub const RECORD_MMAP: u32 = perf_event_open_sys::bindings::PERF_RECORD_MMAP;
 pub const RECORD_MMAP2: u32 = perf_event_open_sys::bindings::PERF_RECORD_MMAP2;
 
 /// The thread and time of a `PERF_RECORD_EXIT` (`kind`, `body` as a
-/// [`RecordSink`] or [`crate::EventSink`] is given them): `None` for
+/// [`RecordSink`] or [`crate::session::sink::EventSink`] is given them): `None` for
 /// other records or a body too short. The body starts with pid, ppid,
 /// tid and ptid (u32 each), then the time.
 pub fn thread_exit(record: RingRecord<'_>) -> Option<(i32, u64)> {
@@ -237,6 +237,9 @@ pub struct RecordDecoder {
     /// When some probe's samples carry user registers and stack bytes:
     /// the processes' mappings and the DWARF unwinder.
     user_stacks: Option<Box<crate::decode::user_stacks::UserStacks>>,
+    /// False while [`RecordDecoder::count`] decodes a sample: its user
+    /// stack is not unwound.
+    unwind_samples: bool,
 }
 
 /// The filters of `plans` that run in user space (one per plan).
@@ -273,74 +276,17 @@ impl RecordDecoder {
                 offsets: field_offsets.len(),
             });
         }
-        let allowed = u64::from(
-            PERF_SAMPLE_IDENTIFIER
-                | PERF_SAMPLE_IP
-                | PERF_SAMPLE_TID
-                | PERF_SAMPLE_TIME
-                | PERF_SAMPLE_CPU
-                | PERF_SAMPLE_CALLCHAIN
-                | PERF_SAMPLE_RAW
-                | PERF_SAMPLE_REGS_INTR
-                | PERF_SAMPLE_REGS_USER
-                | PERF_SAMPLE_STACK_USER,
-        );
-        let dwarf = u64::from(PERF_SAMPLE_REGS_USER | PERF_SAMPLE_STACK_USER);
-        let mut any_dwarf = false;
         let mut chain_at = Vec::with_capacity(attrs.len());
-        let parse_info = attrs
-            .iter()
-            .enumerate()
-            .map(|(probe, bytes)| {
-                let (a, _) = PerfEventAttr::parse::<_, NativeEndian>(&bytes[..])
-                    .map_err(|source| RecordsError::Attr { probe, source })?;
-                // The record parser trusts the attr (a CALLCHAIN bit makes
-                // it multiply a length from the record): allow only the
-                // layout sessions use.
-                let sample_type = a.sample_format.bits();
-                if sample_type & !allowed != 0
-                    || sample_type & u64::from(PERF_SAMPLE_IDENTIFIER) == 0
-                {
-                    return Err(RecordsError::Layout {
-                        probe,
-                        sample_type,
-                        allowed,
-                    });
-                }
-                any_dwarf |= sample_type & dwarf == dwarf;
-                let callchain = u64::from(PERF_SAMPLE_CALLCHAIN);
-                // The fields before the callchain, 8 bytes each.
-                chain_at.push((sample_type & callchain != 0).then(|| {
-                    [
-                        PERF_SAMPLE_IDENTIFIER,
-                        PERF_SAMPLE_IP,
-                        PERF_SAMPLE_TID,
-                        PERF_SAMPLE_TIME,
-                        PERF_SAMPLE_CPU,
-                    ]
-                    .iter()
-                    .filter(|&&b| sample_type & u64::from(b) != 0)
-                    .count()
-                        * 8
-                }));
-                let base =
-                    allowed & !u64::from(PERF_SAMPLE_REGS_INTR | PERF_SAMPLE_CALLCHAIN) & !dwarf;
-                // The fast reader knows the layout without a callchain or
-                // user stack.
-                let fast = (sample_type & base == base
-                    && sample_type & callchain == 0
-                    && sample_type & dwarf == 0)
-                    .then(|| {
-                        FastLayout::new(if sample_type & u64::from(PERF_SAMPLE_REGS_INTR) != 0 {
-                            a.sample_regs_intr
-                        } else {
-                            0
-                        })
-                    });
-                Ok((RecordParseInfo::new(&a, Endianness::LittleEndian), fast))
-            })
-            .collect::<Result<Vec<_>, _>>()?;
-        let (parse_info, fast): (Vec<_>, Vec<Option<FastLayout>>) = parse_info.into_iter().unzip();
+        let mut parse_info = Vec::with_capacity(attrs.len());
+        let mut fast = Vec::with_capacity(attrs.len());
+        let mut any_dwarf = false;
+        for (probe, bytes) in attrs.iter().enumerate() {
+            let (info, layout, chain, dwarf) = sample_layout(probe, bytes)?;
+            any_dwarf |= dwarf;
+            parse_info.push(info);
+            fast.push(layout);
+            chain_at.push(chain);
+        }
         let fast = fast
             .into_iter()
             .zip(&plans)
@@ -359,20 +305,7 @@ impl RecordDecoder {
             fast,
             comms: CommTable::new(names),
             queue: EventQueue::new(),
-            shapes: plans
-                .iter()
-                .map(|p| ProbeShape {
-                    kinds: arg_kinds(p),
-                    site: p.site(),
-                    comm_args: p
-                        .args
-                        .iter()
-                        .enumerate()
-                        .filter(|(_, a)| matches!(a.source, ArgSource::Comm))
-                        .map(|(i, _)| i)
-                        .collect(),
-                })
-                .collect(),
+            shapes: plans.iter().map(probe_shape).collect(),
             user_filters: user_filters(&plans),
             plans,
             recent_ids: vec![(0, 0); RECENT_IDS],
@@ -380,6 +313,7 @@ impl RecordDecoder {
             chain_at,
             counted_addresses: AddressSet::default(),
             counted_unnamed: IntMap::default(),
+            unwind_samples: true,
             user_stacks: any_dwarf.then(|| {
                 Box::new(crate::decode::user_stacks::UserStacks::new(
                     names == ThreadNames::ReadProc,
@@ -538,7 +472,13 @@ impl RecordDecoder {
                 None => {}
             }
         }
-        self.record(record)
+        // Nothing looks at the frames: the user stack stays unwound (a
+        // file keeps its bytes for whoever reads it), as perf record does.
+        let unwinding = self.unwind_samples;
+        self.unwind_samples = false;
+        let r = self.record(record);
+        self.unwind_samples = unwinding;
+        r
     }
 
     /// The probe addresses and return addresses (a kretprobe's caller) of
@@ -571,18 +511,14 @@ impl RecordDecoder {
             RawData::Split(body.0, body.1)
         };
         let kind = RecordType(kind);
-        if kind.is_user_type() {
-            return Ok(());
-        }
-        if matches!(kind.0, RECORD_MMAP | RECORD_MMAP2) {
-            // Mappings need no probe: perf.data files also hold ones made
-            // from /proc, without a sample id.
-            self.note_mapping(kind.0, misc, data);
+        // Mappings need no probe: perf.data files also hold ones made from
+        // /proc, without a sample id.
+        if kind.is_user_type() || self.note_mapping(kind.0, misc, data) {
             return Ok(());
         }
         let id = get_record_identifier::<NativeEndian>(kind, data, true);
         let probe = id.and_then(|id| self.probe_of_id.get(&id).copied());
-        let (Some(probe), Some(plan), Some(info)) = (
+        let (Some(probe), Some(_), Some(info)) = (
             probe,
             probe.and_then(|p| self.plans.get(p)),
             probe.and_then(|p| self.parse_info.get(p)),
@@ -602,47 +538,9 @@ impl RecordDecoder {
         }
         let raw = RawEventRecord::new(kind, misc, data, *info);
         let cpu = || raw.common_data().ok().and_then(|c| c.cpu);
-        match raw.parse() {
-            Ok(EventRecord::Sample(s)) => {
-                self.comms.see(s.pid.unwrap_or(-1), s.tid.unwrap_or(-1));
-                let offsets = self.field_offsets.get(probe).map_or(&[][..], Vec::as_slice);
-                let Some(sample_raw) = s.raw.map(|r| r.as_slice()) else {
-                    self.stats.undecodable += 1;
-                    return Err(DecodeError::Missing("raw data").into());
-                };
-                let parts = SampleParts::of(&s, &sample_raw);
-                let regs = s.intr_regs.as_ref();
-                let (head, args) = self.queue.begin();
-                let decoded = decode_into(
-                    probe,
-                    plan,
-                    &parts,
-                    |i| regs.and_then(|r| r.get(i)),
-                    COMM_AT_HANDOVER,
-                    offsets,
-                    head,
-                    args,
-                );
-                if let (Ok(()), Some(chain)) = (&decoded, s.callchain) {
-                    self.queue
-                        .set_frames((0..chain.len()).filter_map(|i| chain.get(i)));
-                }
-                if let (Ok(()), Some(stacks), Some(regs), Some((stack, _))) = (
-                    &decoded,
-                    self.user_stacks.as_mut(),
-                    s.user_regs.as_ref(),
-                    s.user_stack,
-                ) {
-                    let frames = stacks.unwind(s.pid.unwrap_or(-1), regs, &stack.as_slice());
-                    self.queue.push_user_frames(frames);
-                }
-                account(&mut self.stats, &mut self.queue, decoded.map(|()| probe))
-                    .map_err(RecordError::Decode)
-            }
+        match self.follow_tasks(raw.parse()) {
+            Ok(EventRecord::Sample(s)) => self.sample(probe, s),
             Ok(EventRecord::Comm(c)) => {
-                if let Some(stacks) = self.user_stacks.as_mut().filter(|_| c.is_execve) {
-                    stacks.gone(c.pid);
-                }
                 // Without a time (no sample_id_all), the name counts from
                 // the start.
                 let time = raw.common_data().ok().and_then(|c| c.timestamp);
@@ -650,9 +548,6 @@ impl RecordDecoder {
                 Ok(())
             }
             Ok(EventRecord::Fork(f)) => {
-                if let Some(stacks) = self.user_stacks.as_mut().filter(|_| f.pid != f.ppid) {
-                    stacks.forked(f.ppid, f.pid);
-                }
                 let id = self.first_ids.get(probe).copied().unwrap_or(0);
                 self.comms.fork(
                     (f.pid, f.tid),
@@ -664,9 +559,6 @@ impl RecordDecoder {
                 Ok(())
             }
             Ok(EventRecord::Exit(x)) => {
-                if let Some(stacks) = self.user_stacks.as_mut().filter(|_| x.pid == x.tid) {
-                    stacks.gone(x.pid);
-                }
                 // A thread that exits inside a function whose return is
                 // joined never returns: its entry goes (memory stays
                 // bounded however many threads do).
@@ -707,11 +599,27 @@ impl RecordDecoder {
         self.user_stacks.is_some()
     }
 
-    /// An executable mapping, for the DWARF unwinder.
-    fn note_mapping(&mut self, kind: u32, misc: u16, data: RawData<'_>) {
+    /// Lets the DWARF unwinder follow forks, execs and exits; `parsed`
+    /// is handed back.
+    fn follow_tasks<'a, E>(
+        &mut self,
+        parsed: Result<EventRecord<'a>, E>,
+    ) -> Result<EventRecord<'a>, E> {
+        if let (Ok(r), Some(stacks)) = (&parsed, self.user_stacks.as_mut()) {
+            stacks.follow(r);
+        }
+        parsed
+    }
+
+    /// Notes an executable mapping for the DWARF unwinder; true when the
+    /// record is an MMAP or MMAP2 record (of any mapping).
+    fn note_mapping(&mut self, kind: u32, misc: u16, data: RawData<'_>) -> bool {
         use linux_perf_event_reader::{Mmap2Record, MmapRecord};
+        if !matches!(kind, RECORD_MMAP | RECORD_MMAP2) {
+            return false;
+        }
         let Some(stacks) = self.user_stacks.as_mut() else {
-            return;
+            return true;
         };
         if kind == RECORD_MMAP {
             if let Ok(m) = MmapRecord::parse::<NativeEndian>(data, misc) {
@@ -736,6 +644,49 @@ impl RecordDecoder {
                 );
             }
         }
+        true
+    }
+
+    /// Decodes the sample `s` of `probe` into the queue, counting it.
+    fn sample(&mut self, probe: usize, s: SampleRecord<'_>) -> Result<(), RecordError> {
+        let Some(plan) = self.plans.get(probe) else {
+            self.stats.undecodable += 1;
+            return Err(RecordError::UnknownId(None));
+        };
+        self.comms.see(s.pid.unwrap_or(-1), s.tid.unwrap_or(-1));
+        let offsets = self.field_offsets.get(probe).map_or(&[][..], Vec::as_slice);
+        let Some(sample_raw) = s.raw.map(|r| r.as_slice()) else {
+            self.stats.undecodable += 1;
+            return Err(DecodeError::Missing("raw data").into());
+        };
+        let parts = SampleParts::of(&s, &sample_raw);
+        let regs = s.intr_regs.as_ref();
+        let (head, args) = self.queue.begin();
+        let decoded = decode_into(
+            probe,
+            plan,
+            &parts,
+            |i| regs.and_then(|r| r.get(i)),
+            COMM_AT_HANDOVER,
+            offsets,
+            head,
+            args,
+        );
+        if let (Ok(()), Some(chain)) = (&decoded, s.callchain) {
+            self.queue
+                .set_frames((0..chain.len()).filter_map(|i| chain.get(i)));
+        }
+        if let (Ok(()), Some(stacks), Some(regs), Some((stack, _))) = (
+            &decoded,
+            self.user_stacks.as_mut().filter(|_| self.unwind_samples),
+            s.user_regs.as_ref(),
+            s.user_stack,
+        ) {
+            let frames = stacks.unwind(s.pid.unwrap_or(-1), regs, &stack.as_slice());
+            self.queue.push_user_frames(frames);
+        }
+        account(&mut self.stats, &mut self.queue, decoded.map(|()| probe))
+            .map_err(RecordError::Decode)
     }
 
     /// Hands `f` (with the plans events refer to) the decoded events known
@@ -889,9 +840,94 @@ fn account(
     }
 }
 
+/// How the samples of probe `probe` are laid out, from its attr's
+/// `bytes`: the parser's view, the fast reader's layout (`None`: the fast
+/// reader does not know it), and where a callchain starts (`None`: no
+/// callchain). Refuses a layout sessions do not open.
+fn sample_layout(probe: usize, bytes: &[u8]) -> Result<SampleLayout, RecordsError> {
+    let allowed = u64::from(
+        PERF_SAMPLE_IDENTIFIER
+            | PERF_SAMPLE_IP
+            | PERF_SAMPLE_TID
+            | PERF_SAMPLE_TIME
+            | PERF_SAMPLE_CPU
+            | PERF_SAMPLE_CALLCHAIN
+            | PERF_SAMPLE_RAW
+            | PERF_SAMPLE_REGS_INTR
+            | PERF_SAMPLE_REGS_USER
+            | PERF_SAMPLE_STACK_USER,
+    );
+    let dwarf = u64::from(PERF_SAMPLE_REGS_USER | PERF_SAMPLE_STACK_USER);
+    let (a, _) = PerfEventAttr::parse::<_, NativeEndian>(bytes)
+        .map_err(|source| RecordsError::Attr { probe, source })?;
+    // The record parser trusts the attr (a CALLCHAIN bit makes
+    // it multiply a length from the record): allow only the
+    // layout sessions use.
+    let sample_type = a.sample_format.bits();
+    if sample_type & !allowed != 0 || sample_type & u64::from(PERF_SAMPLE_IDENTIFIER) == 0 {
+        return Err(RecordsError::Layout {
+            probe,
+            sample_type,
+            allowed,
+        });
+    }
+    let callchain = u64::from(PERF_SAMPLE_CALLCHAIN);
+    // The fields before the callchain, 8 bytes each.
+    let chain_at = (sample_type & callchain != 0).then(|| {
+        [
+            PERF_SAMPLE_IDENTIFIER,
+            PERF_SAMPLE_IP,
+            PERF_SAMPLE_TID,
+            PERF_SAMPLE_TIME,
+            PERF_SAMPLE_CPU,
+        ]
+        .iter()
+        .filter(|&&b| sample_type & u64::from(b) != 0)
+        .count()
+            * 8
+    });
+    let base = allowed & !u64::from(PERF_SAMPLE_REGS_INTR | PERF_SAMPLE_CALLCHAIN) & !dwarf;
+    // The fast reader knows the layout without a callchain or user stack.
+    let fast =
+        (sample_type & base == base && sample_type & callchain == 0 && sample_type & dwarf == 0)
+            .then(|| {
+                FastLayout::new(if sample_type & u64::from(PERF_SAMPLE_REGS_INTR) != 0 {
+                    a.sample_regs_intr
+                } else {
+                    0
+                })
+            });
+    Ok((
+        RecordParseInfo::new(&a, Endianness::LittleEndian),
+        fast,
+        chain_at,
+        sample_type & dwarf == dwarf,
+    ))
+}
+
+/// What [`sample_layout`] reads of one probe's attr: how to parse its
+/// records, the fast reader's layout (when it applies), where the
+/// callchain starts, and whether samples carry a user stack to unwind.
+type SampleLayout = (RecordParseInfo, Option<FastLayout>, Option<usize>, bool);
+
+/// What the decoder keeps of a plan to turn its samples into events.
+fn probe_shape(p: &ProbePlan) -> ProbeShape {
+    ProbeShape {
+        kinds: arg_kinds(p),
+        site: p.site(),
+        comm_args: p
+            .args
+            .iter()
+            .enumerate()
+            .filter(|(_, a)| matches!(a.source, ArgSource::Comm))
+            .map(|(i, _)| i)
+            .collect(),
+    }
+}
+
 /// What takes raw records untouched, as a perf.data writer does (see
 /// [`crate::perfdata::Writer`]). A session hands records to an
-/// [`EventSink`](crate::EventSink) given to each drain; a sink that writes
+/// [`EventSink`](crate::session::sink::EventSink) given to each drain; a sink that writes
 /// a file forwards them here.
 pub trait RecordSink {
     /// One record: `kind` and `misc` from its header, `body` the bytes

@@ -7,9 +7,9 @@ use kprobe_perf_symbols::KernelSymbols;
 
 use super::*;
 use crate::decode::stats::Throttling;
+use crate::decode::Value;
 use crate::plan::{self, BackendChoice};
-use crate::spec::ProbeSpec;
-use crate::Value;
+use kprobe_perf_spec::ProbeSpec;
 
 const FUNC: u64 = 0xffff_ffff_8123_45a0;
 const ID: u64 = 40;
@@ -620,7 +620,7 @@ fn two_probes() -> RecordDecoder {
         .iter()
         .map(|s| {
             crate::plan::resolve(
-                crate::spec::ProbeSpec::parse(s, kprobe_perf_arch::Arch::X86_64).unwrap(),
+                kprobe_perf_spec::ProbeSpec::parse(s, kprobe_perf_arch::Arch::X86_64).unwrap(),
                 &syms,
                 kprobe_perf_arch::Arch::X86_64,
                 crate::plan::BackendChoice::Auto,

@@ -80,96 +80,111 @@ fn check_one(
             "Illegal operation for field type",
             format!("`{name}` is {what}: filters compare numbers and strings only"),
         )),
-        (FieldType::Str, value) => {
-            if !matches!(p.op, Op::Eq | Op::Ne | Op::Glob) {
-                return Err(err(
-                    input,
-                    p.op_span,
-                    "Illegal operation for field type",
-                    format!(
-                        "`{}` does not apply to strings: `{name}` is a string, which takes \
-                         ==, != and ~ (glob)",
-                        p.op.as_str()
-                    ),
-                ));
-            }
-            match value {
-                Literal::Num(n) => Err(err(
-                    input,
-                    p.value_span,
-                    "Expecting string field",
-                    format!(
-                        "`{name}` is a string: quote the value (`{name} {} \"{n}\"`)",
-                        p.op.as_str()
-                    ),
-                )),
-                Literal::Str(_) => Ok((fref, ty)),
-            }
-        }
+        (FieldType::Str, value) => check_string(input, p, value).map(|()| (fref, ty)),
         (FieldType::Int { bits, signed }, value) => {
-            if p.op == Op::Glob {
-                return Err(err(
-                    input,
-                    p.op_span,
-                    "Illegal operation for field type",
-                    format!(
-                        "`~` matches strings, but `{name}` is a number ({ty}): use ==, !=, <, \
-                         <=, >, >= or &"
-                    ),
-                ));
-            }
-            let n = match value {
-                Literal::Str(_) => {
-                    return Err(err(
-                        input,
-                        p.value_span,
-                        "Expecting numeric field",
-                        format!(
-                            "`{name}` is a number ({ty}): compare it with a number, not a string"
-                        ),
-                    ))
-                }
-                Literal::Num(n) => n,
-            };
-            if fref == FieldRef::Cpu && p.op == Op::BitAnd {
-                return Err(err(
-                    input,
-                    p.op_span,
-                    "Illegal operation for field type",
-                    "`&` does not apply to cpu: the kernel's cpu test has no mask (it is always \
-                     false); write `cpu == 0 || cpu == 2`"
-                        .to_string(),
-                ));
-            }
-            // The kernel reads the constant with kstrtoull for unsigned
-            // fields (no `-`) and kstrtoll for signed ones (i64 range),
-            // then casts it to the field's width.
-            if n.negative && !signed {
-                return Err(err(
-                    input,
-                    p.value_span,
-                    "Illegal integer value",
-                    format!(
-                        "`{name}` is unsigned ({ty}): it cannot be compared with a negative \
-                         number (write its two's complement, e.g. 0x{:x})",
-                        n.bits() & mask(*bits)
-                    ),
-                ));
-            }
-            if *signed && !n.negative && n.magnitude > i64::MAX as u64 {
-                return Err(err(
-                    input,
-                    p.value_span,
-                    "Illegal integer value",
-                    format!(
-                        "`{name}` is signed ({ty}): {n} is above the largest value the kernel \
-                         reads for it (9223372036854775807); write it negative"
-                    ),
-                ));
-            }
-            Ok((fref, ty))
+            check_number(input, p, value, fref, (&ty, *bits, *signed)).map(|()| (fref, ty))
         }
     }
+}
+
+/// Refuses an operator or a value a string field does not take.
+fn check_string(input: &str, p: &Predicate, value: &Literal) -> Result<(), FilterError> {
+    let name = &p.field;
+    if !matches!(p.op, Op::Eq | Op::Ne | Op::Glob) {
+        return Err(err(
+            input,
+            p.op_span,
+            "Illegal operation for field type",
+            format!(
+                "`{}` does not apply to strings: `{name}` is a string, which takes \
+                 ==, != and ~ (glob)",
+                p.op.as_str()
+            ),
+        ));
+    }
+    match value {
+        Literal::Num(n) => Err(err(
+            input,
+            p.value_span,
+            "Expecting string field",
+            format!(
+                "`{name}` is a string: quote the value (`{name} {} \"{n}\"`)",
+                p.op.as_str()
+            ),
+        )),
+        Literal::Str(_) => Ok(()),
+    }
+}
+
+/// Refuses an operator or a value a number field (of type `ty`, `bits`
+/// wide, `signed` or not) does not take, as the kernel reads them.
+fn check_number(
+    input: &str,
+    p: &Predicate,
+    value: &Literal,
+    fref: FieldRef,
+    (ty, bits, signed): (&FieldType, u8, bool),
+) -> Result<(), FilterError> {
+    let name = &p.field;
+    if p.op == Op::Glob {
+        return Err(err(
+            input,
+            p.op_span,
+            "Illegal operation for field type",
+            format!(
+                "`~` matches strings, but `{name}` is a number ({ty}): use ==, !=, <, \
+                 <=, >, >= or &"
+            ),
+        ));
+    }
+    let n = match value {
+        Literal::Str(_) => {
+            return Err(err(
+                input,
+                p.value_span,
+                "Expecting numeric field",
+                format!("`{name}` is a number ({ty}): compare it with a number, not a string"),
+            ))
+        }
+        Literal::Num(n) => n,
+    };
+    if fref == FieldRef::Cpu && p.op == Op::BitAnd {
+        return Err(err(
+            input,
+            p.op_span,
+            "Illegal operation for field type",
+            "`&` does not apply to cpu: the kernel's cpu test has no mask (it is always \
+             false); write `cpu == 0 || cpu == 2`"
+                .to_string(),
+        ));
+    }
+    // The kernel reads the constant with kstrtoull for unsigned
+    // fields (no `-`) and kstrtoll for signed ones (i64 range),
+    // then casts it to the field's width.
+    if n.negative && !signed {
+        return Err(err(
+            input,
+            p.value_span,
+            "Illegal integer value",
+            format!(
+                "`{name}` is unsigned ({ty}): it cannot be compared with a negative \
+                 number (write its two's complement, e.g. 0x{:x})",
+                n.bits() & mask(bits)
+            ),
+        ));
+    }
+    if signed && !n.negative && n.magnitude > i64::MAX as u64 {
+        return Err(err(
+            input,
+            p.value_span,
+            "Illegal integer value",
+            format!(
+                "`{name}` is signed ({ty}): {n} is above the largest value the kernel \
+                 reads for it (9223372036854775807); write it negative"
+            ),
+        ));
+    }
+    Ok(())
 }
 
 /// The low `bits` bits set.

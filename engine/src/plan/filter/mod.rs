@@ -1,6 +1,6 @@
 //! Event filters in the kernel's ftrace filter grammar (`--filter EXPR`):
 //! parsed, type-checked against a probe's fields, evaluated in user space
-//! over [`Event`](crate::Event)s, and written back in the form the kernel takes through
+//! over [`Event`](crate::decode::Event)s, and written back in the form the kernel takes through
 //! `PERF_EVENT_IOC_SET_FILTER`.
 //!
 //! The grammar is the one of Documentation/trace/events.rst ("Event
@@ -52,7 +52,7 @@
 
 use std::fmt;
 
-use crate::spec::{ArgType, BaseType, Span};
+use kprobe_perf_spec::{ArgType, BaseType, Span};
 
 mod check;
 pub(crate) mod eval;
@@ -415,7 +415,7 @@ impl FieldDef {
     }
 }
 
-/// What a predicate reads from an [`Event`](crate::Event).
+/// What a predicate reads from an [`Event`](crate::decode::Event).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum FieldRef {
     /// `event.args[i]`, the probe's i-th field.
@@ -442,7 +442,7 @@ pub struct Filter {
 
 impl Filter {
     /// Parses `input` and checks it against `fields` (the probe's named
-    /// arguments in [`Event::args`](crate::Event::args) order; `comm`, `pid`, `tid` and `cpu`
+    /// arguments in [`Event::args`](crate::decode::Event::args) order; `comm`, `pid`, `tid` and `cpu`
     /// are added). Errors point at the offending token: an unknown
     /// field, an operator the field's type does not take, a value of the
     /// wrong type or out of range, and every syntax error of

@@ -345,10 +345,31 @@ impl<'a> Parser<'a> {
         }
         self.skip_ws();
         let op_at = self.pos;
+        let (op_text, op) = self.operator(&field)?;
+        self.pos += op_text.len();
+        let op_span = Span {
+            start: op_at,
+            len: op_text.len(),
+        };
+        self.skip_ws();
+        let (value, value_span) = self.value(&field, op_text)?;
+        Ok(Predicate {
+            field,
+            field_span,
+            op,
+            op_span,
+            value,
+            value_span,
+        })
+    }
+
+    /// The comparison operator after `field`, at the current position.
+    fn operator(&mut self, field: &str) -> Result<(&'static str, Op), FilterError> {
+        let op_at = self.pos;
         let rest = &self.bytes[self.pos..];
         let found = OPS.iter().find(|(t, _)| rest.starts_with(t.as_bytes()));
-        let (op_text, op) = match found {
-            Some(&(t, op)) if !(op == Op::BitAnd && rest.starts_with(b"&&")) => (t, op),
+        match found {
+            Some(&(t, op)) if !(op == Op::BitAnd && rest.starts_with(b"&&")) => Ok((t, op)),
             _ => {
                 let len = if rest.starts_with(b"&&") || rest.starts_with(b"||") {
                     2
@@ -380,24 +401,9 @@ impl<'a> Parser<'a> {
                          found `{tok}`"
                     )
                 };
-                return Err(self.err(op_at, len, "Invalid operator", message));
+                Err(self.err(op_at, len, "Invalid operator", message))
             }
-        };
-        self.pos += op_text.len();
-        let op_span = Span {
-            start: op_at,
-            len: op_text.len(),
-        };
-        self.skip_ws();
-        let (value, value_span) = self.value(&field, op_text)?;
-        Ok(Predicate {
-            field,
-            field_span,
-            op,
-            op_span,
-            value,
-            value_span,
-        })
+        }
     }
 
     fn value(&mut self, field: &str, op: &str) -> Result<(Literal, Span), FilterError> {

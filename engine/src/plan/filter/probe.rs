@@ -172,8 +172,10 @@ impl ProbeFilter {
 
 #[cfg(test)]
 mod tests {
+    use crate::error::Error;
+    use crate::plan::probes::plan_probes_filtered;
     use crate::plan::{Backend, BackendChoice};
-    use crate::{plan_probes_filtered, Error, KernelSymbols};
+    use kprobe_perf_symbols::KernelSymbols;
 
     use super::FilterRuns;
 

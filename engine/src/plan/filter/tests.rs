@@ -4,8 +4,8 @@ use proptest::prelude::*;
 
 use super::eval::{compare, glob_match};
 use super::*;
-use crate::spec::{ArgType, BaseType};
-use crate::{Event, Value};
+use crate::decode::{Event, Value};
+use kprobe_perf_spec::{ArgType, BaseType};
 
 fn int(bits: u8, signed: bool) -> FieldType {
     FieldType::Int { bits, signed }

@@ -1,0 +1,158 @@
+//! The engine's folders are the stages of a probe's path, and each stage
+//! imports only from the stages before it (see the crate documentation).
+//! This test reads the `crate::` paths of `src/` (test code left out) and
+//! holds the line: no import against the stages' order beyond the few
+//! listed here, and no function over 100 lines.
+
+use std::fs;
+use std::path::{Path, PathBuf};
+
+/// The stages in the order data flows through them. `error` wraps the
+/// errors of plan, kernel and attach, and is what session and above
+/// return; `stack` names the frames decode reads.
+const ORDER: [&str; 9] = [
+    "plan", "kernel", "attach", "decode", "error", "stack", "session", "analysis", "perfdata",
+];
+
+/// Imports against the order still there: (file, stage it imports).
+const KNOWN: [(&str, &str); 6] = [
+    ("kernel/globs.rs", "error"),
+    ("kernel/mod.rs", "error"),
+    ("kernel/select.rs", "attach"),
+    ("kernel/select.rs", "error"),
+    ("kernel/text.rs", "error"),
+    ("plan/probes.rs", "error"),
+];
+
+fn sources(dir: &Path, out: &mut Vec<PathBuf>) {
+    for entry in fs::read_dir(dir).expect("reading src/").flatten() {
+        let path = entry.path();
+        if path.is_dir() {
+            sources(&path, out);
+        } else if path.extension().is_some_and(|e| e == "rs")
+            && !path.to_string_lossy().contains("test")
+        {
+            out.push(path);
+        }
+    }
+}
+
+/// The code of a file: up to its `#[cfg(test)] mod ... {` block, without
+/// `//` comments.
+fn code(text: &str) -> String {
+    let end = text.find("#[cfg(test)]\nmod tests {").unwrap_or(text.len());
+    text[..end]
+        .lines()
+        .map(|l| l.split("//").next().unwrap_or(""))
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+fn stage_of(rel: &str) -> &str {
+    rel.split(['/', '.']).next().unwrap_or(rel)
+}
+
+#[test]
+fn stages_import_only_earlier_stages() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let mut files = Vec::new();
+    sources(&root, &mut files);
+    let mut against = Vec::new();
+    for path in &files {
+        let rel = path
+            .strip_prefix(&root)
+            .map(|p| p.to_string_lossy().replace('\\', "/"))
+            .unwrap_or_default();
+        let Some(from) = ORDER.iter().position(|s| *s == stage_of(&rel)) else {
+            continue;
+        };
+        let text = fs::read_to_string(path).unwrap_or_default();
+        let code = code(&text);
+        for (i, _) in code.match_indices("crate::") {
+            let first: String = code[i + 7..]
+                .chars()
+                .take_while(|c| c.is_ascii_alphanumeric() || *c == '_')
+                .collect();
+            assert!(
+                first.is_empty() || first.starts_with(|c: char| c.is_ascii_lowercase()),
+                "{rel} imports crate::{first} through the crate root: name its stage"
+            );
+            if let Some(to) = ORDER.iter().position(|s| *s == first) {
+                if to > from && !against.contains(&(rel.clone(), ORDER[to])) {
+                    against.push((rel.clone(), ORDER[to]));
+                }
+            }
+        }
+    }
+    against.sort();
+    let new: Vec<_> = against
+        .iter()
+        .filter(|(f, s)| !KNOWN.contains(&(f.as_str(), *s)))
+        .collect();
+    assert!(
+        new.is_empty(),
+        "imports against the stages' order (a stage imports a later one): {new:?}"
+    );
+}
+
+#[test]
+fn no_function_is_over_100_lines() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let mut files = Vec::new();
+    sources(&root, &mut files);
+    let mut long = Vec::new();
+    for path in &files {
+        let text = fs::read_to_string(path).unwrap_or_default();
+        let code = code(&text).replace("'{'", "' '").replace("'}'", "' '");
+        let lines: Vec<&str> = code.lines().collect();
+        let mut i = 0;
+        while i < lines.len() {
+            let l = lines[i].trim_start();
+            let is_fn = [
+                "fn ",
+                "pub fn ",
+                "pub(crate) fn ",
+                "const fn ",
+                "pub const fn ",
+            ]
+            .iter()
+            .any(|p| l.starts_with(p));
+            if !is_fn {
+                i += 1;
+                continue;
+            }
+            let (mut depth, mut started, mut j) = (0i32, false, i);
+            'scan: while j < lines.len() {
+                let mut in_str = false;
+                let mut prev = ' ';
+                for c in lines[j].chars() {
+                    match c {
+                        '"' if prev != '\\' => in_str = !in_str,
+                        '{' if !in_str => {
+                            depth += 1;
+                            started = true;
+                        }
+                        '}' if !in_str => depth -= 1,
+                        ';' if !in_str && !started => break 'scan,
+                        _ => {}
+                    }
+                    prev = c;
+                }
+                if started && depth == 0 {
+                    break;
+                }
+                j += 1;
+            }
+            if started && j + 1 - i > 100 {
+                long.push(format!(
+                    "{}:{} ({} lines)",
+                    path.display(),
+                    i + 1,
+                    j + 1 - i
+                ));
+            }
+            i += 1;
+        }
+    }
+    assert!(long.is_empty(), "functions over 100 lines: {long:?}");
+}
