@@ -397,7 +397,7 @@ fn record(args: &RecordArgs, filters: &[Option<String>]) -> Result<ExitCode> {
         ..
     } = args;
     let (mmap_pages, duration) = (*mmap_pages, *duration);
-    let call_graph = args.stacks.graph()?;
+    let call_graph = args.stacks.graph();
     args.stacks.out.check()?;
     // kallsyms may be unreadable or hide addresses; probes then go by name
     // and output shows raw addresses.

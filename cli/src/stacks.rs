@@ -26,20 +26,63 @@ pub(crate) struct CallGraphArgs {
     /// kallsyms, modules included), `user` (the user stack, walked by
     /// frame pointer and named from the mapped binaries' symbol tables:
     /// code built without frame pointers gives short or wrong user
-    /// stacks), or `both`. A kretprobe's stack starts at its function's
-    /// caller.
-    #[arg(long, value_enum, value_name = "WHICH")]
+    /// stacks), `both`, or `dwarf[,SIZE]` (the kernel stack, and the user
+    /// stack unwound in user space from the binaries' DWARF call frame
+    /// information, as `perf record --call-graph dwarf`: each sample
+    /// carries the user registers and a copy of the top SIZE bytes of the
+    /// user stack, 8192 by default, a multiple of 8 up to 65528; for
+    /// binaries built without frame pointers, as most distributions build
+    /// them). A kretprobe's stack starts at its function's caller.
+    #[arg(long, value_parser = parse_call_graph, value_name = "WHICH")]
     pub call_graph: Option<CallGraphArg>,
     #[command(flatten)]
     pub out: StackOutputArgs,
 }
 
 /// Which stacks `--call-graph` records.
-#[derive(Clone, Copy, clap::ValueEnum)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum CallGraphArg {
     Kernel,
     User,
     Both,
+    /// The user stack bytes each sample copies.
+    Dwarf(u32),
+}
+
+/// `kernel`, `user`, `both`, `dwarf` or `dwarf,SIZE`.
+fn parse_call_graph(s: &str) -> std::result::Result<CallGraphArg, String> {
+    let (what, size) = match s.split_once(',') {
+        Some((w, n)) => (w, Some(n)),
+        None => (s, None),
+    };
+    let arg = match (what, size) {
+        ("kernel", None) => CallGraphArg::Kernel,
+        ("user", None) => CallGraphArg::User,
+        ("both", None) => CallGraphArg::Both,
+        ("dwarf", None) => CallGraphArg::Dwarf(kprobe_perf_engine::stack::DEFAULT_DWARF_STACK),
+        ("dwarf", Some(n)) => {
+            let size: u32 = n
+                .parse()
+                .map_err(|_| format!("the dwarf stack size `{n}` is not a number of bytes"))?;
+            if size == 0 || size % 8 != 0 || size > 65528 {
+                return Err(format!(
+                    "the dwarf stack size {size} must be a multiple of 8 from 8 to 65528 (the kernel's limit)"
+                ));
+            }
+            CallGraphArg::Dwarf(size)
+        }
+        (_, Some(_)) => {
+            return Err(format!(
+                "only dwarf takes a size (dwarf,SIZE), not `{what}`"
+            ))
+        }
+        _ => {
+            return Err(format!(
+                "`{s}` is not one of kernel, user, both, dwarf, dwarf,SIZE"
+            ))
+        }
+    };
+    Ok(arg)
 }
 
 /// Where aggregated stacks go (`record` and `script`).
@@ -48,16 +91,18 @@ pub(crate) struct StackOutputArgs {
     /// Write the count of each distinct stack to FILE in the folded format
     /// (`comm;outermost;...;innermost COUNT`, one line per stack, the
     /// probed function innermost), for flamegraph.pl, inferno or
-    /// speedscope. Needs callchains (`-g`, or a file recorded with them).
-    /// FILE is created as -o creates its file (an existing FILE renamed to
+    /// speedscope. Needs callchains: in `record`, with no `-g` or
+    /// `--call-graph` it implies `--call-graph kernel`; in `script`, a file
+    /// recorded with them. FILE is created as -o creates its file (an existing FILE renamed to
     /// FILE.old, or removed with `record --force`; mode 0600).
     #[arg(long, value_name = "FILE")]
     pub stacks_folded: Option<PathBuf>,
     /// Draw the stacks as a flame graph, an SVG file (made with the
     /// inferno crate): one box per function, as wide as the share of
     /// events whose stack passes through it, callers below callees.
-    /// Needs callchains (`-g`, or a file recorded with them). FILE is
-    /// created as --stacks-folded creates its file.
+    /// Needs callchains as --stacks-folded does (in `record`, implies
+    /// `--call-graph kernel` when no `-g` or `--call-graph` is given).
+    /// FILE is created as --stacks-folded creates its file.
     #[arg(long, value_name = "FILE.svg")]
     pub flamegraph: Option<PathBuf>,
 }
@@ -83,20 +128,19 @@ impl StackOutputArgs {
 }
 
 impl CallGraphArgs {
-    /// The callchains asked for.
-    pub(crate) fn graph(&self) -> Result<Option<CallGraph>> {
-        let graph = match (self.g, self.call_graph) {
+    /// The callchains asked for. A picture of stacks (`--stacks-folded`,
+    /// `--flamegraph`) without `-g` or `--call-graph` asks for kernel
+    /// callchains: the user asked for stacks, and kernel ones need no
+    /// user-space unwinding.
+    pub(crate) fn graph(&self) -> Option<CallGraph> {
+        match (self.g, self.call_graph) {
             (_, Some(CallGraphArg::Kernel)) => Some(CallGraph::Kernel),
             (_, Some(CallGraphArg::User)) => Some(CallGraph::User),
             (_, Some(CallGraphArg::Both)) | (true, None) => Some(CallGraph::Both),
+            (_, Some(CallGraphArg::Dwarf(stack_size))) => Some(CallGraph::Dwarf { stack_size }),
+            (false, None) if self.out.any() => Some(CallGraph::Kernel),
             (false, None) => None,
-        };
-        if graph.is_none() && self.out.any() {
-            anyhow::bail!(
-                "--stacks-folded and --flamegraph count callchains: add -g (or --call-graph kernel|user|both)"
-            );
         }
-        Ok(graph)
     }
 }
 
@@ -301,6 +345,40 @@ pub(crate) fn title(plans: &[ProbePlan]) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_picture_of_stacks_implies_kernel_callchains() {
+        let mut args = CallGraphArgs::default();
+        assert!(args.graph().is_none());
+        args.out.flamegraph = Some("f.svg".into());
+        assert!(matches!(args.graph(), Some(CallGraph::Kernel)));
+        args.out.flamegraph = None;
+        args.out.stacks_folded = Some("f.folded".into());
+        assert!(matches!(args.graph(), Some(CallGraph::Kernel)));
+        args.call_graph = Some(CallGraphArg::User);
+        assert!(matches!(args.graph(), Some(CallGraph::User)));
+        args.call_graph = None;
+        args.g = true;
+        assert!(matches!(args.graph(), Some(CallGraph::Both)));
+    }
+
+    #[test]
+    fn call_graph_values_and_dwarf_sizes() {
+        assert_eq!(parse_call_graph("both"), Ok(CallGraphArg::Both));
+        assert_eq!(parse_call_graph("dwarf"), Ok(CallGraphArg::Dwarf(8192)));
+        assert_eq!(
+            parse_call_graph("dwarf,16384"),
+            Ok(CallGraphArg::Dwarf(16384))
+        );
+        let e = parse_call_graph("dwarf,100").unwrap_err();
+        assert!(e.contains("multiple of 8"), "{e}");
+        let e = parse_call_graph("dwarf,65536").unwrap_err();
+        assert!(e.contains("65528"), "{e}");
+        let e = parse_call_graph("user,8").unwrap_err();
+        assert!(e.contains("only dwarf takes a size"), "{e}");
+        let e = parse_call_graph("fp").unwrap_err();
+        assert!(e.contains("not one of"), "{e}");
+    }
 
     #[test]
     fn folded_names_have_no_separators() {

@@ -17,7 +17,7 @@ use crate::decode::records::RingRecord;
 use crate::decode::records::{RECORD_MMAP, RECORD_MMAP2};
 use crate::decode::Event;
 
-pub use crate::attach::attr::CallGraph;
+pub use crate::attach::attr::{CallGraph, DEFAULT_DWARF_STACK};
 pub use crate::decode::frames::StackFrame;
 
 /// A frame with its name, as `perf script` prints it.

@@ -34,6 +34,8 @@
 
 use std::path::PathBuf;
 
+pub mod readme;
+
 /// The kernel label when running inside the xtask VM.
 pub fn vm_kernel() -> Option<String> {
     std::env::var("KPROBE_PERF_IN_VM").ok()

@@ -206,7 +206,8 @@ enum Task {
     },
     /// Boot the VM and record a kprobe and a kretprobe on a workload.
     Demo {
-        #[arg(long, default_value = "6.12")]
+        /// The kernel series to boot (as `vm --kernel`).
+        #[arg(long, default_value = test::DEMO_KERNEL)]
         kernel: String,
     },
 }
@@ -227,8 +228,19 @@ pub fn vm_cache() -> PathBuf {
     target.join("vm")
 }
 
-fn main() -> Result<()> {
-    let cli = Cli::parse();
+/// Runs the task; an error is one line (`xtask: what failed: why`), never
+/// a backtrace, whatever RUST_BACKTRACE says.
+fn main() -> std::process::ExitCode {
+    match run(Cli::parse()) {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("xtask: {e:#}");
+            std::process::ExitCode::FAILURE
+        }
+    }
+}
+
+fn run(cli: Cli) -> Result<()> {
     match cli.task {
         Task::Vm {
             kernel,

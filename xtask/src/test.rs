@@ -505,6 +505,12 @@ pub(crate) fn run(kernel_args: &[String], no_lint: bool) -> Result<()> {
             return tally.finish(started);
         }
     };
+    // The README's first command, as a newcomer types it.
+    println!("xtask: running `cargo xtask demo` (kernel {DEMO_KERNEL})");
+    tally.check(
+        &format!("demo (cargo xtask demo, kernel {DEMO_KERNEL})"),
+        demo(DEMO_KERNEL),
+    );
     // The full suite on the matrix, the smoke set on the other series;
     // `--kernel K` runs the full suite on K.
     // The arm64 set: `arm64-6.1`, `arm64-6.12` (the whole ARM64_MATRIX
@@ -683,7 +689,20 @@ pub(crate) fn run(kernel_args: &[String], no_lint: bool) -> Result<()> {
     tally.finish(started)
 }
 
-/// Boots the VM and records a kprobe and a kretprobe on a small workload.
+/// The kernel `cargo xtask demo` boots by default.
+pub(crate) const DEMO_KERNEL: &str = "6.12";
+
+/// The demo's workload: two opens that succeed and one that fails
+/// (`ret=-2`). It exits 0, so that kprobe-perf, which passes on its
+/// command's exit status, exits 0 when the recording worked.
+pub(crate) const DEMO_WORKLOAD: &str = "cat /etc/hostname; cat /no/such/file || true";
+
+/// Boots the VM and records a kprobe and a kretprobe on a small workload,
+/// printing every line. Fails, with one line saying which, when the VM
+/// did not boot or the kernel complained, when kprobe-perf exited non-zero
+/// (the recording errored, or the workload failed), or when its output
+/// lacks the decoded events: the entry probe's `dfd=`, the failed open's
+/// `ret=-2`, and a summary with no event lost.
 pub(crate) fn demo(kernel: &str) -> Result<()> {
     host::ensure_packages(&[])?;
     let (ok, _) = run_echo(cargo().args(["build", "--release", "--package", "kprobe-perf"]))?;
@@ -702,7 +721,7 @@ pub(crate) fn demo(kernel: &str) -> Result<()> {
         "--",
         "sh",
         "-c",
-        "cat /etc/hostname; cat /no/such/file",
+        DEMO_WORKLOAD,
     ]
     .iter()
     .map(|s| s.to_string())
@@ -710,7 +729,15 @@ pub(crate) fn demo(kernel: &str) -> Result<()> {
     println!(
         "xtask: booting kernel {} and running: kprobe-perf {}",
         kernel.label,
-        command[1..].join(" ")
+        command[1..]
+            .iter()
+            .map(|a| if a.contains(' ') {
+                format!("'{a}'")
+            } else {
+                a.clone()
+            })
+            .collect::<Vec<_>>()
+            .join(" ")
     );
     let outcome = vm::run(&VmRun {
         kernel: &kernel,
@@ -723,15 +750,98 @@ pub(crate) fn demo(kernel: &str) -> Result<()> {
         work_dir: vm_cache(),
     })?;
     report_problems(&outcome);
-    if !outcome.success() {
-        bail!("the demo failed");
-    }
+    demo_verdict(&kernel.label, &outcome)?;
+    println!("xtask: the demo worked on kernel {}", kernel.label);
     Ok(())
+}
+
+/// Why the demo failed, from what the VM gave back; `Ok` when it worked.
+fn demo_verdict(kernel: &str, outcome: &vm::VmOutcome) -> Result<()> {
+    if outcome.boot_secs.is_none() {
+        bail!("the demo failed: the VM (kernel {kernel}) did not boot to the command (see the console lines above)");
+    }
+    if !outcome.problems.is_empty() {
+        bail!(
+            "the demo failed: the kernel {kernel} reported a problem: {}",
+            outcome.problems.join("; ")
+        );
+    }
+    match outcome.status {
+        Some(0) => {}
+        Some(n) => bail!(
+            "the demo failed: kprobe-perf exited with status {n} (its lines above say why; the workload `{DEMO_WORKLOAD}` should exit 0)"
+        ),
+        None => bail!("the demo failed: the VM gave no exit status for kprobe-perf"),
+    }
+    let out = &outcome.output;
+    let entries = out
+        .lines()
+        .filter(|l| l.contains(": p_do_sys_openat2_0: ") && l.contains("dfd="))
+        .count();
+    let failed_open = out
+        .lines()
+        .any(|l| l.contains(": r_do_sys_openat2_0: ") && l.trim_end().ends_with("ret=-2"));
+    let summary = out
+        .lines()
+        .find(|l| l.starts_with("kprobe-perf: ") && l.contains(" events ("));
+    if entries == 0 {
+        bail!("the demo failed: kprobe-perf decoded no entry event (no `p_do_sys_openat2_0: ... dfd=` line)");
+    }
+    if !failed_open {
+        bail!("the demo failed: no return event shows the failed open (`ret=-2`)");
+    }
+    match summary {
+        Some(s) if s.trim_end().ends_with(", 0 lost") => Ok(()),
+        Some(s) => bail!("the demo failed: events were lost: {s}"),
+        None => bail!("the demo failed: kprobe-perf printed no summary line"),
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn outcome(status: Option<i32>, output: &str) -> vm::VmOutcome {
+        vm::VmOutcome {
+            status,
+            output: output.to_string(),
+            boot_secs: Some(3.0),
+            problems: Vec::new(),
+            console_tail: Vec::new(),
+        }
+    }
+
+    const DEMO_OUTPUT: &str = "\
+kprobe-perf-vm
+cat: /no/such/file: No such file or directory
+             cat-162     [000] 16.928522: p_do_sys_openat2_0: (do_sys_openat2+0x0/0xe0) dfd=-100
+             cat-162     [000] 16.936766: r_do_sys_openat2_0: (__x64_sys_openat+0x6e/0xa0 <- do_sys_openat2) ret=3
+             cat-163     [000] 16.946766: r_do_sys_openat2_0: (__x64_sys_openat+0x6e/0xa0 <- do_sys_openat2) ret=-2
+kprobe-perf: 2 events (p_do_sys_openat2_0: 1; r_do_sys_openat2_0: 2), 0 lost
+";
+
+    #[test]
+    fn the_demo_fails_only_when_it_really_failed() {
+        assert!(demo_verdict("6.12", &outcome(Some(0), DEMO_OUTPUT)).is_ok());
+        let e = demo_verdict("6.12", &outcome(Some(1), DEMO_OUTPUT)).unwrap_err();
+        assert!(e.to_string().contains("exited with status 1"), "{e}");
+        let e = demo_verdict(
+            "6.12",
+            &outcome(Some(0), "kprobe-perf: 0 events (), 0 lost\n"),
+        )
+        .unwrap_err();
+        assert!(e.to_string().contains("decoded no entry event"), "{e}");
+        let no_fail = DEMO_OUTPUT.replace("ret=-2", "ret=4");
+        let e = demo_verdict("6.12", &outcome(Some(0), &no_fail)).unwrap_err();
+        assert!(e.to_string().contains("ret=-2"), "{e}");
+        let lost = DEMO_OUTPUT.replace(", 0 lost", ", 3 lost");
+        let e = demo_verdict("6.12", &outcome(Some(0), &lost)).unwrap_err();
+        assert!(e.to_string().contains("events were lost"), "{e}");
+        let mut no_boot = outcome(None, "");
+        no_boot.boot_secs = None;
+        let e = demo_verdict("6.12", &no_boot).unwrap_err();
+        assert!(e.to_string().contains("did not boot"), "{e}");
+    }
 
     #[test]
     fn counts_sum_libtest_lines() {

@@ -17,27 +17,64 @@ use crate::attach::pmu::ProbePmu;
 use crate::attach::sys::{self, perf_event_attr};
 use crate::plan::{AttachPoint, ProbePlan};
 
-/// Which callchains the kernel records with each sample (`-g` /
-/// `--call-graph`): user stacks are walked by frame pointer.
+/// Which callchains each sample carries (`-g` / `--call-graph`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum CallGraph {
     /// The kernel stack only (`exclude_callchain_user`).
     Kernel,
-    /// The user stack only (`exclude_callchain_kernel`).
+    /// The user stack only, walked by frame pointer by the kernel
+    /// (`exclude_callchain_kernel`).
     User,
-    /// Both, the kernel's first (innermost).
+    /// Both, the kernel's first (innermost), the user stack walked by
+    /// frame pointer.
     Both,
+    /// The kernel stack, and the user stack unwound in user space from
+    /// DWARF call frame information: each sample carries the user
+    /// registers (`PERF_SAMPLE_REGS_USER`) and a copy of the top
+    /// `stack_size` bytes of the user stack (`PERF_SAMPLE_STACK_USER`),
+    /// as `perf record --call-graph dwarf` records them.
+    Dwarf {
+        /// Bytes of user stack copied per sample (a multiple of 8, at most
+        /// 65528; perf's default is 8192).
+        stack_size: u32,
+    },
 }
+
+/// The user stack bytes `--call-graph dwarf` copies by default, as perf.
+pub const DEFAULT_DWARF_STACK: u32 = 8192;
 
 impl CallGraph {
     /// True when kernel frames are recorded.
     pub fn kernel(self) -> bool {
-        matches!(self, CallGraph::Kernel | CallGraph::Both)
+        matches!(
+            self,
+            CallGraph::Kernel | CallGraph::Both | CallGraph::Dwarf { .. }
+        )
     }
 
-    /// True when user frames are recorded.
+    /// True when the kernel walks user frames by frame pointer.
     pub fn user(self) -> bool {
         matches!(self, CallGraph::User | CallGraph::Both)
+    }
+
+    /// The user stack bytes each sample copies, for DWARF unwinding.
+    pub fn dwarf_stack(self) -> Option<u32> {
+        match self {
+            CallGraph::Dwarf { stack_size } => Some(stack_size),
+            _ => None,
+        }
+    }
+}
+
+/// The user registers a DWARF sample carries: every general-purpose
+/// register perf records with `--call-graph dwarf` (x86_64: all but the
+/// segment registers DS, ES, FS and GS; aarch64: x0..x30, sp and pc), so
+/// that perf can unwind a perf.data file written from these samples too.
+pub(crate) fn user_regs_mask() -> u64 {
+    if cfg!(target_arch = "aarch64") {
+        (1u64 << 33) - 1
+    } else {
+        ((1u64 << 24) - 1) & !(0xf << 12)
     }
 }
 
@@ -129,11 +166,20 @@ fn set_sampling(attr: &mut perf_event_attr, plan: &ProbePlan) {
 }
 
 /// Adds `PERF_SAMPLE_CALLCHAIN` to `attr`'s samples: the kernel stack,
-/// the user stack (walked by frame pointer), or both.
+/// the user stack (walked by frame pointer), or both; for DWARF
+/// unwinding, the kernel stack with the user registers and stack bytes.
 fn set_callchain(attr: &mut perf_event_attr, graph: CallGraph) {
-    attr.sample_type |= u64::from(perf_event_open_sys::bindings::PERF_SAMPLE_CALLCHAIN);
+    use perf_event_open_sys::bindings::{
+        PERF_SAMPLE_CALLCHAIN, PERF_SAMPLE_REGS_USER, PERF_SAMPLE_STACK_USER,
+    };
+    attr.sample_type |= u64::from(PERF_SAMPLE_CALLCHAIN);
     attr.set_exclude_callchain_kernel(u64::from(!graph.kernel()));
     attr.set_exclude_callchain_user(u64::from(!graph.user()));
+    if let Some(size) = graph.dwarf_stack() {
+        attr.sample_type |= u64::from(PERF_SAMPLE_REGS_USER | PERF_SAMPLE_STACK_USER);
+        attr.sample_regs_user = user_regs_mask();
+        attr.sample_stack_user = size;
+    }
 }
 
 /// The attr with the sample layout a session uses for `plan`
@@ -198,6 +244,18 @@ pub(crate) fn probe_event(
             attr.set_task(1);
             // Executable mappings, for perf to name uprobe samples' functions.
             attr.set_mmap(u64::from(side == SideRecords::CommAndMmap));
+            if side == SideRecords::CommAndMmap
+                && settings
+                    .call_graph
+                    .and_then(CallGraph::dwarf_stack)
+                    .is_some()
+            {
+                // As perf records them with --call-graph dwarf: every
+                // mapping (an unwinder reads .eh_frame_hdr from a file's
+                // read-only segment), with MMAP2's protection bits.
+                attr.set_mmap2(1);
+                attr.set_mmap_data(1);
+            }
         }
     }
     if settings.inherit {

@@ -8,6 +8,7 @@ pub mod join;
 pub mod pairing;
 pub mod records;
 pub(crate) mod stats;
+mod user_stacks;
 
 use std::fmt;
 use std::sync::Arc;

@@ -12,7 +12,7 @@ use super::{
 };
 use crate::decode::records::RingRecord;
 use crate::decode::records::{Handover, RecordDecoder, ThreadNames, RECORD_COMM, RECORD_SAMPLE};
-use crate::decode::records::{RECORD_MMAP, RECORD_MMAP2};
+use crate::decode::records::{RECORD_EXIT, RECORD_FORK, RECORD_MMAP, RECORD_MMAP2};
 use crate::decode::Event;
 use crate::plan::ProbePlan;
 use crate::stack::ProcessMaps;
@@ -144,7 +144,16 @@ impl<R: Read + Seek> Replay<R> {
                         })?;
                 }
                 RECORD_MMAP | RECORD_MMAP2 => {
-                    maps.note_record(RingRecord::new(rec.kind, rec.misc, (rec.body, &[])))
+                    let record = RingRecord::new(rec.kind, rec.misc, (rec.body, &[]));
+                    maps.note_record(record);
+                    // The DWARF unwinder follows mappings too (never an
+                    // error: a mapping needs no probe).
+                    let _ = decoder.record(record);
+                }
+                RECORD_FORK | RECORD_EXIT if decoder.unwinds_user_stacks() => {
+                    // Processes' mappings follow forks and end at exit; a
+                    // record of a probe this file lacks is skipped.
+                    let _ = decoder.record(RingRecord::new(rec.kind, rec.misc, (rec.body, &[])));
                 }
                 // The kernel MMAP and records the session ignores too.
                 _ => {}

@@ -512,7 +512,10 @@ pub(super) fn open_events(
         settings: event_settings(opts),
         opts,
         // User callchains are named from the binaries' mappings too.
-        any_user: plans.iter().any(is_user) || opts.call_graph.is_some_and(|g| g.user()),
+        any_user: plans.iter().any(is_user)
+            || opts
+                .call_graph
+                .is_some_and(|g| g.user() || g.dwarf_stack().is_some()),
         poll,
     };
     let mut opened = Opened {

@@ -417,9 +417,14 @@ impl Session {
     /// uprobes' binaries in every running process, as `perf record`
     /// synthesizes them; the kernel's own MMAP records follow in the
     /// rings. Call it once, before the first drain, for a sink that
-    /// writes a perf.data file. Nothing without uprobes.
+    /// writes a perf.data file. Nothing without uprobes, nor for a
+    /// recorded command (the kernel describes its mappings).
     pub fn user_mmap_records<S: EventSink + ?Sized>(&self, sink: &mut S) -> Result<(), S::Error> {
-        if self.user_binaries.is_empty() {
+        // A recorded command's mappings all come from the kernel after its
+        // exec: before it, its pid is this process's fork, whose mappings
+        // would stand for the command's in a reader that does not drop
+        // them at exec.
+        if self.user_binaries.is_empty() || self.command.is_some() {
             return Ok(());
         }
         let pids = std::fs::read_dir("/proc")

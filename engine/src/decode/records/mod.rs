@@ -16,7 +16,8 @@ use linux_perf_event_reader::{
 };
 use perf_event_open_sys::bindings::{
     PERF_SAMPLE_CALLCHAIN, PERF_SAMPLE_CPU, PERF_SAMPLE_IDENTIFIER, PERF_SAMPLE_IP,
-    PERF_SAMPLE_RAW, PERF_SAMPLE_REGS_INTR, PERF_SAMPLE_TID, PERF_SAMPLE_TIME,
+    PERF_SAMPLE_RAW, PERF_SAMPLE_REGS_INTR, PERF_SAMPLE_REGS_USER, PERF_SAMPLE_STACK_USER,
+    PERF_SAMPLE_TID, PERF_SAMPLE_TIME,
 };
 
 use crate::decode::stats::{SessionStats, ThrottleChange};
@@ -57,6 +58,8 @@ pub const RECORD_COMM: u32 = perf_event_open_sys::bindings::PERF_RECORD_COMM;
 pub const RECORD_SAMPLE: u32 = perf_event_open_sys::bindings::PERF_RECORD_SAMPLE;
 /// `PERF_RECORD_EXIT`.
 pub const RECORD_EXIT: u32 = perf_event_open_sys::bindings::PERF_RECORD_EXIT;
+/// `PERF_RECORD_FORK`.
+pub const RECORD_FORK: u32 = perf_event_open_sys::bindings::PERF_RECORD_FORK;
 /// `PERF_RECORD_MMAP`: the one definition, for the records built here,
 /// the symbolizer and perf.data.
 pub const RECORD_MMAP: u32 = perf_event_open_sys::bindings::PERF_RECORD_MMAP;
@@ -231,6 +234,9 @@ pub struct RecordDecoder {
     /// Per thread named from /proc, its earliest sample counted this
     /// round: the next round settles the name there, as a handover does.
     counted_unnamed: IntMap<i32, EventHead>,
+    /// When some probe's samples carry user registers and stack bytes:
+    /// the processes' mappings and the DWARF unwinder.
+    user_stacks: Option<Box<crate::decode::user_stacks::UserStacks>>,
 }
 
 /// The filters of `plans` that run in user space (one per plan).
@@ -270,11 +276,13 @@ impl RecordDecoder {
         let mut chain_at = Vec::with_capacity(attrs.len());
         let mut parse_info = Vec::with_capacity(attrs.len());
         let mut fast = Vec::with_capacity(attrs.len());
+        let mut any_dwarf = false;
         for (probe, bytes) in attrs.iter().enumerate() {
-            let (info, layout, chain) = sample_layout(probe, bytes)?;
+            let (info, layout, chain, dwarf) = sample_layout(probe, bytes)?;
             parse_info.push(info);
             fast.push(layout);
             chain_at.push(chain);
+            any_dwarf |= dwarf;
         }
         let fast = fast
             .into_iter()
@@ -302,6 +310,11 @@ impl RecordDecoder {
             chain_at,
             counted_addresses: AddressSet::default(),
             counted_unnamed: IntMap::default(),
+            user_stacks: any_dwarf.then(|| {
+                Box::new(crate::decode::user_stacks::UserStacks::new(
+                    names == ThreadNames::ReadProc,
+                ))
+            }),
         };
         if decoder.user_filters.iter().any(Option::is_some) {
             decoder.stats.filtered = vec![0; decoder.plans.len()];
@@ -491,31 +504,21 @@ impl RecordDecoder {
         if kind.is_user_type() {
             return Ok(());
         }
-        let id = get_record_identifier::<NativeEndian>(kind, data, true);
-        let probe = id.and_then(|id| self.probe_of_id.get(&id).copied());
-        let (Some(probe), Some(_), Some(info)) = (
-            probe,
-            probe.and_then(|p| self.plans.get(p)),
-            probe.and_then(|p| self.parse_info.get(p)),
-        ) else {
-            self.stats.undecodable += 1;
-            return Err(RecordError::UnknownId(id));
-        };
-        if kind.0 == RECORD_SAMPLE {
-            if let Some(Some(at)) = self.chain_at.get(probe) {
-                if !chain_fits(&data, *at) {
-                    self.stats.undecodable += 1;
-                    return Err(RecordError::Parse(
-                        "its callchain is longer than the record".into(),
-                    ));
-                }
-            }
+        if matches!(kind.0, RECORD_MMAP | RECORD_MMAP2) {
+            // Mappings need no probe: perf.data files also hold ones made
+            // from /proc, without a sample id.
+            self.note_mapping(kind.0, misc, data);
+            return Ok(());
         }
-        let raw = RawEventRecord::new(kind, misc, data, *info);
+        let (probe, info) = self.probe_of(kind, &data)?;
+        let raw = RawEventRecord::new(kind, misc, data, info);
         let cpu = || raw.common_data().ok().and_then(|c| c.cpu);
         match raw.parse() {
             Ok(EventRecord::Sample(s)) => self.sample(probe, s),
             Ok(EventRecord::Comm(c)) => {
+                if let Some(stacks) = self.user_stacks.as_mut().filter(|_| c.is_execve) {
+                    stacks.gone(c.pid);
+                }
                 // Without a time (no sample_id_all), the name counts from
                 // the start.
                 let time = raw.common_data().ok().and_then(|c| c.timestamp);
@@ -523,6 +526,9 @@ impl RecordDecoder {
                 Ok(())
             }
             Ok(EventRecord::Fork(f)) => {
+                if let Some(stacks) = self.user_stacks.as_mut().filter(|_| f.pid != f.ppid) {
+                    stacks.forked(f.ppid, f.pid);
+                }
                 let id = self.first_ids.get(probe).copied().unwrap_or(0);
                 self.comms.fork(
                     (f.pid, f.tid),
@@ -534,6 +540,9 @@ impl RecordDecoder {
                 Ok(())
             }
             Ok(EventRecord::Exit(x)) => {
+                if let Some(stacks) = self.user_stacks.as_mut().filter(|_| x.pid == x.tid) {
+                    stacks.gone(x.pid);
+                }
                 // A thread that exits inside a function whose return is
                 // joined never returns: its entry goes (memory stays
                 // bounded however many threads do).
@@ -567,6 +576,36 @@ impl RecordDecoder {
         }
     }
 
+    /// The probe a record (not a user type, not a mapping) is of, and how
+    /// its records parse; a sample's callchain is checked to fit.
+    fn probe_of(
+        &mut self,
+        kind: RecordType,
+        data: &RawData<'_>,
+    ) -> Result<(usize, RecordParseInfo), RecordError> {
+        let id = get_record_identifier::<NativeEndian>(kind, *data, true);
+        let probe = id.and_then(|id| self.probe_of_id.get(&id).copied());
+        let (Some(probe), Some(_), Some(info)) = (
+            probe,
+            probe.and_then(|p| self.plans.get(p)),
+            probe.and_then(|p| self.parse_info.get(p)),
+        ) else {
+            self.stats.undecodable += 1;
+            return Err(RecordError::UnknownId(id));
+        };
+        if kind.0 == RECORD_SAMPLE {
+            if let Some(Some(at)) = self.chain_at.get(probe) {
+                if !chain_fits(data, *at) {
+                    self.stats.undecodable += 1;
+                    return Err(RecordError::Parse(
+                        "its callchain is longer than the record".into(),
+                    ));
+                }
+            }
+        }
+        Ok((probe, *info))
+    }
+
     /// Decodes the sample `s` of `probe` into the queue, counting it.
     fn sample(&mut self, probe: usize, s: SampleRecord<'_>) -> Result<(), RecordError> {
         let Some(plan) = self.plans.get(probe) else {
@@ -596,8 +635,55 @@ impl RecordDecoder {
             self.queue
                 .set_frames((0..chain.len()).filter_map(|i| chain.get(i)));
         }
+        if let (Ok(()), Some(stacks), Some(regs), Some((stack, _))) = (
+            &decoded,
+            self.user_stacks.as_mut(),
+            s.user_regs.as_ref(),
+            s.user_stack,
+        ) {
+            let frames = stacks.unwind(s.pid.unwrap_or(-1), regs, &stack.as_slice());
+            self.queue.push_user_frames(frames);
+        }
         account(&mut self.stats, &mut self.queue, decoded.map(|()| probe))
             .map_err(RecordError::Decode)
+    }
+
+    /// True when samples carry user stacks to unwind: the decoder then
+    /// wants every MMAP, FORK, COMM and EXIT record (a file read back
+    /// gives it those too).
+    pub fn unwinds_user_stacks(&self) -> bool {
+        self.user_stacks.is_some()
+    }
+
+    /// An executable mapping, for the DWARF unwinder.
+    fn note_mapping(&mut self, kind: u32, misc: u16, data: RawData<'_>) {
+        use linux_perf_event_reader::{Mmap2Record, MmapRecord};
+        let Some(stacks) = self.user_stacks.as_mut() else {
+            return;
+        };
+        if kind == RECORD_MMAP {
+            if let Ok(m) = MmapRecord::parse::<NativeEndian>(data, misc) {
+                if m.is_executable {
+                    stacks.mapped(
+                        m.pid,
+                        m.address,
+                        m.length,
+                        m.page_offset,
+                        &m.path.as_slice(),
+                    );
+                }
+            }
+        } else if let Ok(m) = Mmap2Record::parse::<NativeEndian>(data, misc) {
+            if m.protection & (libc::PROT_EXEC as u32) != 0 {
+                stacks.mapped(
+                    m.pid,
+                    m.address,
+                    m.length,
+                    m.page_offset,
+                    &m.path.as_slice(),
+                );
+            }
+        }
     }
 
     /// Hands `f` (with the plans events refer to) the decoded events known
@@ -753,12 +839,13 @@ fn account(
 
 /// How the samples of probe `probe` are laid out, from its attr's
 /// `bytes`: the parser's view, the fast reader's layout (`None`: the fast
-/// reader does not know it), and where a callchain starts (`None`: no
-/// callchain). Refuses a layout sessions do not open.
+/// reader does not know it), where a callchain starts (`None`: no
+/// callchain), and whether samples carry user registers and stack bytes
+/// to unwind. Refuses a layout sessions do not open.
 fn sample_layout(
     probe: usize,
     bytes: &[u8],
-) -> Result<(RecordParseInfo, Option<FastLayout>, Option<usize>), RecordsError> {
+) -> Result<(RecordParseInfo, Option<FastLayout>, Option<usize>, bool), RecordsError> {
     let allowed = u64::from(
         PERF_SAMPLE_IDENTIFIER
             | PERF_SAMPLE_IP
@@ -767,8 +854,11 @@ fn sample_layout(
             | PERF_SAMPLE_CPU
             | PERF_SAMPLE_CALLCHAIN
             | PERF_SAMPLE_RAW
-            | PERF_SAMPLE_REGS_INTR,
+            | PERF_SAMPLE_REGS_INTR
+            | PERF_SAMPLE_REGS_USER
+            | PERF_SAMPLE_STACK_USER,
     );
+    let dwarf = u64::from(PERF_SAMPLE_REGS_USER | PERF_SAMPLE_STACK_USER);
     let (a, _) = PerfEventAttr::parse::<_, NativeEndian>(bytes)
         .map_err(|source| RecordsError::Attr { probe, source })?;
     // The record parser trusts the attr (a CALLCHAIN bit makes
@@ -797,19 +887,22 @@ fn sample_layout(
         .count()
             * 8
     });
-    let base = allowed & !u64::from(PERF_SAMPLE_REGS_INTR | PERF_SAMPLE_CALLCHAIN);
-    // The fast reader knows the layout without a callchain.
-    let fast = (sample_type & base == base && sample_type & callchain == 0).then(|| {
-        FastLayout::new(if sample_type & u64::from(PERF_SAMPLE_REGS_INTR) != 0 {
-            a.sample_regs_intr
-        } else {
-            0
-        })
-    });
+    let base = allowed & !u64::from(PERF_SAMPLE_REGS_INTR | PERF_SAMPLE_CALLCHAIN) & !dwarf;
+    // The fast reader knows the layout without a callchain or user stack.
+    let fast =
+        (sample_type & base == base && sample_type & callchain == 0 && sample_type & dwarf == 0)
+            .then(|| {
+                FastLayout::new(if sample_type & u64::from(PERF_SAMPLE_REGS_INTR) != 0 {
+                    a.sample_regs_intr
+                } else {
+                    0
+                })
+            });
     Ok((
         RecordParseInfo::new(&a, Endianness::LittleEndian),
         fast,
         chain_at,
+        sample_type & dwarf == dwarf,
     ))
 }
 

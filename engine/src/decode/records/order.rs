@@ -105,6 +105,27 @@ impl EventQueue {
         }
     }
 
+    /// Adds user frames to the slot begun last, after any of its
+    /// callchain's frames: a DWARF-unwound user stack.
+    pub(crate) fn push_user_frames(&mut self, addresses: &[u64]) {
+        let at = self.frames.len() as u32;
+        let Some(s) = self.pending.last_mut() else {
+            return;
+        };
+        if s.frames_len == 0 {
+            s.frames_at = at;
+        }
+        self.frames.extend(
+            addresses
+                .iter()
+                .map(|&address| crate::decode::frames::StackFrame {
+                    address,
+                    user: true,
+                }),
+        );
+        s.frames_len += addresses.len() as u32;
+    }
+
     /// Queues the slot begun last.
     #[inline]
     pub(crate) fn commit(&mut self) {

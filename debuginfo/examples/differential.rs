@@ -1,0 +1,434 @@
+//! Differential test against `perf probe` (the oracle), offline on a vmlinux.
+//!
+//! ```text
+//! cargo run --release -p kprobe-perf-debuginfo --example differential -- VMLINUX [N] [SEED] [REPORT]
+//! ```
+//!
+//! Samples N questions over random functions of the file (a third each):
+//! `-V FUNC` (variables at each site), `-D 'FUNC VARS'` and
+//! `-D 'FUNC:RLINE VARS'` (VARS taken from perf's own -V answer at that point,
+//! RLINE from this crate's line listing). perf runs two at a time. Answers
+//! are compared up to argument names and order of sites: the same
+//! SYMBOL+OFFSET set, and at each site the same fetch args and types.
+//! Prints the agreement, and writes each disagreement to REPORT
+//! (default `target/debuginfo-differential.txt`).
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::process::Command;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Mutex;
+use std::time::Instant;
+
+use kprobe_perf_debuginfo::{DebugFile, DebugInfo, Options, ProbeArg, ProbePoint};
+
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        z ^ (z >> 31)
+    }
+
+    fn below(&mut self, n: usize) -> usize {
+        (self.next() % n.max(1) as u64) as usize
+    }
+}
+
+/// Per site: SYMBOL+OFFSET -> fetch args (without names), or variables.
+type Answer = Result<BTreeMap<String, BTreeSet<String>>, String>;
+
+fn main() {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let Some(vmlinux) = args.first() else {
+        eprintln!("usage: differential VMLINUX [N] [SEED] [REPORT]");
+        std::process::exit(2);
+    };
+    let n: usize = args.get(1).and_then(|s| s.parse().ok()).unwrap_or(100);
+    let seed: u64 = args.get(2).and_then(|s| s.parse().ok()).unwrap_or(1);
+    let report = args
+        .get(3)
+        .cloned()
+        .unwrap_or_else(|| "target/debuginfo-differential.txt".into());
+    if let Err(e) = run(vmlinux, n, seed, &report) {
+        eprintln!("error: {e}");
+        std::process::exit(1);
+    }
+}
+
+fn run(vmlinux: &str, n: usize, seed: u64, report: &str) -> Result<(), Box<dyn std::error::Error>> {
+    let file = DebugFile::open(vmlinux)?;
+    let di = DebugInfo::new(&file)?;
+    let mut rng = Rng(seed);
+    let functions: Vec<&str> = di
+        .functions()
+        .filter(|f| f.chars().all(|c| c.is_ascii_alphanumeric() || c == '_'))
+        .collect();
+    // The points: FUNC for kinds 0 and 1, FUNC:RLINE for kind 2.
+    let mut points = Vec::with_capacity(n);
+    for i in 0..n {
+        let f = functions[rng.below(functions.len())];
+        let point = if i % 3 == 2 {
+            match di.lines(f, None) {
+                Ok(l) if !l.lines.is_empty() => {
+                    let line = l.lines[rng.below(l.lines.len())];
+                    format!("{f}:{}", line.saturating_sub(l.decl_line))
+                }
+                _ => f.to_string(),
+            }
+        } else {
+            f.to_string()
+        };
+        points.push(point);
+    }
+    eprintln!("{n} questions; asking perf -V at each point (2 at a time)...");
+    let t = Instant::now();
+    let perf_v = parallel(&points, |p| perf(vmlinux, "-V", p));
+    eprintln!("perf -V: {:.1} s", t.elapsed().as_secs_f64());
+    // The questions: kind 0 compares -V; kinds 1 and 2 ask -D with perf's variables.
+    let mut questions = Vec::with_capacity(n);
+    for (i, point) in points.iter().enumerate() {
+        if i % 3 == 0 {
+            questions.push(("-V", point.clone()));
+            continue;
+        }
+        let vars: Vec<String> = parse_v(&perf_v[i].0)
+            .ok()
+            .and_then(|m| m.into_values().next())
+            .map(|s| {
+                s.into_iter()
+                    .map(|v| v.split('\t').nth(1).unwrap_or("").to_string())
+                    .collect()
+            })
+            .unwrap_or_default();
+        let mut chosen: Vec<String> = Vec::new();
+        for v in vars {
+            if chosen.len() < 4 && rng.below(3) != 0 && !v.is_empty() {
+                chosen.push(v);
+            }
+        }
+        questions.push((
+            "-D",
+            format!("{point} {}", chosen.join(" ")).trim().to_string(),
+        ));
+    }
+    let t = Instant::now();
+    let ours: Vec<Answer> = questions.iter().map(|(m, q)| ask_ours(&di, m, q)).collect();
+    let ours_time = t.elapsed();
+    let d_questions: Vec<String> = questions
+        .iter()
+        .filter(|(m, _)| *m == "-D")
+        .map(|(_, q)| q.clone())
+        .collect();
+    let t = Instant::now();
+    let perf_d = parallel(&d_questions, |q| perf(vmlinux, "-D", q));
+    eprintln!("perf -D: {:.1} s", t.elapsed().as_secs_f64());
+    let mut d_iter = perf_d.into_iter();
+    let mut tally: BTreeMap<String, usize> = BTreeMap::new();
+    let mut lines = Vec::new();
+    for (i, ((mode, q), ours)) in questions.iter().zip(&ours).enumerate() {
+        let theirs = if *mode == "-V" {
+            parse_v(&perf_v[i].0)
+        } else {
+            d_iter
+                .next()
+                .map(|(out, _)| parse_d(&out))
+                .unwrap_or(Err("no answer".into()))
+        };
+        let (ours, theirs) = (&normalize(ours), &normalize(&theirs));
+        let verdict = compare(&di, mode, q, ours, theirs);
+        *tally.entry(verdict.clone()).or_default() += 1;
+        if verdict != "agree" {
+            lines.push(format!(
+                "[{verdict}] perf {mode} '{q}'\n  perf: {theirs:?}\n  ours: {ours:?}\n"
+            ));
+        }
+    }
+    let agree = tally.get("agree").copied().unwrap_or(0);
+    let equivalent: usize = tally
+        .iter()
+        .filter(|(k, _)| k.starts_with("equivalent"))
+        .map(|(_, v)| v)
+        .sum();
+    let perf_wrong: usize = tally
+        .iter()
+        .filter(|(k, _)| k.starts_with("perf wrong"))
+        .map(|(_, v)| v)
+        .sum();
+    println!(
+        "{n} questions (seed {seed}) on {vmlinux}\n  agree: {agree} ({:.1}%)\n  agree or equivalent: {} ({:.1}%)\n  ours answered all in {:.3} s",
+        100.0 * agree as f64 / n as f64,
+        agree + equivalent,
+        100.0 * (agree + equivalent) as f64 / n as f64,
+        ours_time.as_secs_f64()
+    );
+    println!(
+        "  agree, equivalent, or perf demonstrably wrong: {} ({:.1}%)",
+        agree + equivalent + perf_wrong,
+        100.0 * (agree + equivalent + perf_wrong) as f64 / n as f64
+    );
+    for (k, v) in &tally {
+        println!("  {k}: {v}");
+    }
+    std::fs::write(report, lines.join("\n"))?;
+    println!("  disagreements written to {report}");
+    Ok(())
+}
+
+fn parallel(items: &[String], f: impl Fn(&str) -> (String, bool) + Sync) -> Vec<(String, bool)> {
+    let next = AtomicUsize::new(0);
+    let out = Mutex::new(vec![(String::new(), false); items.len()]);
+    std::thread::scope(|s| {
+        for _ in 0..2 {
+            s.spawn(|| loop {
+                let i = next.fetch_add(1, Ordering::Relaxed);
+                let Some(item) = items.get(i) else { break };
+                let r = f(item);
+                if let Ok(mut o) = out.lock() {
+                    o[i] = r;
+                }
+            });
+        }
+    });
+    out.into_inner().unwrap_or_default()
+}
+
+fn perf(vmlinux: &str, mode: &str, q: &str) -> (String, bool) {
+    match Command::new("perf")
+        .args(["probe", "-k", vmlinux, mode, q])
+        .output()
+    {
+        Ok(o) => (
+            String::from_utf8_lossy(&o.stdout).into_owned(),
+            o.status.success(),
+        ),
+        Err(e) => (format!("cannot run perf: {e}"), false),
+    }
+}
+
+fn parse_d(out: &str) -> Answer {
+    let mut m = BTreeMap::new();
+    for line in out.lines().filter(|l| l.starts_with("p:")) {
+        let mut words = line.split_whitespace().skip(1);
+        let Some(loc) = words.next() else { continue };
+        let args: Vec<String> = words
+            .map(|a| a.split_once('=').map_or(a, |(_, v)| v).to_string())
+            .collect();
+        m.insert(loc.to_string(), BTreeSet::from([args.join(" ")]));
+    }
+    if m.is_empty() {
+        return Err(perf_reason(out));
+    }
+    Ok(m)
+}
+
+/// perf's stderr lines, the reason it gave no answer.
+fn perf_reason(out: &str) -> String {
+    let r: Vec<&str> = out
+        .lines()
+        .filter_map(|l| l.strip_prefix("#stderr "))
+        .filter(|l| !l.contains("Error: Failed"))
+        .collect();
+    if r.is_empty() {
+        "no answer".into()
+    } else {
+        r.join(" / ")
+    }
+}
+
+fn parse_v(out: &str) -> Answer {
+    let mut m: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
+    let mut cur = None;
+    for line in out.lines() {
+        let t = line.trim();
+        if let Some(loc) = t
+            .strip_prefix("@<")
+            .and_then(|r| r.split_once('>'))
+            .map(|(l, _)| l.to_string())
+        {
+            m.entry(loc.clone()).or_default();
+            cur = Some(loc);
+        } else if line.starts_with("\t\t") && t != "(No matched variables)" {
+            if let Some(c) = &cur {
+                m.entry(c.clone()).or_default().insert(t.to_string());
+            }
+        }
+    }
+    if m.is_empty() {
+        return Err(perf_reason(out));
+    }
+    Ok(m)
+}
+
+fn ask_ours(di: &DebugInfo<'_>, mode: &str, q: &str) -> Answer {
+    let mut words = q.split_whitespace();
+    let point = ProbePoint::parse(words.next().unwrap_or_default()).map_err(|e| e.to_string())?;
+    let opts = Options::default();
+    let mut m = BTreeMap::new();
+    if mode == "-V" {
+        for site in di.sites(&point, &opts).map_err(|e| e.to_string())? {
+            let vars = di.variables(&site).map_err(|e| e.to_string())?;
+            m.insert(
+                site.location.clone(),
+                vars.iter()
+                    .map(|v| format!("{}\t{}", v.type_name, v.name))
+                    .collect(),
+            );
+        }
+        return Ok(m);
+    }
+    let args = words
+        .map(ProbeArg::parse)
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|e| e.to_string())?;
+    let r = di
+        .resolve(&point, &args, &opts)
+        .map_err(|e| e.to_string())?;
+    for p in r.probes {
+        let fetched: Vec<String> = p
+            .args
+            .iter()
+            .map(|a| {
+                let s = a.to_string();
+                s.split_once('=').map_or(s.clone(), |(_, v)| v.to_string())
+            })
+            .collect();
+        m.insert(p.site.location.clone(), BTreeSet::from([fetched.join(" ")]));
+    }
+    for (site, why) in r.refused {
+        m.insert(
+            site.location.clone(),
+            BTreeSet::from([format!("REFUSED: {why}")]),
+        );
+    }
+    Ok(m)
+}
+
+/// Spellings that name the same thing: a compiler clone's symbol
+/// (`f.isra.0+8`) and its source function (`f+8`) are the same address.
+fn normalize(a: &Answer) -> Answer {
+    a.as_ref().map_err(Clone::clone).map(|m| {
+        m.iter()
+            .map(|(k, v)| {
+                let key = match k.split_once('+') {
+                    Some((sym, off)) => format!("{}+{off}", sym.split('.').next().unwrap_or(sym)),
+                    None => k.clone(),
+                };
+                (key, v.clone())
+            })
+            .collect()
+    })
+}
+
+fn compare(di: &DebugInfo<'_>, mode: &str, q: &str, ours: &Answer, theirs: &Answer) -> String {
+    let s = |x: &str| x.to_string();
+    match (ours, theirs) {
+        (Err(_), Err(_)) => s("agree"),
+        (Ok(o), Err(t)) if t.contains("Too many( > 128)") && o.len() > 128 => {
+            s("equivalent: perf stops at 128 sites, we give them all")
+        }
+        (Ok(_), Err(t)) => format!("perf failed, we answered: {}", t.chars().take(60).collect::<String>()),
+        (Err(_), Ok(t)) if t.keys().all(|k| k.starts_with("_text+")) => {
+            s("equivalent: no DWARF scope; perf fell back to the symbol table (the engine's job)")
+        }
+        (Err(e), Ok(_)) if e.contains("DW_OP_stack_value") => {
+            s("perf wrong: a computed value (DW_OP_stack_value) read by perf as memory at reg+off; we refuse")
+        }
+        (Err(e), Ok(_)) => format!("we failed, perf answered: {}", e.chars().take(50).collect::<String>()),
+        (Ok(o), Ok(t)) if o == t => s("agree"),
+        (Ok(o), Ok(t)) => {
+            if o.keys().ne(t.keys()) {
+                return s("different sites");
+            }
+            if mode == "-V" {
+                return compare_v(di, q, o, t);
+            }
+            // perf puts a dummy constant where a variable is optimized out; we refuse the site.
+            let dummy_vs_refusal = o.iter().all(|(k, ov)| {
+                let tv = &t[k];
+                ov == tv
+                    || (ov.iter().all(|s| s.starts_with("REFUSED")) && tv.iter().any(|s| s.contains("\\deade12d")))
+            });
+            if dummy_vs_refusal {
+                return s("equivalent: perf reads 0xdeade12d where we refuse an optimized-out variable");
+            }
+            if o.values().flatten().any(|v| v.contains("DW_OP_stack_value")) {
+                return s("perf wrong: a computed value (DW_OP_stack_value) read by perf as memory at reg+off; we refuse");
+            }
+            s("different fetch args")
+        }
+    }
+}
+
+/// Explains a -V difference by asking, for each variable perf lists and we
+/// do not, why we refuse it.
+fn compare_v(
+    di: &DebugInfo<'_>,
+    q: &str,
+    o: &BTreeMap<String, BTreeSet<String>>,
+    t: &BTreeMap<String, BTreeSet<String>>,
+) -> String {
+    let names = |set: &BTreeSet<String>| -> BTreeSet<String> {
+        set.iter()
+            .map(|v| v.rsplit('\t').next().unwrap_or("").to_string())
+            .collect()
+    };
+    let mut reasons = BTreeSet::new();
+    for (loc, tv) in t {
+        let (on, tn) = (names(&o[loc]), names(tv));
+        if on == tn {
+            if o[loc] != *tv {
+                reasons.insert("type spelled differently");
+            }
+            continue;
+        }
+        for extra in on.difference(&tn) {
+            let fetched = ask_ours(di, "-D", &format!("{q} {extra}"))
+                .ok()
+                .and_then(|m| m.get(loc).map(|v| v.iter().cloned().collect::<String>()))
+                .unwrap_or_default();
+            reasons.insert(if fetched.starts_with('\\') {
+                "we list more: constants (DW_OP_lit/const + stack_value, or DW_AT_const_value), fetched as immediates"
+            } else {
+                "we list more"
+            });
+        }
+        for missing in tn.difference(&on) {
+            let why = match ask_ours(di, "-D", &format!("{q} {missing}")) {
+                Ok(m) => m
+                    .get(loc)
+                    .map(|v| v.iter().cloned().collect::<String>())
+                    .unwrap_or_default(),
+                Err(e) => e,
+            };
+            reasons.insert(if why.contains("DW_OP_stack_value") {
+                "perf wrong: lists a computed value it reads as memory"
+            } else if why.contains("entry_value") {
+                "entry_value"
+            } else if why.contains("DW_OP_piece") {
+                "pieces"
+            } else if why.contains("no location") {
+                "perf lists an optimized-out variable"
+            } else {
+                "unexplained"
+            });
+        }
+    }
+    let r: Vec<&str> = reasons.into_iter().collect();
+    let benign = |x: &&str| {
+        *x == "type spelled differently"
+            || x.starts_with("perf wrong")
+            || x.starts_with("we list more: constants")
+    };
+    if !r.iter().all(benign) {
+        format!("different variables: {}", r.join(", "))
+    } else if r.iter().any(|x| x.starts_with("perf wrong")) {
+        "perf wrong: lists a computed value (DW_OP_stack_value) that it reads as memory; we refuse it".into()
+    } else if r.iter().any(|x| x.starts_with("we list more: constants")) {
+        "equivalent+: we also list constant-valued variables (fetched as immediates); perf omits them".into()
+    } else {
+        "equivalent: same variables, type spelled differently".into()
+    }
+}

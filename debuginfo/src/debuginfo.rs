@@ -1,0 +1,187 @@
+//! [`DebugInfo`]: the DWARF of one file, read lazily, and the queries on it.
+
+use std::cell::{OnceCell, RefCell};
+use std::collections::HashMap;
+use std::rc::Rc;
+
+use gimli::UnwindSection as _;
+use object::Object as _;
+
+use crate::dies::{Dwarf, Unit};
+use crate::error::{Error, Result};
+use crate::file::{self, DebugFile, SymbolTable, R};
+use crate::index::{self, NameIndex};
+
+/// Options of a query.
+#[derive(Debug, Clone, Copy)]
+pub struct Options {
+    /// Also probe the inlined copies of a function (perf's default); off
+    /// gives only out-of-line bodies (perf's `--no-inlines`).
+    pub inlines: bool,
+}
+
+impl Default for Options {
+    fn default() -> Self {
+        Options { inlines: true }
+    }
+}
+
+/// The DWARF of one file. Opening reads the ELF symbol table and the name
+/// index (from the cache when there is one); each query then parses only
+/// the compilation units that define the function asked about.
+pub struct DebugInfo<'a> {
+    pub(crate) file: &'a DebugFile,
+    pub(crate) dwarf: Dwarf<'a>,
+    frame: gimli::DebugFrame<R<'a>>,
+    fdes: OnceCell<Vec<(u64, u64, gimli::DebugFrameOffset<usize>)>>,
+    pub(crate) symbols: SymbolTable<'a>,
+    pub(crate) index: NameIndex,
+    units: RefCell<HashMap<usize, Rc<Unit<'a>>>>,
+    pub(crate) rows_cache: RefCell<HashMap<usize, Rc<Vec<crate::sites::Row>>>>,
+}
+
+impl std::fmt::Debug for DebugInfo<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("DebugInfo")
+            .field("path", &self.file.path())
+            .field("names", &self.index.len())
+            .finish_non_exhaustive()
+    }
+}
+
+impl<'a> DebugInfo<'a> {
+    /// Reads the DWARF of `file`, using (and writing) the index cache in
+    /// [`cache_dir`](crate::cache_dir) when the file has a build ID.
+    pub fn new(file: &'a DebugFile) -> Result<Self> {
+        Self::with_cache(file, index::cache_dir().as_deref())
+    }
+
+    /// As [`new`](Self::new), with the index cache in `cache` (None: no cache).
+    pub fn with_cache(file: &'a DebugFile, cache: Option<&std::path::Path>) -> Result<Self> {
+        let obj = file.object()?;
+        if !file.has_dwarf() {
+            return Err(Error::NoDwarf {
+                path: file.path().to_path_buf(),
+            });
+        }
+        let (dwarf, frame) = file::load_dwarf(file, &obj)?;
+        let symbols = SymbolTable::new(&obj);
+        let size = file.bytes().len() as u64;
+        let mut key = obj
+            .build_id()
+            .ok()
+            .flatten()
+            .map(<[u8]>::to_vec)
+            .unwrap_or_default();
+        let cacheable = !key.is_empty();
+        key.extend_from_slice(&size.to_le_bytes());
+        let cache_name = format!("{}.idx", hex(&key));
+        let cached = cache
+            .filter(|_| cacheable)
+            .and_then(|d| index::load_cached(d, &key, &cache_name));
+        let index = match cached {
+            Some(i) => i,
+            None => {
+                let i = index::build(&dwarf, file.path(), &key)?;
+                if let Some(d) = cache.filter(|_| cacheable) {
+                    // A cache that cannot be written costs time, not answers.
+                    let _ = index::store(d, &cache_name, &i);
+                }
+                i
+            }
+        };
+        Ok(DebugInfo {
+            file,
+            dwarf,
+            frame,
+            fdes: OnceCell::new(),
+            symbols,
+            index,
+            units: RefCell::new(HashMap::new()),
+            rows_cache: RefCell::new(HashMap::new()),
+        })
+    }
+
+    /// The names of the functions with a definition (out-of-line or
+    /// inlinable) in the debug info, in byte order.
+    pub fn functions(&self) -> impl Iterator<Item = &str> + '_ {
+        self.index
+            .entries()
+            .filter(|(k, _)| k.first() != Some(&index::FILE_KEY))
+            .filter_map(|(k, _)| std::str::from_utf8(k).ok())
+    }
+
+    /// The unit at `offset`, parsed once and kept.
+    pub(crate) fn unit(&self, offset: gimli::DebugInfoOffset<usize>) -> Result<Rc<Unit<'a>>> {
+        if let Some(u) = self.units.borrow().get(&offset.0) {
+            return Ok(u.clone());
+        }
+        let err =
+            |reason| self.dwarf_error(format!("the unit at .debug_info+0x{:x}", offset.0), reason);
+        let header = self
+            .dwarf
+            .debug_info
+            .header_from_offset(offset)
+            .map_err(err)?;
+        let unit = Rc::new(self.dwarf.unit(header).map_err(err)?);
+        self.units.borrow_mut().insert(offset.0, unit.clone());
+        Ok(unit)
+    }
+
+    pub(crate) fn dwarf_error(&self, context: String, reason: gimli::Error) -> Error {
+        Error::Dwarf {
+            path: self.file.path().to_path_buf(),
+            context,
+            reason,
+        }
+    }
+
+    /// SYMBOL+OFFSET for an address.
+    pub(crate) fn sym_off(&self, address: u64) -> String {
+        file::sym_off(&self.symbols, address)
+    }
+
+    /// The canonical frame address rule at `pc`: (DWARF register, offset).
+    pub(crate) fn cfa(&self, pc: u64) -> Option<(u16, i64)> {
+        let fdes = self.fdes.get_or_init(|| self.fde_table());
+        let i = fdes.partition_point(|f| f.0 <= pc).checked_sub(1)?;
+        let (start, end, off) = *fdes.get(i)?;
+        if !(start <= pc && pc < end) {
+            return None;
+        }
+        let bases = gimli::BaseAddresses::default();
+        let fde = self
+            .frame
+            .fde_from_offset(&bases, off, gimli::DebugFrame::cie_from_offset)
+            .ok()?;
+        let mut ctx = gimli::UnwindContext::new();
+        let row = fde
+            .unwind_info_for_address(&self.frame, &bases, &mut ctx, pc)
+            .ok()?;
+        match row.cfa() {
+            gimli::CfaRule::RegisterAndOffset { register, offset } => Some((register.0, *offset)),
+            gimli::CfaRule::Expression(_) => None,
+        }
+    }
+
+    fn fde_table(&self) -> Vec<(u64, u64, gimli::DebugFrameOffset<usize>)> {
+        let bases = gimli::BaseAddresses::default();
+        let mut out = Vec::new();
+        let mut entries = self.frame.entries(&bases);
+        while let Ok(Some(entry)) = entries.next() {
+            if let gimli::CieOrFde::Fde(partial) = entry {
+                if let Ok(fde) = partial.parse(gimli::DebugFrame::cie_from_offset) {
+                    let start = fde.initial_address();
+                    out.push((start, start.saturating_add(fde.len()), fde.offset().into()));
+                }
+            }
+        }
+        out.sort_unstable_by_key(|f| f.0);
+        out
+    }
+}
+
+/// Lower-case hex of `bytes`.
+pub(crate) fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}

@@ -1,0 +1,166 @@
+//! One ELF file with DWARF, mapped read-only, and the views over it.
+
+use std::path::{Path, PathBuf};
+
+use object::{Object, ObjectSection, ObjectSymbol};
+
+use crate::error::{Error, Result};
+
+/// The reader type: a slice of the mapped file.
+pub(crate) type R<'a> = gimli::EndianSlice<'a, gimli::RunTimeEndian>;
+
+/// An ELF file mapped into memory. Sections are read in place: nothing is
+/// copied, and pages the queries do not touch are never read from disk.
+#[derive(Debug)]
+pub struct DebugFile {
+    path: PathBuf,
+    map: memmap2::Mmap,
+}
+
+impl DebugFile {
+    /// Maps the file at `path`.
+    pub fn open(path: impl AsRef<Path>) -> Result<Self> {
+        let path = path.as_ref().to_path_buf();
+        let file = std::fs::File::open(&path).map_err(|e| Error::io(&path, e))?;
+        // SAFETY: the map is read-only and private. Another process
+        // truncating the file while it is mapped would make reads fault
+        // (SIGBUS); debug files are not rewritten in place by package
+        // managers (they are replaced by rename), which is the accepted
+        // risk of every debugger that maps them.
+        let map = unsafe { memmap2::Mmap::map(&file) }.map_err(|e| Error::io(&path, e))?;
+        Ok(DebugFile { path, map })
+    }
+
+    /// The file's path.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// The file's bytes.
+    pub(crate) fn bytes(&self) -> &[u8] {
+        &self.map
+    }
+
+    /// The GNU build ID of the file (from its `.note.gnu.build-id` or
+    /// `.notes`), if it has one.
+    pub fn build_id(&self) -> Result<Option<Vec<u8>>> {
+        let obj = self.object()?;
+        let id = obj.build_id().map_err(|e| self.elf_error(e))?;
+        Ok(id.map(<[u8]>::to_vec))
+    }
+
+    /// The `.gnu_debuglink` of the file: the debug file's name and CRC.
+    pub fn debuglink(&self) -> Result<Option<(String, u32)>> {
+        let obj = self.object()?;
+        let link = obj.gnu_debuglink().map_err(|e| self.elf_error(e))?;
+        Ok(link.map(|(name, crc)| (String::from_utf8_lossy(name).into_owned(), crc)))
+    }
+
+    /// Whether the file carries DWARF (a non-empty `.debug_info`).
+    pub fn has_dwarf(&self) -> bool {
+        self.object()
+            .ok()
+            .and_then(|o| o.section_by_name(".debug_info").map(|s| s.size() > 0))
+            .unwrap_or(false)
+    }
+
+    pub(crate) fn object(&self) -> Result<object::File<'_>> {
+        object::File::parse(&*self.map).map_err(|e| self.elf_error(e))
+    }
+
+    pub(crate) fn elf_error(&self, e: object::Error) -> Error {
+        Error::Elf {
+            path: self.path.clone(),
+            reason: e.to_string(),
+        }
+    }
+}
+
+/// A function symbol of the ELF symbol table.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct FuncSymbol<'a> {
+    pub(crate) address: u64,
+    pub(crate) size: u64,
+    pub(crate) name: &'a str,
+    global: bool,
+}
+
+/// The function symbols of a file, sorted by address, one per address.
+#[derive(Debug, Default)]
+pub(crate) struct SymbolTable<'a> {
+    symbols: Vec<FuncSymbol<'a>>,
+}
+
+impl<'a> SymbolTable<'a> {
+    pub(crate) fn new(obj: &object::File<'a>) -> Self {
+        let mut symbols: Vec<FuncSymbol<'a>> = obj
+            .symbols()
+            .filter(|s| s.kind() == object::SymbolKind::Text && s.address() != 0)
+            .filter_map(|s| {
+                Some(FuncSymbol {
+                    address: s.address(),
+                    size: s.size(),
+                    name: s.name().ok().filter(|n| !n.is_empty())?,
+                    global: s.is_global(),
+                })
+            })
+            .collect();
+        // Among aliases at one address keep the one a reader expects:
+        // global first, then the fewest leading underscores, then the shortest.
+        let rank = |s: &FuncSymbol<'a>| -> (u64, bool, usize, usize, &'a str) {
+            let unders = s.name.len() - s.name.trim_start_matches('_').len();
+            (s.address, !s.global, unders, s.name.len(), s.name)
+        };
+        symbols.sort_by(|a, b| rank(a).cmp(&rank(b)));
+        symbols.dedup_by_key(|s| s.address);
+        SymbolTable { symbols }
+    }
+
+    /// The symbol holding `address`, and the offset into it.
+    pub(crate) fn symbolize(&self, address: u64) -> Option<(FuncSymbol<'a>, u64)> {
+        let i = self.symbols.partition_point(|s| s.address <= address);
+        let sym = *self.symbols.get(i.checked_sub(1)?)?;
+        let off = address - sym.address;
+        if sym.size != 0 && off >= sym.size {
+            return None;
+        }
+        Some((sym, off))
+    }
+}
+
+/// Formats `address` as SYMBOL+OFFSET (or 0xADDRESS when no symbol holds it).
+pub(crate) fn sym_off(symbols: &SymbolTable<'_>, address: u64) -> String {
+    match symbols.symbolize(address) {
+        Some((s, off)) => format!("{}+{}", s.name, off),
+        None => format!("0x{address:x}"),
+    }
+}
+
+/// Loads the DWARF sections of `file` without copying them.
+pub(crate) fn load_dwarf<'a>(
+    file: &'a DebugFile,
+    obj: &object::File<'a>,
+) -> Result<(gimli::Dwarf<R<'a>>, gimli::DebugFrame<R<'a>>)> {
+    let endian = if obj.is_little_endian() {
+        gimli::RunTimeEndian::Little
+    } else {
+        gimli::RunTimeEndian::Big
+    };
+    let section = |name: &str| -> Result<&'a [u8]> {
+        let Some(sec) = obj.section_by_name(name) else {
+            return Ok(&[]);
+        };
+        if !matches!(sec.compressed_file_range(), Ok(r) if r.format == object::CompressionFormat::None)
+        {
+            return Err(Error::Elf {
+                path: file.path().to_path_buf(),
+                reason: format!("section {name} is compressed, which this reader does not map in place; decompress it with `objcopy --decompress-debug-sections`"),
+            });
+        }
+        sec.data().map_err(|e| file.elf_error(e))
+    };
+    let dwarf = gimli::Dwarf::load(|id| section(id.name()).map(|d| R::new(d, endian)))?;
+    let mut frame = gimli::DebugFrame::new(section(".debug_frame")?, endian);
+    frame.set_address_size(8);
+    Ok((dwarf, frame))
+}

@@ -1,0 +1,302 @@
+//! The name index: which compilation units define (or hold an abstract,
+//! inlinable definition of) a function, and which unit a source file is.
+//!
+//! Built once by reading only the top-level entries of every unit (two
+//! threads), then kept as one sorted byte table that is also the on-disk
+//! cache format, so a cached index is used straight from its mapping.
+
+use crate::dies::Attrs as _;
+use std::path::{Path, PathBuf};
+
+use crate::error::{Error, Result};
+use crate::file::R;
+
+const MAGIC: &[u8; 8] = b"KPDIDX01";
+/// Keys of unit names start with this byte, which no C identifier has.
+pub(crate) const FILE_KEY: u8 = b'@';
+
+/// Where the bytes of an index live.
+#[derive(Debug)]
+enum Bytes {
+    Owned(Vec<u8>),
+    Mapped(memmap2::Mmap),
+}
+
+/// A sorted table: names -> unit offsets in `.debug_info`.
+#[derive(Debug)]
+pub(crate) struct NameIndex {
+    bytes: Bytes,
+    units: usize,
+    names: usize,
+    names_at: usize,
+}
+
+fn u32_at(b: &[u8], at: usize) -> Option<u32> {
+    Some(u32::from_le_bytes(
+        b.get(at..at.checked_add(4)?)?.try_into().ok()?,
+    ))
+}
+
+fn u64_at(b: &[u8], at: usize) -> Option<u64> {
+    Some(u64::from_le_bytes(
+        b.get(at..at.checked_add(8)?)?.try_into().ok()?,
+    ))
+}
+
+impl NameIndex {
+    fn bytes(&self) -> &[u8] {
+        match &self.bytes {
+            Bytes::Owned(v) => v,
+            Bytes::Mapped(m) => m,
+        }
+    }
+
+    /// Checks the table and returns it, or None if it is not a whole index for `key`.
+    fn from_bytes(bytes: Bytes, key: &[u8]) -> Option<Self> {
+        let b = match &bytes {
+            Bytes::Owned(v) => &v[..],
+            Bytes::Mapped(m) => &m[..],
+        };
+        if b.get(..8)? != MAGIC {
+            return None;
+        }
+        let key_len = u32_at(b, 8)? as usize;
+        if b.get(12..12usize.checked_add(key_len)?)? != key {
+            return None;
+        }
+        let mut at = 12 + key_len;
+        let units = u32_at(b, at)? as usize;
+        let names = u32_at(b, at + 4)? as usize;
+        at += 8;
+        let names_at = at.checked_add(units.checked_mul(8)?)?;
+        let end = names_at.checked_add(names.checked_mul(4)?)?;
+        if end > b.len() {
+            return None;
+        }
+        Some(NameIndex {
+            bytes,
+            units,
+            names,
+            names_at,
+        })
+    }
+
+    fn unit_offset(&self, i: u32) -> Option<gimli::DebugInfoOffset<usize>> {
+        if i as usize >= self.units {
+            return None;
+        }
+        let at = self.names_at - self.units * 8 + i as usize * 8;
+        u64_at(self.bytes(), at).map(|o| gimli::DebugInfoOffset(o as usize))
+    }
+
+    /// The name and unit list of entry `i` of the sorted table.
+    fn entry(&self, i: usize) -> Option<(&[u8], Vec<gimli::DebugInfoOffset<usize>>)> {
+        let b = self.bytes();
+        let at = u32_at(b, self.names_at + i * 4)? as usize;
+        let len = u32_at(b, at)? as usize;
+        let name = b.get(at + 4..(at + 4).checked_add(len)?)?;
+        let count = u32_at(b, at + 4 + len)? as usize;
+        let list = (0..count)
+            .filter_map(|k| u32_at(b, at + 8 + len + 4 * k).and_then(|u| self.unit_offset(u)))
+            .collect();
+        Some((name, list))
+    }
+
+    fn name_at(&self, i: usize) -> &[u8] {
+        self.entry_name(i).unwrap_or_default()
+    }
+
+    fn entry_name(&self, i: usize) -> Option<&[u8]> {
+        let b = self.bytes();
+        let at = u32_at(b, self.names_at + i * 4)? as usize;
+        let len = u32_at(b, at)? as usize;
+        b.get(at + 4..(at + 4).checked_add(len)?)
+    }
+
+    /// The units that define `name` (a function, or `@path` for a unit).
+    pub(crate) fn lookup(&self, name: &[u8]) -> Vec<gimli::DebugInfoOffset<usize>> {
+        let i = partition(self.names, |i| self.name_at(i) < name);
+        match self.entry(i) {
+            Some((n, list)) if n == name => list,
+            _ => Vec::new(),
+        }
+    }
+
+    /// Every key, in order, with its units (for `@` file keys and globs).
+    pub(crate) fn entries(
+        &self,
+    ) -> impl Iterator<Item = (&[u8], Vec<gimli::DebugInfoOffset<usize>>)> + '_ {
+        (0..self.names).filter_map(|i| self.entry(i))
+    }
+
+    /// The number of names in the index.
+    pub(crate) fn len(&self) -> usize {
+        self.names
+    }
+}
+
+fn partition(n: usize, mut pred: impl FnMut(usize) -> bool) -> usize {
+    let (mut lo, mut hi) = (0, n);
+    while lo < hi {
+        let mid = lo + (hi - lo) / 2;
+        if pred(mid) {
+            lo = mid + 1;
+        } else {
+            hi = mid;
+        }
+    }
+    lo
+}
+
+/// A function (or `@file`) name and the number of a unit defining it.
+type NameAndUnit = (Vec<u8>, u32);
+
+/// Reads the top-level entries of every unit and returns the index.
+pub(crate) fn build(dwarf: &gimli::Dwarf<R<'_>>, path: &Path, key: &[u8]) -> Result<NameIndex> {
+    let dwarf_err = |context: String, reason| Error::Dwarf {
+        path: path.to_path_buf(),
+        context,
+        reason,
+    };
+    let mut headers = Vec::new();
+    let mut iter = dwarf.units();
+    while let Some(h) = iter
+        .next()
+        .map_err(|e| dwarf_err("unit headers".into(), e))?
+    {
+        headers.push(h);
+    }
+    let threads = std::thread::available_parallelism()
+        .map_or(1, |n| n.get())
+        .clamp(1, 2);
+    let parts: Vec<Result<Vec<NameAndUnit>>> = std::thread::scope(|s| {
+        let handles: Vec<_> = (0..threads)
+            .map(|t| {
+                let headers = &headers;
+                let dwarf_err = &dwarf_err;
+                s.spawn(move || {
+                    let mut out = Vec::new();
+                    for (i, h) in headers.iter().enumerate().skip(t).step_by(threads) {
+                        let unit = dwarf
+                            .unit(*h)
+                            .map_err(|e| dwarf_err(format!("unit {i}"), e))?;
+                        top_level_names(dwarf, &unit, i as u32, &mut out)
+                            .map_err(|e| dwarf_err(format!("unit {i}"), e))?;
+                    }
+                    Ok(out)
+                })
+            })
+            .collect();
+        handles
+            .into_iter()
+            .map(|h| h.join().unwrap_or_else(|_| Ok(Vec::new())))
+            .collect()
+    });
+    let mut all = Vec::new();
+    for p in parts {
+        all.extend(p?);
+    }
+    all.sort_unstable();
+    all.dedup();
+    let offsets: Vec<u64> = headers
+        .iter()
+        .map(|h| h.offset().as_debug_info_offset().map_or(0, |o| o.0 as u64))
+        .collect();
+    let bytes = serialize(key, &offsets, &all);
+    NameIndex::from_bytes(Bytes::Owned(bytes), key).ok_or_else(|| Error::Dwarf {
+        path: path.to_path_buf(),
+        context: "the name index".into(),
+        reason: gimli::Error::OffsetOutOfBounds,
+    })
+}
+
+fn top_level_names(
+    dwarf: &gimli::Dwarf<R<'_>>,
+    unit: &gimli::Unit<R<'_>>,
+    idx: u32,
+    out: &mut Vec<(Vec<u8>, u32)>,
+) -> gimli::Result<()> {
+    let mut tree = unit.entries_tree(None)?;
+    let root = tree.root()?;
+    if let Some(name) = root.entry().val(gimli::DW_AT_name) {
+        let name = dwarf.attr_string(unit, name)?;
+        let mut key = vec![FILE_KEY];
+        key.extend_from_slice(name.slice());
+        out.push((key, idx));
+    }
+    let mut children = root.children();
+    while let Some(child) = children.next()? {
+        let e = child.entry();
+        if e.tag() != gimli::DW_TAG_subprogram || e.has(gimli::DW_AT_declaration) {
+            continue;
+        }
+        if let Some(name) = crate::dies::name_of(dwarf, unit, e)? {
+            out.push((name.to_vec(), idx));
+        }
+    }
+    Ok(())
+}
+
+fn serialize(key: &[u8], offsets: &[u64], all: &[(Vec<u8>, u32)]) -> Vec<u8> {
+    let mut groups: Vec<(&[u8], Vec<u32>)> = Vec::new();
+    for (name, unit) in all {
+        match groups.last_mut() {
+            Some((n, units)) if *n == &name[..] => units.push(*unit),
+            _ => groups.push((name, vec![*unit])),
+        }
+    }
+    let mut b = Vec::with_capacity(64 + offsets.len() * 8 + all.len() * 32);
+    b.extend_from_slice(MAGIC);
+    b.extend_from_slice(&(key.len() as u32).to_le_bytes());
+    b.extend_from_slice(key);
+    b.extend_from_slice(&(offsets.len() as u32).to_le_bytes());
+    b.extend_from_slice(&(groups.len() as u32).to_le_bytes());
+    for o in offsets {
+        b.extend_from_slice(&o.to_le_bytes());
+    }
+    let table_at = b.len();
+    b.resize(table_at + groups.len() * 4, 0);
+    for (i, (name, units)) in groups.iter().enumerate() {
+        let at = b.len() as u32;
+        b[table_at + i * 4..table_at + i * 4 + 4].copy_from_slice(&at.to_le_bytes());
+        b.extend_from_slice(&(name.len() as u32).to_le_bytes());
+        b.extend_from_slice(name);
+        b.extend_from_slice(&(units.len() as u32).to_le_bytes());
+        for u in units {
+            b.extend_from_slice(&u.to_le_bytes());
+        }
+    }
+    b
+}
+
+/// The directory for cached indexes: `$KPROBE_PERF_CACHE_DIR`, else
+/// `$XDG_CACHE_HOME/kprobe-perf/debuginfo`, else `~/.cache/kprobe-perf/debuginfo`.
+pub fn cache_dir() -> Option<PathBuf> {
+    if let Some(d) = std::env::var_os("KPROBE_PERF_CACHE_DIR") {
+        return Some(PathBuf::from(d));
+    }
+    let base = std::env::var_os("XDG_CACHE_HOME")
+        .map(PathBuf::from)
+        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache")))?;
+    Some(base.join("kprobe-perf").join("debuginfo"))
+}
+
+/// Loads the cached index for `key` from `dir`, if one is there and whole.
+pub(crate) fn load_cached(dir: &Path, key: &[u8], name: &str) -> Option<NameIndex> {
+    let file = std::fs::File::open(dir.join(name)).ok()?;
+    // SAFETY: read-only private map of a cache file this crate writes by
+    // rename (never in place); its contents are checked before use and
+    // every read is bounds-checked.
+    let map = unsafe { memmap2::Mmap::map(&file) }.ok()?;
+    NameIndex::from_bytes(Bytes::Mapped(map), key)
+}
+
+/// Writes `index` to `dir` (by a temporary file and a rename).
+pub(crate) fn store(dir: &Path, name: &str, index: &NameIndex) -> Result<()> {
+    let path = dir.join(name);
+    let tmp = dir.join(format!("{name}.{}.tmp", std::process::id()));
+    std::fs::create_dir_all(dir)
+        .and_then(|()| std::fs::write(&tmp, index.bytes()))
+        .and_then(|()| std::fs::rename(&tmp, &path))
+        .map_err(|source| Error::Cache { path, source })
+}

@@ -1,0 +1,152 @@
+//! `--call-graph dwarf`: user stacks of binaries built without frame
+//! pointers (Debian's `ls` and libc), unwound from DWARF call frame
+//! information. A uprobe on libc's `opendir` under `ls /` (one call, from
+//! `main` through two functions of `ls`) gives the same frames live, from
+//! the `-o` file (`script -i`), and in `perf script` of that file; and
+//! the same as a frame-pointer walk cannot (it stops after one frame).
+
+use std::path::Path;
+use std::process::Command;
+
+use kprobe_perf_tests::{kprobe_perf_bin, libc_path, skip, uprobes_available};
+
+/// The user frames under the event line: (address, symbol, object).
+fn frames(text: &str) -> Vec<(String, String, String)> {
+    text.lines()
+        .filter(|l| l.starts_with('\t'))
+        .filter_map(|l| {
+            let mut w = l.split_whitespace();
+            let addr = w.next()?.to_string();
+            let sym = w.next()?.to_string();
+            let obj = w.next()?.trim_matches(|c| c == '(' || c == ')').to_string();
+            Some((addr, sym, obj))
+        })
+        .collect()
+}
+
+fn record(args: &[&str]) -> String {
+    let out = Command::new(kprobe_perf_bin())
+        .arg("record")
+        .args(args)
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(
+        out.status.success(),
+        "kprobe-perf record {args:?}: {}\n{stdout}\n{}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    );
+    stdout
+}
+
+#[test]
+fn dwarf_unwinds_ls_through_main_live_from_the_file_and_in_perf() {
+    let test = "dwarf_unwinds_ls_through_main_live_from_the_file_and_in_perf";
+    if !uprobes_available(test) {
+        return;
+    }
+    let (Some(libc), true) = (libc_path(), Path::new("/usr/bin/ls").exists()) else {
+        return skip(
+            test,
+            "no libc in this process's mappings, or no /usr/bin/ls",
+        );
+    };
+    let probe = format!("p:{libc}:opendir");
+    let dir = std::env::temp_dir().join(format!("kpf-dwarf-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let file = dir.join("ls.data");
+    let file = file.to_str().unwrap();
+    let live = record(&[
+        "--call-graph",
+        "dwarf",
+        "-o",
+        file,
+        "-e",
+        &probe,
+        "--",
+        "/usr/bin/ls",
+        "/",
+    ]);
+    let live_frames = frames(&live);
+    // opendir, two functions of ls, __libc_start_call_main,
+    // __libc_start_main, _start (in ls).
+    assert!(live_frames.len() >= 6, "{live}");
+    assert!(live_frames[0].1.contains("opendir"), "{live}");
+    assert!(live_frames[1].2.ends_with("/ls"), "{live}");
+    assert!(live_frames[2].2.ends_with("/ls"), "{live}");
+    assert!(
+        live_frames
+            .iter()
+            .any(|f| f.1.starts_with("__libc_start_call_main+")),
+        "{live}"
+    );
+    assert!(
+        live_frames.last().is_some_and(|f| f.2.ends_with("/ls")),
+        "{live}"
+    );
+
+    // The file holds the registers and stack bytes: unwound again.
+    let out = Command::new(kprobe_perf_bin())
+        .args(["script", "-i", file])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let replay = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(frames(&replay), live_frames, "{replay}");
+
+    // A frame-pointer walk stops at the first frame of this code.
+    let fp = record(&[
+        "--call-graph",
+        "user",
+        "-e",
+        &probe,
+        "--",
+        "/usr/bin/ls",
+        "/",
+    ]);
+    assert!(frames(&fp).len() < live_frames.len(), "{fp}");
+
+    // perf unwinds the same file to the same frames (perf prints inlined
+    // frames too, at the address of the frame they are inlined in, and
+    // file-relative addresses).
+    let Ok(perf) = Command::new("perf").args(["script", "-i", file]).output() else {
+        return skip(test, "perf is not installed (apt-get install linux-perf)");
+    };
+    let text = String::from_utf8_lossy(&perf.stdout);
+    let mut theirs = frames(&text);
+    // One frame per address: the last line of a group names the function
+    // the others are inlined in.
+    theirs.reverse();
+    theirs.dedup_by(|a, b| a.0 == b.0);
+    theirs.reverse();
+    assert_eq!(
+        theirs.len(),
+        live_frames.len(),
+        "perf:\n{text}\nours:\n{live}"
+    );
+    for (a, b) in live_frames.iter().zip(&theirs) {
+        // The same object and offset into the same function, where perf
+        // names it the same way (its inline-aware names may differ from
+        // the symbol table's aliases).
+        if b.2 != "inlined" {
+            assert_eq!(
+                Path::new(&a.2).file_name(),
+                Path::new(&b.2).file_name(),
+                "{a:?} {b:?}"
+            );
+        }
+        let off = |s: &str| s.rsplit_once("+0x").map(|(_, o)| o.to_string());
+        if a.1 != "[unknown]" && b.1 != "[unknown]" {
+            assert_eq!(off(&a.1), off(&b.1), "{a:?} {b:?}");
+        }
+        let addr = u64::from_str_radix(&a.0, 16).unwrap();
+        let rel = u64::from_str_radix(&b.0, 16).unwrap();
+        assert_eq!(addr & 0xfff, rel & 0xfff, "page offset of {a:?} and {b:?}");
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}

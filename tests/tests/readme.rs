@@ -1,0 +1,112 @@
+//! The README's examples, run as the README shows them: every `# COMMAND`
+//! of a ```console block whose marker names the kernel this test runs on
+//! (`<!-- example: 6.1 -->`), its output (stdout and stderr together)
+//! compared with the lines under it ([`kprobe_perf_tests::readme`] says
+//! what varies by run and is masked).
+//!
+//! Each block's commands run in order in one new directory (so that
+//! `# cat vfs_read.folded` reads what the command before it wrote), with
+//! `kprobe-perf` and the tests' workloads (`open_loop`, `write_sizes`) on
+//! PATH, in a mount namespace of their own where `/etc/hostname` holds
+//! `vm`: the host's root is the guest's, and the README's commands print
+//! that file.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use kprobe_perf_tests::readme::{compare, examples, Example};
+use kprobe_perf_tests::{kprobe_perf_bin, skip, skip_here, vm_kernel};
+
+const OPEN_LOOP: &str = env!("CARGO_BIN_EXE_open_loop");
+
+fn readme_path() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .map(|p| p.join("README.md"))
+        .unwrap_or_default()
+}
+
+#[test]
+fn every_console_block_names_its_kernel() {
+    let text = std::fs::read_to_string(readme_path()).unwrap();
+    if let Err(bad) = examples(&text) {
+        let lines: Vec<String> = bad
+            .iter()
+            .map(|b| format!("README.md:{}: {}", b.line, b.why))
+            .collect();
+        panic!("README examples that cannot be run:\n{}", lines.join("\n"));
+    }
+}
+
+/// The PATH the README's commands see: kprobe-perf's directory and the
+/// workloads', then the usual one.
+fn search_path() -> String {
+    let mut dirs: Vec<String> = Vec::new();
+    for p in [kprobe_perf_bin(), PathBuf::from(OPEN_LOOP)] {
+        if let Some(d) = p.parent() {
+            let d = d.display().to_string();
+            if !dirs.contains(&d) {
+                dirs.push(d);
+            }
+        }
+    }
+    dirs.push(std::env::var("PATH").unwrap_or_else(|_| "/usr/sbin:/usr/bin:/sbin:/bin".into()));
+    dirs.join(":")
+}
+
+/// Runs one command in `dir`, in its own mount namespace with
+/// `/etc/hostname` reading `vm`; stdout and stderr together.
+fn run(example: &Example, dir: &Path) -> String {
+    let hostname = dir.join(".hostname");
+    std::fs::write(&hostname, "vm\n").unwrap();
+    let script = format!(
+        "mount --make-rprivate / && mount --bind '{}' /etc/hostname && exec sh -c \"$0\" 2>&1",
+        hostname.display()
+    );
+    let out = Command::new("unshare")
+        .args(["-m", "sh", "-c", &script, &example.command])
+        .current_dir(dir)
+        .env("PATH", search_path())
+        .env_remove("RUST_BACKTRACE")
+        .output()
+        .unwrap();
+    let mut text = String::from_utf8_lossy(&out.stdout).into_owned();
+    text.push_str(&String::from_utf8_lossy(&out.stderr));
+    text
+}
+
+#[test]
+fn readme_examples_print_what_the_readme_shows() {
+    let test = "readme_examples_print_what_the_readme_shows";
+    let Some(kernel) = vm_kernel() else {
+        return skip(
+            test,
+            "the README's examples run in the VM on the kernels they name",
+        );
+    };
+    let text = std::fs::read_to_string(readme_path()).unwrap();
+    let all = examples(&text).unwrap_or_default();
+    let mine: Vec<&Example> = all.iter().filter(|e| e.kernel == kernel).collect();
+    if mine.is_empty() {
+        return skip_here(test, &format!("no README example names kernel {kernel}"));
+    }
+    let root = std::env::temp_dir().join(format!("kpf-readme-{}", std::process::id()));
+    let mut failures = Vec::new();
+    for e in &mine {
+        let dir = root.join(e.block.to_string());
+        std::fs::create_dir_all(&dir).unwrap();
+        let output = run(e, &dir);
+        println!("README.md:{}: # {}\n{output}", e.line, e.command);
+        if let Err(why) = compare(&e.expected, &output, e.shape) {
+            failures.push(format!("README.md:{}: # {}\n{why}", e.line, e.command));
+        }
+    }
+    let _ = std::fs::remove_dir_all(&root);
+    assert!(
+        failures.is_empty(),
+        "{} of {} README examples on {kernel} differ:\n\n{}",
+        failures.len(),
+        mine.len(),
+        failures.join("\n\n")
+    );
+}
