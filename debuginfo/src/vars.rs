@@ -76,6 +76,8 @@ pub struct Variable {
     pub type_name: String,
     /// Whether it is a parameter.
     pub parameter: bool,
+    /// Its entry, to fetch it without looking it up again.
+    pub(crate) die: gimli::UnitOffset,
 }
 
 /// Where a fetch starts.
@@ -162,6 +164,7 @@ impl<'a> DebugInfo<'a> {
     }
 
     fn site_args(&self, site: &Site, args: &[ProbeArg]) -> Result<Vec<FetchArg>> {
+        let unit = self.unit(site.scope.unit)?;
         let mut fetched = Vec::new();
         for arg in args {
             match arg {
@@ -177,7 +180,7 @@ impl<'a> DebugInfo<'a> {
                             path: vec![],
                             cast: None,
                         };
-                        if let Ok(f) = self.fetch_arg(site, &a) {
+                        if let Ok(f) = self.fetch_die(site, &unit, v.die, &a) {
                             fetched.push(f);
                         }
                     }
@@ -190,6 +193,7 @@ impl<'a> DebugInfo<'a> {
 
     /// The variables that have a value at `site` (perf -V), in DWARF order.
     pub fn variables(&self, site: &Site) -> Result<Vec<Variable>> {
+        let unit = self.unit(site.scope.unit)?;
         let mut out = Vec::new();
         for v in self.scope_vars(site)? {
             let a = ProbeArg::Var {
@@ -198,7 +202,7 @@ impl<'a> DebugInfo<'a> {
                 path: vec![],
                 cast: None,
             };
-            if self.fetch_arg(site, &a).is_ok() {
+            if self.fetch_die(site, &unit, v.die, &a).is_ok() {
                 out.push(v);
             }
         }
@@ -224,6 +228,7 @@ impl<'a> DebugInfo<'a> {
                 name: String::from_utf8_lossy(name).into_owned(),
                 type_name: types::type_name(&self.dwarf, &unit, ty),
                 parameter: e.tag() == gimli::DW_TAG_formal_parameter,
+                die: off,
             });
         }
         Ok(out)
@@ -285,10 +290,7 @@ impl<'a> DebugInfo<'a> {
 
     /// One argument at one site.
     pub(crate) fn fetch_arg(&self, site: &Site, arg: &ProbeArg) -> Result<FetchArg> {
-        let ProbeArg::Var {
-            var, path, cast, ..
-        } = arg
-        else {
+        let ProbeArg::Var { var, .. } = arg else {
             return Err(Error::Syntax {
                 input: arg.event_name(),
                 reason: "expected a variable".into(),
@@ -311,11 +313,31 @@ impl<'a> DebugInfo<'a> {
                 available,
             });
         };
+        self.fetch_die(site, &unit, off, arg)
+    }
+
+    /// One argument at one site, its variable's entry known.
+    fn fetch_die(
+        &self,
+        site: &Site,
+        unit: &Unit<'a>,
+        off: gimli::UnitOffset,
+        arg: &ProbeArg,
+    ) -> Result<FetchArg> {
+        let ProbeArg::Var {
+            var, path, cast, ..
+        } = arg
+        else {
+            return Err(Error::Syntax {
+                input: arg.event_name(),
+                reason: "expected a variable".into(),
+            });
+        };
         let e = unit
             .entry(off)
             .map_err(|e| self.dwarf_error(format!("variable {var}"), e))?;
-        let mut fetch = self.locate(&unit, site, &e, var)?;
-        let ty = self.var_type(&unit, &e);
+        let mut fetch = self.locate(unit, site, &e, var)?;
+        let ty = self.var_type(unit, &e);
         let type_err = |reason: String| Error::Type {
             expr: arg.event_name(),
             site: site.location.clone(),
@@ -327,11 +349,11 @@ impl<'a> DebugInfo<'a> {
             bits: None,
         };
         for step in path {
-            self.step(&unit, &mut state, step, var).map_err(type_err)?;
+            self.step(unit, &mut state, step, var).map_err(type_err)?;
         }
         let (ty, bits) = (state.ty, state.bits);
         let kind = self
-            .kind(&unit, ty, bits, cast.as_deref(), &mut fetch)
+            .kind(unit, ty, bits, cast.as_deref(), &mut fetch)
             .map_err(type_err)?;
         let rendered = fetch.render().ok_or_else(|| Error::Unsupported {
             name: var.clone(),
