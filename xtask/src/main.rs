@@ -1,6 +1,7 @@
 //! Developer tasks: `cargo xtask vm | test | demo | dist | deb`.
 #![cfg_attr(not(test), warn(unused_crate_dependencies))]
 
+mod bench_debuginfo;
 mod bench_unwind;
 mod deb;
 mod dist;
@@ -112,7 +113,7 @@ enum Task {
     /// host).
     Bench {
         /// What to measure.
-        #[arg(value_parser = ["spec", "attach", "opens", "decode", "live", "analysis", "filter", "unwind"], default_value = "spec")]
+        #[arg(value_parser = ["spec", "attach", "opens", "decode", "live", "analysis", "filter", "unwind", "debuginfo"], default_value = "spec")]
         what: String,
         /// For decode: how many samples.
         #[arg(long, default_value_t = 2_000_000)]
@@ -308,6 +309,12 @@ fn run(cli: Cli) -> Result<()> {
             run_fuzz(&format!("{target}_fuzz"), &args)
         }
         Task::Bench { what, .. } if what == "spec" => run_harness("spec_bench", &[]),
+        Task::Bench {
+            what,
+            functions,
+            kernel,
+            ..
+        } if what == "debuginfo" => bench_debuginfo::run(functions, &kernel),
         Task::Bench { what, samples, .. } if what == "decode" => bench_decode(samples),
         Task::Bench {
             what,
