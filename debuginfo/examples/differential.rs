@@ -338,6 +338,9 @@ fn compare(di: &DebugInfo<'_>, mode: &str, q: &str, ours: &Answer, theirs: &Answ
         (Ok(o), Err(t)) if t.contains("Too many( > 128)") && o.len() > 128 => {
             s("equivalent: perf stops at 128 sites, we give them all")
         }
+        (Ok(o), Err(_)) if o.values().flatten().any(|v| v.starts_with("REFUSED")) => {
+            s("equivalent: perf fails the whole point when a site cannot fetch an argument; we refuse that site")
+        }
         (Ok(_), Err(t)) => format!("perf failed, we answered: {}", t.chars().take(60).collect::<String>()),
         (Err(_), Ok(t)) if t.keys().all(|k| k.starts_with("_text+")) => {
             s("equivalent: no DWARF scope; perf fell back to the symbol table (the engine's job)")

@@ -28,7 +28,8 @@ pub(crate) fn real_type(unit: &Unit<'_>, mut off: gimli::UnitOffset) -> Option<g
     None
 }
 
-/// A type's name as perf's listing spells it (`char*`, `struct open_how*`, `int[]`).
+/// A type's name as perf's listing spells it (`char*`, `struct open_how*`;
+/// arrays as pointers, `int*`).
 pub(crate) fn type_name(
     dwarf: &Dwarf<'_>,
     unit: &Unit<'_>,
@@ -50,20 +51,23 @@ pub(crate) fn type_name(
             if inner == "(unknown_type)" || inner == "void" {
                 return "(unknown_type)".into();
             }
-            let suffix = if e.tag() == gimli::DW_TAG_pointer_type {
-                "*"
-            } else {
-                "[]"
-            };
-            format!("{inner}{suffix}")
+            // perf spells arrays as pointers.
+            format!("{inner}*")
         }
         gimli::DW_TAG_const_type
         | gimli::DW_TAG_volatile_type
         | gimli::DW_TAG_restrict_type
         | gimli::DW_TAG_atomic_type => type_name(dwarf, unit, type_of(&e)),
-        gimli::DW_TAG_structure_type => format!("struct {}", name().unwrap_or_default()),
-        gimli::DW_TAG_union_type => format!("union {}", name().unwrap_or_default()),
-        gimli::DW_TAG_enumeration_type => format!("enum {}", name().unwrap_or_default()),
+        // An anonymous aggregate has no name to print: perf says unknown.
+        gimli::DW_TAG_structure_type => {
+            name().map_or("(unknown_type)".into(), |n| format!("struct {n}"))
+        }
+        gimli::DW_TAG_union_type => {
+            name().map_or("(unknown_type)".into(), |n| format!("union {n}"))
+        }
+        gimli::DW_TAG_enumeration_type => {
+            name().map_or("(unknown_type)".into(), |n| format!("enum {n}"))
+        }
         gimli::DW_TAG_subroutine_type => "(function_type)".into(),
         _ => name().unwrap_or_else(|| "?".into()),
     }
