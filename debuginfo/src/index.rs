@@ -189,7 +189,16 @@ pub(crate) fn build(dwarf: &gimli::Dwarf<R<'_>>, path: &Path, key: &[u8]) -> Res
             .collect();
         handles
             .into_iter()
-            .map(|h| h.join().unwrap_or_else(|_| Ok(Vec::new())))
+            // A reader thread that panicked leaves the index incomplete:
+            // fail rather than cache a partial one.
+            .map(|h| {
+                h.join().unwrap_or_else(|_| {
+                    Err(dwarf_err(
+                        "a thread reading the units (it panicked)".into(),
+                        gimli::Error::Io,
+                    ))
+                })
+            })
             .collect()
     });
     let mut all = Vec::new();
