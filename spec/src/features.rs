@@ -26,6 +26,9 @@ pub struct KernelFeatures {
     pub char_type: bool,
     /// The `%pd`/`%pD` types.
     pub dentry: bool,
+    /// Event probes: `e[:[<group>/][<event>]] <attached-group>.<attached-event>`
+    /// (Linux 5.15+).
+    pub eprobe: bool,
 }
 
 /// A form of the probe language a kernel lacks, and what adds it.
@@ -58,6 +61,20 @@ impl KernelFeatures {
             symstr: types.contains("symstr"),
             char_type: types.split([' ', ',', '\t']).any(|w| w == "char"),
             dentry: types.contains("%pd"),
+            eprobe: text.contains("e[:[<group>/][<event>]]"),
+        }
+    }
+
+    /// The first form of `definition` this kernel lacks (`None`: it has
+    /// them all). Deletions need nothing.
+    pub fn lacking_definition(&self, definition: &crate::Definition) -> Option<Lacking> {
+        match definition {
+            crate::Definition::Probe(spec) => self.lacking(spec),
+            crate::Definition::EventProbe(_) if !self.eprobe => Some(Lacking {
+                what: "event probes (e:)".into(),
+                needs: "CONFIG_EPROBE_EVENTS, Linux 5.15+",
+            }),
+            _ => None,
         }
     }
 
@@ -79,6 +96,19 @@ impl KernelFeatures {
                 )
             }
             _ => {}
+        }
+        // Without BTF arguments the kernel names a bare `$argN` `argN`,
+        // which may collide with a name given to another argument.
+        if !self.btf_args {
+            for i in (0..spec.args.len()).filter(|&i| crate::parse::unnamed_arg(spec, i)) {
+                let name = spec.arg_name(i);
+                if (0..spec.args.len()).any(|j| j != i && spec.arg_name(j) == name) {
+                    return lacks(
+                        format!("two arguments named {name} ({name} is what this kernel calls ${name})"),
+                        "CONFIG_PROBE_EVENTS_BTF_ARGS, Linux 6.5+ (names $argN after the parameter)",
+                    );
+                }
+            }
         }
         // Names on a p:/r: entry probe are turned into $argN here (from
         // BTF); elsewhere the kernel looks them up.
@@ -150,6 +180,7 @@ mod tests {
             old,
             KernelFeatures {
                 symstr: true,
+                eprobe: true,
                 ..KernelFeatures::default()
             }
         );
@@ -165,6 +196,7 @@ mod tests {
                 symstr: true,
                 char_type: true,
                 dentry: true,
+                eprobe: true,
             }
         );
     }

@@ -86,7 +86,10 @@ fn c_type(words: &[&str], declared: Declared) -> Option<ParamType> {
 
 /// Parses `FUNC(TYPE NAME, ...)`.
 pub fn parse(input: &str, _arch: Arch) -> Result<ProbeSpec, SpecError> {
-    let cur = Cursor { input };
+    let cur = Cursor {
+        input,
+        eprobe: false,
+    };
     let lead = input.len() - input.trim_start().len();
     let t = input.trim();
     let open = t.find('(').unwrap_or(t.len());
