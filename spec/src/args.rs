@@ -415,11 +415,6 @@ fn parse_var(
 ) -> Result<FetchBase, SpecError> {
     let err = |msg: String| Err(cur.err(at, text.len().max(1), msg));
     let kernel = !spec.target.is_user();
-    // A uprobe's return takes anything that starts with `retval` as
-    // `$retval` (parse_probe_vars only looks at the prefix there).
-    if var.starts_with("retval") && !kernel && spec.is_return() {
-        return Ok(FetchBase::Retval);
-    }
     if var == "retval" || var.starts_with("retval->") || var.starts_with("retval.") {
         if !spec.is_return() {
             return err("$retval is only available at a return probe: use r: instead of p:".into());

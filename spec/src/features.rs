@@ -148,6 +148,18 @@ impl KernelFeatures {
                     "Linux 6.10+ (\"kernel return probes support: $retval, $arg<N>\")",
                 );
             }
+            // 6.12 takes a return value as a string (its BTF type says
+            // where it points); older kernels want a dereference.
+            if a.fetch.base == FetchBase::Retval
+                && a.fetch.derefs.is_empty()
+                && a.ty.is_some_and(|t| t.base.is_string())
+                && !self.btf_args
+            {
+                return lacks(
+                    format!("a string read straight from $retval ({a}); write +0($retval):string"),
+                    "CONFIG_PROBE_EVENTS_BTF_ARGS, Linux 6.5+",
+                );
+            }
             let ty = a.effective_type().base;
             let missing = match ty {
                 BaseType::SymStr if !self.symstr => Some("Linux 6.2+"),

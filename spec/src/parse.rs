@@ -195,8 +195,8 @@ fn parse_eprobe(input: &str, arch: Arch, toks: &[(usize, &str)]) -> Result<Event
     };
     let Some(&(target_at, target)) = toks.get(1) else {
         return Err(cur.err(
-            input.trim_end().len() + 1,
-            1,
+            head_at,
+            head.len(),
             "missing the attached event: e:[GRP/]EVENT SYSTEM.EVENT",
         ));
     };
@@ -220,11 +220,14 @@ fn parse_eprobe(input: &str, arch: Arch, toks: &[(usize, &str)]) -> Result<Event
     };
     let arg_toks = &toks[2..];
     if arg_toks.len() > MAX_ARGS {
-        let (at, t) = arg_toks[MAX_ARGS];
+        let (at, _) = arg_toks[0];
         return Err(cur.err(
             at,
-            t.len(),
-            format!("at most {MAX_ARGS} arguments per probe"),
+            1,
+            format!(
+                "at most {MAX_ARGS} arguments per probe, and {} are given",
+                arg_toks.len()
+            ),
         ));
     }
     // The arguments are parsed as a tracepoint probe's would be, with
@@ -263,6 +266,22 @@ impl ProbeSpec {
         if proto::looks_like_prototype(input) {
             return proto::parse(input, arch);
         }
+        // One word is no kind of dynamic event to the kernel (7.x marks it
+        // at its start, older kernels log nothing), unless it is
+        // kprobe-perf's short form `p:SYM`.
+        let words = tokens(input);
+        Self::parse_words(input, arch).map_err(|mut e| {
+            if let [(at, word)] = words[..] {
+                e.span = Span {
+                    start: at,
+                    len: word.len(),
+                };
+            }
+            e
+        })
+    }
+
+    fn parse_words(input: &str, arch: Arch) -> Result<ProbeSpec, SpecError> {
         let cur = Cursor {
             input,
             eprobe: false,
@@ -388,11 +407,16 @@ impl ProbeSpec {
             args: Vec::new(),
         };
         if arg_toks.len() > MAX_ARGS {
-            let (at, t) = arg_toks[MAX_ARGS];
+            // The kernel (7.x; older ones log nothing) marks the first.
+            let (at, _) = arg_toks[0];
+            let (last_at, last) = arg_toks[arg_toks.len() - 1];
             return Err(cur.err(
                 at,
-                t.len(),
-                format!("at most {MAX_ARGS} arguments per probe"),
+                last_at + last.len() - at,
+                format!(
+                    "at most {MAX_ARGS} arguments per probe, and {} are given",
+                    arg_toks.len()
+                ),
             ));
         }
         for &(at, text) in arg_toks {

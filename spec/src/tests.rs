@@ -400,7 +400,12 @@ fn at_most_128_arguments() {
     let ok = format!("p:e f {}", vec!["%di"; 128].join(" "));
     assert_eq!(parse(&ok).unwrap().args.len(), 128);
     let e = parse(&format!("{ok} %si")).unwrap_err();
-    assert_eq!(e.message, "at most 128 arguments per probe");
+    assert_eq!(
+        e.message,
+        "at most 128 arguments per probe, and 129 are given"
+    );
+    // Where 7.x's error_log points: the first argument.
+    assert_eq!(e.span.start, 6);
 }
 
 /// Found by the fuzzer: a multi-byte character where a type starts.
@@ -431,7 +436,7 @@ const BAD: &[(&str, &str, usize, usize)] = &[
     ("p100:foo do_sys_open", "maxactive applies only to return probes: write r100:, not p100:", 1, 3),
     ("r0:foo do_sys_open", "maxactive must be a number from 1 to 4096, as in r100:", 1, 1),
     ("r5000 do_sys_open", "maxactive must be a number from 1 to 4096, as in r100:", 1, 4),
-    ("p:", "missing probe target: give a symbol (do_sys_openat2), symbol+offset, or address", 3, 1),
+    ("p:", "missing probe target: give a symbol (do_sys_openat2), symbol+offset, or address", 0, 2),
     ("p:1abc do_sys_open", "event names are letters, digits and _, starting with a letter or _", 2, 4),
     ("p:ev do_sys_open-8", "offsets into a symbol are positive: SYM+OFFS", 5, 13),
     ("p:ev do_sys_open+zz", "not a valid offset: write SYM+0x10 or SYM+16 (at most 0x7fffffffffffffff)", 5, 14),
