@@ -303,7 +303,7 @@ impl ProbeSpec {
             return Err(cur.err(
                 head_at,
                 head.len(),
-                "an event probe (e:) is a Definition::EventProbe: parse it with Definition::parse",
+                "event probes (e:) can be checked (Definition::parse) but not recorded yet",
             ));
         }
 
