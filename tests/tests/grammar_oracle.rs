@@ -802,6 +802,34 @@ fn lacks_form(def: &str, f: &KernelFeatures) -> bool {
         || !f.symstr && typed("symstr")
 }
 
+/// The verdict differences docs/grammar.md lists, each explained by the
+/// kernel version (none of them shows in the README): why, or `None`.
+fn documented_difference(kernel: &str, def: &str, kernel_accepts: bool) -> Option<&'static str> {
+    let uprobe = def.contains(" /bin/true:");
+    let newer = kernel != "6.1";
+    let sid = !matches!(kernel, "6.1" | "6.12");
+    if uprobe && kernel_accepts && def.ends_with("$stack4294967296") {
+        return Some("the kernel keeps the low 32 bits of $stackN");
+    }
+    if uprobe && kernel_accepts && newer && def.starts_with("r:") && def.contains(" $retval") {
+        return Some("6.7+ reads anything after $retval on a uprobe as $retval");
+    }
+    if uprobe && kernel_accepts && !newer && (def.contains(":symbol") || def.contains(":symstr")) {
+        return Some("6.1 takes the symbol types on uprobes");
+    }
+    if kernel_accepts && !newer && def.split_whitespace().count() > 130 {
+        return Some("6.1 takes 129 arguments");
+    }
+    let maxactive = def.starts_with('f') && def.as_bytes().get(1).is_some_and(u8::is_ascii_digit);
+    if !kernel_accepts && sid && maxactive && def.contains("%return") {
+        return Some("7.x dropped maxactive on fprobes");
+    }
+    if kernel_accepts && sid && def.starts_with(['f', 't']) && def.contains(" @") {
+        return Some("7.x defines fprobe and tracepoint @SYM arguments unchecked");
+    }
+    None
+}
+
 fn write_to(file: &str, text: &str) -> std::io::Result<()> {
     let mut f = OpenOptions::new()
         .append(true)
@@ -904,9 +932,17 @@ fn grammar_oracle() {
             continue;
         }
         if k.accepted() != p.accepted() {
-            verdict_bad.push(format!(
-                "{} [{}]\n    kernel: {k:?}\n    parser: {p:?}",
-                e.def, e.origin
+            let known = documented_difference(&kernel, &e.def, k.accepted());
+            verdict_bad.push((
+                known,
+                format!(
+                    "{} [{}]{}\n    kernel: {k:?}\n    parser: {p:?}",
+                    e.def,
+                    e.origin,
+                    known
+                        .map(|w| format!(" (docs/grammar.md: {w})"))
+                        .unwrap_or_default()
+                ),
             ));
             continue;
         }
@@ -938,7 +974,7 @@ fn grammar_oracle() {
     for d in &set_aside {
         println!("{d}");
     }
-    for d in &verdict_bad {
+    for (_, d) in &verdict_bad {
         println!("VERDICT {d}");
     }
     for d in &caret_bad {
@@ -965,10 +1001,10 @@ fn grammar_oracle() {
         "the corpus has {} definitions, fewer than 2000",
         corpus.len()
     );
-    assert!(
-        verdict_bad.is_empty(),
-        "{} verdicts differ",
-        verdict_bad.len()
+    let unexplained = verdict_bad.iter().filter(|(k, _)| k.is_none()).count();
+    assert_eq!(
+        unexplained, 0,
+        "{unexplained} verdicts differ that docs/grammar.md does not explain"
     );
     assert!(
         caret_ok * 100 >= refused * 98,
