@@ -548,6 +548,21 @@ pub fn resolve_with(
     features: Option<&KernelFeatures>,
 ) -> Result<ProbePlan, PlanError> {
     let spec = short_form_with_names(spec, symbols);
+    // The kernel reads $argN only at the function's entry; the parse
+    // leaves that to the plan (kprobe_on_func_entry also takes +4 after
+    // an ENDBR, which is not told apart here).
+    if let Target::Symbol { name, offset, .. } = &spec.target {
+        let arg = spec
+            .args
+            .iter()
+            .find(|a| matches!(a.fetch.base, FetchBase::Arg(_)));
+        if let (true, Some(a)) = (*offset != 0, arg) {
+            return Err(PlanError::Preflight {
+                probe: format!("{name}+{offset}"),
+                reason: format!("is not the function entry, where {} holds a parameter; fetch registers here instead (the kernel would answer EINVAL)", a.fetch),
+            });
+        }
+    }
     if crate::entry_join::needs_join(&spec, features) {
         return crate::entry_join::plan_joined(spec, symbols, arch, choice, features);
     }
