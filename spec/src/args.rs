@@ -10,7 +10,8 @@
 
 use kprobe_perf_arch::Arch;
 
-use super::parse::{is_identifier, parse_number, parse_signed, Cursor, SpecError, GLOB_CHARS};
+use super::parse::{is_identifier, parse_number, parse_signed, Cursor, SpecError};
+use super::target::GLOB_CHARS;
 use super::{
     ArgType, BaseType, Deref, Fetch, FetchArg, FetchBase, Immediate, Member, ProbeSpec, Target,
     MAX_ARG_NAME, MAX_ARRAY_LEN, RESERVED_NAMES,

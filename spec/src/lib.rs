@@ -55,6 +55,7 @@ mod args;
 mod features;
 mod parse;
 pub mod proto;
+mod target;
 #[cfg(test)]
 mod tests;
 
