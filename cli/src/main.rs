@@ -360,6 +360,7 @@ fn probe_parse(specs: &[String]) -> Result<ExitCode> {
     for s in specs {
         match Definition::parse(s, arch) {
             Ok(Definition::Probe(spec)) => println!("{}", spec.qualified()),
+            Ok(Definition::EventProbe(e)) => println!("{}", e.qualified()),
             Ok(delete) => println!("{delete}"),
             Err(e) => {
                 ok = false;

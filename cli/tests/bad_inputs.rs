@@ -184,8 +184,10 @@ fn table(f: &Fixtures) -> Vec<(Vec<String>, &'static str)> {
             "No such file or directory",
         ),
         (
+            // The kernel reads the offset as a long: past it, the
+            // definition is refused before the binary is read.
             with_spec(format!("p:{bin}:main+0xffffffffffffffff")),
-            "is past the end of main",
+            "not a valid offset",
         ),
         (
             with_spec(format!("p:{bin}:0x7fffffffffffffff")),
@@ -196,7 +198,7 @@ fn table(f: &Fixtures) -> Vec<(Vec<String>, &'static str)> {
             "3221225472 bytes, more than the",
         ),
         // Malformed definitions (the parser's caret display follows).
-        (with_spec("p:".into()), "missing event name"),
+        (with_spec("p:".into()), "missing probe target"),
         (with_spec("x:foo".into()), "a probe starts with p"),
         (
             with_spec("p:do_sys_openat2+99999999999999999999".into()),
@@ -255,7 +257,7 @@ fn table(f: &Fixtures) -> Vec<(Vec<String>, &'static str)> {
             "does not exist",
         ),
         (cmd(&["stat", "-I", "100"]), "--event"),
-        (with_stat("p:".into()), "missing event name"),
+        (with_stat("p:".into()), "missing probe target"),
     ]
 }
 

@@ -26,6 +26,9 @@ pub struct KernelFeatures {
     pub char_type: bool,
     /// The `%pd`/`%pD` types.
     pub dentry: bool,
+    /// Event probes: `e[:[<group>/][<event>]] <attached-group>.<attached-event>`
+    /// (Linux 5.15+).
+    pub eprobe: bool,
 }
 
 /// A form of the probe language a kernel lacks, and what adds it.
@@ -58,6 +61,20 @@ impl KernelFeatures {
             symstr: types.contains("symstr"),
             char_type: types.split([' ', ',', '\t']).any(|w| w == "char"),
             dentry: types.contains("%pd"),
+            eprobe: text.contains("e[:[<group>/][<event>]]"),
+        }
+    }
+
+    /// The first form of `definition` this kernel lacks (`None`: it has
+    /// them all). Deletions need nothing.
+    pub fn lacking_definition(&self, definition: &crate::Definition) -> Option<Lacking> {
+        match definition {
+            crate::Definition::Probe(spec) => self.lacking(spec),
+            crate::Definition::EventProbe(_) if !self.eprobe => Some(Lacking {
+                what: "event probes (e:)".into(),
+                needs: "CONFIG_EPROBE_EVENTS, Linux 5.15+",
+            }),
+            _ => None,
         }
     }
 
@@ -79,6 +96,19 @@ impl KernelFeatures {
                 )
             }
             _ => {}
+        }
+        // Without BTF arguments the kernel names a bare `$argN` `argN`,
+        // which may collide with a name given to another argument.
+        if !self.btf_args {
+            for i in (0..spec.args.len()).filter(|&i| crate::parse::unnamed_arg(spec, i)) {
+                let name = spec.arg_name(i);
+                if (0..spec.args.len()).any(|j| j != i && spec.arg_name(j) == name) {
+                    return lacks(
+                        format!("two arguments named {name} ({name} is what this kernel calls ${name})"),
+                        "CONFIG_PROBE_EVENTS_BTF_ARGS, Linux 6.5+ (names $argN after the parameter)",
+                    );
+                }
+            }
         }
         // Names on a p:/r: entry probe are turned into $argN here (from
         // BTF); elsewhere the kernel looks them up.
@@ -118,6 +148,18 @@ impl KernelFeatures {
                     "Linux 6.10+ (\"kernel return probes support: $retval, $arg<N>\")",
                 );
             }
+            // 6.12 takes a return value as a string (its BTF type says
+            // where it points); older kernels want a dereference.
+            if a.fetch.base == FetchBase::Retval
+                && a.fetch.derefs.is_empty()
+                && a.ty.is_some_and(|t| t.base.is_string())
+                && !self.btf_args
+            {
+                return lacks(
+                    format!("a string read straight from $retval ({a}); write +0($retval):string"),
+                    "CONFIG_PROBE_EVENTS_BTF_ARGS, Linux 6.5+",
+                );
+            }
             let ty = a.effective_type().base;
             let missing = match ty {
                 BaseType::SymStr if !self.symstr => Some("Linux 6.2+"),
@@ -150,6 +192,7 @@ mod tests {
             old,
             KernelFeatures {
                 symstr: true,
+                eprobe: true,
                 ..KernelFeatures::default()
             }
         );
@@ -165,6 +208,7 @@ mod tests {
                 symstr: true,
                 char_type: true,
                 dentry: true,
+                eprobe: true,
             }
         );
     }

@@ -12,7 +12,11 @@
 //!   args makes it a return probe, as the kernel does)
 //! - `f[MAXACTIVE][:[GRP/][EVENT]] SYM%return [FETCHARGS]`
 //! - `t[:[GRP/][EVENT]] TRACEPOINT [FETCHARGS]` (a probe on a tracepoint)
-//! - `-:[GRP/]EVENT` (delete; see [`Definition`])
+//! - `-:[GRP/]EVENT [PROBE-POINT [ARGS]]` (delete; see [`Definition`])
+//! - `e[:[GRP/][EVENT]] SYSTEM.EVENT [FETCHARGS]` (an event probe, see
+//!   [`EventProbe`]; parsed, not yet recorded)
+//! - uprobes also as `/PATH:0xOFFSET[%return](0xREF_CTR)` (a reference
+//!   counter, as USDT semaphores use)
 //! - the short form `p:SYM [FETCHARGS]`: when what follows the colon has a
 //!   module or path prefix or an offset, or is followed only by fetch
 //!   args, it is the target and the event name is generated;
@@ -47,12 +51,15 @@
 
 use std::fmt;
 
+mod args;
 mod features;
 mod parse;
 pub mod proto;
+mod target;
 #[cfg(test)]
 mod tests;
 
+pub use args::{MAX_ARG_BODY, MAX_PARAM};
 pub use features::{KernelFeatures, Lacking};
 pub use parse::SpecError;
 
@@ -72,9 +79,9 @@ pub const TPROBE_GROUP: &str = "tracepoints";
 /// Longest event or group name the kernel accepts (`MAX_EVENT_NAME_LEN`
 /// less the NUL).
 pub const MAX_EVENT_NAME: usize = 63;
-/// Longest argument name the kernel accepts (`MAX_ARG_NAME_LEN` less the
-/// NUL).
-pub const MAX_ARG_NAME: usize = 31;
+/// Longest argument name the kernel accepts (`MAX_ARG_NAME_LEN`; the
+/// kernel refuses only longer ones).
+pub const MAX_ARG_NAME: usize = 32;
 /// Field names the kernel reserves in every probe event.
 pub const RESERVED_NAMES: &[&str] = &[
     "common_type",
@@ -125,13 +132,73 @@ impl Span {
 pub enum Definition {
     /// `p:`/`r:` or the prototype form.
     Probe(ProbeSpec),
-    /// `-:[GRP/]EVENT`.
+    /// `-:[GRP/]EVENT [PROBE-POINT [ARGS]]`: the kernel deletes the
+    /// event only when it was defined with these words (when given).
     Delete {
         /// The group, when given.
         group: Option<String>,
-        /// The event.
+        /// The event; empty in `-:GRP/` (every event of the group).
         event: String,
+        /// The probe point and arguments the event must have been defined
+        /// with, as written (the kernel compares them word by word).
+        matching: Vec<String>,
     },
+    /// `e[:[GRP/][EVENT]] SYSTEM.EVENT [ARGS]`: an event probe (5.15+).
+    EventProbe(EventProbe),
+}
+
+/// An event probe: a new event that fires with an existing trace event
+/// and records fields of it (trace_eprobe.c). Parsed only: recording one
+/// is not done yet (the kernel gives eprobes no perf handler, see
+/// kernel-notes.md).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct EventProbe {
+    /// `GRP`; the kernel's default is `eprobes`.
+    pub group: Option<String>,
+    /// `EVENT`; the kernel's default is the attached event's name.
+    pub event: Option<String>,
+    /// The attached event's system (`sched` of `sched.sched_switch`).
+    pub system: String,
+    /// The attached event (`sched_switch`).
+    pub attached: String,
+    /// Fetch arguments (`$FIELD` reads a field of the attached event).
+    pub args: Vec<FetchArg>,
+}
+
+/// The group of an event probe when none is given (`EPROBE_EVENT_SYSTEM`).
+pub const EPROBE_GROUP: &str = "eprobes";
+
+impl EventProbe {
+    /// The same probe with group and event spelled out as the kernel names
+    /// them.
+    pub fn qualified(&self) -> EventProbe {
+        EventProbe {
+            group: Some(
+                self.group
+                    .clone()
+                    .unwrap_or_else(|| EPROBE_GROUP.to_string()),
+            ),
+            event: Some(self.event.clone().unwrap_or_else(|| self.attached.clone())),
+            ..self.clone()
+        }
+    }
+}
+
+impl fmt::Display for EventProbe {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("e")?;
+        match (&self.group, &self.event) {
+            (Some(g), Some(e)) => write!(f, ":{g}/{e}")?,
+            (Some(g), None) => write!(f, ":{g}/")?,
+            (None, Some(e)) => write!(f, ":{e}")?,
+            (None, None) => {}
+        }
+        write!(f, " {}.{}", self.system, self.attached)?;
+        for a in &self.args {
+            write!(f, " {a}")?;
+        }
+        Ok(())
+    }
 }
 
 /// Entry probe or return probe.
@@ -158,6 +225,15 @@ pub enum UserLocation {
     },
     /// `0xOFFSET`: a file offset, as the uprobe PMU takes it.
     Offset(u64),
+    /// `0xOFFSET(0xREF_CTR)`: a file offset and the file offset of the
+    /// reference counter (a USDT semaphore) the kernel increments while
+    /// the probe is armed.
+    Counted {
+        /// The probe's file offset.
+        offset: u64,
+        /// The reference counter's file offset.
+        ref_ctr: u64,
+    },
 }
 
 /// Where the probe goes.
@@ -212,7 +288,7 @@ impl Target {
             | Target::Fprobe { .. }
             | Target::Tracepoint { .. }
             | Target::User {
-                location: UserLocation::Offset(_),
+                location: UserLocation::Offset(_) | UserLocation::Counted { .. },
                 ..
             } => true,
         }
@@ -280,6 +356,8 @@ pub enum FetchBase {
     /// `$arg*`: every parameter of the function, named and typed by the
     /// kernel from BTF.
     AllArgs,
+    /// `$FIELD` in an event probe (`e:`): a field of the attached event.
+    EventField(String),
 }
 
 /// One step of a BTF member access.
@@ -487,7 +565,9 @@ impl ProbeSpec {
                 let base = path.rsplit('/').next().unwrap_or(path);
                 let tail = base.split(['.', '-', '_']).next().unwrap_or(base);
                 match location {
-                    UserLocation::Offset(o) => format!("{prefix}_{tail}_0x{o:x}"),
+                    UserLocation::Offset(o) | UserLocation::Counted { offset: o, .. } => {
+                        format!("{prefix}_{tail}_0x{o:x}")
+                    }
                     UserLocation::Symbol { name, offset } => {
                         format!("{prefix}_{tail}_{name}_{offset}")
                     }
@@ -631,6 +711,7 @@ impl fmt::Display for Fetch {
                 }
             }
             FetchBase::AllArgs => f.write_str("$arg*")?,
+            FetchBase::EventField(n) => write!(f, "${n}")?,
         }
         for _ in &self.derefs {
             f.write_str(")")?;
@@ -676,6 +757,9 @@ impl fmt::Display for Target {
             Target::Address(a) => write!(f, "0x{a:x}"),
             Target::User { path, location } => match location {
                 UserLocation::Offset(o) => write!(f, "{path}:0x{o:x}"),
+                UserLocation::Counted { offset, ref_ctr } => {
+                    write!(f, "{path}:0x{offset:x}(0x{ref_ctr:x})")
+                }
                 UserLocation::Symbol { name, offset: 0 } => write!(f, "{path}:{name}"),
                 UserLocation::Symbol { name, offset } => write!(f, "{path}:{name}+{offset}"),
             },
@@ -718,13 +802,22 @@ impl fmt::Display for Definition {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             Definition::Probe(p) => write!(f, "{p}"),
-            Definition::Delete { group, event } => {
+            Definition::Delete {
+                group,
+                event,
+                matching,
+            } => {
                 f.write_str("-:")?;
                 if let Some(g) = group {
                     write!(f, "{g}/")?;
                 }
-                f.write_str(event)
+                f.write_str(event)?;
+                for w in matching {
+                    write!(f, " {w}")?;
+                }
+                Ok(())
             }
+            Definition::EventProbe(e) => write!(f, "{e}"),
         }
     }
 }

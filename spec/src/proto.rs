@@ -152,7 +152,10 @@ fn parse_param<'p>(
 
 /// Parses `FUNC(TYPE NAME, ...)`.
 pub fn parse(input: &str, _arch: Arch) -> Result<ProbeSpec, SpecError> {
-    let cur = Cursor { input };
+    let cur = Cursor {
+        input,
+        eprobe: false,
+    };
     let lead = input.len() - input.trim_start().len();
     let t = input.trim();
     let open = t.find('(').unwrap_or(t.len());

@@ -55,6 +55,25 @@ pub fn resolve(
     resolve_with(spec, symbols, arch, choice, running_kernel_features())
 }
 
+/// The kernel reads `$argN` only at a function's entry; the parse leaves
+/// that to the plan (`kprobe_on_func_entry` also takes +4 after an ENDBR,
+/// which is not told apart here).
+fn args_at_entry(spec: &ProbeSpec) -> Result<(), PlanError> {
+    if let Target::Symbol { name, offset, .. } = &spec.target {
+        let arg = spec
+            .args
+            .iter()
+            .find(|a| matches!(a.fetch.base, FetchBase::Arg(_)));
+        if let (true, Some(a)) = (*offset != 0, arg) {
+            return Err(PlanError::Preflight {
+                probe: format!("{name}+{offset}"),
+                reason: format!("is not the function entry, where {} holds a parameter; fetch registers here instead (the kernel would answer EINVAL)", a.fetch),
+            });
+        }
+    }
+    Ok(())
+}
+
 /// As [`resolve`], against the given kernel features (`None`: unknown, so
 /// the kernel is left to refuse what it lacks when the probe is defined).
 pub fn resolve_with(
@@ -65,6 +84,7 @@ pub fn resolve_with(
     features: Option<&KernelFeatures>,
 ) -> Result<ProbePlan, PlanError> {
     let spec = short_form_with_names(spec, symbols);
+    args_at_entry(&spec)?;
     if entry_join::needs_join(&spec, features) {
         return entry_join::plan_joined(spec, symbols, arch, choice, features, resolve_with);
     }

@@ -35,6 +35,10 @@ pub fn check_uprobe(
             check_user_offset(&bin, &sym, *offset, kind, arch, &format!("{name}+{offset}"))?;
             Ok(sym.file_offset.saturating_add(*offset))
         }
+        UserLocation::Counted { .. } => Err(PlanError::Unsupported {
+            what: format!("a uprobe with a reference counter ({path}:OFFS(CTR))"),
+            instead: "probe the offset without its counter for now".into(),
+        }),
         UserLocation::Offset(o) => {
             let bin = match UserBinary::open(file) {
                 Ok(b) => b,
