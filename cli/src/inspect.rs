@@ -543,7 +543,7 @@ mod tests {
         );
         assert_eq!(
             route("p:vfs_*", TRACEABLE, false),
-            Told::Kprobes("this kernel's tracefs README has no fprobe events (f:; CONFIG_FPROBE_EVENTS, Linux 6.4+)".into())
+            Told::Kprobes("this kernel's tracefs README has no fprobe events (f:; CONFIG_FPROBE_EVENTS, Linux 6.5+)".into())
         );
         // A pattern with `?` before its `*` is covered afresh.
         assert_eq!(

@@ -86,13 +86,13 @@ impl KernelFeatures {
             Target::Fprobe { .. } if !self.fprobe => {
                 return lacks(
                     "fprobe events (f:)".into(),
-                    "CONFIG_FPROBE_EVENTS, Linux 6.4+",
+                    "CONFIG_FPROBE_EVENTS, Linux 6.5+",
                 )
             }
             Target::Tracepoint { .. } if !self.tprobe => {
                 return lacks(
                     "tracepoint probes (t:)".into(),
-                    "CONFIG_FPROBE_EVENTS, Linux 6.4+",
+                    "CONFIG_FPROBE_EVENTS, Linux 6.5+",
                 )
             }
             _ => {}

@@ -288,7 +288,7 @@ fn fprobe_refused_where_the_kernel_lacks_it() {
     }
     assert_eq!(
         got.unwrap_err().to_string(),
-        "this kernel's tracefs README has no fprobe events (f:); needs CONFIG_FPROBE_EVENTS, Linux 6.4+"
+        "this kernel's tracefs README has no fprobe events (f:); needs CONFIG_FPROBE_EVENTS, Linux 6.5+"
     );
     // Entry arguments in return probes are not refused: a hidden entry
     // probe fetches them, joined to the return in user space (see
@@ -302,7 +302,7 @@ fn fprobe_refused_where_the_kernel_lacks_it() {
     assert!(!out.status.success());
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(
-        err.contains("this kernel's tracefs README has no fprobe events (f:); needs CONFIG_FPROBE_EVENTS, Linux 6.4+"),
+        err.contains("this kernel's tracefs README has no fprobe events (f:); needs CONFIG_FPROBE_EVENTS, Linux 6.5+"),
         "{err}"
     );
 }

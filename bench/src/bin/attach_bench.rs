@@ -621,7 +621,7 @@ fn main() {
             return;
         }
         (Some(_), false) => {
-            println!("fprobe bench: this kernel's tracefs README has no fprobe events (CONFIG_FPROBE_EVENTS, Linux 6.4+); measuring kprobes instead");
+            println!("fprobe bench: this kernel's tracefs README has no fprobe events (CONFIG_FPROBE_EVENTS, Linux 6.5+); measuring kprobes instead");
         }
         _ => {}
     }

@@ -98,7 +98,7 @@ pub fn glob_route(
 ) -> GlobRoute {
     let kprobes = |why: &str| GlobRoute::Kprobes(why.to_string());
     if !features.is_some_and(|f| f.fprobe) {
-        return kprobes("this kernel's tracefs README has no fprobe events (f:; CONFIG_FPROBE_EVENTS, Linux 6.4+)");
+        return kprobes("this kernel's tracefs README has no fprobe events (f:; CONFIG_FPROBE_EVENTS, Linux 6.5+)");
     }
     let Target::Symbol {
         module: None,

@@ -863,11 +863,11 @@ mod tests {
         let refused = [
             (
                 "f:kpf/ret do_sys_openat2%return $retval",
-                "fprobe events (f:); needs CONFIG_FPROBE_EVENTS, Linux 6.4+",
+                "fprobe events (f:); needs CONFIG_FPROBE_EVENTS, Linux 6.5+",
             ),
             (
                 "t:kpf/ss sched_switch",
-                "tracepoint probes (t:); needs CONFIG_FPROBE_EVENTS, Linux 6.4+",
+                "tracepoint probes (t:); needs CONFIG_FPROBE_EVENTS, Linux 6.5+",
             ),
             (
                 "p:do_sys_openat2 $arg*",
