@@ -40,21 +40,31 @@ fn record(args: &[&str]) -> String {
     stdout
 }
 
-#[test]
-fn dwarf_unwinds_ls_through_main_live_from_the_file_and_in_perf() {
-    let test = "dwarf_unwinds_ls_through_main_live_from_the_file_and_in_perf";
+/// The probe on libc's `opendir` and a new directory for the test's
+/// files; `None` (the test skipped, with its reason) without uprobes, the
+/// C library or `/usr/bin/ls`.
+fn opendir_probe(test: &str, what: &str) -> Option<(String, std::path::PathBuf)> {
     if !uprobes_available(test) {
-        return;
+        return None;
     }
     let (Some(libc), true) = (libc_path(), Path::new("/usr/bin/ls").exists()) else {
-        return skip(
+        skip(
             test,
             "no libc in this process's mappings, or no /usr/bin/ls",
         );
+        return None;
     };
-    let probe = format!("p:{libc}:opendir");
-    let dir = std::env::temp_dir().join(format!("kpf-dwarf-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
+    let dir = std::env::temp_dir().join(format!("kpf-{what}-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).ok()?;
+    Some((format!("p:{libc}:opendir"), dir))
+}
+
+#[test]
+fn dwarf_unwinds_ls_through_main_live_from_the_file_and_in_perf() {
+    let test = "dwarf_unwinds_ls_through_main_live_from_the_file_and_in_perf";
+    let Some((probe, dir)) = opendir_probe(test, "dwarf") else {
+        return;
+    };
     let file = dir.join("ls.data");
     let file = file.to_str().unwrap();
     let live = record(&[
@@ -157,19 +167,10 @@ fn dwarf_unwinds_ls_through_main_live_from_the_file_and_in_perf() {
 #[test]
 fn a_profile_holds_each_event_as_a_sample_with_its_stack() {
     let test = "a_profile_holds_each_event_as_a_sample_with_its_stack";
-    if !uprobes_available(test) {
+    let Some((probe, dir)) = opendir_probe(test, "profile") else {
         return;
-    }
-    let (Some(libc), true) = (libc_path(), Path::new("/usr/bin/ls").exists()) else {
-        return skip(
-            test,
-            "no libc in this process's mappings, or no /usr/bin/ls",
-        );
     };
-    let dir = std::env::temp_dir().join(format!("kpf-profile-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
     let path = dir.join("ls.json");
-    let probe = format!("p:{libc}:opendir");
     record(&[
         "-q",
         "--call-graph",

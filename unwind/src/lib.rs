@@ -307,37 +307,16 @@ impl Unwinder {
             out.push(regs.pc);
             return Ending::Truncated;
         };
-        let mut ending = Ending::Complete;
-        match &process.unwinder {
+        let ending = match &process.unwinder {
             ArchUnwinder::X86(u) => {
                 let start = UnwindRegsX86_64::new(regs.pc, regs.sp, regs.fp);
-                let mut it = u.iter_frames(regs.pc, start, &mut self.cache_x86, &mut read_stack);
-                loop {
-                    match it.next() {
-                        Ok(Some(f)) => out.push(f.address()),
-                        Ok(None) => break,
-                        Err(_) => {
-                            ending = Ending::Truncated;
-                            break;
-                        }
-                    }
-                }
+                walk(u, regs.pc, start, &mut self.cache_x86, &mut read_stack, out)
             }
             ArchUnwinder::Arm(u) => {
                 let start = UnwindRegsAarch64::new(regs.lr, regs.sp, regs.fp);
-                let mut it = u.iter_frames(regs.pc, start, &mut self.cache_arm, &mut read_stack);
-                loop {
-                    match it.next() {
-                        Ok(Some(f)) => out.push(f.address()),
-                        Ok(None) => break,
-                        Err(_) => {
-                            ending = Ending::Truncated;
-                            break;
-                        }
-                    }
-                }
+                walk(u, regs.pc, start, &mut self.cache_arm, &mut read_stack, out)
             }
-        }
+        };
         if out.is_empty() {
             out.push(regs.pc);
         }
@@ -381,6 +360,25 @@ impl Unwinder {
         let svma = address.wrapping_sub(m.base) - u64::from(return_address);
         let file = Arc::clone(&m.file);
         self.sources.frames(&file, &self.debug_root, svma)
+    }
+}
+
+/// Walks the stack from `pc` with `u`, each frame's address into `out`.
+fn walk<U: framehop::Unwinder>(
+    u: &U,
+    pc: u64,
+    start: U::UnwindRegs,
+    cache: &mut U::Cache,
+    read_stack: &mut impl FnMut(u64) -> Result<u64, ()>,
+    out: &mut Vec<u64>,
+) -> Ending {
+    let mut it = u.iter_frames(pc, start, cache, read_stack);
+    loop {
+        match it.next() {
+            Ok(Some(f)) => out.push(f.address()),
+            Ok(None) => return Ending::Complete,
+            Err(_) => return Ending::Truncated,
+        }
     }
 }
 
