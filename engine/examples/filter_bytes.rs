@@ -11,7 +11,18 @@ use kprobe_perf_engine::kernel::{Kernel, KernelOptions};
 use kprobe_perf_engine::plan::BackendChoice;
 use kprobe_perf_engine::{sink_fn, RecordTarget, Session, SessionOptions};
 
-fn main() -> Result<(), Box<dyn std::error::Error>> {
+fn main() -> std::process::ExitCode {
+    match run() {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(e) => {
+            // Display, not Debug: the message says what to do.
+            eprintln!("error: {e}");
+            std::process::ExitCode::FAILURE
+        }
+    }
+}
+
+fn run() -> Result<(), Box<dyn std::error::Error>> {
     kprobe_perf_engine::guardian::Guardian::start()?;
     let args: Vec<String> = std::env::args().skip(1).collect();
     let [spec, filter, command @ ..] = &args[..] else {

@@ -8,7 +8,11 @@ use crate::plan::PlanError;
 use kprobe_perf_spec::SpecError;
 
 /// Anything that can stop a session from starting or running.
-#[derive(Debug, thiserror::Error)]
+///
+/// Its `Debug` prints the `Display` message, so that a `main` returning
+/// `Result<(), Box<dyn std::error::Error>>` shows what to do rather than
+/// the variant's fields; match on the variants for the details.
+#[derive(thiserror::Error)]
 #[non_exhaustive]
 pub enum Error {
     /// The probe definition is malformed.
@@ -141,6 +145,12 @@ pub enum Error {
         /// The OS error.
         source: io::Error,
     },
+}
+
+impl std::fmt::Debug for Error {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        std::fmt::Display::fmt(self, f)
+    }
 }
 
 impl Error {
