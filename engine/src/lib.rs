@@ -26,6 +26,9 @@ pub mod perfdata;
 pub mod plan;
 pub mod session;
 pub mod stack;
+#[cfg(feature = "test-util")]
+#[doc(hidden)]
+pub mod testing;
 
 /// The probe language, from its own pure crate (`kprobe-perf-spec`).
 pub use kprobe_perf_spec as spec;
@@ -34,8 +37,6 @@ pub use kprobe_perf_spec as spec;
 pub use attach::attr::ask_kernel;
 pub use attach::error::AttachError;
 pub use attach::{cpus, guardian, os, pmu, process, target, tracefs};
-#[cfg(feature = "test-util")]
-pub use attach::{ring, sys};
 pub use decode::records;
 pub use kernel::{kcore, preflight, select};
 pub use plan::{entry_join, filter};
@@ -48,7 +49,6 @@ pub use error::Error;
 pub use kernel::{Kernel, KernelOptions};
 pub use kprobe_perf_arch::Arch;
 pub use kprobe_perf_symbols::KernelSymbols;
-pub use plan::probes::{plan_probes, plan_probes_filtered, plan_probes_with, BULK_THROUGH_TRACEFS};
 pub use plan::{BackendChoice, ProbePlan};
 pub use session::counting::CountingSession;
 pub use session::{CallCounts, Session, SessionOptions, SessionStats, Throttling};

@@ -157,7 +157,8 @@ fn a_missing_command_is_refused_before_anything_is_attached() {
 /// 3 for a shell's `exit 3`) comes from the session.
 #[test]
 fn the_engine_starts_records_and_reaps_a_command() {
-    use kprobe_perf_engine::{plan_probes, KernelSymbols, RecordTarget, Session, SessionOptions};
+    use kprobe_perf_engine::testing::plan_probes;
+    use kprobe_perf_engine::{KernelSymbols, RecordTarget, Session, SessionOptions};
     use std::time::{Duration, Instant};
     if !kprobe_perf_tests::kprobes_available("the_engine_starts_records_and_reaps_a_command") {
         return;

@@ -5,7 +5,8 @@ use std::os::fd::AsRawFd;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use kprobe_perf_engine::{plan_probes, KernelSymbols, Session, SessionOptions};
+use kprobe_perf_engine::testing::plan_probes;
+use kprobe_perf_engine::{KernelSymbols, Session, SessionOptions};
 use kprobe_perf_tests::{for_kernel, kprobe_perf_bin, kprobes_available, skip_here, vm_kernel};
 
 const AT_FDCWD: i64 = -100;

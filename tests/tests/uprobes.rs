@@ -3,7 +3,8 @@
 
 use std::time::{Duration, Instant};
 
-use kprobe_perf_engine::{plan_probes, Event, KernelSymbols, Session, SessionOptions};
+use kprobe_perf_engine::testing::plan_probes;
+use kprobe_perf_engine::{Event, KernelSymbols, Session, SessionOptions};
 use kprobe_perf_tests::{for_kernel, uprobes_available};
 
 /// The probed function: not inlined, not mangled, so the ELF symbol table
