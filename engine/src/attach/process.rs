@@ -8,14 +8,14 @@ use crate::attach::error::AttachError;
 use crate::attach::sys;
 
 /// The pids in their first order, each once.
-pub fn unique_pids(pids: &[i32]) -> Vec<i32> {
+pub(crate) fn unique_pids(pids: &[i32]) -> Vec<i32> {
     let mut seen = std::collections::HashSet::new();
     pids.iter().copied().filter(|p| seen.insert(*p)).collect()
 }
 
 /// The thread ids in `/proc/PID/task`, in ascending order (the leader
 /// first). `None` when the process is gone.
-pub fn threads_of(pid: i32) -> io::Result<Option<Vec<i32>>> {
+pub(crate) fn threads_of(pid: i32) -> io::Result<Option<Vec<i32>>> {
     let dir = format!("/proc/{pid}/task");
     let entries = match std::fs::read_dir(&dir) {
         Ok(e) => e,

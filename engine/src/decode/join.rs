@@ -52,7 +52,7 @@ impl std::fmt::Debug for Joiner {
 /// The probes a session opens for `plans` (the user's): a joined probe's
 /// return part in its place, the hidden entry probes after the user's;
 /// and the [`Joiner`] that puts them back together, when one is needed.
-pub fn expand(plans: Vec<ProbePlan>) -> (Vec<ProbePlan>, Option<Joiner>) {
+pub(crate) fn expand(plans: Vec<ProbePlan>) -> (Vec<ProbePlan>, Option<Joiner>) {
     if plans.iter().all(|p| p.entry_join.is_none()) {
         return (plans, None);
     }

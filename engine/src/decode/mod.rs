@@ -5,7 +5,7 @@
 mod filter;
 pub mod frames;
 pub mod join;
-pub mod pairing;
+pub(crate) mod pairing;
 pub mod records;
 pub(crate) mod stats;
 mod user_stacks;
@@ -94,7 +94,7 @@ impl AddressSet {
     }
 
     /// Every address noted.
-    pub fn as_set(&self) -> &std::collections::HashSet<u64> {
+    pub(crate) fn as_set(&self) -> &std::collections::HashSet<u64> {
         &self.set
     }
 
@@ -382,7 +382,7 @@ fn decode_element(raw: &[u8], at: usize, ty: BaseType) -> Result<Value, DecodeEr
 }
 
 /// Decodes one argument the kernel fetched into a tracefs event's record.
-pub fn decode_field(raw: &[u8], at: usize, ty: ArgType) -> Result<Value, DecodeError> {
+pub(crate) fn decode_field(raw: &[u8], at: usize, ty: ArgType) -> Result<Value, DecodeError> {
     match ty.array {
         None => decode_element(raw, at, ty.base),
         Some(n) => {
@@ -403,7 +403,7 @@ fn read_u64(raw: &[u8], at: usize) -> Option<u64> {
 
 /// Decodes a sample of probe `probe` (whose plan is `plan`). For a tracefs
 /// probe, `field_offsets[i]` is where argument `i` lies in the record.
-pub fn decode_sample(
+pub(crate) fn decode_sample(
     probe: usize,
     plan: &ProbePlan,
     sample: &SampleRecord<'_>,
@@ -433,7 +433,7 @@ pub fn decode_sample(
 /// The fields of a sample that decoding reads, however the sample was
 /// parsed (`None` for a field the sample lacks).
 #[derive(Debug, Clone, Copy)]
-pub struct SampleParts<'a> {
+pub(crate) struct SampleParts<'a> {
     /// `PERF_SAMPLE_IP`.
     pub ip: Option<u64>,
     /// `PERF_SAMPLE_TID`: pid.
@@ -465,7 +465,7 @@ impl<'a> SampleParts<'a> {
 
 /// As [`decode_sample`], from parts: `reg(i)` is the sampled register of
 /// perf_regs index `i`, if sampled.
-pub fn decode_parts(
+pub(crate) fn decode_parts(
     probe: usize,
     plan: &ProbePlan,
     sample: &SampleParts<'_>,

@@ -178,7 +178,7 @@ impl Error {
 
 /// How a probe was being opened, which decides what an errno means.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum OpenedAs {
+pub(crate) enum OpenedAs {
     /// A kprobe or kretprobe through the kprobe PMU.
     Kprobe,
     /// A uprobe or uretprobe through the uprobe PMU.
@@ -243,7 +243,7 @@ fn not_permitted(exe: &str) -> String {
 /// Debian's `perf_event_paranoid` level 3 makes every perf_event_open want
 /// CAP_SYS_ADMIN. Checked on the host kernel (6.18) and Debian 6.1 and
 /// 6.12 in the VM, as an unprivileged user given only the capability.
-pub fn explain_permission(as_: OpenedAs, p: Privilege, exe: &str) -> String {
+pub(crate) fn explain_permission(as_: OpenedAs, p: Privilege, exe: &str) -> String {
     let paranoid3 = p.paranoid.is_some_and(|n| n >= 3);
     let what = match as_ {
         OpenedAs::Kprobe => "kprobes",
@@ -287,7 +287,7 @@ pub fn explain_permission(as_: OpenedAs, p: Privilege, exe: &str) -> String {
 /// kernel/events/uprobes.c `uprobe_register`, kernel/trace/trace_uprobe.c
 /// `create_local_trace_uprobe` and trace_event_perf.c `perf_uprobe_init`
 /// for uprobes).
-pub fn explain_open_errno(errno: i32, target: &str, as_: OpenedAs) -> String {
+pub(crate) fn explain_open_errno(errno: i32, target: &str, as_: OpenedAs) -> String {
     if matches!(errno, libc::EACCES | libc::EPERM) {
         return explain_permission(as_, Privilege::current(), &this_exe());
     }
@@ -298,7 +298,7 @@ pub fn explain_open_errno(errno: i32, target: &str, as_: OpenedAs) -> String {
 }
 
 /// [`explain_open_errno`] for the uprobe PMU, permission aside.
-pub fn explain_uprobe_errno(errno: i32, target: &str) -> String {
+pub(crate) fn explain_uprobe_errno(errno: i32, target: &str) -> String {
     match errno {
         // ENOTSUPP is kernel-internal; libc names it "Unknown error 524".
         524 => format!("the uprobe layer refuses the instruction at {target} (ENOTSUPP): an int3, int n, hlt, in/out or far branch, a segment or lock prefix, a 66-prefixed branch, or a VEX instruction whose opcode byte the kernel's table refuses (arch_uprobe_analyze_insn); pick another instruction"),
@@ -320,7 +320,7 @@ pub fn explain_uprobe_errno(errno: i32, target: &str) -> String {
 
 /// What an errno from perf_event_open on the kprobe PMU means, and what
 /// to do about it (kernel-notes section 2), permission aside.
-pub fn explain_kprobe_errno(errno: i32, target: &str) -> String {
+pub(crate) fn explain_kprobe_errno(errno: i32, target: &str) -> String {
     match errno {
         libc::ENOENT => format!("the kernel found no symbol or address {target} (or its module is not loaded)"),
         libc::EADDRNOTAVAIL => format!("{target} names several symbols; give the address of the one you mean"),

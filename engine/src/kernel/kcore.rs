@@ -29,7 +29,7 @@ impl Kcore {
 
     /// Opens a kcore-format file: a little-endian ELF64 core whose
     /// `PT_LOAD` program headers map kernel addresses to file offsets.
-    pub fn open_path(path: &str) -> io::Result<Kcore> {
+    pub(crate) fn open_path(path: &str) -> io::Result<Kcore> {
         let file = File::open(path)?;
         let not_core = |reason: &dyn std::fmt::Display| {
             io::Error::new(
@@ -117,7 +117,7 @@ impl ImageText {
     }
 
     /// The ELF size of the function that starts at running `address`.
-    pub fn function_size(&self, address: u64) -> Option<u64> {
+    pub(crate) fn function_size(&self, address: u64) -> Option<u64> {
         self.image
             .function_at(self.slide.to_link(address))
             .map(|s| s.size)

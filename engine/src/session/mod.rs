@@ -621,7 +621,7 @@ impl Session {
     }
 
     /// True in flight-recorder mode ([`SessionOptions::overwrite`]).
-    pub fn is_overwrite(&self) -> bool {
+    pub(crate) fn is_overwrite(&self) -> bool {
         self.streams
             .iter()
             .any(|s| matches!(s.ring, StreamRing::Backward(_)))
