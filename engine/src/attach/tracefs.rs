@@ -8,7 +8,7 @@
 //! process dies without dropping it (SIGKILL, abort), the
 //! [`guardian`](crate::attach::guardian) removes them, if one was started; and any
 //! start removes the groups of processes that are gone
-//! ([`remove_stale_if_mounted`]).
+//! (`remove_stale_if_mounted`).
 //!
 //! Nothing here parses trace text output: only `id`, `format`, the event
 //! lists, `error_log` and `kprobe_profile` are read.

@@ -1,5 +1,5 @@
 //! The decode-time half of the entry joins planned in
-//! [`crate::plan::entry_join`]: [`expand`] gives the probes a session
+//! [`crate::plan::entry_join`]: `expand` gives the probes a session
 //! opens for the user's (a joined probe's return part in its place, the
 //! hidden entry probes after the user's), and the [`Joiner`] pairs each
 //! return with its entry per thread and hands the return on with the

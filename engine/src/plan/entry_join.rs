@@ -5,7 +5,7 @@
 //! says "kernel return probes support: $retval, `$arg<N>`" (6.10+) save the
 //! entry values themselves: the definition goes to them as written. Older
 //! ones (6.1) cannot, so the planner splits the probe in two
-//! ([`plan_joined`]): a hidden entry probe fetching the entry values, and
+//! (`plan_joined`): a hidden entry probe fetching the entry values, and
 //! the return probe fetching the rest, each also fetching the stack
 //! pointer. At decode time a [`Joiner`](crate::decode::join::Joiner) pairs each return with its entry
 //! per thread, on a stack (recursion and nesting give each call its own
@@ -115,7 +115,7 @@ pub(crate) fn frame_step(arch: Arch) -> i64 {
     }
 }
 
-/// How [`plan_joined`] plans each half: [`crate::plan::resolve_with`],
+/// How `plan_joined` plans each half: [`crate::plan::resolve_with`],
 /// given by the planner (which calls `plan_joined`), so that this module
 /// does not call back into it.
 pub(crate) type Resolver = fn(

@@ -313,7 +313,7 @@ impl Session {
     }
 
     /// Arms every probe (the kernel does it at exec for a command's
-    /// descendants, [`RecordTarget::enables_on_exec`]), then releases the
+    /// descendants, `RecordTarget::enables_on_exec`), then releases the
     /// command of a [`RecordTarget::Command`], reporting exec's failure.
     pub fn enable(&mut self) -> Result<(), Error> {
         if !self.enabled {
