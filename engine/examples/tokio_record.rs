@@ -13,7 +13,7 @@
 use std::ops::ControlFlow;
 use std::time::Duration;
 
-use kprobe_perf_engine::sink::Flow;
+use kprobe_perf_engine::Flow;
 use kprobe_perf_engine::{
     BackendChoice, Event, EventSink, Kernel, KernelOptions, Session, SessionOptions, Value,
 };

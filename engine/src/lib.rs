@@ -62,15 +62,15 @@ pub mod testing;
 pub use kprobe_perf_spec as spec;
 
 // The modules' paths from before the crate was arranged by stage.
-pub use attach::attr::ask_kernel;
 pub use attach::error::AttachError;
-pub use attach::{cpus, guardian, os, pmu, process, target, tracefs};
+pub use attach::{cpus, guardian, os, process, tracefs};
 pub use decode::records;
-pub use kernel::{kcore, preflight, select};
-pub use plan::{entry_join, filter};
-pub use session::{counting, sink, summary};
+pub use kernel::{preflight, select};
+pub use plan::filter;
+pub use session::counting;
 
 // What an embedder uses, at the crate root.
+pub use attach::target::{CommandScope, RecordTarget};
 pub use decode::frames::StackFrame;
 pub use decode::{Event, Value};
 pub use error::Error;
@@ -79,9 +79,8 @@ pub use kprobe_perf_arch::Arch;
 pub use kprobe_perf_symbols::KernelSymbols;
 pub use plan::{BackendChoice, ProbePlan};
 pub use session::counting::CountingSession;
+pub use session::sink::{sink_fn, EventSink, Flow};
+pub use session::summary::Summary;
 pub use session::{CallCounts, Session, SessionOptions, SessionStats, Throttling};
-pub use sink::{sink_fn, EventSink};
 pub use spec::ProbeSpec;
 pub use stack::StackSymbolizer;
-pub use summary::Summary;
-pub use target::{CommandScope, RecordTarget};

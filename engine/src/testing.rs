@@ -2,5 +2,7 @@
 //! public API (the `test-util` feature): not for embedders, and not
 //! stable.
 
-pub use crate::attach::{ring, sys};
+pub use crate::attach::attr::ask_kernel;
+pub use crate::attach::{pmu, ring, sys};
+pub use crate::kernel::kcore;
 pub use crate::plan::probes::{plan_probes, plan_probes_with};

@@ -7,8 +7,8 @@ use std::ops::ControlFlow;
 use std::process::Command;
 use std::time::Duration;
 
-use kprobe_perf_engine::sink::Flow;
 use kprobe_perf_engine::testing::plan_probes;
+use kprobe_perf_engine::Flow;
 use kprobe_perf_engine::{
     sink_fn, Error, Event, EventSink, KernelSymbols, RecordTarget, Session, SessionOptions, Value,
 };

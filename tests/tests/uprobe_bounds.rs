@@ -153,8 +153,8 @@ fn mid_instruction_and_past_the_end_are_refused_with_valid_offsets() {
     }
 }
 
-fn uprobes_usable(test: &str) -> Option<kprobe_perf_engine::pmu::ProbePmu> {
-    let pmu = kprobe_perf_engine::pmu::ProbePmu::discover("uprobe")
+fn uprobes_usable(test: &str) -> Option<kprobe_perf_engine::testing::pmu::ProbePmu> {
+    let pmu = kprobe_perf_engine::testing::pmu::ProbePmu::discover("uprobe")
         .ok()
         .flatten();
     let p = kprobe_perf_engine::error::Privilege::current();

@@ -11,6 +11,7 @@ mod definition;
 pub(crate) mod error;
 pub mod guardian;
 pub mod os;
+#[cfg_attr(not(feature = "test-util"), allow(unreachable_pub))] // in `testing`
 pub mod pmu;
 pub mod process;
 /// The per-CPU ring reader (public with the `test-util` feature only).
@@ -26,5 +27,5 @@ pub mod sys;
 #[cfg(not(feature = "test-util"))]
 #[allow(unreachable_pub)] // public with test-util
 pub(crate) mod sys;
-pub mod target;
+pub(crate) mod target;
 pub mod tracefs;
