@@ -311,7 +311,7 @@ fn main() -> ExitCode {
     // a recording that dies without removing them (SIGKILL). Without it
     // (it could not start), the next start or `cleanup` removes them.
     if matches!(cli.command, Cmd::Record(_) | Cmd::Latency(_) | Cmd::Stat(_)) {
-        let _ = kprobe_perf_engine::guardian::Guardian::start();
+        let _ = kprobe_perf_engine::Guardian::start();
     }
     let result = match cli.command {
         Cmd::Record(mut args) => {

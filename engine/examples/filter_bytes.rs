@@ -23,7 +23,7 @@ fn main() -> std::process::ExitCode {
 }
 
 fn run() -> Result<(), Box<dyn std::error::Error>> {
-    kprobe_perf_engine::guardian::Guardian::start()?;
+    kprobe_perf_engine::Guardian::start()?;
     let args: Vec<String> = std::env::args().skip(1).collect();
     let [spec, filter, command @ ..] = &args[..] else {
         return Err("usage: filter_bytes SPEC FILTER|- CMD [ARGS...]".into());

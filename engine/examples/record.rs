@@ -23,7 +23,7 @@ fn main() -> std::process::ExitCode {
 fn run() -> Result<(), Box<dyn std::error::Error>> {
     // First, before any thread: a guardian process removes the tracefs
     // definitions of this process's sessions if it dies without doing it.
-    kprobe_perf_engine::guardian::Guardian::start()?;
+    kprobe_perf_engine::Guardian::start()?;
     let secs: u64 = std::env::args()
         .nth(1)
         .and_then(|s| s.parse().ok())

@@ -116,7 +116,7 @@ fn main() -> std::process::ExitCode {
 fn run() -> Result<(), BoxError> {
     // Before any thread: the guardian removes the tracefs definitions of
     // this process's sessions if it dies without doing it.
-    kprobe_perf_engine::guardian::Guardian::start()?;
+    kprobe_perf_engine::Guardian::start()?;
     let mut args = std::env::args().skip(1);
     let (Some(probe), Some(path), Some(count)) = (args.next(), args.next(), args.next()) else {
         return Err("usage: tokio_record PROBE PATH COUNT".into());

@@ -48,7 +48,7 @@
 pub mod analysis;
 mod attach;
 pub mod decode;
-pub mod error;
+mod error;
 pub mod kernel;
 pub mod perfdata;
 pub mod plan;
@@ -63,13 +63,14 @@ pub use kprobe_perf_spec as spec;
 
 // The modules' paths from before the crate was arranged by stage.
 pub use attach::error::AttachError;
-pub use attach::{cpus, guardian, os, process, tracefs};
+pub use attach::{cpus, os, tracefs};
 pub use decode::records;
 pub use kernel::{preflight, select};
 pub use plan::filter;
 pub use session::counting;
 
 // What an embedder uses, at the crate root.
+pub use attach::guardian::{Guardian, GuardianError};
 pub use attach::target::{CommandScope, RecordTarget};
 pub use decode::frames::StackFrame;
 pub use decode::{Event, Value};

@@ -4,5 +4,6 @@
 
 pub use crate::attach::attr::ask_kernel;
 pub use crate::attach::{pmu, ring, sys};
+pub use crate::error::Privilege;
 pub use crate::kernel::kcore;
 pub use crate::plan::probes::{plan_probes, plan_probes_with};

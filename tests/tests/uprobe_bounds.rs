@@ -157,7 +157,7 @@ fn uprobes_usable(test: &str) -> Option<kprobe_perf_engine::testing::pmu::ProbeP
     let pmu = kprobe_perf_engine::testing::pmu::ProbePmu::discover("uprobe")
         .ok()
         .flatten();
-    let p = kprobe_perf_engine::error::Privilege::current();
+    let p = kprobe_perf_engine::testing::Privilege::current();
     match pmu {
         Some(pmu) if p.sys_admin => Some(pmu),
         _ => {

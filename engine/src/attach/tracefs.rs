@@ -6,7 +6,7 @@
 //! session (`kprobe_perf_<pid>_<n>`), opened as tracepoint events, and
 //! removed again when the [`TracefsProbes`] guard is dropped. When the
 //! process dies without dropping it (SIGKILL, abort), the
-//! [`guardian`](crate::attach::guardian) removes them, if one was started; and any
+//! [`Guardian`](crate::Guardian) removes them, if one was started; and any
 //! start removes the groups of processes that are gone
 //! (`remove_stale_if_mounted`).
 //!
@@ -532,7 +532,7 @@ pub(crate) fn filter_error_from_log(log: &str) -> Option<String> {
     Some(out)
 }
 
-/// This process's end of the socket to the [`guardian`](crate::attach::guardian),
+/// This process's end of the socket to the [`Guardian`](crate::Guardian),
 /// once it runs: the groups it is to remove when this process dies are
 /// written here (the guardian sets it; this module only writes to it).
 pub(crate) static GROUPS_TO_GUARD: OnceLock<Mutex<OwnedFd>> = OnceLock::new();
@@ -563,7 +563,7 @@ pub struct TracefsProbes {
 
 impl TracefsProbes {
     /// An empty set in a new private group, which the
-    /// [`guardian`](crate::attach::guardian) (if running) is told about before
+    /// [`Guardian`](crate::Guardian) (if running) is told about before
     /// anything is defined in it.
     pub fn new(fs: Tracefs) -> TracefsProbes {
         let group = new_group();

@@ -190,6 +190,7 @@ pub(crate) enum OpenedAs {
 /// What the process may do, as far as perf_event_open's permission checks
 /// go.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[cfg_attr(not(feature = "test-util"), allow(unreachable_pub))] // in `testing`
 pub struct Privilege {
     /// CAP_PERFMON is in the effective set.
     pub perfmon: bool,
@@ -202,6 +203,7 @@ pub struct Privilege {
 impl Privilege {
     /// This process's effective capabilities and the running kernel's
     /// `perf_event_paranoid` (unknown parts read as absent).
+    #[cfg_attr(not(feature = "test-util"), allow(unreachable_pub))] // in `testing`
     pub fn current() -> Privilege {
         let caps = crate::attach::sys::effective_capabilities().unwrap_or(0);
         let has = |cap: u32| caps & (1u64 << cap) != 0;
