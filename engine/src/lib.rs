@@ -47,12 +47,12 @@
 // only from the stages before it and from the crates below the engine.
 pub mod analysis;
 mod attach;
-pub mod decode;
+mod decode;
 mod error;
 pub mod kernel;
 pub mod perfdata;
 pub mod plan;
-pub mod session;
+mod session;
 pub mod stack;
 #[cfg(feature = "test-util")]
 #[doc(hidden)]
@@ -73,7 +73,7 @@ pub use session::counting;
 pub use attach::guardian::{Guardian, GuardianError};
 pub use attach::target::{CommandScope, RecordTarget};
 pub use decode::frames::StackFrame;
-pub use decode::{Event, Value};
+pub use decode::{AddressSet, Event, Value};
 pub use error::Error;
 pub use kernel::{Kernel, KernelOptions};
 pub use kprobe_perf_arch::Arch;
@@ -82,6 +82,8 @@ pub use plan::{BackendChoice, ProbePlan};
 pub use session::counting::CountingSession;
 pub use session::sink::{sink_fn, EventSink, Flow};
 pub use session::summary::Summary;
-pub use session::{CallCounts, Session, SessionOptions, SessionStats, Throttling};
+pub use session::{
+    CallCounts, Session, SessionOptions, SessionStats, Throttling, DEFAULT_MMAP_PAGES,
+};
 pub use spec::ProbeSpec;
 pub use stack::StackSymbolizer;

@@ -7,3 +7,4 @@ pub use crate::attach::{pmu, ring, sys};
 pub use crate::error::Privilege;
 pub use crate::kernel::kcore;
 pub use crate::plan::probes::{plan_probes, plan_probes_with};
+pub use crate::session::{check_capabilities, preflight};

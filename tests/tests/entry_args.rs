@@ -8,9 +8,9 @@
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use kprobe_perf_engine::decode::Value;
 use kprobe_perf_engine::plan::{running_kernel_features, Backend};
 use kprobe_perf_engine::testing::plan_probes;
+use kprobe_perf_engine::Value;
 use kprobe_perf_engine::{KernelSymbols, Session, SessionOptions};
 use kprobe_perf_tests::{kprobe_perf_bin, kprobes_available, vm_kernel};
 

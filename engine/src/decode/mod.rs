@@ -3,8 +3,8 @@
 //! fields the kernel fetched into the record (tracefs probes).
 
 mod filter;
-pub mod frames;
-pub mod join;
+pub(crate) mod frames;
+pub(crate) mod join;
 pub(crate) mod pairing;
 pub mod records;
 pub(crate) mod stats;
