@@ -63,6 +63,7 @@ impl Kcore {
     }
 
     /// The loadable segments: (kernel virtual address, size, file offset).
+    #[cfg_attr(not(feature = "test-util"), allow(dead_code))] // for the tests
     pub fn segments(&self) -> &[(u64, u64, u64)] {
         &self.segments
     }
@@ -112,6 +113,7 @@ impl ImageText {
     }
 
     /// The slide in use.
+    #[cfg_attr(not(feature = "test-util"), allow(dead_code))] // for the tests
     pub fn slide(&self) -> KaslrSlide {
         self.slide
     }
@@ -154,6 +156,7 @@ pub struct TextSources {
 
 impl TextSources {
     /// None when neither source is there.
+    #[cfg_attr(not(feature = "test-util"), allow(dead_code))] // for the tests
     pub fn into_source(self) -> Option<Box<dyn KernelTextSource>> {
         match (self.live.is_some(), self.image.is_some()) {
             (false, false) => None,

@@ -31,7 +31,11 @@
 
 pub(crate) mod error;
 mod globs;
+#[cfg(feature = "test-util")]
 pub mod kcore;
+#[cfg(not(feature = "test-util"))]
+#[allow(unreachable_pub)] // public in `testing` with test-util
+pub(crate) mod kcore;
 pub mod preflight;
 pub mod select;
 mod text;
