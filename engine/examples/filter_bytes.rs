@@ -6,8 +6,8 @@
 
 use std::time::Duration;
 
-use kprobe_perf_engine::filter::FilterRuns;
 use kprobe_perf_engine::kernel::{Kernel, KernelOptions};
+use kprobe_perf_engine::plan::filter::FilterRuns;
 use kprobe_perf_engine::plan::BackendChoice;
 use kprobe_perf_engine::{sink_fn, RecordTarget, Session, SessionOptions};
 

@@ -61,12 +61,11 @@ pub mod testing;
 /// The probe language, from its own pure crate (`kprobe-perf-spec`).
 pub use kprobe_perf_spec as spec;
 
-// The modules' paths from before the crate was arranged by stage.
+// Modules of private stages the CLI uses by name (the attach stage's
+// system facts and tracefs, the ring's records, counting sessions).
 pub use attach::error::AttachError;
 pub use attach::{cpus, os, tracefs};
 pub use decode::records;
-pub use kernel::{preflight, select};
-pub use plan::filter;
 pub use session::counting;
 
 // What an embedder uses, at the crate root.

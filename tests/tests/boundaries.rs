@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 
 use kprobe_perf_arch::boundary::{FunctionLayout, ProbeSite};
 use kprobe_perf_arch::Arch;
-use kprobe_perf_engine::preflight::{Prediction, Preflight};
+use kprobe_perf_engine::kernel::preflight::{Prediction, Preflight};
 use kprobe_perf_engine::testing::ask_kernel;
 use kprobe_perf_engine::testing::pmu::ProbePmu;
 use kprobe_perf_symbols::{Blacklist, KernelSymbols, Symbol};
@@ -145,10 +145,11 @@ fn preflight_agrees_with_the_kernel() {
     while picked.len() < functions {
         let s = candidates[(xorshift(&mut state) % candidates.len() as u64) as usize];
         let Ok(f) = pre.function(s) else { continue };
-        if picked
-            .iter()
-            .any(|p: &kprobe_perf_engine::preflight::KernelFunction| p.symbol.address == s.address)
-        {
+        if picked.iter().any(
+            |p: &kprobe_perf_engine::kernel::preflight::KernelFunction| {
+                p.symbol.address == s.address
+            },
+        ) {
             continue;
         }
         picked.push(f);

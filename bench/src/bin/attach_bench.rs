@@ -18,8 +18,8 @@ use std::collections::HashSet;
 use std::process::{Command, Stdio};
 use std::time::Instant;
 
+use kprobe_perf_engine::kernel::select::FRAGILE_FAMILIES;
 use kprobe_perf_engine::plan::BackendChoice;
-use kprobe_perf_engine::select::FRAGILE_FAMILIES;
 use kprobe_perf_engine::testing::plan_probes_with;
 use kprobe_perf_engine::{KernelSymbols, Session, SessionOptions};
 
