@@ -5,8 +5,8 @@
 use std::error::Error as StdError;
 
 use kprobe_perf_engine::analysis::AnalysisError;
+use kprobe_perf_engine::kernel::select::Excluded;
 use kprobe_perf_engine::plan::PlanError;
-use kprobe_perf_engine::select::Excluded;
 use kprobe_perf_engine::tracefs::TracefsError;
 use kprobe_perf_engine::{AttachError, Error};
 

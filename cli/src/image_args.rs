@@ -124,7 +124,7 @@ pub(crate) fn explain(e: Error) -> anyhow::Error {
 /// The kernel's text, with the images it left out said on stderr.
 pub(crate) fn text(
     kernel: &Kernel,
-) -> Result<Option<&dyn kprobe_perf_engine::preflight::KernelTextSource>> {
+) -> Result<Option<&dyn kprobe_perf_engine::kernel::preflight::KernelTextSource>> {
     let text = kernel.text().map_err(explain);
     report_skipped(kernel);
     text

@@ -6,12 +6,12 @@ use std::io::Write;
 use std::process::ExitCode;
 
 use anyhow::{bail, Context, Result};
+use kprobe_perf_engine::kernel::preflight::{Prediction, Preflight};
 use kprobe_perf_engine::kernel::{
     self, ExpandedAs, FprobeRoute, GlobOptions, GlobRoute, Kernel, KernelOptions, NotraceBy,
     Selection, SizesFrom,
 };
 use kprobe_perf_engine::plan::BackendChoice;
-use kprobe_perf_engine::preflight::{Prediction, Preflight};
 use kprobe_perf_engine::spec::{ProbeSpec, Target};
 use kprobe_perf_engine::KernelSymbols;
 
@@ -426,8 +426,8 @@ pub(crate) fn info(image: &ImageArgs) -> Result<ExitCode> {
 mod tests {
     use super::*;
     use kprobe_perf_engine::kernel::glob_route;
+    use kprobe_perf_engine::kernel::select::SelectOptions;
     use kprobe_perf_engine::plan::KernelFeatures;
-    use kprobe_perf_engine::select::SelectOptions;
     use kprobe_perf_engine::Arch;
 
     /// A glob's route as the CLI tells it.

@@ -182,7 +182,7 @@ struct RecordArgs {
     all_cpus: bool,
     /// Ring buffer size per CPU, in pages: a power of two from 1 to 1 GiB
     /// of pages (262144 with 4 KiB pages).
-    #[arg(short = 'm', long, value_name = "PAGES", default_value_t = kprobe_perf_engine::session::DEFAULT_MMAP_PAGES, value_parser = validate::mmap_pages, allow_negative_numbers = true)]
+    #[arg(short = 'm', long, value_name = "PAGES", default_value_t = kprobe_perf_engine::DEFAULT_MMAP_PAGES, value_parser = validate::mmap_pages, allow_negative_numbers = true)]
     mmap_pages: usize,
     /// Record only on these CPUs (a list such as 0-3,6, of online CPUs;
     /// a CPU listed twice counts once).
@@ -311,7 +311,7 @@ fn main() -> ExitCode {
     // a recording that dies without removing them (SIGKILL). Without it
     // (it could not start), the next start or `cleanup` removes them.
     if matches!(cli.command, Cmd::Record(_) | Cmd::Latency(_) | Cmd::Stat(_)) {
-        let _ = kprobe_perf_engine::guardian::Guardian::start();
+        let _ = kprobe_perf_engine::Guardian::start();
     }
     let result = match cli.command {
         Cmd::Record(mut args) => {

@@ -7,13 +7,13 @@ use std::ops::ControlFlow;
 use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result};
-use kprobe_perf_engine::decode::AddressSet;
 use kprobe_perf_engine::perfdata::{self, symbol_subset, Metadata, StoredProbe, Writer};
 use kprobe_perf_engine::plan::Backend;
 use kprobe_perf_engine::records::RecordSink;
 use kprobe_perf_engine::records::RingRecord;
 use kprobe_perf_engine::spec::BaseType;
 use kprobe_perf_engine::tracefs;
+use kprobe_perf_engine::AddressSet;
 use kprobe_perf_engine::{Arch, Event, EventSink, KernelSymbols, Session, Value};
 
 mod create;

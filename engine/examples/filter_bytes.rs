@@ -6,13 +6,24 @@
 
 use std::time::Duration;
 
-use kprobe_perf_engine::filter::FilterRuns;
 use kprobe_perf_engine::kernel::{Kernel, KernelOptions};
+use kprobe_perf_engine::plan::filter::FilterRuns;
 use kprobe_perf_engine::plan::BackendChoice;
 use kprobe_perf_engine::{sink_fn, RecordTarget, Session, SessionOptions};
 
-fn main() -> Result<(), Box<dyn std::error::Error>> {
-    kprobe_perf_engine::guardian::Guardian::start()?;
+fn main() -> std::process::ExitCode {
+    match run() {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(e) => {
+            // Display, not Debug: the message says what to do.
+            eprintln!("error: {e}");
+            std::process::ExitCode::FAILURE
+        }
+    }
+}
+
+fn run() -> Result<(), Box<dyn std::error::Error>> {
+    kprobe_perf_engine::Guardian::start()?;
     let args: Vec<String> = std::env::args().skip(1).collect();
     let [spec, filter, command @ ..] = &args[..] else {
         return Err("usage: filter_bytes SPEC FILTER|- CMD [ARGS...]".into());

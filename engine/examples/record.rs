@@ -9,10 +9,21 @@ use kprobe_perf_engine::kernel::{GlobOptions, Kernel, KernelOptions};
 use kprobe_perf_engine::plan::BackendChoice;
 use kprobe_perf_engine::{sink_fn, Session, SessionOptions};
 
-fn main() -> Result<(), Box<dyn std::error::Error>> {
+fn main() -> std::process::ExitCode {
+    match run() {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(e) => {
+            // Display, not Debug: the message says what to do.
+            eprintln!("error: {e}");
+            std::process::ExitCode::FAILURE
+        }
+    }
+}
+
+fn run() -> Result<(), Box<dyn std::error::Error>> {
     // First, before any thread: a guardian process removes the tracefs
     // definitions of this process's sessions if it dies without doing it.
-    kprobe_perf_engine::guardian::Guardian::start()?;
+    kprobe_perf_engine::Guardian::start()?;
     let secs: u64 = std::env::args()
         .nth(1)
         .and_then(|s| s.parse().ok())

@@ -13,9 +13,9 @@
 use std::ops::ControlFlow;
 use std::time::Duration;
 
-use kprobe_perf_engine::sink::Flow;
+use kprobe_perf_engine::Flow;
 use kprobe_perf_engine::{
-    plan_probes, Event, EventSink, KernelSymbols, Session, SessionOptions, Value,
+    BackendChoice, Event, EventSink, Kernel, KernelOptions, Session, SessionOptions, Value,
 };
 use tokio::io::unix::AsyncFd;
 use tokio::io::Interest;
@@ -102,10 +102,21 @@ async fn read(
     Ok((sink, wakeups, lost))
 }
 
-fn main() -> Result<(), BoxError> {
+fn main() -> std::process::ExitCode {
+    match run() {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(e) => {
+            // Display, not Debug: the message says what to do.
+            eprintln!("error: {e}");
+            std::process::ExitCode::FAILURE
+        }
+    }
+}
+
+fn run() -> Result<(), BoxError> {
     // Before any thread: the guardian removes the tracefs definitions of
     // this process's sessions if it dies without doing it.
-    kprobe_perf_engine::guardian::Guardian::start()?;
+    kprobe_perf_engine::Guardian::start()?;
     let mut args = std::env::args().skip(1);
     let (Some(probe), Some(path), Some(count)) = (args.next(), args.next(), args.next()) else {
         return Err("usage: tokio_record PROBE PATH COUNT".into());
@@ -113,8 +124,8 @@ fn main() -> Result<(), BoxError> {
     let count: u64 = count
         .parse()
         .map_err(|_| format!("COUNT must be a whole number, not {count:?}"))?;
-    let symbols = KernelSymbols::load()?;
-    let plans = plan_probes(&[probe], &symbols)?;
+    let kernel = Kernel::discover(KernelOptions::default())?;
+    let plans = kernel.plan(&[probe], BackendChoice::Auto)?;
     let mut session = Session::open(plans, SessionOptions::default())?;
     session.enable()?;
     let sink = Opens {

@@ -1,14 +1,42 @@
 //! kprobe-perf engine: dynamic kernel probes through perf_event_open.
 //!
-//! The path of a probe: [`spec`] parses a kprobe_events definition,
-//! [`plan`] resolves it against the kernel's symbols and the architecture's
-//! registers, [`session`] opens it through the kprobe PMU on every CPU (or
-//! for one process) and reads the per-CPU rings, and [`decode`] turns each
-//! sample into an [`Event`], handed to an [`EventSink`] given to each
-//! drain. With [`SessionOptions::with_call_graph`] each event also
-//! carries its callchain ([`Event::callchain`]), which
-//! [`stack::StackSymbolizer`] names. See `examples/record.rs` for an
-//! embedding, and
+//! The path of a probe: a [`Kernel`] parses kprobe_events definitions
+//! ([`spec`]) and plans them ([`Kernel::plan`], the one way to make a
+//! [`ProbePlan`]) against the kernel's symbols and the architecture's
+//! registers; a [`Session`] opens them through the kprobe PMU on every
+//! CPU (or for a [`RecordTarget`]) and reads the per-CPU rings, turning
+//! each sample into an [`Event`] of [`Value`]s handed to the
+//! [`EventSink`] given to each drain. With
+//! [`SessionOptions::with_call_graph`] each event also carries its
+//! callchain ([`Event::callchain`]), which [`StackSymbolizer`] names;
+//! [`analysis`] turns events into latencies, counts and histograms, and
+//! [`perfdata`] writes and reads perf.data files.
+//!
+//! ```no_run
+//! use std::time::Duration;
+//!
+//! use kprobe_perf_engine::{
+//!     sink_fn, BackendChoice, Kernel, KernelOptions, Session, SessionOptions,
+//! };
+//!
+//! fn main() -> Result<(), kprobe_perf_engine::Error> {
+//!     let kernel = Kernel::discover(KernelOptions::default())?;
+//!     let plans = kernel.plan(&["r:do_sys_openat2 ret=$retval:s64"], BackendChoice::Auto)?;
+//!     // What the kernel would refuse is refused before anything is opened.
+//!     kernel.check(&plans)?;
+//!     let mut session = Session::open(plans, SessionOptions::default())?;
+//!     session.enable()?;
+//!     session.poll(
+//!         Some(Duration::from_secs(1)),
+//!         &mut sink_fn(|e| println!("tid {} returned {:?}", e.tid, e.args[0].as_i64())),
+//!     )?;
+//!     session.disable()?;
+//!     println!("lost: {}", session.stats().lost);
+//!     Ok(())
+//! }
+//! ```
+//!
+//! See `examples/record.rs` for a longer embedding, and
 //! `examples/tokio_record.rs` for a session in a tokio task.
 #![cfg_attr(not(test), warn(unused_crate_dependencies))]
 #![deny(missing_docs)]
@@ -19,41 +47,42 @@
 // only from the stages before it and from the crates below the engine.
 pub mod analysis;
 mod attach;
-pub mod decode;
-pub mod error;
+mod decode;
+mod error;
 pub mod kernel;
 pub mod perfdata;
 pub mod plan;
-pub mod session;
+mod session;
 pub mod stack;
+#[cfg(feature = "test-util")]
+#[doc(hidden)]
+pub mod testing;
 
 /// The probe language, from its own pure crate (`kprobe-perf-spec`).
 pub use kprobe_perf_spec as spec;
 
-// The modules' paths from before the crate was arranged by stage.
-pub use attach::attr::ask_kernel;
+// Modules of private stages the CLI uses by name (the attach stage's
+// system facts and tracefs, the ring's records, counting sessions).
 pub use attach::error::AttachError;
-pub use attach::{cpus, guardian, os, pmu, process, target, tracefs};
-#[cfg(feature = "test-util")]
-pub use attach::{ring, sys};
+pub use attach::{cpus, os, tracefs};
 pub use decode::records;
-pub use kernel::{kcore, preflight, select};
-pub use plan::{entry_join, filter};
-pub use session::{counting, sink, summary};
+pub use session::counting;
 
 // What an embedder uses, at the crate root.
+pub use attach::guardian::{Guardian, GuardianError};
+pub use attach::target::{CommandScope, RecordTarget};
 pub use decode::frames::StackFrame;
-pub use decode::{Event, Value};
+pub use decode::{AddressSet, Event, Value};
 pub use error::Error;
 pub use kernel::{Kernel, KernelOptions};
 pub use kprobe_perf_arch::Arch;
 pub use kprobe_perf_symbols::KernelSymbols;
-pub use plan::probes::{plan_probes, plan_probes_filtered, plan_probes_with, BULK_THROUGH_TRACEFS};
 pub use plan::{BackendChoice, ProbePlan};
 pub use session::counting::CountingSession;
-pub use session::{CallCounts, Session, SessionOptions, SessionStats, Throttling};
-pub use sink::{sink_fn, EventSink};
+pub use session::sink::{sink_fn, EventSink, Flow};
+pub use session::summary::Summary;
+pub use session::{
+    CallCounts, Session, SessionOptions, SessionStats, Throttling, DEFAULT_MMAP_PAGES,
+};
 pub use spec::ProbeSpec;
 pub use stack::StackSymbolizer;
-pub use summary::Summary;
-pub use target::{CommandScope, RecordTarget};

@@ -114,7 +114,7 @@ pub fn libc_path() -> Option<String> {
 /// True when kprobes can be opened here. Inside the VM, panics instead of
 /// returning false; outside, prints why the test is skipped ([`skip`]).
 pub fn kprobes_available(test: &str) -> bool {
-    match kprobe_perf_engine::session::preflight() {
+    match kprobe_perf_engine::testing::preflight() {
         Ok(_) => true,
         Err(e) => {
             skip(test, &e.to_string());

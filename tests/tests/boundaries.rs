@@ -13,9 +13,9 @@ use std::time::{Duration, Instant};
 
 use kprobe_perf_arch::boundary::{FunctionLayout, ProbeSite};
 use kprobe_perf_arch::Arch;
-use kprobe_perf_engine::ask_kernel;
-use kprobe_perf_engine::pmu::ProbePmu;
-use kprobe_perf_engine::preflight::{Prediction, Preflight};
+use kprobe_perf_engine::kernel::preflight::{Prediction, Preflight};
+use kprobe_perf_engine::testing::ask_kernel;
+use kprobe_perf_engine::testing::pmu::ProbePmu;
 use kprobe_perf_symbols::{Blacklist, KernelSymbols, Symbol};
 use kprobe_perf_tests::{kprobes_available, xorshift};
 
@@ -98,8 +98,8 @@ fn preflight_agrees_with_the_kernel() {
     let mut symbols = KernelSymbols::load().unwrap();
     assert!(!symbols.addresses_hidden());
     symbols.set_blacklist(Blacklist::load().unwrap());
-    let text =
-        kprobe_perf_engine::kcore::Kcore::open().expect("/proc/kcore must be readable in the VM");
+    let text = kprobe_perf_engine::testing::kcore::Kcore::open()
+        .expect("/proc/kcore must be readable in the VM");
     let release = std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap();
     // The running kernel's architecture decides how its text decodes.
     let arch = std::fs::read_to_string("/proc/sys/kernel/arch")
@@ -145,10 +145,11 @@ fn preflight_agrees_with_the_kernel() {
     while picked.len() < functions {
         let s = candidates[(xorshift(&mut state) % candidates.len() as u64) as usize];
         let Ok(f) = pre.function(s) else { continue };
-        if picked
-            .iter()
-            .any(|p: &kprobe_perf_engine::preflight::KernelFunction| p.symbol.address == s.address)
-        {
+        if picked.iter().any(
+            |p: &kprobe_perf_engine::kernel::preflight::KernelFunction| {
+                p.symbol.address == s.address
+            },
+        ) {
             continue;
         }
         picked.push(f);

@@ -23,7 +23,7 @@ fn perfmon_copy(test: &str) -> Option<(PathBuf, PathBuf)> {
         println!("SKIP {test}: {why}");
         None
     };
-    if !kprobe_perf_engine::error::Privilege::current().sys_admin {
+    if !kprobe_perf_engine::testing::Privilege::current().sys_admin {
         return skip("needs root to setcap a copy and run it as another user".into());
     }
     let dir = std::env::temp_dir().join(format!("kprobe-perf-caps-{}-{test}", std::process::id()));

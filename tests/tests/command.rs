@@ -13,7 +13,7 @@ use kprobe_perf_tests::{kprobe_perf_bin, libc_path, vm_kernel};
 fn recordings(test: &str) -> Vec<Vec<String>> {
     let mut out = Vec::new();
     let uprobes = std::path::Path::new("/sys/bus/event_source/devices/uprobe").exists()
-        && kprobe_perf_engine::session::check_capabilities().is_ok();
+        && kprobe_perf_engine::testing::check_capabilities().is_ok();
     match libc_path() {
         Some(libc) if uprobes => {
             out.push(vec!["-a".into(), "-e".into(), format!("p:{libc}:getppid")])
@@ -25,7 +25,7 @@ fn recordings(test: &str) -> Vec<Vec<String>> {
             println!("note: {test} checks no uprobe here: no uprobe PMU, no CAP_PERFMON/CAP_SYS_ADMIN, or no libc.so mapped");
         }
     }
-    if kprobe_perf_engine::session::preflight().is_ok() {
+    if kprobe_perf_engine::testing::preflight().is_ok() {
         out.push(vec!["-e".into(), "p:do_sys_openat2".into()]);
     } else if let Some(k) = vm_kernel() {
         panic!("{test}: kprobes must work inside the VM (kernel {k})");
@@ -157,7 +157,8 @@ fn a_missing_command_is_refused_before_anything_is_attached() {
 /// 3 for a shell's `exit 3`) comes from the session.
 #[test]
 fn the_engine_starts_records_and_reaps_a_command() {
-    use kprobe_perf_engine::{plan_probes, KernelSymbols, RecordTarget, Session, SessionOptions};
+    use kprobe_perf_engine::testing::plan_probes;
+    use kprobe_perf_engine::{KernelSymbols, RecordTarget, Session, SessionOptions};
     use std::time::{Duration, Instant};
     if !kprobe_perf_tests::kprobes_available("the_engine_starts_records_and_reaps_a_command") {
         return;

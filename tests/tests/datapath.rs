@@ -4,7 +4,8 @@
 use std::process::Command;
 use std::time::Duration;
 
-use kprobe_perf_engine::{plan_probes, KernelSymbols, RecordTarget, Session, SessionOptions};
+use kprobe_perf_engine::testing::plan_probes;
+use kprobe_perf_engine::{KernelSymbols, RecordTarget, Session, SessionOptions};
 use kprobe_perf_tests::{kprobe_perf_bin, kprobes_available, online_cpus};
 
 /// A one-page ring under a burst of 3000 opens loses most samples; the

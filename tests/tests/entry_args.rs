@@ -8,9 +8,10 @@
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use kprobe_perf_engine::decode::Value;
 use kprobe_perf_engine::plan::{running_kernel_features, Backend};
-use kprobe_perf_engine::{plan_probes, KernelSymbols, Session, SessionOptions};
+use kprobe_perf_engine::testing::plan_probes;
+use kprobe_perf_engine::Value;
+use kprobe_perf_engine::{KernelSymbols, Session, SessionOptions};
 use kprobe_perf_tests::{kprobe_perf_bin, kprobes_available, vm_kernel};
 
 const BY_NUMBER: &str = "r:do_sys_openat2 path=+0($arg2):ustring ret=$retval:s64";
@@ -203,7 +204,7 @@ fn route_is_the_kernels_where_it_can_and_joined_elsewhere() {
     let path = format!("/tmp/kpf-entry-route-{}", std::process::id());
     std::fs::write(&path, "x\n").unwrap();
     session.enable().unwrap();
-    let tid = kprobe_perf_engine::sys::gettid();
+    let tid = kprobe_perf_engine::testing::sys::gettid();
     let file = std::fs::File::open(&path).unwrap();
     let fd = std::os::fd::AsRawFd::as_raw_fd(&file);
     let mut seen = Vec::new();

@@ -8,9 +8,10 @@
 use std::io::Read;
 use std::time::{Duration, Instant};
 
-use kprobe_perf_engine::decode::{Event, Value};
 use kprobe_perf_engine::plan::{running_kernel_features, Backend, KernelFeatures};
-use kprobe_perf_engine::{plan_probes, KernelSymbols, Session, SessionOptions};
+use kprobe_perf_engine::testing::plan_probes;
+use kprobe_perf_engine::{Event, Value};
+use kprobe_perf_engine::{KernelSymbols, Session, SessionOptions};
 use kprobe_perf_tests::{kprobes_available, vm_kernel};
 
 /// The features of the running kernel; `None` (with the reason printed)

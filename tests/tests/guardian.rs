@@ -8,7 +8,8 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use kprobe_perf_engine::plan::Backend;
-use kprobe_perf_engine::{plan_probes, KernelSymbols, Session, SessionOptions};
+use kprobe_perf_engine::testing::plan_probes;
+use kprobe_perf_engine::{KernelSymbols, Session, SessionOptions};
 use kprobe_perf_tests::{kprobe_perf_bin, kprobes_available, vm_kernel};
 
 const TRACEFS: &str = "/sys/kernel/tracing";
@@ -209,7 +210,7 @@ fn two_sessions_have_their_own_groups() {
 #[test]
 fn uprobes_follow_a_forking_command() {
     let tracefs_uprobes = std::path::Path::new(TRACEFS).join("uprobe_events").exists();
-    let root = kprobe_perf_engine::session::check_capabilities().is_ok();
+    let root = kprobe_perf_engine::testing::check_capabilities().is_ok();
     if !tracefs_uprobes || !root {
         if let Some(k) = vm_kernel() {
             panic!("uprobe_events must work inside the VM (kernel {k})");
@@ -301,7 +302,7 @@ fn live_guardians(marker: &str) -> Vec<u32> {
 fn ctrl_c_of_the_process_group_leaves_nothing_and_no_guardian() {
     use std::os::unix::process::CommandExt;
     let tracefs_uprobes = std::path::Path::new(TRACEFS).join("uprobe_events").exists();
-    let root = kprobe_perf_engine::session::check_capabilities().is_ok();
+    let root = kprobe_perf_engine::testing::check_capabilities().is_ok();
     if !tracefs_uprobes || !root {
         if let Some(k) = vm_kernel() {
             panic!("uprobe_events must work inside the VM (kernel {k})");
@@ -362,7 +363,7 @@ fn append(file: &str, line: &str) {
 #[test]
 fn any_start_removes_definitions_of_dead_processes() {
     let tracefs_uprobes = std::path::Path::new(TRACEFS).join("uprobe_events").exists();
-    let root = kprobe_perf_engine::session::check_capabilities().is_ok();
+    let root = kprobe_perf_engine::testing::check_capabilities().is_ok();
     if !tracefs_uprobes || !root {
         if let Some(k) = vm_kernel() {
             panic!("uprobe_events must work inside the VM (kernel {k})");

@@ -4,8 +4,8 @@
 use std::process::Command;
 
 use kprobe_perf_arch::boundary::ProbeSite;
-use kprobe_perf_engine::ask_kernel;
-use kprobe_perf_engine::pmu::ProbePmu;
+use kprobe_perf_engine::testing::ask_kernel;
+use kprobe_perf_engine::testing::pmu::ProbePmu;
 use kprobe_perf_engine::KernelSymbols;
 use kprobe_perf_tests::{kprobe_perf_bin, kprobes_available};
 

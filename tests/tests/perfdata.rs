@@ -139,7 +139,7 @@ fn script_prints_what_the_live_run_printed() {
 fn uprobe_files_replay_and_perf_names_the_function() {
     let libc = Path::new("/lib/x86_64-linux-gnu/libc.so.6");
     let ok = Path::new("/sys/bus/event_source/devices/uprobe").exists()
-        && kprobe_perf_engine::session::check_capabilities().is_ok()
+        && kprobe_perf_engine::testing::check_capabilities().is_ok()
         && libc.exists()
         && Path::new("/usr/bin/perf").exists();
     if !ok {

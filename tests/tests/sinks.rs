@@ -7,10 +7,10 @@ use std::ops::ControlFlow;
 use std::process::Command;
 use std::time::Duration;
 
-use kprobe_perf_engine::sink::Flow;
+use kprobe_perf_engine::testing::plan_probes;
+use kprobe_perf_engine::Flow;
 use kprobe_perf_engine::{
-    plan_probes, sink_fn, Error, Event, EventSink, KernelSymbols, RecordTarget, Session,
-    SessionOptions, Value,
+    sink_fn, Error, Event, EventSink, KernelSymbols, RecordTarget, Session, SessionOptions, Value,
 };
 use kprobe_perf_tests::{for_kernel, kprobes_available};
 

@@ -5,7 +5,8 @@ use std::os::fd::AsRawFd;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use kprobe_perf_engine::{plan_probes, KernelSymbols, Session, SessionOptions};
+use kprobe_perf_engine::testing::plan_probes;
+use kprobe_perf_engine::{KernelSymbols, Session, SessionOptions};
 use kprobe_perf_tests::{for_kernel, kprobe_perf_bin, kprobes_available, skip_here, vm_kernel};
 
 const AT_FDCWD: i64 = -100;
@@ -34,7 +35,7 @@ fn openat_entry_and_return_values_of_a_known_thread() {
     let mut session = Session::open(plans, SessionOptions::default()).expect("opening probes");
     assert_eq!(
         session.fd_count(),
-        2 * kprobe_perf_engine::session::online_cpus().unwrap().len(),
+        2 * kprobe_perf_engine::cpus::online_cpus().unwrap().len(),
         "per online CPU: one fd per probe; the entry probe on the same function counts the \
          kretprobe's entries, so it has no counting-only entry event"
     );

@@ -5,9 +5,8 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 use kprobe_perf_engine::plan::PlanError;
-use kprobe_perf_engine::{
-    plan_probes, Error, Event, KernelSymbols, RecordTarget, Session, SessionOptions,
-};
+use kprobe_perf_engine::testing::plan_probes;
+use kprobe_perf_engine::{Error, Event, KernelSymbols, RecordTarget, Session, SessionOptions};
 use kprobe_perf_tests::{kprobes_available, online_cpus, skip_here};
 
 const OPEN_PATH: &str = "p:do_sys_openat2 path=+0(%si):ustring";

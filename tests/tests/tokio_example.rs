@@ -7,9 +7,8 @@
 use std::process::Command;
 use std::time::Duration;
 
-use kprobe_perf_engine::{
-    plan_probes, sink_fn, KernelSymbols, RecordTarget, Session, SessionOptions, Value,
-};
+use kprobe_perf_engine::testing::plan_probes;
+use kprobe_perf_engine::{sink_fn, KernelSymbols, RecordTarget, Session, SessionOptions, Value};
 use kprobe_perf_tests::{example_bin, for_kernel, kprobes_available};
 
 /// The opens the example makes of its file.

@@ -6,7 +6,8 @@ use std::sync::{Arc, Barrier};
 use std::time::{Duration, Instant};
 
 use kprobe_perf_engine::plan::Backend;
-use kprobe_perf_engine::{plan_probes, KernelSymbols, Session, SessionOptions};
+use kprobe_perf_engine::testing::plan_probes;
+use kprobe_perf_engine::{KernelSymbols, Session, SessionOptions};
 use kprobe_perf_tests::{
     for_kernel, kprobe_perf_bin, kprobes_available, online_cpus, possible_cpus, skip_here, xorshift,
 };
@@ -295,7 +296,7 @@ fn pmu_kretprobe_misses_are_inferred_from_entries() {
     // On the PMU by choice: on every CPU, `auto` defines it through
     // kprobe_events (one kprobe for all CPUs), whose misses the kernel
     // counts itself.
-    let plans = kprobe_perf_engine::plan_probes_with(
+    let plans = kprobe_perf_engine::testing::plan_probes_with(
         &["r:hrtimer_nanosleep"],
         &symbols,
         kprobe_perf_engine::plan::BackendChoice::Pmu,

@@ -13,7 +13,8 @@ use kprobe_perf_arch::boundary::{
     Errno, FunctionLayout, FunctionText, ProbeSite, RefuseReason, Rules, Verdict,
 };
 use kprobe_perf_arch::Arch;
-use kprobe_perf_engine::{plan_probes, KernelSymbols, Session, SessionOptions};
+use kprobe_perf_engine::testing::plan_probes;
+use kprobe_perf_engine::{KernelSymbols, Session, SessionOptions};
 use kprobe_perf_symbols::elf::UserBinary;
 use kprobe_perf_tests::vm_kernel;
 
@@ -152,11 +153,11 @@ fn mid_instruction_and_past_the_end_are_refused_with_valid_offsets() {
     }
 }
 
-fn uprobes_usable(test: &str) -> Option<kprobe_perf_engine::pmu::ProbePmu> {
-    let pmu = kprobe_perf_engine::pmu::ProbePmu::discover("uprobe")
+fn uprobes_usable(test: &str) -> Option<kprobe_perf_engine::testing::pmu::ProbePmu> {
+    let pmu = kprobe_perf_engine::testing::pmu::ProbePmu::discover("uprobe")
         .ok()
         .flatten();
-    let p = kprobe_perf_engine::error::Privilege::current();
+    let p = kprobe_perf_engine::testing::Privilege::current();
     match pmu {
         Some(pmu) if p.sys_admin => Some(pmu),
         _ => {
@@ -204,16 +205,17 @@ fn uprobe_rules_agree_with_the_kernel() {
     let mut seen = Vec::new();
     for insn in layout.instructions() {
         let v = layout.verdict(insn.offset, ProbeSite::Entry);
-        let mut attr = kprobe_perf_engine::sys::perf_event_attr {
+        let mut attr = kprobe_perf_engine::testing::sys::perf_event_attr {
             type_: pmu.type_,
-            size: kprobe_perf_engine::sys::ATTR_SIZE,
+            size: kprobe_perf_engine::testing::sys::ATTR_SIZE,
             ..Default::default()
         };
         attr.__bindgen_anon_4.config2 = f.file_offset + insn.offset;
         attr.set_disabled(1);
-        let kernel = kprobe_perf_engine::sys::perf_event_open(&attr, Some(&path), -1, 0, 0)
-            .map(drop)
-            .map_err(|e| e.raw_os_error().unwrap_or(0));
+        let kernel =
+            kprobe_perf_engine::testing::sys::perf_event_open(&attr, Some(&path), -1, 0, 0)
+                .map(drop)
+                .map_err(|e| e.raw_os_error().unwrap_or(0));
         let model = match &v {
             Verdict::Accept { .. } => Ok(()),
             // Refused here, accepted by the kernel (which would emulate it
@@ -311,13 +313,14 @@ fn kernel_skips_a_probed_vex_instruction_taken_for_a_branch() {
         let mut child = start_target(&bin);
         let pid = i32::try_from(child.id()).unwrap();
         let fd = probe.then(|| {
-            let mut attr = kprobe_perf_engine::sys::perf_event_attr {
+            let mut attr = kprobe_perf_engine::testing::sys::perf_event_attr {
                 type_: pmu.type_,
-                size: kprobe_perf_engine::sys::ATTR_SIZE,
+                size: kprobe_perf_engine::testing::sys::ATTR_SIZE,
                 ..Default::default()
             };
             attr.__bindgen_anon_4.config2 = f.file_offset + 10;
-            kprobe_perf_engine::sys::perf_event_open(&attr, Some(&path), pid, -1, 0).unwrap()
+            kprobe_perf_engine::testing::sys::perf_event_open(&attr, Some(&path), pid, -1, 0)
+                .unwrap()
         });
         child.stdin.take().unwrap().write_all(b"x").unwrap();
         let out = child.wait_with_output().unwrap();

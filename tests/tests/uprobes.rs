@@ -3,7 +3,8 @@
 
 use std::time::{Duration, Instant};
 
-use kprobe_perf_engine::{plan_probes, Event, KernelSymbols, Session, SessionOptions};
+use kprobe_perf_engine::testing::plan_probes;
+use kprobe_perf_engine::{Event, KernelSymbols, Session, SessionOptions};
 use kprobe_perf_tests::{for_kernel, uprobes_available};
 
 /// The probed function: not inlined, not mangled, so the ELF symbol table
@@ -94,7 +95,7 @@ fn uretprobe_losses_and_calls_count_only_the_users_probe() {
     let plans = plan_probes(&[spec], &KernelSymbols::default()).unwrap();
     assert_eq!(plans.len(), 1, "the user's probe only");
     let mut s = Session::open(plans, SessionOptions::default().with_mmap_pages(1)).unwrap();
-    let cpus = kprobe_perf_engine::session::online_cpus().unwrap().len();
+    let cpus = kprobe_perf_engine::cpus::online_cpus().unwrap().len();
     assert_eq!(
         s.fd_count(),
         2 * cpus,

@@ -11,8 +11,8 @@ use std::process::Command;
 
 use kprobe_perf_arch::boundary::{FunctionLayout, ProbeSite};
 use kprobe_perf_arch::Arch;
-use kprobe_perf_engine::kcore::{ImageText, Kcore};
-use kprobe_perf_engine::preflight::{KernelTextSource, Prediction, Preflight};
+use kprobe_perf_engine::kernel::preflight::{KernelTextSource, Prediction, Preflight};
+use kprobe_perf_engine::testing::kcore::{ImageText, Kcore};
 use kprobe_perf_symbols::image::{running_build_id, KernelImage};
 use kprobe_perf_symbols::{Blacklist, KernelSymbols};
 use kprobe_perf_tests::{kprobe_perf_bin, kprobes_available, skip, xorshift};
@@ -283,7 +283,7 @@ fn padding_past_the_code_is_refused_with_a_vmlinux() {
         .unwrap();
     let live = Kcore::open().unwrap();
     let img = ImageText::new(image, slide);
-    let both = kprobe_perf_engine::kcore::TextSources {
+    let both = kprobe_perf_engine::testing::kcore::TextSources {
         live: Some(live),
         image: Some(img),
     };

@@ -18,9 +18,10 @@ use std::collections::HashSet;
 use std::process::{Command, Stdio};
 use std::time::Instant;
 
+use kprobe_perf_engine::kernel::select::FRAGILE_FAMILIES;
 use kprobe_perf_engine::plan::BackendChoice;
-use kprobe_perf_engine::select::FRAGILE_FAMILIES;
-use kprobe_perf_engine::{plan_probes_with, KernelSymbols, Session, SessionOptions};
+use kprobe_perf_engine::testing::plan_probes_with;
+use kprobe_perf_engine::{KernelSymbols, Session, SessionOptions};
 
 use kprobe_perf_bench::rng::xorshift;
 
@@ -280,7 +281,7 @@ fn pick_globs(n: usize, seed: u64) -> (Vec<String>, Vec<String>) {
 /// `dynamic_events`) and perf side (perf_event_open of the event on each
 /// CPU, enable, close), by glob size and by number of definitions.
 fn measure_fprobe(defs: usize) {
-    use kprobe_perf_engine::sys;
+    use kprobe_perf_engine::testing::sys;
     use std::io::Write;
     let root = std::path::Path::new("/sys/kernel/tracing");
     let group = "kpf_measure";

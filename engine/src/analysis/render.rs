@@ -4,7 +4,7 @@
 //!
 //! A histogram prints one line per bucket from the lowest non-empty one to
 //! the highest: the bucket, its count, and a bar of `@` scaled so the
-//! largest count fills [`BAR_WIDTH`] (a bucket with any value shows at
+//! largest count fills `BAR_WIDTH` (a bucket with any value shows at
 //! least one `@`):
 //!
 //! ```text
@@ -22,11 +22,11 @@ use super::hist::{Bucket, Hist, LinearHist, Log2Hist};
 use super::latency::{LatencySnapshot, TimeUnit};
 
 /// Width of the bar of the largest bucket.
-pub const BAR_WIDTH: usize = 40;
+pub(crate) const BAR_WIDTH: usize = 40;
 
 /// `v` with K, M, G, T, P or E when it is a multiple of a power of 1024:
 /// 512, 1K, 3M, 16E.
-pub fn size_label(v: i128) -> String {
+pub(crate) fn size_label(v: i128) -> String {
     const SUFFIX: [&str; 7] = ["", "K", "M", "G", "T", "P", "E"];
     let (mut v, mut i) = (v, 0);
     while v != 0 && v % 1024 == 0 && i + 1 < SUFFIX.len() {
@@ -76,17 +76,17 @@ fn bars(buckets: &[Bucket], label: impl Fn(&Bucket) -> String) -> String {
 }
 
 /// A log2 histogram with bars (empty string when it holds no value).
-pub fn render_log2(h: &Log2Hist) -> String {
+pub(crate) fn render_log2(h: &Log2Hist) -> String {
     bars(&h.buckets(), log2_label)
 }
 
 /// A linear histogram with bars (empty string when it holds no value).
-pub fn render_linear(h: &LinearHist) -> String {
+pub(crate) fn render_linear(h: &LinearHist) -> String {
     bars(&h.buckets(), linear_label)
 }
 
 /// Either histogram with bars.
-pub fn render_hist(h: &Hist) -> String {
+pub(crate) fn render_hist(h: &Hist) -> String {
     match h {
         Hist::Log2(h) => render_log2(h),
         Hist::Linear(h) => render_linear(h),
@@ -118,7 +118,7 @@ pub fn format_duration(ns: u64, unit: Option<TimeUnit>) -> String {
 /// p99 9us, p99.9 9us, max 9us`, the values followed by `unit`'s suffix
 /// when given; `(estimated)` follows the percentiles when they come from
 /// the buckets. `count 0` alone when empty.
-pub fn render_stats(h: &Hist, unit: Option<TimeUnit>) -> String {
+pub(crate) fn render_stats(h: &Hist, unit: Option<TimeUnit>) -> String {
     let u = unit.map_or("", TimeUnit::suffix);
     let line = match h {
         Hist::Log2(h) => match (h.percentiles(), h.average(), h.min(), h.max()) {
@@ -157,7 +157,7 @@ fn stats_line(count: u64, avg: f64, v: [i128; 6], exact: bool, u: &str) -> Optio
 /// A count table: one column per key (upper-case names) and `COUNT`,
 /// sorted as the table is; with `limit`, the first `limit` rows then
 /// `... N more keys (M events)`. `(no events)` when empty.
-pub fn render_count_table(t: &CountTable, limit: Option<usize>) -> String {
+pub(crate) fn render_count_table(t: &CountTable, limit: Option<usize>) -> String {
     if t.rows.is_empty() {
         return "(no events)\n".to_string();
     }

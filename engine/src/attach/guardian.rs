@@ -25,7 +25,7 @@
 //!
 //! Without a guardian (an embedder that did not start one), definitions
 //! are removed on drop, and those of dead processes at the next start of
-//! any session ([`remove_stale_if_mounted`](crate::attach::tracefs::remove_stale_if_mounted))
+//! any session (`remove_stale_if_mounted`)
 //! or by `kprobe-perf cleanup`.
 
 use std::collections::HashSet;

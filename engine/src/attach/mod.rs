@@ -9,10 +9,11 @@ mod cpu_list;
 pub mod cpus;
 mod definition;
 pub(crate) mod error;
-pub mod guardian;
+pub(crate) mod guardian;
 pub mod os;
+#[cfg_attr(not(feature = "test-util"), allow(unreachable_pub))] // in `testing`
 pub mod pmu;
-pub mod process;
+pub(crate) mod process;
 /// The per-CPU ring reader (public with the `test-util` feature only).
 #[cfg(feature = "test-util")]
 pub mod ring;
@@ -26,5 +27,5 @@ pub mod sys;
 #[cfg(not(feature = "test-util"))]
 #[allow(unreachable_pub)] // public with test-util
 pub(crate) mod sys;
-pub mod target;
+pub(crate) mod target;
 pub mod tracefs;

@@ -6,7 +6,7 @@ use std::path::Path;
 use crate::attach::error::AttachError;
 
 /// Where the kernel lists its PMUs.
-pub const SYSFS_PMUS: &str = "/sys/bus/event_source/devices";
+pub(crate) const SYSFS_PMUS: &str = "/sys/bus/event_source/devices";
 
 /// A dynamic probe PMU: its type number and the config bit for return probes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -25,7 +25,7 @@ impl ProbePmu {
     }
 
     /// As [`ProbePmu::discover`], under another sysfs root (for tests).
-    pub fn discover_in(root: &Path, name: &str) -> Result<Option<ProbePmu>, AttachError> {
+    pub(crate) fn discover_in(root: &Path, name: &str) -> Result<Option<ProbePmu>, AttachError> {
         let dir = root.join(name);
         let path = dir.join("type");
         let type_text = match std::fs::read_to_string(&path) {

@@ -8,14 +8,14 @@ use crate::attach::error::AttachError;
 use crate::attach::sys;
 
 /// The pids in their first order, each once.
-pub fn unique_pids(pids: &[i32]) -> Vec<i32> {
+pub(crate) fn unique_pids(pids: &[i32]) -> Vec<i32> {
     let mut seen = std::collections::HashSet::new();
     pids.iter().copied().filter(|p| seen.insert(*p)).collect()
 }
 
 /// The thread ids in `/proc/PID/task`, in ascending order (the leader
 /// first). `None` when the process is gone.
-pub fn threads_of(pid: i32) -> io::Result<Option<Vec<i32>>> {
+pub(crate) fn threads_of(pid: i32) -> io::Result<Option<Vec<i32>>> {
     let dir = format!("/proc/{pid}/task");
     let entries = match std::fs::read_dir(&dir) {
         Ok(e) => e,
@@ -55,7 +55,7 @@ fn stat_of(pid: i32) -> Option<(char, String)> {
 
 /// Watches one target process until it exits.
 #[derive(Debug)]
-pub enum ProcessWatch {
+pub(crate) enum ProcessWatch {
     /// A pidfd, readable once the process has exited (Linux 5.3+).
     Pidfd {
         /// The process.
@@ -77,7 +77,7 @@ pub enum ProcessWatch {
 impl ProcessWatch {
     /// Starts watching `pid`, which must be a process (a thread group
     /// leader): a thread of another process is refused, naming both.
-    pub fn new(pid: i32) -> Result<ProcessWatch, AttachError> {
+    pub(crate) fn new(pid: i32) -> Result<ProcessWatch, AttachError> {
         let not_found = || AttachError::NoSuchProcess { pid };
         if pid <= 0 {
             return Err(AttachError::NotAProcessId { pid });
@@ -107,14 +107,15 @@ impl ProcessWatch {
     }
 
     /// The process id.
-    pub fn pid(&self) -> i32 {
+    #[allow(dead_code)] // no caller since the API was curated; part of the watch
+    pub(crate) fn pid(&self) -> i32 {
         match self {
             ProcessWatch::Pidfd { pid, .. } | ProcessWatch::Proc { pid, .. } => *pid,
         }
     }
 
     /// The pidfd, to wait on (none before Linux 5.3).
-    pub fn pidfd(&self) -> Option<&OwnedFd> {
+    pub(crate) fn pidfd(&self) -> Option<&OwnedFd> {
         match self {
             ProcessWatch::Pidfd { fd, .. } => Some(fd),
             ProcessWatch::Proc { .. } => None,
@@ -123,7 +124,7 @@ impl ProcessWatch {
 
     /// True once every thread of the process has exited (it may still
     /// wait to be reaped by its parent).
-    pub fn exited(&self) -> bool {
+    pub(crate) fn exited(&self) -> bool {
         match self {
             // A pidfd that cannot be polled is an fd we hold, so poll
             // fails only on exhausted kernel memory: treat it as alive

@@ -86,7 +86,7 @@ impl RecordTarget {
     /// per task and CPU when the events are inherited. Each PMU probe
     /// event is then a kprobe of its own, and every hit runs all their
     /// handlers.
-    pub fn opens_each_probe_more_than_once(&self, online_cpus: usize) -> bool {
+    pub(crate) fn opens_each_probe_more_than_once(&self, online_cpus: usize) -> bool {
         match self {
             RecordTarget::Processes(_) => true,
             RecordTarget::AllCpus | RecordTarget::Cgroup(_) => online_cpus > 1,
@@ -118,7 +118,7 @@ impl RecordTarget {
     /// True when the kernel arms the probes itself at the command's exec
     /// (`enable_on_exec`), so that [`Session::enable`](crate::session::Session::enable)
     /// has nothing to arm.
-    pub fn enables_on_exec(&self) -> bool {
+    pub(crate) fn enables_on_exec(&self) -> bool {
         self.inherits() && matches!(self, RecordTarget::Command { .. })
     }
 

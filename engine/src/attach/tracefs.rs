@@ -6,9 +6,9 @@
 //! session (`kprobe_perf_<pid>_<n>`), opened as tracepoint events, and
 //! removed again when the [`TracefsProbes`] guard is dropped. When the
 //! process dies without dropping it (SIGKILL, abort), the
-//! [`guardian`](crate::attach::guardian) removes them, if one was started; and any
+//! [`Guardian`](crate::Guardian) removes them, if one was started; and any
 //! start removes the groups of processes that are gone
-//! ([`remove_stale_if_mounted`]).
+//! (`remove_stale_if_mounted`).
 //!
 //! Nothing here parses trace text output: only `id`, `format`, the event
 //! lists, `error_log` and `kprobe_profile` are read.
@@ -24,7 +24,7 @@ use crate::attach::sys;
 
 /// Prefix of every group this engine creates; the pid follows (then `_`
 /// and the session's number in that process).
-pub const GROUP_PREFIX: &str = "kprobe_perf_";
+pub(crate) const GROUP_PREFIX: &str = "kprobe_perf_";
 
 /// Errors of the tracefs path.
 #[derive(Debug, thiserror::Error)]
@@ -107,7 +107,7 @@ pub enum ProbeKind {
 
 impl ProbeKind {
     /// The tracefs file listing (and removing) this kind.
-    pub fn list_file(self) -> &'static str {
+    pub(crate) fn list_file(self) -> &'static str {
         match self {
             ProbeKind::Kernel => "kprobe_events",
             ProbeKind::User => "uprobe_events",
@@ -142,7 +142,7 @@ pub struct Field {
 }
 
 /// Parses the field lines of a `format` file.
-pub fn parse_format(text: &str) -> Vec<Field> {
+pub(crate) fn parse_format(text: &str) -> Vec<Field> {
     let mut fields = Vec::new();
     for line in text.lines() {
         let Some(rest) = line.trim().strip_prefix("field:") else {
@@ -185,7 +185,7 @@ pub fn parse_format(text: &str) -> Vec<Field> {
 
 /// The fields of a `format` file as a filter sees them (name and
 /// [`FieldType`](crate::plan::filter::FieldType) by the kernel's rules).
-pub fn filter_fields(fields: &[Field]) -> Vec<crate::plan::filter::FieldDef> {
+pub(crate) fn filter_fields(fields: &[Field]) -> Vec<crate::plan::filter::FieldDef> {
     fields
         .iter()
         .map(|f| {
@@ -200,7 +200,7 @@ pub fn filter_fields(fields: &[Field]) -> Vec<crate::plan::filter::FieldDef> {
 /// The `(group, event)` of each line of an event list (`kprobe_events`,
 /// `uprobe_events`, `dynamic_events`) whose group starts with
 /// [`GROUP_PREFIX`].
-pub fn parse_event_list(text: &str) -> Vec<(String, String)> {
+pub(crate) fn parse_event_list(text: &str) -> Vec<(String, String)> {
     text.lines()
         .filter_map(|l| {
             let head = l.split_whitespace().next()?;
@@ -239,7 +239,7 @@ impl Tracefs {
     }
 
     /// Fails with the cause when this kernel cannot define `kind` probes.
-    pub fn require(&self, kind: ProbeKind) -> Result<(), TracefsError> {
+    pub(crate) fn require(&self, kind: ProbeKind) -> Result<(), TracefsError> {
         if self.root.join(kind.list_file()).exists() {
             return Ok(());
         }
@@ -299,7 +299,7 @@ impl Tracefs {
     /// True when this process may define `kind` probes here: the file
     /// it writes them to exists and opens for appending (not truncating,
     /// which would remove every probe; nothing is written).
-    pub fn can_define(&self, kind: ProbeKind) -> bool {
+    pub(crate) fn can_define(&self, kind: ProbeKind) -> bool {
         self.require(kind).is_ok()
             && OpenOptions::new()
                 .append(true)
@@ -335,7 +335,7 @@ impl Tracefs {
     }
 
     /// The tracepoint id of an event (for `PERF_TYPE_TRACEPOINT`).
-    pub fn event_id(&self, group: &str, event: &str) -> Result<u64, TracefsError> {
+    pub(crate) fn event_id(&self, group: &str, event: &str) -> Result<u64, TracefsError> {
         let path = self.root.join("events").join(group).join(event).join("id");
         let text = std::fs::read_to_string(&path).map_err(io_err(&path))?;
         text.trim().parse().map_err(|_| TracefsError::Format {
@@ -345,7 +345,7 @@ impl Tracefs {
     }
 
     /// The path of an event's `format` file.
-    pub fn format_path(&self, group: &str, event: &str) -> PathBuf {
+    pub(crate) fn format_path(&self, group: &str, event: &str) -> PathBuf {
         self.root
             .join("events")
             .join(group)
@@ -434,14 +434,14 @@ static SESSIONS: AtomicU64 = AtomicU64::new(0);
 
 /// A new group private to one session of this process:
 /// `kprobe_perf_<pid>_<n>`.
-pub fn new_group() -> String {
+pub(crate) fn new_group() -> String {
     let n = SESSIONS.fetch_add(1, Ordering::Relaxed);
     format!("{GROUP_PREFIX}{}_{n}", std::process::id())
 }
 
 /// The pid in a group of ours: `kprobe_perf_<pid>` (older releases) or
 /// `kprobe_perf_<pid>_<n>`.
-pub fn pid_of_group(group: &str) -> Option<u32> {
+pub(crate) fn pid_of_group(group: &str) -> Option<u32> {
     let rest = group.strip_prefix(GROUP_PREFIX)?;
     let (pid, n) = rest.split_once('_').unwrap_or((rest, "0"));
     n.parse::<u64>().ok()?;
@@ -450,7 +450,7 @@ pub fn pid_of_group(group: &str) -> Option<u32> {
 
 /// Removes events left by processes of this engine that are gone.
 /// Returns how many were removed.
-pub fn remove_stale(fs: &Tracefs) -> usize {
+pub(crate) fn remove_stale(fs: &Tracefs) -> usize {
     let mut removed = 0;
     for d in fs.our_events() {
         let alive =
@@ -464,7 +464,7 @@ pub fn remove_stale(fs: &Tracefs) -> usize {
 
 /// [`remove_stale`] when tracefs is mounted and readable; nothing (0)
 /// otherwise. Every session start calls it, whatever its backend.
-pub fn remove_stale_if_mounted() -> usize {
+pub(crate) fn remove_stale_if_mounted() -> usize {
     Tracefs::find().map_or(0, |fs| remove_stale(&fs))
 }
 
@@ -485,7 +485,7 @@ pub fn remove_all(fs: &Tracefs) -> (usize, Vec<String>) {
 /// Removes every event of `groups`, retrying those the kernel still
 /// holds (EBUSY while the perf fds of a dead process are being released)
 /// until `patience` has passed. Returns the events that stayed.
-pub fn remove_groups(
+pub(crate) fn remove_groups(
     fs: &Tracefs,
     groups: &std::collections::HashSet<String>,
     patience: std::time::Duration,
@@ -508,7 +508,7 @@ pub fn remove_groups(
 /// The last filter error of an `error_log` (`[time] event filter parse
 /// error: error: MESSAGE`, then `  Command: FILTER` and a caret line): the
 /// message, then the filter and the caret, each on its own line.
-pub fn filter_error_from_log(log: &str) -> Option<String> {
+pub(crate) fn filter_error_from_log(log: &str) -> Option<String> {
     let lines: Vec<&str> = log.lines().collect();
     let at = lines.iter().rposition(|l| l.contains("filter"))?;
     let head = lines[at];
@@ -532,7 +532,7 @@ pub fn filter_error_from_log(log: &str) -> Option<String> {
     Some(out)
 }
 
-/// This process's end of the socket to the [`guardian`](crate::attach::guardian),
+/// This process's end of the socket to the [`Guardian`](crate::Guardian),
 /// once it runs: the groups it is to remove when this process dies are
 /// written here (the guardian sets it; this module only writes to it).
 pub(crate) static GROUPS_TO_GUARD: OnceLock<Mutex<OwnedFd>> = OnceLock::new();
@@ -563,7 +563,7 @@ pub struct TracefsProbes {
 
 impl TracefsProbes {
     /// An empty set in a new private group, which the
-    /// [`guardian`](crate::attach::guardian) (if running) is told about before
+    /// [`Guardian`](crate::Guardian) (if running) is told about before
     /// anything is defined in it.
     pub fn new(fs: Tracefs) -> TracefsProbes {
         let group = new_group();

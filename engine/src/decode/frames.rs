@@ -11,7 +11,7 @@ const PERF_CONTEXT_USER: u64 = (-512i64) as u64;
 
 /// One frame of a callchain, innermost first: a return address (the
 /// first frame of each part is the sampled ip itself).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize)]
 pub struct StackFrame {
     /// The address.
     pub address: u64,

@@ -1,5 +1,5 @@
 //! The decode-time half of the entry joins planned in
-//! [`crate::plan::entry_join`]: [`expand`] gives the probes a session
+//! [`crate::plan::entry_join`]: `expand` gives the probes a session
 //! opens for the user's (a joined probe's return part in its place, the
 //! hidden entry probes after the user's), and the [`Joiner`] pairs each
 //! return with its entry per thread and hands the return on with the
@@ -52,7 +52,7 @@ impl std::fmt::Debug for Joiner {
 /// The probes a session opens for `plans` (the user's): a joined probe's
 /// return part in its place, the hidden entry probes after the user's;
 /// and the [`Joiner`] that puts them back together, when one is needed.
-pub fn expand(plans: Vec<ProbePlan>) -> (Vec<ProbePlan>, Option<Joiner>) {
+pub(crate) fn expand(plans: Vec<ProbePlan>) -> (Vec<ProbePlan>, Option<Joiner>) {
     if plans.iter().all(|p| p.entry_join.is_none()) {
         return (plans, None);
     }

@@ -3,9 +3,9 @@
 //! fields the kernel fetched into the record (tracefs probes).
 
 mod filter;
-pub mod frames;
-pub mod join;
-pub mod pairing;
+pub(crate) mod frames;
+pub(crate) mod join;
+pub(crate) mod pairing;
 pub mod records;
 pub(crate) mod stats;
 mod user_stacks;
@@ -94,7 +94,7 @@ impl AddressSet {
     }
 
     /// Every address noted.
-    pub fn as_set(&self) -> &std::collections::HashSet<u64> {
+    pub(crate) fn as_set(&self) -> &std::collections::HashSet<u64> {
         &self.set
     }
 
@@ -196,12 +196,79 @@ impl Value {
         }
     }
 
+    /// The value as an unsigned integer, for integer values (a signed
+    /// value's two's complement bits).
+    pub fn as_u64(&self) -> Option<u64> {
+        match self {
+            Value::Int { raw, .. } => Some(*raw),
+            _ => None,
+        }
+    }
+
     /// The string, for string values that were read.
     pub fn as_str(&self) -> Option<&str> {
         match self {
             Value::Str(Some(s)) => Some(s),
             _ => None,
         }
+    }
+
+    /// The items, for array values.
+    pub fn as_array(&self) -> Option<&[Value]> {
+        match self {
+            Value::Array(items) => Some(items),
+            _ => None,
+        }
+    }
+
+    /// Whether the value could not be known ([`Value::Unknown`]).
+    pub fn is_unknown(&self) -> bool {
+        matches!(self, Value::Unknown)
+    }
+}
+
+impl serde::Serialize for Value {
+    /// As the CLI's JSON prints an argument without the kernel's symbols:
+    /// integers as numbers (signed for sN), strings as strings, arrays as
+    /// arrays, an unreadable string or an unknown value as `null`.
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        match self {
+            Value::Int {
+                raw,
+                ty: BaseType::Signed(_),
+            } => s.serialize_i64(*raw as i64),
+            Value::Int { raw, .. } => s.serialize_u64(*raw),
+            Value::Str(Some(v)) => s.serialize_str(v),
+            Value::Str(None) | Value::Unknown => s.serialize_none(),
+            Value::Array(items) => s.collect_seq(items),
+        }
+    }
+}
+
+impl serde::Serialize for Event {
+    /// A map with the fields' names as keys (`probe`, `cpu`, `pid`, `tid`,
+    /// `comm`, `time_ns`, `ip`, `probe_addr`, `ret_addr` when set, `args`
+    /// as an array in plan order, and `callchain` when recorded), the
+    /// names the CLI's JSON Lines use for the same fields.
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::SerializeMap;
+        let mut m = s.serialize_map(None)?;
+        m.serialize_entry("probe", &self.probe)?;
+        m.serialize_entry("cpu", &self.cpu)?;
+        m.serialize_entry("pid", &self.pid)?;
+        m.serialize_entry("tid", &self.tid)?;
+        m.serialize_entry("comm", &*self.comm)?;
+        m.serialize_entry("time_ns", &self.time_ns)?;
+        m.serialize_entry("ip", &self.ip)?;
+        m.serialize_entry("probe_addr", &self.probe_addr)?;
+        if let Some(r) = self.ret_addr {
+            m.serialize_entry("ret_addr", &r)?;
+        }
+        m.serialize_entry("args", &self.args)?;
+        if !self.callchain.is_empty() {
+            m.serialize_entry("callchain", &self.callchain)?;
+        }
+        m.end()
     }
 }
 
@@ -315,7 +382,7 @@ fn decode_element(raw: &[u8], at: usize, ty: BaseType) -> Result<Value, DecodeEr
 }
 
 /// Decodes one argument the kernel fetched into a tracefs event's record.
-pub fn decode_field(raw: &[u8], at: usize, ty: ArgType) -> Result<Value, DecodeError> {
+pub(crate) fn decode_field(raw: &[u8], at: usize, ty: ArgType) -> Result<Value, DecodeError> {
     match ty.array {
         None => decode_element(raw, at, ty.base),
         Some(n) => {
@@ -336,7 +403,7 @@ fn read_u64(raw: &[u8], at: usize) -> Option<u64> {
 
 /// Decodes a sample of probe `probe` (whose plan is `plan`). For a tracefs
 /// probe, `field_offsets[i]` is where argument `i` lies in the record.
-pub fn decode_sample(
+pub(crate) fn decode_sample(
     probe: usize,
     plan: &ProbePlan,
     sample: &SampleRecord<'_>,
@@ -366,7 +433,7 @@ pub fn decode_sample(
 /// The fields of a sample that decoding reads, however the sample was
 /// parsed (`None` for a field the sample lacks).
 #[derive(Debug, Clone, Copy)]
-pub struct SampleParts<'a> {
+pub(crate) struct SampleParts<'a> {
     /// `PERF_SAMPLE_IP`.
     pub ip: Option<u64>,
     /// `PERF_SAMPLE_TID`: pid.
@@ -398,7 +465,7 @@ impl<'a> SampleParts<'a> {
 
 /// As [`decode_sample`], from parts: `reg(i)` is the sampled register of
 /// perf_regs index `i`, if sampled.
-pub fn decode_parts(
+pub(crate) fn decode_parts(
     probe: usize,
     plan: &ProbePlan,
     sample: &SampleParts<'_>,
@@ -712,6 +779,26 @@ mod tests {
         assert_eq!(
             decode_field(&raw, 33, s32),
             Err(DecodeError::FieldOutOfRange(33, 35))
+        );
+    }
+
+    #[test]
+    fn value_accessors_and_event_json() {
+        let v = Value::new(u64::MAX, BaseType::Signed(32));
+        assert_eq!(v.as_i64(), Some(-1));
+        assert_eq!(Value::new(7, BaseType::Unsigned(8)).as_u64(), Some(7));
+        assert!(Value::Unknown.is_unknown());
+        let arr = Value::Array(vec![Value::Str(None)]);
+        assert_eq!(arr.as_array().map(<[Value]>::len), Some(1));
+        let e = Event {
+            ret_addr: Some(2),
+            args: vec![v, Value::Str(Some("a".into())), Value::Unknown],
+            ..Event::default()
+        };
+        let json = serde_json::to_string(&e).unwrap();
+        assert_eq!(
+            json,
+            r#"{"probe":0,"cpu":0,"pid":0,"tid":0,"comm":"","time_ns":0,"ip":0,"probe_addr":0,"ret_addr":2,"args":[-1,"a",null]}"#
         );
     }
 }

@@ -174,3 +174,12 @@ fn an_open_error_names_the_probe_the_place_and_the_reason() {
         Some("No such file or directory (os error 2)")
     );
 }
+
+#[test]
+fn debug_prints_the_message() {
+    let e = Error::NoUprobePmu {
+        dir: "/sys/bus/event_source/devices/uprobe".into(),
+    };
+    assert_eq!(format!("{e:?}"), e.to_string());
+    assert!(format!("{e:?}").starts_with("this kernel has no uprobe PMU"));
+}

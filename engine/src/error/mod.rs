@@ -8,7 +8,11 @@ use crate::plan::PlanError;
 use kprobe_perf_spec::SpecError;
 
 /// Anything that can stop a session from starting or running.
-#[derive(Debug, thiserror::Error)]
+///
+/// Its `Debug` prints the `Display` message, so that a `main` returning
+/// `Result<(), Box<dyn std::error::Error>>` shows what to do rather than
+/// the variant's fields; match on the variants for the details.
+#[derive(thiserror::Error)]
 #[non_exhaustive]
 pub enum Error {
     /// The probe definition is malformed.
@@ -143,6 +147,12 @@ pub enum Error {
     },
 }
 
+impl std::fmt::Debug for Error {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        std::fmt::Display::fmt(self, f)
+    }
+}
+
 impl Error {
     /// The OS error number behind this error, if a system call failed
     /// (perf_event_open refusing a probe, a tracefs write, a read of
@@ -168,7 +178,7 @@ impl Error {
 
 /// How a probe was being opened, which decides what an errno means.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum OpenedAs {
+pub(crate) enum OpenedAs {
     /// A kprobe or kretprobe through the kprobe PMU.
     Kprobe,
     /// A uprobe or uretprobe through the uprobe PMU.
@@ -180,6 +190,7 @@ pub enum OpenedAs {
 /// What the process may do, as far as perf_event_open's permission checks
 /// go.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[cfg_attr(not(feature = "test-util"), allow(unreachable_pub))] // in `testing`
 pub struct Privilege {
     /// CAP_PERFMON is in the effective set.
     pub perfmon: bool,
@@ -192,6 +203,7 @@ pub struct Privilege {
 impl Privilege {
     /// This process's effective capabilities and the running kernel's
     /// `perf_event_paranoid` (unknown parts read as absent).
+    #[cfg_attr(not(feature = "test-util"), allow(unreachable_pub))] // in `testing`
     pub fn current() -> Privilege {
         let caps = crate::attach::sys::effective_capabilities().unwrap_or(0);
         let has = |cap: u32| caps & (1u64 << cap) != 0;
@@ -233,7 +245,7 @@ fn not_permitted(exe: &str) -> String {
 /// Debian's `perf_event_paranoid` level 3 makes every perf_event_open want
 /// CAP_SYS_ADMIN. Checked on the host kernel (6.18) and Debian 6.1 and
 /// 6.12 in the VM, as an unprivileged user given only the capability.
-pub fn explain_permission(as_: OpenedAs, p: Privilege, exe: &str) -> String {
+pub(crate) fn explain_permission(as_: OpenedAs, p: Privilege, exe: &str) -> String {
     let paranoid3 = p.paranoid.is_some_and(|n| n >= 3);
     let what = match as_ {
         OpenedAs::Kprobe => "kprobes",
@@ -277,7 +289,7 @@ pub fn explain_permission(as_: OpenedAs, p: Privilege, exe: &str) -> String {
 /// kernel/events/uprobes.c `uprobe_register`, kernel/trace/trace_uprobe.c
 /// `create_local_trace_uprobe` and trace_event_perf.c `perf_uprobe_init`
 /// for uprobes).
-pub fn explain_open_errno(errno: i32, target: &str, as_: OpenedAs) -> String {
+pub(crate) fn explain_open_errno(errno: i32, target: &str, as_: OpenedAs) -> String {
     if matches!(errno, libc::EACCES | libc::EPERM) {
         return explain_permission(as_, Privilege::current(), &this_exe());
     }
@@ -288,7 +300,7 @@ pub fn explain_open_errno(errno: i32, target: &str, as_: OpenedAs) -> String {
 }
 
 /// [`explain_open_errno`] for the uprobe PMU, permission aside.
-pub fn explain_uprobe_errno(errno: i32, target: &str) -> String {
+pub(crate) fn explain_uprobe_errno(errno: i32, target: &str) -> String {
     match errno {
         // ENOTSUPP is kernel-internal; libc names it "Unknown error 524".
         524 => format!("the uprobe layer refuses the instruction at {target} (ENOTSUPP): an int3, int n, hlt, in/out or far branch, a segment or lock prefix, a 66-prefixed branch, or a VEX instruction whose opcode byte the kernel's table refuses (arch_uprobe_analyze_insn); pick another instruction"),
@@ -310,7 +322,7 @@ pub fn explain_uprobe_errno(errno: i32, target: &str) -> String {
 
 /// What an errno from perf_event_open on the kprobe PMU means, and what
 /// to do about it (kernel-notes section 2), permission aside.
-pub fn explain_kprobe_errno(errno: i32, target: &str) -> String {
+pub(crate) fn explain_kprobe_errno(errno: i32, target: &str) -> String {
     match errno {
         libc::ENOENT => format!("the kernel found no symbol or address {target} (or its module is not loaded)"),
         libc::EADDRNOTAVAIL => format!("{target} names several symbols; give the address of the one you mean"),

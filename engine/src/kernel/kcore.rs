@@ -29,7 +29,7 @@ impl Kcore {
 
     /// Opens a kcore-format file: a little-endian ELF64 core whose
     /// `PT_LOAD` program headers map kernel addresses to file offsets.
-    pub fn open_path(path: &str) -> io::Result<Kcore> {
+    pub(crate) fn open_path(path: &str) -> io::Result<Kcore> {
         let file = File::open(path)?;
         let not_core = |reason: &dyn std::fmt::Display| {
             io::Error::new(
@@ -63,6 +63,7 @@ impl Kcore {
     }
 
     /// The loadable segments: (kernel virtual address, size, file offset).
+    #[cfg_attr(not(feature = "test-util"), allow(dead_code))] // for the tests
     pub fn segments(&self) -> &[(u64, u64, u64)] {
         &self.segments
     }
@@ -112,12 +113,13 @@ impl ImageText {
     }
 
     /// The slide in use.
+    #[cfg_attr(not(feature = "test-util"), allow(dead_code))] // for the tests
     pub fn slide(&self) -> KaslrSlide {
         self.slide
     }
 
     /// The ELF size of the function that starts at running `address`.
-    pub fn function_size(&self, address: u64) -> Option<u64> {
+    pub(crate) fn function_size(&self, address: u64) -> Option<u64> {
         self.image
             .function_at(self.slide.to_link(address))
             .map(|s| s.size)
@@ -154,6 +156,7 @@ pub struct TextSources {
 
 impl TextSources {
     /// None when neither source is there.
+    #[cfg_attr(not(feature = "test-util"), allow(dead_code))] // for the tests
     pub fn into_source(self) -> Option<Box<dyn KernelTextSource>> {
         match (self.live.is_some(), self.image.is_some()) {
             (false, false) => None,

@@ -31,7 +31,11 @@
 
 pub(crate) mod error;
 mod globs;
+#[cfg(feature = "test-util")]
 pub mod kcore;
+#[cfg(not(feature = "test-util"))]
+#[allow(unreachable_pub)] // public in `testing` with test-util
+pub(crate) mod kcore;
 pub mod preflight;
 pub mod select;
 mod text;
@@ -324,8 +328,16 @@ impl Kernel {
         Ok(())
     }
 
-    /// Parses and plans definitions against this kernel's symbols (see
-    /// [`plan_probes_with`](crate::plan::probes::plan_probes_with)).
+    /// Parses and plans probe definitions (kprobe_events syntax) against
+    /// this kernel's symbols for this machine's architecture: the way to
+    /// make [`ProbePlan`]s for a [`Session`](crate::Session). With
+    /// [`Auto`](BackendChoice::Auto) and many kernel probes (64 or more),
+    /// all kernel probes go through tracefs. Event names that repeat get
+    /// a `_2`, `_3` ... suffix so each probe stays distinct. The plans are
+    /// the given probes only, in order. Every error a user can make (bad
+    /// syntax, unknown symbol, `$retval` on an entry probe ...) is
+    /// reported here, before anything is opened; [`Kernel::check`] adds
+    /// what the kernel's text shows.
     pub fn plan<S: AsRef<str>>(
         &self,
         specs: &[S],
@@ -334,8 +346,14 @@ impl Kernel {
         crate::plan::probes::plan_probes_with(specs, &self.symbols, choice)
     }
 
-    /// As [`Kernel::plan`], each definition with its filter (see
-    /// [`crate::plan::probes::plan_probes_filtered`]).
+    /// As [`Kernel::plan`], each definition with its filter (`None`: no
+    /// filter) in the kernel's ftrace grammar. A filter is checked against
+    /// its probe's arguments before anything is opened (a refusal has a
+    /// caret under the token). With [`Auto`](BackendChoice::Auto), a probe
+    /// whose filter the kernel could run only on a tracefs-defined event
+    /// (it tests an argument, which a PMU probe's record does not carry)
+    /// goes through tracefs, so that the kernel drops what the filter
+    /// rejects before it reaches the ring.
     pub fn plan_filtered<S: AsRef<str>, F: AsRef<str>>(
         &self,
         specs: &[(S, Option<F>)],

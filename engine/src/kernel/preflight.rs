@@ -19,7 +19,7 @@
 //! label is a plain `nop`; in the VM most mid-function `nop`s were
 //! alternatives or padding the kernel accepts, so they are not guessed.)
 //!
-//! Uprobes ([`check_uprobe`](crate::plan::uprobe::check_uprobe), in the
+//! Uprobes (`check_uprobe`, in the
 //! plan) are checked on the binary's own bytes: the
 //! offset must be an instruction start of the function's instruction
 //! stream (which the kernel does not check: an int3 planted inside an

@@ -264,7 +264,7 @@ pub fn expand_globs<S: AsRef<str>>(
 
 /// Reads `available_filter_functions` from tracefs: the names the kernel
 /// can trace (modules' as `name [module]`, kept by name).
-pub fn traceable_functions(
+pub(crate) fn traceable_functions(
 ) -> Result<std::collections::HashSet<String>, crate::attach::tracefs::TracefsError> {
     let fs = crate::attach::tracefs::Tracefs::find()?;
     let path = fs.root().join("available_filter_functions");

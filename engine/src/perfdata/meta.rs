@@ -93,7 +93,7 @@ pub struct Metadata {
     /// The event ids of each probe.
     pub ids: Vec<Vec<u64>>,
     /// How many of the last probes are hidden from perf
-    /// ([`super::FEAT_HIDDEN`]): their attrs are not among perf's, and
+    /// (`super::FEAT_HIDDEN`): their attrs are not among perf's, and
     /// their samples went to the writer's hidden region
     /// ([`super::Writer::hide`]).
     pub hidden: usize,

@@ -27,31 +27,31 @@ pub use replay::Replay;
 pub use writer::{tracing_data, Writer};
 
 /// `PERFILE2`, little-endian.
-pub const MAGIC: u64 = 0x3245_4c49_4652_4550;
+pub(crate) const MAGIC: u64 = 0x3245_4c49_4652_4550;
 /// Size of `struct perf_file_header`.
-pub const HEADER_SIZE: u64 = 104;
+pub(crate) const HEADER_SIZE: u64 = 104;
 /// Bits of the features bitmap.
-pub const FEATURE_BITS: u32 = 256;
+pub(crate) const FEATURE_BITS: u32 = 256;
 
 /// `HEADER_TRACING_DATA`: event formats of tracepoint attrs.
-pub const FEAT_TRACING_DATA: u32 = 1;
+pub(crate) const FEAT_TRACING_DATA: u32 = 1;
 /// `HEADER_HOSTNAME`.
-pub const FEAT_HOSTNAME: u32 = 3;
+pub(crate) const FEAT_HOSTNAME: u32 = 3;
 /// `HEADER_OSRELEASE`.
-pub const FEAT_OSRELEASE: u32 = 4;
+pub(crate) const FEAT_OSRELEASE: u32 = 4;
 /// `HEADER_VERSION`.
-pub const FEAT_VERSION: u32 = 5;
+pub(crate) const FEAT_VERSION: u32 = 5;
 /// `HEADER_ARCH`.
-pub const FEAT_ARCH: u32 = 6;
+pub(crate) const FEAT_ARCH: u32 = 6;
 /// `HEADER_NRCPUS`.
-pub const FEAT_NRCPUS: u32 = 7;
+pub(crate) const FEAT_NRCPUS: u32 = 7;
 /// `HEADER_CMDLINE`.
-pub const FEAT_CMDLINE: u32 = 11;
+pub(crate) const FEAT_CMDLINE: u32 = 11;
 /// `HEADER_EVENT_DESC`: each attr with its name and ids.
-pub const FEAT_EVENT_DESC: u32 = 12;
+pub(crate) const FEAT_EVENT_DESC: u32 = 12;
 /// kprobe-perf's own section ([`Metadata`]); perf skips bits it does not
 /// know.
-pub const FEAT_KPROBE_PERF: u32 = 200;
+pub(crate) const FEAT_KPROBE_PERF: u32 = 200;
 /// kprobe-perf's hidden probes: probes the session opened for its own
 /// use (the entry half of a joined return probe, [`crate::plan::entry_join`]),
 /// whose attrs and samples perf must not see (perf shows the user's
@@ -67,13 +67,13 @@ pub const FEAT_KPROBE_PERF: u32 = 200;
 /// after the samples of each round: a `FINISHED_ROUND` record whose body
 /// is the u64 index of the data section's `FINISHED_ROUND` that ends the
 /// same round (from 0), so that a reader merges them round by round.
-pub const FEAT_HIDDEN: u32 = 201;
+pub(crate) const FEAT_HIDDEN: u32 = 201;
 
 pub use crate::decode::records::RECORD_MMAP;
 /// `PERF_RECORD_LOST`.
 pub const RECORD_LOST: u32 = perf_event_open_sys::bindings::PERF_RECORD_LOST;
 /// `PERF_RECORD_FINISHED_ROUND` (a perf-only record type).
-pub const RECORD_FINISHED_ROUND: u32 = 68;
+pub(crate) const RECORD_FINISHED_ROUND: u32 = 68;
 /// `PERF_RECORD_MISC_KERNEL`.
 pub const MISC_KERNEL: u16 = perf_event_open_sys::bindings::PERF_RECORD_MISC_KERNEL as u16;
 

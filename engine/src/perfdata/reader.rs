@@ -45,11 +45,11 @@ pub struct FileRecord<'a> {
 pub struct Reader<R> {
     r: R,
     attrs: Vec<FileAttr>,
-    /// How many of the last attrs are hidden probes ([`FEAT_HIDDEN`]).
+    /// How many of the last attrs are hidden probes (`FEAT_HIDDEN`).
     hidden_attrs: usize,
     features: Vec<(u32, Section, Vec<u8>)>,
     data: Stream,
-    /// The hidden probes' records ([`FEAT_HIDDEN`]).
+    /// The hidden probes' records (`FEAT_HIDDEN`).
     hidden: Option<Stream>,
 }
 
@@ -162,7 +162,7 @@ impl<R: Read + Seek> Reader<R> {
     }
 
     /// How many of the last [`Reader::attrs`] are probes hidden from
-    /// perf ([`FEAT_HIDDEN`]).
+    /// perf (`FEAT_HIDDEN`).
     pub fn hidden_attrs(&self) -> usize {
         self.hidden_attrs
     }
@@ -172,7 +172,7 @@ impl<R: Read + Seek> Reader<R> {
         self.data.next(&mut self.r, "data section")
     }
 
-    /// The next record of the hidden probes' region ([`FEAT_HIDDEN`]),
+    /// The next record of the hidden probes' region (`FEAT_HIDDEN`),
     /// or `None` at its end or when the file has none.
     pub fn next_hidden_record(&mut self) -> Result<Option<FileRecord<'_>>, PerfDataError> {
         match &mut self.hidden {
@@ -348,7 +348,7 @@ impl Stream {
 }
 
 /// The hidden probes' attrs and the region of their records, from the
-/// bytes of a [`FEAT_HIDDEN`] section of a `len`-byte file; an error
+/// bytes of a `FEAT_HIDDEN` section of a `len`-byte file; an error
 /// gives the offset in the section and the reason.
 fn hidden_section(b: &[u8], len: u64) -> Result<(Vec<FileAttr>, Section), (usize, String)> {
     let short = |at: usize, what: &str| {

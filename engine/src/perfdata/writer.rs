@@ -32,7 +32,7 @@ pub struct Writer<W: Write + Seek> {
 
 /// The samples of hidden probes, kept out of perf's data section: written
 /// to a spill file as they come, copied after the attrs at the end
-/// ([`super::FEAT_HIDDEN`] gives the layout).
+/// (`super::FEAT_HIDDEN` gives the layout).
 struct Hidden {
     /// Their event ids, sorted.
     ids: Vec<u64>,
@@ -70,7 +70,7 @@ impl<W: Write + Seek> Writer<W> {
     /// ask for, such as the entry half of a joined return probe) out of
     /// what perf reads: they go to `spill` (an empty file, read and
     /// written, which nothing else uses) and end up after the attrs,
-    /// where only kprobe-perf's reader looks ([`super::FEAT_HIDDEN`]).
+    /// where only kprobe-perf's reader looks (`super::FEAT_HIDDEN`).
     /// The probes themselves are the last `meta.hidden` of
     /// [`Writer::finish`]'s metadata.
     pub fn hide(&mut self, mut ids: Vec<u64>, spill: File) {

@@ -5,9 +5,9 @@
 //! says "kernel return probes support: $retval, `$arg<N>`" (6.10+) save the
 //! entry values themselves: the definition goes to them as written. Older
 //! ones (6.1) cannot, so the planner splits the probe in two
-//! ([`plan_joined`]): a hidden entry probe fetching the entry values, and
+//! (`plan_joined`): a hidden entry probe fetching the entry values, and
 //! the return probe fetching the rest, each also fetching the stack
-//! pointer. At decode time a [`Joiner`](crate::decode::join::Joiner) pairs each return with its entry
+//! pointer. At decode time a `Joiner` (decode) pairs each return with its entry
 //! per thread, on a stack (recursion and nesting give each call its own
 //! entry) and by stack frame (a return whose own entry was lost never
 //! takes another call's), and gives the return event the entry's values,
@@ -86,7 +86,7 @@ fn entry_value(a: &FetchArg) -> bool {
 
 /// True when `spec` is a kernel return probe with entry values and the
 /// kernel (`features`, when known) cannot fetch them at the return.
-pub fn needs_join(spec: &ProbeSpec, features: Option<&KernelFeatures>) -> bool {
+pub(crate) fn needs_join(spec: &ProbeSpec, features: Option<&KernelFeatures>) -> bool {
     features.is_some_and(|f| !f.return_args)
         && spec.is_return()
         && matches!(spec.target, Target::Symbol { .. } | Target::Address(_))
@@ -115,10 +115,10 @@ pub(crate) fn frame_step(arch: Arch) -> i64 {
     }
 }
 
-/// How [`plan_joined`] plans each half: [`crate::plan::resolve_with`],
+/// How `plan_joined` plans each half: [`crate::plan::resolve_with`],
 /// given by the planner (which calls `plan_joined`), so that this module
 /// does not call back into it.
-pub type Resolver = fn(
+pub(crate) type Resolver = fn(
     ProbeSpec,
     &KernelSymbols,
     Arch,
@@ -129,7 +129,7 @@ pub type Resolver = fn(
 /// Plans a return probe with entry values ([`needs_join`]) as a hidden
 /// entry probe and a return probe joined in user space. The plan returned
 /// is the user's view; its [`ProbePlan::entry_join`] holds the two.
-pub fn plan_joined(
+pub(crate) fn plan_joined(
     spec: ProbeSpec,
     symbols: &KernelSymbols,
     arch: Arch,
@@ -226,7 +226,7 @@ fn user_view(spec: ProbeSpec, join: EntryJoin) -> ProbePlan {
 /// together again from its return and hidden entry probes, found by
 /// their names. `expand` of the result gives `opened` back, in order,
 /// when `opened` is what a session opened.
-pub fn rejoin(opened: &[ProbePlan], arch: Arch) -> Vec<ProbePlan> {
+pub(crate) fn rejoin(opened: &[ProbePlan], arch: Arch) -> Vec<ProbePlan> {
     let frame_name = |p: &ProbePlan| p.spec.args.last().and_then(|a| a.name.clone());
     let mut shown: Vec<ProbePlan> = Vec::with_capacity(opened.len());
     let mut hidden = Vec::new();

@@ -4,7 +4,7 @@
 
 pub mod entry_join;
 pub mod filter;
-pub mod probes;
+pub(crate) mod probes;
 pub mod uprobe;
 
 mod probe_plan;

@@ -1,7 +1,9 @@
-//! The planning entry points an embedder calls with probe definitions as
-//! text: parse each, resolve it against the kernel's symbols and choose
-//! its backend (many kernel probes at once go through tracefs), with an
-//! optional filter per probe.
+//! Planning probe definitions given as text: parse each, resolve it
+//! against the kernel's symbols and choose its backend (many kernel probes
+//! at once go through tracefs), with an optional filter per probe. An
+//! embedder calls [`Kernel::plan`](crate::Kernel::plan) and
+//! [`Kernel::plan_filtered`](crate::Kernel::plan_filtered); the
+//! workspace's tests reach these through `testing`.
 
 use kprobe_perf_arch::Arch;
 use kprobe_perf_symbols::KernelSymbols;
@@ -15,6 +17,7 @@ use kprobe_perf_spec::{ProbeSpec, Target};
 ///
 /// `symbols` may be empty (kallsyms unreadable); names are then left for
 /// the kernel to check.
+#[cfg_attr(not(feature = "test-util"), allow(dead_code, unreachable_pub))] // tests only
 pub fn plan_probes<S: AsRef<str>>(
     specs: &[S],
     symbols: &KernelSymbols,
@@ -30,7 +33,7 @@ pub fn plan_probes<S: AsRef<str>>(
 /// could run only on a tracefs-defined event (it tests an argument, which
 /// a PMU probe's record does not carry) goes through tracefs, so that the
 /// kernel drops what the filter rejects before it reaches the ring.
-pub fn plan_probes_filtered<S: AsRef<str>, F: AsRef<str>>(
+pub(crate) fn plan_probes_filtered<S: AsRef<str>, F: AsRef<str>>(
     specs: &[(S, Option<F>)],
     symbols: &KernelSymbols,
     choice: BackendChoice,
@@ -78,7 +81,7 @@ pub fn plan_probes_filtered<S: AsRef<str>, F: AsRef<str>>(
 /// From this many kernel probes on, [`plan_probes_with`] puts every kernel
 /// probe on the tracefs route when the choice is
 /// [`Auto`](BackendChoice::Auto).
-pub const BULK_THROUGH_TRACEFS: usize = 64;
+pub(crate) const BULK_THROUGH_TRACEFS: usize = 64;
 
 /// As [`plan_probes`], with an explicit backend choice. With
 /// [`Auto`](BackendChoice::Auto) and at least
@@ -88,6 +91,7 @@ pub const BULK_THROUGH_TRACEFS: usize = 64;
 /// the calls a PMU kretprobe saw enter but not return are counted by the
 /// [`Session`](crate::session::Session) itself
 /// ([`Session::call_counts`](crate::session::Session::call_counts)).
+#[cfg_attr(not(feature = "test-util"), allow(unreachable_pub))] // in `testing`
 pub fn plan_probes_with<S: AsRef<str>>(
     specs: &[S],
     symbols: &KernelSymbols,

@@ -18,7 +18,7 @@ const MAX_USER_FUNCTION_BYTES: u64 = 16 << 20;
 /// when a function with a size in the symbol tables holds it (else only
 /// its place in the file, and alignment on arm64). A file this process
 /// cannot read is left to the kernel for the offset form.
-pub fn check_uprobe(
+pub(crate) fn check_uprobe(
     path: &str,
     location: &kprobe_perf_spec::UserLocation,
     kind: ProbeSite,

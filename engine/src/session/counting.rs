@@ -12,7 +12,7 @@
 //!
 //! The probes reach the kernel as in a recording [`Session`](crate::session::Session):
 //! the same PMUs and tracefs definitions (removed on drop, and by the
-//! [`guardian`](crate::attach::guardian) if the process dies), the same scopes and
+//! [`Guardian`](crate::Guardian) if the process dies), the same scopes and
 //! the same by-address retry of a refused `MOD:SYM`.
 
 use std::collections::BTreeMap;

@@ -2,8 +2,8 @@
 //! mio, and decoded events handed to the caller in time order.
 
 pub mod counting;
-pub mod sink;
-pub mod summary;
+pub(crate) mod sink;
+pub(crate) mod summary;
 
 use std::collections::BTreeMap;
 use std::ops::ControlFlow;
@@ -22,9 +22,8 @@ use crate::attach::target;
 use crate::attach::tracefs::{self, TracefsProbes};
 use crate::decode::records::RingRecord;
 use crate::decode::records::{self, Handover, RecordDecoder, ThreadNames};
-pub use crate::decode::stats::{
-    CallCounts, KernelCounts, SessionStats, ThrottleChange, Throttling,
-};
+use crate::decode::stats::KernelCounts;
+pub use crate::decode::stats::{CallCounts, SessionStats, Throttling};
 use crate::decode::Event;
 use crate::error::Error;
 use crate::plan::{AttachPoint, Backend, ProbePlan};
@@ -34,7 +33,7 @@ use crate::session::summary::{KernelSide, Summary};
 /// Default ring size per CPU in data pages (512 KiB with 4 KiB pages).
 pub const DEFAULT_MMAP_PAGES: usize = 128;
 
-pub use crate::attach::target::{CommandScope, RecordTarget};
+use crate::attach::target::RecordTarget;
 
 /// Session settings.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -139,12 +138,13 @@ pub struct Session {
     command: Option<(HeldCommand, Option<OwnedFd>)>,
 }
 
-pub use crate::attach::cpus::online_cpus;
+use crate::attach::cpus::online_cpus;
 
 pub(crate) mod attach;
 
 /// Checks what a newcomer hits first: a kernel without the kprobe PMU, or
 /// a process without the capability to use it.
+#[cfg_attr(not(feature = "test-util"), allow(dead_code, unreachable_pub))] // in `testing`
 pub fn preflight() -> Result<ProbePmu, Error> {
     let pmu = ProbePmu::discover("kprobe")?.ok_or_else(|| Error::NoKprobePmu {
         dir: format!("{SYSFS_PMUS}/kprobe"),
@@ -154,6 +154,7 @@ pub fn preflight() -> Result<ProbePmu, Error> {
 }
 
 /// Fails unless this process has CAP_PERFMON or CAP_SYS_ADMIN.
+#[cfg_attr(not(feature = "test-util"), allow(unreachable_pub))] // in `testing`
 pub fn check_capabilities() -> Result<(), Error> {
     let caps = sys::effective_capabilities().map_err(|e| Error::io("reading capabilities", e))?;
     let has = |cap: u32| caps & (1u64 << cap) != 0;
@@ -313,7 +314,7 @@ impl Session {
     }
 
     /// Arms every probe (the kernel does it at exec for a command's
-    /// descendants, [`RecordTarget::enables_on_exec`]), then releases the
+    /// descendants, `RecordTarget::enables_on_exec`), then releases the
     /// command of a [`RecordTarget::Command`], reporting exec's failure.
     pub fn enable(&mut self) -> Result<(), Error> {
         if !self.enabled {
@@ -621,7 +622,7 @@ impl Session {
     }
 
     /// True in flight-recorder mode ([`SessionOptions::overwrite`]).
-    pub fn is_overwrite(&self) -> bool {
+    pub(crate) fn is_overwrite(&self) -> bool {
         self.streams
             .iter()
             .any(|s| matches!(s.ring, StreamRing::Backward(_)))

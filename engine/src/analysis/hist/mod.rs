@@ -227,7 +227,7 @@ impl Log2Hist {
 
     /// An empty histogram keeping up to `limit` values for exact
     /// percentiles (0: always estimate from the buckets).
-    pub fn with_exact_limit(limit: usize) -> Log2Hist {
+    pub(crate) fn with_exact_limit(limit: usize) -> Log2Hist {
         Log2Hist {
             counts: Box::new([0; 65]),
             count: 0,
@@ -443,7 +443,7 @@ impl LinearRange {
     }
 
     /// Buckets between `min` and `max`.
-    pub fn inner_buckets(&self) -> usize {
+    pub(crate) fn inner_buckets(&self) -> usize {
         span_buckets(self.min, self.max, self.step) as usize
     }
 }
@@ -482,7 +482,7 @@ impl LinearHist {
 
     /// An empty histogram keeping up to `limit` values for exact
     /// percentiles.
-    pub fn with_exact_limit(range: LinearRange, limit: usize) -> LinearHist {
+    pub(crate) fn with_exact_limit(range: LinearRange, limit: usize) -> LinearHist {
         LinearHist {
             range,
             counts: vec![0; range.inner_buckets() + 2],
@@ -671,7 +671,7 @@ pub enum HistShape {
 
 impl HistShape {
     /// An empty histogram of this shape.
-    pub fn new_hist(self) -> Hist {
+    pub(crate) fn new_hist(self) -> Hist {
         match self {
             HistShape::Log2 => Hist::Log2(Log2Hist::new()),
             HistShape::Linear(r) => Hist::Linear(LinearHist::new(r)),

@@ -131,7 +131,7 @@ impl TimeUnit {
     }
 
     /// `ns`, `us` or `ms`.
-    pub fn suffix(self) -> &'static str {
+    pub(crate) fn suffix(self) -> &'static str {
         match self {
             TimeUnit::Ns => "ns",
             TimeUnit::Us => "us",

@@ -34,7 +34,7 @@
 //! kernel's generic ones.
 //!
 //! ```
-//! use kprobe_perf_engine::filter::{FieldDef, FieldType, Filter, Placement};
+//! use kprobe_perf_engine::plan::filter::{FieldDef, FieldType, Filter, Placement};
 //! let fields = [FieldDef::new("size", FieldType::Int { bits: 64, signed: false })];
 //! let f = Filter::compile("size > 0x1000 && comm ~ \"post*\"", &fields).unwrap();
 //! assert_eq!(f.to_string(), "size > 0x1000 && comm ~ \"post*\"");
