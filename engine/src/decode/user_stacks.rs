@@ -74,13 +74,14 @@ impl UserStacks {
 
     /// Follows the processes a record says something of: a new process
     /// (FORK of a process, not a thread) starts with its parent's
-    /// mappings; an exec (COMM) or the end of a process (EXIT of its main
-    /// thread) drops them.
+    /// mappings; an exec (COMM) drops them, the new image's follow. An
+    /// exited process keeps its mappings: its last samples are unwound
+    /// at handover, after its EXIT record has been read (a pid used again
+    /// starts over at its FORK).
     pub(crate) fn follow(&mut self, record: &EventRecord<'_>) {
         match record {
             EventRecord::Fork(f) if f.pid != f.ppid => self.forked(f.ppid, f.pid),
             EventRecord::Comm(c) if c.is_execve => self.gone(c.pid),
-            EventRecord::Exit(x) if x.pid == x.tid => self.gone(x.pid),
             _ => {}
         }
     }
@@ -96,41 +97,51 @@ impl UserStacks {
         }
     }
 
-    /// `pid` exec'd (its mappings follow) or exited.
+    /// `pid` exec'd (its mappings follow).
     fn gone(&mut self, pid: i32) {
         if let Ok(pid) = u32::try_from(pid) {
             self.unwinder.forget(pid);
         }
     }
 
-    /// The user frames of one sample of `pid`, innermost first: the
-    /// sampled pc, then each caller's call, one byte before its return
-    /// address (as `perf script` prints DWARF-unwound frames: the address
-    /// that names the calling function and line even when the call is a
-    /// function's last instruction).
-    pub(crate) fn unwind(&mut self, pid: i32, regs: &Regs<'_>, stack: &[u8]) -> &[u64] {
-        self.addresses.clear();
-        let Ok(pid) = u32::try_from(pid) else {
-            return &self.addresses;
-        };
+    /// What the unwinder starts from in a sample's user registers: pc,
+    /// sp, fp and lr.
+    pub(crate) fn registers(&self, regs: &Regs<'_>) -> [u64; 4] {
         let n = self.regs;
         let get = |r: u64| regs.get(r).unwrap_or(0);
-        let user = UserRegs {
-            pc: get(n.pc),
-            sp: get(n.sp),
-            fp: get(n.fp),
-            lr: n.lr.map_or(0, get),
+        [get(n.pc), get(n.sp), get(n.fp), n.lr.map_or(0, get)]
+    }
+
+    /// Appends the user frames of one sample of `pid` to `out`, innermost
+    /// first: the sampled pc, then each caller's call, one byte before its
+    /// return address (as `perf script` prints DWARF-unwound frames: the
+    /// address that names the calling function and line even when the
+    /// call is a function's last instruction). `regs` as
+    /// [`UserStacks::registers`] gives them.
+    pub(crate) fn unwind(
+        &mut self,
+        pid: i32,
+        regs: [u64; 4],
+        stack: &[u8],
+        out: &mut Vec<crate::decode::frames::StackFrame>,
+    ) {
+        let Ok(pid) = u32::try_from(pid) else {
+            return;
         };
-        if user.pc == 0 {
-            return &self.addresses;
+        let [pc, sp, fp, lr] = regs;
+        if pc == 0 {
+            return;
         }
         if self.live && !self.unwinder.knows(pid) {
             self.unwinder.add_proc_maps(pid);
         }
+        let user = UserRegs { pc, sp, fp, lr };
         self.unwinder.unwind(pid, &user, stack, &mut self.addresses);
-        for a in self.addresses.iter_mut().skip(1) {
-            *a = a.saturating_sub(1);
+        for (i, &a) in self.addresses.iter().enumerate() {
+            out.push(crate::decode::frames::StackFrame {
+                address: if i == 0 { a } else { a.saturating_sub(1) },
+                user: true,
+            });
         }
-        &self.addresses
     }
 }

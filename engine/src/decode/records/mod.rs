@@ -676,14 +676,16 @@ impl RecordDecoder {
             self.queue
                 .set_frames((0..chain.len()).filter_map(|i| chain.get(i)));
         }
+        // Unwound at handover: the mappings of another CPU's ring may come
+        // later in this round than the sample.
         if let (Ok(()), Some(stacks), Some(regs), Some((stack, _))) = (
             &decoded,
-            self.user_stacks.as_mut().filter(|_| self.unwind_samples),
+            self.user_stacks.as_ref().filter(|_| self.unwind_samples),
             s.user_regs.as_ref(),
             s.user_stack,
         ) {
-            let frames = stacks.unwind(s.pid.unwrap_or(-1), regs, &stack.as_slice());
-            self.queue.push_user_frames(frames);
+            let regs = stacks.registers(regs);
+            self.queue.set_user_stack(regs, &stack.as_slice());
         }
         account(&mut self.stats, &mut self.queue, decoded.map(|()| probe))
             .map_err(RecordError::Decode)
@@ -750,6 +752,11 @@ impl RecordDecoder {
             },
             &self.shapes,
             handover,
+            |pid, regs, stack, out| {
+                if let Some(u) = self.user_stacks.as_mut() {
+                    u.unwind(pid, regs, stack, out);
+                }
+            },
             |e| match join {
                 None => f(e, plans),
                 Some(j) => {

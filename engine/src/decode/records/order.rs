@@ -26,6 +26,12 @@ struct Slot {
     /// how many.
     frames_at: u32,
     frames_len: u32,
+    /// Where its user registers and stack copy start in
+    /// [`EventQueue::user`], and how many bytes (0: none), for DWARF
+    /// unwinding at handover, once every ring's mappings up to its time
+    /// have been read.
+    user_at: u32,
+    user_len: u32,
 }
 
 /// Puts the events of successive poll rounds in time order: an event is
@@ -44,6 +50,9 @@ pub(crate) struct EventQueue {
     others: Vec<Value>,
     /// Callchain frames of the pending slots.
     frames: Vec<StackFrame>,
+    /// User registers (pc, sp, fp, lr: 32 bytes) and stack bytes of the
+    /// pending slots that carry them.
+    user: Vec<u8>,
     /// Every event up to this time has been read: the newest time of an
     /// earlier round.
     complete_before: u64,
@@ -66,6 +75,7 @@ impl EventQueue {
             ints: Vec::new(),
             others: Vec::new(),
             frames: Vec::new(),
+            user: Vec::new(),
             complete_before: 0,
             round_max: None,
             scratch: Vec::new(),
@@ -80,6 +90,7 @@ impl EventQueue {
             ints_at: self.ints.len() as u32,
             others_at: self.others.len() as u32,
             frames_at: self.frames.len() as u32,
+            user_at: self.user.len() as u32,
             ..Slot::default()
         });
         let head = match self.pending.last_mut() {
@@ -105,25 +116,19 @@ impl EventQueue {
         }
     }
 
-    /// Adds user frames to the slot begun last, after any of its
-    /// callchain's frames: a DWARF-unwound user stack.
-    pub(crate) fn push_user_frames(&mut self, addresses: &[u64]) {
-        let at = self.frames.len() as u32;
+    /// Keeps the user registers (pc, sp, fp, lr) and stack copy of the
+    /// slot begun last, to be unwound at handover.
+    pub(crate) fn set_user_stack(&mut self, regs: [u64; 4], stack: &[u8]) {
+        let at = self.user.len();
         let Some(s) = self.pending.last_mut() else {
             return;
         };
-        if s.frames_len == 0 {
-            s.frames_at = at;
+        for r in regs {
+            self.user.extend_from_slice(&r.to_ne_bytes());
         }
-        self.frames.extend(
-            addresses
-                .iter()
-                .map(|&address| crate::decode::frames::StackFrame {
-                    address,
-                    user: true,
-                }),
-        );
-        s.frames_len += addresses.len() as u32;
+        self.user.extend_from_slice(stack);
+        s.user_at = at as u32;
+        s.user_len = (self.user.len() - at) as u32;
     }
 
     /// Queues the slot begun last.
@@ -149,6 +154,7 @@ impl EventQueue {
             self.ints.truncate(s.ints_at as usize);
             self.others.truncate(s.others_at as usize);
             self.frames.truncate(s.frames_at as usize);
+            self.user.truncate(s.user_at as usize);
         }
     }
 
@@ -170,6 +176,7 @@ impl EventQueue {
         mut name_of: impl FnMut(&EventHead) -> u32,
         shapes: &[ProbeShape],
         handover: Handover,
+        mut unwind: impl FnMut(i32, [u64; 4], &[u8], &mut Vec<StackFrame>),
         mut f: impl FnMut(&Event) -> ControlFlow<()>,
     ) -> usize {
         let round_max = self.round_max.take();
@@ -219,6 +226,18 @@ impl EventQueue {
             if let Some(frames) = self.frames.get(at..at + len) {
                 e.callchain.extend_from_slice(frames);
             }
+            let (at, len) = (slot.user_at as usize, slot.user_len as usize);
+            if let Some((regs, stack)) = self
+                .user
+                .get(at..at + len)
+                .and_then(|b| b.split_at_checked(32))
+            {
+                let mut r = [0u64; 4];
+                for (v, c) in r.iter_mut().zip(regs.chunks_exact(8)) {
+                    *v = u64::from_ne_bytes(c.try_into().unwrap_or_default());
+                }
+                unwind(slot.head.pid, r, stack, &mut e.callchain);
+            }
             for &i in shape.map_or(&[][..], |s| s.comm_args.as_slice()) {
                 if let Some(v) = e.args.get_mut(i) {
                     *v = Value::Str(Some(e.comm.to_string()));
@@ -251,10 +270,19 @@ impl EventQueue {
         if first_frame > 0 {
             self.frames.drain(..first_frame as usize);
         }
+        let first_user = self
+            .pending
+            .iter()
+            .map(|s| s.user_at)
+            .fold(self.user.len() as u32, u32::min);
+        if first_user > 0 {
+            self.user.drain(..first_user as usize);
+        }
         for s in &mut self.pending {
             s.ints_at -= first.0;
             s.others_at -= first.1;
             s.frames_at -= first_frame;
+            s.user_at -= first_user;
         }
         handed
     }
