@@ -6,7 +6,6 @@
 //! user's arguments.
 
 use std::ops::ControlFlow;
-use std::sync::Arc;
 
 use crate::decode::pairing::{CallStacks, FrameMatch, FunctionProbes};
 use crate::decode::{Event, Value};
@@ -103,19 +102,7 @@ pub(crate) fn expand(plans: Vec<ProbePlan>) -> (Vec<ProbePlan>, Option<Joiner>) 
         joined,
         role,
         pairer,
-        merged: Event {
-            probe: 0,
-            cpu: 0,
-            pid: 0,
-            tid: 0,
-            comm: Arc::from(""),
-            time_ns: 0,
-            ip: 0,
-            probe_addr: 0,
-            ret_addr: None,
-            callchain: Vec::new(),
-            args: Vec::new(),
-        },
+        merged: Event::default(),
         held: false,
     };
     (opened, Some(joiner))
