@@ -93,7 +93,11 @@ impl UserStacks {
             if !self.unwinder.knows(p) && self.live {
                 self.unwinder.add_proc_maps(p);
             }
-            self.unwinder.fork(p, c);
+            // The child's own mappings may have been read first, from
+            // another CPU's ring: they are newer than its parent's.
+            if !self.unwinder.knows(c) {
+                self.unwinder.fork(p, c);
+            }
         }
     }
 
