@@ -30,6 +30,14 @@ const AARCH64: RegNumbers = RegNumbers {
     lr: Some(30),
 };
 
+/// A change to the processes' mappings, applied in time order.
+#[derive(Debug)]
+enum Change {
+    Mapped(u32, Mapping),
+    Forked { parent: u32, child: u32 },
+    Exec(u32),
+}
+
 /// The unwinder and what it knows of each process.
 pub(crate) struct UserStacks {
     unwinder: Unwinder,
@@ -38,6 +46,13 @@ pub(crate) struct UserStacks {
     /// `/proc/PID/maps` at its first sample.
     live: bool,
     addresses: Vec<u64>,
+    /// Changes read but not applied yet, with their times: each CPU's
+    /// ring is read in turn, so an exec read from one ring may be older
+    /// than the new image's mappings read just before it from another.
+    /// Applied, oldest first, up to each unwound sample's time.
+    changes: Vec<(u64, Change)>,
+    /// `changes` is sorted by time.
+    sorted: bool,
 }
 
 impl UserStacks {
@@ -52,59 +67,94 @@ impl UserStacks {
             regs,
             live,
             addresses: Vec::new(),
+            changes: Vec::new(),
+            sorted: true,
         }
     }
 
-    /// An executable mapping of `pid` (MMAP or MMAP2 record).
-    pub(crate) fn mapped(&mut self, pid: i32, start: u64, len: u64, pgoff: u64, path: &[u8]) {
+    fn push(&mut self, time: u64, change: Change) {
+        if self.changes.last().is_some_and(|(t, _)| *t > time) {
+            self.sorted = false;
+        }
+        self.changes.push((time, change));
+    }
+
+    /// Applies every change up to `time` (inclusive), oldest first (of
+    /// equal times, in the order read). Called with a sample's time
+    /// before unwinding it, and with the time up to which every record
+    /// has been read at the end of a round.
+    pub(crate) fn advance(&mut self, time: u64) {
+        if !self.sorted {
+            self.changes.sort_by_key(|(t, _)| *t);
+            self.sorted = true;
+        }
+        let n = self.changes.partition_point(|(t, _)| *t <= time);
+        if n == 0 {
+            return;
+        }
+        let applied: Vec<_> = self.changes.drain(..n).collect();
+        for (_, change) in applied {
+            match change {
+                Change::Mapped(pid, m) => {
+                    self.unwinder.add_mapping(pid, &m);
+                }
+                Change::Forked { parent, child } => {
+                    if !self.unwinder.knows(parent) && self.live {
+                        self.unwinder.add_proc_maps(parent);
+                    }
+                    // A pid used again starts over.
+                    self.unwinder.forget(child);
+                    self.unwinder.fork(parent, child);
+                }
+                Change::Exec(pid) => self.unwinder.forget(pid),
+            }
+        }
+    }
+
+    /// An executable mapping of `pid` (MMAP or MMAP2 record) made at
+    /// `time` (0 when the record has none: a mapping read from /proc).
+    pub(crate) fn mapped(
+        &mut self,
+        time: u64,
+        pid: i32,
+        start: u64,
+        len: u64,
+        pgoff: u64,
+        path: &[u8],
+    ) {
         let Ok(pid) = u32::try_from(pid) else {
             return;
         };
         let path = String::from_utf8_lossy(path);
-        self.unwinder.add_mapping(
-            pid,
-            &Mapping {
-                start,
-                end: start.saturating_add(len),
-                pgoff,
-                path: path.as_ref().into(),
-            },
-        );
+        let m = Mapping {
+            start,
+            end: start.saturating_add(len),
+            pgoff,
+            path: path.as_ref().into(),
+        };
+        self.push(time, Change::Mapped(pid, m));
     }
 
-    /// Follows the processes a record says something of: a new process
-    /// (FORK of a process, not a thread) starts with its parent's
+    /// Follows the processes a record of `time` says something of: a new
+    /// process (FORK of a process, not a thread) starts with its parent's
     /// mappings; an exec (COMM) drops them, the new image's follow. An
     /// exited process keeps its mappings: its last samples are unwound
     /// at handover, after its EXIT record has been read (a pid used again
     /// starts over at its FORK).
-    pub(crate) fn follow(&mut self, record: &EventRecord<'_>) {
+    pub(crate) fn follow(&mut self, time: u64, record: &EventRecord<'_>) {
+        let pid = |p: i32| u32::try_from(p).ok();
         match record {
-            EventRecord::Fork(f) if f.pid != f.ppid => self.forked(f.ppid, f.pid),
-            EventRecord::Comm(c) if c.is_execve => self.gone(c.pid),
+            EventRecord::Fork(f) if f.pid != f.ppid => {
+                if let (Some(parent), Some(child)) = (pid(f.ppid), pid(f.pid)) {
+                    self.push(time, Change::Forked { parent, child });
+                }
+            }
+            EventRecord::Comm(c) if c.is_execve => {
+                if let Some(p) = pid(c.pid) {
+                    self.push(time, Change::Exec(p));
+                }
+            }
             _ => {}
-        }
-    }
-
-    /// A new process `child` of `parent` (a FORK record of a process, not
-    /// a thread).
-    fn forked(&mut self, parent: i32, child: i32) {
-        if let (Ok(p), Ok(c)) = (u32::try_from(parent), u32::try_from(child)) {
-            if !self.unwinder.knows(p) && self.live {
-                self.unwinder.add_proc_maps(p);
-            }
-            // The child's own mappings may have been read first, from
-            // another CPU's ring: they are newer than its parent's.
-            if !self.unwinder.knows(c) {
-                self.unwinder.fork(p, c);
-            }
-        }
-    }
-
-    /// `pid` exec'd (its mappings follow).
-    fn gone(&mut self, pid: i32) {
-        if let Ok(pid) = u32::try_from(pid) {
-            self.unwinder.forget(pid);
         }
     }
 
@@ -116,7 +166,8 @@ impl UserStacks {
         [get(n.pc), get(n.sp), get(n.fp), n.lr.map_or(0, get)]
     }
 
-    /// Appends the user frames of one sample of `pid` to `out`, innermost
+    /// Appends the user frames of one sample of `pid` at `time` (the
+    /// changes up to it applied first) to `out`, innermost
     /// first: the sampled pc, then each caller's call, one byte before its
     /// return address (as `perf script` prints DWARF-unwound frames: the
     /// address that names the calling function and line even when the
@@ -125,6 +176,7 @@ impl UserStacks {
     pub(crate) fn unwind(
         &mut self,
         pid: i32,
+        time: u64,
         regs: [u64; 4],
         stack: &[u8],
         out: &mut Vec<crate::decode::frames::StackFrame>,
@@ -136,6 +188,7 @@ impl UserStacks {
         if pc == 0 {
             return;
         }
+        self.advance(time);
         if self.live && !self.unwinder.knows(pid) {
             self.unwinder.add_proc_maps(pid);
         }
@@ -147,5 +200,61 @@ impl UserStacks {
                 user: true,
             });
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn exe_mapping(s: &mut UserStacks, time: u64, pid: i32) {
+        let exe = std::env::current_exe().unwrap();
+        s.mapped(
+            time,
+            pid,
+            0x1000,
+            0x1000,
+            0,
+            exe.as_os_str().as_encoded_bytes(),
+        );
+    }
+
+    #[test]
+    fn an_exec_read_after_the_new_images_mappings_applies_before_them() {
+        // CPU 1's ring (read second) holds the exec at t=10; CPU 0's ring
+        // (read first) the new image's mapping at t=20.
+        let mut s = UserStacks::new(false);
+        exe_mapping(&mut s, 20, 7);
+        s.push(10, Change::Exec(7));
+        s.advance(15);
+        assert!(
+            !s.unwinder.knows(7),
+            "the mapping at t=20 is not applied at t=15"
+        );
+        s.advance(25);
+        assert!(
+            s.unwinder.knows(7),
+            "the exec at t=10 must not drop the mapping at t=20"
+        );
+    }
+
+    #[test]
+    fn a_fork_copies_the_parents_mappings_of_its_time_and_a_reused_pid_starts_over() {
+        let mut s = UserStacks::new(false);
+        exe_mapping(&mut s, 5, 1);
+        exe_mapping(&mut s, 6, 9); // an earlier process 9
+        s.push(8, Change::Exec(9)); // which exec'd, then exited
+        s.push(
+            30,
+            Change::Forked {
+                parent: 1,
+                child: 9,
+            },
+        );
+        s.advance(29);
+        assert!(!s.unwinder.knows(9));
+        s.advance(30);
+        assert!(s.unwinder.knows(9), "pid 9 forked from 1 has 1's mappings");
+        assert!(s.changes.is_empty());
     }
 }

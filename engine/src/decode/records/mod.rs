@@ -538,13 +538,14 @@ impl RecordDecoder {
         }
         let raw = RawEventRecord::new(kind, misc, data, *info);
         let cpu = || raw.common_data().ok().and_then(|c| c.cpu);
-        match self.follow_tasks(raw.parse()) {
+        let time = || raw.common_data().ok().and_then(|c| c.timestamp);
+        match self.follow_tasks(time().unwrap_or(0), raw.parse()) {
             Ok(EventRecord::Sample(s)) => self.sample(probe, s),
             Ok(EventRecord::Comm(c)) => {
                 // Without a time (no sample_id_all), the name counts from
                 // the start.
-                let time = raw.common_data().ok().and_then(|c| c.timestamp);
-                self.comms.set(c.tid, &c.name.as_slice(), time.unwrap_or(0));
+                self.comms
+                    .set(c.tid, &c.name.as_slice(), time().unwrap_or(0));
                 Ok(())
             }
             Ok(EventRecord::Fork(f)) => {
@@ -603,10 +604,11 @@ impl RecordDecoder {
     /// is handed back.
     fn follow_tasks<'a, E>(
         &mut self,
+        time: u64,
         parsed: Result<EventRecord<'a>, E>,
     ) -> Result<EventRecord<'a>, E> {
         if let (Ok(r), Some(stacks)) = (&parsed, self.user_stacks.as_mut()) {
-            stacks.follow(r);
+            stacks.follow(time, r);
         }
         parsed
     }
@@ -618,6 +620,21 @@ impl RecordDecoder {
         if !matches!(kind, RECORD_MMAP | RECORD_MMAP2) {
             return false;
         }
+        if self.user_stacks.is_none() {
+            return true;
+        }
+        // Its time, from the sample_id trailer of a probe's record; none
+        // (0) in a mapping a perf.data file made from /proc.
+        let time = get_record_identifier::<NativeEndian>(RecordType(kind), data, true)
+            .and_then(|id| self.probe_of_id.get(&id))
+            .and_then(|&p| self.parse_info.get(p))
+            .and_then(|info| {
+                RawEventRecord::new(RecordType(kind), misc, data, *info)
+                    .common_data()
+                    .ok()
+                    .and_then(|c| c.timestamp)
+            })
+            .unwrap_or(0);
         let Some(stacks) = self.user_stacks.as_mut() else {
             return true;
         };
@@ -625,6 +642,7 @@ impl RecordDecoder {
             if let Ok(m) = MmapRecord::parse::<NativeEndian>(data, misc) {
                 if m.is_executable {
                     stacks.mapped(
+                        time,
                         m.pid,
                         m.address,
                         m.length,
@@ -636,6 +654,7 @@ impl RecordDecoder {
         } else if let Ok(m) = Mmap2Record::parse::<NativeEndian>(data, misc) {
             if m.protection & (libc::PROT_EXEC as u32) != 0 {
                 stacks.mapped(
+                    time,
                     m.pid,
                     m.address,
                     m.length,
@@ -752,9 +771,9 @@ impl RecordDecoder {
             },
             &self.shapes,
             handover,
-            |pid, regs, stack, out| {
+            |pid, time, regs, stack, out| {
                 if let Some(u) = self.user_stacks.as_mut() {
-                    u.unwind(pid, regs, stack, out);
+                    u.unwind(pid, time, regs, stack, out);
                 }
             },
             |e| match join {
@@ -770,6 +789,11 @@ impl RecordDecoder {
             },
         );
         let n = n.saturating_sub(dropped);
+        // Mapping changes no sample waits for are applied (memory stays
+        // bounded when samples are not unwound).
+        if let Some(u) = self.user_stacks.as_mut() {
+            u.advance(self.queue.read_up_to());
+        }
         // Samples counted without decoding (RecordDecoder::count), named
         // from /proc unless a COMM record read since names them.
         for (_, h) in self.counted_unnamed.drain() {

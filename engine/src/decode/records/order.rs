@@ -56,6 +56,9 @@ pub(crate) struct EventQueue {
     /// Every event up to this time has been read: the newest time of an
     /// earlier round.
     complete_before: u64,
+    /// Every record up to this time has been read (as of the last
+    /// ordered round).
+    read_up_to: u64,
     /// The newest time of this round.
     round_max: Option<u64>,
     /// The events handed to callers, refilled for each slot: one per name
@@ -77,6 +80,7 @@ impl EventQueue {
             frames: Vec::new(),
             user: Vec::new(),
             complete_before: 0,
+            read_up_to: 0,
             round_max: None,
             scratch: Vec::new(),
         }
@@ -131,6 +135,12 @@ impl EventQueue {
         s.user_len = (self.user.len() - at) as u32;
     }
 
+    /// The time up to which every record had been read when the last
+    /// round began handing events over.
+    pub(crate) fn read_up_to(&self) -> u64 {
+        self.read_up_to
+    }
+
     /// Queues the slot begun last.
     #[inline]
     pub(crate) fn commit(&mut self) {
@@ -176,7 +186,7 @@ impl EventQueue {
         mut name_of: impl FnMut(&EventHead) -> u32,
         shapes: &[ProbeShape],
         handover: Handover,
-        mut unwind: impl FnMut(i32, [u64; 4], &[u8], &mut Vec<StackFrame>),
+        mut unwind: impl FnMut(i32, u64, [u64; 4], &[u8], &mut Vec<StackFrame>),
         mut f: impl FnMut(&Event) -> ControlFlow<()>,
     ) -> usize {
         let round_max = self.round_max.take();
@@ -188,6 +198,7 @@ impl EventQueue {
             Handover::All => self.pending.len(),
             Handover::Ordered => {
                 let before = self.complete_before;
+                self.read_up_to = before;
                 self.pending.partition_point(|s| s.head.time_ns <= before)
             }
         };
@@ -236,7 +247,7 @@ impl EventQueue {
                 for (v, c) in r.iter_mut().zip(regs.chunks_exact(8)) {
                     *v = u64::from_ne_bytes(c.try_into().unwrap_or_default());
                 }
-                unwind(slot.head.pid, r, stack, &mut e.callchain);
+                unwind(slot.head.pid, slot.head.time_ns, r, stack, &mut e.callchain);
             }
             for &i in shape.map_or(&[][..], |s| s.comm_args.as_slice()) {
                 if let Some(v) = e.args.get_mut(i) {
