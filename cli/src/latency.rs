@@ -7,9 +7,7 @@
 use std::io::{self, Write};
 use std::ops::ControlFlow;
 use std::process::ExitCode;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use anyhow::{Context, Result};
 use kprobe_perf_engine::analysis::{
@@ -17,6 +15,8 @@ use kprobe_perf_engine::analysis::{
     LatencyPairer, LatencySnapshot, TimeUnit,
 };
 use kprobe_perf_engine::records::RingRecord;
+
+use crate::run_loop::RunLoop;
 use kprobe_perf_engine::{
     plan::BackendChoice, records, CommandScope, Event, EventSink, RecordTarget, Session,
     SessionOptions,
@@ -85,8 +85,19 @@ fn specs(func: &str, nargs: u8, ret: bool) -> [String; 2] {
     [entry, format!("r:{func}{ret}")]
 }
 
-/// Runs `latency`.
-pub(crate) fn run(args: &LatencyArgs) -> Result<ExitCode> {
+/// What `latency` planned: the two probes and their pairer.
+struct Planned {
+    plans: Vec<kprobe_perf_engine::ProbePlan>,
+    pairer: LatencyPairer,
+    unit: TimeUnit,
+    /// The entry's arguments shown with --min.
+    nargs: u8,
+    /// --min, in ns.
+    min_ns: Option<u64>,
+}
+
+/// Checks the options and plans the entry and return probes of FUNC.
+fn plan(args: &LatencyArgs) -> Result<Planned> {
     let unit = TimeUnit::parse(&args.unit)?;
     let shape = match &args.linear {
         Some(spec) => HistShape::Linear(parse_linear(spec)?),
@@ -107,7 +118,6 @@ pub(crate) fn run(args: &LatencyArgs) -> Result<ExitCode> {
         .plan(&specs(&args.func, nargs, with_ret), BackendChoice::Auto)
         .with_context(|| format!("cannot probe the entry and return of {}", args.func))?;
     crate::inspect::check_plans(&kernel, &plans)?;
-    drop(kernel);
     let mut options = LatencyOptions::default();
     options.by = by;
     options.shape = shape;
@@ -119,18 +129,19 @@ pub(crate) fn run(args: &LatencyArgs) -> Result<ExitCode> {
     } else {
         function
     };
-    let mut pairer = LatencyPairer::new(&[function], options)?;
+    let pairer = LatencyPairer::new(&[function], options)?;
+    Ok(Planned {
+        plans,
+        pairer,
+        unit,
+        nargs,
+        min_ns,
+    })
+}
 
-    let stop = Arc::new(AtomicBool::new(false));
-    for sig in [
-        signal_hook::consts::SIGINT,
-        signal_hook::consts::SIGTERM,
-        signal_hook::consts::SIGHUP,
-    ] {
-        signal_hook::flag::register(sig, Arc::clone(&stop))
-            .context("installing a signal handler")?;
-    }
-    let target = if !args.pid.is_empty() {
+/// Whose calls `latency` measures.
+fn target(args: &LatencyArgs) -> RecordTarget {
+    if !args.pid.is_empty() {
         RecordTarget::Processes(args.pid.clone())
     } else if args.command.is_empty() {
         RecordTarget::AllCpus
@@ -143,16 +154,24 @@ pub(crate) fn run(args: &LatencyArgs) -> Result<ExitCode> {
                 CommandScope::Descendants
             },
         }
-    };
-    let mut session = Session::open(plans, SessionOptions::default().with_target(target))?;
-    session.enable()?;
-    crate::inspect::report_armed(session.plans());
-    let deadline = args
-        .duration
-        .map(|d| Instant::now() + Duration::from_secs_f64(d.max(0.0)));
+    }
+}
+
+/// Runs `latency`.
+pub(crate) fn run(args: &LatencyArgs) -> Result<ExitCode> {
+    let Planned {
+        plans,
+        pairer,
+        unit,
+        nargs,
+        min_ns,
+    } = plan(args)?;
     let interval = args.interval.map(Duration::from_millis);
-    let start = Instant::now();
-    let mut next_tick = interval.map(|i| start + i);
+    let mut run = RunLoop::new(args.duration, interval)?;
+    let mut session = Session::open(plans, SessionOptions::default().with_target(target(args)))?;
+    session.enable()?;
+    run.armed();
+    crate::inspect::report_armed(session.plans());
     let mut out = Output {
         w: io::BufWriter::new(io::stdout().lock()),
         json: args.json,
@@ -167,92 +186,114 @@ pub(crate) fn run(args: &LatencyArgs) -> Result<ExitCode> {
                 .unwrap_or_default()
         }),
     };
-    let mut lost_seen = 0u64;
-    let mut lost_total = 0u64;
-    let mut totals = Totals::default();
-    let mut command_status = None;
-    let mut result: io::Result<()> = Ok(());
+    let mut m = Measure {
+        pairer,
+        lost_seen: 0,
+        lost_total: 0,
+        result: Ok(()),
+        totals: Totals::default(),
+    };
     loop {
-        let timeout = match next_tick {
-            Some(t) => t
-                .saturating_duration_since(Instant::now())
-                .min(Duration::from_millis(100)),
-            None => Duration::from_millis(100),
-        };
-        poll_once(
+        m.poll(
             &mut session,
-            timeout,
-            &mut pairer,
+            run.timeout(Duration::from_millis(100)),
             &mut out,
-            &mut result,
-            &mut lost_seen,
-            &mut lost_total,
         )?;
-        if let Some(t) = next_tick.as_mut() {
-            if Instant::now() >= *t {
-                let snap = pairer.take();
-                totals.add(&snap);
-                out.snapshot(&snap, Some(start.elapsed()))?;
-                *t += interval.unwrap_or_default();
-            }
+        if run.tick() {
+            let snap = m.pairer.take();
+            m.totals.add(&snap);
+            out.snapshot(&snap, Some(run.elapsed()))?;
         }
-        if result.is_err() {
-            break;
-        }
-        if stop.load(Ordering::Relaxed) || deadline.is_some_and(|d| Instant::now() >= d) {
-            break;
-        }
-        if let Some(status) = session.command_status()? {
-            command_status = Some(status);
-            break;
-        }
-        if session.target_exited() {
+        if m.result.is_err() || run.over(&mut session)? {
             break;
         }
     }
     session.disable()?;
-    if result.is_ok() {
-        poll_once(
-            &mut session,
-            Duration::ZERO,
-            &mut pairer,
-            &mut out,
-            &mut result,
-            &mut lost_seen,
-            &mut lost_total,
-        )?;
+    if m.result.is_ok() {
+        m.poll(&mut session, Duration::ZERO, &mut out)?;
     }
-    match result {
+    match std::mem::replace(&mut m.result, Ok(())) {
         Err(e) if e.kind() == io::ErrorKind::BrokenPipe => return Ok(ExitCode::SUCCESS),
         Err(e) => return Err(e).context("writing the output"),
         Ok(()) => {}
     }
-    // Every event is in: threads that exited with calls pending never
-    // return from them (their entries are dropped, not unreturned).
-    pairer.apply_exits();
-    let snap = pairer.take();
-    totals.add(&snap);
-    if min_ns.is_none() && (interval.is_none() || snap.functions.iter().any(|f| f.paired > 0)) {
-        out.snapshot(&snap, interval.map(|_| start.elapsed()))?;
-    }
-    out.w.flush().context("writing the output")?;
-    // Every call accounted for: paired, returns without their entry,
-    // entries given up, calls still running at the end.
-    say!(
-        "{}: {} paired calls, {} unpaired returns, {} dropped entries, {} unreturned calls, {} events lost",
-        args.func,
-        totals.paired,
-        totals.unpaired,
-        totals.dropped,
-        snap.functions.first().map_or(0, |f| f.unreturned),
-        lost_total
-    );
+    let last = interval.map(|_| run.elapsed());
+    m.report(args, min_ns.is_none(), last, &mut out)?;
     for line in crate::text::summary_lines(&session.summary(), session.plans()) {
         say!("{line}");
     }
-    crate::command_exit(command_status, stop.load(Ordering::Relaxed), |grace| {
-        session.wait_command(grace)
-    })
+    run.exit(&mut session)
+}
+
+/// The pairing of one run, with what it counted.
+struct Measure {
+    pairer: LatencyPairer,
+    lost_seen: u64,
+    lost_total: u64,
+    /// The first error writing the output (the run then ends).
+    result: io::Result<()>,
+    totals: Totals,
+}
+
+impl Measure {
+    /// Drains the rings (waiting up to `timeout`) into the pairer; a loss
+    /// since the last poll ends the pairs it may have broken.
+    fn poll(
+        &mut self,
+        session: &mut Session,
+        timeout: Duration,
+        out: &mut Output<impl Write>,
+    ) -> Result<()> {
+        session.poll(
+            Some(timeout),
+            &mut PairingSink {
+                pairer: &mut self.pairer,
+                out,
+                result: &mut self.result,
+            },
+        )?;
+        let lost = session.stats().lost;
+        if lost > self.lost_seen {
+            self.lost_total += lost - self.lost_seen;
+            self.lost_seen = lost;
+            self.pairer.events_lost();
+        }
+        Ok(())
+    }
+
+    /// The last histograms (unless `--min` printed calls instead: not
+    /// `histograms`), then the line that accounts for every call.
+    /// `elapsed` is the time with -I.
+    fn report(
+        &mut self,
+        args: &LatencyArgs,
+        histograms: bool,
+        elapsed: Option<Duration>,
+        out: &mut Output<impl Write>,
+    ) -> Result<()> {
+        // Every event is in: threads that exited with calls pending never
+        // return from them (their entries are dropped, not unreturned).
+        self.pairer.apply_exits();
+        let snap = self.pairer.take();
+        self.totals.add(&snap);
+        if histograms && (elapsed.is_none() || snap.functions.iter().any(|f| f.paired > 0)) {
+            out.snapshot(&snap, elapsed)?;
+        }
+        out.w.flush().context("writing the output")?;
+        // Every call accounted for: paired, returns without their entry,
+        // entries given up, calls still running at the end.
+        let t = &self.totals;
+        say!(
+            "{}: {} paired calls, {} unpaired returns, {} dropped entries, {} unreturned calls, {} events lost",
+            args.func,
+            t.paired,
+            t.unpaired,
+            t.dropped,
+            snap.functions.first().map_or(0, |f| f.unreturned),
+            self.lost_total
+        );
+        Ok(())
+    }
 }
 
 /// Counters summed over the intervals.
@@ -271,34 +312,6 @@ impl Totals {
             self.dropped += f.dropped_entries;
         }
     }
-}
-
-/// One poll: events to the pairer, slow calls printed; losses drop the
-/// pairer's pending entries (the lost events may be any of their returns).
-fn poll_once(
-    session: &mut Session,
-    timeout: Duration,
-    pairer: &mut LatencyPairer,
-    out: &mut Output<impl Write>,
-    result: &mut io::Result<()>,
-    lost_seen: &mut u64,
-    lost_total: &mut u64,
-) -> Result<()> {
-    session.poll(
-        Some(timeout),
-        &mut PairingSink {
-            pairer,
-            out,
-            result,
-        },
-    )?;
-    let lost = session.stats().lost;
-    if lost > *lost_seen {
-        *lost_total += lost - *lost_seen;
-        *lost_seen = lost;
-        pairer.events_lost();
-    }
-    Ok(())
 }
 
 /// Gives the pairer each event, and each thread exit in time order;

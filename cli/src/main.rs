@@ -30,6 +30,7 @@ mod json;
 mod latency;
 mod output;
 mod profile;
+mod run_loop;
 mod script;
 mod stacks;
 mod stat;
@@ -391,25 +392,17 @@ fn cleanup() -> Result<ExitCode> {
 }
 
 fn record(args: &RecordArgs, filters: &[Option<String>]) -> Result<ExitCode> {
-    let RecordArgs {
-        events: specs,
-        mmap_pages,
-        duration,
-        backend,
-        ..
-    } = args;
-    let (mmap_pages, duration) = (*mmap_pages, *duration);
     let call_graph = args.stacks.graph();
     args.stacks.out.check()?;
     // kallsyms may be unreadable or hide addresses; probes then go by name
     // and output shows raw addresses.
     let kernel = inspect::record_kernel(&args.image);
-    let choice = match backend {
+    let choice = match args.backend {
         BackendArg::Auto => BackendChoice::Auto,
         BackendArg::Pmu => BackendChoice::Pmu,
         BackendArg::Tracefs => BackendChoice::Tracefs,
     };
-    let plans = filters::plan(&kernel, specs, filters, args.all_instances, choice)?;
+    let plans = filters::plan(&kernel, &args.events, filters, args.all_instances, choice)?;
     inspect::check_plans(&kernel, &plans)?;
     let agg = aggregate::Aggregation::new(&args.aggregate, &plans, args.json)?;
     // The symbolizer's table; the kernel's text and images are let go.
@@ -417,20 +410,10 @@ fn record(args: &RecordArgs, filters: &[Option<String>]) -> Result<ExitCode> {
     if let Some(p) = args.output.as_deref() {
         output::check(p)?;
     }
-
-    let stop = Arc::new(AtomicBool::new(false));
-    for sig in [
-        signal_hook::consts::SIGINT,
-        signal_hook::consts::SIGTERM,
-        signal_hook::consts::SIGHUP,
-    ] {
-        signal_hook::flag::register(sig, Arc::clone(&stop))
-            .context("installing a signal handler")?;
-    }
-    let target = record_target(args);
+    let mut run = run_loop::RunLoop::new(args.duration, None)?;
     let mmap_pages = match args.overwrite_size {
         Some(mib) => overwrite_pages(mib)?,
-        None => mmap_pages,
+        None => args.mmap_pages,
     };
     let dump_now = Arc::new(AtomicBool::new(false));
     if args.overwrite {
@@ -440,7 +423,7 @@ fn record(args: &RecordArgs, filters: &[Option<String>]) -> Result<ExitCode> {
     let mut session = Session::open(
         plans,
         SessionOptions::default()
-            .with_target(target)
+            .with_target(record_target(args))
             .with_mmap_pages(mmap_pages)
             .with_overwrite(args.overwrite)
             .with_call_graph(call_graph),
@@ -456,31 +439,9 @@ fn record(args: &RecordArgs, filters: &[Option<String>]) -> Result<ExitCode> {
         None => None,
     };
     session.enable()?;
+    run.armed();
     inspect::report_armed(session.plans());
-    let deadline = duration.map(|d| Instant::now() + Duration::from_secs_f64(d.max(0.0)));
-
-    let printer = Printer {
-        plans: session.plans().to_vec(),
-        symbols: &symbols,
-        json: args.json,
-        quiet: args.quiet,
-        // The file names the return trampoline too, so that its replay
-        // decodes a kretprobe's caller as this run does.
-        addresses: file.as_ref().map(|_| {
-            output::Addresses::new(
-                session
-                    .plans()
-                    .iter()
-                    .filter_map(|p| p.return_trampoline)
-                    .collect(),
-            )
-        }),
-        cache: text::LineCache::default(),
-        line: Vec::with_capacity(256),
-        json_writer: json::EventWriter::default(),
-        agg,
-        stacks: call_graph.map(|_| stacks::Stacks::new(true, &args.stacks.out)),
-    };
+    let printer = Printer::new(args, &session, &symbols, agg, file.is_some());
     let stdout = io::stdout();
     let mut live = LiveOutput {
         printer,
@@ -491,7 +452,22 @@ fn record(args: &RecordArgs, filters: &[Option<String>]) -> Result<ExitCode> {
         file,
         reader_gone: false,
     };
-    let mut command_status = None;
+    record_until_the_end(args, &mut run, &mut session, &mut live, &dump_now)?;
+    finish_record(args, &mut session, live, &symbols)?;
+    // The recording stopped first (Ctrl-C, -d, stdout closed): the
+    // command may have ended meanwhile (Ctrl-C reaches it too).
+    run.exit(&mut session)
+}
+
+/// Drains the rings into `live` until the run is over (or stdout's
+/// reader has gone), then disables the probes and drains what is left.
+fn record_until_the_end<W: Write>(
+    args: &RecordArgs,
+    run: &mut run_loop::RunLoop,
+    session: &mut Session,
+    live: &mut LiveOutput<'_, W>,
+    dump_now: &AtomicBool,
+) -> Result<()> {
     // The live count: stderr a terminal, and events not printed to the
     // same screen (their lines would be torn by the rewritten one).
     let mut count = (io::stderr().is_terminal()
@@ -503,28 +479,21 @@ fn record(args: &RecordArgs, filters: &[Option<String>]) -> Result<ExitCode> {
             l.tick(session.stats());
         }
         if args.overwrite && dump_now.swap(false, Ordering::Relaxed) {
-            session.dump_overwrite(&mut Dumped(&mut live))?;
+            session.dump_overwrite(&mut Dumped(live))?;
             if !live.flush()? {
                 break;
             }
         }
-        session.poll(Some(Duration::from_millis(100)), &mut live)?;
+        session.poll(Some(run.timeout(Duration::from_millis(100))), live)?;
         if !live.flush()? {
             break;
         }
         if let Some(a) = live.printer.agg.as_mut() {
             a.tick(&mut live.out).context("writing the maps")?;
         }
-        if stop.load(Ordering::Relaxed) || deadline.is_some_and(|d| Instant::now() >= d) {
-            break;
-        }
-        if let Some(status) = session.command_status()? {
-            command_status = Some(status);
-            break;
-        }
         // -p: every process has exited (a pidfd's readiness ends the
         // wait above at once).
-        if session.target_exited() {
+        if run.over(session)? {
             break;
         }
     }
@@ -533,13 +502,24 @@ fn record(args: &RecordArgs, filters: &[Option<String>]) -> Result<ExitCode> {
     }
     session.disable()?;
     if !live.reader_gone {
-        session.poll(Some(Duration::ZERO), &mut live)?;
+        session.poll(Some(Duration::ZERO), live)?;
         live.flush()?;
     }
     if args.overwrite && !live.reader_gone {
-        session.dump_overwrite(&mut Dumped(&mut live))?;
+        session.dump_overwrite(&mut Dumped(live))?;
         live.flush()?;
     }
+    Ok(())
+}
+
+/// The end of a recording: the maps, the JSON summary, the stack files,
+/// the perf.data file, then the summary lines on stderr.
+fn finish_record<W: Write>(
+    args: &RecordArgs,
+    session: &mut Session,
+    mut live: LiveOutput<'_, W>,
+    symbols: &KernelSymbols,
+) -> Result<()> {
     if let (Some(a), false) = (live.printer.agg.as_mut(), live.reader_gone) {
         a.finish(&mut live.out).context("writing the maps")?;
     }
@@ -571,16 +551,12 @@ fn record(args: &RecordArgs, filters: &[Option<String>]) -> Result<ExitCode> {
             .into_iter()
             .chain(session.counted_addresses().iter().copied())
             .collect();
-        file.finish(&session, &symbols, addresses, &json_summary, &lines)?;
+        file.finish(session, symbols, addresses, &json_summary, &lines)?;
     }
     for line in &lines {
         say!("{line}");
     }
-    // The recording stopped first (Ctrl-C, -d, stdout closed): the
-    // command may have ended meanwhile (Ctrl-C reaches it too).
-    command_exit(command_status, stop.load(Ordering::Relaxed), |grace| {
-        session.wait_command(grace)
-    })
+    Ok(())
 }
 
 /// Whose hits `args` record (see [`target_of`]).
@@ -811,6 +787,44 @@ struct LiveOutput<'a, W: Write> {
     /// printed, and the recording ends quietly. The round goes on, so
     /// that the file has all of its records.
     reader_gone: bool,
+}
+
+impl<'a> Printer<'a> {
+    /// The printer of `record`'s events for `session`; `file` when `-o`
+    /// writes a perf.data file.
+    fn new(
+        args: &RecordArgs,
+        session: &Session,
+        symbols: &'a KernelSymbols,
+        agg: Option<aggregate::Aggregation>,
+        file: bool,
+    ) -> Printer<'a> {
+        Printer {
+            plans: session.plans().to_vec(),
+            symbols,
+            json: args.json,
+            quiet: args.quiet,
+            // The file names the return trampoline too, so that its replay
+            // decodes a kretprobe's caller as this run does.
+            addresses: file.then(|| {
+                output::Addresses::new(
+                    session
+                        .plans()
+                        .iter()
+                        .filter_map(|p| p.return_trampoline)
+                        .collect(),
+                )
+            }),
+            cache: text::LineCache::default(),
+            line: Vec::with_capacity(256),
+            json_writer: json::EventWriter::default(),
+            agg,
+            stacks: args
+                .stacks
+                .graph()
+                .map(|_| stacks::Stacks::new(true, &args.stacks.out)),
+        }
+    }
 }
 
 impl<W: Write> LiveOutput<'_, W> {

@@ -42,12 +42,7 @@ pub(crate) fn run(args: &ScriptArgs) -> Result<ExitCode> {
     let mut out = stdout.lock();
     let mut result = Ok(());
     let json = args.json;
-    // Lines are gathered in one buffer and written in large pieces; the
-    // usual line is formatted straight into it.
-    const BUF: usize = 1 << 20;
-    let mut buf = vec![0u8; BUF];
-    let mut used = 0;
-    let mut line = Vec::with_capacity(256);
+    let mut lines = LineBuffer::new();
     let mut cache = text::LineCache::default();
     let folded = args.stacks.stacks_folded.is_some()
         || args.stacks.flamegraph.is_some()
@@ -55,8 +50,8 @@ pub(crate) fn run(args: &ScriptArgs) -> Result<ExitCode> {
     let mut stacks = crate::stacks::Stacks::new(false, &args.stacks);
     // A file recorded with -g prints each event's frames (none for an
     // event whose chain is empty), as the recording did.
-    let with_chains = replay.decoder().has_callchains();
-    if folded && !with_chains {
+    let chain = replay.decoder().has_callchains();
+    if folded && !chain {
         anyhow::bail!(
             "{} has no callchains to count: record it with -g (or --call-graph)",
             path.display()
@@ -71,56 +66,33 @@ pub(crate) fn run(args: &ScriptArgs) -> Result<ExitCode> {
         if result.is_err() {
             return;
         }
-        let chain = with_chains;
         if chain {
             stacks.see(e, plan, symbols, Some(maps));
             if plans_seen.is_empty() {
                 plans_seen = plans.to_vec();
             }
         }
-        let room = &mut buf[used..];
-        let usual = if json || chain {
-            None
-        } else {
-            text::put_usual_line(room, e, &mut cache)
-        };
-        let n = match usual {
-            Some(n) => n,
-            None => {
-                line.clear();
+        result = lines.push(
+            &mut out,
+            &mut cache,
+            |room, cache| (!json && !chain).then(|| text::put_usual_line(room, e, cache))?,
+            |line, cache| {
                 if json {
-                    json_writer.event(&mut line, e, plan, symbols);
+                    json_writer.event(line, e, plan, symbols);
                     if chain {
-                        stacks.write_json(&mut line);
+                        stacks.write_json(line);
                     }
                 } else {
-                    text::write_line(&mut line, e, plan, symbols, &mut cache);
+                    text::write_line(line, e, plan, symbols, cache);
                     if chain {
-                        stacks.write_text(&mut line);
+                        stacks.write_text(line);
                     }
                 }
-                if line.len() + 1 > room.len() {
-                    // A line longer than what is left: written on its own.
-                    result = out
-                        .write_all(&buf[..used])
-                        .and_then(|()| out.write_all(&line))
-                        .and_then(|()| out.write_all(b"\n"));
-                    used = 0;
-                    return;
-                }
-                room[..line.len()].copy_from_slice(&line);
-                line.len()
-            }
-        };
-        buf[used + n] = b'\n';
-        used += n + 1;
-        if BUF - used < text::USUAL_LINE_ROOM + 1 {
-            result = out.write_all(&buf[..used]);
-            used = 0;
-        }
+            },
+        );
     });
     let finished = result.and_then(|()| {
-        out.write_all(&buf[..used])?;
+        lines.finish(&mut out)?;
         if json {
             if let Some(s) = replay.metadata().note(NOTE_JSON_SUMMARY) {
                 writeln!(out, "{s}")?;
@@ -139,4 +111,68 @@ pub(crate) fn run(args: &ScriptArgs) -> Result<ExitCode> {
         say!("{s}");
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// Lines gathered in one buffer and written in large pieces; the usual
+/// line is formatted straight into it.
+struct LineBuffer {
+    buf: Vec<u8>,
+    used: usize,
+    /// A line that is not the usual one, formatted apart.
+    line: Vec<u8>,
+}
+
+impl LineBuffer {
+    const SIZE: usize = 1 << 20;
+
+    fn new() -> LineBuffer {
+        LineBuffer {
+            buf: vec![0u8; Self::SIZE],
+            used: 0,
+            line: Vec::with_capacity(256),
+        }
+    }
+
+    /// Adds one line (its newline added here): `usual` formats it into
+    /// the buffer's room and returns its length, or gives `None`; `other`
+    /// then formats it apart (both are given `context`). Writes to `out` when the buffer is nearly
+    /// full.
+    fn push<C>(
+        &mut self,
+        out: &mut impl Write,
+        context: &mut C,
+        usual: impl FnOnce(&mut [u8], &mut C) -> Option<usize>,
+        other: impl FnOnce(&mut Vec<u8>, &mut C),
+    ) -> io::Result<()> {
+        let room = &mut self.buf[self.used..];
+        let n = match usual(room, context) {
+            Some(n) => n,
+            None => {
+                self.line.clear();
+                other(&mut self.line, context);
+                if self.line.len() + 1 > room.len() {
+                    // A line longer than what is left: written on its own.
+                    let used = std::mem::take(&mut self.used);
+                    out.write_all(&self.buf[..used])?;
+                    out.write_all(&self.line)?;
+                    return out.write_all(b"\n");
+                }
+                room[..self.line.len()].copy_from_slice(&self.line);
+                self.line.len()
+            }
+        };
+        self.buf[self.used + n] = b'\n';
+        self.used += n + 1;
+        if Self::SIZE - self.used < text::USUAL_LINE_ROOM + 1 {
+            out.write_all(&self.buf[..self.used])?;
+            self.used = 0;
+        }
+        Ok(())
+    }
+
+    /// Writes what is left.
+    fn finish(&mut self, out: &mut impl Write) -> io::Result<()> {
+        let used = std::mem::take(&mut self.used);
+        out.write_all(&self.buf[..used])
+    }
 }

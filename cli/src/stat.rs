@@ -4,10 +4,9 @@
 
 use std::io::{self, Write};
 use std::process::ExitCode;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
+use crate::run_loop::RunLoop;
 use anyhow::{Context, Result};
 use kprobe_perf_engine::counting::{CountSnapshot, CountingSession};
 use kprobe_perf_engine::{plan::BackendChoice, ProbePlan, RecordTarget};
@@ -104,25 +103,14 @@ pub(crate) fn run(args: &mut StatArgs, filters: &[Option<String>]) -> Result<Exi
     validate::merge_duplicates(&mut args.tid);
     let plans = plan(args, filters)?;
 
-    let stop = Arc::new(AtomicBool::new(false));
-    for sig in [
-        signal_hook::consts::SIGINT,
-        signal_hook::consts::SIGTERM,
-        signal_hook::consts::SIGHUP,
-    ] {
-        signal_hook::flag::register(sig, Arc::clone(&stop))
-            .context("installing a signal handler")?;
-    }
+    let interval = args.interval.map(Duration::from_millis);
+    let mut run = RunLoop::new(args.duration, interval)?;
     // A command is started held by the session and released by enable,
     // its events armed at its exec, as `record` does.
     let mut session = CountingSession::open(plans, stat_target(args))?;
-    let start = Instant::now();
+    run.armed();
     session.enable()?;
     inspect::report_armed(session.plans());
-    let deadline = args
-        .duration
-        .map(|d| start + Duration::from_secs_f64(d.max(0.0)));
-    let interval = args.interval.map(Duration::from_millis);
     let table = Table::new(session.plans(), args.per_cpu, args.json);
     let stdout = io::stdout();
     let mut out = io::BufWriter::new(stdout.lock());
@@ -130,41 +118,24 @@ pub(crate) fn run(args: &mut StatArgs, filters: &[Option<String>]) -> Result<Exi
         write_out(&mut out, &table.header(true))?;
     }
     let mut last = CountSnapshot::default();
-    let mut next_tick = interval.map(|i| start + i);
-    let mut command_status = None;
     loop {
-        let now = Instant::now();
         // Short naps: the command's exit, a signal or a deadline is seen
         // within 20 ms; the counts themselves need no reading until then.
-        let mut wake = now + Duration::from_millis(20);
-        for t in [deadline, next_tick].into_iter().flatten() {
-            wake = wake.min(t);
-        }
-        std::thread::sleep(wake.saturating_duration_since(now));
-        if stop.load(Ordering::Relaxed) || deadline.is_some_and(|d| Instant::now() >= d) {
+        std::thread::sleep(run.timeout(Duration::from_millis(20)));
+        if run.over(&mut session)? {
             break;
         }
-        if let Some(status) = session.command_status()? {
-            command_status = Some(status);
-            break;
-        }
-        if session.target_exited() {
-            break;
-        }
-        if let (Some(tick), Some(step)) = (next_tick, interval) {
-            if Instant::now() >= tick {
-                let snap = session.read()?;
-                let rows = table.rows(&snap.since(&last), Some(start.elapsed()));
-                if !write_out(&mut out, &rows)? {
-                    break;
-                }
-                last = snap;
-                next_tick = Some(tick + step);
+        if run.tick() {
+            let snap = session.read()?;
+            let rows = table.rows(&snap.since(&last), Some(run.elapsed()));
+            if !write_out(&mut out, &rows)? {
+                break;
             }
+            last = snap;
         }
     }
     session.disable()?;
-    let elapsed = start.elapsed();
+    let elapsed = run.elapsed();
     let snap = session.read()?;
     let text = if interval.is_some() {
         table.rows(&snap.since(&last), Some(elapsed))
@@ -179,9 +150,7 @@ pub(crate) fn run(args: &mut StatArgs, filters: &[Option<String>]) -> Result<Exi
     }
     // Counting stopped first (Ctrl-C, -d): the command may have ended
     // meanwhile (Ctrl-C reaches it too).
-    crate::command_exit(command_status, stop.load(Ordering::Relaxed), |grace| {
-        session.wait_command(grace)
-    })
+    run.exit(&mut session)
 }
 
 /// Writes `text` and flushes; false when stdout's reader has gone away.

@@ -30,7 +30,9 @@ fn sources(dir: &Path, out: &mut Vec<PathBuf>) {
         if path.is_dir() {
             sources(&path, out);
         } else if path.extension().is_some_and(|e| e == "rs")
-            && !path.to_string_lossy().contains("test")
+            && !path
+                .file_name()
+                .is_some_and(|n| n.to_string_lossy().contains("test"))
         {
             out.push(path);
         }
@@ -97,9 +99,14 @@ fn stages_import_only_earlier_stages() {
 
 #[test]
 fn no_function_is_over_100_lines() {
-    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    // The engine, the grammar it was split from, and the CLI that renders
+    // it (tests aside: a `tests.rs` file or module holds tables).
+    let here = Path::new(env!("CARGO_MANIFEST_DIR"));
     let mut files = Vec::new();
-    sources(&root, &mut files);
+    for root in ["src", "../spec/src", "../cli/src"] {
+        sources(&here.join(root), &mut files);
+    }
+    files.retain(|p| !p.components().any(|c| c.as_os_str() == "tests"));
     let mut long = Vec::new();
     for path in &files {
         let text = fs::read_to_string(path).unwrap_or_default();

@@ -337,54 +337,16 @@ impl ProbeSpec {
         let (target, returns) = match flavor {
             Flavor::Kprobe => parse_target(&cur, target_at, target_text)?,
             Flavor::Fprobe | Flavor::Tprobe | Flavor::Eprobe => {
-                // The kernel's order for these: the suffix (and a
-                // tracepoint's name), maxactive, the event name, and only
-                // then the function.
-                let (name, mut returns) = dynamic_suffix(&cur, flavor, target_at, target_text)?;
-                let has_return = returns || arg_toks.iter().any(|&(_, t)| find_retval(t).is_some());
-                let extra = kind_text.len() - 1;
-                match (flavor, kind, has_return) {
-                    (Flavor::Fprobe, ProbeKind::Return { maxactive: Some(_) }, false) => {
-                        return Err(cur.err(
-                            head_at + 1,
-                            extra,
-                            "maxactive applies only to return fprobes: add %return to the function (f100:EV SYM%return)",
-                        ));
-                    }
-                    (Flavor::Tprobe, _, _)
-                        if kind_text[1..].starts_with(|c: char| c.is_ascii_digit()) =>
-                    {
-                        return Err(cur.err(
-                            head_at + 1,
-                            extra,
-                            "a tracepoint probe takes no maxactive: write t:[GRP/]EVENT TRACEPOINT",
-                        ));
-                    }
-                    _ => {}
-                }
-                if let (false, Some(n)) = (short_form, name_part) {
-                    early_names = Some(parse_group_event(&cur, name_at, n)?);
-                }
-                let target = parse_dynamic_target(&cur, flavor, target_at, name)?;
-                // As parse_symbol_and_return does: `$retval` among the args
-                // makes an fprobe a return probe, and is refused on a
-                // tracepoint.
-                for &(at, t) in arg_toks {
-                    let Some(i) = find_retval(t) else { continue };
-                    if flavor == Flavor::Tprobe {
-                        return Err(cur.err(
-                            at + i,
-                            7,
-                            "$retval is not available at a tracepoint: it fires inside the traced function",
-                        ));
-                    }
-                    returns = true;
-                }
-                if returns {
-                    if let ProbeKind::Entry = kind {
-                        kind = ProbeKind::Return { maxactive: None };
-                    }
-                }
+                let dynamic = DynamicHead {
+                    flavor,
+                    kind_text,
+                    head_at,
+                    name: (!short_form).then_some(name_part).flatten(),
+                    name_at,
+                };
+                let (target, names) =
+                    dynamic.parse(&cur, &mut kind, target_at, target_text, arg_toks)?;
+                early_names = names;
                 (target, false)
             }
         };
@@ -407,35 +369,118 @@ impl ProbeSpec {
             target,
             args: Vec::new(),
         };
-        if arg_toks.len() > MAX_ARGS {
-            // The kernel (7.x; older ones log nothing) marks the first.
-            let (at, _) = arg_toks[0];
-            let (last_at, last) = arg_toks[arg_toks.len() - 1];
+        push_args(&cur, &mut spec, arch, arg_toks)?;
+        Ok(spec)
+    }
+}
+
+/// Parses each fetch argument of `toks` into `spec`, in order (at most
+/// [`MAX_ARGS`]).
+fn push_args(
+    cur: &Cursor,
+    spec: &mut ProbeSpec,
+    arch: Arch,
+    toks: &[(usize, &str)],
+) -> Result<(), SpecError> {
+    if toks.len() > MAX_ARGS {
+        // The kernel (7.x; older ones log nothing) marks the first.
+        let (at, _) = toks[0];
+        let (last_at, last) = toks[toks.len() - 1];
+        return Err(cur.err(
+            at,
+            last_at + last.len() - at,
+            format!(
+                "at most {MAX_ARGS} arguments per probe, and {} are given",
+                toks.len()
+            ),
+        ));
+    }
+    for &(at, text) in toks {
+        let arg = args::parse_arg(cur, spec, arch, at, text)?;
+        if arg.fetch.base == FetchBase::AllArgs
+            && spec.args.iter().any(|a| a.fetch.base == FetchBase::AllArgs)
+        {
+            // traceprobe_expand_meta_args: once only.
             return Err(cur.err(
                 at,
-                last_at + last.len() - at,
-                format!(
-                    "at most {MAX_ARGS} arguments per probe, and {} are given",
-                    arg_toks.len()
-                ),
+                text.len(),
+                "$arg* can be used only once: it already stands for every parameter",
             ));
         }
-        for &(at, text) in arg_toks {
-            let arg = args::parse_arg(&cur, &spec, arch, at, text)?;
-            if arg.fetch.base == FetchBase::AllArgs
-                && spec.args.iter().any(|a| a.fetch.base == FetchBase::AllArgs)
-            {
-                // traceprobe_expand_meta_args: once only.
+        spec.args.push(arg);
+        check_names(cur, spec, at, text)?;
+    }
+    Ok(())
+}
+
+/// The first word of an fprobe, tracepoint or event probe: its flavor,
+/// its kind's text (`f`, `f100`, `t`) at `head_at`, and its
+/// `[GRP/]EVENT` (when not the short form) at `name_at`.
+struct DynamicHead<'a> {
+    flavor: Flavor,
+    kind_text: &'a str,
+    head_at: usize,
+    name: Option<&'a str>,
+    name_at: usize,
+}
+
+impl DynamicHead<'_> {
+    /// The target of the probe and its names, checked in the kernel's
+    /// order for these probes: the suffix (and a tracepoint's name),
+    /// maxactive, the event name, and only then the function. `kind`
+    /// becomes a return probe when the target or an argument says so.
+    fn parse(
+        &self,
+        cur: &Cursor,
+        kind: &mut ProbeKind,
+        target_at: usize,
+        target_text: &str,
+        arg_toks: &[(usize, &str)],
+    ) -> Result<(Target, Option<GroupEvent>), SpecError> {
+        let (flavor, kind_text, head_at) = (self.flavor, self.kind_text, self.head_at);
+        let (name, mut returns) = dynamic_suffix(cur, flavor, target_at, target_text)?;
+        let has_return = returns || arg_toks.iter().any(|&(_, t)| find_retval(t).is_some());
+        let extra = kind_text.len() - 1;
+        match (flavor, *kind, has_return) {
+            (Flavor::Fprobe, ProbeKind::Return { maxactive: Some(_) }, false) => {
                 return Err(cur.err(
-                    at,
-                    text.len(),
-                    "$arg* can be used only once: it already stands for every parameter",
+                    head_at + 1,
+                    extra,
+                    "maxactive applies only to return fprobes: add %return to the function (f100:EV SYM%return)",
                 ));
             }
-            spec.args.push(arg);
-            check_names(&cur, &spec, at, text)?;
+            (Flavor::Tprobe, _, _) if kind_text[1..].starts_with(|c: char| c.is_ascii_digit()) => {
+                return Err(cur.err(
+                    head_at + 1,
+                    extra,
+                    "a tracepoint probe takes no maxactive: write t:[GRP/]EVENT TRACEPOINT",
+                ));
+            }
+            _ => {}
         }
-        Ok(spec)
+        let names = match self.name {
+            Some(n) => Some(parse_group_event(cur, self.name_at, n)?),
+            None => None,
+        };
+        let target = parse_dynamic_target(cur, flavor, target_at, name)?;
+        // As parse_symbol_and_return does: `$retval` among the args
+        // makes an fprobe a return probe, and is refused on a
+        // tracepoint.
+        for &(at, t) in arg_toks {
+            let Some(i) = find_retval(t) else { continue };
+            if flavor == Flavor::Tprobe {
+                return Err(cur.err(
+                    at + i,
+                    7,
+                    "$retval is not available at a tracepoint: it fires inside the traced function",
+                ));
+            }
+            returns = true;
+        }
+        if returns && *kind == ProbeKind::Entry {
+            *kind = ProbeKind::Return { maxactive: None };
+        }
+        Ok((target, names))
     }
 }
 
