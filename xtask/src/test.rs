@@ -141,7 +141,8 @@ fn build_tests_for(target: Option<&str>) -> Result<Vec<PathBuf>> {
     if !ok {
         bail!("building kprobe-perf (release) for {what} failed");
     }
-    // The engine's examples that VM tests run (tests/tokio_example.rs).
+    // The engine's examples that VM tests run (tests/tokio_example.rs,
+    // tests/read_sizes_example.rs).
     let (ok, _) = run_echo(
         cargo_for()
             .args(["build", "--release"])
@@ -151,10 +152,12 @@ fn build_tests_for(target: Option<&str>) -> Result<Vec<PathBuf>> {
                 "kprobe-perf-engine",
                 "--example",
                 "tokio_record",
+                "--example",
+                "read_sizes",
             ]),
     )?;
     if !ok {
-        bail!("building the engine's tokio_record example (release) for {what} failed");
+        bail!("building the engine's examples (release) for {what} failed");
     }
     let out = cargo_for()
         .args(["test", "--release"])

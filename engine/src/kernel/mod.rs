@@ -35,7 +35,7 @@ mod globs;
 pub mod kcore;
 #[cfg(not(feature = "test-util"))]
 #[allow(unreachable_pub)] // public in `testing` with test-util
-pub(crate) mod kcore;
+pub mod kcore;
 pub mod preflight;
 pub mod select;
 mod text;
