@@ -67,6 +67,13 @@ fn run() -> Result<(), Box<dyn std::error::Error>> {
     for (ret, n) in by_value {
         println!("ret={ret}: {n}");
     }
-    println!("lost: {}", session.stats().lost);
+    // The exact loss: the hits the kernel counted that were not decoded
+    // (`stats().lost` is only what PERF_RECORD_LOST records reported, a
+    // floor).
+    session.disable()?;
+    match session.summary().loss.count() {
+        Some(n) => println!("lost: {n}"),
+        None => println!("lost: unknown (the kernel's counts could not be read)"),
+    }
     Ok(())
 }

@@ -12,8 +12,10 @@ use std::collections::BTreeMap;
 pub struct SessionStats {
     /// Events decoded per probe.
     pub hits: Vec<u64>,
-    /// Samples the kernel dropped because a ring was full
-    /// (`PERF_RECORD_LOST`), summed over CPUs.
+    /// Samples `PERF_RECORD_LOST` records reported, summed over CPUs: a
+    /// floor, counted as records arrive (the kernel writes one only once
+    /// a ring has room again). The exact figure, per probe and in all, is
+    /// the [`Summary`](crate::session::summary::Summary)'s `loss`.
     pub lost: u64,
     /// Records that could not be decoded.
     pub undecodable: u64,
