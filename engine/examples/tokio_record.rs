@@ -1,6 +1,6 @@
 //! Embedding kprobe-perf in a tokio program: the session moves to a reader
-//! task, which waits on the session's fd with `AsyncFd` and drains the
-//! rings when it is readable (and on a timer, since a ring wakes its
+//! task, which awaits it as an `AsyncSession` (the engine's `tokio`
+//! feature: no `unsafe` here) and drains the rings when they are readable (and on a timer, since a ring wakes its
 //! reader only once a quarter full), while a blocking task opens a file.
 //!
 //! `tokio_record PROBE PATH COUNT` records PROBE on every CPU, opens PATH
@@ -15,10 +15,9 @@ use std::time::Duration;
 
 use kprobe_perf_engine::Flow;
 use kprobe_perf_engine::{
-    BackendChoice, Event, EventSink, Kernel, KernelOptions, Session, SessionOptions, Value,
+    AsyncSession, BackendChoice, Event, EventSink, Kernel, KernelOptions, Session, SessionOptions,
+    Value,
 };
-use tokio::io::unix::AsyncFd;
-use tokio::io::Interest;
 use tokio::sync::oneshot;
 
 type BoxError = Box<dyn std::error::Error + Send + Sync>;
@@ -63,38 +62,29 @@ async fn read(
     mut sink: Opens,
     mut stop: oneshot::Receiver<()>,
 ) -> Result<(Opens, u64, Option<u64>), BoxError> {
-    // SAFETY: the fd registered is the session's poller (Session::as_raw_fd),
-    // which the session owns, never replaces, and closes only when dropped;
-    // the AsyncFd owns the session until `into_inner` below, so the fd stays
-    // open and the same for as long as it is registered.
-    let mut fd = unsafe { AsyncFd::register_with_interest(session, Interest::READABLE) }
-        .map_err(|e| e.into_parts().1)?;
+    let mut session = AsyncSession::new(session)?;
     let mut wakeups = 0u64;
     loop {
         let wake = tokio::select! {
-            ready = fd.readable_mut() => {
-                // Cleared before the session takes the readiness, so a
-                // ring that fills meanwhile wakes the task again.
-                ready?.clear_ready();
+            ready = session.readable() => {
+                ready?;
                 Wake::Readable
             }
             _ = tokio::time::sleep(TICK) => Wake::Tick,
             _ = &mut stop => Wake::Stop,
         };
-        let session = fd.get_mut();
         match wake {
             Wake::Readable => {
                 wakeups += 1;
-                session.wait(Some(Duration::ZERO))?;
-                session.drain(&mut sink)?;
+                session.session_mut().drain(&mut sink)?;
             }
             Wake::Tick => {
-                session.drain(&mut sink)?;
+                session.session_mut().drain(&mut sink)?;
             }
             Wake::Stop => break,
         }
     }
-    let mut session = fd.into_inner();
+    let mut session = session.into_inner();
     session.disable()?;
     // Disabled: this drain hands over every event still held back.
     session.drain(&mut sink)?;

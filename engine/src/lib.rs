@@ -81,6 +81,9 @@ pub use plan::{BackendChoice, ProbePlan};
 pub use session::counting::CountingSession;
 pub use session::sink::{sink_fn, EventSink, Flow};
 pub use session::summary::Summary;
+/// A session awaited on tokio's reactor (feature `tokio`).
+#[cfg(feature = "tokio")]
+pub use session::tokio::AsyncSession;
 pub use session::{
     CallCounts, Session, SessionOptions, SessionStats, Throttling, DEFAULT_MMAP_PAGES,
 };

@@ -150,6 +150,8 @@ fn build_tests_for(target: Option<&str>) -> Result<Vec<PathBuf>> {
             .args([
                 "--package",
                 "kprobe-perf-engine",
+                "--features",
+                "tokio",
                 "--example",
                 "tokio_record",
                 "--example",

@@ -4,6 +4,8 @@
 pub mod counting;
 pub(crate) mod sink;
 pub(crate) mod summary;
+#[cfg(feature = "tokio")]
+pub(crate) mod tokio;
 
 use std::collections::BTreeMap;
 use std::ops::ControlFlow;

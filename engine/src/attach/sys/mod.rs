@@ -874,3 +874,15 @@ pub(crate) fn kill_and_reap(pid: i32) -> Option<ExitStatus> {
     // SAFETY: waitpid writes the status into our local integer.
     (unsafe { libc::waitpid(pid, &mut status, 0) } == pid).then(|| ExitStatus::from_raw(status))
 }
+
+/// Registers `fd` with the current tokio runtime's reactor (readable
+/// interest). Must be called within a runtime.
+#[cfg(feature = "tokio")]
+pub(crate) fn async_readiness(fd: OwnedFd) -> io::Result<tokio::io::unix::AsyncFd<OwnedFd>> {
+    // SAFETY: tokio requires the descriptor to stay open and the same for
+    // as long as it is registered: an `OwnedFd` owns its descriptor, never
+    // changes it, and closes it only when dropped, which the `AsyncFd`
+    // does after deregistering it.
+    unsafe { tokio::io::unix::AsyncFd::register_with_interest(fd, tokio::io::Interest::READABLE) }
+        .map_err(|e| e.into_parts().1)
+}
