@@ -142,7 +142,7 @@ fn build_tests_for(target: Option<&str>) -> Result<Vec<PathBuf>> {
         bail!("building kprobe-perf (release) for {what} failed");
     }
     // The engine's examples that VM tests run (tests/tokio_example.rs,
-    // tests/read_sizes_example.rs).
+    // tests/read_sizes_example.rs, tests/exclude_self.rs).
     let (ok, _) = run_echo(
         cargo_for()
             .args(["build", "--release"])
@@ -156,6 +156,8 @@ fn build_tests_for(target: Option<&str>) -> Result<Vec<PathBuf>> {
                 "tokio_record",
                 "--example",
                 "read_sizes",
+                "--example",
+                "malloc_profiler",
             ]),
     )?;
     if !ok {

@@ -385,6 +385,40 @@ pub(crate) fn kernel_filter(plan: &ProbePlan) -> Result<Option<CString>, Error> 
         })
 }
 
+/// This process's threads (`/proc/self/task`).
+fn own_threads() -> Result<Vec<i32>, Error> {
+    let dir = std::fs::read_dir("/proc/self/task")
+        .map_err(|e| Error::io("listing this process's threads (/proc/self/task)", e))?;
+    let mut tids: Vec<i32> = dir
+        .flatten()
+        .filter_map(|e| e.file_name().to_str()?.parse().ok())
+        .collect();
+    tids.sort_unstable();
+    Ok(tids)
+}
+
+/// Adds to each probe's kernel filter (or gives it one) the clauses that
+/// drop the hits of the threads `tids`.
+fn exclude_own_threads(filters: &mut [Option<CString>], tids: &[i32]) {
+    let clause = tids
+        .iter()
+        .map(|t| format!("common_pid != {t}"))
+        .collect::<Vec<_>>()
+        .join(" && ");
+    if clause.is_empty() {
+        return;
+    }
+    for f in filters.iter_mut() {
+        let text = match f.as_ref() {
+            Some(user) => format!("({}) && {clause}", user.to_string_lossy()),
+            None => clause.clone(),
+        };
+        // The clause holds digits and ASCII words only, and the user's
+        // filter had no NUL: no NUL in the result.
+        *f = CString::new(text).ok();
+    }
+}
+
 /// `PERF_EVENT_IOC_SET_FILTER` of `filter` on `fd`, an event of `plan`;
 /// a refusal is explained by `explain` (the kernel's `error_log` words
 /// for the filter, when it can give them), else by its errno.
@@ -497,10 +531,13 @@ pub(super) fn open_events(
     tracefs: Option<&TracefsProbes>,
 ) -> Result<Opened, Error> {
     let names: Vec<Option<CString>> = plans.iter().map(pmu_name).collect();
-    let filters = plans
+    let mut filters = plans
         .iter()
         .map(kernel_filter)
         .collect::<Result<Vec<_>, _>>()?;
+    if opts.exclude_self {
+        exclude_own_threads(&mut filters, &own_threads()?);
+    }
     let partners = entry_partners(plans, openers, &filters);
     let opening = Opening {
         plans,
@@ -713,6 +750,22 @@ impl Opening<'_> {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn own_threads_are_left_out_after_the_users_filter() {
+        let mut filters = vec![None, CString::new("count > 4").ok()];
+        super::exclude_own_threads(&mut filters, &[100, 101]);
+        assert_eq!(
+            filters,
+            vec![
+                CString::new("common_pid != 100 && common_pid != 101").ok(),
+                CString::new("(count > 4) && common_pid != 100 && common_pid != 101").ok(),
+            ]
+        );
+        let mut none = vec![None];
+        super::exclude_own_threads(&mut none, &[]);
+        assert_eq!(none, vec![None]);
+    }
+
     use super::*;
 
     /// The module symbol of the tests, as kallsyms gives it.

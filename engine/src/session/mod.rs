@@ -51,6 +51,12 @@ pub struct SessionOptions {
     pub overwrite: bool,
     /// The callchains each sample carries (`None`: none).
     pub call_graph: Option<crate::attach::attr::CallGraph>,
+    /// Leave out this process's own hits, in the kernel: every probe's
+    /// filter also drops the threads this process has when the session
+    /// opens (`common_pid`, the only task field a filter has, is a thread
+    /// id). A profiler of allocations or reads then neither records nor
+    /// loses its own.
+    pub exclude_self: bool,
 }
 
 impl SessionOptions {
@@ -79,6 +85,13 @@ impl SessionOptions {
         self.overwrite = overwrite;
         self
     }
+
+    /// Leaves out this process's own hits, in the kernel (see
+    /// [`SessionOptions::exclude_self`]).
+    pub fn with_exclude_self(mut self, exclude: bool) -> Self {
+        self.exclude_self = exclude;
+        self
+    }
 }
 
 impl Default for SessionOptions {
@@ -88,6 +101,7 @@ impl Default for SessionOptions {
             mmap_pages: DEFAULT_MMAP_PAGES,
             overwrite: false,
             call_graph: None,
+            exclude_self: false,
         }
     }
 }
