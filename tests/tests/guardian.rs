@@ -411,3 +411,57 @@ fn any_start_removes_definitions_of_dead_processes() {
     assert_eq!(planted("kprobe_events"), Vec::<String>::new());
     assert_eq!(planted("uprobe_events"), Vec::<String>::new());
 }
+
+/// A process with threads (`#[tokio::main]`, a host application) cannot
+/// fork its guardian: `Guardian::start` runs the program again, detached,
+/// and that copy guards. The copy runs (named `kprobe-perf-gd`, the
+/// program's command line), and after SIGKILL of the recorder the
+/// uprobe_events definition of its session is gone within 2 s and the
+/// guardian exits. Uprobes only, so it also runs natively.
+#[test]
+fn a_process_with_threads_is_guarded_by_a_copy_of_itself() {
+    let test = "a_process_with_threads_is_guarded_by_a_copy_of_itself";
+    if !kprobe_perf_tests::uprobes_available(test) {
+        return;
+    }
+    let mut rec = Command::new(env!("CARGO_BIN_EXE_threaded_guardian"))
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    // "armed GROUP\n" once the session's uprobe is defined and armed.
+    let mut out = rec.stdout.take().unwrap();
+    let mut line = Vec::new();
+    let mut byte = [0u8; 1];
+    while out.read(&mut byte).unwrap_or(0) == 1 && byte[0] != b'\n' {
+        line.push(byte[0]);
+    }
+    let line = String::from_utf8_lossy(&line).into_owned();
+    let prefix = format!("kprobe_perf_{}_", rec.id());
+    let Some(group) = line.strip_prefix("armed ") else {
+        let mut err = String::new();
+        let _ = rec.stderr.take().unwrap().read_to_string(&mut err);
+        kill9(&mut rec);
+        panic!("no 'armed GROUP' line: {line:?} {err}");
+    };
+    assert!(group.starts_with(&prefix), "{group}");
+    assert_eq!(lines_of("uprobe_events", &prefix).len(), 1);
+    let guardians = live_guardians("threaded_guardian");
+    assert_eq!(guardians.len(), 1, "one guardian copy: {guardians:?}");
+    let sleepers = children_of(rec.id());
+    kill9(&mut rec);
+    let gone = wait_for(Duration::from_secs(2), || {
+        lines_of("uprobe_events", &prefix).is_empty()
+    });
+    let exited = wait_for(Duration::from_secs(10), || {
+        live_guardians("threaded_guardian").is_empty()
+    });
+    for pid in sleepers {
+        let _ = Command::new("kill")
+            .arg(pid.to_string())
+            .stderr(Stdio::null())
+            .status();
+    }
+    assert!(gone.is_some(), "still defined 2 s after SIGKILL");
+    assert!(exited.is_some(), "the guardian copy still runs");
+}

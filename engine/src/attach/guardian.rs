@@ -10,7 +10,10 @@
 //!
 //! [`Guardian::start`] forks a detached process holding one end of a
 //! socket pair whose other end only this process holds (close-on-exec, so
-//! a recorded command does not inherit it). Each session tells it the
+//! a recorded command does not inherit it). A process that already has
+//! threads cannot fork soundly: it starts itself again (`/proc/self/exe`,
+//! same arguments, a variable in the environment), detached, and that
+//! copy's own call of [`Guardian::start`] makes it the guardian. Each session tells it the
 //! tracefs group it is about to define events in. When its end reaches
 //! end-of-file (this process exited, normally or not) the guardian
 //! removes every kprobe and uprobe of those groups, waiting for the kernel
@@ -41,6 +44,35 @@ use crate::attach::tracefs::{self, Tracefs, GROUPS_TO_GUARD, GROUP_PREFIX};
 /// (EBUSY until the dead process's perf events are released).
 const PATIENCE: Duration = Duration::from_secs(10);
 
+/// The guardian's command name (comm).
+const GUARDIAN_NAME: &std::ffi::CStr = c"kprobe-perf-gd";
+
+/// What an exec'd guardian sends first, once running.
+const HELLO: &[u8] = b"guarding\n";
+
+/// How long an exec'd guardian has to say [`HELLO`].
+const HELLO_WITHIN: Duration = Duration::from_secs(5);
+
+/// True when the exec'd guardian said [`HELLO`] on `socket` in time.
+fn hello_from(socket: &OwnedFd) -> Result<bool, GuardianError> {
+    let mut got = Vec::new();
+    let end = std::time::Instant::now() + HELLO_WITHIN;
+    let mut file = std::fs::File::from(socket.try_clone()?);
+    while got.len() < HELLO.len() {
+        let left = end.saturating_duration_since(std::time::Instant::now());
+        if left.is_zero() || !sys::readable_within(socket, left)? {
+            return Ok(false);
+        }
+        let mut buf = [0u8; 16];
+        let n = file.read(&mut buf[..HELLO.len() - got.len()])?;
+        if n == 0 {
+            return Ok(false);
+        }
+        got.extend_from_slice(&buf[..n]);
+    }
+    Ok(got == HELLO)
+}
+
 /// Longest group name accepted from the socket.
 const MAX_GROUP: usize = 64;
 
@@ -51,9 +83,13 @@ pub enum GuardianError {
     /// It was started already in this process.
     #[error("the tracefs guardian is already running for this process")]
     AlreadyRunning,
-    /// Creating the socket or forking failed (or threads already run).
-    #[error("starting the tracefs guardian: {0} (call Guardian::start first thing in main, before any thread is spawned)")]
+    /// Creating the socket, forking or starting the program again failed.
+    #[error("starting the tracefs guardian: {0}")]
     Start(#[from] std::io::Error),
+    /// The program started again (this process has threads) did not
+    /// become the guardian in time.
+    #[error("starting the tracefs guardian: this process has threads, so it was started again to guard, and that copy did not report within 5 s (call Guardian::start first thing in main, before anything else with effects, so that the copy reaches it)")]
+    NoHello,
 }
 
 /// The guardian of this process's tracefs definitions (see the module
@@ -62,17 +98,42 @@ pub enum GuardianError {
 pub struct Guardian;
 
 impl Guardian {
-    /// Starts the guardian. Call before spawning threads (first thing in
-    /// `main`): the process is forked, which is only sound while this
-    /// process has a single thread; with more it fails and forks nothing.
+    /// Starts the guardian. Call it first thing in `main`, before
+    /// anything with effects.
+    ///
+    /// In a process with one thread, the guardian is a fork of it. Once
+    /// threads run (`#[tokio::main]`, a host application), forking is not
+    /// sound: this program (`/proc/self/exe`) is then started again,
+    /// detached, with the same arguments and a variable in its
+    /// environment, and its own call of `start` makes it the guardian (it
+    /// never returns there). Whatever `main` does before calling `start`
+    /// is done in that copy too: keep it free of effects. If the copy does
+    /// not report within 5 s, it is killed and an error returned.
+    ///
     /// Sessions opened afterwards are guarded; on failure they fall back
     /// to removal on drop and at the next start.
     pub fn start() -> Result<(), GuardianError> {
+        if let Some(fd) = sys::detached_fd() {
+            // The exec'd copy: named as the forked guardian is, it
+            // reports, then guards until the recorder's end.
+            sys::set_thread_name(GUARDIAN_NAME);
+            let _ = sys::send_all(&fd, HELLO);
+            guard(fd);
+            std::process::exit(0);
+        }
         if GROUPS_TO_GUARD.get().is_some() {
             return Err(GuardianError::AlreadyRunning);
         }
         let (ours, theirs) = sys::socket_pair_cloexec()?;
-        sys::spawn_detached(c"kprobe-perf-gd", theirs, guard)?;
+        if sys::thread_count()? == 1 {
+            sys::spawn_detached(GUARDIAN_NAME, theirs, guard)?;
+        } else {
+            let pid = sys::spawn_detached_exec(GUARDIAN_NAME, theirs)?;
+            if !hello_from(&ours)? {
+                sys::kill_process(pid);
+                return Err(GuardianError::NoHello);
+            }
+        }
         GROUPS_TO_GUARD
             .set(Mutex::new(ours))
             .map_err(|_| GuardianError::AlreadyRunning)
@@ -150,14 +211,11 @@ mod tests {
     use super::*;
 
     #[test]
-    fn refused_once_threads_run() {
-        // The test harness runs this on a thread of its own.
-        let e = Guardian::start().unwrap_err();
-        assert!(
-            e.to_string()
-                .starts_with("starting the tracefs guardian: this process already has "),
-            "{e}"
-        );
+    fn only_an_exec_d_copy_takes_descriptor_3() {
+        // No variable here (the exec'd route is run by
+        // tests/guardian.rs with a program of its own: this test binary
+        // would run its tests again).
+        assert!(sys::detached_fd().is_none());
         assert!(!Guardian::is_running());
     }
 

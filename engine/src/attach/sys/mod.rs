@@ -17,6 +17,7 @@ use std::io;
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};
 use std::os::unix::process::ExitStatusExt;
 use std::process::ExitStatus;
+use std::time::Duration;
 
 pub use perf_event_open_sys::bindings::perf_event_attr;
 use perf_event_open_sys::bindings::{PERF_ATTR_SIZE_VER5, PERF_FLAG_FD_CLOEXEC};
@@ -589,8 +590,6 @@ pub fn spawn_detached(name: &CStr, keep: OwnedFd, body: fn(OwnedFd)) -> io::Resu
             format!("this process already has {threads} threads; a detached process must be forked before any thread starts"),
         ));
     }
-    let devnull = c"/dev/null";
-    let root = c"/";
     let keep_raw = keep.as_raw_fd();
     // SAFETY: this process has one thread (checked above), so the child is
     // a complete copy in which any function may be called: no lock is held
@@ -614,42 +613,9 @@ pub fn spawn_detached(name: &CStr, keep: OwnedFd, body: fn(OwnedFd)) -> io::Resu
                 libc::_exit(if grandchild < 0 { 1 } else { 0 });
             }
         }
-        // SAFETY: the grandchild: prctl, signal dispositions, chdir, open,
-        // dup2 and close_range take no pointers but the C strings above,
-        // which live in this copy of the caller's memory.
-        unsafe {
-            libc::prctl(libc::PR_SET_NAME, name.as_ptr());
-            for sig in [
-                libc::SIGINT,
-                libc::SIGTERM,
-                libc::SIGHUP,
-                libc::SIGQUIT,
-                libc::SIGPIPE,
-            ] {
-                libc::signal(sig, libc::SIG_IGN);
-            }
-            libc::chdir(root.as_ptr());
-            // `keep` to descriptor 3 first, so that stdio can be replaced
-            // even if `keep` was one of them.
-            if keep_raw != 3 && libc::dup2(keep_raw, 3) < 0 {
-                libc::_exit(1);
-            }
-            let null = libc::open(devnull.as_ptr(), libc::O_RDWR);
-            if null >= 0 {
-                for std_fd in 0..3 {
-                    if null != std_fd {
-                        libc::dup2(null, std_fd);
-                    }
-                }
-            }
-            if libc::syscall(libc::SYS_close_range, 4u32, u32::MAX, 0u32) < 0 {
-                // Kernels before 5.9: close one by one.
-                let max = libc::sysconf(libc::_SC_OPEN_MAX).clamp(4, 1 << 20) as libc::c_int;
-                for fd in 4..max {
-                    libc::close(fd);
-                }
-            }
-        }
+        // SAFETY: the grandchild of a single-threaded process: see
+        // `become_detached`.
+        unsafe { become_detached(name, keep_raw) };
         // SAFETY: descriptor 3 is `keep`'s copy, owned by nothing else in
         // this process (the original number was closed above or is 3).
         let kept = unsafe { OwnedFd::from_raw_fd(3) };
@@ -680,6 +646,171 @@ pub fn spawn_detached(name: &CStr, keep: OwnedFd, body: fn(OwnedFd)) -> io::Resu
     Ok(())
 }
 
+/// In a freshly forked child: names it `name`, ignores the stop signals
+/// (SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGPIPE; ignored dispositions
+/// survive an exec), moves to `/`, puts `keep_raw` at descriptor 3
+/// (without close-on-exec) and `/dev/null` on stdio, and closes every
+/// other descriptor.
+///
+/// # Safety
+///
+/// Only async-signal-safe functions are called (prctl, signal, chdir,
+/// dup2, fcntl, open, close_range or close, sysconf), on C strings that
+/// live in the caller's memory: callable in the child of a process with
+/// threads, before an exec or `_exit`.
+unsafe fn become_detached(name: &CStr, keep_raw: RawFd) {
+    let devnull = c"/dev/null";
+    let root = c"/";
+    // SAFETY: see the function's contract.
+    unsafe {
+        libc::prctl(libc::PR_SET_NAME, name.as_ptr());
+        for sig in [
+            libc::SIGINT,
+            libc::SIGTERM,
+            libc::SIGHUP,
+            libc::SIGQUIT,
+            libc::SIGPIPE,
+        ] {
+            libc::signal(sig, libc::SIG_IGN);
+        }
+        libc::chdir(root.as_ptr());
+        // `keep` to descriptor 3 first, so that stdio can be replaced
+        // even if `keep` was one of them. dup2 clears close-on-exec on
+        // the copy; a `keep` already at 3 has it cleared here.
+        if keep_raw == 3 {
+            libc::fcntl(3, libc::F_SETFD, 0);
+        } else if libc::dup2(keep_raw, 3) < 0 {
+            libc::_exit(1);
+        }
+        let null = libc::open(devnull.as_ptr(), libc::O_RDWR);
+        if null >= 0 {
+            for std_fd in 0..3 {
+                if null != std_fd {
+                    libc::dup2(null, std_fd);
+                }
+            }
+        }
+        if libc::syscall(libc::SYS_close_range, 4u32, u32::MAX, 0u32) < 0 {
+            // Kernels before 5.9: close one by one.
+            let max = libc::sysconf(libc::_SC_OPEN_MAX).clamp(4, 1 << 20) as libc::c_int;
+            for fd in 4..max {
+                libc::close(fd);
+            }
+        }
+    }
+}
+
+/// The environment variable that tells an exec'd copy of this program
+/// (see [`spawn_detached_exec`]) it is the detached process, guarding
+/// descriptor 3.
+pub const DETACHED_VAR: &str = "KPROBE_PERF_DETACHED_FD";
+
+/// In an exec'd copy made by [`spawn_detached_exec`]: the descriptor it
+/// guards with. `None` in any other process.
+pub fn detached_fd() -> Option<OwnedFd> {
+    if std::env::var_os(DETACHED_VAR).is_none_or(|v| v != "3") {
+        return None;
+    }
+    // The variable is only honoured once descriptor 3 is a socket, as
+    // spawn_detached_exec leaves it (a stray variable in some other
+    // process's environment must not make it take over descriptor 3).
+    let mut st = std::mem::MaybeUninit::<libc::stat>::uninit();
+    // SAFETY: fstat writes one stat into the buffer we pass.
+    if unsafe { libc::fstat(3, st.as_mut_ptr()) } != 0 {
+        return None;
+    }
+    // SAFETY: fstat succeeded, so the buffer is initialized.
+    let st = unsafe { st.assume_init() };
+    if st.st_mode & libc::S_IFMT != libc::S_IFSOCK {
+        return None;
+    }
+    // SAFETY: descriptor 3 was put there for this process to own by
+    // spawn_detached_exec, and nothing else in it claims it.
+    Some(unsafe { OwnedFd::from_raw_fd(3) })
+}
+
+/// As [`spawn_detached`], for a process that already has threads: the
+/// detached grandchild (set up by [`become_detached`], async-signal-safe
+/// calls only) execs this program (`/proc/self/exe`) with its arguments
+/// and [`DETACHED_VAR`]`=3` added to its environment, holding `keep` at
+/// descriptor 3. The program must then call the function that checks
+/// [`DETACHED_VAR`] before anything else with effects. Returns the
+/// grandchild's pid.
+pub fn spawn_detached_exec(name: &CStr, keep: OwnedFd) -> io::Result<i32> {
+    use std::ffi::CString;
+    use std::os::unix::ffi::OsStrExt;
+    let cstr = |b: &[u8]| CString::new(b).map_err(|_| io::Error::from(io::ErrorKind::InvalidInput));
+    // Everything the children use is made now: they may not allocate.
+    let exe = c"/proc/self/exe";
+    let args = std::env::args_os()
+        .map(|a| cstr(a.as_bytes()))
+        .collect::<io::Result<Vec<_>>>()?;
+    let mut env = std::env::vars_os()
+        .filter(|(k, _)| k != DETACHED_VAR)
+        .map(|(k, v)| cstr(&[k.as_bytes(), b"=", v.as_bytes()].concat()))
+        .collect::<io::Result<Vec<_>>>()?;
+    env.push(cstr(format!("{DETACHED_VAR}=3").as_bytes())?);
+    let ptrs = |v: &[CString]| {
+        let mut p: Vec<*const libc::c_char> = v.iter().map(|c| c.as_ptr()).collect();
+        p.push(std::ptr::null());
+        p
+    };
+    let (argv, envp) = (ptrs(&args), ptrs(&env));
+    // The grandchild's pid, from the intermediate child.
+    let (pid_read, pid_write) = pipe_cloexec()?;
+    let keep_raw = keep.as_raw_fd();
+    let pid_write_raw = pid_write.as_raw_fd();
+    // SAFETY: the children call only async-signal-safe functions (setsid,
+    // fork, write, _exit, those of `become_detached`, execve) on memory
+    // prepared above, which their copies of this process's memory hold;
+    // neither returns into the caller's code.
+    let pid = unsafe { libc::fork() };
+    if pid < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    if pid == 0 {
+        // SAFETY: see above.
+        unsafe {
+            if libc::setsid() < 0 {
+                libc::_exit(1);
+            }
+            let grandchild = libc::fork();
+            if grandchild != 0 {
+                let bytes = grandchild.to_ne_bytes();
+                libc::write(pid_write_raw, bytes.as_ptr().cast(), bytes.len());
+                libc::_exit(if grandchild < 0 { 1 } else { 0 });
+            }
+            become_detached(name, keep_raw);
+            libc::execve(exe.as_ptr(), argv.as_ptr(), envp.as_ptr());
+            libc::_exit(127);
+        }
+    }
+    drop((keep, pid_write));
+    let mut status = 0;
+    loop {
+        // SAFETY: waitpid writes the status into our local integer; `pid`
+        // is our unreaped child.
+        let rc = unsafe { libc::waitpid(pid, &mut status, 0) };
+        if rc == pid {
+            break;
+        }
+        let e = io::Error::last_os_error();
+        if e.kind() != io::ErrorKind::Interrupted {
+            return Err(e);
+        }
+    }
+    let mut bytes = [0u8; 4];
+    let mut file = std::fs::File::from(pid_read);
+    std::io::Read::read_exact(&mut file, &mut bytes)?;
+    let grandchild = i32::from_ne_bytes(bytes);
+    if !libc::WIFEXITED(status) || libc::WEXITSTATUS(status) != 0 || grandchild <= 0 {
+        return Err(io::Error::other(
+            "the intermediate process failed to start the detached one (setsid or fork failed)",
+        ));
+    }
+    Ok(grandchild)
+}
+
 /// `pidfd_open(2)`: a descriptor that refers to process `pid` (a thread
 /// group leader) for as long as it is open, immune to pid reuse. It
 /// becomes readable once every thread of the process has exited.
@@ -700,17 +831,42 @@ pub fn pidfd_open(pid: i32) -> io::Result<OwnedFd> {
 /// True when the process of a pidfd has exited (the pidfd is readable),
 /// without waiting.
 pub fn pidfd_exited(pidfd: &OwnedFd) -> io::Result<bool> {
+    readable_within(pidfd, Duration::ZERO)
+}
+
+/// True when `fd` is readable (or at end-of-file) within `timeout`.
+pub fn readable_within(fd: &OwnedFd, timeout: Duration) -> io::Result<bool> {
     let mut p = libc::pollfd {
-        fd: pidfd.as_raw_fd(),
+        fd: fd.as_raw_fd(),
         events: libc::POLLIN,
         revents: 0,
     };
-    // SAFETY: poll reads and writes one pollfd, which lives on our stack.
-    let n = unsafe { libc::poll(&mut p, 1, 0) };
-    if n < 0 {
-        return Err(io::Error::last_os_error());
+    let ms = libc::c_int::try_from(timeout.as_millis()).unwrap_or(libc::c_int::MAX);
+    loop {
+        // SAFETY: poll reads and writes one pollfd, which lives on our stack.
+        let n = unsafe { libc::poll(&mut p, 1, ms) };
+        if n >= 0 {
+            return Ok(n > 0 && p.revents & (libc::POLLIN | libc::POLLHUP) != 0);
+        }
+        let e = io::Error::last_os_error();
+        if e.kind() != io::ErrorKind::Interrupted {
+            return Err(e);
+        }
     }
-    Ok(n > 0 && p.revents & libc::POLLIN != 0)
+}
+
+/// Names the calling thread `name` (its comm, up to 15 bytes; the main
+/// thread's is the process's).
+pub fn set_thread_name(name: &CStr) {
+    // SAFETY: PR_SET_NAME reads a NUL-terminated string that lives for
+    // the call.
+    unsafe { libc::prctl(libc::PR_SET_NAME, name.as_ptr()) };
+}
+
+/// SIGKILL to process `pid` (not a child: nothing to reap).
+pub fn kill_process(pid: i32) {
+    // SAFETY: kill takes two integers.
+    unsafe { libc::kill(pid, libc::SIGKILL) };
 }
 
 /// Effective capabilities of this process (bit mask of `CAP_*`).
