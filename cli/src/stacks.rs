@@ -205,7 +205,8 @@ impl Stacks {
             self.maps.read_proc(e.pid);
         }
         let maps = maps.unwrap_or(&self.maps);
-        self.frames = self.symbolizer.frames(e, kernel, maps);
+        self.symbolizer
+            .frames_into(e, kernel, maps, &mut self.frames);
         if let Some(p) = self.profile.as_mut() {
             p.add(e, &plan.event, &self.frames);
         }
@@ -240,14 +241,20 @@ impl Stacks {
             return;
         }
         for f in &self.frames {
-            let _ = write!(line, "\n\t{:16x} ", f.address);
+            line.extend_from_slice(b"\n\t");
+            put_hex_right(line, f.address, 16);
+            line.push(b' ');
             match &f.symbol {
                 Some(s) => {
-                    let _ = write!(line, "{s}+0x{:x}", f.offset);
+                    line.extend_from_slice(s.as_bytes());
+                    line.extend_from_slice(b"+0x");
+                    put_hex_right(line, f.offset, 0);
                 }
                 None => line.extend_from_slice(b"[unknown]"),
             }
-            let _ = write!(line, " ({})", f.object);
+            line.extend_from_slice(b" (");
+            line.extend_from_slice(f.object.as_bytes());
+            line.push(b')');
         }
         line.push(b'\n');
     }
@@ -364,8 +371,33 @@ pub(crate) fn title(plans: &[ProbePlan]) -> String {
     format!("kprobe-perf: stacks of {}", names.join(", "))
 }
 
+/// Appends `v` in lowercase hex, right-aligned in `width` columns (as
+/// `{:width$x}` would, without the formatter's cost per frame).
+fn put_hex_right(line: &mut Vec<u8>, v: u64, width: usize) {
+    let digits = ((64 - v.leading_zeros() as usize).div_ceil(4)).max(1);
+    line.extend(std::iter::repeat_n(b' ', width.saturating_sub(digits)));
+    for i in (0..digits).rev() {
+        line.push(b"0123456789abcdef"[((v >> (i * 4)) & 0xf) as usize]);
+    }
+}
+
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn hex_is_right_aligned_as_the_formatter_aligns_it() {
+        for (v, w) in [
+            (0u64, 16),
+            (0x7f12_3456_789a, 16),
+            (u64::MAX, 16),
+            (0x1c, 0),
+            (0, 0),
+        ] {
+            let mut line = Vec::new();
+            super::put_hex_right(&mut line, v, w);
+            assert_eq!(String::from_utf8(line).unwrap(), format!("{v:w$x}"));
+        }
+    }
+
     use super::*;
 
     #[test]

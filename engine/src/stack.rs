@@ -59,6 +59,9 @@ struct Mapping {
 #[derive(Debug, Default)]
 pub struct ProcessMaps {
     by_pid: HashMap<i32, Vec<Mapping>>,
+    /// Counts the changes: frames named from the mappings stay named
+    /// while it stays the same.
+    generation: u64,
 }
 
 impl ProcessMaps {
@@ -69,6 +72,7 @@ impl ProcessMaps {
         if path.is_empty() || len == 0 {
             return;
         }
+        self.generation += 1;
         self.by_pid.entry(pid).or_default().push(Mapping {
             start,
             end: start.saturating_add(len),
@@ -147,6 +151,7 @@ impl ProcessMaps {
             }
         }
         self.by_pid.entry(pid).or_default();
+        self.generation += 1;
     }
 
     /// The newest mapping of `pid` holding `address`: its path and the
@@ -223,9 +228,20 @@ pub struct StackSymbolizer {
     /// move, and a probe's stacks repeat the same few return addresses
     /// (looked up in kallsyms and named once each, not at every event).
     kernel_frames: HashMap<u64, NamedFrame>,
+    /// User frames already named, by process and address, while the
+    /// mappings stay as they were ([`ProcessMaps`]' generation): each
+    /// frame's mapping is found by a scan and its function by a search.
+    user_frames: UserFrames,
+    user_frames_of: u64,
 }
 
-/// Kernel frames kept named before the cache starts again.
+type UserFrames = HashMap<
+    (i32, u64),
+    NamedFrame,
+    std::hash::BuildHasherDefault<crate::decode::records::IntHasher>,
+>;
+
+/// Kernel (and user) frames kept named before the cache starts again.
 const KERNEL_FRAMES_KEPT: usize = 1 << 16;
 
 /// The shared copy of `s` in `names`.
@@ -262,6 +278,20 @@ impl StackSymbolizer {
         maps: &ProcessMaps,
     ) -> Vec<NamedFrame> {
         let mut out = Vec::with_capacity(e.callchain.len());
+        self.frames_into(e, kernel, maps, &mut out);
+        out
+    }
+
+    /// As [`StackSymbolizer::frames`], into `out` (cleared first), whose
+    /// room is then used again from one event to the next.
+    pub fn frames_into(
+        &mut self,
+        e: &Event,
+        kernel: &KernelSymbols,
+        maps: &ProcessMaps,
+        out: &mut Vec<NamedFrame>,
+    ) {
+        out.clear();
         for f in &e.callchain {
             let named = if f.user {
                 self.user_frame(e.pid, f.address, maps)
@@ -278,7 +308,6 @@ impl StackSymbolizer {
             }
             out.push(named);
         }
-        out
     }
 
     fn unknown(&mut self) -> Arc<str> {
@@ -333,6 +362,19 @@ impl StackSymbolizer {
     }
 
     fn user_frame(&mut self, pid: i32, address: u64, maps: &ProcessMaps) -> NamedFrame {
+        if self.user_frames_of != maps.generation || self.user_frames.len() >= KERNEL_FRAMES_KEPT {
+            self.user_frames.clear();
+            self.user_frames_of = maps.generation;
+        }
+        if let Some(f) = self.user_frames.get(&(pid, address)) {
+            return f.clone();
+        }
+        let f = self.name_user_frame(pid, address, maps);
+        self.user_frames.insert((pid, address), f.clone());
+        f
+    }
+
+    fn name_user_frame(&mut self, pid: i32, address: u64, maps: &ProcessMaps) -> NamedFrame {
         let Some((path, file_offset)) = maps.find(pid, address) else {
             return NamedFrame {
                 address,

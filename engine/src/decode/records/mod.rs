@@ -159,7 +159,7 @@ pub enum RecordError {
 /// A multiplicative hasher for the integer keys of the per-record lookups
 /// (event ids, thread ids): SipHash costs more than the rest of a lookup.
 #[derive(Default, Clone, Copy)]
-struct IntHasher(u64);
+pub(crate) struct IntHasher(u64);
 
 impl Hasher for IntHasher {
     fn finish(&self) -> u64 {
@@ -697,14 +697,18 @@ impl RecordDecoder {
         }
         // Unwound at handover: the mappings of another CPU's ring may come
         // later in this round than the sample.
-        if let (Ok(()), Some(stacks), Some(regs), Some((stack, _))) = (
+        if let (Ok(()), Some(stacks), Some(regs), Some((stack, dyn_size))) = (
             &decoded,
             self.user_stacks.as_ref().filter(|_| self.unwind_samples),
             s.user_regs.as_ref(),
             s.user_stack,
         ) {
             let regs = stacks.registers(regs);
-            self.queue.set_user_stack(regs, &stack.as_slice());
+            // Only the first dyn_size bytes were copied from the stack
+            // (it ends there); the rest of the dump is padding.
+            let stack = stack.as_slice();
+            let len = usize::try_from(dyn_size).map_or(stack.len(), |n| n.min(stack.len()));
+            self.queue.set_user_stack(regs, &stack[..len]);
         }
         account(&mut self.stats, &mut self.queue, decoded.map(|()| probe))
             .map_err(RecordError::Decode)

@@ -286,9 +286,15 @@ impl EventQueue {
             .iter()
             .map(|s| s.user_at)
             .fold(self.user.len() as u32, u32::min);
-        if first_user > 0 {
+        // Stacks are large (kilobytes each): the dead ones are dropped
+        // once they are most of the buffer, not at every round, so that
+        // the waiting ones are moved a bounded number of times.
+        let first_user = if first_user as usize * 2 >= self.user.len() {
             self.user.drain(..first_user as usize);
-        }
+            first_user
+        } else {
+            0
+        };
         for s in &mut self.pending {
             s.ints_at -= first.0;
             s.others_at -= first.1;
