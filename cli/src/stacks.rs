@@ -252,9 +252,13 @@ impl Stacks {
                 }
                 None => line.extend_from_slice(b"[unknown]"),
             }
-            line.extend_from_slice(b" (");
-            line.extend_from_slice(f.object.as_bytes());
-            line.push(b')');
+            if f.inlined {
+                line.extend_from_slice(b" (inlined)");
+            } else {
+                line.extend_from_slice(b" (");
+                line.extend_from_slice(f.object.as_bytes());
+                line.push(b')');
+            }
         }
         line.push(b'\n');
     }
@@ -274,6 +278,9 @@ impl Stacks {
             }
             line.extend_from_slice(b"{\"address\":");
             crate::json::put_int(line, f.address);
+            if f.inlined {
+                line.extend_from_slice(b",\"inlined\":true");
+            }
             line.extend_from_slice(b",\"object\":");
             crate::json::put_str(line, &f.object);
             line.extend_from_slice(b",\"offset\":");
@@ -443,6 +450,7 @@ mod tests {
             offset: 0,
             object: "/usr/bin/x".into(),
             user: true,
+            inlined: false,
         };
         assert_eq!(frame_name(&f), "[/usr/bin/x]");
     }
@@ -457,6 +465,7 @@ mod tests {
                 offset: 0x10,
                 object: "[kernel.kallsyms]".into(),
                 user: false,
+                inlined: false,
             },
             NamedFrame {
                 address: 7,
@@ -464,6 +473,7 @@ mod tests {
                 offset: 0,
                 object: "/opt/a \"b\"\n".into(),
                 user: true,
+                inlined: true,
             },
         ];
         let mut line = b"{\"type\":\"event\"}".to_vec();
@@ -472,12 +482,17 @@ mod tests {
             .frames
             .iter()
             .map(|f| {
-                serde_json::json!({
+                let mut j = serde_json::json!({
                     "address": f.address,
                     "symbol": f.symbol.as_deref(),
                     "offset": f.offset,
                     "object": &*f.object,
-                })
+                });
+                // Only an inlined frame says so.
+                if f.inlined {
+                    j["inlined"] = true.into();
+                }
+                j
             })
             .collect();
         let want = format!(

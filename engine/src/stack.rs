@@ -34,6 +34,11 @@ pub struct NamedFrame {
     pub object: Arc<str>,
     /// A user-space frame.
     pub user: bool,
+    /// A function inlined, at this address, into the frame that follows
+    /// (from the binary's DWARF; `perf script` prints `(inlined)` for
+    /// its object). Its offset is the address's offset in the function
+    /// it is inlined in.
+    pub inlined: bool,
 }
 
 /// Names of the kernel's return trampolines (6.1+ rethook, 5.15 to 5.19,
@@ -199,11 +204,16 @@ impl BinarySymbols {
         })
     }
 
+    /// The address the binary's headers give file offset `offset`.
+    fn vaddr(&self, offset: u64) -> Option<u64> {
+        self.segments.iter().find_map(|&(off, size, vaddr)| {
+            (offset >= off && offset - off < size).then(|| vaddr + (offset - off))
+        })
+    }
+
     /// The function holding file offset `offset`, and the offset into it.
     fn at(&self, offset: u64) -> Option<(&str, u64)> {
-        let address = self.segments.iter().find_map(|&(off, size, vaddr)| {
-            (offset >= off && offset - off < size).then(|| vaddr + (offset - off))
-        })?;
+        let address = self.vaddr(offset)?;
         let i = self
             .functions
             .partition_point(|s| s.address <= address)
@@ -233,11 +243,16 @@ pub struct StackSymbolizer {
     /// frame's mapping is found by a scan and its function by a search.
     user_frames: UserFrames,
     user_frames_of: u64,
+    /// The frames `user_frames` index: an address's inlined frames, then
+    /// its function's.
+    user_named: Vec<NamedFrame>,
+    /// Inlined frames from the binaries' DWARF, where there is some.
+    sources: kprobe_perf_unwind::SourceLookup,
 }
 
 type UserFrames = HashMap<
     (i32, u64),
-    NamedFrame,
+    std::ops::Range<u32>,
     std::hash::BuildHasherDefault<crate::decode::records::IntHasher>,
 >;
 
@@ -294,7 +309,11 @@ impl StackSymbolizer {
         out.clear();
         for f in &e.callchain {
             let named = if f.user {
-                self.user_frame(e.pid, f.address, maps)
+                let group = self.user_frames(e.pid, f.address, maps);
+                if let Some(named) = self.user_named.get(group) {
+                    out.extend_from_slice(named);
+                }
+                continue;
             } else {
                 self.kernel_frame(f.address, kernel)
             };
@@ -336,6 +355,7 @@ impl StackSymbolizer {
                 offset: 0,
                 object: self.unknown(),
                 user: false,
+                inlined: false,
             };
         };
         let object = match &loc.symbol.module {
@@ -358,35 +378,59 @@ impl StackSymbolizer {
             offset: loc.offset,
             object,
             user: false,
+            inlined: false,
         }
     }
 
-    fn user_frame(&mut self, pid: i32, address: u64, maps: &ProcessMaps) -> NamedFrame {
+    /// The frames at user `address` of `pid` (its inlined functions, then
+    /// its own), as a range of `user_named`.
+    fn user_frames(
+        &mut self,
+        pid: i32,
+        address: u64,
+        maps: &ProcessMaps,
+    ) -> std::ops::Range<usize> {
         if self.user_frames_of != maps.generation || self.user_frames.len() >= KERNEL_FRAMES_KEPT {
             self.user_frames.clear();
+            self.user_named.clear();
             self.user_frames_of = maps.generation;
         }
-        if let Some(f) = self.user_frames.get(&(pid, address)) {
-            return f.clone();
+        if let Some(r) = self.user_frames.get(&(pid, address)) {
+            return r.start as usize..r.end as usize;
         }
-        let f = self.name_user_frame(pid, address, maps);
-        self.user_frames.insert((pid, address), f.clone());
-        f
+        let start = self.user_named.len();
+        self.name_user_frames(pid, address, maps);
+        let end = self.user_named.len();
+        if let (Ok(s), Ok(e)) = (u32::try_from(start), u32::try_from(end)) {
+            self.user_frames.insert((pid, address), s..e);
+        }
+        start..end
     }
 
-    fn name_user_frame(&mut self, pid: i32, address: u64, maps: &ProcessMaps) -> NamedFrame {
+    /// Names user `address` of `pid` into `user_named`: the functions
+    /// inlined there (as perf names them: a DWARF frame named as the
+    /// symbol is the symbol's own frame, any other is inlined, with the
+    /// symbol's offset), else its function from the symbol table.
+    fn name_user_frames(&mut self, pid: i32, address: u64, maps: &ProcessMaps) {
         let Some((path, file_offset)) = maps.find(pid, address) else {
-            return NamedFrame {
+            let object = self.unknown();
+            self.user_named.push(NamedFrame {
                 address,
                 symbol: None,
                 offset: 0,
-                object: self.unknown(),
+                object,
                 user: true,
-            };
+                inlined: false,
+            });
+            return;
         };
         let path = path.clone();
         let StackSymbolizer {
-            binaries, names, ..
+            binaries,
+            names,
+            sources,
+            user_named,
+            ..
         } = self;
         let binary = match binaries.get(&path) {
             Some(b) => b,
@@ -398,21 +442,33 @@ impl StackSymbolizer {
             .as_ref()
             .and_then(|b| b.at(file_offset))
             .map(|(name, offset)| (intern(names, name), offset));
-        match found {
-            Some((name, offset)) => NamedFrame {
-                address,
-                symbol: Some(name),
-                offset,
-                object: path,
-                user: true,
-            },
-            None => NamedFrame {
-                address,
-                symbol: None,
-                offset: 0,
-                object: path,
-                user: true,
-            },
+        let frame = |symbol: Option<Arc<str>>, offset: u64, inlined: bool| NamedFrame {
+            address,
+            symbol,
+            offset,
+            object: path.clone(),
+            user: true,
+            inlined,
+        };
+        let Some((name, offset)) = found else {
+            user_named.push(frame(None, 0, false));
+            return;
+        };
+        let svma = binary.as_ref().and_then(|b| b.vaddr(file_offset));
+        let inline = svma
+            .map(|a| sources.frames(Path::new(&*path), a))
+            .unwrap_or_default();
+        if inline.is_empty() {
+            user_named.push(frame(Some(name), offset, false));
+            return;
+        }
+        for f in inline {
+            let fname = f.function.as_deref().unwrap_or("??");
+            if fname == &*name {
+                user_named.push(frame(Some(name.clone()), offset, false));
+            } else {
+                user_named.push(frame(Some(intern(names, fname)), offset, true));
+            }
         }
     }
 }

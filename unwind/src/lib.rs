@@ -52,7 +52,7 @@ use framehop::{ExplicitModuleSectionInfo, Module, Unwinder as _};
 
 use crate::object::{Bytes, ElfFile, FileCache};
 use crate::source::SourceCache;
-pub use crate::source::SourceFrame;
+pub use crate::source::{SourceFrame, SourceLookup};
 
 /// Why a file could not be used.
 #[derive(Debug, thiserror::Error)]

@@ -96,3 +96,40 @@ impl SourceCache {
         out
     }
 }
+
+/// Inlined frames and `file:line` of addresses in binaries, looked up
+/// by path, apart from any unwinding: what names the frames of stacks
+/// unwound earlier (or by the kernel).
+pub struct SourceLookup {
+    files: crate::object::FileCache,
+    sources: SourceCache,
+    debug_root: PathBuf,
+}
+
+impl Default for SourceLookup {
+    fn default() -> Self {
+        SourceLookup::new()
+    }
+}
+
+impl SourceLookup {
+    /// A lookup that finds debug files under `/usr/lib/debug` (by build
+    /// ID, or by `.gnu_debuglink`), or in the binary itself.
+    pub fn new() -> SourceLookup {
+        SourceLookup {
+            files: crate::object::FileCache::default(),
+            sources: SourceCache::default(),
+            debug_root: PathBuf::from("/usr/lib/debug"),
+        }
+    }
+
+    /// The source frames at `svma` (the address as the binary's own
+    /// headers place it) of the binary at `path`, innermost (inlined)
+    /// first; empty when no DWARF covers it. Files are read once.
+    pub fn frames(&mut self, path: &Path, svma: u64) -> Vec<SourceFrame> {
+        let Some(file) = self.files.get(path) else {
+            return Vec::new();
+        };
+        self.sources.frames(&file, &self.debug_root, svma)
+    }
+}
