@@ -114,6 +114,16 @@ pub(crate) struct StackOutputArgs {
     /// given). FILE is created as --stacks-folded creates its file.
     #[arg(long, value_name = "FILE.json")]
     pub profile: Option<PathBuf>,
+    /// Under each user frame of the text output, its source file and line
+    /// from the binary's DWARF (its own, or its debug file by build ID or
+    /// debug link under /usr/lib/debug), on a line of its own as
+    /// `perf script -F +srcline` prints it: two spaces, the file's base
+    /// name, a colon, the line, and `(inlined)` there for an inlined
+    /// frame. Frames without DWARF have none (perf prints `BINARY[ADDR]`
+    /// for them). JSON frames carry `file` and `line` whenever they are
+    /// known.
+    #[arg(long)]
+    pub srcline: bool,
 }
 
 impl StackOutputArgs {
@@ -167,6 +177,8 @@ pub(crate) struct Stacks {
     /// The profile of `--profile`, when asked for.
     profile: Option<crate::profile::ProfileBuilder>,
     frames: Vec<NamedFrame>,
+    /// `--srcline`.
+    srcline: bool,
 }
 
 impl Stacks {
@@ -183,6 +195,7 @@ impl Stacks {
                 .is_some()
                 .then(crate::profile::ProfileBuilder::new),
             frames: Vec::new(),
+            srcline: out.srcline,
         }
     }
 
@@ -252,12 +265,25 @@ impl Stacks {
                 }
                 None => line.extend_from_slice(b"[unknown]"),
             }
-            if f.inlined {
-                line.extend_from_slice(b" (inlined)");
-            } else {
+            let src = f.source.as_ref().filter(|_| self.srcline);
+            if !f.inlined {
                 line.extend_from_slice(b" (");
                 line.extend_from_slice(f.object.as_bytes());
                 line.push(b')');
+            } else if src.is_none() {
+                line.extend_from_slice(b" (inlined)");
+            }
+            // perf's layout: the source on a line of its own, and an
+            // inlined frame's mark after it.
+            if let Some(src) = src {
+                line.extend_from_slice(b"\n  ");
+                let base = src.file.rsplit('/').next().unwrap_or(&src.file);
+                line.extend_from_slice(base.as_bytes());
+                line.push(b':');
+                crate::json::put_int(line, u64::from(src.line));
+                if f.inlined {
+                    line.extend_from_slice(b" (inlined)");
+                }
             }
         }
         line.push(b'\n');
@@ -278,8 +304,16 @@ impl Stacks {
             }
             line.extend_from_slice(b"{\"address\":");
             crate::json::put_int(line, f.address);
+            if let Some(src) = f.source.as_ref() {
+                line.extend_from_slice(b",\"file\":");
+                crate::json::put_str(line, &src.file);
+            }
             if f.inlined {
                 line.extend_from_slice(b",\"inlined\":true");
+            }
+            if let Some(src) = f.source.as_ref() {
+                line.extend_from_slice(b",\"line\":");
+                crate::json::put_int(line, u64::from(src.line));
             }
             line.extend_from_slice(b",\"object\":");
             crate::json::put_str(line, &f.object);
@@ -451,6 +485,7 @@ mod tests {
             object: "/usr/bin/x".into(),
             user: true,
             inlined: false,
+            source: None,
         };
         assert_eq!(frame_name(&f), "[/usr/bin/x]");
     }
@@ -466,6 +501,7 @@ mod tests {
                 object: "[kernel.kallsyms]".into(),
                 user: false,
                 inlined: false,
+                source: None,
             },
             NamedFrame {
                 address: 7,
@@ -474,6 +510,10 @@ mod tests {
                 object: "/opt/a \"b\"\n".into(),
                 user: true,
                 inlined: true,
+                source: Some(kprobe_perf_engine::stack::SourceLine {
+                    file: "/src/a.c".into(),
+                    line: 12,
+                }),
             },
         ];
         let mut line = b"{\"type\":\"event\"}".to_vec();
@@ -488,9 +528,13 @@ mod tests {
                     "offset": f.offset,
                     "object": &*f.object,
                 });
-                // Only an inlined frame says so.
+                // Only an inlined frame says so; the source when known.
                 if f.inlined {
                     j["inlined"] = true.into();
+                }
+                if let Some(src) = f.source.as_ref() {
+                    j["file"] = (&*src.file).into();
+                    j["line"] = src.line.into();
                 }
                 j
             })

@@ -39,6 +39,19 @@ pub struct NamedFrame {
     /// its object). Its offset is the address's offset in the function
     /// it is inlined in.
     pub inlined: bool,
+    /// Where in the source, from the binary's DWARF: the line of the
+    /// address for the innermost frame of an address, the line of the
+    /// call for a frame another is inlined in. `None` without DWARF.
+    pub source: Option<SourceLine>,
+}
+
+/// A source file and line.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SourceLine {
+    /// The file, as the DWARF names it (often an absolute path).
+    pub file: Arc<str>,
+    /// The line (0: the DWARF gives none).
+    pub line: u32,
 }
 
 /// Names of the kernel's return trampolines (6.1+ rethook, 5.15 to 5.19,
@@ -356,6 +369,7 @@ impl StackSymbolizer {
                 object: self.unknown(),
                 user: false,
                 inlined: false,
+                source: None,
             };
         };
         let object = match &loc.symbol.module {
@@ -379,6 +393,7 @@ impl StackSymbolizer {
             object,
             user: false,
             inlined: false,
+            source: None,
         }
     }
 
@@ -421,6 +436,7 @@ impl StackSymbolizer {
                 object,
                 user: true,
                 inlined: false,
+                source: None,
             });
             return;
         };
@@ -449,6 +465,7 @@ impl StackSymbolizer {
             object: path.clone(),
             user: true,
             inlined,
+            source: None,
         };
         let Some((name, offset)) = found else {
             user_named.push(frame(None, 0, false));
@@ -464,11 +481,16 @@ impl StackSymbolizer {
         }
         for f in inline {
             let fname = f.function.as_deref().unwrap_or("??");
-            if fname == &*name {
-                user_named.push(frame(Some(name.clone()), offset, false));
+            let mut named = if fname == &*name {
+                frame(Some(name.clone()), offset, false)
             } else {
-                user_named.push(frame(Some(intern(names, fname)), offset, true));
-            }
+                frame(Some(intern(names, fname)), offset, true)
+            };
+            named.source = f.file.as_deref().map(|file| SourceLine {
+                file: intern(names, file),
+                line: f.line,
+            });
+            user_named.push(named);
         }
     }
 }

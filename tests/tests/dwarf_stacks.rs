@@ -155,6 +155,41 @@ fn dwarf_unwinds_ls_through_main_live_from_the_file_and_in_perf() {
         let rel = u64::from_str_radix(&b.0, 16).unwrap();
         assert_eq!(addr & 0xfff, rel & 0xfff, "page offset of {a:?} and {b:?}");
     }
+    // --srcline: the source lines of the frames, as perf's srcline field
+    // prints them, where libc's DWARF is installed (libc6-dbg).
+    let perf_src = Command::new("perf")
+        .args([
+            "script",
+            "-F",
+            "comm,tid,time,event,ip,sym,symoff,dso,srcline",
+            "-i",
+            file,
+        ])
+        .output()
+        .unwrap();
+    let src_lines = |text: &str| -> Vec<String> {
+        text.lines()
+            .filter(|l| l.starts_with("  ") && !l.starts_with("   ") && !l.ends_with(']'))
+            .map(str::to_string)
+            .collect()
+    };
+    let theirs_src = src_lines(&String::from_utf8_lossy(&perf_src.stdout));
+    let ours_src = Command::new(kprobe_perf_bin())
+        .args(["script", "--srcline", "-i", file])
+        .output()
+        .unwrap();
+    let ours_src = src_lines(&String::from_utf8_lossy(&ours_src.stdout));
+    if theirs_src.is_empty() {
+        println!("{test}: no source lines from perf (libc's DWARF is not installed): --srcline not compared");
+        assert!(ours_src.is_empty(), "{ours_src:?}");
+    } else {
+        // opendir's frames: the function inlined at the probe and its own.
+        assert!(
+            theirs_src.len() >= 2 && ours_src.len() >= 2,
+            "{theirs_src:?} {ours_src:?}"
+        );
+        assert_eq!(ours_src[..2], theirs_src[..2]);
+    }
     let _ = std::fs::remove_dir_all(&dir);
 }
 
