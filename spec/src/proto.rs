@@ -13,6 +13,7 @@ use kprobe_perf_arch::Arch;
 use super::parse::{is_identifier, Cursor, SpecError};
 use super::{
     ArgType, BaseType, Deref, Fetch, FetchArg, FetchBase, ProbeKind, ProbeSpec, Target, MAX_ARGS,
+    MAX_EVENT_NAME,
 };
 
 /// True when the input has the `FUNC(...)` shape.
@@ -124,6 +125,19 @@ fn parse_param<'p>(
     if !is_identifier(name) {
         return Err(cur.err(p_at, p.len(), format!("{name} is not a parameter name")));
     }
+    // The name is the argument's (found by cargo xtask fuzz: a longer one
+    // printed a definition that did not parse again).
+    if name.len() > super::MAX_ARG_NAME {
+        let at = p_at + p.rfind(name).unwrap_or(0);
+        return Err(cur.err(
+            at,
+            name.len(),
+            format!(
+                "argument names are at most {} characters",
+                super::MAX_ARG_NAME
+            ),
+        ));
+    }
     let type_text = type_words.join(" ");
     let ty = c_type(type_words, declared).ok_or_else(|| {
         cur.err(p_at, p.len() - name.len(), format!("unknown type {type_text}{}: use a C integer type, a pointer, string, ustring, symbol, or u8..u64/s8..s64/x8..x64", if declared == Declared::Pointer { " *" } else { "" }))
@@ -219,6 +233,18 @@ pub fn parse(input: &str, _arch: Arch) -> Result<ProbeSpec, SpecError> {
         .collect();
     if func.starts_with('.') {
         return Err(cur.err(func_at, func.len(), "not a function name"));
+    }
+    // The event is named after the function, and the kernel's event
+    // names fit MAX_EVENT_NAME_LEN (found by `cargo xtask fuzz`: the
+    // canonical form of a longer one did not parse).
+    if event.len() > MAX_EVENT_NAME {
+        return Err(cur.err(
+            func_at,
+            func.len(),
+            format!(
+                "the event is named after the function, and event names are at most {MAX_EVENT_NAME} characters; write p:SHORT_NAME {func} ... instead"
+            ),
+        ));
     }
     Ok(ProbeSpec {
         kind: ProbeKind::Entry,

@@ -1007,3 +1007,27 @@ fn new_forms_print_canonically() {
     let e = ProbeSpec::parse("e sched.sched_switch", Arch::X86_64).unwrap_err();
     assert!(e.message.contains("not recorded yet"), "{e}");
 }
+
+#[test]
+fn a_prototype_whose_event_name_would_be_too_long_is_refused_at_the_name() {
+    // Found by cargo xtask fuzz spec_parse: the canonical form of such a
+    // prototype (`p:kprobes/NAME NAME`) did not parse again.
+    let name = "x".repeat(64);
+    let e = crate::ProbeSpec::parse(&format!("{name}()"), Arch::X86_64).unwrap_err();
+    assert_eq!((e.span.start, e.span.len), (0, 64), "{}", e.message);
+    assert!(e.message.contains("at most 63 characters"), "{}", e.message);
+    let ok = "y".repeat(63);
+    let spec = crate::ProbeSpec::parse(&format!("{ok}(int a)"), Arch::X86_64).unwrap();
+    let again = crate::ProbeSpec::parse(&spec.to_string(), Arch::X86_64).unwrap();
+    assert_eq!(spec, again);
+}
+
+#[test]
+fn a_prototype_parameter_name_longer_than_an_argument_name_is_refused() {
+    // Found by cargo xtask fuzz spec_parse.
+    let name = "n".repeat(33);
+    let def = format!("vfs_read(int {name})");
+    let e = crate::ProbeSpec::parse(&def, Arch::X86_64).unwrap_err();
+    assert_eq!((e.span.start, e.span.len), (13, 33), "{}", e.message);
+    assert_eq!(e.message, "argument names are at most 32 characters");
+}

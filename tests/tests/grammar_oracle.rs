@@ -1011,3 +1011,20 @@ fn grammar_oracle() {
         "carets agree on {caret_ok} of {refused} refusals, under 98%"
     );
 }
+
+/// With `KPROBE_PERF_FUZZ_CORPUS=DIR` (`cargo xtask fuzz seed`), writes
+/// every corpus definition into DIR, one file each, as seeds of the
+/// parser's fuzz target; otherwise does nothing.
+#[test]
+fn write_the_corpus_for_the_fuzzer() {
+    let Some(dir) = std::env::var_os("KPROBE_PERF_FUZZ_CORPUS") else {
+        return;
+    };
+    let dir = std::path::PathBuf::from(dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let (corpus, _) = corpus();
+    for (i, e) in corpus.iter().enumerate() {
+        std::fs::write(dir.join(format!("oracle-{i:05}")), &e.def).unwrap();
+    }
+    println!("{} definitions written to {}", corpus.len(), dir.display());
+}

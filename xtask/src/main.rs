@@ -5,6 +5,7 @@ mod bench_debuginfo;
 mod bench_unwind;
 mod deb;
 mod dist;
+mod fuzz;
 mod host;
 mod kernels;
 mod live;
@@ -60,29 +61,22 @@ enum Task {
         #[arg(long)]
         no_lint: bool,
     },
-    /// Run a fuzz target in release mode: `spec` (the probe parser: every
-    /// accepted definition's canonical form must parse to the same
-    /// definition and print identically) or `record` (the record decoder
-    /// and the perf.data reader, on mutated records and files: what one
-    /// input allocates is bounded by its size). Every input has a deadline;
-    /// a panic, a broken invariant or a late input stops the run with the
-    /// seed and input index that replay it.
+    /// Coverage-guided fuzzing with cargo fuzz (libFuzzer; installed
+    /// when missing, run on the stable toolchain with RUSTC_BOOTSTRAP=1
+    /// and no sanitizer): `spec_parse` (the probe parser: every accepted
+    /// definition's canonical form must parse to the same definition and
+    /// print identically), `record_decode` (the record decoder),
+    /// `perfdata_read` (the perf.data reader and replay), or `all`. Each
+    /// runs for --secs from its corpus in fuzz/libfuzzer/corpus/TARGET
+    /// (new inputs are kept there); a crash stops it, the input saved in
+    /// fuzz/libfuzzer/artifacts/TARGET. `seed` writes the seed corpora.
     Fuzz {
         /// What to fuzz.
-        #[arg(value_parser = ["spec", "record"])]
+        #[arg(value_parser = ["all", "spec_parse", "record_decode", "perfdata_read", "seed"], default_value = "all")]
         target: String,
-        /// Number of inputs.
-        #[arg(default_value_t = 1_000_000)]
-        inputs: u64,
-        /// The seed (default: drawn at random, and printed).
-        #[arg(long)]
-        seed: Option<u64>,
-        /// Run only this input of the run (with the run's seed).
-        #[arg(long)]
-        input: Option<u64>,
-        /// The time one input may take, in milliseconds.
-        #[arg(long, default_value_t = 2000)]
-        deadline_ms: u64,
+        /// Seconds per target.
+        #[arg(long, default_value_t = 600)]
+        secs: u64,
     },
     /// Print benchmark figures in release mode: `spec` (parse speed on
     /// the host), `attach` (attach and detach N kprobes in the VM while
@@ -295,19 +289,7 @@ fn run(cli: Cli) -> Result<()> {
             kernels::GuestArch::Arm64 => dist::run_arm64(check, &kernel),
         },
         Task::Deb { check } => deb::run(check),
-        Task::Fuzz {
-            target,
-            inputs,
-            seed,
-            input,
-            deadline_ms,
-        } => {
-            let mut args = vec![inputs.to_string()];
-            args.extend(seed.map(|s| format!("--seed={s}")));
-            args.extend(input.map(|i| format!("--input={i}")));
-            args.push(format!("--deadline-ms={deadline_ms}"));
-            run_fuzz(&format!("{target}_fuzz"), &args)
-        }
+        Task::Fuzz { target, secs } => fuzz::run(&target, secs),
         Task::Bench { what, .. } if what == "spec" => run_harness("spec_bench", &[]),
         Task::Bench {
             what,
@@ -775,28 +757,6 @@ fn run_harness(name: &str, args: &[String]) -> Result<()> {
             .context("running cargo")?;
     if !status.success() {
         bail!("{name} failed ({status})");
-    }
-    Ok(())
-}
-
-/// Runs a fuzzer of the kprobe-perf-fuzz crate in release mode.
-fn run_fuzz(bin: &str, args: &[String]) -> Result<()> {
-    let status =
-        std::process::Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()))
-            .current_dir(workspace_root())
-            .args([
-                "run",
-                "--quiet",
-                "--release",
-                "--package",
-                "kprobe-perf-fuzz",
-            ])
-            .args(["--bin", bin, "--"])
-            .args(args)
-            .status()
-            .context("running cargo")?;
-    if !status.success() {
-        bail!("{bin} failed ({status})");
     }
     Ok(())
 }
