@@ -31,6 +31,7 @@ mod latency;
 mod output;
 mod profile;
 mod script;
+mod source;
 mod stacks;
 mod stat;
 #[cfg(test)]
@@ -108,8 +109,35 @@ enum Cmd {
     Probe {
         /// Print each definition's canonical form, or its error with a caret
         /// under the mistake; exit 0 only if all parse. Touches nothing.
-        #[arg(long, required_unless_present = "lines", requires = "specs")]
+        #[arg(long, required_unless_present_any = ["lines", "definition", "vars"], requires = "specs")]
         parse: bool,
+        /// Print the kprobe_events definition each site of a source-level
+        /// probe resolves to, from the kernel's DWARF (perf probe -D),
+        /// touching nothing. SPEC is perf probe's event syntax
+        /// (`'do_sys_openat2:8 fd dfd how->flags'`, `'fs/open.c:1200 fd'`,
+        /// `'FUNC@FILE:N'`, `'EVENT=FUNC var'`) or kprobe-perf's
+        /// (`'p:do_sys_openat2@+8 fd'`, see docs/probes.md). One line per
+        /// site (each inlined copy and the out-of-line body); sites where
+        /// a variable cannot be fetched are said on stderr, with where it
+        /// lives. Debug info: --vmlinux, else the vmlinux paths `info`
+        /// lists, else /usr/lib/debug/.build-id/NN/REST.debug by the
+        /// running kernel's build ID.
+        #[arg(long, conflicts_with_all = ["parse", "lines", "vars"], requires = "specs")]
+        definition: bool,
+        /// List the variables that have a value at each site of POINT
+        /// (`FUNC`, `FUNC:RLINE`, `FILE:LINE`, or `FUNC@+N`), with their C
+        /// types, from the kernel's DWARF (perf probe -V). Touches nothing.
+        #[arg(long, value_name = "POINT", conflicts_with_all = ["parse", "lines"])]
+        vars: Option<String>,
+        /// With --definition or --vars: the function's out-of-line body
+        /// only, not its inlined copies (perf's --no-inlines).
+        #[arg(long)]
+        no_inlines: bool,
+        /// With --definition or --vars: the --vmlinux given is of another
+        /// kernel than the running one; answer for that kernel (the
+        /// definitions are for use there) instead of refusing its build ID.
+        #[arg(long, requires = "vmlinux")]
+        other_kernel: bool,
         /// List every instruction of FUNC (`NAME` or `MOD:NAME`) in AT&T
         /// syntax (x86_64 kernels) or arm64 syntax (arm64 kernels) with the
         /// kernel's predicted answer at its offset: `p` a kprobe is
@@ -336,6 +364,21 @@ fn main() -> ExitCode {
             image,
             ..
         } => inspect::lines(&func, &image),
+        Cmd::Probe {
+            definition: true,
+            specs,
+            image,
+            no_inlines,
+            other_kernel,
+            ..
+        } => source::definitions(&specs, &image, !no_inlines, other_kernel),
+        Cmd::Probe {
+            vars: Some(point),
+            image,
+            no_inlines,
+            other_kernel,
+            ..
+        } => source::variables(&point, &image, !no_inlines, other_kernel),
         Cmd::Probe { specs, .. } => probe_parse(&specs),
         Cmd::List {
             patterns,
