@@ -17,6 +17,7 @@ pub(crate) fn plan(
     all_instances: bool,
     choice: BackendChoice,
 ) -> Result<Vec<ProbePlan>> {
+    let (specs, filters) = &expand_sources(kernel, specs, filters)?;
     if filters.iter().all(Option::is_none) {
         let specs = inspect::expand_globs(kernel, specs, all_instances, choice)?;
         return Ok(kernel.plan(&specs, choice)?);
@@ -31,6 +32,34 @@ pub(crate) fn plan(
         }
     }
     Ok(kernel.plan_filtered(&filtered, choice)?)
+}
+
+/// Replaces each definition whose probe point is a source point
+/// (`p:do_sys_openat2@+8 fd`) by one definition per site, from the
+/// kernel's DWARF, each with the filter of the definition; the sites left
+/// out are said on stderr. The others stay as written.
+fn expand_sources(
+    kernel: &Kernel,
+    specs: &[String],
+    filters: &[Option<String>],
+) -> Result<(Vec<String>, Vec<Option<String>>)> {
+    let mut out = (Vec::new(), Vec::new());
+    for (spec, filter) in specs.iter().zip(filters) {
+        match kernel.expand_source(spec, true)? {
+            Some(expansion) => {
+                crate::source::report_refused(&expansion);
+                for p in expansion.probes {
+                    out.0.push(p.definition);
+                    out.1.push(filter.clone());
+                }
+            }
+            None => {
+                out.0.push(spec.clone());
+                out.1.push(filter.clone());
+            }
+        }
+    }
+    Ok(out)
 }
 
 /// Pairs each `-e` (`events`, in order) with the `--filter` given after
