@@ -17,7 +17,7 @@ pub(crate) fn plan(
     all_instances: bool,
     choice: BackendChoice,
 ) -> Result<Vec<ProbePlan>> {
-    let (specs, filters) = &expand_sources(kernel, specs, filters)?;
+    let (specs, filters) = &expand_sources(kernel, specs, filters, choice)?;
     if filters.iter().all(Option::is_none) {
         let specs = inspect::expand_globs(kernel, specs, all_instances, choice)?;
         return Ok(kernel.plan(&specs, choice)?);
@@ -36,26 +36,50 @@ pub(crate) fn plan(
 
 /// Replaces each definition whose probe point is a source point
 /// (`p:do_sys_openat2@+8 fd`) by one definition per site, from the
-/// kernel's DWARF, each with the filter of the definition; the sites left
-/// out are said on stderr. The others stay as written.
+/// kernel's DWARF, each with the filter of the definition. A site DWARF
+/// cannot fetch the variables at, or that the kernel would refuse (an
+/// out-of-line body that is notrace, say), is left out and said on
+/// stderr; when every site is, the first refusal is the error. The
+/// other definitions stay as written.
 fn expand_sources(
     kernel: &Kernel,
     specs: &[String],
     filters: &[Option<String>],
+    choice: BackendChoice,
 ) -> Result<(Vec<String>, Vec<Option<String>>)> {
     let mut out = (Vec::new(), Vec::new());
     for (spec, filter) in specs.iter().zip(filters) {
-        match kernel.expand_source(spec, true)? {
-            Some(expansion) => {
-                crate::source::report_refused(&expansion);
-                for p in expansion.probes {
+        let Some(expansion) = kernel.expand_source(spec, true)? else {
+            out.0.push(spec.clone());
+            out.1.push(filter.clone());
+            continue;
+        };
+        crate::source::report_refused(&expansion);
+        let mut first_refusal = None;
+        let before = out.0.len();
+        for p in expansion.probes {
+            let checked = kernel
+                .plan(std::slice::from_ref(&p.definition), choice)
+                .map_err(anyhow::Error::from)
+                .and_then(|plans| inspect::check_plans(kernel, &plans));
+            match checked {
+                Ok(()) => {
                     out.0.push(p.definition);
                     out.1.push(filter.clone());
                 }
+                Err(e) => {
+                    let skipped = &p.definition;
+                    say!(
+                        "kprobe-perf: skipped {skipped}: {}",
+                        crate::hints::render(&e)
+                    );
+                    first_refusal.get_or_insert(e);
+                }
             }
-            None => {
-                out.0.push(spec.clone());
-                out.1.push(filter.clone());
+        }
+        if out.0.len() == before {
+            if let Some(e) = first_refusal {
+                return Err(e);
             }
         }
     }

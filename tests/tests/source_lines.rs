@@ -96,6 +96,78 @@ fn a_source_line_probe_fetches_locals_by_name() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// `build_open_how` is inlined into the creat(2) syscall, where DWARF
+/// gives its `flags` as a constant (creat's O_CREAT|O_WRONLY|O_TRUNC,
+/// with O_LARGEFILE) and its `mode` as the syscall's saved `si`: the
+/// probe on that inlined copy (one of several `build_open_how@` makes)
+/// gives exactly the modes `open_held --creat` passed.
+#[test]
+fn an_inlined_copy_fetches_its_own_variables() {
+    let test = "an_inlined_copy_fetches_its_own_variables";
+    if !kprobes_available(test) {
+        return;
+    }
+    let release = std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default();
+    if !release.starts_with("6.1.0-") {
+        return skip_here(
+            test,
+            "the inlined copies of build_open_how tested are 6.1's",
+        );
+    }
+    let Some(vmlinux) = debug_vmlinux() else {
+        return skip_here(
+            test,
+            "no -dbg vmlinux of this kernel under target/vm/kernels",
+        );
+    };
+    let dir = format!("/tmp/kpf-inlined-{}", std::process::id());
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir(&dir).unwrap();
+    let held = env!("CARGO_BIN_EXE_open_held");
+    let vm = vmlinux.to_string_lossy();
+    let spec = "p:build_open_how@ flags:x32 mode:x16";
+    let out = Command::new(kprobe_perf_bin())
+        .args([
+            "record",
+            "--vmlinux",
+            &vm,
+            "-e",
+            spec,
+            "--",
+            held,
+            "--creat",
+        ])
+        .args([dir.as_str(), "4", "600", "1777", "444"])
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    println!("on {:?}:\n{stdout}{stderr}", vm_kernel());
+    assert!(out.status.success(), "{stderr}");
+    // Each copy is a probe of its own; the creat one is named for its
+    // place among them, as `probe --definition` lists them.
+    assert!(
+        stderr.contains("build_open_how_3: 4"),
+        "four hits of the creat copy: {stderr}"
+    );
+    let seen: Vec<&str> = stdout
+        .lines()
+        .filter(|l| l.contains(": build_open_how_3: (__x64_sys_creat+0x1d/"))
+        .filter_map(|l| l.split_once(") ").map(|(_, args)| args))
+        .collect();
+    assert_eq!(
+        seen,
+        [
+            "flags_x32=0x8241 mode_x16=0x180",
+            "flags_x32=0x8241 mode_x16=0x3ff",
+            "flags_x32=0x8241 mode_x16=0x124",
+            "flags_x32=0x8241 mode_x16=0x180",
+        ],
+        "{stdout}"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 #[test]
 fn probe_definition_matches_what_perf_probe_prints() {
     // No kernel needed: the -dbg vmlinux of 6.1, the kernel the VM runs,
