@@ -130,8 +130,15 @@ pub(crate) fn variables(
             "        @<{}> ({}{how})",
             s.site.location, s.site.source
         )?;
-        for v in &s.variables {
-            writeln!(out, "                {}\t{}", v.type_name, v.name)?;
+        // Sorted as perf sorts them, so that the two listings compare.
+        let mut vars: Vec<String> = s
+            .variables
+            .iter()
+            .map(|v| format!("{}\t{}", v.type_name, v.name))
+            .collect();
+        vars.sort();
+        for v in vars {
+            writeln!(out, "                {v}")?;
         }
     }
     out.flush()?;
