@@ -49,6 +49,9 @@ fn with_flags(e: &(dyn StdError + 'static)) -> Option<String> {
             Error::UprobePmuCannotInherit { probe } => Some(format!(
                 "--backend pmu cannot follow forks with the uprobe {probe}: the kernel re-creates an inherited uprobe PMU event at each fork and re-reads its binary's path there, from an address in kprobe-perf's memory, not the forking process's; use --backend auto or tracefs (a uprobe_events probe, which every fork inherits), or record system-wide (-a) with the PMU"
             )),
+            Error::Kernel(KernelError::DebugInfo(DebugInfoError::NotFound { .. })) => Some(
+                format!("{e} (--vmlinux PATH; Debian: the linux-image-$(uname -r)-dbg package)"),
+            ),
             Error::Kernel(KernelError::DebugInfo(DebugInfoError::BuildIdMismatch { .. })) => {
                 Some(format!("{e}; or, for definitions to use on the kernel that vmlinux is of (probe --definition, --vars), add --other-kernel"))
             }

@@ -49,8 +49,15 @@ pub(crate) fn definitions(
             Ok(None) => writeln!(out, "{spec}")?,
             Err(e) => {
                 ok = false;
-                let e = anyhow::Error::from(on_the_text_given(e, spec));
-                say!("kprobe-perf: {}", crate::hints::render(&e));
+                let e = on_the_text_given(e, spec);
+                // A caret error shows the text; the others are named by it.
+                let caret = matches!(e, Error::Kernel(KernelError::Source { .. }));
+                let shown = crate::hints::render(&e.into());
+                if caret {
+                    say!("kprobe-perf: {shown}");
+                } else {
+                    say!("kprobe-perf: {spec}: {shown}");
+                }
             }
         }
     }

@@ -286,35 +286,44 @@ pub(super) fn expand(
                     instance: site.instance.clone(),
                 });
             }
-            Err(e) => {
+            Err((arg, e)) => {
                 out.refused.push((site.location.clone(), e.to_string()));
-                first_error.get_or_insert(e);
+                first_error.get_or_insert((arg, e));
             }
         }
     }
     match first_error {
-        Some(e) if out.probes.is_empty() => Err(e.into()),
+        // When no site is left, the first refusal, under the argument.
+        Some((arg, e)) if out.probes.is_empty() => Err(KernelError::Source {
+            text: text.to_string(),
+            at: offset_in(text, arg),
+            len: arg.len().max(1),
+            reason: e.to_string(),
+        }),
         _ => Ok(out),
     }
 }
 
 /// The fetch arguments at one site, in the order written: variables from
-/// DWARF, the others as written.
-fn site_args(
+/// DWARF, the others as written; or the argument that cannot be fetched
+/// there, and why.
+fn site_args<'t>(
     di: &DebugInfo<'_>,
     site: &Site,
-    written: &[&str],
+    written: &[&'t str],
     vars: &[ProbeArg],
-) -> Result<Vec<String>, kprobe_perf_debuginfo::Error> {
+) -> Result<Vec<String>, (&'t str, kprobe_perf_debuginfo::Error)> {
     let mut vars = vars.iter();
     let mut out = Vec::new();
-    for w in written {
+    for &w in written {
         if !is_variable(w) {
-            out.push((*w).to_string());
+            out.push(w.to_string());
             continue;
         }
         let Some(v) = vars.next() else { continue };
-        let probe = di.probe_at(site, std::slice::from_ref(v))?;
+        let probe = di
+            .probe_at(site, std::slice::from_ref(v))
+            .map_err(|e| (w, e))?;
         out.extend(probe.args.iter().map(ToString::to_string));
     }
     Ok(out)
