@@ -16,8 +16,9 @@ pub(crate) fn plan(
     filters: &[Option<String>],
     all_instances: bool,
     choice: BackendChoice,
+    inlines: bool,
 ) -> Result<Vec<ProbePlan>> {
-    let (specs, filters) = &expand_sources(kernel, specs, filters, choice)?;
+    let (specs, filters) = &expand_sources(kernel, specs, filters, choice, inlines)?;
     if filters.iter().all(Option::is_none) {
         let specs = inspect::expand_globs(kernel, specs, all_instances, choice)?;
         return Ok(kernel.plan(&specs, choice)?);
@@ -36,7 +37,8 @@ pub(crate) fn plan(
 
 /// Replaces each definition whose probe point is a source point
 /// (`p:do_sys_openat2@+8 fd`) by one definition per site, from the
-/// kernel's DWARF, each with the filter of the definition. A site DWARF
+/// kernel's DWARF (`inlines`: also each inlined copy), each with the
+/// filter of the definition. A site DWARF
 /// cannot fetch the variables at, or that the kernel would refuse (an
 /// out-of-line body that is notrace, say), is left out and said on
 /// stderr; when every site is, the first refusal is the error. The
@@ -46,10 +48,11 @@ fn expand_sources(
     specs: &[String],
     filters: &[Option<String>],
     choice: BackendChoice,
+    inlines: bool,
 ) -> Result<(Vec<String>, Vec<Option<String>>)> {
     let mut out = (Vec::new(), Vec::new());
     for (spec, filter) in specs.iter().zip(filters) {
-        let Some(expansion) = kernel.expand_source(spec, true)? else {
+        let Some(expansion) = kernel.expand_source(spec, inlines)? else {
             out.0.push(spec.clone());
             out.1.push(filter.clone());
             continue;

@@ -268,6 +268,11 @@ struct RecordArgs {
     /// its address, as NAME@0xADDR), instead of refusing the name.
     #[arg(long)]
     all_instances: bool,
+    /// For a source point (`-e 'p:FUNC@+N var'`): probe the function's
+    /// out-of-line body only, not each copy inlined into other functions
+    /// (perf probe's --no-inlines).
+    #[arg(long)]
+    no_inlines: bool,
     /// Print JSON Lines instead of text: one object per event (typed
     /// fields), then one summary object with counts, losses and misses.
     #[arg(long)]
@@ -452,7 +457,14 @@ fn record(args: &RecordArgs, filters: &[Option<String>]) -> Result<ExitCode> {
         BackendArg::Pmu => BackendChoice::Pmu,
         BackendArg::Tracefs => BackendChoice::Tracefs,
     };
-    let plans = filters::plan(&kernel, specs, filters, args.all_instances, choice)?;
+    let plans = filters::plan(
+        &kernel,
+        specs,
+        filters,
+        args.all_instances,
+        choice,
+        !args.no_inlines,
+    )?;
     inspect::check_plans(&kernel, &plans)?;
     let agg = aggregate::Aggregation::new(&args.aggregate, &plans, args.json)?;
     // The symbolizer's table; the kernel's text and images are let go.
