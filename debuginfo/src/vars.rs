@@ -214,9 +214,8 @@ impl<'a> DebugInfo<'a> {
         let unit = self.unit(site.scope.unit)?;
         let mut offs = Vec::new();
         self.collect_vars(&unit, site.scope.die, site.address, &mut offs)?;
-        let mut out: Vec<Variable> = Vec::new();
-        let mut depths: Vec<usize> = Vec::new();
-        for (depth, off) in offs {
+        let mut out = Vec::new();
+        for off in offs {
             let Ok(e) = unit.entry(off) else { continue };
             if e.has(gimli::DW_AT_external) {
                 continue;
@@ -225,37 +224,23 @@ impl<'a> DebugInfo<'a> {
                 continue;
             };
             let ty = self.var_type(&unit, &e);
-            let v = Variable {
+            out.push(Variable {
                 name: String::from_utf8_lossy(name).into_owned(),
                 type_name: types::type_name(&self.dwarf, &unit, ty),
                 parameter: e.tag() == gimli::DW_TAG_formal_parameter,
                 die: off,
-            };
-            // A name in an inner scope (an inlined callee's parameter, a
-            // block's local) shadows the same name outside, as in C.
-            match out.iter().position(|o| o.name == v.name) {
-                Some(i) if depths[i] < depth => {
-                    out[i] = v;
-                    depths[i] = depth;
-                }
-                Some(_) => {}
-                None => {
-                    out.push(v);
-                    depths.push(depth);
-                }
-            }
+            });
         }
         Ok(out)
     }
 
-    /// Variables under `die`, descending into children that hold `pc`
-    /// (perf's scope walk), each with the depth of its scope (0: `die`'s).
+    /// Variables under `die`, descending into children that hold `pc` (perf's scope walk).
     fn collect_vars(
         &self,
         unit: &Unit<'a>,
         die: gimli::UnitOffset,
         pc: u64,
-        out: &mut Vec<(usize, gimli::UnitOffset)>,
+        out: &mut Vec<gimli::UnitOffset>,
     ) -> Result<()> {
         let err = |e| self.dwarf_error("the variables of a scope".into(), e);
         let mut tree = unit.entries_tree(Some(die)).map_err(err)?;
@@ -281,18 +266,11 @@ impl<'a> DebugInfo<'a> {
     ) -> Result<Option<gimli::UnitOffset>> {
         let mut offs = Vec::new();
         self.collect_vars(unit, site.scope.die, site.address, &mut offs)?;
-        // The innermost scope's, as C's shadowing has it.
-        let mut found: Option<(usize, gimli::UnitOffset)> = None;
-        for (depth, off) in offs {
+        for off in offs {
             let Ok(e) = unit.entry(off) else { continue };
-            if dies::name_of(&self.dwarf, unit, &e).ok().flatten() == Some(name.as_bytes())
-                && found.is_none_or(|(d, _)| depth > d)
-            {
-                found = Some((depth, off));
+            if dies::name_of(&self.dwarf, unit, &e).ok().flatten() == Some(name.as_bytes()) {
+                return Ok(Some(off));
             }
-        }
-        if let Some((_, off)) = found {
-            return Ok(Some(off));
         }
         // Globals of the unit.
         let err = |e| self.dwarf_error("the unit's variables".into(), e);
@@ -718,7 +696,7 @@ fn walk<'a>(
     unit: &Unit<'a>,
     node: gimli::EntriesTreeNode<'_, '_, '_, crate::file::R<'a>>,
     pc: u64,
-    out: &mut Vec<(usize, gimli::UnitOffset)>,
+    out: &mut Vec<gimli::UnitOffset>,
     depth: &mut Vec<()>,
 ) -> gimli::Result<()> {
     if depth.len() > 64 {
@@ -731,7 +709,7 @@ fn walk<'a>(
             gimli::DW_TAG_formal_parameter | gimli::DW_TAG_variable
                 if !e.has(gimli::DW_AT_declaration) =>
             {
-                out.push((depth.len(), e.offset()));
+                out.push(e.offset());
             }
             gimli::DW_TAG_lexical_block | gimli::DW_TAG_inlined_subroutine => {
                 let ranges = dies::ranges(&di.dwarf, unit, e)?;
