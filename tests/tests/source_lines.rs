@@ -10,7 +10,7 @@
 use std::path::PathBuf;
 use std::process::Command;
 
-use kprobe_perf_tests::{kprobe_perf_bin, kprobes_available, skip_here, vm_kernel};
+use kprobe_perf_tests::{kernel_arch, kprobe_perf_bin, kprobes_available, skip_here, vm_kernel};
 
 /// The -dbg vmlinux of the running kernel under `target/vm/kernels/`.
 fn debug_vmlinux() -> Option<PathBuf> {
@@ -34,8 +34,11 @@ fn a_source_line_probe_fetches_locals_by_name() {
         return;
     }
     let release = std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default();
-    if !release.starts_with("6.1.0-") {
-        return skip_here(test, "the line numbers of do_sys_openat2 tested are 6.1's");
+    if !release.starts_with("6.1.0-") || kernel_arch() != kprobe_perf_arch::Arch::X86_64 {
+        return skip_here(
+            test,
+            "the line numbers and registers of do_sys_openat2 tested are x86_64 6.1's",
+        );
     }
     let Some(vmlinux) = debug_vmlinux() else {
         return skip_here(
@@ -108,10 +111,10 @@ fn an_inlined_copy_fetches_its_own_variables() {
         return;
     }
     let release = std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default();
-    if !release.starts_with("6.1.0-") {
+    if !release.starts_with("6.1.0-") || kernel_arch() != kprobe_perf_arch::Arch::X86_64 {
         return skip_here(
             test,
-            "the inlined copies of build_open_how tested are 6.1's",
+            "the inlined copies of build_open_how tested are x86_64 6.1's",
         );
     }
     let Some(vmlinux) = debug_vmlinux() else {
