@@ -104,8 +104,9 @@ enum Cmd {
     /// as the recording printed them (text, or JSON Lines with --json).
     /// The closing summary of the recording goes to stderr.
     Script(script::ScriptArgs),
-    /// Check probe definitions, or show where a probe may go in a
-    /// function, without opening a probe.
+    /// Check probe definitions, show where a probe may go in a function,
+    /// or resolve source lines and variables from the kernel's DWARF
+    /// (--definition, --vars), without opening a probe.
     Probe {
         /// Print each definition's canonical form, or its error with a caret
         /// under the mistake; exit 0 only if all parse. Touches nothing.
