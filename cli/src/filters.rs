@@ -16,7 +16,9 @@ pub(crate) fn plan(
     filters: &[Option<String>],
     all_instances: bool,
     choice: BackendChoice,
+    inlines: bool,
 ) -> Result<Vec<ProbePlan>> {
+    let (specs, filters) = &expand_sources(kernel, specs, filters, choice, inlines)?;
     if filters.iter().all(Option::is_none) {
         let specs = inspect::expand_globs(kernel, specs, all_instances, choice)?;
         return Ok(kernel.plan(&specs, choice)?);
@@ -31,6 +33,60 @@ pub(crate) fn plan(
         }
     }
     Ok(kernel.plan_filtered(&filtered, choice)?)
+}
+
+/// Replaces each definition whose probe point is a source point
+/// (`p:do_sys_openat2@+8 fd`) by one definition per site, from the
+/// kernel's DWARF (`inlines`: also each inlined copy), each with the
+/// filter of the definition. A site DWARF
+/// cannot fetch the variables at, or that the kernel would refuse (an
+/// out-of-line body that is notrace, say), is left out and said on
+/// stderr; when every site is, the first refusal is the error. The
+/// other definitions stay as written.
+fn expand_sources(
+    kernel: &Kernel,
+    specs: &[String],
+    filters: &[Option<String>],
+    choice: BackendChoice,
+    inlines: bool,
+) -> Result<(Vec<String>, Vec<Option<String>>)> {
+    let mut out = (Vec::new(), Vec::new());
+    for (spec, filter) in specs.iter().zip(filters) {
+        let Some(expansion) = kernel.expand_source(spec, inlines)? else {
+            out.0.push(spec.clone());
+            out.1.push(filter.clone());
+            continue;
+        };
+        crate::source::report_refused(&expansion);
+        let mut first_refusal = None;
+        let before = out.0.len();
+        for p in expansion.probes {
+            let checked = kernel
+                .plan(std::slice::from_ref(&p.definition), choice)
+                .map_err(anyhow::Error::from)
+                .and_then(|plans| inspect::check_plans(kernel, &plans));
+            match checked {
+                Ok(()) => {
+                    out.0.push(p.definition);
+                    out.1.push(filter.clone());
+                }
+                Err(e) => {
+                    let skipped = &p.definition;
+                    say!(
+                        "kprobe-perf: skipped {skipped}: {}",
+                        crate::hints::render(&e)
+                    );
+                    first_refusal.get_or_insert(e);
+                }
+            }
+        }
+        if out.0.len() == before {
+            if let Some(e) = first_refusal {
+                return Err(e);
+            }
+        }
+    }
+    Ok(out)
 }
 
 /// Pairs each `-e` (`events`, in order) with the `--filter` given after

@@ -6,6 +6,8 @@ use std::error::Error as StdError;
 
 use kprobe_perf_engine::analysis::AnalysisError;
 use kprobe_perf_engine::kernel::select::Excluded;
+use kprobe_perf_engine::kernel::source::DebugInfoError;
+use kprobe_perf_engine::kernel::KernelError;
 use kprobe_perf_engine::plan::PlanError;
 use kprobe_perf_engine::tracefs::TracefsError;
 use kprobe_perf_engine::{AttachError, Error};
@@ -47,6 +49,12 @@ fn with_flags(e: &(dyn StdError + 'static)) -> Option<String> {
             Error::UprobePmuCannotInherit { probe } => Some(format!(
                 "--backend pmu cannot follow forks with the uprobe {probe}: the kernel re-creates an inherited uprobe PMU event at each fork and re-reads its binary's path there, from an address in kprobe-perf's memory, not the forking process's; use --backend auto or tracefs (a uprobe_events probe, which every fork inherits), or record system-wide (-a) with the PMU"
             )),
+            Error::Kernel(KernelError::DebugInfo(DebugInfoError::NotFound { .. })) => Some(
+                format!("{e} (--vmlinux PATH; Debian: the linux-image-$(uname -r)-dbg package)"),
+            ),
+            Error::Kernel(KernelError::DebugInfo(DebugInfoError::BuildIdMismatch { .. })) => {
+                Some(format!("{e}; or, for definitions to use on the kernel that vmlinux is of (probe --definition, --vars), add --other-kernel"))
+            }
             Error::FilterNeedsUserSpace { probe, filter, why } => Some(format!(
                 "cannot count {probe} with the filter `{filter}`: counting happens in the kernel, which cannot run it ({}); `record -q --filter` runs it in user space and counts what passes",
                 flags_in(why)

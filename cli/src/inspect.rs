@@ -397,6 +397,7 @@ pub(crate) fn info(image: &ImageArgs) -> Result<ExitCode> {
             kernel::looked_in(&kernel.system_map_candidates())
         )?,
     }
+    debug_info(&mut out, &kernel)?;
     match image_args::text(&kernel)? {
         Some(t) => writeln!(out, "kernel text: {}", t.describe())?,
         None => writeln!(
@@ -420,6 +421,32 @@ pub(crate) fn info(image: &ImageArgs) -> Result<ExitCode> {
     }
     out.flush()?;
     Ok(ExitCode::SUCCESS)
+}
+
+/// `info`'s line on the kernel's DWARF: the debug file source points and
+/// variables are read from, or where it was looked for.
+fn debug_info(out: &mut impl Write, kernel: &Kernel) -> Result<()> {
+    match kernel.debug_info() {
+        Ok(f) => writeln!(
+            out,
+            "debug info: {} (DWARF{}): source lines and variables (probe --definition, --vars, p:FUNC@+N)",
+            f.path().display(),
+            match kernel.running_build_id() {
+                Some(_) => ", build ID matches the running kernel",
+                None => ", build ID not compared: the running kernel shows none",
+            }
+        )?,
+        Err(kprobe_perf_engine::Error::Kernel(kernel::KernelError::DebugInfo(
+            kernel::source::DebugInfoError::NotFound { .. },
+        ))) => writeln!(
+            out,
+            "debug info: none (looked in {}): source lines and variables need the kernel's DWARF (Debian: linux-image-{}-dbg; or give --vmlinux)",
+            kernel::looked_in(&kernel.debug_info_candidates()),
+            kernel.release()
+        )?,
+        Err(e) => writeln!(out, "debug info: not usable: {}", crate::hints::render(&e.into()))?,
+    }
+    Ok(())
 }
 
 #[cfg(test)]

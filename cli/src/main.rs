@@ -32,6 +32,7 @@ mod output;
 mod profile;
 mod run_loop;
 mod script;
+mod source;
 mod stacks;
 mod stat;
 #[cfg(test)]
@@ -104,13 +105,41 @@ enum Cmd {
     /// as the recording printed them (text, or JSON Lines with --json).
     /// The closing summary of the recording goes to stderr.
     Script(script::ScriptArgs),
-    /// Check probe definitions, or show where a probe may go in a
-    /// function, without opening a probe.
+    /// Check probe definitions, show where a probe may go in a function,
+    /// or resolve source lines and variables from the kernel's DWARF
+    /// (--definition, --vars), without opening a probe.
     Probe {
         /// Print each definition's canonical form, or its error with a caret
         /// under the mistake; exit 0 only if all parse. Touches nothing.
-        #[arg(long, required_unless_present = "lines", requires = "specs")]
+        #[arg(long, required_unless_present_any = ["lines", "definition", "vars"], requires = "specs")]
         parse: bool,
+        /// Print the kprobe_events definition each site of a source-level
+        /// probe resolves to, from the kernel's DWARF (perf probe -D),
+        /// touching nothing. SPEC is perf probe's event syntax
+        /// (`'do_sys_openat2:8 fd dfd how->flags'`, `'fs/open.c:1200 fd'`,
+        /// `'FUNC@FILE:N'`, `'EVENT=FUNC var'`) or kprobe-perf's
+        /// (`'p:do_sys_openat2@+8 fd'`, see docs/probes.md). One line per
+        /// site (each inlined copy and the out-of-line body); sites where
+        /// a variable cannot be fetched are said on stderr, with where it
+        /// lives. Debug info: --vmlinux, else the vmlinux paths `info`
+        /// lists, else /usr/lib/debug/.build-id/NN/REST.debug by the
+        /// running kernel's build ID.
+        #[arg(long, conflicts_with_all = ["parse", "lines", "vars"], requires = "specs")]
+        definition: bool,
+        /// List the variables that have a value at each site of POINT
+        /// (`FUNC`, `FUNC:RLINE`, `FILE:LINE`, or `FUNC@+N`), with their C
+        /// types, from the kernel's DWARF (perf probe -V). Touches nothing.
+        #[arg(long, value_name = "POINT", conflicts_with_all = ["parse", "lines"])]
+        vars: Option<String>,
+        /// With --definition or --vars: the function's out-of-line body
+        /// only, not its inlined copies (perf's --no-inlines).
+        #[arg(long)]
+        no_inlines: bool,
+        /// With --definition or --vars: the --vmlinux given is of another
+        /// kernel than the running one; answer for that kernel (the
+        /// definitions are for use there) instead of refusing its build ID.
+        #[arg(long, requires = "vmlinux")]
+        other_kernel: bool,
         /// List every instruction of FUNC (`NAME` or `MOD:NAME`) in AT&T
         /// syntax (x86_64 kernels) or arm64 syntax (arm64 kernels) with the
         /// kernel's predicted answer at its offset: `p` a kprobe is
@@ -241,6 +270,11 @@ struct RecordArgs {
     /// its address, as NAME@0xADDR), instead of refusing the name.
     #[arg(long)]
     all_instances: bool,
+    /// For a source point (`-e 'p:FUNC@+N var'`): probe the function's
+    /// out-of-line body only, not each copy inlined into other functions
+    /// (perf probe's --no-inlines).
+    #[arg(long)]
+    no_inlines: bool,
     /// Print JSON Lines instead of text: one object per event (typed
     /// fields), then one summary object with counts, losses and misses.
     #[arg(long)]
@@ -337,6 +371,21 @@ fn main() -> ExitCode {
             image,
             ..
         } => inspect::lines(&func, &image),
+        Cmd::Probe {
+            definition: true,
+            specs,
+            image,
+            no_inlines,
+            other_kernel,
+            ..
+        } => source::definitions(&specs, &image, !no_inlines, other_kernel),
+        Cmd::Probe {
+            vars: Some(point),
+            image,
+            no_inlines,
+            other_kernel,
+            ..
+        } => source::variables(&point, &image, !no_inlines, other_kernel),
         Cmd::Probe { specs, .. } => probe_parse(&specs),
         Cmd::List {
             patterns,
@@ -402,7 +451,14 @@ fn record(args: &RecordArgs, filters: &[Option<String>]) -> Result<ExitCode> {
         BackendArg::Pmu => BackendChoice::Pmu,
         BackendArg::Tracefs => BackendChoice::Tracefs,
     };
-    let plans = filters::plan(&kernel, &args.events, filters, args.all_instances, choice)?;
+    let plans = filters::plan(
+        &kernel,
+        &args.events,
+        filters,
+        args.all_instances,
+        choice,
+        !args.no_inlines,
+    )?;
     inspect::check_plans(&kernel, &plans)?;
     let agg = aggregate::Aggregation::new(&args.aggregate, &plans, args.json)?;
     // The symbolizer's table; the kernel's text and images are let go.

@@ -68,7 +68,7 @@ pub fn find_kernel(explicit: Option<&Path>) -> Result<DebugFile> {
         .ok()
         .and_then(|n| build_id_from_notes(&n));
     let candidates = kernel_candidates(explicit, release.trim(), running.as_deref());
-    pick(
+    first_match(
         candidates,
         running.as_deref(),
         "the running kernel",
@@ -102,26 +102,35 @@ pub fn find_user(binary: &Path) -> Result<DebugFile> {
     if file.has_dwarf() {
         c.push(binary.to_path_buf());
     }
-    pick(c, id.as_deref(), &binary.display().to_string(), false)
+    first_match(c, id.as_deref(), &binary.display().to_string(), false)
 }
 
-fn pick(
+/// The first of `candidates` that exists and has DWARF, and whose build
+/// ID is `want` (when both are known): a candidate of another build is
+/// skipped, except the first when `first_is_explicit` (a path the user
+/// gave), which is an error then. `what` names the code described (for
+/// messages: "the running kernel").
+pub fn first_match(
     candidates: Vec<PathBuf>,
     want: Option<&[u8]>,
     what: &str,
     first_is_explicit: bool,
 ) -> Result<DebugFile> {
     for (i, path) in candidates.iter().enumerate() {
-        if !path.is_file() {
+        let explicit = i == 0 && first_is_explicit;
+        if !explicit && !path.is_file() {
             continue;
         }
         let file = DebugFile::open(path)?;
         if !file.has_dwarf() {
+            if explicit {
+                return Err(Error::NoDwarf { path: path.clone() });
+            }
             continue;
         }
         if let (Some(want), Some(found)) = (want, file.build_id()?) {
             if want != found.as_slice() {
-                if i == 0 && first_is_explicit {
+                if explicit {
                     return Err(Error::BuildIdMismatch {
                         path: path.clone(),
                         what: what.to_string(),

@@ -50,6 +50,22 @@ pub enum KernelError {
         /// Where it was looked for.
         candidates: Vec<PathBuf>,
     },
+    /// The kernel's debug info cannot be found, read or used for a
+    /// source point.
+    #[error(transparent)]
+    DebugInfo(#[from] kprobe_perf_debuginfo::Error),
+    /// A source point or variable that cannot be read, with a caret.
+    #[error("{reason}\n  {text}\n  {}{}", " ".repeat(*.at), "^".repeat(*.len))]
+    Source {
+        /// The definition.
+        text: String,
+        /// Where in it the mistake starts (bytes).
+        at: usize,
+        /// How long it is.
+        len: usize,
+        /// What is wrong and what to do.
+        reason: String,
+    },
     /// The running kernel's architecture is not one the engine decodes.
     #[error("kprobe-perf supports x86_64 and aarch64 only")]
     UnsupportedArch,

@@ -38,10 +38,11 @@ pub mod kcore;
 pub mod kcore;
 pub mod preflight;
 pub mod select;
+pub mod source;
 mod text;
 
 use std::path::PathBuf;
-use std::sync::{Mutex, OnceLock};
+use std::sync::{Arc, Mutex, OnceLock};
 
 pub use kprobe_perf_symbols::file::open_regular;
 pub use kprobe_perf_symbols::image::{ImageError, ImageSymbol, KaslrSlide, KernelImage};
@@ -113,6 +114,11 @@ pub struct KernelOptions {
     pub text_from: TextFrom,
     /// Where exact function sizes come from.
     pub sizes_from: SizesFrom,
+    /// The given vmlinux describes another kernel than the running one:
+    /// its debug info answers for that kernel (definitions to use there)
+    /// instead of being refused for its build ID. Only source listings
+    /// use it.
+    pub other_kernel: bool,
 }
 
 impl KernelOptions {
@@ -134,6 +140,13 @@ impl KernelOptions {
         self
     }
 
+    /// Lets a given vmlinux of another build answer source listings
+    /// (see [`other_kernel`](Self::other_kernel)).
+    pub fn other_kernel(mut self, yes: bool) -> Self {
+        self.other_kernel = yes;
+        self
+    }
+
     /// Takes exact function sizes from `from`.
     pub fn sizes_from(mut self, from: SizesFrom) -> Self {
         self.sizes_from = from;
@@ -152,6 +165,7 @@ pub struct Kernel {
     arch: Option<Arch>,
     running_build_id: Option<Vec<u8>>,
     images: OnceLock<KernelImages>,
+    debug_info: OnceLock<Arc<source::DebugFile>>,
     text: OnceLock<Option<TextSources>>,
     skipped: Mutex<Vec<SkippedImage>>,
 }
@@ -196,6 +210,7 @@ impl Kernel {
             arch: running_arch(),
             running_build_id: kprobe_perf_symbols::image::running_build_id(),
             images: OnceLock::new(),
+            debug_info: OnceLock::new(),
             text: OnceLock::new(),
             skipped: Mutex::new(Vec::new()),
         }
@@ -249,6 +264,67 @@ impl Kernel {
     /// Where a vmlinux is looked for when none is given, in order.
     pub fn vmlinux_candidates(&self) -> Vec<PathBuf> {
         kprobe_perf_symbols::image::vmlinux_candidates(&self.release)
+    }
+
+    /// Where the kernel's DWARF is looked for when no vmlinux is given, in
+    /// order: [`vmlinux_candidates`](Self::vmlinux_candidates), then
+    /// `/usr/lib/debug/.build-id/NN/REST.debug` by the running kernel's
+    /// build ID.
+    pub fn debug_info_candidates(&self) -> Vec<PathBuf> {
+        source::candidates(self.vmlinux_candidates(), self.running_build_id())
+    }
+
+    /// The running kernel's debug file (a vmlinux with DWARF): the given
+    /// vmlinux, else the first of
+    /// [`debug_info_candidates`](Self::debug_info_candidates) with DWARF
+    /// and the running kernel's build ID; found once, then kept. A given
+    /// file of another build is refused (unless
+    /// [`KernelOptions::other_kernel`]). Only source points and listings
+    /// look for it.
+    pub fn debug_info(&self) -> Result<&source::DebugFile, Error> {
+        if let Some(f) = self.debug_info.get() {
+            return Ok(f);
+        }
+        let found = source::find(
+            self.options.vmlinux.as_deref(),
+            self.debug_info_candidates(),
+            self.running_build_id(),
+            self.options.other_kernel,
+        )?;
+        let _ = self.debug_info.set(Arc::new(found));
+        self.debug_info
+            .get()
+            .map(|f| &**f)
+            .ok_or_else(|| unreachable_cell("the debug info"))
+    }
+
+    /// One definition per site of a definition whose probe point is a
+    /// source point (`p:do_sys_openat2@+8 fd`, see [`source`]); `None`
+    /// for any other definition, which is left as written and costs no
+    /// debug info. `inlines`: also the function's inlined copies.
+    pub fn expand_source(
+        &self,
+        definition: &str,
+        inlines: bool,
+    ) -> Result<Option<source::SourceExpansion>, Error> {
+        if !source::names_source_point(definition) {
+            return Ok(None);
+        }
+        Ok(Some(source::expand(
+            self.debug_info()?,
+            definition,
+            inlines,
+        )?))
+    }
+
+    /// The variables at each site of a point (`FUNC`, `FUNC:RLINE`,
+    /// `FILE:LINE` as perf writes them, or `FUNC@+N`), with their types.
+    pub fn source_variables(
+        &self,
+        point: &str,
+        inlines: bool,
+    ) -> Result<Vec<source::SiteVariables>, Error> {
+        Ok(source::variables(self.debug_info()?, point, inlines)?)
     }
 
     /// Where a System.map is looked for when none is given, in order.

@@ -1,0 +1,481 @@
+//! Probe points and variables by source line and name, from the kernel's
+//! DWARF (a debug vmlinux found and matched to the running kernel): source
+//! points turned into kprobe_events definitions at `SYMBOL+OFFSET`, which
+//! then go through the same planning and checks as any definition.
+//!
+//! Nothing here is read unless a definition names a source point or a
+//! listing is asked for: a definition without one costs a scan of its
+//! text for `@`.
+//!
+//! The spelling in kprobe-perf's language (it must not clash with `MOD:SYM`
+//! or a uprobe's `PATH:SYM`, hence `@`, as SystemTap writes source points):
+//!
+//! | kprobe-perf | perf probe | meaning |
+//! |---|---|---|
+//! | `FUNC@` | `FUNC` | the function's entry (and inlined copies), variables by DWARF |
+//! | `FUNC@+N` | `FUNC:N` | line N after the function's declaration line |
+//! | `FUNC@FILE` | `FUNC@FILE` | the entry of FUNC defined in a file ending in FILE |
+//! | `FUNC@FILE+N` | `FUNC@FILE:N` | both |
+//! | `@FILE:LINE` | `FILE:LINE` | an absolute line of a source file |
+
+use std::path::{Path, PathBuf};
+
+use kprobe_perf_debuginfo::{locate, DebugInfo, Options, ProbeArg, ProbePoint};
+pub use kprobe_perf_debuginfo::{DebugFile, Error as DebugInfoError, Instance, Site, Variable};
+
+use super::error::KernelError;
+
+/// Where the running kernel's debug info is looked for when none is given:
+/// the vmlinux paths, then `/usr/lib/debug/.build-id/NN/REST.debug` by the
+/// running kernel's build ID.
+pub(super) fn candidates(vmlinux: Vec<PathBuf>, build_id: Option<&[u8]>) -> Vec<PathBuf> {
+    let mut c = vmlinux;
+    if let Some(p) = build_id.and_then(|id| locate::build_id_path(Path::new("/usr/lib/debug"), id))
+    {
+        c.push(p);
+    }
+    c
+}
+
+/// Finds the debug file: `explicit` alone when given (a build ID other
+/// than `running`'s is refused unless `other_kernel`), else the first
+/// candidate with DWARF and the running kernel's build ID.
+pub(super) fn find(
+    explicit: Option<&Path>,
+    candidates: Vec<PathBuf>,
+    running: Option<&[u8]>,
+    other_kernel: bool,
+) -> Result<DebugFile, KernelError> {
+    let (list, is_explicit) = match explicit {
+        Some(p) => (vec![p.to_path_buf()], true),
+        None => (candidates, false),
+    };
+    let want = if other_kernel && is_explicit {
+        None
+    } else {
+        running
+    };
+    Ok(locate::first_match(
+        list,
+        want,
+        "the running kernel",
+        is_explicit,
+    )?)
+}
+
+/// A probe a source-level definition stands for.
+#[derive(Debug, Clone)]
+#[non_exhaustive]
+pub struct SourceProbe {
+    /// The kprobe_events definition (`p:EVENT SYMBOL+OFFSET ARGS`).
+    pub definition: String,
+    /// The source file and line at the address.
+    pub source: String,
+    /// Which copy of the function: its own body, or inlined into another.
+    pub instance: Instance,
+}
+
+/// The probes of one source-level definition, and the sites left out.
+#[derive(Debug, Clone, Default)]
+#[non_exhaustive]
+pub struct SourceExpansion {
+    /// One per site where every argument can be fetched, in address order
+    /// of the function's copies.
+    pub probes: Vec<SourceProbe>,
+    /// The sites left out: `SYMBOL+OFFSET` and why (a variable optimized
+    /// out in that copy ...).
+    pub refused: Vec<(String, String)>,
+}
+
+/// A definition in kprobe-perf's language whose probe point is a source
+/// point, split into its parts.
+#[derive(Debug)]
+struct SourceDefinition<'t> {
+    /// `p` or `p:[GRP/]EVENT` before the point.
+    group: Option<&'t str>,
+    event: Option<&'t str>,
+    /// The point, as perf spells it.
+    point: String,
+    /// Where the point is in the text, and its length (for a caret).
+    at: usize,
+    len: usize,
+    args: Vec<&'t str>,
+}
+
+/// Whether a word is a source point: `FUNC@` (the entry, by DWARF),
+/// `FUNC@+N`, `FUNC@FILE[+N]` or `@FILE:LINE`; never `NAME@0xADDR`, a fetch argument (`@SYM`,
+/// `@0xADDR`), `MOD:SYM` or a uprobe's `/PATH:SYM`.
+fn is_source_point(word: &str) -> bool {
+    if word.starts_with('/') {
+        return false;
+    }
+    let Some((head, tail)) = word.split_once('@') else {
+        return false;
+    };
+    if head.is_empty() {
+        return tail
+            .rsplit_once(':')
+            .is_some_and(|(f, l)| !f.is_empty() && l.bytes().all(|b| b.is_ascii_digit()));
+    }
+    let ident = head
+        .bytes()
+        .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'.');
+    ident && !tail.starts_with("0x") && !tail.starts_with("0X")
+}
+
+/// Whether a definition names a source point (and needs debug info).
+pub fn names_source_point(definition: &str) -> bool {
+    let mut words = definition.split_whitespace();
+    let first = words.next().unwrap_or("");
+    let short = first
+        .split_once(':')
+        .is_some_and(|(_, t)| is_source_point(t));
+    short || words.next().is_some_and(is_source_point)
+}
+
+/// The source point in kprobe-perf's spelling, as perf spells it.
+fn perf_point(word: &str) -> String {
+    match word.split_once('@') {
+        Some(("", file_line)) => file_line.to_string(),
+        Some((func, "")) => func.to_string(),
+        Some((func, rest)) => match rest.strip_prefix('+') {
+            Some(n) => format!("{func}:{n}"),
+            None => match rest.rsplit_once('+') {
+                Some((file, n)) => format!("{func}@{file}:{n}"),
+                None => format!("{func}@{rest}"),
+            },
+        },
+        None => word.to_string(),
+    }
+}
+
+/// Offset of a word inside the text it was split from.
+fn offset_in(text: &str, word: &str) -> usize {
+    (word.as_ptr() as usize).saturating_sub(text.as_ptr() as usize)
+}
+
+fn split(text: &str) -> Result<SourceDefinition<'_>, KernelError> {
+    let words: Vec<&str> = text.split_whitespace().collect();
+    let first = words.first().copied().unwrap_or("");
+    let (kind, name) = first.split_once(':').unwrap_or((first, ""));
+    let (point_word, named, rest) = if is_source_point(name) {
+        (name, None, words.get(1..).unwrap_or(&[]))
+    } else {
+        let w = words.get(1).copied().unwrap_or("");
+        (w, Some(name), words.get(2..).unwrap_or(&[]))
+    };
+    let caret = |word: &str, reason: &str| KernelError::Source {
+        text: text.to_string(),
+        at: offset_in(text, word),
+        len: word.len().max(1),
+        reason: reason.to_string(),
+    };
+    if kind != "p" {
+        return Err(caret(
+            first,
+            "a source point takes an entry probe (p:): a line has no return; for a function's return write r:FUNC",
+        ));
+    }
+    let (group, event) = match named.filter(|n| !n.is_empty()) {
+        Some(n) => match n.split_once('/') {
+            Some((g, e)) => (Some(g), (!e.is_empty()).then_some(e)),
+            None => (None, Some(n)),
+        },
+        None => (None, None),
+    };
+    Ok(SourceDefinition {
+        group,
+        event,
+        point: perf_point(point_word),
+        at: offset_in(text, point_word),
+        len: point_word.len().max(1),
+        args: rest.to_vec(),
+    })
+}
+
+/// An argument is read from DWARF when it names a variable (`var`,
+/// `NAME=var->f`, `$vars`, `$params`); any other fetch (`%di`, `$comm`,
+/// `+8(%sp)`) is kept as written.
+fn is_variable(arg: &str) -> bool {
+    if arg == "$vars" || arg == "$params" {
+        return true;
+    }
+    let expr = match arg.split_once('=') {
+        Some((_, e)) => e,
+        None => arg,
+    };
+    expr.starts_with(|c: char| c.is_ascii_alphabetic() || c == '_')
+}
+
+/// The event name of a source point with no name given: `FUNC` for an
+/// entry, `FUNC_L8` for a line, `FILE_L1200` for a file's line.
+fn default_event(point: &ProbePoint) -> String {
+    let clean = |s: &str| -> String {
+        s.chars()
+            .map(|c| if c.is_ascii_alphanumeric() { c } else { '_' })
+            .collect()
+    };
+    match point {
+        ProbePoint::Function { name, at, .. } => match at {
+            kprobe_perf_debuginfo::FunctionPart::RelativeLine(n) => {
+                format!("{}_L{n}", clean(name))
+            }
+            _ => clean(name),
+        },
+        ProbePoint::Line { file, line } => {
+            let base = file.rsplit('/').next().unwrap_or(file);
+            let stem = base.split('.').next().unwrap_or(base);
+            format!("{}_L{line}", clean(stem))
+        }
+    }
+}
+
+/// Expands one definition in kprobe-perf's language whose probe point is a
+/// source point into one definition per site (each inlined copy, and the
+/// out-of-line body). The first site takes the event name, the others
+/// `NAME_1`, `NAME_2` ... in the order listed.
+pub(super) fn expand(
+    file: &DebugFile,
+    text: &str,
+    inlines: bool,
+) -> Result<SourceExpansion, KernelError> {
+    let def = split(text)?;
+    let point = ProbePoint::parse(&def.point).map_err(|e| KernelError::Source {
+        text: text.to_string(),
+        at: def.at,
+        len: def.len,
+        reason: e.to_string(),
+    })?;
+    let event = def
+        .event
+        .map_or_else(|| default_event(&point), str::to_string);
+    let head = match def.group {
+        Some(g) => format!("p:{g}/"),
+        None => "p:".to_string(),
+    };
+    let di = DebugInfo::new(file)?;
+    let mut vars = Vec::new();
+    for a in def.args.iter().filter(|a| is_variable(a)) {
+        vars.push(ProbeArg::parse(a).map_err(|e| KernelError::Source {
+            text: text.to_string(),
+            at: offset_in(text, a),
+            len: a.len().max(1),
+            reason: e.to_string(),
+        })?);
+    }
+    let sites = di.sites(&point, &Options { inlines })?;
+    let mut out = SourceExpansion::default();
+    let mut first_error = None;
+    for site in sites {
+        match site_args(&di, &site, &def.args, &vars) {
+            Ok(args) => {
+                let n = out.probes.len();
+                let name = if n == 0 {
+                    event.clone()
+                } else {
+                    format!("{event}_{n}")
+                };
+                let mut definition = format!("{head}{name} {}", site.location);
+                for a in args {
+                    definition.push(' ');
+                    definition.push_str(&a);
+                }
+                out.probes.push(SourceProbe {
+                    definition,
+                    source: site.source.clone(),
+                    instance: site.instance.clone(),
+                });
+            }
+            Err((arg, e)) => {
+                out.refused.push((site.location.clone(), e.to_string()));
+                first_error.get_or_insert((arg, e));
+            }
+        }
+    }
+    match first_error {
+        // When no site is left, the first refusal, under the argument.
+        Some((arg, e)) if out.probes.is_empty() => Err(KernelError::Source {
+            text: text.to_string(),
+            at: offset_in(text, arg),
+            len: arg.len().max(1),
+            reason: e.to_string(),
+        }),
+        _ => Ok(out),
+    }
+}
+
+/// The fetch arguments at one site, in the order written: variables from
+/// DWARF, the others as written; or the argument that cannot be fetched
+/// there, and why.
+fn site_args<'t>(
+    di: &DebugInfo<'_>,
+    site: &Site,
+    written: &[&'t str],
+    vars: &[ProbeArg],
+) -> Result<Vec<String>, (&'t str, kprobe_perf_debuginfo::Error)> {
+    let mut vars = vars.iter();
+    let mut out = Vec::new();
+    for &w in written {
+        if !is_variable(w) {
+            out.push(w.to_string());
+            continue;
+        }
+        let Some(v) = vars.next() else { continue };
+        let probe = di
+            .probe_at(site, std::slice::from_ref(v))
+            .map_err(|e| (w, e))?;
+        out.extend(probe.args.iter().map(ToString::to_string));
+    }
+    Ok(out)
+}
+
+/// perf probe's event syntax (`[EVENT=]POINT [ARGS]`, e.g.
+/// `do_sys_openat2:8 fd how->flags`, `fs/open.c:1200 fd`) in
+/// kprobe-perf's: `p:probe/[EVENT] POINT ARGS` (perf's group) with the
+/// point spelled with `@` (a function's entry by DWARF as `FUNC@`).
+pub fn from_perf_syntax(text: &str) -> String {
+    let mut words = text.split_whitespace();
+    let first = words.next().unwrap_or("");
+    let (event, point) = match first.split_once('=') {
+        Some((e, p)) if !e.contains([':', '@', ';']) => (Some(e), p),
+        _ => (None, first),
+    };
+    let ours = match point.rsplit_once(':') {
+        Some((head, line)) => match head.split_once('@') {
+            Some((func, file)) => format!("{func}@{file}+{line}"),
+            None if is_file(head) => format!("@{head}:{line}"),
+            None => format!("{head}@+{line}"),
+        },
+        None if point.contains('@') => point.to_string(),
+        None => format!("{point}@"),
+    };
+    let mut out = format!("p:probe/{} {ours}", event.unwrap_or(""));
+    for w in words {
+        out.push(' ');
+        out.push_str(w);
+    }
+    out
+}
+
+/// Whether perf would read a point's head as a source file.
+fn is_file(s: &str) -> bool {
+    s.contains('/') || s.ends_with(".c") || s.ends_with(".h") || s.ends_with(".S")
+}
+
+/// One site of a source point, with the variables that have a value
+/// there (perf probe -V).
+#[derive(Debug, Clone)]
+#[non_exhaustive]
+pub struct SiteVariables {
+    /// The site.
+    pub site: Site,
+    /// Its variables, in DWARF order.
+    pub variables: Vec<Variable>,
+}
+
+/// The variables at each site of a point written as perf does
+/// (`FUNC[:RLINE]`, `FILE:LINE`) or as kprobe-perf does (`FUNC@+N`).
+pub(super) fn variables(
+    file: &DebugFile,
+    point_text: &str,
+    inlines: bool,
+) -> Result<Vec<SiteVariables>, KernelError> {
+    let perf = if is_source_point(point_text) {
+        perf_point(point_text)
+    } else {
+        point_text.to_string()
+    };
+    let point = ProbePoint::parse(&perf).map_err(|e| KernelError::Source {
+        text: point_text.to_string(),
+        at: 0,
+        len: point_text.len().max(1),
+        reason: e.to_string(),
+    })?;
+    let di = DebugInfo::new(file)?;
+    let mut out = Vec::new();
+    for site in di.sites(&point, &Options { inlines })? {
+        let variables = di.variables(&site)?;
+        out.push(SiteVariables { site, variables });
+    }
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn source_points_are_told_apart_from_other_targets() {
+        for yes in [
+            "p:do_sys_openat2@+8 fd",
+            "p:ev do_sys_openat2@+8",
+            "p:grp/ev @fs/open.c:1200 fd",
+            "p:do_sys_openat2@fs/open.c",
+            "p:do_sys_openat2@open.c+3",
+        ] {
+            assert!(names_source_point(yes), "{yes}");
+        }
+        for no in [
+            "p:do_sys_openat2 dfd",
+            "p:ext4:ext4_file_open",
+            "p:init_once@0xffffffff81000000+4 %di",
+            "p:/usr/bin/bash:readline %di",
+            "p:do_sys_openat2 @jiffies",
+            "p:vfs_read @0xffffffff82000000:u64",
+            "r:do_sys_openat2 $retval",
+        ] {
+            assert!(!names_source_point(no), "{no}");
+        }
+    }
+
+    #[test]
+    fn our_spelling_maps_to_perfs() {
+        assert_eq!(perf_point("do_sys_openat2@+8"), "do_sys_openat2:8");
+        assert_eq!(perf_point("f@fs/open.c"), "f@fs/open.c");
+        assert_eq!(perf_point("f@fs/open.c+3"), "f@fs/open.c:3");
+        assert_eq!(perf_point("@fs/open.c:1200"), "fs/open.c:1200");
+    }
+
+    #[test]
+    fn perfs_syntax_maps_to_ours() {
+        assert_eq!(
+            from_perf_syntax("do_sys_openat2:8 fd dfd how->flags"),
+            "p:probe/ do_sys_openat2@+8 fd dfd how->flags"
+        );
+        assert_eq!(
+            from_perf_syntax("fs/open.c:1200 fd"),
+            "p:probe/ @fs/open.c:1200 fd"
+        );
+        assert_eq!(
+            from_perf_syntax("myev=do_sys_openat2 dfd"),
+            "p:probe/myev do_sys_openat2@ dfd"
+        );
+        assert_eq!(from_perf_syntax("f@a/b.c:3 x"), "p:probe/ f@a/b.c+3 x");
+        assert_eq!(from_perf_syntax("f@a/b.c"), "p:probe/ f@a/b.c");
+        let d = split("p:probe/ do_sys_openat2@+8 fd").unwrap();
+        assert_eq!((d.group, d.event), (Some("probe"), None));
+        assert_eq!(d.point, "do_sys_openat2:8");
+        for s in [
+            "p:do_sys_openat2@+8 fd",
+            "p:@fs/open.c:1200 fd",
+            "p:f@a/b.c+3 x",
+        ] {
+            let d = split(s).unwrap();
+            assert_eq!(
+                &s[d.at..d.at + d.len],
+                s.split_whitespace()
+                    .next()
+                    .unwrap()
+                    .trim_start_matches("p:")
+            );
+        }
+    }
+
+    #[test]
+    fn return_probes_at_a_line_are_refused_with_a_caret() {
+        let e = split("r:do_sys_openat2@+8 fd").unwrap_err();
+        let text = e.to_string();
+        assert!(text.contains("^"), "{text}");
+        assert!(text.contains("entry probe"), "{text}");
+    }
+}
