@@ -19,11 +19,13 @@
 mod meta;
 mod reader;
 mod replay;
+mod sink;
 mod writer;
 
 pub use meta::{symbol_subset, Metadata, StoredProbe};
 pub use reader::{FileAttr, FileRecord, Reader};
 pub use replay::Replay;
+pub use sink::FileSink;
 pub use writer::{tracing_data, Writer};
 
 /// `PERFILE2`, little-endian.

@@ -1,0 +1,261 @@
+//! A perf.data file written from a session, as an [`EventSink`]: the
+//! session's raw records as they are, the kernel's and modules' MMAP
+//! records perf resolves kernel samples through, the processes' mappings,
+//! perf's tracing data when probes are tracefs events (without it `perf
+//! script` refuses the file), the hidden entry probes' samples apart, and
+//! at the end the [`Metadata`] the session describes ([`Metadata::of`]).
+//! What `kprobe-perf record -o` writes, for any embedder.
+
+use std::collections::HashSet;
+use std::fs::File;
+use std::io::{Seek, Write};
+use std::ops::ControlFlow;
+use std::path::Path;
+
+use kprobe_perf_arch::Arch;
+use kprobe_perf_spec::BaseType;
+use kprobe_perf_symbols::KernelSymbols;
+
+use super::{symbol_subset, tracing_data, Metadata, PerfDataError, StoredProbe, Writer};
+use crate::attach::tracefs;
+use crate::decode::records::{RecordSink, RingRecord};
+use crate::decode::{AddressSet, Event, Value};
+use crate::plan::Backend;
+use crate::session::sink::EventSink;
+use crate::session::Session;
+
+impl Metadata {
+    /// What a file of `session` stores besides its records: its probes,
+    /// attrs and ids, the symbols of `addresses` (and of the addresses
+    /// the session counted without decoding), this host's name, release,
+    /// CPUs and command line, `notes`, and perf's tracing data
+    /// (`tracing_data`, see [`FileSink::start`]).
+    pub fn of(
+        session: &Session,
+        symbols: &KernelSymbols,
+        addresses: HashSet<u64>,
+        notes: Vec<(String, String)>,
+        tracing_data: Option<Vec<u8>>,
+    ) -> Metadata {
+        let d = session.decoder();
+        let read = |p: &str| {
+            std::fs::read_to_string(p)
+                .map(|s| s.trim().to_string())
+                .unwrap_or_default()
+        };
+        let count = |cpus: Result<Vec<u32>, crate::AttachError>| {
+            cpus.map_or(0, |c| u32::try_from(c.len()).unwrap_or(u32::MAX))
+        };
+        let addresses = addresses
+            .into_iter()
+            .chain(session.counted_addresses().iter().copied());
+        Metadata {
+            arch: Arch::host().unwrap_or(Arch::X86_64),
+            probes: d
+                .plans()
+                .iter()
+                .zip(d.field_offsets())
+                .map(|(p, o)| StoredProbe::from_plan(p, o))
+                .collect(),
+            attrs: d.attrs().to_vec(),
+            ids: d.ids(),
+            hidden: d.plans().len() - d.shown_plans().len(),
+            symbols: symbol_subset(symbols, addresses),
+            hostname: read("/proc/sys/kernel/hostname"),
+            osrelease: read("/proc/sys/kernel/osrelease"),
+            nr_cpus: (
+                count(crate::attach::cpus::possible_cpus()),
+                count(crate::attach::cpus::online_cpus()),
+            ),
+            cmdline: std::env::args().collect(),
+            notes,
+            tracing_data,
+        }
+    }
+}
+
+/// A perf.data file being written from a session (see the module
+/// documentation). Give it every drain's records, alone or through a
+/// sink of yours that forwards [`EventSink::record`] and
+/// [`EventSink::round_end`] (and [`EventSink::event`], whose kernel
+/// addresses are then named in the file); then [`FileSink::finish`].
+pub struct FileSink<W: Write + Seek> {
+    writer: Writer<W>,
+    tracing_data: Option<Vec<u8>>,
+    addresses: AddressSet,
+}
+
+impl<W: Write + Seek> FileSink<W> {
+    /// Starts the file in `out` for `session` (opened, before or after
+    /// enabling it: the mappings of its processes are written now). The
+    /// hidden entry probes' samples (a joined return probe's) wait in an
+    /// unnamed file in `spill_dir` (default: the system's temporary
+    /// directory) until the end.
+    pub fn start(
+        out: W,
+        session: &Session,
+        symbols: &KernelSymbols,
+        spill_dir: Option<&Path>,
+    ) -> Result<FileSink<W>, PerfDataError> {
+        let io = |what: &str| {
+            let what = what.to_string();
+            move |source| PerfDataError::Io {
+                what,
+                offset: 0,
+                source,
+            }
+        };
+        let tracing_data = tracing_data_of(session).map_err(io("reading the events' formats"))?;
+        let mut writer = Writer::new(out)?;
+        // perf resolves kernel samples through the kernel's MMAP record.
+        if !symbols.addresses_hidden() {
+            if let Some(text) = symbols.lookup("_text").first() {
+                writer
+                    .kernel_mmap(text.address)
+                    .and_then(|()| writer.module_mmaps().map(drop))
+                    .map_err(io("writing the kernel's MMAP records"))?;
+            }
+        }
+        let d = session.decoder();
+        let shown = d.shown_plans().len();
+        let hidden: Vec<u64> = d.ids().into_iter().skip(shown).flatten().collect();
+        if !hidden.is_empty() {
+            let dir = spill_dir.map_or_else(std::env::temp_dir, Path::to_path_buf);
+            let spill = tempfile::tempfile_in(&dir).map_err(io(&format!(
+                "creating an unnamed file in {} for the hidden entry probes' samples",
+                dir.display()
+            )))?;
+            writer.hide(hidden, spill);
+        }
+        let mut sink = FileSink {
+            writer,
+            tracing_data,
+            addresses: AddressSet::new(HashSet::new()),
+        };
+        session
+            .user_mmap_records(&mut sink)
+            .map_err(|e| PerfDataError::Io {
+                what: format!("writing the processes' MMAP records: {e}"),
+                offset: 0,
+                source: std::io::Error::other(e.to_string()),
+            })?;
+        Ok(sink)
+    }
+
+    /// Writes the metadata of `session` ([`Metadata::of`], with the
+    /// addresses of the events given to this sink and `notes`) and
+    /// closes the file; returns its writer.
+    pub fn finish(
+        self,
+        session: &Session,
+        symbols: &KernelSymbols,
+        notes: Vec<(String, String)>,
+    ) -> Result<W, PerfDataError> {
+        let meta = Metadata::of(
+            session,
+            symbols,
+            self.addresses.into_set(),
+            notes,
+            self.tracing_data,
+        );
+        self.writer.finish(&meta)
+    }
+}
+
+/// Notes the kernel addresses an event's output names, whose symbols the
+/// file stores: its probe and return addresses, its kernel frames and its
+/// `:symbol` arguments.
+pub(crate) fn note_addresses(set: &mut AddressSet, e: &Event) {
+    set.note_site(e.probe_addr, e.ret_addr);
+    set.extend(e.callchain.iter().filter(|f| !f.user).map(|f| f.address));
+    for v in &e.args {
+        if let Value::Int {
+            raw,
+            ty: BaseType::Symbol,
+        } = v
+        {
+            set.insert(*raw);
+        }
+    }
+}
+
+/// Every raw record goes to the file; events only name addresses.
+impl<W: Write + Seek> EventSink for FileSink<W> {
+    type Error = crate::Error;
+
+    fn event(&mut self, e: &Event) -> Result<ControlFlow<()>, Self::Error> {
+        note_addresses(&mut self.addresses, e);
+        Ok(ControlFlow::Continue(()))
+    }
+
+    fn record(&mut self, record: RingRecord<'_>) -> Result<ControlFlow<()>, Self::Error> {
+        self.writer
+            .record(record)
+            .map_err(|e| crate::Error::io("writing records to the perf.data file", e))?;
+        Ok(ControlFlow::Continue(()))
+    }
+
+    fn round_end(&mut self) -> Result<ControlFlow<()>, Self::Error> {
+        self.writer
+            .round_end()
+            .map_err(|e| crate::Error::io("writing records to the perf.data file", e))?;
+        Ok(ControlFlow::Continue(()))
+    }
+
+    /// The file needs no decoded event: the session counts without
+    /// decoding, and names the addresses it counted.
+    fn wants_events(&self) -> bool {
+        false
+    }
+}
+
+/// The event formats perf needs to read the samples of tracefs-defined
+/// probes (tracepoint events), read while the session's events exist.
+fn tracing_data_of(session: &Session) -> std::io::Result<Option<Vec<u8>>> {
+    let Some(group) = session.tracefs_group() else {
+        return Ok(None);
+    };
+    let fs = tracefs::Tracefs::find().map_err(std::io::Error::other)?;
+    // One large read first: header_page and header_event answer only the
+    // first read() call (a later one at a nonzero offset gets nothing), so
+    // read_to_string's small first probe would truncate them.
+    let read = |rel: &str| -> std::io::Result<String> {
+        let path = fs.root().join(rel);
+        let named = |e: std::io::Error| {
+            std::io::Error::new(e.kind(), format!("{}: {e}", path.display()))
+        };
+        let mut f = File::open(&path).map_err(named)?;
+        let mut buf = vec![0u8; 1 << 16];
+        let mut len = 0;
+        loop {
+            if len == buf.len() {
+                buf.resize(len * 2, 0);
+            }
+            let n = std::io::Read::read(&mut f, &mut buf[len..]).map_err(named)?;
+            if n == 0 {
+                break;
+            }
+            len += n;
+        }
+        buf.truncate(len);
+        String::from_utf8(buf).map_err(|_| {
+            std::io::Error::new(
+                std::io::ErrorKind::InvalidData,
+                format!("{} is not UTF-8", path.display()),
+            )
+        })
+    };
+    let events = session
+        .plans()
+        .iter()
+        .filter(|p| p.backend == Backend::Tracefs)
+        .map(|p| Ok((group.to_string(), read(&format!("events/{group}/{}/format", p.event))?)))
+        .collect::<std::io::Result<Vec<_>>>()?;
+    let page = u32::try_from(crate::attach::os::page_size()).unwrap_or(4096);
+    Ok(Some(tracing_data(
+        page,
+        &read("events/header_page")?,
+        &read("events/header_event")?,
+        &events,
+    )))
+}
