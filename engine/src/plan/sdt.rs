@@ -1,0 +1,239 @@
+//! SDT (USDT) probes: `usdt:PATH:PROVIDER:NAME [ARGS]` becomes one uprobe
+//! per matching site of the binary's `.note.stapsdt` notes, at the site's
+//! file offset, with its semaphore as the reference counter, and each
+//! `$argN` replaced by the Nth operand the note gives (`8@%rbx` a
+//! register, `-4@112(%rsp)` memory), typed by the operand's size and
+//! sign unless the argument says otherwise.
+
+use kprobe_perf_arch::Arch;
+use kprobe_perf_spec::{
+    ArgType, BaseType, Deref, Fetch, FetchArg, FetchBase, Immediate, ProbeSpec, Target,
+    UserLocation,
+};
+use kprobe_perf_symbols::elf::UserBinary;
+use kprobe_perf_symbols::sdt::{SdtArg, SdtOperand, SdtProbe};
+
+use crate::plan::PlanError;
+
+/// The SDT probes of the binary at `path` whose provider and name match
+/// the globs `provider` and `name`, in the order of the binary's notes.
+pub fn matching_probes(path: &str, provider: &str, name: &str) -> Result<Vec<SdtProbe>, PlanError> {
+    let bin =
+        UserBinary::open(std::path::Path::new(path)).map_err(|e| PlanError::User(e.to_string()))?;
+    let all = bin
+        .sdt_probes()
+        .map_err(|e| PlanError::User(e.to_string()))?;
+    let matched: Vec<SdtProbe> = all
+        .iter()
+        .filter(|p| {
+            kprobe_perf_symbols::glob_match(provider, &p.provider)
+                && kprobe_perf_symbols::glob_match(name, &p.name)
+        })
+        .cloned()
+        .collect();
+    if matched.is_empty() {
+        let have = if all.is_empty() {
+            "it has no SDT notes (.note.stapsdt)".to_string()
+        } else {
+            let mut names: Vec<String> = all
+                .iter()
+                .map(|p| format!("{}:{}", p.provider, p.name))
+                .collect();
+            names.dedup();
+            format!("it has {}", names.join(", "))
+        };
+        return Err(PlanError::User(format!(
+            "usdt:{path}:{provider}:{name} matches no SDT probe of {path}: {have}"
+        )));
+    }
+    Ok(matched)
+}
+
+/// The uprobes `spec` stands for when it is an SDT probe (`None`
+/// otherwise): one per matching site, each at its file offset (with
+/// its semaphore as the reference counter), its `$argN` replaced by
+/// the site's operands. With no arguments given, every operand is
+/// fetched, as `arg1`..`argN`.
+pub fn sites(spec: &ProbeSpec, arch: Arch) -> Result<Option<Vec<ProbeSpec>>, PlanError> {
+    let Target::User {
+        path,
+        location: UserLocation::Sdt { provider, name },
+    } = &spec.target
+    else {
+        return Ok(None);
+    };
+    let probes = matching_probes(path, provider, name)?;
+    probes
+        .iter()
+        .map(|p| site(spec, path, p, arch))
+        .collect::<Result<Vec<_>, _>>()
+        .map(Some)
+}
+
+/// One site of `spec` at `probe`.
+fn site(
+    spec: &ProbeSpec,
+    path: &str,
+    probe: &SdtProbe,
+    arch: Arch,
+) -> Result<ProbeSpec, PlanError> {
+    let label = format!("{}:{} in {path}", probe.provider, probe.name);
+    let location = match probe.semaphore_offset {
+        Some(ref_ctr) => UserLocation::Counted {
+            offset: probe.file_offset,
+            ref_ctr,
+        },
+        None if probe.semaphore.is_some() => {
+            return Err(PlanError::User(format!(
+                "{label}: its semaphore at 0x{:x} lies in no loadable segment, so the kernel cannot count on it",
+                probe.semaphore.unwrap_or_default()
+            )))
+        }
+        None => UserLocation::Offset(probe.file_offset),
+    };
+    let args = if spec.args.is_empty() {
+        (1..=probe.args.len())
+            .map(|n| {
+                let n = u32::try_from(n).unwrap_or(u32::MAX);
+                bare_arg(n, None, probe, arch, &label)
+            })
+            .collect::<Result<Vec<_>, _>>()?
+    } else {
+        spec.args
+            .iter()
+            .map(|a| substitute(a, probe, arch, &label))
+            .collect::<Result<Vec<_>, _>>()?
+    };
+    Ok(ProbeSpec {
+        event: Some(spec.event.clone().unwrap_or_else(|| sanitize(&probe.name))),
+        target: Target::User {
+            path: path.to_string(),
+            location,
+        },
+        args,
+        ..spec.clone()
+    })
+}
+
+/// `$argN` of `probe` alone, named `argN` (or `name`).
+fn bare_arg(
+    n: u32,
+    name: Option<String>,
+    probe: &SdtProbe,
+    arch: Arch,
+    label: &str,
+) -> Result<FetchArg, PlanError> {
+    let op = operand(probe, n, label)?;
+    Ok(FetchArg {
+        name: Some(name.unwrap_or_else(|| format!("arg{n}"))),
+        fetch: operand_fetch(op, arch, label)?,
+        ty: Some(operand_type(op)),
+    })
+}
+
+/// `arg` with its `$argN` (as the base of any fetch) replaced by the
+/// operand: typed by the operand when it is `$argN` alone and untyped.
+fn substitute(
+    arg: &FetchArg,
+    probe: &SdtProbe,
+    arch: Arch,
+    label: &str,
+) -> Result<FetchArg, PlanError> {
+    let FetchBase::Arg(n) = arg.fetch.base else {
+        return Ok(arg.clone());
+    };
+    if arg.fetch.derefs.is_empty() {
+        let mut out = bare_arg(n, arg.name.clone(), probe, arch, label)?;
+        if arg.ty.is_some() {
+            out.ty = arg.ty;
+        }
+        return Ok(out);
+    }
+    let op = operand(probe, n, label)?;
+    let mut fetch = operand_fetch(op, arch, label)?;
+    fetch.derefs.extend(arg.fetch.derefs.iter().copied());
+    Ok(FetchArg {
+        // The kernel would name it by its position, as before.
+        name: arg.name.clone(),
+        fetch,
+        ty: arg.ty,
+    })
+}
+
+/// Operand `n` (from 1) of `probe`.
+fn operand<'p>(probe: &'p SdtProbe, n: u32, label: &str) -> Result<&'p SdtArg, PlanError> {
+    usize::try_from(n)
+        .ok()
+        .and_then(|n| n.checked_sub(1))
+        .and_then(|i| probe.args.get(i))
+        .ok_or_else(|| {
+            PlanError::User(match probe.args.len() {
+                0 => format!("{label} has no arguments, so $arg{n} names nothing"),
+                k => format!(
+                    "$arg{n} is beyond the {k} argument{} of {label} ({}): use $arg1..$arg{k}",
+                    if k == 1 { "" } else { "s" },
+                    probe.args_text
+                ),
+            })
+        })
+}
+
+/// Where the value of an operand is, as a fetch.
+fn operand_fetch(op: &SdtArg, arch: Arch, label: &str) -> Result<Fetch, PlanError> {
+    let register = |r: &str| {
+        arch.assembler_register(r)
+            .map(|(reg, _)| reg.name.to_string())
+            .ok_or_else(|| {
+                PlanError::User(format!(
+                    "{label}: the operand {op} names the register %{r}, which a {} probe cannot fetch",
+                    arch.name()
+                ))
+            })
+    };
+    Ok(match &op.operand {
+        SdtOperand::Register(r) => Fetch {
+            base: FetchBase::Register(register(r)?),
+            derefs: Vec::new(),
+        },
+        SdtOperand::Memory { offset, base } => Fetch {
+            base: FetchBase::Register(register(base)?),
+            derefs: vec![Deref {
+                offset: *offset,
+                user: false,
+            }],
+        },
+        SdtOperand::Immediate(v) => Fetch {
+            base: FetchBase::Immediate(Immediate::Number(*v)),
+            derefs: Vec::new(),
+        },
+        SdtOperand::Other(text) => {
+            return Err(PlanError::Unsupported {
+                what: format!("the operand {text} of {label} (an index register or a symbol)"),
+                instead: "fetch the registers it uses instead".into(),
+            })
+        }
+    })
+}
+
+/// The type an operand's size and sign give it (`-4@` is `s32`).
+fn operand_type(op: &SdtArg) -> ArgType {
+    let bits = op.size.saturating_mul(8);
+    ArgType::scalar(if op.signed {
+        BaseType::Signed(bits)
+    } else {
+        BaseType::Unsigned(bits)
+    })
+}
+
+/// An event name from a probe's name (letters, digits and `_`).
+fn sanitize(name: &str) -> String {
+    name.chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || c == '_' {
+                c
+            } else {
+                '_'
+            }
+        })
+        .collect()
+}
