@@ -81,6 +81,13 @@ pub(crate) fn expand_globs(
                     e.definitions.len()
                 );
             }
+            ExpandedAs::SdtSites if e.definitions.len() > 1 => {
+                say!(
+                    "kprobe-perf: {}: {} SDT probe sites (each listed by: kprobe-perf list usdt:PATH)",
+                    e.definition,
+                    e.definitions.len()
+                );
+            }
             _ => {}
         }
         out.extend(e.definitions);
@@ -157,6 +164,18 @@ pub(crate) fn list(
     include_fragile: bool,
     image: &ImageArgs,
 ) -> Result<ExitCode> {
+    // A binary's SDT probes need no kernel.
+    let (sdt, patterns): (Vec<&String>, Vec<&String>) = patterns
+        .iter()
+        .partition(|p| kprobe_perf_engine::plan::sdt::names_sdt(p));
+    let sdt_found = list_sdt(&sdt)?;
+    if patterns.is_empty() {
+        return Ok(if sdt_found {
+            ExitCode::SUCCESS
+        } else {
+            ExitCode::FAILURE
+        });
+    }
     let kernel = discover(image, SizesFrom::Kallsyms)?;
     let symbols = kernel.symbols();
     let selection = selection(
@@ -214,11 +233,55 @@ pub(crate) fn list(
             );
         }
     }
-    Ok(if any {
+    Ok(if any || sdt_found {
         ExitCode::SUCCESS
     } else {
         ExitCode::FAILURE
     })
+}
+
+/// Prints the SDT probes each pattern names (`usdt:PATH[:PROVIDER:NAME]`
+/// or `/PATH`), one site a line, as `-e` takes them, with the site's file
+/// offset, its semaphore's (or `none`) and its operands; true when any.
+fn list_sdt(patterns: &[&String]) -> Result<bool> {
+    let stdout = std::io::stdout();
+    let mut out = std::io::BufWriter::new(stdout.lock());
+    let mut any = false;
+    for pattern in patterns {
+        let Some(found) = kprobe_perf_engine::plan::sdt::listed(pattern) else {
+            continue;
+        };
+        let found = found?;
+        let path = pattern.strip_prefix("usdt:").unwrap_or(pattern);
+        let path = match std::path::Path::new(path).is_file() {
+            true => path,
+            false => path.rsplitn(3, ':').nth(2).unwrap_or(path),
+        };
+        for p in &found {
+            let semaphore = p
+                .semaphore_offset
+                .map_or_else(|| "none".to_string(), |s| format!("0x{s:x}"));
+            let args = if p.args_text.is_empty() {
+                "none"
+            } else {
+                p.args_text.as_str()
+            };
+            writeln!(
+                out,
+                "usdt:{path}:{}:{}  at 0x{:x}  semaphore {semaphore}  args {args}",
+                p.provider, p.name, p.file_offset
+            )
+            .context("writing the list")?;
+        }
+        out.flush().context("writing the list")?;
+        let counted = found.iter().filter(|p| p.semaphore.is_some()).count();
+        say!(
+            "kprobe-perf: {pattern}: {} SDT probe sites, {counted} with a semaphore",
+            found.len()
+        );
+        any |= !found.is_empty();
+    }
+    Ok(any)
 }
 
 /// The route `p:PATTERN` takes under `--backend auto`, in words.

@@ -251,3 +251,41 @@ fn uprobe_strings_and_arrays_from_memory() {
     let hits: Vec<&str> = stdout.lines().filter(|l| l.ends_with(&want)).collect();
     assert_eq!(hits.len(), 1, "{want}\n{stdout}");
 }
+
+/// `gc__start`'s argument is a memory operand (`-4@112(%rsp)` in Debian's
+/// build): the generation of each collection, read by the kernel from the
+/// stack. With automatic collection off, `gc.collect(1)` and
+/// `gc.collect(0)` are seen in order, then only the interpreter's final
+/// full collections (generation 2).
+#[test]
+fn python_gc_start_reads_the_generation_from_memory() {
+    let test = "python_gc_start_reads_the_generation_from_memory";
+    if !python_here(test) {
+        return;
+    }
+    let out = Command::new(kprobe_perf_bin())
+        .args([
+            "record",
+            "-e",
+            "usdt:/usr/bin/python3.11:python:gc__start gen=$arg1",
+            "--",
+            PYTHON,
+            "-S",
+            "-c",
+            "import gc; gc.disable(); gc.collect(1); gc.collect(0)",
+        ])
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{stdout}");
+    let gens: Vec<&str> = stdout
+        .lines()
+        .filter_map(|l| l.rsplit_once(" gen=").map(|(_, g)| g))
+        .collect();
+    let ours = gens
+        .iter()
+        .position(|g| *g == "1")
+        .unwrap_or_else(|| panic!("no gc.collect(1) in {gens:?}"));
+    assert_eq!(gens[ours + 1], "0", "{gens:?}");
+    assert!(gens[ours + 2..].iter().all(|g| *g == "2"), "{gens:?}");
+}

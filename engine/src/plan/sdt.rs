@@ -49,6 +49,32 @@ pub fn matching_probes(path: &str, provider: &str, name: &str) -> Result<Vec<Sdt
     Ok(matched)
 }
 
+/// True when a `list` pattern names a binary's SDT probes (see
+/// [`listed`]) rather than kernel functions.
+pub fn names_sdt(pattern: &str) -> bool {
+    pattern.starts_with("usdt:") || pattern.starts_with('/')
+}
+
+/// The SDT probes a `list` pattern names: `usdt:PATH` or a bare `/PATH`
+/// (every probe of the binary), or `usdt:PATH:PROVIDER:NAME` (globs);
+/// `None` when `pattern` is none of these (a kernel glob).
+pub fn listed(pattern: &str) -> Option<Result<Vec<SdtProbe>, PlanError>> {
+    if !names_sdt(pattern) {
+        return None;
+    }
+    let text = pattern.strip_prefix("usdt:").unwrap_or(pattern);
+    if std::path::Path::new(text).is_file() {
+        return Some(matching_probes(text, "*", "*"));
+    }
+    let mut parts = text.rsplitn(3, ':');
+    Some(match (parts.next(), parts.next(), parts.next()) {
+        (Some(name), Some(provider), Some(path)) => matching_probes(path, provider, name),
+        _ => Err(PlanError::User(format!(
+            "{pattern}: no such file; give a binary's path, or usdt:PATH:PROVIDER:NAME"
+        ))),
+    })
+}
+
 /// The uprobes `spec` stands for when it is an SDT probe (`None`
 /// otherwise): one per matching site, each at its file offset (with
 /// its semaphore as the reference counter), its `$argN` replaced by
@@ -236,4 +262,93 @@ fn sanitize(name: &str) -> String {
             }
         })
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use kprobe_perf_symbols::sdt::parse_arg;
+
+    fn probe(args: &str, semaphore: Option<u64>) -> SdtProbe {
+        SdtProbe {
+            provider: "python".into(),
+            name: "function__entry".into(),
+            address: 0x4f20a1,
+            file_offset: 0xf20a1,
+            semaphore: semaphore.map(|s| s + 0x401000),
+            semaphore_offset: semaphore,
+            args_text: args.into(),
+            args: args.split_whitespace().map(parse_arg).collect(),
+        }
+    }
+
+    fn one(text: &str, p: &SdtProbe) -> Result<String, PlanError> {
+        let spec = ProbeSpec::parse(text, Arch::X86_64).unwrap();
+        site(&spec, "/usr/bin/python3.11", p, Arch::X86_64).map(|s| s.to_string())
+    }
+
+    #[test]
+    fn operands_become_registers_and_memory_typed_by_their_size() {
+        let p = probe("8@%rbp 8@%r12 -4@%eax -4@112(%rsp)", Some(0x683260));
+        // No arguments: every operand, typed.
+        assert_eq!(
+            one("usdt:/usr/bin/python3.11:python:function__entry", &p).unwrap(),
+            "p:function__entry /usr/bin/python3.11:0xf20a1(0x683260) arg1=%bp:u64 arg2=%r12:u64 arg3=%ax:s32 arg4=+112(%sp):s32"
+        );
+        // Composed with the language: a string through $arg1, a type given.
+        assert_eq!(
+            one(
+                "usdt:/usr/bin/python3.11:python:function__entry f=+0($arg1):ustring $arg3 l=$arg3:x32",
+                &p
+            )
+            .unwrap(),
+            "p:function__entry /usr/bin/python3.11:0xf20a1(0x683260) f=+0(%bp):ustring arg3=%ax:s32 l=%ax:x32"
+        );
+        // The event name given is kept; no semaphore: no counter.
+        let p = probe("-8@%r12 2@$5", None);
+        assert_eq!(
+            one("p:ev usdt:/usr/bin/python3.11:python:gc__done", &p).unwrap(),
+            "p:ev /usr/bin/python3.11:0xf20a1 arg1=%r12:s64 arg2=\\5:u16"
+        );
+    }
+
+    #[test]
+    fn arguments_past_the_operands_are_refused() {
+        let p = probe("8@%rbp", Some(0x683260));
+        let e = one("usdt:/usr/bin/python3.11:python:function__entry $arg2", &p).unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "$arg2 is beyond the 1 argument of python:function__entry in /usr/bin/python3.11 (8@%rbp): use $arg1..$arg1"
+        );
+        let p = probe("8@8(%rax,%rbx,8)", None);
+        let e = one("usdt:/usr/bin/python3.11:python:function__entry", &p).unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "the operand 8(%rax,%rbx,8) of python:function__entry in /usr/bin/python3.11 (an index register or a symbol) is not supported yet; fetch the registers it uses instead"
+        );
+    }
+
+    /// Globs over the notes of Debian's python3.11.
+    #[test]
+    fn globs_select_the_sites_of_a_real_binary() {
+        if !std::path::Path::new("/usr/bin/python3.11").exists() {
+            return;
+        }
+        let names = |p: &str, n: &str| -> Vec<String> {
+            matching_probes("/usr/bin/python3.11", p, n)
+                .unwrap()
+                .into_iter()
+                .map(|p| p.name)
+                .collect()
+        };
+        assert_eq!(names("python", "gc__*"), ["gc__done", "gc__start"]);
+        assert_eq!(names("py*", "function__[er]*").len(), 2);
+        let e = matching_probes("/usr/bin/python3.11", "python", "nope").unwrap_err();
+        assert!(
+            e.to_string().starts_with(
+                "usdt:/usr/bin/python3.11:python:nope matches no SDT probe of /usr/bin/python3.11: it has python:audit, python:gc__done"
+            ),
+            "{e}"
+        );
+    }
 }
