@@ -365,6 +365,39 @@ mod tests {
         );
     }
 
+    /// A prelinked file: its `.stapsdt.base` moved by 0x1000 from the base
+    /// the notes recorded, so each probe (and semaphore) moved as much.
+    #[test]
+    fn prelinked_base_moves_the_probes() {
+        let path = std::path::Path::new("/usr/bin/python3.11");
+        if !path.exists() {
+            eprintln!("skipped: no {}", path.display());
+            return;
+        }
+        let mut data = std::fs::read(path).unwrap();
+        let notes_at = {
+            let file = object::File::parse(&*data).unwrap();
+            let notes = file.section_by_name(".note.stapsdt").unwrap();
+            notes.file_range().unwrap().0 as usize
+        };
+        // The first note: 12-byte header, "stapsdt\0", then pc, base.
+        let base_at = notes_at + 12 + 8 + 8;
+        let base = u64::from_le_bytes(data[base_at..base_at + 8].try_into().unwrap());
+        data[base_at..base_at + 8].copy_from_slice(&(base - 0x1000).to_le_bytes());
+        let copy = std::env::temp_dir().join(format!("kprobe-perf-prelinked-{}", std::process::id()));
+        std::fs::write(&copy, &data).unwrap();
+        let moved = UserBinary::open(&copy).unwrap().sdt_probes().unwrap();
+        let _ = std::fs::remove_file(&copy);
+        let orig = UserBinary::open(path).unwrap().sdt_probes().unwrap();
+        assert_eq!(moved[0].address, orig[0].address + 0x1000);
+        assert_eq!(
+            moved[0].semaphore.unwrap(),
+            orig[0].semaphore.unwrap() + 0x1000
+        );
+        // The other notes kept their base, and their addresses.
+        assert_eq!(moved[1], orig[1]);
+    }
+
     /// Debian's python3.11: 8 probes, each with a semaphore (values from
     /// `readelf -n`).
     #[test]
