@@ -384,7 +384,8 @@ mod tests {
         let base_at = notes_at + 12 + 8 + 8;
         let base = u64::from_le_bytes(data[base_at..base_at + 8].try_into().unwrap());
         data[base_at..base_at + 8].copy_from_slice(&(base - 0x1000).to_le_bytes());
-        let copy = std::env::temp_dir().join(format!("kprobe-perf-prelinked-{}", std::process::id()));
+        let copy =
+            std::env::temp_dir().join(format!("kprobe-perf-prelinked-{}", std::process::id()));
         std::fs::write(&copy, &data).unwrap();
         let moved = UserBinary::open(&copy).unwrap().sdt_probes().unwrap();
         let _ = std::fs::remove_file(&copy);
