@@ -28,9 +28,10 @@ fn python_here(test: &str) -> bool {
     uprobes_available(test)
 }
 
-/// A script in a fresh directory of its own.
-fn script(test: &str, text: &str) -> std::path::PathBuf {
-    let dir = std::env::temp_dir().join(format!("kprobe-perf-usdt-{test}-{}", std::process::id()));
+/// A script in a fresh directory of its own, `tag` naming it (short: the
+/// path must fit bpftrace's default string size, 64 bytes).
+fn script(tag: &str, text: &str) -> std::path::PathBuf {
+    let dir = std::env::temp_dir().join(format!("kpu-{tag}-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let path = dir.join("calls.py");
     std::fs::write(&path, text).unwrap();
@@ -50,7 +51,7 @@ fn python_function_entry_prints_file_function_and_line() {
     if !python_here(test) {
         return;
     }
-    let path = script(test, FIB);
+    let path = script("entry", FIB);
     let probe = format!("{ENTRY} file=+0($arg1):ustring func=+0($arg2):ustring line=$arg3");
     let out = Command::new(kprobe_perf_bin())
         .args(["record", "-e", &probe, "--", PYTHON])
@@ -288,4 +289,119 @@ fn python_gc_start_reads_the_generation_from_memory() {
         .unwrap_or_else(|| panic!("no gc.collect(1) in {gens:?}"));
     assert_eq!(gens[ours + 1], "0", "{gens:?}");
     assert!(gens[ours + 2..].iter().all(|g| *g == "2"), "{gens:?}");
+}
+
+/// (file, function, line) of each `function__entry` line kprobe-perf
+/// printed with `file=`, `func=` and `line=`.
+fn our_calls(stdout: &str) -> Vec<(String, String, i64)> {
+    stdout
+        .lines()
+        .filter_map(|l| {
+            let (_, rest) = l.split_once(" file=\"")?;
+            let (file, rest) = rest.split_once("\" func=\"")?;
+            let (func, line) = rest.split_once("\" line=")?;
+            Some((
+                file.to_string(),
+                func.to_string(),
+                line.trim().parse().ok()?,
+            ))
+        })
+        .collect()
+}
+
+/// The same script under kprobe-perf, bpftrace (`usdt:` with `str(arg0)`,
+/// `str(arg1)`, `arg2`) and perf (`sdt_python:function__entry`, whose
+/// `arg3` is the line): the same sequence of calls, start-up included,
+/// and the script's own five calls of fib at line 5.
+#[test]
+fn python_calls_match_bpftrace_and_perf() {
+    let test = "python_calls_match_bpftrace_and_perf";
+    if !python_here(test) {
+        return;
+    }
+    let path = script("peers", FIB);
+    let probe = format!("{ENTRY} file=+0($arg1):ustring func=+0($arg2):ustring line=$arg3");
+    let out = Command::new(kprobe_perf_bin())
+        .args(["record", "-e", &probe, "--", PYTHON])
+        .arg(&path)
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    let ours = our_calls(&String::from_utf8_lossy(&out.stdout));
+    let script_calls: Vec<_> = ours
+        .iter()
+        .filter(|c| c.0 == path.display().to_string())
+        .collect();
+    assert_eq!(script_calls.len(), 5, "{ours:?}");
+    assert!(script_calls.iter().all(|c| c.1 == "fib" && c.2 == 5));
+
+    if kprobe_perf_tests::bpftrace_runs(test) {
+        let program = "usdt:/usr/bin/python3.11:python:function__entry /pid == cpid/ { printf(\"%s|%s|%d\\n\", str(arg0), str(arg1), arg2); }";
+        let bt = Command::new(kprobe_perf_tests::BPFTRACE)
+            .env("HOME", std::env::temp_dir())
+            .args(["-e", program, "-c"])
+            .arg(format!("{PYTHON} {}", path.display()))
+            .output()
+            .unwrap();
+        let text = String::from_utf8_lossy(&bt.stdout);
+        let theirs: Vec<(String, String, i64)> = text
+            .lines()
+            .filter_map(|l| {
+                let mut f = l.splitn(3, '|');
+                Some((
+                    f.next()?.to_string(),
+                    f.next()?.to_string(),
+                    f.next()?.parse().ok()?,
+                ))
+            })
+            .collect();
+        assert_eq!(ours, theirs, "bpftrace printed:\n{text}");
+    }
+
+    let Some(perf) = ["/usr/bin/perf", "/usr/sbin/perf"]
+        .into_iter()
+        .find(|p| std::path::Path::new(p).exists())
+    else {
+        return kprobe_perf_tests::skip(test, "perf is not installed (apt-get install linux-perf)");
+    };
+    let event = "sdt_python:function__entry";
+    let _ = Command::new(perf)
+        .args(["probe", "-q", "-d", event])
+        .stderr(Stdio::null())
+        .status();
+    let added = Command::new(perf)
+        .args(["probe", "-q", "-x", PYTHON, "-a", event])
+        .status()
+        .unwrap();
+    assert!(added.success(), "perf probe -a {event} failed");
+    let data = path.with_file_name("perf.data");
+    let rec = Command::new(perf)
+        .args(["record", "-q", "-e", event, "-o"])
+        .arg(&data)
+        .args(["--", PYTHON])
+        .arg(&path)
+        .output()
+        .unwrap();
+    let _ = Command::new(perf)
+        .args(["probe", "-q", "-d", event])
+        .stderr(Stdio::null())
+        .status();
+    assert!(
+        rec.status.success(),
+        "{}",
+        String::from_utf8_lossy(&rec.stderr)
+    );
+    let script = Command::new(perf)
+        .args(["script", "-i"])
+        .arg(&data)
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&script.stdout);
+    let perf_lines: Vec<i64> = text
+        .lines()
+        .filter_map(|l| l.rsplit_once(" arg3=")?.1.trim().parse().ok())
+        .collect();
+    let our_lines: Vec<i64> = ours.iter().map(|c| c.2).collect();
+    assert_eq!(our_lines, perf_lines, "perf script printed:\n{text}");
+    let _ = std::fs::remove_dir_all(path.parent().unwrap());
 }
