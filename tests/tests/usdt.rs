@@ -405,3 +405,68 @@ fn python_calls_match_bpftrace_and_perf() {
     assert_eq!(our_lines, perf_lines, "perf script printed:\n{text}");
     let _ = std::fs::remove_dir_all(path.parent().unwrap());
 }
+
+/// A C++ program that throws `int` three times and a `runtime_error`
+/// once, each caught: libstdc++'s `libstdcxx:throw` (no semaphore) fires
+/// once per throw, its second operand the thrown type's `std::type_info`,
+/// whose name (at +8) is the mangled type; `catch` once per catch.
+#[test]
+fn libstdcxx_throw_names_each_thrown_type() {
+    let test = "libstdcxx_throw_names_each_thrown_type";
+    let lib = "/usr/lib/x86_64-linux-gnu/libstdc++.so.6";
+    if !std::path::Path::new(lib).exists() || !std::path::Path::new("/usr/bin/g++").exists() {
+        return skip_here(test, "no libstdc++ or g++ here (apt-get install g++)");
+    }
+    if !uprobes_available(test) {
+        return;
+    }
+    let src = script("cxx", "");
+    let dir = src.parent().unwrap();
+    let prog = dir.join("throw");
+    std::fs::write(
+        dir.join("throw.cc"),
+        "#include <stdexcept>\nint main() {\n  int caught = 0;\n  for (int i = 0; i < 3; i++) {\n    try { throw i; } catch (int) { caught++; }\n  }\n  try { throw std::runtime_error(\"x\"); } catch (const std::exception &) { caught++; }\n  return caught == 4 ? 0 : 1;\n}\n",
+    )
+    .unwrap();
+    let built = Command::new("/usr/bin/g++")
+        .arg("-o")
+        .arg(&prog)
+        .arg(dir.join("throw.cc"))
+        .status()
+        .unwrap();
+    assert!(built.success());
+    let out = Command::new(kprobe_perf_bin())
+        .arg("record")
+        .arg("-e")
+        .arg(format!(
+            "usdt:{lib}:libstdcxx:throw type=+0(+8($arg2)):ustring"
+        ))
+        .arg("-e")
+        .arg(format!("usdt:{lib}:libstdcxx:catch"))
+        .arg("--")
+        .arg(&prog)
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{stdout}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let events: Vec<&str> = stdout
+        .lines()
+        .filter_map(|l| l.split_once(": (0x").map(|(head, _)| head))
+        .filter_map(|head| head.rsplit_once(' ').map(|(_, ev)| ev))
+        .collect();
+    assert_eq!(
+        events,
+        ["throw", "catch", "throw", "catch", "throw", "catch", "throw", "catch"],
+        "{stdout}"
+    );
+    let types: Vec<&str> = stdout
+        .lines()
+        .filter_map(|l| l.rsplit_once(" type=").map(|(_, t)| t))
+        .collect();
+    assert_eq!(types, ["\"i\"", "\"i\"", "\"i\"", "\"St13runtime_error\""]);
+    let _ = std::fs::remove_dir_all(dir);
+}
