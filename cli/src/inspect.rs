@@ -240,6 +240,59 @@ pub(crate) fn list(
     })
 }
 
+/// Prints the SDT probes of every file process `pid` maps (as
+/// [`list_sdt`] does), those whose `PROVIDER:NAME` matches one of
+/// `patterns` (every one when none is given).
+pub(crate) fn list_sdt_of_process(pid: u32, patterns: &[String]) -> Result<ExitCode> {
+    let files = kprobe_perf_engine::plan::sdt::mapped_files(pid)?;
+    let globs: Vec<String> = if patterns.is_empty() {
+        vec!["*:*".into()]
+    } else {
+        patterns
+            .iter()
+            .map(|p| match p.split_once(':') {
+                Some(_) => p.clone(),
+                None => format!("{p}:*"),
+            })
+            .collect()
+    };
+    let mut wanted = Vec::new();
+    for file in &files {
+        let probes = kprobe_perf_engine::plan::sdt::listed(&format!("usdt:{file}"));
+        // Files without SDT notes (most) are passed over.
+        if !matches!(probes, Some(Ok(ref p)) if !p.is_empty()) {
+            continue;
+        }
+        for g in &globs {
+            wanted.push(format!("usdt:{file}:{g}"));
+        }
+    }
+    let wanted: Vec<&String> = wanted.iter().collect();
+    let any = list_sdt_lenient(&wanted)?;
+    say!(
+        "kprobe-perf: process {pid} maps {} executable files",
+        files.len()
+    );
+    Ok(if any {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    })
+}
+
+/// As [`list_sdt`], passing over a pattern that matches nothing.
+fn list_sdt_lenient(patterns: &[&String]) -> Result<bool> {
+    let mut any = false;
+    for p in patterns {
+        if let Some(Ok(found)) = kprobe_perf_engine::plan::sdt::listed(p) {
+            if !found.is_empty() {
+                any |= list_sdt(&[*p])?;
+            }
+        }
+    }
+    Ok(any)
+}
+
 /// Prints the SDT probes each pattern names (`usdt:PATH[:PROVIDER:NAME]`
 /// or `/PATH`), one site a line, as `-e` takes them, with the site's file
 /// offset, its semaphore's (or `none`) and its operands; true when any.

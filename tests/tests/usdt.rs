@@ -470,3 +470,50 @@ fn libstdcxx_throw_names_each_thrown_type() {
     assert_eq!(types, ["\"i\"", "\"i\"", "\"i\"", "\"St13runtime_error\""]);
     let _ = std::fs::remove_dir_all(dir);
 }
+
+/// `list usdt:BINARY` and `list -p PID PROVIDER:NAME`: the sites of
+/// python3.11's probes as `-e` takes them, with their file offsets,
+/// semaphores and operands (Debian 12's build: `readelf -n`).
+#[test]
+fn list_shows_the_sdt_probes_of_a_binary_and_a_process() {
+    let test = "list_shows_the_sdt_probes_of_a_binary_and_a_process";
+    if !std::path::Path::new(PYTHON).exists() {
+        return skip_here(test, "no /usr/bin/python3.11");
+    }
+    let list = |args: &[&str]| {
+        let out = Command::new(kprobe_perf_bin())
+            .arg("list")
+            .args(args)
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{out:?}");
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    let all = list(&["usdt:/usr/bin/python3.11"]);
+    assert_eq!(all.lines().count(), 8, "{all}");
+    assert!(all
+        .lines()
+        .all(|l| l.starts_with("usdt:/usr/bin/python3.11:python:")));
+    let mut py = Command::new(PYTHON)
+        .args(["-c", "import time; time.sleep(60)"])
+        .spawn()
+        .unwrap();
+    let pid = py.id().to_string();
+    wait_for(Duration::from_secs(10), || {
+        std::fs::read_to_string(format!("/proc/{pid}/maps")).is_ok_and(|m| m.contains(PYTHON))
+    });
+    let entries = list(&["-p", &pid, "python:function__*"]);
+    let _ = py.kill();
+    let _ = py.wait();
+    let lines: Vec<&str> = entries.lines().collect();
+    assert_eq!(lines.len(), 2, "{entries}");
+    if all.contains("function__entry  at 0xf20a1") {
+        assert_eq!(
+            lines,
+            [
+                "usdt:/usr/bin/python3.11:python:function__entry  at 0xf20a1  semaphore 0x683260  args 8@%rbp 8@%r12 -4@%eax",
+                "usdt:/usr/bin/python3.11:python:function__return  at 0xf20d4  semaphore 0x683262  args 8@%rbp 8@%r12 -4@%eax",
+            ]
+        );
+    }
+}

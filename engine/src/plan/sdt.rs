@@ -49,6 +49,27 @@ pub fn matching_probes(path: &str, provider: &str, name: &str) -> Result<Vec<Sdt
     Ok(matched)
 }
 
+/// The files process `pid` maps executable (`/proc/PID/maps`), each
+/// once, in address order: where its SDT probes can be.
+pub fn mapped_files(pid: u32) -> Result<Vec<String>, PlanError> {
+    let path = format!("/proc/{pid}/maps");
+    let maps = std::fs::read_to_string(&path).map_err(|e| {
+        PlanError::User(format!(
+            "cannot read {path}: {e} (is {pid} a running process this user may trace?)"
+        ))
+    })?;
+    let mut out: Vec<String> = Vec::new();
+    for line in maps.lines() {
+        let mut f = line.split_whitespace();
+        let perms = f.nth(1).unwrap_or_default();
+        let Some(file) = f.nth(3) else { continue };
+        if perms.contains('x') && file.starts_with('/') && !out.iter().any(|o| o == file) {
+            out.push(file.to_string());
+        }
+    }
+    Ok(out)
+}
+
 /// True when a `list` pattern names a binary's SDT probes (see
 /// [`listed`]) rather than kernel functions.
 pub fn names_sdt(pattern: &str) -> bool {
