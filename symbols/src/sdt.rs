@@ -58,6 +58,15 @@ pub enum SdtOperand {
     },
     /// A constant (`$5`).
     Immediate(i64),
+    /// Memory at a symbol of the binary plus an offset, addressed
+    /// relative to the instruction pointer (`kpf_global(%rip)`,
+    /// `table+8(%rip)`): a global variable.
+    Symbol {
+        /// The symbol.
+        name: String,
+        /// The offset from it.
+        offset: i64,
+    },
     /// A form this reader does not take apart (an index register, a
     /// symbol): kept as written.
     Other(String),
@@ -72,6 +81,8 @@ impl std::fmt::Display for SdtArg {
             SdtOperand::Memory { offset: 0, base } => write!(f, "(%{base})"),
             SdtOperand::Memory { offset, base } => write!(f, "{offset}(%{base})"),
             SdtOperand::Immediate(v) => write!(f, "${v}"),
+            SdtOperand::Symbol { name, offset: 0 } => write!(f, "{name}(%rip)"),
+            SdtOperand::Symbol { name, offset } => write!(f, "{name}{offset:+}(%rip)"),
             SdtOperand::Other(t) => f.write_str(t),
         }
     }
@@ -115,6 +126,22 @@ fn parse_operand(op: &str) -> SdtOperand {
             },
             None => other(),
         };
+    }
+    // x86: a global, `SYM[+-OFF](%rip)`.
+    if let Some(sym) = op.strip_suffix("(%rip)") {
+        if sym.starts_with(|c: char| c.is_ascii_alphabetic() || c == '_' || c == '.') {
+            let (name, offset) = match sym.find(['+', '-']) {
+                Some(i) => match parse_int(&sym[i..]) {
+                    Some(o) => (&sym[..i], o),
+                    None => return other(),
+                },
+                None => (sym, 0),
+            };
+            return SdtOperand::Symbol {
+                name: name.to_string(),
+                offset,
+            };
+        }
     }
     // x86: `OFF(%reg)`, `(%reg)`; an index register is left as written.
     if let Some((off, rest)) = op.split_once("(%") {
@@ -235,6 +262,22 @@ impl UserBinary {
     }
 }
 
+impl UserBinary {
+    /// The virtual address of the symbol `name` (a variable or a
+    /// function, from `.symtab` or `.dynsym`), in the file's own address
+    /// space.
+    pub fn symbol_address(&self, name: &str) -> Option<u64> {
+        use object::ObjectSymbol;
+        let file = self.parse_object().ok()?;
+        let address = file
+            .symbols()
+            .chain(file.dynamic_symbols())
+            .find(|s| s.address() != 0 && s.name() == Ok(name))?
+            .address();
+        Some(address)
+    }
+}
+
 /// The file offset of `address` through the loadable segment whose
 /// memory holds it (a semaphore in `.bss` is past the file's part of its
 /// segment, and the kernel takes the offset computed the same way).
@@ -321,6 +364,31 @@ mod tests {
         );
         assert_eq!(parse_arg("-4@$-5").operand, SdtOperand::Immediate(-5));
         assert_eq!(parse_arg("1@$0x10").operand, SdtOperand::Immediate(16));
+        let a = parse_arg("-8@kpf_global(%rip)");
+        assert_eq!(
+            a.operand,
+            SdtOperand::Symbol {
+                name: "kpf_global".into(),
+                offset: 0
+            }
+        );
+        assert_eq!(a.to_string(), "-8@kpf_global(%rip)");
+        let a = parse_arg("4@table+8(%rip)");
+        assert_eq!(
+            a.operand,
+            SdtOperand::Symbol {
+                name: "table".into(),
+                offset: 8
+            }
+        );
+        assert_eq!(a.to_string(), "4@table+8(%rip)");
+        assert_eq!(
+            parse_arg("4@16(%rip)").operand,
+            SdtOperand::Memory {
+                offset: 16,
+                base: "rip".into()
+            }
+        );
         assert_eq!(
             parse_arg("8@8(%rax,%rbx,8)").operand,
             SdtOperand::Other("8(%rax,%rbx,8)".into())

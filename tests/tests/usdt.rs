@@ -517,3 +517,106 @@ fn list_shows_the_sdt_probes_of_a_binary_and_a_process() {
         );
     }
 }
+
+/// A program with SDT probes of every operand form `<sys/sdt.h>` makes
+/// (the header comes with Debian's systemtap-sdt-dev): registers of 1 to
+/// 8 bytes, signed and unsigned (`1@%dil`, `-2@%dx`); globals
+/// (`-8@kpf_global(%rip)`, at -O2), stack slots (`-4@-12(%rsp)`,
+/// `1@-20(%rbp)` at -O0) and a pointer's target (`-4@(%rax)`); constants
+/// (`-4@$5`); and a probe behind a semaphore in a PIE.
+const FORMS_C: &str = r#"#include <sys/sdt.h>
+#include <stdint.h>
+volatile int64_t kpf_global = -1234567890123;
+volatile uint16_t kpf_global16 = 65000;
+struct pair { int32_t a; uint8_t b; };
+void counted(uint8_t b);
+__attribute__((noinline)) void work(uint8_t u8, int8_t s8, int16_t s16, uint32_t u32,
+                                    int64_t s64, const char *str, struct pair *p) {
+    volatile int32_t local = -77;
+    STAP_PROBE6(kpf, regs, u8, s8, s16, u32, s64, str);
+    STAP_PROBE4(kpf, memory, kpf_global, kpf_global16, p->a, local);
+    STAP_PROBE2(kpf, consts, 5, -3);
+    counted(p->b);
+}
+int main(void) {
+    struct pair p = { -42, 200 };
+    work(250, -5, -300, 4000000000u, -9000000000LL, "hello sdt", &p);
+    return 0;
+}
+"#;
+
+/// The probe behind a semaphore, in a unit of its own (`<sys/sdt.h>`
+/// gives every probe of a unit a semaphore, or none).
+const COUNTED_C: &str = r#"#define _SDT_HAS_SEMAPHORES 1
+#include <sys/sdt.h>
+#include <stdint.h>
+unsigned short kpf_counted_semaphore __attribute__((section(".probes")));
+__attribute__((noinline)) void counted(uint8_t b) {
+    if (kpf_counted_semaphore)
+        STAP_PROBE1(kpf, counted, b);
+}
+"#;
+
+#[test]
+fn every_operand_form_decodes_to_its_exact_value() {
+    let test = "every_operand_form_decodes_to_its_exact_value";
+    let header = "/usr/include/x86_64-linux-gnu/sys/sdt.h";
+    if !std::path::Path::new(header).exists() || !std::path::Path::new("/usr/bin/gcc").exists() {
+        return skip_here(
+            test,
+            "no <sys/sdt.h> or gcc here (apt-get install systemtap-sdt-dev gcc)",
+        );
+    }
+    if !uprobes_available(test) {
+        return;
+    }
+    let dir = script("forms", "").parent().unwrap().to_path_buf();
+    std::fs::write(dir.join("forms.c"), FORMS_C).unwrap();
+    std::fs::write(dir.join("counted.c"), COUNTED_C).unwrap();
+    for opt in ["-O0", "-O2"] {
+        let prog = dir.join(format!("forms{opt}"));
+        let built = Command::new("/usr/bin/gcc")
+            .arg(opt)
+            .arg("-o")
+            .arg(&prog)
+            .arg(dir.join("forms.c"))
+            .arg(dir.join("counted.c"))
+            .status()
+            .unwrap();
+        assert!(built.success());
+        let p = prog.display();
+        let out = Command::new(kprobe_perf_bin())
+            .arg("record")
+            .arg("-e")
+            .arg(format!(
+                "usdt:{p}:kpf:regs $arg1 $arg2 $arg3 $arg4 $arg5 s=+0($arg6):ustring"
+            ))
+            .arg("-e")
+            .arg(format!("usdt:{p}:kpf:[mc]*"))
+            .arg("--")
+            .arg(&prog)
+            .output()
+            .unwrap();
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        assert!(
+            out.status.success(),
+            "{stdout}{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let values: Vec<&str> = stdout
+            .lines()
+            .filter_map(|l| l.split_once(") ").map(|(_, v)| v))
+            .collect();
+        assert_eq!(
+            values,
+            [
+                "arg1=250 arg2=-5 arg3=-300 arg4=4000000000 arg5=-9000000000 s=\"hello sdt\"",
+                "arg1=-1234567890123 arg2=65000 arg3=-42 arg4=-77",
+                "arg1=5 arg2=-3",
+                "arg1=200",
+            ],
+            "{opt}:\n{stdout}"
+        );
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}

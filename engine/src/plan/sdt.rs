@@ -20,6 +20,16 @@ use crate::plan::PlanError;
 pub fn matching_probes(path: &str, provider: &str, name: &str) -> Result<Vec<SdtProbe>, PlanError> {
     let bin =
         UserBinary::open(std::path::Path::new(path)).map_err(|e| PlanError::User(e.to_string()))?;
+    matching_in(&bin, path, provider, name)
+}
+
+/// [`matching_probes`] of a binary already read.
+fn matching_in(
+    bin: &UserBinary,
+    path: &str,
+    provider: &str,
+    name: &str,
+) -> Result<Vec<SdtProbe>, PlanError> {
     let all = bin
         .sdt_probes()
         .map_err(|e| PlanError::User(e.to_string()))?;
@@ -109,13 +119,20 @@ pub fn sites(spec: &ProbeSpec, arch: Arch) -> Result<Option<Vec<ProbeSpec>>, Pla
     else {
         return Ok(None);
     };
-    let probes = matching_probes(path, provider, name)?;
+    let bin =
+        UserBinary::open(std::path::Path::new(path)).map_err(|e| PlanError::User(e.to_string()))?;
+    let probes = matching_in(&bin, path, provider, name)?;
+    let symbols = |name: &str| bin.symbol_address(name);
     probes
         .iter()
-        .map(|p| site(spec, path, p, arch))
+        .map(|p| site(spec, path, p, arch, &symbols))
         .collect::<Result<Vec<_>, _>>()
         .map(Some)
 }
+
+/// Where a symbol of the binary is, as its virtual address (for operands
+/// that name a global, `kpf_global(%rip)`).
+type SymbolOffsets<'a> = dyn Fn(&str) -> Option<u64> + 'a;
 
 /// One site of `spec` at `probe`.
 fn site(
@@ -123,6 +140,7 @@ fn site(
     path: &str,
     probe: &SdtProbe,
     arch: Arch,
+    symbols: &SymbolOffsets<'_>,
 ) -> Result<ProbeSpec, PlanError> {
     let label = format!("{}:{} in {path}", probe.provider, probe.name);
     let location = match probe.semaphore_offset {
@@ -142,13 +160,13 @@ fn site(
         (1..=probe.args.len())
             .map(|n| {
                 let n = u32::try_from(n).unwrap_or(u32::MAX);
-                bare_arg(n, None, probe, arch, &label)
+                bare_arg(n, None, probe, arch, &label, symbols)
             })
             .collect::<Result<Vec<_>, _>>()?
     } else {
         spec.args
             .iter()
-            .map(|a| substitute(a, probe, arch, &label))
+            .map(|a| substitute(a, probe, arch, &label, symbols))
             .collect::<Result<Vec<_>, _>>()?
     };
     Ok(ProbeSpec {
@@ -169,11 +187,12 @@ fn bare_arg(
     probe: &SdtProbe,
     arch: Arch,
     label: &str,
+    symbols: &SymbolOffsets<'_>,
 ) -> Result<FetchArg, PlanError> {
     let op = operand(probe, n, label)?;
     Ok(FetchArg {
         name: Some(name.unwrap_or_else(|| format!("arg{n}"))),
-        fetch: operand_fetch(op, arch, label)?,
+        fetch: operand_fetch(op, probe, arch, label, symbols)?,
         ty: Some(operand_type(op)),
     })
 }
@@ -185,19 +204,20 @@ fn substitute(
     probe: &SdtProbe,
     arch: Arch,
     label: &str,
+    symbols: &SymbolOffsets<'_>,
 ) -> Result<FetchArg, PlanError> {
     let FetchBase::Arg(n) = arg.fetch.base else {
         return Ok(arg.clone());
     };
     if arg.fetch.derefs.is_empty() {
-        let mut out = bare_arg(n, arg.name.clone(), probe, arch, label)?;
+        let mut out = bare_arg(n, arg.name.clone(), probe, arch, label, symbols)?;
         if arg.ty.is_some() {
             out.ty = arg.ty;
         }
         return Ok(out);
     }
     let op = operand(probe, n, label)?;
-    let mut fetch = operand_fetch(op, arch, label)?;
+    let mut fetch = operand_fetch(op, probe, arch, label, symbols)?;
     fetch.derefs.extend(arg.fetch.derefs.iter().copied());
     Ok(FetchArg {
         // The kernel would name it by its position, as before.
@@ -226,7 +246,13 @@ fn operand<'p>(probe: &'p SdtProbe, n: u32, label: &str) -> Result<&'p SdtArg, P
 }
 
 /// Where the value of an operand is, as a fetch.
-fn operand_fetch(op: &SdtArg, arch: Arch, label: &str) -> Result<Fetch, PlanError> {
+fn operand_fetch(
+    op: &SdtArg,
+    probe: &SdtProbe,
+    arch: Arch,
+    label: &str,
+    symbols: &SymbolOffsets<'_>,
+) -> Result<Fetch, PlanError> {
     let register = |r: &str| {
         arch.assembler_register(r)
             .map(|(reg, _)| reg.name.to_string())
@@ -242,6 +268,33 @@ fn operand_fetch(op: &SdtArg, arch: Arch, label: &str) -> Result<Fetch, PlanErro
             base: FetchBase::Register(register(r)?),
             derefs: Vec::new(),
         },
+        SdtOperand::Memory { base, .. } if base == "rip" => {
+            return Err(PlanError::Unsupported {
+                what: format!(
+                    "the operand {op} of {label} (relative to the next instruction, whose address the note does not give)"
+                ),
+                instead: "fetch the registers of another operand instead".into(),
+            })
+        }
+        SdtOperand::Symbol { name, offset } => {
+            let address = symbols(name).ok_or_else(|| {
+                PlanError::User(format!(
+                    "{label}: the operand {op} names {name}, which is not in the binary's symbol tables (stripped?)"
+                ))
+            })?;
+            // The kernel reads `@+X` at the probe's mapped address minus
+            // its file offset, plus X (translate_user_vaddr): X is the
+            // variable's distance from the probe, plus the probe's file
+            // offset, whichever segment the variable is in.
+            let x = address
+                .wrapping_add_signed(*offset)
+                .wrapping_sub(probe.address)
+                .wrapping_add(probe.file_offset);
+            Fetch {
+                base: FetchBase::FileOffset(x),
+                derefs: Vec::new(),
+            }
+        }
         SdtOperand::Memory { offset, base } => Fetch {
             base: FetchBase::Register(register(base)?),
             derefs: vec![Deref {
@@ -305,7 +358,8 @@ mod tests {
 
     fn one(text: &str, p: &SdtProbe) -> Result<String, PlanError> {
         let spec = ProbeSpec::parse(text, Arch::X86_64).unwrap();
-        site(&spec, "/usr/bin/python3.11", p, Arch::X86_64).map(|s| s.to_string())
+        let symbols = |name: &str| (name == "kpf_global").then_some(0x4f3010);
+        site(&spec, "/usr/bin/python3.11", p, Arch::X86_64, &symbols).map(|s| s.to_string())
     }
 
     #[test]
@@ -326,11 +380,20 @@ mod tests {
             "p:function__entry /usr/bin/python3.11:0xf20a1(0x683260) f=+0(%bp):ustring arg3=%ax:s32 l=%ax:x32"
         );
         // The event name given is kept; no semaphore: no counter.
-        let p = probe("-8@%r12 2@$5", None);
+        let p = probe(
+            "-8@%r12 2@$5 -8@kpf_global(%rip) 4@kpf_global+8(%rip)",
+            None,
+        );
         assert_eq!(
             one("p:ev usdt:/usr/bin/python3.11:python:gc__done", &p).unwrap(),
-            "p:ev /usr/bin/python3.11:0xf20a1 arg1=%r12:s64 arg2=\\5:u16"
+            "p:ev /usr/bin/python3.11:0xf20a1 arg1=%r12:s64 arg2=\\5:u16 arg3=@+0xf3010:s64 arg4=@+0xf3018:u32"
         );
+        // A global the symbol tables do not have, and a bare %rip offset.
+        let p = probe("-8@nowhere(%rip)", None);
+        let e = one("usdt:/usr/bin/python3.11:python:gc__done", &p).unwrap_err();
+        assert_eq!(e.to_string(), "python:function__entry in /usr/bin/python3.11: the operand -8@nowhere(%rip) names nowhere, which is not in the binary's symbol tables (stripped?)");
+        let p = probe("4@16(%rip)", None);
+        assert!(one("usdt:/usr/bin/python3.11:python:gc__done", &p).is_err());
     }
 
     #[test]
