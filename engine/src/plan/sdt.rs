@@ -166,7 +166,10 @@ fn site(
     } else {
         spec.args
             .iter()
-            .map(|a| substitute(a, probe, arch, &label, symbols))
+            .enumerate()
+            .map(|(i, a)| {
+                substitute(a, probe, arch, &label, symbols).map_err(|e| marked(spec, i, e))
+            })
             .collect::<Result<Vec<_>, _>>()?
     };
     Ok(ProbeSpec {
@@ -178,6 +181,29 @@ fn site(
         args,
         ..spec.clone()
     })
+}
+
+/// `e`, about argument `i` of `spec`, with the definition below it and a
+/// caret under that argument.
+fn marked(spec: &ProbeSpec, i: usize, e: PlanError) -> PlanError {
+    let text = spec.to_string();
+    let arg = spec.args[i].to_string();
+    // Arguments follow the target in order, each after a space.
+    let mut at = text.len()
+        - spec
+            .args
+            .iter()
+            .map(|a| a.to_string().len() + 1)
+            .sum::<usize>();
+    for a in &spec.args[..i] {
+        at += a.to_string().len() + 1;
+    }
+    let at = at + 1;
+    PlanError::User(format!(
+        "{e}\n  {text}\n  {}{}",
+        " ".repeat(at),
+        "^".repeat(arg.len().max(1))
+    ))
 }
 
 /// `$argN` of `probe` alone, named `argN` (or `name`).
@@ -399,10 +425,15 @@ mod tests {
     #[test]
     fn arguments_past_the_operands_are_refused() {
         let p = probe("8@%rbp", Some(0x683260));
-        let e = one("usdt:/usr/bin/python3.11:python:function__entry $arg2", &p).unwrap_err();
+        let e = one(
+            "usdt:/usr/bin/python3.11:python:function__entry $arg1 s=+0($arg2):string",
+            &p,
+        )
+        .unwrap_err();
         assert_eq!(
             e.to_string(),
-            "$arg2 is beyond the 1 argument of python:function__entry in /usr/bin/python3.11 (8@%rbp): use $arg1..$arg1"
+            format!("$arg2 is beyond the 1 argument of python:function__entry in /usr/bin/python3.11 (8@%rbp): use $arg1..$arg1\n  usdt:/usr/bin/python3.11:python:function__entry $arg1 s=+0($arg2):string\n  {}^^^^^^^^^^^^^^^^^^",
+            " ".repeat(54))
         );
         let p = probe("8@8(%rax,%rbx,8)", None);
         let e = one("usdt:/usr/bin/python3.11:python:function__entry", &p).unwrap_err();
