@@ -58,10 +58,17 @@ pub(crate) fn expand_globs(
     specs: &[String],
     all_instances: bool,
     choice: BackendChoice,
+    processes: &[i32],
 ) -> Result<Vec<String>> {
     let opts = GlobOptions::default()
         .all_instances(all_instances)
-        .backend(choice);
+        .backend(choice)
+        .processes(
+            processes
+                .iter()
+                .filter_map(|&p| u32::try_from(p).ok())
+                .collect(),
+        );
     let expanded = kernel.expand_globs(specs, &opts).map_err(explain);
     report_skipped(kernel);
     let mut out = Vec::new();

@@ -421,7 +421,14 @@ fn record(args: &RecordArgs, filters: &[Option<String>]) -> Result<ExitCode> {
         BackendArg::Pmu => BackendChoice::Pmu,
         BackendArg::Tracefs => BackendChoice::Tracefs,
     };
-    let plans = filters::plan(&kernel, specs, filters, args.all_instances, choice)?;
+    let plans = filters::plan(
+        &kernel,
+        specs,
+        filters,
+        args.all_instances,
+        choice,
+        &args.pid,
+    )?;
     inspect::check_plans(&kernel, &plans)?;
     let agg = aggregate::Aggregation::new(&args.aggregate, &plans, args.json)?;
     // The symbolizer's table; the kernel's text and images are let go.

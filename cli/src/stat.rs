@@ -201,7 +201,14 @@ fn plan(args: &StatArgs, filters: &[Option<String>]) -> Result<Vec<ProbePlan>> {
         BackendArg::Pmu => BackendChoice::Pmu,
         BackendArg::Tracefs => BackendChoice::Tracefs,
     };
-    let plans = crate::filters::plan(&kernel, &args.events, filters, args.all_instances, choice)?;
+    let plans = crate::filters::plan(
+        &kernel,
+        &args.events,
+        filters,
+        args.all_instances,
+        choice,
+        &args.pid,
+    )?;
     inspect::check_plans(&kernel, &plans)?;
     Ok(plans)
 }

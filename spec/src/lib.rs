@@ -236,7 +236,8 @@ pub enum UserLocation {
     },
     /// `usdt:PATH:PROVIDER:NAME`: the statically defined tracepoints
     /// (SDT, `<sys/sdt.h>`) of the binary's `.note.stapsdt` notes that
-    /// match; `PROVIDER` and `NAME` may be globs. Each site becomes a
+    /// match; `PROVIDER` and `NAME` may be globs, and `PATH` `*` (every
+    /// file the recorded processes map). Each site becomes a
     /// uprobe at its file offset, with its semaphore as the reference
     /// counter, and `$argN` is its Nth operand.
     Sdt {

@@ -204,11 +204,11 @@ pub(crate) const SDT_PREFIX: &str = "usdt:";
 /// tracepoints, provider and name each a name or a glob.
 fn parse_sdt_target(cur: &Cursor, at: usize, text: &str) -> Result<Target, SpecError> {
     let shape = "an SDT probe is usdt:PATH:PROVIDER:NAME, as in usdt:/usr/bin/python3.11:python:function__entry";
-    if !text.starts_with('/') {
+    if !text.starts_with('/') && !text.starts_with("*:") {
         return Err(cur.err(
             at,
             text.split(':').next().unwrap_or(text).len().max(1),
-            format!("the binary's path must be absolute; {shape}"),
+            format!("the binary's path must be absolute (or *, every file of the processes recorded); {shape}"),
         ));
     }
     let mut parts = text.rsplitn(3, ':');

@@ -346,10 +346,12 @@ fn sdt_probes() {
         }
     );
     assert_eq!(g.to_string(), "p:myev usdt:/opt/a:b/prog:py*:function__*");
+    let any = parse("usdt:*:python:gc__start").unwrap();
+    assert_eq!(any.to_string(), "usdt:*:python:gc__start");
     let e = parse("usdt:python:function__entry").unwrap_err();
     assert_eq!(
         e.to_string(),
-        "the binary's path must be absolute; an SDT probe is usdt:PATH:PROVIDER:NAME, as in usdt:/usr/bin/python3.11:python:function__entry\n  usdt:python:function__entry\n       ^^^^^^"
+        "the binary's path must be absolute (or *, every file of the processes recorded); an SDT probe is usdt:PATH:PROVIDER:NAME, as in usdt:/usr/bin/python3.11:python:function__entry\n  usdt:python:function__entry\n       ^^^^^^"
     );
     let e = parse("usdt:/usr/bin/python3.11:py-thon:x").unwrap_err();
     assert_eq!((e.span.start, e.span.len), (25, 7));

@@ -620,3 +620,46 @@ fn every_operand_form_decodes_to_its_exact_value() {
     }
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// `record -p PID -e 'usdt:*:PROVIDER:NAME'`: the probes of every file
+/// the process maps (here python3.11's own), without naming the binary.
+/// A running interpreter calls `tick` (line 2) every 100 ms with a trace
+/// function set; one second of recording sees only those calls.
+#[test]
+fn processes_probe_the_sdt_probes_of_their_mapped_files() {
+    let test = "processes_probe_the_sdt_probes_of_their_mapped_files";
+    if !python_here(test) {
+        return;
+    }
+    let mut py = Command::new(PYTHON)
+        .args([
+            "-c",
+            "import sys, time\ndef tick(n):\n    return n\nsys.settrace(lambda *a: None)\nfor i in range(300):\n    tick(i); time.sleep(0.1)\n",
+        ])
+        .spawn()
+        .unwrap();
+    let pid = py.id().to_string();
+    wait_for(Duration::from_secs(10), || {
+        std::fs::read_to_string(format!("/proc/{pid}/maps")).is_ok_and(|m| m.contains(PYTHON))
+    });
+    let out = Command::new(kprobe_perf_bin())
+        .args(["record", "-p", &pid, "-d", "2", "-e"])
+        .arg("usdt:*:python:function__entry f=+0($arg2):ustring line=$arg3")
+        .output()
+        .unwrap();
+    let _ = py.kill();
+    let _ = py.wait();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{stdout}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let calls: Vec<&str> = stdout
+        .lines()
+        .filter_map(|l| l.split_once(") ").map(|(_, v)| v))
+        .collect();
+    // About 10 a second; at least a few whatever the load.
+    assert!(calls.len() >= 3, "{stdout}");
+    assert!(calls.iter().all(|c| *c == "f=\"tick\" line=2"), "{stdout}");
+}

@@ -31,6 +31,9 @@ pub struct GlobOptions {
     /// The backend asked for: under [`BackendChoice::Auto`], on a kernel
     /// with fprobe events, a glob becomes fprobe events.
     pub backend: BackendChoice,
+    /// The processes recorded, whose mapped files `usdt:*:PROVIDER:NAME`
+    /// stands for.
+    pub processes: Vec<u32>,
 }
 
 impl GlobOptions {
@@ -49,6 +52,12 @@ impl GlobOptions {
     /// The backend asked for.
     pub fn backend(mut self, choice: BackendChoice) -> Self {
         self.backend = choice;
+        self
+    }
+
+    /// The processes recorded (for `usdt:*:PROVIDER:NAME`).
+    pub fn processes(mut self, pids: Vec<u32>) -> Self {
+        self.processes = pids;
         self
     }
 }
@@ -372,8 +381,7 @@ impl Kernel {
                 match sdt_spec(s, arch) {
                     Some(spec) => out.push(Expanded {
                         definition: s.to_string(),
-                        definitions: crate::plan::sdt::sites(&spec, arch)?
-                            .unwrap_or_default()
+                        definitions: crate::plan::sdt::sites_in(&spec, arch, &opts.processes)?
                             .iter()
                             .map(ToString::to_string)
                             .collect(),

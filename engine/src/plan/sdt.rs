@@ -119,6 +119,11 @@ pub fn sites(spec: &ProbeSpec, arch: Arch) -> Result<Option<Vec<ProbeSpec>>, Pla
     else {
         return Ok(None);
     };
+    if path == ANY_MAPPED_FILE {
+        return Err(PlanError::User(format!(
+            "{spec} stands for the files of the processes recorded, and none are named; name the processes, or the binary's path"
+        )));
+    }
     let bin =
         UserBinary::open(std::path::Path::new(path)).map_err(|e| PlanError::User(e.to_string()))?;
     let probes = matching_in(&bin, path, provider, name)?;
@@ -128,6 +133,63 @@ pub fn sites(spec: &ProbeSpec, arch: Arch) -> Result<Option<Vec<ProbeSpec>>, Pla
         .map(|p| site(spec, path, p, arch, &symbols))
         .collect::<Result<Vec<_>, _>>()
         .map(Some)
+}
+
+/// The path of `usdt:*:PROVIDER:NAME`: every file the processes recorded
+/// map.
+const ANY_MAPPED_FILE: &str = "*";
+
+/// The uprobes of an SDT probe (see [`sites`]); for
+/// `usdt:*:PROVIDER:NAME`, over every file `processes` map (the program
+/// and its libraries), those with matching probes.
+pub fn sites_in(
+    spec: &ProbeSpec,
+    arch: Arch,
+    processes: &[u32],
+) -> Result<Vec<ProbeSpec>, PlanError> {
+    let Target::User {
+        path,
+        location: UserLocation::Sdt { provider, name },
+    } = &spec.target
+    else {
+        return Ok(vec![spec.clone()]);
+    };
+    if path != ANY_MAPPED_FILE || processes.is_empty() {
+        return Ok(sites(spec, arch)?.unwrap_or_default());
+    }
+    let mut files: Vec<String> = Vec::new();
+    for &pid in processes {
+        for f in mapped_files(pid)? {
+            if !files.contains(&f) {
+                files.push(f);
+            }
+        }
+    }
+    let mut out = Vec::new();
+    for file in &files {
+        let one = ProbeSpec {
+            target: Target::User {
+                path: file.clone(),
+                location: UserLocation::Sdt {
+                    provider: provider.clone(),
+                    name: name.clone(),
+                },
+            },
+            ..spec.clone()
+        };
+        // Files without such probes (most libraries) are passed over.
+        if let Ok(Some(sites)) = sites(&one, arch) {
+            out.extend(sites);
+        }
+    }
+    if out.is_empty() {
+        return Err(PlanError::User(format!(
+            "{spec} matches no SDT probe in the {} files the processes map ({})",
+            files.len(),
+            files.join(", ")
+        )));
+    }
+    Ok(out)
 }
 
 /// Where a symbol of the binary is, as its virtual address (for operands
