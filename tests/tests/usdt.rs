@@ -364,16 +364,30 @@ fn python_calls_match_bpftrace_and_perf() {
     else {
         return kprobe_perf_tests::skip(test, "perf is not installed (apt-get install linux-perf)");
     };
-    let event = "sdt_python:function__entry";
-    let _ = Command::new(perf)
-        .args(["probe", "-q", "-d", event])
-        .stderr(Stdio::null())
-        .status();
+    // Forced (-f): another test's kprobe-perf may have an event of the
+    // same name defined (in its own group) at this moment; perf then
+    // names its own function__entry_1, which it says.
     let added = Command::new(perf)
-        .args(["probe", "-q", "-x", PYTHON, "-a", event])
-        .status()
+        .args([
+            "probe",
+            "-f",
+            "-x",
+            PYTHON,
+            "-a",
+            "sdt_python:function__entry",
+        ])
+        .output()
         .unwrap();
-    assert!(added.success(), "perf probe -a {event} failed");
+    let said = String::from_utf8_lossy(&added.stderr).into_owned();
+    assert!(added.status.success(), "perf probe -a failed: {said}");
+    let event = said
+        .lines()
+        .skip_while(|l| !l.starts_with("Added new event"))
+        .nth(1)
+        .and_then(|l| l.split_whitespace().next())
+        .unwrap_or_else(|| panic!("no event named in: {said}"))
+        .to_string();
+    let event = event.as_str();
     let data = path.with_file_name("perf.data");
     let rec = Command::new(perf)
         .args(["record", "-q", "-e", event, "-o"])

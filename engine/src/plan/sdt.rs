@@ -127,12 +127,22 @@ pub fn sites(spec: &ProbeSpec, arch: Arch) -> Result<Option<Vec<ProbeSpec>>, Pla
     let bin =
         UserBinary::open(std::path::Path::new(path)).map_err(|e| PlanError::User(e.to_string()))?;
     let probes = matching_in(&bin, path, provider, name)?;
+    sites_of(spec, path, &bin, &probes, arch).map(Some)
+}
+
+/// The uprobes of `spec` at `probes`, sites of the binary `bin` at `path`.
+fn sites_of(
+    spec: &ProbeSpec,
+    path: &str,
+    bin: &UserBinary,
+    probes: &[SdtProbe],
+    arch: Arch,
+) -> Result<Vec<ProbeSpec>, PlanError> {
     let symbols = |name: &str| bin.symbol_address(name);
     probes
         .iter()
         .map(|p| site(spec, path, p, arch, &symbols))
-        .collect::<Result<Vec<_>, _>>()
-        .map(Some)
+        .collect()
 }
 
 /// The path of `usdt:*:PROVIDER:NAME`: every file the processes recorded
@@ -167,6 +177,15 @@ pub fn sites_in(
     }
     let mut out = Vec::new();
     for file in &files {
+        // Files without such probes (most libraries), or unreadable to
+        // this process, are passed over.
+        let Ok(bin) = UserBinary::open(std::path::Path::new(file)) else {
+            continue;
+        };
+        let probes = match matching_in(&bin, file, provider, name) {
+            Ok(p) => p,
+            Err(_) => continue,
+        };
         let one = ProbeSpec {
             target: Target::User {
                 path: file.clone(),
@@ -177,10 +196,8 @@ pub fn sites_in(
             },
             ..spec.clone()
         };
-        // Files without such probes (most libraries) are passed over.
-        if let Ok(Some(sites)) = sites(&one, arch) {
-            out.extend(sites);
-        }
+        // A site whose arguments cannot be fetched is refused.
+        out.extend(sites_of(&one, file, &bin, &probes, arch)?);
     }
     if out.is_empty() {
         return Err(PlanError::User(format!(
