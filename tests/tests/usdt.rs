@@ -648,14 +648,16 @@ fn processes_probe_the_sdt_probes_of_their_mapped_files() {
     let mut py = Command::new(PYTHON)
         .args([
             "-c",
-            "import sys, time\ndef tick(n):\n    return n\nsys.settrace(lambda *a: None)\nfor i in range(300):\n    tick(i); time.sleep(0.1)\n",
+            "import sys, time\ndef tick(n):\n    return n\nsys.settrace(lambda *a: None)\nprint('ready', flush=True)\nfor i in range(300):\n    tick(i); time.sleep(0.1)\n",
         ])
+        .stdout(Stdio::piped())
         .spawn()
         .unwrap();
     let pid = py.id().to_string();
-    wait_for(Duration::from_secs(10), || {
-        std::fs::read_to_string(format!("/proc/{pid}/maps")).is_ok_and(|m| m.contains(PYTHON))
-    });
+    // Past its start-up (whose own calls would show too), into the loop.
+    let mut ready = [0u8; 6];
+    py.stdout.as_mut().unwrap().read_exact(&mut ready).unwrap();
+    assert_eq!(&ready, b"ready\n");
     let out = Command::new(kprobe_perf_bin())
         .args(["record", "-p", &pid, "-d", "2", "-e"])
         .arg("usdt:*:python:function__entry f=+0($arg2):ustring line=$arg3")
