@@ -189,6 +189,27 @@ impl Arch {
         }
     }
 
+    /// The register an assembler operand names (`rax`, `eax`, `ax`, `al`,
+    /// `r12d`, `r12w`, `r12b` on x86_64; `x3`, `w3`, `sp` on arm64; with
+    /// or without `%`), as kprobe_events names it, and the width in
+    /// bytes the operand reads: what the operands of SDT notes
+    /// (`8@%rbx`, `-4@%eax`) are written in.
+    pub fn assembler_register(self, name: &str) -> Option<(Register, u8)> {
+        let name = name.strip_prefix('%').unwrap_or(name);
+        match self {
+            Arch::X86_64 => x86_64_assembler_register(name),
+            Arch::Aarch64 => {
+                let (width, rest) = match name.as_bytes().first() {
+                    Some(b'w') => (4, &name[1..]),
+                    Some(b'x') => (8, &name[1..]),
+                    _ => return self.register(name).map(|r| (r, 8)),
+                };
+                let n: u32 = rest.parse().ok().filter(|n| *n <= 30)?;
+                self.register(&format!("x{n}")).map(|r| (r, width))
+            }
+        }
+    }
+
     /// The register name closest to `name` (for "did you mean" hints);
     /// among equally close names, one with the same first letter wins.
     pub fn closest_register(self, name: &str) -> Option<&'static str> {
@@ -201,6 +222,50 @@ impl Arch {
             .filter(|(d, _, _)| *d <= 2)
             .min_by_key(|(d, other_initial, _)| (*d, *other_initial))
             .map(|(_, _, n)| n)
+    }
+}
+
+/// An x86_64 assembler register name (without `%`) as kprobe_events
+/// names it, with the operand's width in bytes.
+fn x86_64_assembler_register(name: &str) -> Option<(Register, u8)> {
+    // r8..r15 and their d/w/b forms.
+    if let Some(rest) = name.strip_prefix('r') {
+        let digits = rest.trim_end_matches(['d', 'w', 'b']);
+        if let Ok(n) = digits.parse::<u32>() {
+            let width = match &rest[digits.len()..] {
+                "" => 8,
+                "d" => 4,
+                "w" => 2,
+                "b" => 1,
+                _ => return None,
+            };
+            return (8..=15)
+                .contains(&n)
+                .then(|| Arch::X86_64.register(&format!("r{n}")))
+                .flatten()
+                .map(|r| (r, width));
+        }
+    }
+    // The eight legacy registers: rax eax ax al (and ah), rsi esi si sil ...
+    const LEGACY: [(&str, [&str; 4]); 8] = [
+        ("ax", ["rax", "eax", "ax", "al"]),
+        ("bx", ["rbx", "ebx", "bx", "bl"]),
+        ("cx", ["rcx", "ecx", "cx", "cl"]),
+        ("dx", ["rdx", "edx", "dx", "dl"]),
+        ("si", ["rsi", "esi", "si", "sil"]),
+        ("di", ["rdi", "edi", "di", "dil"]),
+        ("bp", ["rbp", "ebp", "bp", "bpl"]),
+        ("sp", ["rsp", "esp", "sp", "spl"]),
+    ];
+    const WIDTHS: [u8; 4] = [8, 4, 2, 1];
+    for (reg, forms) in LEGACY {
+        if let Some(i) = forms.iter().position(|f| *f == name) {
+            return Arch::X86_64.register(reg).map(|r| (r, WIDTHS[i]));
+        }
+    }
+    match name {
+        "rip" => Arch::X86_64.register("ip").map(|r| (r, 8)),
+        _ => None,
     }
 }
 
@@ -223,6 +288,30 @@ pub fn edit_distance(a: &str, b: &str) -> usize {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn assembler_registers_as_sdt_notes_write_them() {
+        let x = Arch::X86_64;
+        let reg = |n| x.assembler_register(n).map(|(r, w)| (r.name, w));
+        assert_eq!(reg("%rbx"), Some(("bx", 8)));
+        assert_eq!(reg("%eax"), Some(("ax", 4)));
+        assert_eq!(reg("%ebp"), Some(("bp", 4)));
+        assert_eq!(reg("%r12"), Some(("r12", 8)));
+        assert_eq!(reg("%r12d"), Some(("r12", 4)));
+        assert_eq!(reg("r15w"), Some(("r15", 2)));
+        assert_eq!(reg("%dil"), Some(("di", 1)));
+        assert_eq!(reg("%rsp"), Some(("sp", 8)));
+        assert_eq!(reg("%rip"), Some(("ip", 8)));
+        assert_eq!(reg("%r7"), None);
+        assert_eq!(reg("%r16"), None);
+        assert_eq!(reg("%xmm0"), None);
+        let a = Arch::Aarch64;
+        let reg = |n| a.assembler_register(n).map(|(r, w)| (r.name, w));
+        assert_eq!(reg("x3"), Some(("x3", 8)));
+        assert_eq!(reg("w19"), Some(("x19", 4)));
+        assert_eq!(reg("sp"), Some(("sp", 8)));
+        assert_eq!(reg("w31"), None);
+    }
 
     #[test]
     fn x86_64_indices_match_perf_regs_h() {

@@ -9,7 +9,8 @@ use crate::inspect;
 
 /// Plans the definitions `specs`, each with its filter (`filters`, as
 /// [`pair`] gives them), globs expanded: a glob's functions each take its
-/// filter.
+/// filter. `inlines`: a source point's inlined copies too. `processes`
+/// are the `-p` pids (the files of `usdt:*:...`).
 pub(crate) fn plan(
     kernel: &Kernel,
     specs: &[String],
@@ -17,10 +18,11 @@ pub(crate) fn plan(
     all_instances: bool,
     choice: BackendChoice,
     inlines: bool,
+    processes: &[i32],
 ) -> Result<Vec<ProbePlan>> {
     let (specs, filters) = &expand_sources(kernel, specs, filters, choice, inlines)?;
     if filters.iter().all(Option::is_none) {
-        let specs = inspect::expand_globs(kernel, specs, all_instances, choice)?;
+        let specs = inspect::expand_globs(kernel, specs, all_instances, choice, processes)?;
         return Ok(kernel.plan(&specs, choice)?);
     }
     // Each definition on its own, so that its filter follows what a glob
@@ -28,7 +30,7 @@ pub(crate) fn plan(
     let mut filtered: Vec<(String, Option<String>)> = Vec::new();
     for (spec, filter) in specs.iter().zip(filters) {
         let one = std::slice::from_ref(spec);
-        for s in inspect::expand_globs(kernel, one, all_instances, choice)? {
+        for s in inspect::expand_globs(kernel, one, all_instances, choice, processes)? {
             filtered.push((s, filter.clone()));
         }
     }

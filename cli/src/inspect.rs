@@ -58,10 +58,17 @@ pub(crate) fn expand_globs(
     specs: &[String],
     all_instances: bool,
     choice: BackendChoice,
+    processes: &[i32],
 ) -> Result<Vec<String>> {
     let opts = GlobOptions::default()
         .all_instances(all_instances)
-        .backend(choice);
+        .backend(choice)
+        .processes(
+            processes
+                .iter()
+                .filter_map(|&p| u32::try_from(p).ok())
+                .collect(),
+        );
     let expanded = kernel.expand_globs(specs, &opts).map_err(explain);
     report_skipped(kernel);
     let mut out = Vec::new();
@@ -77,6 +84,13 @@ pub(crate) fn expand_globs(
                 };
                 say!(
                     "kprobe-perf: {}: {} probes (what was left out and why: kprobe-perf list --why PATTERN){why}",
+                    e.definition,
+                    e.definitions.len()
+                );
+            }
+            ExpandedAs::SdtSites if e.definitions.len() > 1 => {
+                say!(
+                    "kprobe-perf: {}: {} SDT probe sites (each listed by: kprobe-perf list usdt:PATH)",
                     e.definition,
                     e.definitions.len()
                 );
@@ -157,6 +171,18 @@ pub(crate) fn list(
     include_fragile: bool,
     image: &ImageArgs,
 ) -> Result<ExitCode> {
+    // A binary's SDT probes need no kernel.
+    let (sdt, patterns): (Vec<&String>, Vec<&String>) = patterns
+        .iter()
+        .partition(|p| kprobe_perf_engine::plan::sdt::names_sdt(p));
+    let sdt_found = list_sdt(&sdt)?;
+    if patterns.is_empty() {
+        return Ok(if sdt_found {
+            ExitCode::SUCCESS
+        } else {
+            ExitCode::FAILURE
+        });
+    }
     let kernel = discover(image, SizesFrom::Kallsyms)?;
     let symbols = kernel.symbols();
     let selection = selection(
@@ -214,11 +240,108 @@ pub(crate) fn list(
             );
         }
     }
+    Ok(if any || sdt_found {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    })
+}
+
+/// Prints the SDT probes of every file process `pid` maps (as
+/// [`list_sdt`] does), those whose `PROVIDER:NAME` matches one of
+/// `patterns` (every one when none is given).
+pub(crate) fn list_sdt_of_process(pid: u32, patterns: &[String]) -> Result<ExitCode> {
+    let files = kprobe_perf_engine::plan::sdt::mapped_files(pid)?;
+    let globs: Vec<String> = if patterns.is_empty() {
+        vec!["*:*".into()]
+    } else {
+        patterns
+            .iter()
+            .map(|p| match p.split_once(':') {
+                Some(_) => p.clone(),
+                None => format!("{p}:*"),
+            })
+            .collect()
+    };
+    let mut wanted = Vec::new();
+    for file in &files {
+        let probes = kprobe_perf_engine::plan::sdt::listed(&format!("usdt:{file}"));
+        // Files without SDT notes (most) are passed over.
+        if !matches!(probes, Some(Ok(ref p)) if !p.is_empty()) {
+            continue;
+        }
+        for g in &globs {
+            wanted.push(format!("usdt:{file}:{g}"));
+        }
+    }
+    let wanted: Vec<&String> = wanted.iter().collect();
+    let any = list_sdt_lenient(&wanted)?;
+    say!(
+        "kprobe-perf: process {pid} maps {} executable files",
+        files.len()
+    );
     Ok(if any {
         ExitCode::SUCCESS
     } else {
         ExitCode::FAILURE
     })
+}
+
+/// As [`list_sdt`], passing over a pattern that matches nothing.
+fn list_sdt_lenient(patterns: &[&String]) -> Result<bool> {
+    let mut any = false;
+    for p in patterns {
+        if let Some(Ok(found)) = kprobe_perf_engine::plan::sdt::listed(p) {
+            if !found.is_empty() {
+                any |= list_sdt(&[*p])?;
+            }
+        }
+    }
+    Ok(any)
+}
+
+/// Prints the SDT probes each pattern names (`usdt:PATH[:PROVIDER:NAME]`
+/// or `/PATH`), one site a line, as `-e` takes them, with the site's file
+/// offset, its semaphore's (or `none`) and its operands; true when any.
+fn list_sdt(patterns: &[&String]) -> Result<bool> {
+    let stdout = std::io::stdout();
+    let mut out = std::io::BufWriter::new(stdout.lock());
+    let mut any = false;
+    for pattern in patterns {
+        let Some(found) = kprobe_perf_engine::plan::sdt::listed(pattern) else {
+            continue;
+        };
+        let found = found?;
+        let path = pattern.strip_prefix("usdt:").unwrap_or(pattern);
+        let path = match std::path::Path::new(path).is_file() {
+            true => path,
+            false => path.rsplitn(3, ':').nth(2).unwrap_or(path),
+        };
+        for p in &found {
+            let semaphore = p
+                .semaphore_offset
+                .map_or_else(|| "none".to_string(), |s| format!("0x{s:x}"));
+            let args = if p.args_text.is_empty() {
+                "none"
+            } else {
+                p.args_text.as_str()
+            };
+            writeln!(
+                out,
+                "usdt:{path}:{}:{}  at 0x{:x}  semaphore {semaphore}  args {args}",
+                p.provider, p.name, p.file_offset
+            )
+            .context("writing the list")?;
+        }
+        out.flush().context("writing the list")?;
+        let counted = found.iter().filter(|p| p.semaphore.is_some()).count();
+        say!(
+            "kprobe-perf: {pattern}: {} SDT probe sites, {counted} with a semaphore",
+            found.len()
+        );
+        any |= !found.is_empty();
+    }
+    Ok(any)
 }
 
 /// The route `p:PATTERN` takes under `--backend auto`, in words.

@@ -161,10 +161,16 @@ enum Cmd {
     /// kernel would refuse (blacklist, entry/noinstr/kprobes text, padding,
     /// notrace) and, by default, families fragile under bulk probing.
     /// Names shared by several functions are shown as NAME@0xADDR.
+    /// `usdt:BINARY[:PROVIDER:NAME]` (or a binary's path) lists its SDT
+    /// probes instead; with `-p PID`, those of every file the process
+    /// maps, PATTERN then being `PROVIDER:NAME` globs.
     List {
         /// Shell-style globs; `MOD:GLOB` limits to modules matching MOD.
-        #[arg(value_name = "PATTERN", required = true)]
+        #[arg(value_name = "PATTERN", required_unless_present = "pid")]
         patterns: Vec<String>,
+        /// List the SDT probes of every file this process maps.
+        #[arg(short = 'p', long = "pid", value_name = "PID")]
+        pid: Option<u32>,
         /// Show every candidate, `kept` or `excluded` with the reason.
         #[arg(long)]
         why: bool,
@@ -389,9 +395,15 @@ fn main() -> ExitCode {
         Cmd::Probe { specs, .. } => probe_parse(&specs),
         Cmd::List {
             patterns,
+            pid: Some(pid),
+            ..
+        } => inspect::list_sdt_of_process(pid, &patterns),
+        Cmd::List {
+            patterns,
             why,
             include_fragile,
             image,
+            pid: None,
         } => inspect::list(&patterns, why, include_fragile, &image),
         Cmd::Info { image } => inspect::info(&image),
     };
@@ -458,6 +470,7 @@ fn record(args: &RecordArgs, filters: &[Option<String>]) -> Result<ExitCode> {
         args.all_instances,
         choice,
         !args.no_inlines,
+        &args.pid,
     )?;
     inspect::check_plans(&kernel, &plans)?;
     let agg = aggregate::Aggregation::new(&args.aggregate, &plans, args.json)?;

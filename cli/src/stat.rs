@@ -177,6 +177,7 @@ fn plan(args: &StatArgs, filters: &[Option<String>]) -> Result<Vec<ProbePlan>> {
         args.all_instances,
         choice,
         true,
+        &args.pid,
     )?;
     inspect::check_plans(&kernel, &plans)?;
     Ok(plans)

@@ -234,6 +234,18 @@ pub enum UserLocation {
         /// The reference counter's file offset.
         ref_ctr: u64,
     },
+    /// `usdt:PATH:PROVIDER:NAME`: the statically defined tracepoints
+    /// (SDT, `<sys/sdt.h>`) of the binary's `.note.stapsdt` notes that
+    /// match; `PROVIDER` and `NAME` may be globs, and `PATH` `*` (every
+    /// file the recorded processes map). Each site becomes a
+    /// uprobe at its file offset, with its semaphore as the reference
+    /// counter, and `$argN` is its Nth operand.
+    Sdt {
+        /// The provider, or a glob of providers.
+        provider: String,
+        /// The probe's name, or a glob of names.
+        name: String,
+    },
 }
 
 /// Where the probe goes.
@@ -288,7 +300,8 @@ impl Target {
             | Target::Fprobe { .. }
             | Target::Tracepoint { .. }
             | Target::User {
-                location: UserLocation::Offset(_) | UserLocation::Counted { .. },
+                location:
+                    UserLocation::Offset(_) | UserLocation::Counted { .. } | UserLocation::Sdt { .. },
                 ..
             } => true,
         }
@@ -571,6 +584,8 @@ impl ProbeSpec {
                     UserLocation::Symbol { name, offset } => {
                         format!("{prefix}_{tail}_{name}_{offset}")
                     }
+                    // As perf names an SDT event: by the probe's name.
+                    UserLocation::Sdt { name, .. } => name.clone(),
                 }
             }
         };
@@ -756,6 +771,9 @@ impl fmt::Display for Target {
             }
             Target::Address(a) => write!(f, "0x{a:x}"),
             Target::User { path, location } => match location {
+                UserLocation::Sdt { provider, name } => {
+                    write!(f, "usdt:{path}:{provider}:{name}")
+                }
                 UserLocation::Offset(o) => write!(f, "{path}:0x{o:x}"),
                 UserLocation::Counted { offset, ref_ctr } => {
                     write!(f, "{path}:0x{offset:x}(0x{ref_ctr:x})")
@@ -773,6 +791,22 @@ impl fmt::Display for ProbeSpec {
     /// group and event the AST holds; see [`ProbeSpec::qualified`] for the
     /// form with both spelled out.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if let (
+            Target::User {
+                location: UserLocation::Sdt { .. },
+                ..
+            },
+            None,
+            None,
+        ) = (&self.target, &self.group, &self.event)
+        {
+            // The SDT form on its own: `usdt:PATH:PROVIDER:NAME ARGS`.
+            write!(f, "{}", self.target)?;
+            for a in &self.args {
+                write!(f, " {a}")?;
+            }
+            return Ok(());
+        }
         match (&self.target, self.kind) {
             (Target::Fprobe { .. }, ProbeKind::Return { maxactive: Some(n) }) => write!(f, "f{n}")?,
             (Target::Fprobe { .. }, _) => f.write_str("f")?,

@@ -4,7 +4,7 @@ use std::fmt;
 
 use kprobe_perf_arch::Arch;
 
-use super::target::{dynamic_suffix, parse_dynamic_target, parse_target, GLOB_CHARS};
+use super::target::{dynamic_suffix, parse_dynamic_target, parse_target, GLOB_CHARS, SDT_PREFIX};
 use super::{
     args, proto, Definition, EventProbe, Fetch, FetchArg, FetchBase, ProbeKind, ProbeSpec, Span,
     Target, MAX_ARGS, MAX_EVENT_NAME, MAX_MAXACTIVE,
@@ -273,6 +273,10 @@ impl ProbeSpec {
         let words = tokens(input);
         Self::parse_words(input, arch).map_err(|mut e| {
             if let [(at, word)] = words[..] {
+                if word.starts_with(SDT_PREFIX) {
+                    // A whole probe in one word, marked where it is wrong.
+                    return e;
+                }
                 e.span = Span {
                     start: at,
                     len: word.len(),
@@ -295,6 +299,9 @@ impl ProbeSpec {
                 "empty probe definition; expected e.g. p:do_sys_openat2",
             ));
         };
+        if head.starts_with(SDT_PREFIX) {
+            return parse_sdt(&cur, arch, &toks);
+        }
         let (kind_text, name_part) = match head.split_once(':') {
             Some((k, n)) => (k, Some(n)),
             None => (head, None),
@@ -372,6 +379,29 @@ impl ProbeSpec {
         push_args(&cur, &mut spec, arch, arg_toks)?;
         Ok(spec)
     }
+}
+
+/// The SDT form on its own (`usdt:PATH:PROVIDER:NAME ARGS`), as bpftrace
+/// writes it: an entry probe named by the kernel's rules; `toks` are its
+/// words, the target first.
+fn parse_sdt(cur: &Cursor, arch: Arch, toks: &[(usize, &str)]) -> Result<ProbeSpec, SpecError> {
+    let Some(&(head_at, head)) = toks.first() else {
+        return Err(cur.err(
+            0,
+            0,
+            "empty probe definition; expected e.g. p:do_sys_openat2",
+        ));
+    };
+    let (target, _) = parse_target(cur, head_at, head)?;
+    let mut spec = ProbeSpec {
+        kind: ProbeKind::Entry,
+        group: None,
+        event: None,
+        target,
+        args: Vec::new(),
+    };
+    push_args(cur, &mut spec, arch, &toks[1..])?;
+    Ok(spec)
 }
 
 /// Parses each fetch argument of `toks` into `spec`, in order (at most

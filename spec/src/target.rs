@@ -197,6 +197,50 @@ fn parse_sym_offset<'t>(
     Ok((name, offset))
 }
 
+/// What starts the SDT form of a target (`usdt:PATH:PROVIDER:NAME`).
+pub(crate) const SDT_PREFIX: &str = "usdt:";
+
+/// `PATH:PROVIDER:NAME` after `usdt:`: a binary's statically defined
+/// tracepoints, provider and name each a name or a glob.
+fn parse_sdt_target(cur: &Cursor, at: usize, text: &str) -> Result<Target, SpecError> {
+    let shape = "an SDT probe is usdt:PATH:PROVIDER:NAME, as in usdt:/usr/bin/python3.11:python:function__entry";
+    if !text.starts_with('/') && !text.starts_with("*:") {
+        return Err(cur.err(
+            at,
+            text.split(':').next().unwrap_or(text).len().max(1),
+            format!("the binary's path must be absolute (or *, every file of the processes recorded); {shape}"),
+        ));
+    }
+    let mut parts = text.rsplitn(3, ':');
+    let (Some(name), Some(provider), Some(path)) = (parts.next(), parts.next(), parts.next())
+    else {
+        return Err(cur.err(at, text.len(), shape));
+    };
+    let name_at = at + text.len() - name.len();
+    let provider_at = name_at - 1 - provider.len();
+    let valid = |s: &str| {
+        !s.is_empty()
+            && s.bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b == b'_' || GLOB_CHARS.contains(&b))
+    };
+    for (what, part, part_at) in [("provider", provider, provider_at), ("name", name, name_at)] {
+        if !valid(part) {
+            return Err(cur.err(
+                part_at,
+                part.len().max(1),
+                format!("the {what} is letters, digits and _, or a glob (*, ?, [...]); {shape}"),
+            ));
+        }
+    }
+    Ok(Target::User {
+        path: path.to_string(),
+        location: UserLocation::Sdt {
+            provider: provider.to_string(),
+            name: name.to_string(),
+        },
+    })
+}
+
 /// A uprobe's `PATH:OFFSET[%return][(REF_CTR)]` (the kernel's form, checked
 /// in the order __trace_uprobe_create checks it: the reference counter,
 /// then the suffix, then the offset), or kprobe-perf's
@@ -304,6 +348,9 @@ pub(crate) fn parse_target(
     at: usize,
     text: &str,
 ) -> Result<(Target, bool), SpecError> {
+    if let Some(rest) = text.strip_prefix(SDT_PREFIX) {
+        return parse_sdt_target(cur, at + SDT_PREFIX.len(), rest).map(|t| (t, false));
+    }
     if text.starts_with('/') {
         return parse_user_target(cur, at, text);
     }

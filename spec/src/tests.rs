@@ -305,6 +305,60 @@ fn uprobes() {
     assert_eq!(f.args[0].fetch.base, FetchBase::FileOffset(0x20));
 }
 
+/// The SDT form: on its own, as bpftrace writes it, and as the target of
+/// a kprobe_events-style definition.
+#[test]
+fn sdt_probes() {
+    let s = parse("usdt:/usr/bin/python3.11:python:function__entry +0($arg1):ustring $arg3:s32")
+        .unwrap();
+    assert_eq!(
+        s.target,
+        Target::User {
+            path: "/usr/bin/python3.11".into(),
+            location: UserLocation::Sdt {
+                provider: "python".into(),
+                name: "function__entry".into()
+            }
+        }
+    );
+    assert_eq!(s.kind, ProbeKind::Entry);
+    assert_eq!(s.args.len(), 2);
+    assert_eq!(s.args[1].fetch.base, FetchBase::Arg(3));
+    assert_eq!(s.event_name(), "function__entry");
+    assert_eq!(
+        s.to_string(),
+        "usdt:/usr/bin/python3.11:python:function__entry +0($arg1):ustring $arg3:s32"
+    );
+    assert_eq!(
+        s.qualified().to_string(),
+        "p:uprobes/function__entry usdt:/usr/bin/python3.11:python:function__entry +0($arg1):ustring $arg3:s32"
+    );
+    // A path with a colon in it keeps it: provider and name are the last two.
+    let g = parse("p:myev usdt:/opt/a:b/prog:py*:function__*").unwrap();
+    assert_eq!(
+        g.target,
+        Target::User {
+            path: "/opt/a:b/prog".into(),
+            location: UserLocation::Sdt {
+                provider: "py*".into(),
+                name: "function__*".into()
+            }
+        }
+    );
+    assert_eq!(g.to_string(), "p:myev usdt:/opt/a:b/prog:py*:function__*");
+    let any = parse("usdt:*:python:gc__start").unwrap();
+    assert_eq!(any.to_string(), "usdt:*:python:gc__start");
+    let e = parse("usdt:python:function__entry").unwrap_err();
+    assert_eq!(
+        e.to_string(),
+        "the binary's path must be absolute (or *, every file of the processes recorded); an SDT probe is usdt:PATH:PROVIDER:NAME, as in usdt:/usr/bin/python3.11:python:function__entry\n  usdt:python:function__entry\n       ^^^^^^"
+    );
+    let e = parse("usdt:/usr/bin/python3.11:py-thon:x").unwrap_err();
+    assert_eq!((e.span.start, e.span.len), (25, 7));
+    let e = parse("usdt:/usr/bin/python3.11:function__entry").unwrap_err();
+    assert_eq!((e.span.start, e.span.len), (5, 35), "{e}");
+}
+
 /// The function-based-events proposal (seed 001).
 #[test]
 fn prototype_form() {

@@ -137,10 +137,20 @@ impl UserBinary {
     }
 
     fn parse(&self) -> Result<object::File<'_>, ElfError> {
-        object::File::parse(&*self.data).map_err(|e| ElfError::Parse {
+        object::File::parse(&*self.data).map_err(|e| self.parse_error(e.to_string()))
+    }
+
+    /// The file parsed as an object (for the crate's other readers).
+    pub(crate) fn parse_object(&self) -> Result<object::File<'_>, ElfError> {
+        self.parse()
+    }
+
+    /// A parse error of this file, for `reason`.
+    pub(crate) fn parse_error(&self, reason: String) -> ElfError {
+        ElfError::Parse {
             path: self.path.clone(),
-            reason: e.to_string(),
-        })
+            reason,
+        }
     }
 
     /// Every named function with an address, `.symtab` first, then

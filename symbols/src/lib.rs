@@ -37,6 +37,7 @@ pub mod image;
 mod kallsyms;
 mod names;
 pub mod prototypes;
+pub mod sdt;
 
 use std::fs::File;
 use std::path::{Path, PathBuf};

@@ -213,6 +213,17 @@ pub(crate) fn probe_event(
                 AttachPoint::Symbol { offset, .. } | AttachPoint::User { offset, .. } => *offset,
             };
             set_pmu_probe(&mut attr, pmu, site, config2);
+            if let (
+                AttachPoint::User {
+                    ref_ctr: Some(c), ..
+                },
+                Some(shift),
+            ) = (&plan.attach, pmu.ref_ctr_shift)
+            {
+                // The semaphore's file offset; a PMU without the field
+                // was refused when the session looked it up.
+                attr.config |= c.checked_shl(shift).unwrap_or(0);
+            }
         }
         Opener::Tracepoint(id) => {
             attr.type_ = PERF_TYPE_TRACEPOINT;

@@ -55,10 +55,24 @@ impl ProbePlan {
                 },
                 AttachPoint::Address(a),
             ) => Target::Address(*a),
-            // uprobe_events knows no symbols: give it the file offset.
-            (Target::User { .. }, AttachPoint::User { path, offset }) => Target::User {
+            // uprobe_events knows no symbols or SDT notes: give it the
+            // file offset, and the reference counter's.
+            (
+                Target::User { .. },
+                AttachPoint::User {
+                    path,
+                    offset,
+                    ref_ctr,
+                },
+            ) => Target::User {
                 path: path.clone(),
-                location: kprobe_perf_spec::UserLocation::Offset(*offset),
+                location: match ref_ctr {
+                    Some(ref_ctr) => kprobe_perf_spec::UserLocation::Counted {
+                        offset: *offset,
+                        ref_ctr: *ref_ctr,
+                    },
+                    None => kprobe_perf_spec::UserLocation::Offset(*offset),
+                },
             },
             (t, _) => t.clone(),
         };

@@ -15,6 +15,10 @@ pub struct ProbePmu {
     pub type_: u32,
     /// Bit of `config` that makes a return probe (`format/retprobe`).
     pub retprobe_bit: u32,
+    /// First bit of `config` that holds a uprobe's reference counter
+    /// offset (`format/ref_ctr_offset`, `config:32-63`, Linux 4.20+);
+    /// `None` when the PMU has none.
+    pub ref_ctr_shift: Option<u32>,
 }
 
 impl ProbePmu {
@@ -49,9 +53,13 @@ impl ProbePmu {
             .ok()
             .and_then(|f| parse_config_bit(&f))
             .unwrap_or(0);
+        let ref_ctr_shift = std::fs::read_to_string(dir.join("format/ref_ctr_offset"))
+            .ok()
+            .and_then(|f| parse_config_range_start(&f));
         Ok(Some(ProbePmu {
             type_,
             retprobe_bit,
+            ref_ctr_shift,
         }))
     }
 }
@@ -59,6 +67,12 @@ impl ProbePmu {
 /// Parses a one-bit PMU format such as `config:0`.
 fn parse_config_bit(format: &str) -> Option<u32> {
     format.trim().strip_prefix("config:")?.parse().ok()
+}
+
+/// The first bit of a PMU format range such as `config:32-63`.
+fn parse_config_range_start(format: &str) -> Option<u32> {
+    let range = format.trim().strip_prefix("config:")?;
+    range.split('-').next()?.parse().ok()
 }
 
 #[cfg(test)]
@@ -77,10 +91,19 @@ mod tests {
             pmu,
             Some(ProbePmu {
                 type_: 6,
-                retprobe_bit: 0
+                retprobe_bit: 0,
+                ref_ctr_shift: None,
             })
         );
         assert_eq!(ProbePmu::discover_in(&root, "uprobe").unwrap(), None);
+        // The uprobe PMU's reference counter, as Linux 4.20+ describes it.
+        let dir = root.join("uprobe/format");
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::write(root.join("uprobe/type"), "7\n").unwrap();
+        std::fs::write(dir.join("retprobe"), "config:0\n").unwrap();
+        std::fs::write(dir.join("ref_ctr_offset"), "config:32-63\n").unwrap();
+        let pmu = ProbePmu::discover_in(&root, "uprobe").unwrap().unwrap();
+        assert_eq!(pmu.ref_ctr_shift, Some(32));
         std::fs::remove_dir_all(&root).unwrap();
     }
 }

@@ -43,6 +43,14 @@ pub enum Error {
         /// The sysfs directory looked for.
         dir: String,
     },
+    /// The uprobe PMU cannot take a reference counter (a USDT semaphore).
+    #[error("{probe} has a semaphore, and this kernel's uprobe PMU takes no reference counter ({dir}/format/ref_ctr_offset is missing: Linux 4.20+ has it); choose the tracefs backend (uprobe_events takes PATH:OFFS(CTR))")]
+    NoRefCtrOffset {
+        /// The probe.
+        probe: String,
+        /// The PMU's sysfs directory.
+        dir: String,
+    },
     /// The process has neither CAP_PERFMON nor CAP_SYS_ADMIN, which every
     /// probe needs.
     #[error("{}", not_permitted(exe))]

@@ -31,6 +31,9 @@ pub struct GlobOptions {
     /// The backend asked for: under [`BackendChoice::Auto`], on a kernel
     /// with fprobe events, a glob becomes fprobe events.
     pub backend: BackendChoice,
+    /// The processes recorded, whose mapped files `usdt:*:PROVIDER:NAME`
+    /// stands for.
+    pub processes: Vec<u32>,
 }
 
 impl GlobOptions {
@@ -49,6 +52,12 @@ impl GlobOptions {
     /// The backend asked for.
     pub fn backend(mut self, choice: BackendChoice) -> Self {
         self.backend = choice;
+        self
+    }
+
+    /// The processes recorded (for `usdt:*:PROVIDER:NAME`).
+    pub fn processes(mut self, pids: Vec<u32>) -> Self {
+        self.processes = pids;
         self
     }
 }
@@ -296,6 +305,19 @@ impl<'k> Selection<'k> {
     }
 }
 
+/// `text` parsed, when it is an SDT probe (`usdt:PATH:PROVIDER:NAME`).
+fn sdt_spec(text: &str, arch: Arch) -> Option<ProbeSpec> {
+    let spec = ProbeSpec::parse(text, arch).ok()?;
+    matches!(
+        spec.target,
+        Target::User {
+            location: kprobe_perf_spec::UserLocation::Sdt { .. },
+            ..
+        }
+    )
+    .then_some(spec)
+}
+
 /// One definition after glob expansion.
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
@@ -322,6 +344,9 @@ pub enum ExpandedAs {
         /// Why the glob is not fprobe events.
         not_fprobe: Option<String>,
     },
+    /// An SDT probe (`usdt:PATH:PROVIDER:NAME`) into one uprobe per
+    /// site of the probes it matches.
+    SdtSites,
 }
 
 impl Kernel {
@@ -348,6 +373,25 @@ impl Kernel {
         opts: &GlobOptions,
     ) -> Result<Vec<Expanded>, Error> {
         let arch = self.arch()?;
+        if specs.iter().any(|s| sdt_spec(s.as_ref(), arch).is_some()) {
+            // Each on its own: SDT probes into their sites, the rest as below.
+            let mut out = Vec::with_capacity(specs.len());
+            for s in specs {
+                let s = s.as_ref();
+                match sdt_spec(s, arch) {
+                    Some(spec) => out.push(Expanded {
+                        definition: s.to_string(),
+                        definitions: crate::plan::sdt::sites_in(&spec, arch, &opts.processes)?
+                            .iter()
+                            .map(ToString::to_string)
+                            .collect(),
+                        how: ExpandedAs::SdtSites,
+                    }),
+                    None => out.extend(self.expand_globs(&[s], opts)?),
+                }
+            }
+            return Ok(out);
+        }
         // The target is the first or second word (`p:tcp_*`, `p:ev tcp_*`).
         let has_glob = |s: &str| s.split_whitespace().take(2).any(is_glob);
         let unchanged = |s: &str| Expanded {

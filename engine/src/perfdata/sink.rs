@@ -43,7 +43,7 @@ impl Metadata {
                 .map(|s| s.trim().to_string())
                 .unwrap_or_default()
         };
-        let count = |cpus: Result<Vec<u32>, crate::AttachError>| {
+        let count = |cpus: Result<Vec<u32>, crate::attach::error::AttachError>| {
             cpus.map_or(0, |c| u32::try_from(c.len()).unwrap_or(u32::MAX))
         };
         let addresses = addresses
@@ -181,7 +181,7 @@ pub(crate) fn note_addresses(set: &mut AddressSet, e: &Event) {
 
 /// Every raw record goes to the file; events only name addresses.
 impl<W: Write + Seek> EventSink for FileSink<W> {
-    type Error = crate::Error;
+    type Error = crate::error::Error;
 
     fn event(&mut self, e: &Event) -> Result<ControlFlow<()>, Self::Error> {
         note_addresses(&mut self.addresses, e);
@@ -191,14 +191,14 @@ impl<W: Write + Seek> EventSink for FileSink<W> {
     fn record(&mut self, record: RingRecord<'_>) -> Result<ControlFlow<()>, Self::Error> {
         self.writer
             .record(record)
-            .map_err(|e| crate::Error::io("writing records to the perf.data file", e))?;
+            .map_err(|e| crate::error::Error::io("writing records to the perf.data file", e))?;
         Ok(ControlFlow::Continue(()))
     }
 
     fn round_end(&mut self) -> Result<ControlFlow<()>, Self::Error> {
         self.writer
             .round_end()
-            .map_err(|e| crate::Error::io("writing records to the perf.data file", e))?;
+            .map_err(|e| crate::error::Error::io("writing records to the perf.data file", e))?;
         Ok(ControlFlow::Continue(()))
     }
 
@@ -221,9 +221,8 @@ fn tracing_data_of(session: &Session) -> std::io::Result<Option<Vec<u8>>> {
     // read_to_string's small first probe would truncate them.
     let read = |rel: &str| -> std::io::Result<String> {
         let path = fs.root().join(rel);
-        let named = |e: std::io::Error| {
-            std::io::Error::new(e.kind(), format!("{}: {e}", path.display()))
-        };
+        let named =
+            |e: std::io::Error| std::io::Error::new(e.kind(), format!("{}: {e}", path.display()));
         let mut f = File::open(&path).map_err(named)?;
         let mut buf = vec![0u8; 1 << 16];
         let mut len = 0;
@@ -249,7 +248,12 @@ fn tracing_data_of(session: &Session) -> std::io::Result<Option<Vec<u8>>> {
         .plans()
         .iter()
         .filter(|p| p.backend == Backend::Tracefs)
-        .map(|p| Ok((group.to_string(), read(&format!("events/{group}/{}/format", p.event))?)))
+        .map(|p| {
+            Ok((
+                group.to_string(),
+                read(&format!("events/{group}/{}/format", p.event))?,
+            ))
+        })
         .collect::<std::io::Result<Vec<_>>>()?;
     let page = u32::try_from(crate::attach::os::page_size()).unwrap_or(4096);
     Ok(Some(tracing_data(

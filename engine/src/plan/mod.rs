@@ -5,6 +5,7 @@
 pub mod entry_join;
 pub mod filter;
 pub(crate) mod probes;
+pub mod sdt;
 pub mod uprobe;
 
 mod probe_plan;

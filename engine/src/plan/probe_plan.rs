@@ -163,6 +163,9 @@ pub enum AttachPoint {
         path: String,
         /// The file offset of the probed instruction.
         offset: u64,
+        /// The file offset of the reference counter (a USDT semaphore)
+        /// the kernel increments while the probe is armed, if any.
+        ref_ctr: Option<u64>,
     },
 }
 

@@ -84,6 +84,7 @@ pub fn resolve_with(
     features: Option<&KernelFeatures>,
 ) -> Result<ProbePlan, PlanError> {
     let spec = short_form_with_names(spec, symbols);
+    let spec = sdt_site(spec, arch)?;
     args_at_entry(&spec)?;
     if entry_join::needs_join(&spec, features) {
         return entry_join::plan_joined(spec, symbols, arch, choice, features, resolve_with);
@@ -92,19 +93,18 @@ pub fn resolve_with(
         check_features(f, &spec)?;
     }
     let (attach, resolved_address) = attach_point(&spec, symbols, arch)?;
-    if matches!(attach, AttachPoint::User { .. }) {
-        if let Some(what) = tracefs_reason(&spec, arch) {
-            return Err(PlanError::Unsupported {
-                what: format!("{what} in a uprobe"),
-                instead: "fetch registers in uprobes for now".into(),
-            });
-        }
-        if choice == BackendChoice::Tracefs {
+    let spec = if matches!(attach, AttachPoint::User { .. }) {
+        if tracefs_reason(&spec, arch).is_none() && choice == BackendChoice::Tracefs {
             // Planned for registers, then given to uprobe_events with them.
             return resolve(spec, symbols, arch, BackendChoice::Pmu)
                 .map(ProbePlan::through_uprobe_events);
         }
-    }
+        // Memory, strings, `$stackN`: uprobe_events fetches them at hit
+        // time; it knows no `$argN`, so those become their registers.
+        user_args_as_registers(spec, arch)?
+    } else {
+        spec
+    };
     let spec = resolve_names(spec, arch, KernelBtf::running_kernel)?;
     check_unique_names(&spec)?;
     let backend = choose_backend(choice, tracefs_reason(&spec, arch))?;
@@ -125,6 +125,45 @@ pub fn resolve_with(
         filter: None,
         auto_backend: choice == BackendChoice::Auto,
     })
+}
+
+/// The one site an SDT probe (`usdt:PATH:PROVIDER:NAME`) stands for, as
+/// a uprobe at its file offset with its semaphore and operands; other
+/// probes unchanged. One that matches several sites is refused here:
+/// [`crate::kernel::Kernel::expand_globs`] makes one probe of each.
+fn sdt_site(spec: ProbeSpec, arch: Arch) -> Result<ProbeSpec, PlanError> {
+    let Some(mut sites) = crate::plan::sdt::sites(&spec, arch)? else {
+        return Ok(spec);
+    };
+    if sites.len() == 1 {
+        return Ok(sites.remove(0));
+    }
+    Err(PlanError::User(format!(
+        "{spec} stands for {} probe sites ({}); expand it into one probe per site first",
+        sites.len(),
+        sites
+            .iter()
+            .map(|s| s.target.to_string())
+            .collect::<Vec<_>>()
+            .join(", ")
+    )))
+}
+
+/// A uprobe's `$argN` as the register holding it (named as before), for
+/// uprobe_events, which knows no `$argN`.
+fn user_args_as_registers(mut spec: ProbeSpec, arch: Arch) -> Result<ProbeSpec, PlanError> {
+    for i in 0..spec.args.len() {
+        let name = spec.arg_name(i);
+        let a = &mut spec.args[i];
+        if let FetchBase::Arg(n) = a.fetch.base {
+            let reg = arch
+                .arg_register(n)
+                .ok_or_else(|| bad_register(&format!("arg{n}"), arch))?;
+            a.fetch.base = FetchBase::Register(reg.name.to_string());
+            a.name = Some(name);
+        }
+    }
+    Ok(spec)
 }
 
 /// Where `spec` goes (checked against the symbols, and a uprobe against
@@ -197,10 +236,11 @@ fn attach_point(
             } else {
                 kprobe_perf_arch::boundary::ProbeSite::Entry
             };
-            let offset = uprobe::check_uprobe(path, location, site, arch)?;
+            let (offset, ref_ctr) = uprobe::check_uprobe(path, location, site, arch)?;
             AttachPoint::User {
                 path: path.clone(),
                 offset,
+                ref_ctr,
             }
         }
     };

@@ -14,8 +14,8 @@ const MAX_USER_FUNCTION_BYTES: u64 = 16 << 20;
 
 /// Checks a uprobe at `location` of the binary at `path` on the binary's
 /// own bytes, before anything is opened, and returns the file offset the
-/// uprobe PMU takes. `BINARY:SYM+OFF` is always checked; `BINARY:0xOFFSET`
-/// when a function with a size in the symbol tables holds it (else only
+/// uprobe PMU takes, with the reference counter's (`PATH:OFFS(CTR)`).
+/// `BINARY:SYM+OFF` is always checked; `BINARY:0xOFFSET` when a function with a size in the symbol tables holds it (else only
 /// its place in the file, and alignment on arm64). A file this process
 /// cannot read is left to the kernel for the offset form.
 pub(crate) fn check_uprobe(
@@ -23,7 +23,7 @@ pub(crate) fn check_uprobe(
     location: &kprobe_perf_spec::UserLocation,
     kind: ProbeSite,
     arch: Arch,
-) -> Result<u64, PlanError> {
+) -> Result<(u64, Option<u64>), PlanError> {
     use kprobe_perf_spec::UserLocation;
     use kprobe_perf_symbols::elf::{ElfError, UserBinary};
     let user_err = |e: ElfError| PlanError::User(e.to_string());
@@ -33,52 +33,59 @@ pub(crate) fn check_uprobe(
             let bin = UserBinary::open(file).map_err(user_err)?;
             let sym = bin.function(name).map_err(user_err)?;
             check_user_offset(&bin, &sym, *offset, kind, arch, &format!("{name}+{offset}"))?;
-            Ok(sym.file_offset.saturating_add(*offset))
+            Ok((sym.file_offset.saturating_add(*offset), None))
         }
-        UserLocation::Counted { .. } => Err(PlanError::Unsupported {
-            what: format!("a uprobe with a reference counter ({path}:OFFS(CTR))"),
-            instead: "probe the offset without its counter for now".into(),
-        }),
-        UserLocation::Offset(o) => {
-            let bin = match UserBinary::open(file) {
-                Ok(b) => b,
-                // Unreadable by us only (permissions): the kernel, which
-                // opens it with its own rights, decides. Anything else (no
-                // such file, a device or FIFO, an I/O error) is refused.
-                Err(ElfError::Read { source, .. })
-                    if source.kind() == std::io::ErrorKind::PermissionDenied =>
-                {
-                    return Ok(*o)
-                }
-                Err(e) => return Err(user_err(e)),
-            };
-            let label = format!("{path}:0x{o:x}");
-            if *o >= bin.len() {
-                return Err(PlanError::Preflight {
-                    probe: label,
-                    reason: format!(
-                        "is beyond the end of the file ({} bytes; the kernel would answer EINVAL)",
-                        bin.len()
-                    ),
-                });
-            }
-            match bin.function_at(*o) {
-                Ok(Some(sym)) => {
-                    let rel = o - sym.file_offset;
-                    let label = format!("{label} ({}+{rel})", sym.name);
-                    check_user_offset(&bin, &sym, rel, kind, arch, &label)?;
-                }
-                _ if arch == Arch::Aarch64 && o % 4 != 0 => {
-                    return Err(PlanError::Preflight {
-                        probe: label,
-                        reason: "is not 4-byte aligned (arm64 instructions are 4 bytes; the kernel would answer EINVAL)".into(),
-                    })
-                }
-                _ => {}
-            }
-            Ok(*o)
+        UserLocation::Sdt { provider, name } => Err(PlanError::User(format!(
+            "usdt:{path}:{provider}:{name} was not resolved to its sites before planning (an internal error)"
+        ))),
+        UserLocation::Counted { offset, ref_ctr } => {
+            let at = check_offset(path, *offset, kind, arch)?;
+            Ok((at, Some(*ref_ctr)))
         }
+        UserLocation::Offset(o) => Ok((check_offset(path, *o, kind, arch)?, None)),
     }
+}
+
+/// Checks the uprobe at file offset `o` of `path` (see [`check_uprobe`]).
+fn check_offset(path: &str, o: u64, kind: ProbeSite, arch: Arch) -> Result<u64, PlanError> {
+    use kprobe_perf_symbols::elf::{ElfError, UserBinary};
+    let bin = match UserBinary::open(std::path::Path::new(path)) {
+        Ok(b) => b,
+        // Unreadable by us only (permissions): the kernel, which opens it
+        // with its own rights, decides. Anything else (no such file, a
+        // device or FIFO, an I/O error) is refused.
+        Err(ElfError::Read { source, .. })
+            if source.kind() == std::io::ErrorKind::PermissionDenied =>
+        {
+            return Ok(o)
+        }
+        Err(e) => return Err(PlanError::User(e.to_string())),
+    };
+    let label = format!("{path}:0x{o:x}");
+    if o >= bin.len() {
+        return Err(PlanError::Preflight {
+            probe: label,
+            reason: format!(
+                "is beyond the end of the file ({} bytes; the kernel would answer EINVAL)",
+                bin.len()
+            ),
+        });
+    }
+    match bin.function_at(o) {
+        Ok(Some(sym)) => {
+            let rel = o - sym.file_offset;
+            let label = format!("{label} ({}+{rel})", sym.name);
+            check_user_offset(&bin, &sym, rel, kind, arch, &label)?;
+        }
+        _ if arch == Arch::Aarch64 && o % 4 != 0 => {
+            return Err(PlanError::Preflight {
+                probe: label,
+                reason: "is not 4-byte aligned (arm64 instructions are 4 bytes; the kernel would answer EINVAL)".into(),
+            })
+        }
+        _ => {}
+    }
+    Ok(o)
 }
 
 /// Refuses `offset` into `sym` unless the uprobe rules accept it.

@@ -96,11 +96,26 @@ pub(crate) fn probe_pmus(
         .iter()
         .any(|p| is_user(p) && p.backend == Backend::Pmu)
     {
-        Some(
-            ProbePmu::discover("uprobe")?.ok_or_else(|| Error::NoUprobePmu {
+        let pmu = ProbePmu::discover("uprobe")?.ok_or_else(|| Error::NoUprobePmu {
+            dir: format!("{SYSFS_PMUS}/uprobe"),
+        })?;
+        let counted = plans.iter().find(|p| {
+            p.backend == Backend::Pmu
+                && matches!(
+                    p.attach,
+                    AttachPoint::User {
+                        ref_ctr: Some(_),
+                        ..
+                    }
+                )
+        });
+        if let (Some(p), None) = (counted, pmu.ref_ctr_shift) {
+            return Err(Error::NoRefCtrOffset {
+                probe: p.spec.to_string(),
                 dir: format!("{SYSFS_PMUS}/uprobe"),
-            })?,
-        )
+            });
+        }
+        Some(pmu)
     } else {
         None
     };
@@ -301,7 +316,16 @@ pub(crate) fn open_at(
             AttachPoint::Symbol { name, offset: 0 } => name.clone(),
             AttachPoint::Symbol { name, offset } => format!("{name}+{offset}"),
             AttachPoint::Address(a) => format!("0x{a:x}"),
-            AttachPoint::User { path, offset } => format!("{path}:0x{offset:x}"),
+            AttachPoint::User {
+                path,
+                offset,
+                ref_ctr: None,
+            } => format!("{path}:0x{offset:x}"),
+            AttachPoint::User {
+                path,
+                offset,
+                ref_ctr: Some(c),
+            } => format!("{path}:0x{offset:x}(0x{c:x})"),
         };
         let errno = source.raw_os_error().unwrap_or(0);
         let reason = if slot.flags != 0 && matches!(errno, libc::ENOENT | libc::EBADF) {
@@ -774,6 +798,7 @@ mod tests {
     const PMU: ProbePmu = ProbePmu {
         type_: 9,
         retprobe_bit: 0,
+        ref_ctr_shift: None,
     };
 
     /// A probe at `spec`, planned for the PMU against a kallsyms with

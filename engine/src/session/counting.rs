@@ -350,6 +350,7 @@ mod tests {
     const PMU: ProbePmu = ProbePmu {
         type_: 9,
         retprobe_bit: 0,
+        ref_ctr_shift: None,
     };
 
     fn planned(spec: &str) -> ProbePlan {
