@@ -6,15 +6,11 @@ use std::io::{self, BufWriter};
 use std::ops::ControlFlow;
 use std::path::{Path, PathBuf};
 
-use anyhow::{Context, Result};
-use kprobe_perf_engine::perfdata::{self, symbol_subset, Metadata, StoredProbe, Writer};
-use kprobe_perf_engine::plan::Backend;
-use kprobe_perf_engine::records::RecordSink;
+use anyhow::Result;
+use kprobe_perf_engine::perfdata::{self, FileSink};
 use kprobe_perf_engine::records::RingRecord;
-use kprobe_perf_engine::spec::BaseType;
-use kprobe_perf_engine::tracefs;
 use kprobe_perf_engine::AddressSet;
-use kprobe_perf_engine::{Arch, Event, EventSink, KernelSymbols, Session, Value};
+use kprobe_perf_engine::{Event, EventSink, KernelSymbols, Session};
 
 mod create;
 pub(crate) use create::NewFile;
@@ -72,12 +68,11 @@ pub(crate) const NOTE_JSON_SUMMARY: &str = "json_summary";
 /// The stderr summary lines, joined by newlines.
 pub(crate) const NOTE_SUMMARY: &str = "summary";
 
-/// A perf.data file being written.
+/// A perf.data file being written (the engine's [`FileSink`]), named by
+/// its path in errors.
 pub(crate) struct FileOutput {
     path: PathBuf,
-    /// perf's tracing data, when some probes are tracefs events.
-    tracing_data: Option<Vec<u8>>,
-    writer: Writer<BufWriter<File>>,
+    sink: FileSink<BufWriter<File>>,
 }
 
 /// The kernel addresses the events' text or JSON lines symbolize, whose
@@ -96,18 +91,7 @@ impl Addresses {
 
     /// Notes the addresses of `e`.
     pub(crate) fn note(&mut self, e: &Event) {
-        self.0.note_site(e.probe_addr, e.ret_addr);
-        self.0
-            .extend(e.callchain.iter().filter(|f| !f.user).map(|f| f.address));
-        for v in &e.args {
-            if let Value::Int {
-                raw,
-                ty: BaseType::Symbol,
-            } = v
-            {
-                self.0.insert(*raw);
-            }
-        }
+        perfdata::note_addresses(&mut self.0, e);
     }
 
     /// Every address noted.
@@ -126,61 +110,30 @@ impl FileOutput {
         symbols: &KernelSymbols,
     ) -> Result<FileOutput> {
         let path = file.path().to_path_buf();
-        let tracing_data = tracing_data(session)?;
         let Some(file) = file.into_file() else {
             anyhow::bail!("-o {}: the file was already handed over", path.display());
         };
-        let mut writer = Writer::new(BufWriter::with_capacity(1 << 20, file))
-            .map_err(|e| write_error(&path, &e, io_source(&e)))?;
-        // perf resolves kernel samples through the kernel's MMAP record.
-        if !symbols.addresses_hidden() {
-            if let Some(text) = symbols.lookup("_text").first() {
-                writer
-                    .kernel_mmap(text.address)
-                    .and_then(|()| writer.module_mmaps().map(drop))
-                    .map_err(|e| {
-                        write_error(
-                            &path,
-                            &format!("writing the kernel's MMAP records: {e}"),
-                            Some(&e),
-                        )
-                    })?;
-            }
-        }
-        // The probes the session opened for itself (the entry half of a
-        // joined return probe) stay out of perf's sight: their samples
-        // wait in an unnamed file beside the output until the end.
-        let d = session.decoder();
-        let shown = d.shown_plans().len();
-        let hidden: Vec<u64> = d.ids().into_iter().skip(shown).flatten().collect();
-        if !hidden.is_empty() {
-            let dir = match path.parent() {
-                Some(p) if !p.as_os_str().is_empty() => p,
-                _ => Path::new("."),
-            };
-            let spill = tempfile::tempfile_in(dir).map_err(|e| {
-                write_error(
-                    &path,
-                    &format!(
-                        "creating an unnamed file in {} for the hidden entry probes' samples: {e}",
-                        dir.display()
-                    ),
-                    Some(&e),
-                )
-            })?;
-            writer.hide(hidden, spill);
-        }
-        let mut out = FileOutput {
-            path,
-            tracing_data,
-            writer,
+        // The hidden entry probes' samples wait beside the output.
+        let dir = match path.parent() {
+            Some(p) if !p.as_os_str().is_empty() => p,
+            _ => Path::new("."),
         };
-        session.user_mmap_records(&mut out)?;
-        Ok(out)
+        let sink = FileSink::start(
+            BufWriter::with_capacity(1 << 20, file),
+            session,
+            symbols,
+            Some(dir),
+        )
+        .map_err(|e| write_error(&path, &e, io_source(&e)))?;
+        Ok(FileOutput { path, sink })
     }
 
     /// A failed write of records, with the file's path and advice.
-    fn named(&self, e: io::Error) -> anyhow::Error {
+    fn named(&self, e: kprobe_perf_engine::Error) -> anyhow::Error {
+        let e = match e.errno() {
+            Some(n) => io::Error::from_raw_os_error(n),
+            None => io::Error::other(e.to_string()),
+        };
         let advice = create::advice(&self.path, &e);
         anyhow::Error::new(io::Error::new(
             e.kind(),
@@ -192,49 +145,20 @@ impl FileOutput {
     /// Writes the probes, the symbols of `addresses`, the summaries and
     /// the host description, and closes the file.
     pub(crate) fn finish(
-        self,
+        mut self,
         session: &Session,
         symbols: &KernelSymbols,
         addresses: HashSet<u64>,
         json_summary: &str,
         summary: &[String],
     ) -> Result<()> {
-        let d = session.decoder();
-        let read = |p: &str| {
-            std::fs::read_to_string(p)
-                .map(|s| s.trim().to_string())
-                .unwrap_or_default()
-        };
-        let count = |cpus: Result<Vec<u32>, kprobe_perf_engine::AttachError>| {
-            cpus.map_or(0, |c| u32::try_from(c.len()).unwrap_or(u32::MAX))
-        };
-        let meta = Metadata {
-            arch: Arch::host().unwrap_or(Arch::X86_64),
-            probes: d
-                .plans()
-                .iter()
-                .zip(d.field_offsets())
-                .map(|(p, o)| StoredProbe::from_plan(p, o))
-                .collect(),
-            attrs: d.attrs().to_vec(),
-            ids: d.ids(),
-            hidden: d.plans().len() - d.shown_plans().len(),
-            symbols: symbol_subset(symbols, addresses),
-            hostname: read("/proc/sys/kernel/hostname"),
-            osrelease: read("/proc/sys/kernel/osrelease"),
-            nr_cpus: (
-                count(kprobe_perf_engine::cpus::possible_cpus()),
-                count(kprobe_perf_engine::cpus::online_cpus()),
-            ),
-            cmdline: std::env::args().collect(),
-            notes: vec![
-                (NOTE_JSON_SUMMARY.into(), json_summary.into()),
-                (NOTE_SUMMARY.into(), summary.join("\n")),
-            ],
-            tracing_data: self.tracing_data,
-        };
-        self.writer
-            .finish(&meta)
+        self.sink.add_addresses(addresses);
+        let notes = vec![
+            (NOTE_JSON_SUMMARY.into(), json_summary.into()),
+            (NOTE_SUMMARY.into(), summary.join("\n")),
+        ];
+        self.sink
+            .finish(session, symbols, notes)
             .map_err(|e| write_error(&self.path, &e, io_source(&e)))?;
         Ok(())
     }
@@ -249,65 +173,16 @@ impl EventSink for FileOutput {
     }
 
     fn record(&mut self, record: RingRecord<'_>) -> Result<ControlFlow<()>> {
-        match self.writer.record(record) {
-            Ok(()) => Ok(ControlFlow::Continue(())),
+        match self.sink.record(record) {
+            Ok(flow) => Ok(flow),
             Err(e) => Err(self.named(e)),
         }
     }
 
     fn round_end(&mut self) -> Result<ControlFlow<()>> {
-        match self.writer.round_end() {
-            Ok(()) => Ok(ControlFlow::Continue(())),
+        match self.sink.round_end() {
+            Ok(flow) => Ok(flow),
             Err(e) => Err(self.named(e)),
         }
     }
-}
-
-/// The event formats perf needs to read the samples of tracefs-defined
-/// probes (tracepoint events), read while the session's events exist.
-fn tracing_data(session: &Session) -> Result<Option<Vec<u8>>> {
-    let Some(group) = session.tracefs_group() else {
-        return Ok(None);
-    };
-    let fs = tracefs::Tracefs::find()?;
-    // One large read first: header_page and header_event answer only the
-    // first read() call (a later one at a nonzero offset gets nothing), so
-    // read_to_string's small first probe would truncate them.
-    let read = |rel: &str| -> Result<String> {
-        let path = fs.root().join(rel);
-        let mut f = File::open(&path).with_context(|| format!("reading {}", path.display()))?;
-        let mut buf = vec![0u8; 1 << 16];
-        let mut len = 0;
-        loop {
-            if len == buf.len() {
-                buf.resize(len * 2, 0);
-            }
-            let n = std::io::Read::read(&mut f, &mut buf[len..])
-                .with_context(|| format!("reading {}", path.display()))?;
-            if n == 0 {
-                break;
-            }
-            len += n;
-        }
-        buf.truncate(len);
-        String::from_utf8(buf).with_context(|| format!("{} is not UTF-8", path.display()))
-    };
-    let events = session
-        .plans()
-        .iter()
-        .filter(|p| p.backend == Backend::Tracefs)
-        .map(|p| {
-            Ok((
-                group.to_string(),
-                read(&format!("events/{group}/{}/format", p.event))?,
-            ))
-        })
-        .collect::<Result<Vec<_>>>()?;
-    let page = u32::try_from(kprobe_perf_engine::os::page_size()).unwrap_or(4096);
-    Ok(Some(perfdata::tracing_data(
-        page,
-        &read("events/header_page")?,
-        &read("events/header_event")?,
-        &events,
-    )))
 }

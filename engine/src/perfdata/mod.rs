@@ -25,7 +25,7 @@ mod writer;
 pub use meta::{symbol_subset, Metadata, StoredProbe};
 pub use reader::{FileAttr, FileRecord, Reader};
 pub use replay::Replay;
-pub use sink::FileSink;
+pub use sink::{note_addresses, FileSink};
 pub use writer::{tracing_data, Writer};
 
 /// `PERFILE2`, little-endian.

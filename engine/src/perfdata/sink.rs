@@ -142,6 +142,12 @@ impl<W: Write + Seek> FileSink<W> {
         Ok(sink)
     }
 
+    /// Adds kernel addresses whose symbols the file is to store (those of
+    /// events a sink of yours printed without handing them to this one).
+    pub fn add_addresses(&mut self, addresses: impl IntoIterator<Item = u64>) {
+        self.addresses.extend(addresses);
+    }
+
     /// Writes the metadata of `session` ([`Metadata::of`], with the
     /// addresses of the events given to this sink and `notes`) and
     /// closes the file; returns its writer.
@@ -162,10 +168,10 @@ impl<W: Write + Seek> FileSink<W> {
     }
 }
 
-/// Notes the kernel addresses an event's output names, whose symbols the
-/// file stores: its probe and return addresses, its kernel frames and its
-/// `:symbol` arguments.
-pub(crate) fn note_addresses(set: &mut AddressSet, e: &Event) {
+/// Notes in `set` the kernel addresses an event's output names, whose
+/// symbols a file stores: its probe and return addresses, its kernel
+/// frames and its `:symbol` arguments.
+pub fn note_addresses(set: &mut AddressSet, e: &Event) {
     set.note_site(e.probe_addr, e.ret_addr);
     set.extend(e.callchain.iter().filter(|f| !f.user).map(|f| f.address));
     for v in &e.args {
