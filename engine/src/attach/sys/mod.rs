@@ -625,6 +625,12 @@ pub fn spawn_detached(name: &CStr, keep: OwnedFd, body: fn(OwnedFd)) -> io::Resu
         unsafe { libc::_exit(0) }
     }
     drop(keep);
+    reap_intermediate(pid)
+}
+
+/// Reaps the intermediate child `pid` of a double fork; an error when it
+/// did not exit with 0 (its setsid or fork failed).
+fn reap_intermediate(pid: i32) -> io::Result<()> {
     let mut status = 0;
     loop {
         // SAFETY: waitpid writes the status into our local integer; `pid`
@@ -786,29 +792,16 @@ pub fn spawn_detached_exec(name: &CStr, keep: OwnedFd) -> io::Result<i32> {
         }
     }
     drop((keep, pid_write));
-    let mut status = 0;
-    loop {
-        // SAFETY: waitpid writes the status into our local integer; `pid`
-        // is our unreaped child.
-        let rc = unsafe { libc::waitpid(pid, &mut status, 0) };
-        if rc == pid {
-            break;
-        }
-        let e = io::Error::last_os_error();
-        if e.kind() != io::ErrorKind::Interrupted {
-            return Err(e);
-        }
-    }
+    reap_intermediate(pid)?;
     let mut bytes = [0u8; 4];
     let mut file = std::fs::File::from(pid_read);
     std::io::Read::read_exact(&mut file, &mut bytes)?;
-    let grandchild = i32::from_ne_bytes(bytes);
-    if !libc::WIFEXITED(status) || libc::WEXITSTATUS(status) != 0 || grandchild <= 0 {
-        return Err(io::Error::other(
-            "the intermediate process failed to start the detached one (setsid or fork failed)",
-        ));
+    match i32::from_ne_bytes(bytes) {
+        grandchild if grandchild > 0 => Ok(grandchild),
+        _ => Err(io::Error::other(
+            "the intermediate process failed to start the detached one (fork failed)",
+        )),
     }
-    Ok(grandchild)
 }
 
 /// `pidfd_open(2)`: a descriptor that refers to process `pid` (a thread
