@@ -2,11 +2,11 @@
 
 use std::collections::HashSet;
 use std::fs::File;
-use std::io::{self, BufWriter};
+use std::io::{self, BufWriter, Write};
 use std::ops::ControlFlow;
 use std::path::{Path, PathBuf};
 
-use anyhow::Result;
+use anyhow::{Context, Result};
 use kprobe_perf_engine::perfdata::{self, FileSink};
 use kprobe_perf_engine::records::RingRecord;
 use kprobe_perf_engine::AddressSet;
@@ -45,6 +45,27 @@ pub(crate) fn create(path: &Path, force: bool) -> Result<NewFile> {
         say!("kprobe-perf: {note}");
     }
     Ok(file)
+}
+
+/// An error of the file code shared with -o, told of `flag`'s file.
+pub(crate) fn named(flag: &str, e: anyhow::Error) -> anyhow::Error {
+    let text = format!("{e:#}");
+    match text.strip_prefix("-o ") {
+        Some(rest) => anyhow::anyhow!("{flag} {rest}"),
+        None => e.context(format!("{flag}: cannot write its file")),
+    }
+}
+
+/// Creates `path` (given with `flag`) as -o creates its file and writes
+/// `bytes` into it.
+pub(crate) fn write_new(flag: &str, path: &Path, force: bool, bytes: &[u8]) -> Result<()> {
+    let f = create(path, force).map_err(|e| named(flag, e))?;
+    let Some(mut file) = f.into_file() else {
+        anyhow::bail!("{}: the file was already handed over", path.display());
+    };
+    file.write_all(bytes)
+        .and_then(|()| file.flush())
+        .with_context(|| format!("writing {}", path.display()))
 }
 
 /// One line for a failed write of the perf.data file at `path`: the

@@ -102,7 +102,7 @@ impl ProfileBuilder {
     /// file).
     pub(crate) fn write(&self, path: &Path, force: bool) -> Result<u64> {
         let json = serde_json::to_vec(&self.profile).context("serializing the profile")?;
-        crate::stacks::write_new("--profile", path, force, &json)?;
+        crate::output::write_new("--profile", path, force, &json)?;
         Ok(self.samples)
     }
 }

@@ -5,8 +5,7 @@
 //! inferno), live or from a recorded file.
 
 use std::collections::HashMap;
-use std::io::Write;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 use anyhow::{Context, Result};
 use kprobe_perf_engine::stack::{CallGraph, NamedFrame, ProcessMaps, StackSymbolizer};
@@ -140,7 +139,7 @@ impl StackOutputArgs {
             ("--profile", &self.profile),
         ] {
             if let Some(p) = p {
-                crate::output::check(p).map_err(|e| named(flag, e))?;
+                crate::output::check(p).map_err(|e| crate::output::named(flag, e))?;
             }
         }
         Ok(())
@@ -345,7 +344,7 @@ impl Stacks {
             if !text.is_empty() {
                 text.push('\n');
             }
-            write_new("--stacks-folded", p, force, text.as_bytes())?;
+            crate::output::write_new("--stacks-folded", p, force, text.as_bytes())?;
         }
         if let Some(p) = &args.flamegraph {
             let mut svg = Vec::new();
@@ -360,7 +359,7 @@ impl Stacks {
             }
             inferno::flamegraph::from_lines(&mut opts, lines.iter().map(String::as_str), &mut svg)
                 .with_context(|| format!("drawing the flame graph for {}", p.display()))?;
-            write_new("--flamegraph", p, force, &svg)?;
+            crate::output::write_new("--flamegraph", p, force, &svg)?;
         }
         Ok(())
     }
@@ -383,27 +382,6 @@ fn fold_name(s: &str) -> String {
     s.chars()
         .map(|c| if c == ';' || c == '\n' { '_' } else { c })
         .collect()
-}
-
-/// An error of the file code shared with -o, told of `flag`'s file.
-fn named(flag: &str, e: anyhow::Error) -> anyhow::Error {
-    let text = format!("{e:#}");
-    match text.strip_prefix("-o ") {
-        Some(rest) => anyhow::anyhow!("{flag} {rest}"),
-        None => e.context(format!("{flag}: cannot write its file")),
-    }
-}
-
-/// Creates `path` (given with `flag`) as -o creates its file and writes
-/// `bytes` into it.
-pub(crate) fn write_new(flag: &str, path: &Path, force: bool, bytes: &[u8]) -> Result<()> {
-    let f = crate::output::create(path, force).map_err(|e| named(flag, e))?;
-    let Some(mut file) = f.into_file() else {
-        anyhow::bail!("{}: the file was already handed over", path.display());
-    };
-    file.write_all(bytes)
-        .and_then(|()| file.flush())
-        .with_context(|| format!("writing {}", path.display()))
 }
 
 /// The flame graph's title: the probes' events.
