@@ -48,6 +48,14 @@ pub(crate) struct LatencyArgs {
     /// arguments (--args) and its return value.
     #[arg(long, value_name = "DURATION")]
     min: Option<String>,
+    /// Time from each hit of FUNC, then a probe definition of its own (as
+    /// `-e` takes one: `usdt:/usr/bin/python3.11:python:function__entry`),
+    /// to a hit of PROBE in the same thread, nested as calls nest (each
+    /// hit of PROBE ends the latest start not yet ended): a program's
+    /// statically defined pairs, or any two points. `--by ret` is not
+    /// available then, and --min shows FUNC's own arguments.
+    #[arg(long, value_name = "PROBE")]
+    end: Option<String>,
     /// With --min: how many arguments of the call to show (0 to 6).
     #[arg(long = "args", value_name = "N", default_value_t = 3, value_parser = clap::value_parser!(u8).range(0..=6))]
     nargs: u8,
@@ -111,12 +119,27 @@ fn plan(args: &LatencyArgs) -> Result<Planned> {
              --linear or -I; run without --min for histograms"
         );
     }
+    if args.end.is_some() && by == Some(Key::Ret) {
+        anyhow::bail!(
+            "--by ret needs FUNC's return value, and --end {} has none: choose another key",
+            args.end.as_deref().unwrap_or_default()
+        );
+    }
     let kernel = crate::inspect::record_kernel(&args.image);
-    let nargs = if min_ns.is_some() { args.nargs } else { 0 };
-    let with_ret = min_ns.is_some() || by == Some(Key::Ret);
-    let plans = kernel
-        .plan(&specs(&args.func, nargs, with_ret), BackendChoice::Auto)
-        .with_context(|| format!("cannot probe the entry and return of {}", args.func))?;
+    let mut nargs = if min_ns.is_some() { args.nargs } else { 0 };
+    let with_ret = args.end.is_none() && (min_ns.is_some() || by == Some(Key::Ret));
+    let plans = match &args.end {
+        Some(end) => kernel
+            .plan(&[args.func.clone(), end.clone()], BackendChoice::Auto)
+            .with_context(|| format!("cannot probe {} and {end}", args.func))?,
+        None => kernel
+            .plan(&specs(&args.func, nargs, with_ret), BackendChoice::Auto)
+            .with_context(|| format!("cannot probe the entry and return of {}", args.func))?,
+    };
+    if args.end.is_some() {
+        let own = plans.first().map_or(0, |p| p.args.len());
+        nargs = nargs.min(u8::try_from(own).unwrap_or(u8::MAX));
+    }
     crate::inspect::check_plans(&kernel, &plans)?;
     let mut options = LatencyOptions::default();
     options.by = by;

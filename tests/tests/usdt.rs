@@ -679,3 +679,44 @@ fn processes_probe_the_sdt_probes_of_their_mapped_files() {
     assert!(calls.len() >= 3, "{stdout}");
     assert!(calls.iter().all(|c| *c == "f=\"tick\" line=2"), "{stdout}");
 }
+
+/// `latency FUNC --end PROBE` pairs two SDT probes per thread, as calls
+/// nest: every `function__entry` Python reports (5 calls of fib, and the
+/// functions it runs at exit) ends at its `function__return`: as many
+/// paired calls as entries, none dropped or unreturned. Returns of frames
+/// entered before the trace function was set (Python reports no entry
+/// for them) are counted apart, as unpaired.
+#[test]
+fn latency_pairs_python_function_entry_and_return() {
+    let test = "latency_pairs_python_function_entry_and_return";
+    if !python_here(test) {
+        return;
+    }
+    let path = script("lat", FIB);
+    let ret = ENTRY.replace("function__entry", "function__return");
+    let out = Command::new(kprobe_perf_bin())
+        .args(["latency", ENTRY, "--end", &ret, "--", PYTHON])
+        .arg(&path)
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    let figure = |after: &str, before: &str| -> u64 {
+        stderr
+            .lines()
+            .find_map(|l| {
+                let (head, _) = l.split_once(before)?;
+                head.rsplit(after).next()?.trim().parse().ok()
+            })
+            .unwrap_or_else(|| panic!("no {before:?} in {stderr}"))
+    };
+    let paired = figure(": ", " paired calls");
+    let entries = figure("function__entry: ", "; function__return");
+    assert!(paired >= 5, "{stderr}");
+    assert_eq!(paired, entries, "{stderr}");
+    assert!(
+        stderr.contains(" 0 dropped entries, 0 unreturned calls, 0 events lost"),
+        "{stderr}"
+    );
+    let _ = std::fs::remove_dir_all(path.parent().unwrap());
+}
