@@ -92,21 +92,26 @@ impl UserStacks {
         if n == 0 {
             return;
         }
-        let applied: Vec<_> = self.changes.drain(..n).collect();
-        for (_, change) in applied {
+        let UserStacks {
+            unwinder,
+            changes,
+            live,
+            ..
+        } = self;
+        for (_, change) in changes.drain(..n) {
             match change {
                 Change::Mapped(pid, m) => {
-                    self.unwinder.add_mapping(pid, &m);
+                    unwinder.add_mapping(pid, &m);
                 }
                 Change::Forked { parent, child } => {
-                    if !self.unwinder.knows(parent) && self.live {
-                        self.unwinder.add_proc_maps(parent);
+                    if !unwinder.knows(parent) && *live {
+                        unwinder.add_proc_maps(parent);
                     }
                     // A pid used again starts over.
-                    self.unwinder.forget(child);
-                    self.unwinder.fork(parent, child);
+                    unwinder.forget(child);
+                    unwinder.fork(parent, child);
                 }
-                Change::Exec(pid) => self.unwinder.forget(pid),
+                Change::Exec(pid) => unwinder.forget(pid),
             }
         }
     }
