@@ -113,6 +113,29 @@ fn semaphore(pid: u32) -> u16 {
     u16::from_ne_bytes(buf)
 }
 
+/// A python3.11 that sleeps `secs`, returned once the interpreter runs
+/// its script: it says so on stdout. (`spawn` returns when the exec has
+/// begun, before the kernel has mapped the new image: a reader of
+/// `/proc/PID/maps` then may see only the stack.)
+fn sleeping_python(secs: u32) -> Child {
+    use std::io::BufRead;
+    let mut py = Command::new(PYTHON)
+        .args([
+            "-c",
+            &format!("import time; print('ready', flush=True); time.sleep({secs})"),
+        ])
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    let stdout = py.stdout.take().unwrap();
+    std::io::BufReader::new(stdout)
+        .read_line(&mut line)
+        .unwrap();
+    assert_eq!(line, "ready\n", "python3.11 did not start");
+    py
+}
+
 /// Polls `f` every 20 ms until it holds or `limit` passes.
 fn wait_for(limit: Duration, mut f: impl FnMut() -> bool) -> Option<Duration> {
     let start = Instant::now();
@@ -147,15 +170,8 @@ fn python_semaphore_counts_only_while_recording() {
     if !python_here(test) {
         return;
     }
-    let mut py = Command::new(PYTHON)
-        .args(["-c", "import time; time.sleep(300)"])
-        .spawn()
-        .unwrap();
+    let mut py = sleeping_python(300);
     let pid = py.id();
-    // Wait until the interpreter has mapped its data.
-    wait_for(Duration::from_secs(10), || {
-        std::fs::read_to_string(format!("/proc/{pid}/maps")).is_ok_and(|m| m.contains("rw-p"))
-    });
     assert_eq!(semaphore(pid), 0, "before any recording");
     let pid_arg = pid.to_string();
     for (route, how) in [
@@ -508,14 +524,8 @@ fn list_shows_the_sdt_probes_of_a_binary_and_a_process() {
     assert!(all
         .lines()
         .all(|l| l.starts_with("usdt:/usr/bin/python3.11:python:")));
-    let mut py = Command::new(PYTHON)
-        .args(["-c", "import time; time.sleep(60)"])
-        .spawn()
-        .unwrap();
+    let mut py = sleeping_python(60);
     let pid = py.id().to_string();
-    wait_for(Duration::from_secs(10), || {
-        std::fs::read_to_string(format!("/proc/{pid}/maps")).is_ok_and(|m| m.contains(PYTHON))
-    });
     let entries = list(&["-p", &pid, "python:function__*"]);
     let _ = py.kill();
     let _ = py.wait();
