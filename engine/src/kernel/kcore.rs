@@ -63,8 +63,8 @@ impl Kcore {
     }
 
     /// The loadable segments: (kernel virtual address, size, file offset).
-    #[cfg_attr(not(feature = "test-util"), allow(dead_code))] // for the tests
-    pub fn segments(&self) -> &[(u64, u64, u64)] {
+    #[cfg(test)]
+    fn segments(&self) -> &[(u64, u64, u64)] {
         &self.segments
     }
 }
@@ -152,17 +152,6 @@ pub struct TextSources {
     pub live: Option<Kcore>,
     /// A vmlinux matched to the running kernel.
     pub image: Option<ImageText>,
-}
-
-impl TextSources {
-    /// None when neither source is there.
-    #[cfg_attr(not(feature = "test-util"), allow(dead_code))] // for the tests
-    pub fn into_source(self) -> Option<Box<dyn KernelTextSource>> {
-        match (self.live.is_some(), self.image.is_some()) {
-            (false, false) => None,
-            _ => Some(Box::new(self)),
-        }
-    }
 }
 
 impl KernelTextSource for TextSources {

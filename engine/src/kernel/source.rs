@@ -124,7 +124,7 @@ fn is_source_point(word: &str) -> bool {
 }
 
 /// Whether a definition names a source point (and needs debug info).
-pub fn names_source_point(definition: &str) -> bool {
+pub(crate) fn names_source_point(definition: &str) -> bool {
     let mut words = definition.split_whitespace();
     let first = words.next().unwrap_or("");
     let short = first

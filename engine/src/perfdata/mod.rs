@@ -128,7 +128,7 @@ pub enum PerfDataError {
 
 /// `perf_file_section`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub struct Section {
+pub(crate) struct Section {
     /// Byte offset in the file.
     pub offset: u64,
     /// Size in bytes.

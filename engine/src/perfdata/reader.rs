@@ -148,13 +148,8 @@ impl<R: Read + Seek> Reader<R> {
         &self.attrs
     }
 
-    /// The data section.
-    pub fn data(&self) -> Section {
-        self.data.sec
-    }
-
     /// The bytes of a feature section, and where it is.
-    pub fn feature(&self, bit: u32) -> Option<(Section, &[u8])> {
+    pub(crate) fn feature(&self, bit: u32) -> Option<(Section, &[u8])> {
         self.features
             .iter()
             .find(|(b, _, _)| *b == bit)

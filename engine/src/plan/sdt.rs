@@ -17,7 +17,7 @@ use crate::plan::PlanError;
 
 /// The SDT probes of the binary at `path` whose provider and name match
 /// the globs `provider` and `name`, in the order of the binary's notes.
-pub fn matching_probes(path: &str, provider: &str, name: &str) -> Result<Vec<SdtProbe>, PlanError> {
+pub(crate) fn matching_probes(path: &str, provider: &str, name: &str) -> Result<Vec<SdtProbe>, PlanError> {
     let bin =
         UserBinary::open(std::path::Path::new(path)).map_err(|e| PlanError::User(e.to_string()))?;
     matching_in(&bin, path, provider, name)
@@ -152,7 +152,7 @@ const ANY_MAPPED_FILE: &str = "*";
 /// The uprobes of an SDT probe (see [`sites`]); for
 /// `usdt:*:PROVIDER:NAME`, over every file `processes` map (the program
 /// and its libraries), those with matching probes.
-pub fn sites_in(
+pub(crate) fn sites_in(
     spec: &ProbeSpec,
     arch: Arch,
     processes: &[u32],

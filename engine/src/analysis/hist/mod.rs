@@ -296,7 +296,8 @@ impl Log2Hist {
     }
 
     /// Values in the bucket holding `v`.
-    pub fn count_in_bucket_of(&self, v: u64) -> u64 {
+    #[cfg(test)]
+    pub(crate) fn count_in_bucket_of(&self, v: u64) -> u64 {
         self.counts[log2_index(v)]
     }
 
@@ -566,11 +567,6 @@ impl LinearHist {
     /// Mean of the values, if any.
     pub fn average(&self) -> Option<f64> {
         (self.count > 0).then(|| self.sum as f64 / self.count as f64)
-    }
-
-    /// Values in the bucket holding `v`.
-    pub fn count_in_bucket_of(&self, v: i64) -> u64 {
-        self.counts[self.index(v)]
     }
 
     /// The `thousandths`/1000 quantile, if any value.

@@ -395,7 +395,8 @@ impl LatencyPairer {
 
     /// Thread `tid` exited: its pending entries are dropped (tid 0, the
     /// idle tasks, never exits: ignored).
-    pub fn thread_exited(&mut self, tid: i32) {
+    #[cfg(test)]
+    pub(crate) fn thread_exited(&mut self, tid: i32) {
         self.stacks.thread_exited(tid);
     }
 
