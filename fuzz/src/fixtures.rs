@@ -11,11 +11,11 @@ use kprobe_perf_engine::perfdata::{
     symbol_subset, tracing_data, Metadata, Reader, Replay, StoredProbe, Writer, RECORD_LOST,
 };
 use kprobe_perf_engine::plan::{self, BackendChoice};
-use kprobe_perf_engine::records::RingRecord;
 use kprobe_perf_engine::records::{
     comm_record_body, sample_attr_bytes, sample_record_body, RecordDecoder, RecordSink,
     SampleFields, ThreadNames, RECORD_COMM, RECORD_SAMPLE,
 };
+use kprobe_perf_engine::records::{OpenedProbe, RingRecord};
 use kprobe_perf_engine::{KernelSymbols, ProbePlan, ProbeSpec};
 
 /// `PERF_RECORD_THROTTLE` and `PERF_RECORD_UNTHROTTLE`.
@@ -285,12 +285,15 @@ pub fn replay(bytes: &[u8]) -> Result<u64, String> {
 pub fn decoder(plans: &[ProbePlan]) -> RecordDecoder {
     let attrs: Vec<Vec<u8>> = plans.iter().map(sample_attr_bytes).collect();
     let ids: HashMap<u64, usize> = (0..plans.len()).map(|i| (id_of(i), i)).collect();
-    RecordDecoder::new(
-        plans.to_vec(),
-        offsets(),
-        attrs,
-        ids,
-        ThreadNames::RecordsOnly,
-    )
-    .expect("fixture decoder")
+    let probes = plans
+        .iter()
+        .zip(attrs)
+        .zip(offsets())
+        .map(|((plan, attr), field_offsets)| OpenedProbe {
+            plan: plan.clone(),
+            attr,
+            field_offsets,
+        })
+        .collect();
+    RecordDecoder::new(probes, ids, ThreadNames::RecordsOnly).expect("fixture decoder")
 }

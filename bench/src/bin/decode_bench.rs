@@ -14,11 +14,11 @@ use std::time::Instant;
 use kprobe_perf_arch::Arch;
 use kprobe_perf_engine::perfdata::{symbol_subset, Metadata, StoredProbe, Writer, MISC_KERNEL};
 use kprobe_perf_engine::plan::{self, BackendChoice};
-use kprobe_perf_engine::records::RingRecord;
 use kprobe_perf_engine::records::{
     comm_record_body, sample_attr_bytes, sample_record_body, Handover, RecordDecoder, RecordSink,
     SampleFields, ThreadNames, RECORD_COMM, RECORD_SAMPLE,
 };
+use kprobe_perf_engine::records::{OpenedProbe, RingRecord};
 use kprobe_perf_engine::{KernelSymbols, ProbeSpec};
 
 const SPEC: &str = "p:do_sys_openat2 dfd=%di:s32 flags=%dx:x32";
@@ -98,9 +98,11 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let mut decoded = 0usize;
     for _ in 0..3 {
         let mut d = RecordDecoder::new(
-            vec![plan.clone()],
-            vec![Vec::new()],
-            vec![attr.clone()],
+            vec![OpenedProbe {
+                plan: plan.clone(),
+                attr: attr.clone(),
+                field_offsets: Vec::new(),
+            }],
             probe_of_id.clone(),
             ThreadNames::RecordsOnly,
         )?;

@@ -10,8 +10,8 @@ use kprobe_perf_symbols::KernelSymbols;
 use super::{
     Metadata, PerfDataError, Reader, FEAT_KPROBE_PERF, RECORD_FINISHED_ROUND, RECORD_LOST,
 };
-use crate::decode::records::RingRecord;
 use crate::decode::records::{Handover, RecordDecoder, ThreadNames, RECORD_COMM, RECORD_SAMPLE};
+use crate::decode::records::{OpenedProbe, RingRecord};
 use crate::decode::records::{RECORD_EXIT, RECORD_FORK, RECORD_MMAP, RECORD_MMAP2};
 use crate::decode::Event;
 use crate::plan::ProbePlan;
@@ -65,19 +65,22 @@ impl<R: Read + Seek> Replay<R> {
                 probe_of_id.insert(id, i);
             }
         }
-        let offsets = meta
-            .probes
-            .iter()
-            .map(|p| p.field_offsets.clone())
-            .collect();
-        let attrs = reader.attrs().iter().map(|a| a.attr.clone()).collect();
         // Return probes joined to hidden entry probes ([`crate::plan::entry_join`])
         // are joined again, so the replay prints what the run printed.
         let (reopened, joiner) =
             crate::decode::join::expand(crate::plan::entry_join::rejoin(&plans, meta.arch));
-        let mut decoder =
-            RecordDecoder::new(plans, offsets, attrs, probe_of_id, ThreadNames::RecordsOnly)
-                .map_err(|e| bad(e.to_string()))?;
+        let probes = plans
+            .into_iter()
+            .zip(reader.attrs())
+            .zip(&meta.probes)
+            .map(|((plan, a), p)| OpenedProbe {
+                plan,
+                attr: a.attr.clone(),
+                field_offsets: p.field_offsets.clone(),
+            })
+            .collect();
+        let mut decoder = RecordDecoder::new(probes, probe_of_id, ThreadNames::RecordsOnly)
+            .map_err(|e| bad(e.to_string()))?;
         if let Some(j) = joiner.filter(|_| reopened.len() == decoder.plans().len()) {
             decoder.join_entries(j);
         }

@@ -54,10 +54,10 @@ impl Metadata {
             probes: d
                 .plans()
                 .iter()
-                .zip(d.field_offsets())
-                .map(|(p, o)| StoredProbe::from_plan(p, o))
+                .enumerate()
+                .map(|(i, p)| StoredProbe::from_plan(p, d.field_offsets(i)))
                 .collect(),
-            attrs: d.attrs().to_vec(),
+            attrs: (0..d.plans().len()).map(|i| d.attr(i).to_vec()).collect(),
             ids: d.ids(),
             hidden: d.plans().len() - d.shown_plans().len(),
             symbols: symbol_subset(symbols, addresses),

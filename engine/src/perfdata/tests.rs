@@ -1,4 +1,4 @@
-use crate::decode::records::RingRecord;
+use crate::decode::records::{OpenedProbe, RingRecord};
 use std::collections::HashMap;
 use std::io::Cursor;
 use std::sync::Arc;
@@ -238,9 +238,15 @@ fn the_record_decoder_names_the_sample_it_cannot_decode() {
     let attrs: Vec<Vec<u8>> = plans.iter().map(sample_attr_bytes).collect();
     let ids = HashMap::from([(7u64, 0usize)]);
     let d = RecordDecoder::new(
-        plans,
-        vec![vec![], vec![]],
-        attrs,
+        plans
+            .into_iter()
+            .zip(attrs)
+            .map(|(plan, attr)| OpenedProbe {
+                plan,
+                attr,
+                field_offsets: Vec::new(),
+            })
+            .collect(),
         ids,
         ThreadNames::RecordsOnly,
     )

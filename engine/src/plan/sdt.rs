@@ -17,7 +17,11 @@ use crate::plan::PlanError;
 
 /// The SDT probes of the binary at `path` whose provider and name match
 /// the globs `provider` and `name`, in the order of the binary's notes.
-pub(crate) fn matching_probes(path: &str, provider: &str, name: &str) -> Result<Vec<SdtProbe>, PlanError> {
+pub(crate) fn matching_probes(
+    path: &str,
+    provider: &str,
+    name: &str,
+) -> Result<Vec<SdtProbe>, PlanError> {
     let bin =
         UserBinary::open(std::path::Path::new(path)).map_err(|e| PlanError::User(e.to_string()))?;
     matching_in(&bin, path, provider, name)

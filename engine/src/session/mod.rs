@@ -22,8 +22,8 @@ use crate::attach::ring::{BackwardRing, RingBuffer};
 use crate::attach::sys;
 use crate::attach::target;
 use crate::attach::tracefs::{self, TracefsProbes};
-use crate::decode::records::RingRecord;
 use crate::decode::records::{self, Handover, RecordDecoder, ThreadNames};
+use crate::decode::records::{OpenedProbe, RingRecord};
 use crate::decode::stats::KernelCounts;
 pub use crate::decode::stats::{CallCounts, SessionStats, Throttling};
 use crate::decode::Event;
@@ -291,16 +291,23 @@ impl Session {
         let tracefs_guard = defined.tracefs;
         let field_offsets = defined.field_offsets;
         let enabled = opts.target.enables_on_exec();
-        let decoder = RecordDecoder::new(
-            plans,
-            field_offsets,
-            attrs,
-            probe_of_id,
-            ThreadNames::ReadProc,
-        )
-        .map_err(|e| Error::Internal {
-            what: format!("describing the sample layout: {e}"),
-        })?;
+        // One attr and one offset table per plan, both made from `plans`.
+        let probes = plans
+            .into_iter()
+            .zip(attrs)
+            .zip(field_offsets)
+            .map(|((plan, attr), field_offsets)| OpenedProbe {
+                plan,
+                attr,
+                field_offsets,
+            })
+            .collect();
+        let decoder =
+            RecordDecoder::new(probes, probe_of_id, ThreadNames::ReadProc).map_err(|e| {
+                Error::Internal {
+                    what: format!("describing the sample layout: {e}"),
+                }
+            })?;
         let mut decoder = decoder;
         if let Some(j) = joiner {
             decoder.join_entries(j);

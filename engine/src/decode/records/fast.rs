@@ -81,7 +81,7 @@ impl RecordDecoder {
     #[inline]
     fn fast_parts<'b>(&mut self, b: &'b [u8]) -> Option<(usize, SampleParts<'b>)> {
         let probe = self.probe_of_fast(u64_at(b, 0)?)?;
-        self.fast.get(probe)?.as_ref()?;
+        self.probes.get(probe)?.fast.as_ref()?;
         let size = u32_at(b, 40)? as usize;
         let parts = SampleParts {
             ip: u64_at(b, 8),
@@ -100,7 +100,8 @@ impl RecordDecoder {
     #[inline]
     pub(super) fn fast_sample(&mut self, b: &[u8]) -> Option<Result<(), DecodeError>> {
         let (probe, parts) = self.fast_parts(b)?;
-        let layout = self.fast.get(probe)?.as_ref()?;
+        let probe_layout = self.probes.get(probe)?;
+        let layout = probe_layout.fast.as_ref()?;
         let plan = self.plans.get(probe)?;
         let regs: &[u8] = if layout.regs == 0 {
             &[]
@@ -113,7 +114,7 @@ impl RecordDecoder {
         };
         self.comms
             .see(parts.pid.unwrap_or(-1), parts.tid.unwrap_or(-1));
-        let offsets = self.field_offsets.get(probe).map_or(&[][..], Vec::as_slice);
+        let offsets = probe_layout.field_offsets.as_slice();
         let reg = |i: u64| {
             let slot = *layout.slot.get(i as usize).filter(|&&s| s != u8::MAX)?;
             u64_at(regs, usize::from(slot) * 8)

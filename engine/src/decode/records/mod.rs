@@ -128,16 +128,6 @@ pub enum RecordsError {
         /// The bits allowed.
         allowed: u64,
     },
-    /// The number of attrs, field tables or plans differ.
-    #[error("{plans} probes but {attrs} attrs and {offsets} field tables")]
-    Mismatch {
-        /// Plans given.
-        plans: usize,
-        /// Attrs given.
-        attrs: usize,
-        /// Field offset tables given.
-        offsets: usize,
-    },
 }
 
 /// Why one record could not be used (it is also counted in
@@ -203,31 +193,21 @@ pub(crate) struct ProbeShape {
 /// over in time order round by round ([`RecordDecoder::round`]), COMM
 /// records into the thread-name table, LOST records into the counters.
 pub struct RecordDecoder {
+    /// The probes' plans, handed with each event.
     plans: Vec<ProbePlan>,
-    field_offsets: Vec<Vec<usize>>,
-    attrs: Vec<Vec<u8>>,
+    /// Per probe (in the order of `plans`), how its records are read.
+    probes: Vec<ProbeLayout>,
     probe_of_id: IntMap<u64, usize>,
-    parse_info: Vec<RecordParseInfo>,
-    /// Per probe: `Some` when its samples have exactly the session layout,
-    /// which [`RecordDecoder::fast_sample`] reads.
-    fast: Vec<Option<FastLayout>>,
     comms: CommTable,
     stats: SessionStats,
     queue: EventQueue,
-    /// Per probe, what delivering its events needs of its plan.
-    shapes: Vec<ProbeShape>,
     /// See [`RecordDecoder::probe_of_fast`].
     recent_ids: Vec<(u64, usize)>,
-    /// Per probe, its smallest event id (for the COMM records of names
-    /// learned from /proc).
-    first_ids: Vec<u64>,
     /// Joins hidden entry probes to their returns ([`crate::plan::entry_join`]).
     join: Option<crate::decode::join::Joiner>,
-    /// Per shown probe, the filter run in user space at handover.
+    /// Per shown probe (the user's, once entries are joined), the filter
+    /// run in user space at handover.
     user_filters: Vec<Option<crate::plan::filter::Filter>>,
-    /// Per probe: where the callchain's frame count lies in a sample
-    /// record's body, when its samples carry one.
-    chain_at: Vec<Option<usize>>,
     /// The probe and return addresses of the samples
     /// [`RecordDecoder::count`] passed over without decoding.
     counted_addresses: AddressSet,
@@ -240,6 +220,55 @@ pub struct RecordDecoder {
     /// False while [`RecordDecoder::count`] decodes a sample: its user
     /// stack is not unwound.
     unwind_samples: bool,
+}
+
+/// One probe as it was opened, for a [`RecordDecoder`]: its plan, the
+/// bytes of the perf_event_attr its events were opened with, and where
+/// its arguments lie in its raw record when it is a tracefs probe (empty
+/// for a PMU probe).
+#[derive(Debug, Clone)]
+pub struct OpenedProbe {
+    /// The plan.
+    pub plan: ProbePlan,
+    /// The perf_event_attr's bytes.
+    pub attr: Vec<u8>,
+    /// Offsets of the arguments in a tracefs probe's raw record.
+    pub field_offsets: Vec<usize>,
+}
+
+impl OpenedProbe {
+    /// A PMU probe of `plan` opened with the sample layout sessions use
+    /// (see [`sample_attr_bytes`]): for decoding made-up or stored records
+    /// without a session.
+    pub fn with_session_layout(plan: ProbePlan) -> OpenedProbe {
+        OpenedProbe {
+            attr: sample_attr_bytes(&plan),
+            plan,
+            field_offsets: Vec::new(),
+        }
+    }
+}
+
+/// How the records of one probe are read, fixed when the decoder is made.
+#[derive(Debug)]
+pub(super) struct ProbeLayout {
+    /// The perf_event_attr's bytes.
+    attr: Vec<u8>,
+    /// See [`OpenedProbe::field_offsets`].
+    field_offsets: Vec<usize>,
+    /// The record parser's view of the attr.
+    parse_info: RecordParseInfo,
+    /// `Some` when the samples have exactly the session layout, which
+    /// [`RecordDecoder::fast_sample`] reads.
+    fast: Option<FastLayout>,
+    /// Where the callchain's frame count lies in a sample record's body,
+    /// when the samples carry one.
+    chain_at: Option<usize>,
+    /// What handing over the probe's events needs of its plan.
+    pub(super) shape: ProbeShape,
+    /// The probe's smallest event id (for the COMM records of names
+    /// learned from /proc).
+    first_id: u64,
 }
 
 /// The filters of `plans` that run in user space (one per plan).
@@ -256,61 +285,57 @@ fn user_filters(plans: &[ProbePlan]) -> Vec<Option<crate::plan::filter::Filter>>
 }
 
 impl RecordDecoder {
-    /// A decoder for `plans`, whose events were opened with `attrs` (the
-    /// bytes of each probe's perf_event_attr) and carry the ids of
-    /// `probe_of_id`. `field_offsets[i]` lists where the arguments of
-    /// tracefs probe `i` lie in its raw record (empty for PMU probes).
-    /// With [`ThreadNames::ReadProc`], the decoder reads /proc for threads
-    /// it has no COMM for.
+    /// A decoder for `probes`, whose events carry the ids of
+    /// `probe_of_id` (an id to its index in `probes`). With
+    /// [`ThreadNames::ReadProc`], the decoder reads /proc for threads it
+    /// has no COMM for.
     pub fn new(
-        plans: Vec<ProbePlan>,
-        field_offsets: Vec<Vec<usize>>,
-        attrs: Vec<Vec<u8>>,
+        probes: Vec<OpenedProbe>,
         probe_of_id: HashMap<u64, usize>,
         names: ThreadNames,
     ) -> Result<RecordDecoder, RecordsError> {
-        if attrs.len() != plans.len() || field_offsets.len() != plans.len() {
-            return Err(RecordsError::Mismatch {
-                plans: plans.len(),
-                attrs: attrs.len(),
-                offsets: field_offsets.len(),
-            });
+        let mut first_ids: IntMap<usize, u64> = IntMap::default();
+        for (&id, &p) in &probe_of_id {
+            let first = first_ids.entry(p).or_insert(id);
+            *first = (*first).min(id);
         }
-        let mut chain_at = Vec::with_capacity(attrs.len());
-        let mut parse_info = Vec::with_capacity(attrs.len());
-        let mut fast = Vec::with_capacity(attrs.len());
+        let mut plans = Vec::with_capacity(probes.len());
+        let mut layouts = Vec::with_capacity(probes.len());
         let mut any_dwarf = false;
-        for (probe, bytes) in attrs.iter().enumerate() {
-            let (info, layout, chain, dwarf) = sample_layout(probe, bytes)?;
+        for (probe, opened) in probes.into_iter().enumerate() {
+            let (parse_info, fast, chain_at, dwarf) = sample_layout(probe, &opened.attr)?;
             any_dwarf |= dwarf;
-            parse_info.push(info);
-            fast.push(layout);
-            chain_at.push(chain);
+            layouts.push(ProbeLayout {
+                fast: fast.map(|f| f.with_plan(&opened.plan)),
+                shape: probe_shape(&opened.plan),
+                first_id: first_ids.get(&probe).copied().unwrap_or(0),
+                attr: opened.attr,
+                field_offsets: opened.field_offsets,
+                parse_info,
+                chain_at,
+            });
+            plans.push(opened.plan);
         }
-        let fast = fast
-            .into_iter()
-            .zip(&plans)
-            .map(|(f, plan)| f.map(|f| f.with_plan(plan)))
-            .collect();
-        let mut decoder = RecordDecoder {
-            first_ids: Vec::new(),
+        let user_filters = user_filters(&plans);
+        let filtered = if user_filters.iter().any(Option::is_some) {
+            vec![0; plans.len()]
+        } else {
+            Vec::new()
+        };
+        Ok(RecordDecoder {
             stats: SessionStats {
                 hits: vec![0; plans.len()],
+                filtered,
                 ..Default::default()
             },
-            field_offsets,
-            attrs,
+            probes: layouts,
             probe_of_id: probe_of_id.into_iter().collect(),
-            parse_info,
-            fast,
             comms: CommTable::new(names),
             queue: EventQueue::new(),
-            shapes: plans.iter().map(probe_shape).collect(),
-            user_filters: user_filters(&plans),
+            user_filters,
             plans,
             recent_ids: vec![(0, 0); RECENT_IDS],
             join: None,
-            chain_at,
             counted_addresses: AddressSet::default(),
             counted_unnamed: IntMap::default(),
             unwind_samples: true,
@@ -319,16 +344,7 @@ impl RecordDecoder {
                     names == ThreadNames::ReadProc,
                 ))
             }),
-        };
-        if decoder.user_filters.iter().any(Option::is_some) {
-            decoder.stats.filtered = vec![0; decoder.plans.len()];
-        }
-        decoder.first_ids = decoder
-            .ids()
-            .iter()
-            .map(|ids| ids.first().copied().unwrap_or(0))
-            .collect();
-        Ok(decoder)
+        })
     }
 
     /// The probes opened, in the order of the ids and attrs (with
@@ -362,14 +378,17 @@ impl RecordDecoder {
         self.join.as_ref().map_or(&self.plans, |j| j.shown())
     }
 
-    /// Where each tracefs probe's arguments lie in its raw record.
-    pub fn field_offsets(&self) -> &[Vec<usize>] {
-        &self.field_offsets
+    /// Where the arguments of probe `probe` (an index in
+    /// [`RecordDecoder::plans`]) lie in its raw record: empty for a PMU
+    /// probe or an index out of range.
+    pub fn field_offsets(&self, probe: usize) -> &[usize] {
+        self.probes.get(probe).map_or(&[], |p| &p.field_offsets)
     }
 
-    /// The perf_event_attr bytes of each probe.
-    pub fn attrs(&self) -> &[Vec<u8>] {
-        &self.attrs
+    /// The perf_event_attr bytes of probe `probe` (empty for an index out
+    /// of range).
+    pub fn attr(&self, probe: usize) -> &[u8] {
+        self.probes.get(probe).map_or(&[], |p| &p.attr)
     }
 
     /// The event ids of each probe (one per CPU or thread it was opened
@@ -394,7 +413,7 @@ impl RecordDecoder {
 
     /// True when some probe's samples carry a callchain.
     pub fn has_callchains(&self) -> bool {
-        self.chain_at.iter().any(Option::is_some)
+        self.probes.iter().any(|p| p.chain_at.is_some())
     }
 
     /// Counters so far.
@@ -427,18 +446,17 @@ impl RecordDecoder {
         let probe = get_record_identifier::<NativeEndian>(kind, data, true)
             .and_then(|id| self.probe_of_id(id))
             .ok_or(DecodeError::Missing("a known event id"))?;
-        let (Some(plan), Some(info)) = (self.plans.get(probe), self.parse_info.get(probe)) else {
+        let (Some(plan), Some(layout)) = (self.plans.get(probe), self.probes.get(probe)) else {
             return Err(DecodeError::Missing("a known event id"));
         };
-        if let Some(Some(at)) = self.chain_at.get(probe) {
-            if !chain_fits(&data, *at) {
+        if let Some(at) = layout.chain_at {
+            if !chain_fits(&data, at) {
                 return Err(DecodeError::Missing("a callchain that fits in the record"));
             }
         }
-        match RawEventRecord::new(kind, misc, data, *info).parse() {
+        match RawEventRecord::new(kind, misc, data, layout.parse_info).parse() {
             Ok(EventRecord::Sample(s)) => {
-                let offsets = self.field_offsets.get(probe).map_or(&[][..], Vec::as_slice);
-                decode_sample(probe, plan, &s, comm.clone(), offsets)
+                decode_sample(probe, plan, &s, comm.clone(), &layout.field_offsets)
             }
             _ => Err(DecodeError::Missing("a well-formed sample")),
         }
@@ -518,17 +536,17 @@ impl RecordDecoder {
         }
         let id = get_record_identifier::<NativeEndian>(kind, data, true);
         let probe = id.and_then(|id| self.probe_of_id.get(&id).copied());
-        let (Some(probe), Some(_), Some(info)) = (
+        let (Some(probe), Some(_), Some(layout)) = (
             probe,
             probe.and_then(|p| self.plans.get(p)),
-            probe.and_then(|p| self.parse_info.get(p)),
+            probe.and_then(|p| self.probes.get(p)),
         ) else {
             self.stats.undecodable += 1;
             return Err(RecordError::UnknownId(id));
         };
         if kind.0 == RECORD_SAMPLE {
-            if let Some(Some(at)) = self.chain_at.get(probe) {
-                if !chain_fits(&data, *at) {
+            if let Some(at) = layout.chain_at {
+                if !chain_fits(&data, at) {
                     self.stats.undecodable += 1;
                     return Err(RecordError::Parse(
                         "its callchain is longer than the record".into(),
@@ -536,7 +554,8 @@ impl RecordDecoder {
                 }
             }
         }
-        let raw = RawEventRecord::new(kind, misc, data, *info);
+        let (info, first_id) = (layout.parse_info, layout.first_id);
+        let raw = RawEventRecord::new(kind, misc, data, info);
         let cpu = || raw.common_data().ok().and_then(|c| c.cpu);
         let time = || raw.common_data().ok().and_then(|c| c.timestamp);
         match self.follow_tasks(time().unwrap_or(0), raw.parse()) {
@@ -549,7 +568,7 @@ impl RecordDecoder {
                 Ok(())
             }
             Ok(EventRecord::Fork(f)) => {
-                let id = self.first_ids.get(probe).copied().unwrap_or(0);
+                let id = first_id;
                 self.comms.fork(
                     (f.pid, f.tid),
                     (f.ppid, f.ptid),
@@ -627,9 +646,9 @@ impl RecordDecoder {
         // (0) in a mapping a perf.data file made from /proc.
         let time = get_record_identifier::<NativeEndian>(RecordType(kind), data, true)
             .and_then(|id| self.probe_of_id.get(&id))
-            .and_then(|&p| self.parse_info.get(p))
-            .and_then(|info| {
-                RawEventRecord::new(RecordType(kind), misc, data, *info)
+            .and_then(|&p| self.probes.get(p))
+            .and_then(|layout| {
+                RawEventRecord::new(RecordType(kind), misc, data, layout.parse_info)
                     .common_data()
                     .ok()
                     .and_then(|c| c.timestamp)
@@ -673,7 +692,7 @@ impl RecordDecoder {
             return Err(RecordError::UnknownId(None));
         };
         self.comms.see(s.pid.unwrap_or(-1), s.tid.unwrap_or(-1));
-        let offsets = self.field_offsets.get(probe).map_or(&[][..], Vec::as_slice);
+        let offsets = self.probes.get(probe).map_or(&[][..], |p| &p.field_offsets);
         let Some(sample_raw) = s.raw.map(|r| r.as_slice()) else {
             self.stats.undecodable += 1;
             return Err(DecodeError::Missing("raw data").into());
@@ -773,7 +792,7 @@ impl RecordDecoder {
                 }
                 n
             },
-            &self.shapes,
+            &self.probes,
             handover,
             |pid, time, regs, stack, out| {
                 if let Some(u) = self.user_stacks.as_mut() {
@@ -819,7 +838,7 @@ impl RecordDecoder {
                     name: self.comms.name(name).clone(),
                     time_ns: time,
                     cpu: h.cpu,
-                    id: self.first_ids.get(h.probe as usize).copied().unwrap_or(0),
+                    id: self.probes.get(h.probe as usize).map_or(0, |p| p.first_id),
                 };
                 self.comms.learned.push(learned);
             }

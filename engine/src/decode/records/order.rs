@@ -10,7 +10,7 @@ use std::sync::Arc;
 use kprobe_perf_arch::boundary::ProbeSite;
 
 use crate::decode::frames::StackFrame;
-use crate::decode::records::{Handover, ProbeShape};
+use crate::decode::records::Handover;
 use crate::decode::{set_args, ArgsOut, Event, EventHead, Value};
 
 /// A decoded sample waiting for its turn.
@@ -184,7 +184,7 @@ impl EventQueue {
         &mut self,
         names: &[Arc<str>],
         mut name_of: impl FnMut(&EventHead) -> u32,
-        shapes: &[ProbeShape],
+        probes: &[super::ProbeLayout],
         handover: Handover,
         mut unwind: impl FnMut(i32, u64, [u64; 4], &[u8], &mut Vec<StackFrame>),
         mut f: impl FnMut(&Event) -> ControlFlow<()>,
@@ -222,7 +222,7 @@ impl EventQueue {
                 }
                 *named = comm;
             }
-            let shape = shapes.get(slot.head.probe as usize);
+            let shape = probes.get(slot.head.probe as usize).map(|p| &p.shape);
             slot.head
                 .fill(e, shape.map_or(ProbeSite::Entry, |s| s.site));
             let kinds = shape.map_or(&[][..], |s| s.kinds.as_slice());

@@ -33,9 +33,7 @@ fn decoder_reading_proc(names: ThreadNames) -> (RecordDecoder, ProbePlan) {
     )
     .unwrap();
     let d = RecordDecoder::new(
-        vec![plan.clone()],
-        vec![Vec::new()],
-        vec![sample_attr_bytes(&plan)],
+        vec![OpenedProbe::with_session_layout(plan.clone())],
         HashMap::from([(ID, 0)]),
         names,
     )
@@ -329,9 +327,7 @@ fn comm_arguments_are_named_at_handover() {
     )
     .unwrap();
     let mut d = RecordDecoder::new(
-        vec![plan.clone()],
-        vec![Vec::new()],
-        vec![sample_attr_bytes(&plan)],
+        vec![OpenedProbe::with_session_layout(plan.clone())],
         HashMap::from([(ID, 0)]),
         ThreadNames::RecordsOnly,
     )
@@ -570,9 +566,7 @@ fn kretprobe_caller_comes_from_the_raw_record_when_the_ip_is_the_trampoline() {
     .unwrap();
     assert_eq!(plan.return_trampoline, Some(TRAMPOLINE));
     let mut d = RecordDecoder::new(
-        vec![plan.clone()],
-        vec![Vec::new()],
-        vec![sample_attr_bytes(&plan)],
+        vec![OpenedProbe::with_session_layout(plan.clone())],
         HashMap::from([(ID, 0)]),
         ThreadNames::RecordsOnly,
     )
@@ -628,12 +622,12 @@ fn two_probes() -> RecordDecoder {
             .unwrap()
         })
         .collect();
-    let attrs = plans.iter().map(sample_attr_bytes).collect();
     let ids = HashMap::from([(7u64, 0usize), (8, 1)]);
     RecordDecoder::new(
-        plans,
-        vec![vec![], vec![]],
-        attrs,
+        plans
+            .into_iter()
+            .map(OpenedProbe::with_session_layout)
+            .collect(),
         ids,
         ThreadNames::RecordsOnly,
     )
@@ -743,9 +737,7 @@ fn a_user_space_filter_drops_events_at_handover_and_counts_them() {
     // A PMU probe's record has no `flags`: the filter runs here.
     assert!(!plan.filter.as_ref().unwrap().in_kernel());
     let mut d = RecordDecoder::new(
-        vec![plan.clone()],
-        vec![Vec::new()],
-        vec![sample_attr_bytes(&plan)],
+        vec![OpenedProbe::with_session_layout(plan.clone())],
         HashMap::from([(ID, 0)]),
         ThreadNames::RecordsOnly,
     )
