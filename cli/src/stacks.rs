@@ -4,10 +4,10 @@
 //! (`--stacks-folded`) and drawn as a flame graph (`--flamegraph`, with
 //! inferno), live or from a recorded file.
 
-use std::collections::HashMap;
 use std::path::PathBuf;
 
 use anyhow::{Context, Result};
+use kprobe_perf_engine::analysis::FoldedStacks;
 use kprobe_perf_engine::stack::{CallGraph, NamedFrame, ProcessMaps, StackSymbolizer};
 use kprobe_perf_engine::{Event, KernelSymbols, ProbePlan};
 
@@ -172,7 +172,7 @@ pub(crate) struct Stacks {
     /// `/proc/PID/maps`.
     live: bool,
     /// Counts of folded stacks, when asked for.
-    folded: Option<HashMap<String, u64>>,
+    folded: Option<FoldedStacks>,
     /// The profile of `--profile`, when asked for.
     profile: Option<crate::profile::ProfileBuilder>,
     frames: Vec<NamedFrame>,
@@ -188,7 +188,8 @@ impl Stacks {
             symbolizer: StackSymbolizer::new(),
             maps: ProcessMaps::default(),
             live,
-            folded: (out.stacks_folded.is_some() || out.flamegraph.is_some()).then(HashMap::new),
+            folded: (out.stacks_folded.is_some() || out.flamegraph.is_some())
+                .then(FoldedStacks::new),
             profile: out
                 .profile
                 .is_some()
@@ -225,23 +226,13 @@ impl Stacks {
         let Some(folded) = self.folded.as_mut() else {
             return;
         };
-        let mut key = String::with_capacity(256);
-        key.push_str(&fold_name(&e.comm));
-        for f in self.frames.iter().rev() {
-            key.push(';');
-            key.push_str(&frame_name(f));
-        }
         // The probed function innermost: a kretprobe's stack starts at
         // its caller.
-        if plan.is_return() {
-            if let Some(l) = kernel.symbolize(e.probe_addr) {
-                if self.frames.first().and_then(|f| f.symbol.as_deref()) != Some(&l.symbol.name) {
-                    key.push(';');
-                    key.push_str(&l.symbol.name);
-                }
-            }
-        }
-        *folded.entry(key).or_insert(0) += 1;
+        let probed = plan
+            .is_return()
+            .then(|| kernel.symbolize(e.probe_addr))
+            .flatten();
+        folded.add(e, &self.frames, probed.as_ref().map(|l| &*l.symbol.name));
     }
 
     /// Appends the frames named by the last [`Stacks::see`] to a text
@@ -337,51 +328,20 @@ impl Stacks {
         let Some(folded) = self.folded.as_ref() else {
             return Ok(());
         };
-        let mut lines: Vec<String> = folded.iter().map(|(k, n)| format!("{k} {n}")).collect();
-        lines.sort();
         if let Some(p) = &args.stacks_folded {
-            let mut text = lines.join("\n");
-            if !text.is_empty() {
-                text.push('\n');
-            }
-            crate::output::write_new("--stacks-folded", p, force, text.as_bytes())?;
+            let mut text = Vec::new();
+            folded.write_folded(&mut text)?;
+            crate::output::write_new("--stacks-folded", p, force, &text)?;
         }
         if let Some(p) = &args.flamegraph {
             let mut svg = Vec::new();
-            let mut opts = inferno::flamegraph::Options::default();
-            opts.title = title.to_string();
-            opts.count_name = "events".to_string();
-            if lines.is_empty() {
-                anyhow::bail!(
-                    "--flamegraph {}: no event had a callchain, so there is nothing to draw",
-                    p.display()
-                );
-            }
-            inferno::flamegraph::from_lines(&mut opts, lines.iter().map(String::as_str), &mut svg)
-                .with_context(|| format!("drawing the flame graph for {}", p.display()))?;
+            folded
+                .flamegraph(title, &mut svg)
+                .with_context(|| format!("--flamegraph {}", p.display()))?;
             crate::output::write_new("--flamegraph", p, force, &svg)?;
         }
         Ok(())
     }
-}
-
-/// A frame's name in a folded stack: its function, else `[object]` (or
-/// `[unknown]`).
-fn frame_name(f: &NamedFrame) -> String {
-    match &f.symbol {
-        Some(s) => fold_name(s),
-        None if f.object.starts_with('[') => f.object.to_string(),
-        None => format!("[{}]", f.object),
-    }
-}
-
-/// A name without the folded format's separators (`;`, and the blank
-/// before the count is taken from the end, but newlines would split
-/// lines).
-fn fold_name(s: &str) -> String {
-    s.chars()
-        .map(|c| if c == ';' || c == '\n' { '_' } else { c })
-        .collect()
 }
 
 /// The flame graph's title: the probes' events.
@@ -451,21 +411,6 @@ mod tests {
         assert!(e.contains("only dwarf takes a size"), "{e}");
         let e = parse_call_graph("fp").unwrap_err();
         assert!(e.contains("not one of"), "{e}");
-    }
-
-    #[test]
-    fn folded_names_have_no_separators() {
-        assert_eq!(fold_name("a;b\nc"), "a_b_c");
-        let f = NamedFrame {
-            address: 1,
-            symbol: None,
-            offset: 0,
-            object: "/usr/bin/x".into(),
-            user: true,
-            inlined: false,
-            source: None,
-        };
-        assert_eq!(frame_name(&f), "[/usr/bin/x]");
     }
 
     #[test]

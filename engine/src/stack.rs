@@ -21,7 +21,7 @@ pub use crate::attach::attr::{CallGraph, DEFAULT_DWARF_STACK};
 pub use crate::decode::frames::StackFrame;
 
 /// A frame with its name, as `perf script` prints it.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct NamedFrame {
     /// The address.
     pub address: u64,

@@ -12,6 +12,8 @@
 //! - [`aggregate`]: [`Aggregator`] for `--count-by KEY,...`, `--hist ARG`
 //!   and `--lhist ARG:MIN,MAX,STEP`, with the parsers of those specs.
 //! - [`render`]: bpftrace-like text for histograms and count tables.
+//! - [`FoldedStacks`]: stacks counted in the folded format flame graph
+//!   tools read, and drawn as a flame graph with the `flamegraph` feature.
 //!
 //! Each accumulator has a `take()` that returns what it holds and starts
 //! again empty, for per-interval (`-I MS`) output.
@@ -46,6 +48,7 @@
 //! ```
 
 pub mod aggregate;
+mod folded;
 pub mod hist;
 pub mod latency;
 pub mod render;
@@ -56,6 +59,9 @@ pub use aggregate::{
     parse_count_by, parse_hist, parse_lhist, parse_linear, AggregateSnapshot, Aggregator, ArgField,
     ArgHists, ArgKind, CountBy, CountKey, CountRow, CountTable, HistBy, ProbeFields, ProbeHist,
 };
+#[cfg(feature = "flamegraph")]
+pub use folded::FlameGraphError;
+pub use folded::FoldedStacks;
 pub use hist::{
     Bucket, Hist, HistError, HistShape, LinearHist, LinearRange, Log2Hist, Percentiles,
 };
