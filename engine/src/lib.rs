@@ -31,7 +31,8 @@
 //!         &mut sink_fn(|e| println!("tid {} returned {:?}", e.tid, e.args[0].as_i64())),
 //!     )?;
 //!     session.disable()?;
-//!     println!("lost: {}", session.stats().lost);
+//!     // The exact loss: hits the kernel counted that were not handed over.
+//!     println!("lost: {:?}", session.summary().loss.count());
 //!     Ok(())
 //! }
 //! ```

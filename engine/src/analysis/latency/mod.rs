@@ -15,9 +15,8 @@
 //!   as unpaired, the entry stays.
 //! - tid 0 is each CPU's idle task (and interrupts taken while idle): its
 //!   stacks are kept per CPU, so calls on two idle CPUs do not mix.
-//! - Thread exits and tid reuse: [`LatencyPairer::thread_exited`] drops a
-//!   thread's stacks; [`LatencyPairer::thread_exits`] does it in time
-//!   order, for the kernel's exit records (which a session hands over
+//! - Thread exits and tid reuse: [`LatencyPairer::thread_exits`] drops a
+//!   thread's stacks in time order, for the kernel's exit records (which a session hands over
 //!   before the events of the same poll, [`crate::decode::records::thread_exit`]
 //!   reads them). Without them, an entry or return whose pid differs from the
 //!   pid of the entries on its tid's stack shows the tid was reused by
