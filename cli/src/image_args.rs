@@ -29,7 +29,10 @@ pub(crate) struct ImageArgs {
     /// /lib/modules/$(uname -r)/build/vmlinux that exists). It gives exact
     /// function sizes and, when /proc/kcore is not readable, the bytes of
     /// kernel text. Its build ID and KASLR slide are checked against the
-    /// running kernel; a mismatch is refused.
+    /// running kernel; a mismatch is refused. In `record` with callchains,
+    /// a given vmlinux with DWARF (Debian: linux-image-VERSION-dbg) also
+    /// names kernel frames' inlined functions and, with --srcline, their
+    /// source lines, as perf does with its vmlinux.
     #[arg(long, value_name = "PATH", value_parser = regular_file)]
     pub vmlinux: Option<PathBuf>,
     /// The running kernel's System.map (default: /usr/lib/debug/boot or

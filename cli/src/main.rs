@@ -474,6 +474,7 @@ fn record(args: &RecordArgs, filters: &[Option<String>]) -> Result<ExitCode> {
     )?;
     inspect::check_plans(&kernel, &plans)?;
     let agg = aggregate::Aggregation::new(&args.aggregate, &plans, args.json)?;
+    let kernel_dwarf = stacks::kernel_dwarf(&kernel, &args.image, call_graph.is_some());
     // The symbolizer's table; the kernel's text and images are let go.
     let symbols = kernel.into_symbols();
     if let Some(p) = args.output.as_deref() {
@@ -510,7 +511,10 @@ fn record(args: &RecordArgs, filters: &[Option<String>]) -> Result<ExitCode> {
     session.enable()?;
     run.armed();
     inspect::report_armed(session.plans());
-    let printer = Printer::new(args, &session, &symbols, agg, file.is_some());
+    let mut printer = Printer::new(args, &session, &symbols, agg, file.is_some());
+    if let (Some(s), Some((path, slide))) = (printer.stacks.as_mut(), kernel_dwarf) {
+        s.name_kernel_frames_from(path, slide);
+    }
     let stdout = io::stdout();
     let mut live = LiveOutput {
         printer,

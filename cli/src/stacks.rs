@@ -199,6 +199,12 @@ impl Stacks {
         }
     }
 
+    /// Names kernel frames from the DWARF of `debug_file` too (see
+    /// [`kernel_dwarf`]).
+    pub(crate) fn name_kernel_frames_from(&mut self, debug_file: PathBuf, slide: u64) {
+        self.symbolizer = std::mem::take(&mut self.symbolizer).with_kernel_dwarf(debug_file, slide);
+    }
+
     /// Whether stacks are kept (folded stacks, a flame graph, a profile).
     pub(crate) fn counts(&self) -> bool {
         self.folded.is_some() || self.profile.is_some()
@@ -341,6 +347,30 @@ impl Stacks {
             crate::output::write_new("--flamegraph", p, force, &svg)?;
         }
         Ok(())
+    }
+}
+
+/// With `--vmlinux` and callchains (`stacks`): the debug file and KASLR
+/// slide that name kernel frames from DWARF (inlined functions, source
+/// lines). A vmlinux without DWARF, or of another build, is said on
+/// stderr, and kernel frames are then named from kallsyms alone.
+pub(crate) fn kernel_dwarf(
+    kernel: &kprobe_perf_engine::Kernel,
+    image: &crate::image_args::ImageArgs,
+    stacks: bool,
+) -> Option<(PathBuf, u64)> {
+    if !stacks || image.vmlinux.is_none() {
+        return None;
+    }
+    match kernel.kernel_dwarf() {
+        Ok(found) => Some(found),
+        Err(e) => {
+            say!(
+                "kprobe-perf: kernel frames are named from kallsyms only, without inlined functions or source lines: {:#}",
+                anyhow::Error::from(e)
+            );
+            None
+        }
     }
 }
 

@@ -34,6 +34,7 @@
 #![cfg_attr(not(test), warn(unused_crate_dependencies))]
 #![deny(missing_docs)]
 
+mod address;
 mod debuginfo;
 mod dies;
 mod error;
@@ -47,6 +48,7 @@ mod sites;
 mod types;
 mod vars;
 
+pub use address::{AddressFrame, AddressLookup};
 pub use debuginfo::{DebugInfo, Options};
 pub use error::{Error, Result};
 pub use file::DebugFile;

@@ -261,6 +261,15 @@ pub struct StackSymbolizer {
     user_named: Vec<NamedFrame>,
     /// Inlined frames from the binaries' DWARF, where there is some.
     sources: kprobe_perf_unwind::SourceLookup,
+    /// The running kernel's debug file and the KASLR slide (running minus
+    /// link-time address), when kernel frames are named from DWARF.
+    kernel_dwarf: Option<(std::path::PathBuf, u64)>,
+    /// The lookup in `kernel_dwarf`'s file, opened at the first kernel
+    /// frame (`Err`: it could not be; frames are named from kallsyms).
+    kernel_lookup: Option<Result<kprobe_perf_debuginfo::AddressLookup, String>>,
+    /// With `kernel_dwarf`: kernel frames already named, by address, each
+    /// address's inlined frames then its function's.
+    kernel_inlined: HashMap<u64, Vec<NamedFrame>>,
 }
 
 type UserFrames = HashMap<
@@ -296,6 +305,18 @@ impl StackSymbolizer {
         StackSymbolizer::default()
     }
 
+    /// Names kernel frames from the DWARF of `debug_file` too (the
+    /// running kernel's vmlinux with debug info, e.g. from Debian's
+    /// `linux-image-VERSION-dbg`): the functions inlined at each address,
+    /// as perf names them, and the source lines. `slide` is the KASLR
+    /// slide (running address minus link-time address), see
+    /// [`Kernel::kernel_dwarf`](crate::Kernel::kernel_dwarf). Module frames
+    /// are named from kallsyms only.
+    pub fn with_kernel_dwarf(mut self, debug_file: std::path::PathBuf, slide: u64) -> Self {
+        self.kernel_dwarf = Some((debug_file, slide));
+        self
+    }
+
     /// The frames of `e`'s callchain, named, innermost first; a
     /// kretprobe's return trampoline is left out. `maps` gives the
     /// processes' mappings (see [`ProcessMaps`]).
@@ -326,6 +347,9 @@ impl StackSymbolizer {
                 if let Some(named) = self.user_named.get(group) {
                     out.extend_from_slice(named);
                 }
+                continue;
+            } else if self.kernel_dwarf.is_some() {
+                self.kernel_frames_from_dwarf(f.address, kernel, out);
                 continue;
             } else {
                 self.kernel_frame(f.address, kernel)
@@ -358,6 +382,57 @@ impl StackSymbolizer {
         }
         self.kernel_frames.insert(address, f.clone());
         f
+    }
+
+    /// Appends the frames at kernel `address` named from kallsyms and
+    /// the kernel's DWARF: its inlined functions, innermost first, then
+    /// its function's (a trampoline gives none).
+    fn kernel_frames_from_dwarf(
+        &mut self,
+        address: u64,
+        kernel: &KernelSymbols,
+        out: &mut Vec<NamedFrame>,
+    ) {
+        if let Some(named) = self.kernel_inlined.get(&address) {
+            out.extend_from_slice(named);
+            return;
+        }
+        let own = self.name_kernel_frame(address, kernel);
+        let mut named = Vec::new();
+        let trampoline = own
+            .symbol
+            .as_deref()
+            .is_some_and(|s| TRAMPOLINES.contains(&s));
+        if !trampoline {
+            let core = own.symbol.is_some() && own.object.starts_with("[kernel");
+            let source = match &self.kernel_dwarf {
+                Some((path, slide)) if core => {
+                    let lookup = self.kernel_lookup.get_or_insert_with(|| {
+                        kprobe_perf_debuginfo::AddressLookup::open(path).map_err(|e| e.to_string())
+                    });
+                    lookup
+                        .as_ref()
+                        .map(|l| l.frames(address.wrapping_sub(*slide)))
+                        .unwrap_or_default()
+                }
+                _ => Vec::new(),
+            };
+            let source: Vec<kprobe_perf_unwind::SourceFrame> = source
+                .into_iter()
+                .map(|f| kprobe_perf_unwind::SourceFrame {
+                    function: f.function,
+                    file: f.file,
+                    line: f.line,
+                    inlined: false,
+                })
+                .collect();
+            named = inline_frames(own, &source, &mut self.names);
+        }
+        out.extend_from_slice(&named);
+        if self.kernel_inlined.len() >= KERNEL_FRAMES_KEPT {
+            self.kernel_inlined.clear();
+        }
+        self.kernel_inlined.insert(address, named);
     }
 
     fn name_kernel_frame(&mut self, address: u64, kernel: &KernelSymbols) -> NamedFrame {
@@ -475,29 +550,102 @@ impl StackSymbolizer {
         let inline = svma
             .map(|a| sources.frames(Path::new(&*path), a))
             .unwrap_or_default();
-        if inline.is_empty() {
-            user_named.push(frame(Some(name), offset, false));
-            return;
-        }
-        for f in inline {
-            let fname = f.function.as_deref().unwrap_or("??");
-            let mut named = if fname == &*name {
-                frame(Some(name.clone()), offset, false)
-            } else {
-                frame(Some(intern(names, fname)), offset, true)
-            };
+        user_named.extend(inline_frames(
+            frame(Some(name), offset, false),
+            &inline,
+            names,
+        ));
+    }
+}
+
+/// The frames at one address: `own` (its function, from a symbol table)
+/// and the functions DWARF says are inlined there, `source`, innermost
+/// first, named as perf names them: a DWARF frame named as the symbol is
+/// the symbol's own frame, any other is inlined (at `own`'s address and
+/// offset). Without DWARF, `own` alone.
+fn inline_frames(
+    own: NamedFrame,
+    source: &[kprobe_perf_unwind::SourceFrame],
+    names: &mut HashMap<Box<str>, Arc<str>>,
+) -> Vec<NamedFrame> {
+    if source.is_empty() {
+        return vec![own];
+    }
+    source
+        .iter()
+        .map(|f| {
+            let mut named = own.clone();
+            // A frame DWARF does not name (assembly) is the symbol's own.
+            let fname = f
+                .function
+                .as_deref()
+                .or(own.symbol.as_deref())
+                .unwrap_or("??");
+            if own.symbol.as_deref() != Some(fname) {
+                named.symbol = Some(intern(names, fname));
+                named.inlined = true;
+            }
             named.source = f.file.as_deref().map(|file| SourceLine {
                 file: intern(names, file),
                 line: f.line,
             });
-            user_named.push(named);
-        }
-    }
+            named
+        })
+        .collect()
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn dwarf_frames_are_named_as_perf_names_them() {
+        let own = NamedFrame {
+            address: 0xffff_ffff_8124_3e1d,
+            symbol: Some(Arc::from("do_syscall_64")),
+            offset: 0x5d,
+            object: Arc::from("[kernel.kallsyms]"),
+            ..NamedFrame::default()
+        };
+        let src = |function: Option<&str>, line| kprobe_perf_unwind::SourceFrame {
+            function: function.map(str::to_string),
+            file: Some("arch/x86/entry/common.c".into()),
+            line,
+            inlined: false,
+        };
+        let mut names = HashMap::new();
+        let named = inline_frames(
+            own.clone(),
+            &[
+                src(Some("do_syscall_x64"), 46),
+                src(Some("do_syscall_64"), 76),
+            ],
+            &mut names,
+        );
+        let shown: Vec<(&str, bool, u32, u64)> = named
+            .iter()
+            .map(|f| {
+                let line = f.source.as_ref().map_or(0, |s| s.line);
+                (f.symbol.as_deref().unwrap_or(""), f.inlined, line, f.offset)
+            })
+            .collect();
+        assert_eq!(
+            shown,
+            [
+                ("do_syscall_x64", true, 46, 0x5d),
+                ("do_syscall_64", false, 76, 0x5d)
+            ]
+        );
+        // Assembly: DWARF has a line and no function; the symbol keeps
+        // the frame.
+        let named = inline_frames(own.clone(), &[src(None, 121)], &mut names);
+        assert_eq!(named.len(), 1);
+        assert_eq!(named[0].symbol.as_deref(), Some("do_syscall_64"));
+        assert!(!named[0].inlined);
+        assert_eq!(named[0].source.as_ref().map(|s| s.line), Some(121));
+        // No DWARF: the symbol's frame alone.
+        assert_eq!(inline_frames(own.clone(), &[], &mut names), [own]);
+    }
 
     #[test]
     fn kernel_frames_are_named_from_kallsyms_and_trampolines_dropped() {

@@ -201,3 +201,153 @@ fn probe_definition_matches_what_perf_probe_prints() {
          p:do_sys_openat2_L17 do_sys_openat2+178 fd=%bx:s32 path=+0(+0(%r12)):string mode=+8(%sp):x16\n"
     );
 }
+
+/// The frames of `record`'s text output: per event, each frame's address,
+/// name (`sym+0xOFF`, or `sym` for an inlined one), and `file:line`.
+fn printed_frames(stdout: &str) -> Vec<Vec<(u64, String, String)>> {
+    let mut events = Vec::new();
+    let mut lines = stdout.lines().peekable();
+    while let Some(l) = lines.next() {
+        // An event's line (a frame's source line is read with its frame).
+        if !l.starts_with('\t') {
+            if !l.is_empty() {
+                events.push(Vec::new());
+            }
+            continue;
+        }
+        let mut f = l.trim().splitn(2, ' ');
+        let (Some(addr), Some(rest)) = (f.next(), f.next()) else {
+            continue;
+        };
+        let name = rest.split([' ', '+']).next().unwrap_or("").to_string();
+        let src = match lines.peek() {
+            Some(s) if s.starts_with("  ") => {
+                let s = lines.next().unwrap_or_default().trim();
+                s.split(' ').next().unwrap_or("").to_string()
+            }
+            _ => String::new(),
+        };
+        if let (Ok(a), Some(e)) = (u64::from_str_radix(addr, 16), events.last_mut()) {
+            e.push((a, name, src));
+        }
+    }
+    events.retain(|e| !e.is_empty());
+    events
+}
+
+/// `_text` in /proc/kallsyms and in `vmlinux`: the KASLR slide.
+fn kaslr_slide(vmlinux: &std::path::Path) -> u64 {
+    let kallsyms = std::fs::read_to_string("/proc/kallsyms").unwrap();
+    let text = |table: &str| {
+        table
+            .lines()
+            .find(|l| l.ends_with(" _text"))
+            .and_then(|l| u64::from_str_radix(l.split(' ').next()?, 16).ok())
+    };
+    let nm = Command::new("nm").arg(vmlinux).output().unwrap();
+    let live = text(&kallsyms).expect("_text in kallsyms");
+    let image = text(&String::from_utf8_lossy(&nm.stdout)).expect("_text in the vmlinux");
+    live.wrapping_sub(image)
+}
+
+/// With `--vmlinux`, kernel frames name the functions inlined at each
+/// address and, with `--srcline`, the source lines, from the kernel's
+/// DWARF. binutils' `addr2line -i -f` on the same addresses (moved back
+/// by the KASLR slide) is the oracle: the same functions, innermost
+/// first, and the same `file:line` for each frame (an assembly frame,
+/// which DWARF does not name, keeps its symbol's name). On this path,
+/// `__x64_sys_openat` calls `do_sys_openat2`, and 6.1 and 6.12 inline
+/// `do_syscall_x64` into `do_syscall_64`.
+#[test]
+fn kernel_frames_name_inlined_functions_and_lines_from_the_vmlinux() {
+    let test = "kernel_frames_name_inlined_functions_and_lines_from_the_vmlinux";
+    if !kprobes_available(test) {
+        return;
+    }
+    if kernel_arch() != kprobe_perf_arch::Arch::X86_64 {
+        return skip_here(test, "the call path tested is x86_64's");
+    }
+    let Some(vmlinux) = debug_vmlinux() else {
+        return skip_here(
+            test,
+            "no -dbg vmlinux of this kernel under target/vm/kernels",
+        );
+    };
+    let started = std::time::Instant::now();
+    let out = Command::new(kprobe_perf_bin())
+        .args(["record", "--call-graph", "kernel", "--srcline", "--vmlinux"])
+        .arg(&vmlinux)
+        .args(["-e", "p:do_sys_openat2", "--", "cat", "/etc/hostname"])
+        .output()
+        .unwrap();
+    let took = started.elapsed();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stdout}{stderr}");
+    let events = printed_frames(&stdout);
+    assert!(events.len() >= 3, "{stdout}");
+    let slide = kaslr_slide(&vmlinux);
+    let mut addresses: Vec<u64> = events.iter().flatten().map(|f| f.0).collect();
+    addresses.sort_unstable();
+    addresses.dedup();
+    // binutils answers each address (`-a` prints it first) with
+    // (function, file:line) pairs, innermost first.
+    let a2l = Command::new("addr2line")
+        .args(["-a", "-i", "-f", "-e"])
+        .arg(&vmlinux)
+        .args(
+            addresses
+                .iter()
+                .map(|a| format!("0x{:x}", a.wrapping_sub(slide))),
+        )
+        .output()
+        .unwrap();
+    assert!(a2l.status.success(), "{a2l:?}");
+    let a2l = String::from_utf8_lossy(&a2l.stdout);
+    let mut per_address: Vec<(u64, Vec<(String, String)>)> = Vec::new();
+    let mut lines = a2l.lines();
+    while let Some(l) = lines.next() {
+        if let Some(hex) = l.strip_prefix("0x") {
+            let link = u64::from_str_radix(hex, 16).unwrap();
+            per_address.push((link.wrapping_add(slide), Vec::new()));
+            continue;
+        }
+        let file_line = lines.next().unwrap_or("");
+        let base = file_line.rsplit('/').next().unwrap_or("");
+        let base = base.split(' ').next().unwrap_or("");
+        if let Some((_, pairs)) = per_address.last_mut() {
+            pairs.push((l.to_string(), base.to_string()));
+        }
+    }
+    assert_eq!(per_address.len(), addresses.len(), "{a2l}");
+    let mut checked = 0;
+    for event in &events {
+        for &(a, ref pairs) in &per_address {
+            let ours: Vec<&(u64, String, String)> = event.iter().filter(|f| f.0 == a).collect();
+            if ours.is_empty() {
+                continue;
+            }
+            assert_eq!(ours.len(), pairs.len(), "0x{a:x}: {ours:?} vs {pairs:?}");
+            for (o, (func, src)) in ours.iter().zip(pairs) {
+                if func != "??" {
+                    assert_eq!(&o.1, func, "0x{a:x}: {ours:?} vs {pairs:?}");
+                }
+                assert_eq!(&o.2, src, "0x{a:x}: {ours:?} vs {pairs:?}");
+                checked += 1;
+            }
+        }
+        let names: Vec<&str> = event.iter().map(|f| f.1.as_str()).collect();
+        let at = |n: &str| names.iter().position(|x| *x == n);
+        assert_eq!(at("do_sys_openat2"), Some(0), "{names:?}");
+        assert!(at("__x64_sys_openat").is_some(), "{names:?}");
+        let (x64, s64) = (at("do_syscall_x64"), at("do_syscall_64"));
+        assert!(
+            x64.is_some() && s64 == x64.map(|i| i + 1),
+            "do_syscall_x64 inlined just inside do_syscall_64: {names:?}"
+        );
+    }
+    println!(
+        "{} events, {checked} frames equal to addr2line's; record took {took:?}",
+        events.len()
+    );
+}

@@ -298,6 +298,20 @@ impl Kernel {
             .ok_or_else(|| unreachable_cell("the debug info"))
     }
 
+    /// What names kernel frames from DWARF
+    /// ([`StackSymbolizer::with_kernel_dwarf`](crate::StackSymbolizer::with_kernel_dwarf)):
+    /// the running kernel's debug file ([`Kernel::debug_info`]) and its
+    /// KASLR slide, from `_text` and checked on functions spread over the
+    /// kernel (a file of another build is refused).
+    pub fn kernel_dwarf(&self) -> Result<(PathBuf, u64), Error> {
+        let path = self.debug_info()?.path().to_path_buf();
+        let image = KernelImage::open_vmlinux(&path).map_err(KernelError::from)?;
+        let slide = image
+            .slide_against(&self.symbols, self.running_build_id())
+            .map_err(KernelError::from)?;
+        Ok((path, slide.slide))
+    }
+
     /// One definition per site of a definition whose probe point is a
     /// source point (`p:do_sys_openat2@+8 fd`, see [`source`]); `None`
     /// for any other definition, which is left as written and costs no
