@@ -362,8 +362,9 @@ fn route_text(pattern: &str, kernel: &Kernel, selection: &Selection<'_>) -> Stri
 }
 
 /// `kprobe-perf probe --lines FUNC`: every instruction of FUNC with the
-/// kernel's predicted answer for a kprobe there.
-pub(crate) fn lines(func: &str, image: &ImageArgs) -> Result<ExitCode> {
+/// kernel's predicted answer for a kprobe there (and, with `srcline`, the
+/// source line above the instructions of each line).
+pub(crate) fn lines(func: &str, image: &ImageArgs, srcline: bool) -> Result<ExitCode> {
     let kernel = discover(image, SizesFrom::Vmlinux)?;
     let symbols = kernel.symbols();
     kernel.arch()?;
@@ -396,6 +397,18 @@ pub(crate) fn lines(func: &str, image: &ImageArgs) -> Result<ExitCode> {
     };
     let f = pre.function(sym).map_err(|e| anyhow::anyhow!("{e}"))?;
     let listing = pre.listing(&f);
+    let lines_at = if srcline {
+        let (path, slide) = kernel
+            .kernel_dwarf()
+            .map_err(crate::image_args::explain)
+            .context("--srcline needs the running kernel's DWARF (Debian: linux-image-VERSION-dbg; give --vmlinux)")?;
+        let lookup = kprobe_perf_engine::kernel::source::AddressLookup::open(&path)
+            .with_context(|| format!("--srcline: reading {}", path.display()))?;
+        Some((lookup, slide))
+    } else {
+        None
+    };
+    let mut last_line = String::new();
     let stdout = std::io::stdout();
     let mut out = std::io::BufWriter::new(stdout.lock());
     let code = match listing.code_size {
@@ -427,6 +440,17 @@ pub(crate) fn lines(func: &str, image: &ImageArgs) -> Result<ExitCode> {
             }
             _ => String::new(),
         };
+        if let Some((lookup, slide)) = &lines_at {
+            let at = listing
+                .address
+                .wrapping_add(l.insn.offset)
+                .wrapping_sub(*slide);
+            let here = source_line(&lookup.frames(at), &listing.name);
+            if !here.is_empty() && here != last_line {
+                writeln!(out, "  {here}")?;
+                last_line = here;
+            }
+        }
         writeln!(
             out,
             "  +{:<6} {marks}    {:<24} {}{why}",
@@ -441,6 +465,23 @@ pub(crate) fn lines(func: &str, image: &ImageArgs) -> Result<ExitCode> {
     )?;
     out.flush()?;
     Ok(ExitCode::SUCCESS)
+}
+
+/// The source line of an instruction, from the DWARF frames at its
+/// address (innermost first): `file:line`, with the function inlined
+/// there when it is not `function` itself.
+fn source_line(
+    frames: &[kprobe_perf_engine::kernel::source::AddressFrame],
+    function: &str,
+) -> String {
+    let Some(f) = frames.first() else {
+        return String::new();
+    };
+    let mut s = format!("{}:{}", f.file.as_deref().unwrap_or("??"), f.line);
+    if let Some(inlined) = f.function.as_deref().filter(|n| *n != function) {
+        s.push_str(&format!(" ({inlined}, inlined)"));
+    }
+    s
 }
 
 /// `kprobe-perf info`: first the doctor's checks (can this kernel and

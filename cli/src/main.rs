@@ -150,6 +150,12 @@ enum Cmd {
         /// (root).
         #[arg(long, value_name = "FUNC", conflicts_with = "parse")]
         lines: Option<String>,
+        /// With --lines: before the instructions of each source line, that
+        /// line (`file:line`, and the function inlined there), from the
+        /// kernel's DWARF (as crash's `dis -l`); needs a vmlinux with debug
+        /// info (--vmlinux, or where `info` looks).
+        #[arg(long, requires = "lines")]
+        srcline: bool,
         /// The definitions (`-:EVENT` deletions included).
         #[arg(value_name = "SPEC", allow_hyphen_values = true)]
         specs: Vec<String>,
@@ -375,8 +381,9 @@ fn main() -> ExitCode {
         Cmd::Probe {
             lines: Some(func),
             image,
+            srcline,
             ..
-        } => inspect::lines(&func, &image),
+        } => inspect::lines(&func, &image, srcline),
         Cmd::Probe {
             definition: true,
             specs,

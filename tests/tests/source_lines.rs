@@ -351,3 +351,79 @@ fn kernel_frames_name_inlined_functions_and_lines_from_the_vmlinux() {
         events.len()
     );
 }
+
+/// `probe --lines FUNC --srcline` prints, above the instructions of each
+/// source line, that line from the kernel's DWARF: each equals binutils'
+/// `addr2line -i` innermost answer for the instruction below it.
+#[test]
+fn instruction_listings_show_their_source_lines() {
+    let test = "instruction_listings_show_their_source_lines";
+    if !kprobes_available(test) {
+        return;
+    }
+    let Some(vmlinux) = debug_vmlinux() else {
+        return skip_here(
+            test,
+            "no -dbg vmlinux of this kernel under target/vm/kernels",
+        );
+    };
+    let out = Command::new(kprobe_perf_bin())
+        .args([
+            "probe",
+            "--lines",
+            "do_sys_openat2",
+            "--srcline",
+            "--vmlinux",
+        ])
+        .arg(&vmlinux)
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{stdout}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let head = stdout.lines().next().unwrap_or("");
+    let start = head
+        .split(" at 0x")
+        .nth(1)
+        .and_then(|r| u64::from_str_radix(r.split(',').next()?, 16).ok())
+        .expect("the function's address in the first line");
+    // (source line as printed, offset of the instruction below it)
+    let mut shown: Vec<(String, u64)> = Vec::new();
+    let mut lines = stdout.lines().skip(2).peekable();
+    while let Some(l) = lines.next() {
+        if l.starts_with("  +") || !l.starts_with("  ") {
+            continue;
+        }
+        let below = lines.peek().and_then(|n| {
+            let off = n.trim_start().strip_prefix('+')?.split(' ').next()?;
+            off.parse::<u64>().ok()
+        });
+        if let Some(off) = below {
+            shown.push((l.trim().to_string(), off));
+        }
+    }
+    assert!(shown.len() >= 5, "{stdout}");
+    let slide = kaslr_slide(&vmlinux);
+    let a2l = Command::new("addr2line")
+        .args(["-a", "-e"])
+        .arg(&vmlinux)
+        .args(
+            shown
+                .iter()
+                .map(|(_, off)| format!("0x{:x}", (start + off).wrapping_sub(slide))),
+        )
+        .output()
+        .unwrap();
+    let a2l = String::from_utf8_lossy(&a2l.stdout);
+    let answers: Vec<&str> = a2l.lines().filter(|l| !l.starts_with("0x")).collect();
+    assert_eq!(answers.len(), shown.len(), "{a2l}");
+    for ((ours, off), theirs) in shown.iter().zip(&answers) {
+        let theirs = theirs.split(" (discriminator").next().unwrap_or(theirs);
+        let file_line = ours.split(" (").next().unwrap_or(ours);
+        assert_eq!(file_line, theirs, "+{off}\n{stdout}");
+    }
+    println!("{} source lines, each addr2line's", shown.len());
+}

@@ -21,7 +21,9 @@
 use std::path::{Path, PathBuf};
 
 use kprobe_perf_debuginfo::{locate, DebugInfo, Options, ProbeArg, ProbePoint};
-pub use kprobe_perf_debuginfo::{DebugFile, Error as DebugInfoError, Instance, Site, Variable};
+pub use kprobe_perf_debuginfo::{
+    AddressFrame, AddressLookup, DebugFile, Error as DebugInfoError, Instance, Site, Variable,
+};
 
 use super::error::KernelError;
 
