@@ -312,7 +312,7 @@ const ARM64: &[(&str, &[&str])] = &[
 ];
 
 /// Functions the boundary agreement test takes in the smoke set.
-const SMOKE_AGREEMENT_FUNCTIONS: usize = 50;
+const SMOKE_AGREEMENT_FUNCTIONS: usize = 30;
 
 /// The test file an executable was built from: `skeleton-0123abcd` ->
 /// `skeleton`.
