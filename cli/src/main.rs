@@ -111,7 +111,7 @@ enum Cmd {
     Probe {
         /// Print each definition's canonical form, or its error with a caret
         /// under the mistake; exit 0 only if all parse. Touches nothing.
-        #[arg(long, required_unless_present_any = ["lines", "definition", "vars"], requires = "specs")]
+        #[arg(long, required_unless_present_any = ["lines", "definition", "vars", "source"], requires = "specs")]
         parse: bool,
         /// Print the kprobe_events definition each site of a source-level
         /// probe resolves to, from the kernel's DWARF (perf probe -D),
@@ -131,6 +131,18 @@ enum Cmd {
         /// types, from the kernel's DWARF (perf probe -V). Touches nothing.
         #[arg(long, value_name = "POINT", conflicts_with_all = ["parse", "lines"])]
         vars: Option<String>,
+        /// Show the source lines of FUNC (`NAME` or `NAME@FILE`) from the
+        /// kernel's DWARF, numbered from its declaration where a probe can
+        /// go (`FUNC@+N`, perf's `FUNC:N`), as perf probe -L does: with
+        /// the source text when --source-dir holds the tree (or the file is
+        /// at the path DWARF gives), else each line's `file:line` and the
+        /// offset of its first instruction. Touches nothing.
+        #[arg(long, value_name = "FUNC", conflicts_with_all = ["parse", "lines", "vars", "definition"])]
+        source: Option<String>,
+        /// With --source: the kernel source tree the DWARF's file names
+        /// are relative to (perf probe's --source).
+        #[arg(long, value_name = "DIR", requires = "source")]
+        source_dir: Option<std::path::PathBuf>,
         /// With --definition or --vars: the function's out-of-line body
         /// only, not its inlined copies (perf's --no-inlines).
         #[arg(long)]
@@ -392,6 +404,13 @@ fn main() -> ExitCode {
             other_kernel,
             ..
         } => source::definitions(&specs, &image, !no_inlines, other_kernel),
+        Cmd::Probe {
+            source: Some(func),
+            source_dir,
+            image,
+            other_kernel,
+            ..
+        } => source::listing(&func, source_dir.as_deref(), &image, other_kernel),
         Cmd::Probe {
             vars: Some(point),
             image,

@@ -2,9 +2,10 @@
 //! variables answered from the kernel's DWARF, without opening a probe.
 
 use std::io::Write;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
-use anyhow::Result;
+use anyhow::{bail, Result};
 use kprobe_perf_engine::kernel::source::{self, Instance, SourceExpansion};
 use kprobe_perf_engine::kernel::{Kernel, KernelError, SizesFrom};
 use kprobe_perf_engine::{Error, KernelSymbols};
@@ -150,4 +151,87 @@ pub(crate) fn variables(
     }
     out.flush()?;
     Ok(ExitCode::SUCCESS)
+}
+
+/// `probe --source FUNC`: the function's lines from its declaration to
+/// its last line with code, those a probe can go on numbered from the
+/// declaration (perf probe -L's layout), with their text when the source
+/// file is found under `dir` (or at the path DWARF gives), else each
+/// line's `file:line` and its first instruction's offset.
+pub(crate) fn listing(
+    func: &str,
+    dir: Option<&Path>,
+    image: &ImageArgs,
+    other_kernel: bool,
+) -> Result<ExitCode> {
+    let kernel = kernel(image, other_kernel);
+    let (name, in_file) = match func.split_once('@') {
+        Some((n, f)) => (n, Some(f)),
+        None => (func, None),
+    };
+    let (lines, offsets) = kernel.function_lines(name, in_file)?;
+    let Some(&last) = lines.lines.last() else {
+        bail!("{func}: its DWARF gives no line a probe can go on");
+    };
+    // perf's -L shows two more lines after the one past the last numbered
+    // (NR_ADDITIONAL_LINES in tools/perf/util/probe-event.c).
+    let last = last + 3;
+    let text = source_text(&lines.file, dir);
+    let mut out = std::io::stdout().lock();
+    match &text {
+        Some((path, _)) => writeln!(out, "<{name}@{}:0>", path.display())?,
+        None => writeln!(out, "<{name}@{}:0>", lines.file)?,
+    }
+    for line in lines.decl_line..=last {
+        let numbered = lines.lines.binary_search(&line);
+        let number = match numbered {
+            Ok(_) => format!("{:>7}", line - lines.decl_line),
+            Err(_) => " ".repeat(7),
+        };
+        let body = match &text {
+            Some((_, t)) => {
+                let Some(l) = t.get(usize::try_from(line).unwrap_or(usize::MAX).wrapping_sub(1))
+                else {
+                    break;
+                };
+                l.clone()
+            }
+            None => {
+                let base = lines.file.rsplit('/').next().unwrap_or(&lines.file);
+                let at = numbered
+                    .ok()
+                    .and_then(|i| offsets.get(i).copied().flatten())
+                    .map(|o| format!("  {name}+0x{o:x}"))
+                    .unwrap_or_default();
+                format!("{base}:{line}{at}")
+            }
+        };
+        writeln!(out, "{number}  {body}")?;
+    }
+    if text.is_none() {
+        say!(
+            "kprobe-perf: no source text for {} (give --source-dir DIR, the tree its path is relative to): lines shown by number",
+            lines.file
+        );
+    }
+    out.flush()?;
+    Ok(ExitCode::SUCCESS)
+}
+
+/// The lines of source file `file` (as DWARF names it): under `dir`
+/// with its leading directories dropped one by one until a file is
+/// there (perf's rule for --source), else at `file` itself.
+fn source_text(file: &str, dir: Option<&Path>) -> Option<(PathBuf, Vec<String>)> {
+    let mut tries = Vec::new();
+    if let Some(dir) = dir {
+        let parts: Vec<&str> = file.trim_start_matches('/').split('/').collect();
+        for i in 0..parts.len() {
+            tries.push(dir.join(parts[i..].join("/")));
+        }
+    }
+    tries.push(PathBuf::from(file));
+    tries.into_iter().find_map(|p| {
+        let text = std::fs::read_to_string(&p).ok()?;
+        Some((p, text.lines().map(str::to_string).collect()))
+    })
 }

@@ -20,6 +20,10 @@ pub struct FunctionLines {
     pub lines: Vec<u64>,
 }
 
+/// An inlined copy below a function: its ranges, call file, call line and
+/// entry PC.
+type Nested = (Vec<gimli::Range>, Option<String>, Option<u64>, Option<u64>);
+
 /// One row of a unit's line table.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Row {
@@ -256,6 +260,30 @@ impl<'a> DebugInfo<'a> {
         )
     }
 
+    /// Whether `address`'s own line is `line` of `file` (see
+    /// [`DebugInfo::listed_lines`]); true when the address has none.
+    fn maps_back(
+        &self,
+        unit: &Unit<'a>,
+        rows: &[Row],
+        address: u64,
+        file: Option<String>,
+        line: u64,
+        paths: &mut Paths,
+    ) -> Result<bool> {
+        let chain = self.chain(unit, address)?;
+        let Some(func) = chain.first().copied() else {
+            return Ok(true);
+        };
+        // perf's cu_find_lineinfo: the function's declaration at its
+        // entry, else the line table's line there.
+        let own = self.own_line(unit, rows, func, address, paths)?;
+        Ok(match own {
+            (Some(f), Some(l)) => l == line && file == Some(f),
+            _ => true,
+        })
+    }
+
     /// perf's best scope for a line: among the functions and inlined copies
     /// at the address, the one declared in that file closest before the line.
     fn best_scope(&self, unit: &Unit<'a>, chain: &[Frame], file: &str, line: u64) -> Option<Frame> {
@@ -299,12 +327,13 @@ impl<'a> DebugInfo<'a> {
         Ok(out)
     }
 
-    /// The inlined copies anywhere below `node`: (ranges, call file, call line).
+    /// The inlined copies anywhere below `node`: (ranges, call file, call
+    /// line, entry PC).
     fn inlined_below(
         &self,
         unit: &Unit<'a>,
         node: gimli::EntriesTreeNode<'_, '_, '_, crate::file::R<'a>>,
-        out: &mut Vec<(Vec<gimli::Range>, Option<String>, Option<u64>)>,
+        out: &mut Vec<Nested>,
     ) -> gimli::Result<()> {
         let mut children = node.children();
         while let Some(child) = children.next()? {
@@ -315,7 +344,9 @@ impl<'a> DebugInfo<'a> {
                     .and_then(dies::num)
                     .and_then(|n| dies::file_name(&self.dwarf, unit, n));
                 let l = e.val(gimli::DW_AT_call_line).and_then(dies::num);
-                out.push((dies::ranges(&self.dwarf, unit, e)?, f, l));
+                let ranges = dies::ranges(&self.dwarf, unit, e)?;
+                let entry = dies::entry_pc(&self.dwarf, unit, e, &ranges)?;
+                out.push((ranges, f, l, entry));
             }
             self.inlined_below(unit, child, out)?;
         }
@@ -324,6 +355,24 @@ impl<'a> DebugInfo<'a> {
 
     /// The lines of a function that carry code (perf -L), absolute line numbers.
     pub fn lines(&self, name: &str, file: Option<&str>) -> Result<FunctionLines> {
+        self.function_lines(name, file, false)
+    }
+
+    /// The lines `perf probe -L` numbers: those of [`DebugInfo::lines`]
+    /// whose statement rows map back to them (perf 5.5's "reversible"
+    /// check: the address's own line, its function's declaration at an
+    /// entry, else the first statement row there, is the same line of
+    /// the same file).
+    pub fn listed_lines(&self, name: &str, file: Option<&str>) -> Result<FunctionLines> {
+        self.function_lines(name, file, true)
+    }
+
+    fn function_lines(
+        &self,
+        name: &str,
+        file: Option<&str>,
+        reversible: bool,
+    ) -> Result<FunctionLines> {
         let mut lines = Vec::new();
         let mut found = false;
         let mut decl = (0, String::new());
@@ -354,19 +403,30 @@ impl<'a> DebugInfo<'a> {
             let decl_fileno = dies::udata_integrated(&unit, &def_e, gimli::DW_AT_decl_file);
             let mut same_file = HashMap::new();
             let rows = self.rows(&unit)?;
+            let mut paths = Paths::default();
             for copy in copies {
                 let ce = unit.entry(copy).map_err(err)?;
                 let ranges = dies::ranges(&self.dwarf, &unit, &ce).map_err(err)?;
                 if ranges.is_empty() {
                     continue;
                 }
-                let mut nested: Vec<(Vec<gimli::Range>, Option<String>, Option<u64>)> = Vec::new();
+                let mut nested: Vec<Nested> = Vec::new();
                 let mut tree = unit.entries_tree(Some(copy)).map_err(err)?;
                 let root = tree.root().map_err(err)?;
                 self.inlined_below(&unit, root, &mut nested).map_err(err)?;
-                for (_, f, l) in &nested {
-                    if f.is_some() && *f == decl_file {
-                        lines.extend(*l);
+                for (_, f, l, entry) in &nested {
+                    let (Some(l), true) = (*l, f.is_some() && *f == decl_file) else {
+                        continue;
+                    };
+                    // perf checks the call line at the copy's entry PC.
+                    let back = match *entry {
+                        Some(a) if reversible => {
+                            self.maps_back(&unit, &rows, a, f.clone(), l, &mut paths)?
+                        }
+                        _ => true,
+                    };
+                    if back {
+                        lines.push(l);
                     }
                 }
                 lines.push(decl.0);
@@ -383,12 +443,18 @@ impl<'a> DebugInfo<'a> {
                     }
                     let inside = nested
                         .iter()
-                        .filter(|(rg, _, _)| dies::holds(rg, r.address));
+                        .filter(|(rg, _, _, _)| dies::holds(rg, r.address));
                     let mut holders = inside.peekable();
                     if holders.peek().is_some()
-                        && !holders.any(|(_, f, l)| *f == decl_file && *l == Some(r.line))
+                        && !holders.any(|(_, f, l, _)| *f == decl_file && *l == Some(r.line))
                     {
                         continue;
+                    }
+                    if reversible {
+                        let path = paths.get(self, &unit, r.file);
+                        if !self.maps_back(&unit, &rows, r.address, path, r.line, &mut paths)? {
+                            continue;
+                        }
                     }
                     lines.push(r.line);
                 }

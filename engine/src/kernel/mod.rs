@@ -331,6 +331,26 @@ impl Kernel {
         )?))
     }
 
+    /// The lines of function `name` a probe can go on, from the kernel's
+    /// DWARF (perf probe -L's numbered lines; `in_file`: the one defined
+    /// in a file ending so), with each line's first statement offset in
+    /// the function when known.
+    pub fn function_lines(
+        &self,
+        name: &str,
+        in_file: Option<&str>,
+    ) -> Result<(source::FunctionLines, Vec<Option<u64>>), Error> {
+        let file = self.debug_info()?;
+        let range = KernelImage::open_vmlinux(file.path())
+            .ok()
+            .and_then(|image| {
+                let found = image.lookup(name);
+                let f = found.first()?;
+                Some((f.address, f.address.saturating_add(f.size.max(1))))
+            });
+        Ok(source::function_lines(file, name, in_file, range)?)
+    }
+
     /// The variables at each site of a point (`FUNC`, `FUNC:RLINE`,
     /// `FILE:LINE` as perf writes them, or `FUNC@+N`), with their types.
     pub fn source_variables(

@@ -22,7 +22,8 @@ use std::path::{Path, PathBuf};
 
 use kprobe_perf_debuginfo::{locate, DebugInfo, Options, ProbeArg, ProbePoint};
 pub use kprobe_perf_debuginfo::{
-    AddressFrame, AddressLookup, DebugFile, Error as DebugInfoError, Instance, Site, Variable,
+    AddressFrame, AddressLookup, DebugFile, Error as DebugInfoError, FunctionLines, Instance, Site,
+    Variable,
 };
 
 use super::error::KernelError;
@@ -400,6 +401,42 @@ pub(super) fn variables(
         out.push(SiteVariables { site, variables });
     }
     Ok(out)
+}
+
+/// The lines of function `name` a probe can go on (perf -L's numbered
+/// lines: with code, not starting at another line's address; `in_file`:
+/// the function defined in a file ending so), with the offset of each
+/// one's first statement from the start of `range` (the function's
+/// link-time addresses), when the line table has one inside it.
+pub(super) fn function_lines(
+    file: &DebugFile,
+    name: &str,
+    in_file: Option<&str>,
+    range: Option<(u64, u64)>,
+) -> Result<(FunctionLines, Vec<Option<u64>>), KernelError> {
+    let di = DebugInfo::new(file)?;
+    let lines = di.listed_lines(name, in_file)?;
+    let rows = match range {
+        Some((from, to)) => di.rows_between(name, from, to)?,
+        None => Vec::new(),
+    };
+    let same_file = |f: &str| f.ends_with(&lines.file) || lines.file.ends_with(f);
+    let start = range.map_or(0, |r| r.0);
+    let offsets = lines
+        .lines
+        .iter()
+        .map(|&l| {
+            if l == lines.decl_line && range.is_some() {
+                // The declaration's line is the entry's (perf's rule).
+                return Some(0);
+            }
+            rows.iter()
+                .filter(|r| r.2 == l && r.3 && same_file(&r.1))
+                .map(|r| r.0 - start)
+                .min()
+        })
+        .collect();
+    Ok((lines, offsets))
 }
 
 #[cfg(test)]
