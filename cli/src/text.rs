@@ -103,16 +103,25 @@ fn push_dec(s: &mut Vec<u8>, v: u64, width: usize) {
     push_with::<20>(s, |out| put_dec(out, v, width));
 }
 
+/// Writes the integer `v` in decimal (through `itoa`) at the start of
+/// `out` (room for 20 digits and a sign); returns how many bytes.
+#[inline]
+pub(crate) fn put_int(out: &mut [u8], v: impl itoa::Integer) -> usize {
+    let mut buf = itoa::Buffer::new();
+    let digits = buf.format(v).as_bytes();
+    // A byte loop: the numbers are short, and a call to memcpy would
+    // cost more than the copy.
+    for (d, &c) in out.iter_mut().zip(digits) {
+        *d = c;
+    }
+    digits.len().min(out.len())
+}
+
 /// Writes `v` in decimal with a sign at the start of `out` (room for 21);
 /// returns how many bytes.
+#[inline]
 fn put_signed(out: &mut [u8], v: i64) -> usize {
-    let sign = usize::from(v < 0);
-    if let Some(b) = out.first_mut() {
-        *b = b'-';
-    }
-    sign + out
-        .get_mut(sign..)
-        .map_or(0, |o| put_dec(o, v.unsigned_abs(), 1))
+    put_int(out, v)
 }
 
 /// Appends `v` in decimal with a sign.
@@ -145,14 +154,14 @@ fn push_hex(s: &mut Vec<u8>, v: u64) {
 /// Up to `N` bytes of text, padded, so that it is copied with a fixed-size
 /// copy and cut at `len`.
 #[derive(Clone, Copy)]
-struct Piece<const N: usize> {
+pub(crate) struct Piece<const N: usize> {
     bytes: [u8; N],
     len: usize,
 }
 
 impl<const N: usize> Piece<N> {
     /// `parts` joined, if they fit.
-    fn new(parts: &[&[u8]]) -> Option<Piece<N>> {
+    pub(crate) fn new(parts: &[&[u8]]) -> Option<Piece<N>> {
         let mut p = Piece {
             bytes: [b' '; N],
             len: 0,
@@ -167,7 +176,8 @@ impl<const N: usize> Piece<N> {
     }
 
     /// Copies the piece to `out[at..]`; returns the new end.
-    fn put(&self, out: &mut [u8], at: usize) -> usize {
+    #[inline]
+    pub(crate) fn put(&self, out: &mut [u8], at: usize) -> usize {
         if let Some(dst) = out.get_mut(at..at + N) {
             dst.copy_from_slice(&self.bytes);
         }
@@ -198,8 +208,8 @@ pub(crate) struct LineCache {
     /// Index in `places` of the last place found.
     last_place: usize,
     /// The whole seconds of the last usual line, as written: `(seconds,
-    /// digits)`.
-    seconds: Option<(u64, Piece<20>)>,
+    /// digits and the point)`.
+    seconds: Option<(u64, Piece<24>)>,
     /// Direct-mapped by thread id.
     threads: Vec<Option<Thread>>,
 }
@@ -217,21 +227,25 @@ struct Place {
     template: Option<(Piece<128>, Vec<Piece<32>>)>,
 }
 
-/// `{comm:>16}-{tid:<7}` of one thread, when it fits in [`Thread::text`].
+/// `{comm:>16}-{tid:<7} [{cpu:03}] ` of one thread on its last CPU, when
+/// it fits in [`Thread::text`].
 struct Thread {
     tid: i32,
     /// The name it was made with: held, so that a pointer comparison
     /// tells whether an event's name is the same.
     comm: std::sync::Arc<str>,
+    /// The CPU in `text`.
+    cpu: u32,
     text: [u8; Thread::ROOM],
     len: usize,
 }
 
 impl Thread {
-    /// Room for the column: 16 name bytes, `-` and a 7-digit tid, with
-    /// room to spare for a longer tid.
-    const ROOM: usize = 32;
+    /// Room for the columns: 16 name bytes, `-` and a 7-digit tid, with
+    /// room to spare for a longer tid, then ` [cpu] `.
+    const ROOM: usize = 40;
 
+    /// The columns of `e`'s thread and CPU (below 1000).
     fn new(e: &Event) -> Option<Thread> {
         let comm = e.comm.as_bytes();
         // Padding counts characters, as fmt does; a non-ASCII name takes
@@ -242,18 +256,29 @@ impl Thread {
         let mut text = [b' '; Thread::ROOM];
         text[16 - comm.len()..16].copy_from_slice(comm);
         text[16] = b'-';
-        let mut at = 17;
-        if e.tid < 0 {
-            text[at] = b'-';
-            at += 1;
-        }
-        let n = put_dec(&mut text[at..], u64::from(e.tid.unsigned_abs()), 1);
-        Some(Thread {
+        let at = 17 + put_int(&mut text[17..32], e.tid);
+        let at = at.max(24);
+        text[at + 1] = b'[';
+        text[at + 5] = b']';
+        let mut t = Thread {
             tid: e.tid,
             comm: e.comm.clone(),
+            cpu: e.cpu,
             text,
-            len: (at + n).max(24),
-        })
+            len: at + 7,
+        };
+        t.set_cpu(e.cpu);
+        Some(t)
+    }
+
+    /// Writes `cpu` (below 1000) into the column.
+    #[inline]
+    fn set_cpu(&mut self, cpu: u32) {
+        self.cpu = cpu;
+        let at = self.len - 5;
+        if let Some(out) = self.text.get_mut(at..at + 3) {
+            put_dec3(out, cpu);
+        }
     }
 }
 
@@ -312,7 +337,9 @@ impl LineCache {
         self.places.get(self.last_place)
     }
 
-    /// The `comm-tid` column of `e`'s thread, if it has the usual shape.
+    /// The `comm-tid [cpu] ` columns of `e`'s thread, if it has the usual
+    /// shape (and its CPU is below 1000).
+    #[inline]
     fn thread(&mut self, e: &Event) -> Option<&Thread> {
         if self.threads.is_empty() {
             self.threads.resize_with(Self::THREADS, || None);
@@ -320,49 +347,45 @@ impl LineCache {
         let slot = self
             .threads
             .get_mut(e.tid as u32 as usize & (Self::THREADS - 1))?;
-        let hit = slot
-            .as_ref()
-            .is_some_and(|t| t.tid == e.tid && std::sync::Arc::ptr_eq(&t.comm, &e.comm));
-        if !hit {
-            *slot = Some(Thread::new(e)?);
+        match slot {
+            Some(t) if t.tid == e.tid && std::sync::Arc::ptr_eq(&t.comm, &e.comm) => {
+                if t.cpu != e.cpu {
+                    t.set_cpu(e.cpu);
+                }
+            }
+            _ => *slot = Some(Thread::new(e)?),
         }
         slot.as_ref()
     }
 
     /// `{comm:>16}-{tid:<7} [{cpu:03}] {seconds}.{micros:06}` at the start
     /// of `out` (at least [`HEAD_ROOM`] bytes), from the thread's cached
-    /// column and the seconds of the last line when they are the same (as
-    /// they are for lines a microsecond apart): its length, or `None` for
-    /// a thread without a cached column or a CPU of 1000 or more.
+    /// columns and the `seconds.` of the last line when they are the same
+    /// (as they are for lines a microsecond apart): its length, or `None`
+    /// for a thread without cached columns or a CPU of 1000 or more.
+    #[inline]
     fn put_head(&mut self, out: &mut [u8], e: &Event) -> Option<usize> {
         if e.cpu >= 1000 || out.len() < HEAD_ROOM {
             return None;
         }
-        let (text, len) = self.thread(e).map(|t| (t.text, t.len))?;
         let secs = e.time_ns / 1_000_000_000;
         let digits = match self.seconds {
             Some((s, digits)) if s == secs => digits,
             _ => {
                 let mut p = Piece {
-                    bytes: [b'0'; 20],
+                    bytes: [b'0'; 24],
                     len: 0,
                 };
                 p.len = put_dec(&mut p.bytes, secs, 1);
+                p.bytes[p.len] = b'.';
+                p.len += 1;
                 self.seconds = Some((secs, p));
                 p
             }
         };
-        out[..Thread::ROOM].copy_from_slice(&text);
-        let mut at = len;
-        out[at] = b' ';
-        out[at + 1] = b'[';
-        at += 2;
-        at += put_dec3(&mut out[at..], e.cpu);
-        out[at] = b']';
-        out[at + 1] = b' ';
-        at = digits.put(out, at + 2);
-        out[at] = b'.';
-        at += 1;
+        let t = self.thread(e)?;
+        out[..Thread::ROOM].copy_from_slice(&t.text);
+        let at = digits.put(out, t.len);
         Some(at + put_dec6(&mut out[at..], (e.time_ns % 1_000_000_000) / 1_000))
     }
 }
@@ -414,9 +437,9 @@ pub(crate) fn write_line(
 /// Arguments the window of [`put_usual_line`] has room for.
 const USUAL_ARGS: usize = 6;
 
-/// Room [`LineCache::put_head`] needs: the thread 32, ` [cpu` 5 and
-/// `] seconds.micros` 36.
-const HEAD_ROOM: usize = Thread::ROOM + 5 + 36;
+/// Room [`LineCache::put_head`] needs: the thread and CPU 40, `seconds.`
+/// 24 and the micros 6, with room to spare.
+const HEAD_ROOM: usize = Thread::ROOM + 24 + 9;
 
 /// Room [`put_usual_line`] needs: the head, the lead 128, per argument its
 /// ` name=` 32 and a value 21.
@@ -453,7 +476,7 @@ pub(crate) fn put_usual_line(out: &mut [u8], e: &Event, cache: &mut LineCache) -
             Value::Int {
                 raw,
                 ty: BaseType::Unsigned(_) | BaseType::Bitfield { .. },
-            } => put_dec(dst, *raw, 1),
+            } => put_int(dst, *raw),
             // A symbol, string or array: the general path.
             _ => return None,
         };
