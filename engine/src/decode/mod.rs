@@ -672,7 +672,7 @@ pub(crate) fn decode_into(
 /// The head of a sample of probe `probe` (a kretprobe at [`ProbeSite::Return`],
 /// whose kernel's return trampoline is at `trampoline` when known), into
 /// `head`.
-#[inline]
+#[inline(always)]
 pub(crate) fn decode_head(
     probe: usize,
     site: ProbeSite,

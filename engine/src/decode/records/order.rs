@@ -43,7 +43,7 @@ pub(crate) struct EventQueue {
     /// Handed over (up to `done`), then read and not yet handed over: in
     /// time order up to `sorted`, then in the order they were read. A
     /// slot being filled sits at the back. Handed-over slots and their
-    /// arguments are dropped together, once they outnumber the waiting
+    /// arguments are dropped together, once they far outnumber the waiting
     /// ones ([`EventQueue::compact`]), so that the waiting ones are not
     /// moved at every round.
     pending: Vec<Slot>,
@@ -286,8 +286,8 @@ impl EventQueue {
     }
 
     /// Drops the handed-over slots and their arguments once they outnumber
-    /// the waiting ones four to one (or none wait), so that a waiting slot
-    /// is moved about once every four rounds rather than at each. User
+    /// the waiting ones eight to one (or none wait), so that a waiting slot
+    /// is moved about once every eight rounds rather than at each. User
     /// stacks (kilobytes each) are dropped at every round.
     fn compact(&mut self) {
         let waiting = self.pending.len() - self.done;
@@ -300,7 +300,7 @@ impl EventQueue {
             (self.done, self.sorted) = (0, 0);
             return;
         }
-        if self.done < 4 * waiting.max(1024) && self.user.is_empty() {
+        if self.done < 8 * waiting.max(1024) && self.user.is_empty() {
             return;
         }
         self.pending.drain(..self.done);
