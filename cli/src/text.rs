@@ -109,12 +109,32 @@ fn push_dec(s: &mut Vec<u8>, v: u64, width: usize) {
 pub(crate) fn put_int(out: &mut [u8], v: impl itoa::Integer) -> usize {
     let mut buf = itoa::Buffer::new();
     let digits = buf.format(v).as_bytes();
-    // A byte loop: the numbers are short, and a call to memcpy would
-    // cost more than the copy.
-    for (d, &c) in out.iter_mut().zip(digits) {
-        *d = c;
+    copy_short(out, digits)
+}
+
+/// Copies `src` (at most 40 bytes) to the start of `out` with a few
+/// overlapping word copies, cheaper than a call to memcpy for the short
+/// strings of digits copied per line; returns how many bytes.
+#[inline]
+fn copy_short(out: &mut [u8], src: &[u8]) -> usize {
+    let n = src.len();
+    let Some(dst) = out.get_mut(..n) else {
+        return 0;
+    };
+    match (src.first_chunk::<8>(), src.last_chunk::<8>()) {
+        (Some(first), Some(last)) if n <= 16 => {
+            dst[..8].copy_from_slice(first);
+            dst[n - 8..].copy_from_slice(last);
+        }
+        _ => match (src.first_chunk::<4>(), src.last_chunk::<4>()) {
+            (Some(first), Some(last)) if n <= 8 => {
+                dst[..4].copy_from_slice(first);
+                dst[n - 4..].copy_from_slice(last);
+            }
+            _ => dst.copy_from_slice(src),
+        },
     }
-    digits.len().min(out.len())
+    n
 }
 
 /// Writes `v` in decimal with a sign at the start of `out` (room for 21);
@@ -131,6 +151,7 @@ fn push_signed(s: &mut Vec<u8>, v: i64) {
 
 /// Writes `0x` and `v` in lowercase hex at the start of `out` (room for
 /// 18); returns how many bytes.
+#[inline]
 fn put_hex(out: &mut [u8], mut v: u64) -> usize {
     const HEX: &[u8; 16] = b"0123456789abcdef";
     let digits = ((64 - v.leading_zeros() as usize).div_ceil(4)).max(1);
@@ -139,9 +160,17 @@ fn put_hex(out: &mut [u8], mut v: u64) -> usize {
     };
     out[0] = b'0';
     out[1] = b'x';
-    for d in out[2..].iter_mut().rev() {
-        *d = HEX[(v & 0xf) as usize];
-        v >>= 4;
+    // Two digits per step, from the end.
+    let mut i = out.len();
+    while i >= 4 {
+        let b = (v & 0xff) as usize;
+        out[i - 1] = HEX[b & 0xf];
+        out[i - 2] = HEX[b >> 4];
+        v >>= 8;
+        i -= 2;
+    }
+    if i == 3 {
+        out[2] = HEX[(v & 0xf) as usize];
     }
     2 + digits
 }
@@ -459,8 +488,10 @@ pub(crate) fn put_usual_line(out: &mut [u8], e: &Event, cache: &mut LineCache) -
         return None;
     }
     at = lead.put(out, at);
-    for (i, v) in e.args.iter().enumerate() {
-        if let Some(piece) = i.checked_sub(1).and_then(|j| rest.get(j)) {
+    // Before each argument after the first, its ` name=`.
+    let names = std::iter::once(None).chain(rest.iter().map(Some));
+    for (v, name) in e.args.iter().zip(names) {
+        if let Some(piece) = name {
             at = piece.put(out, at);
         }
         let dst = out.get_mut(at..)?;
@@ -937,7 +968,18 @@ mod tests {
             assert_eq!(put_dec6(&mut out, v), 6);
             assert_eq!(out, format!("{v:06}").as_bytes());
         }
-        for v in [0u64, 1, 9, 10, 99, 1000, 123_456_789, u64::MAX] {
+        for v in [
+            0u64,
+            1,
+            9,
+            10,
+            99,
+            0x8000,
+            0x98800,
+            1000,
+            123_456_789,
+            u64::MAX,
+        ] {
             let mut s = Vec::new();
             push_dec(&mut s, v, 1);
             assert_eq!(text(&s), v.to_string());
@@ -948,7 +990,11 @@ mod tests {
             push_hex(&mut s, v);
             assert_eq!(text(&s), format!("0x{v:x}"));
         }
-        for v in [0i64, -1, -100, i64::MIN, i64::MAX] {
+        // Every length from 1 to 20 characters (copy_short's cases).
+        let mut values = vec![0i64, -1, -100, i64::MIN, i64::MAX];
+        values.extend((1..19).map(|d| 10i64.pow(d)));
+        values.extend((1..19).map(|d| -(10i64.pow(d)) + 1));
+        for v in values {
             let mut s = Vec::new();
             push_signed(&mut s, v);
             assert_eq!(text(&s), v.to_string());
