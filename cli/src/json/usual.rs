@@ -47,43 +47,62 @@ pub(super) struct Usual {
     last_place: usize,
 }
 
-/// The pieces of one thread.
+/// One thread, and its pieces when they fit (a name that does not is
+/// remembered too, so that it is not tried again at every event).
 struct Thread {
     tid: i32,
     pid: i32,
     /// The name the pieces were made with (compared by pointer).
     comm: Arc<str>,
+    pieces: Option<ThreadPieces>,
+}
+
+/// The pieces of one thread.
+struct ThreadPieces {
     /// `},"comm":"NAME","cpu":`.
-    comm_piece: Piece<COMM>,
-    pid_piece: Piece<ID>,
-    tid_piece: Piece<ID>,
+    comm: Piece<COMM>,
+    pid: Piece<ID>,
+    tid: Piece<ID>,
 }
 
 impl Thread {
-    fn new(e: &Event) -> Option<Thread> {
+    fn new(e: &Event) -> Thread {
+        Thread {
+            tid: e.tid,
+            pid: e.pid,
+            comm: e.comm.clone(),
+            pieces: ThreadPieces::new(e),
+        }
+    }
+}
+
+impl ThreadPieces {
+    fn new(e: &Event) -> Option<ThreadPieces> {
         let mut comm = b"},\"comm\":".to_vec();
         put_str(&mut comm, &e.comm);
         comm.extend_from_slice(b",\"cpu\":");
         let mut digits = [0u8; 12];
         let n = put_int(&mut digits, e.pid);
-        let pid_piece = Piece::new(&[&digits[..n]])?;
+        let pid = Piece::new(&[&digits[..n]])?;
         let n = put_int(&mut digits, e.tid);
-        Some(Thread {
-            tid: e.tid,
-            pid: e.pid,
-            comm: e.comm.clone(),
-            comm_piece: Piece::new(&[&comm])?,
-            pid_piece,
-            tid_piece: Piece::new(&[&digits[..n]])?,
+        Some(ThreadPieces {
+            comm: Piece::new(&[&comm])?,
+            pid,
+            tid: Piece::new(&[&digits[..n]])?,
         })
     }
 }
 
-/// The pieces of one probe at one address (a kprobe's place is the same
-/// at every hit).
+/// One probe at one address (a kprobe's place is the same at every hit),
+/// and its pieces when they fit (remembered either way).
 struct Place {
     probe: usize,
     addr: u64,
+    pieces: Option<PlacePieces>,
+}
+
+/// The pieces of one place.
+struct PlacePieces {
     /// Per argument printed, in key order: its index in the event's
     /// arguments and its key (`"name":`, then `,"name":`).
     keys: Vec<(usize, Piece<KEY>)>,
@@ -93,8 +112,8 @@ struct Place {
     address: Piece<ID>,
 }
 
-impl Place {
-    fn new(e: &Event, plan: &ProbePlan, symbols: &KernelSymbols) -> Option<Place> {
+impl PlacePieces {
+    fn new(e: &Event, plan: &ProbePlan, symbols: &KernelSymbols) -> Option<PlacePieces> {
         let mut keys = Vec::new();
         for (n, i) in sorted_args(plan).into_iter().enumerate() {
             let mut key = if n == 0 { Vec::new() } else { vec![b','] };
@@ -109,9 +128,7 @@ impl Place {
         event.extend_from_slice(b",\"pid\":");
         let mut digits = [0u8; 20];
         let n = put_int(&mut digits, e.probe_addr);
-        Some(Place {
-            probe: e.probe,
-            addr: e.probe_addr,
+        Some(PlacePieces {
             keys,
             event: Piece::new(&[&event])?,
             address: Piece::new(&[b",\"probe_addr\":", &digits[..n], b",\"tid\":"])?,
@@ -131,7 +148,7 @@ fn put_bytes<const N: usize>(out: &mut [u8], at: usize, bytes: &[u8; N]) -> usiz
 impl Usual {
     /// The pieces of `e`'s thread, made when new.
     #[inline]
-    fn thread<'a>(threads: &'a mut Vec<Option<Thread>>, e: &Event) -> Option<&'a Thread> {
+    fn thread<'a>(threads: &'a mut Vec<Option<Thread>>, e: &Event) -> Option<&'a ThreadPieces> {
         if threads.is_empty() {
             threads.resize_with(THREADS, || None);
         }
@@ -140,9 +157,9 @@ impl Usual {
             .as_ref()
             .is_some_and(|t| t.tid == e.tid && t.pid == e.pid && Arc::ptr_eq(&t.comm, &e.comm));
         if !hit {
-            *slot = Some(Thread::new(e)?);
+            *slot = Some(Thread::new(e));
         }
-        slot.as_ref()
+        slot.as_ref()?.pieces.as_ref()
     }
 
     /// The pieces of `e`'s place (the last one found is tried first), made
@@ -154,19 +171,23 @@ impl Usual {
         e: &Event,
         plan: &ProbePlan,
         symbols: &KernelSymbols,
-    ) -> Option<&'a Place> {
+    ) -> Option<&'a PlacePieces> {
         let is = |p: &Place| p.probe == e.probe && p.addr == e.probe_addr;
         if !places.get(*last).is_some_and(is) {
             *last = match places.iter().position(is) {
                 Some(i) => i,
                 None if places.len() < PLACES => {
-                    places.push(Place::new(e, plan, symbols)?);
+                    places.push(Place {
+                        probe: e.probe,
+                        addr: e.probe_addr,
+                        pieces: PlacePieces::new(e, plan, symbols),
+                    });
                     places.len() - 1
                 }
                 None => return None,
             };
         }
-        places.get(*last)
+        places.get(*last)?.pieces.as_ref()
     }
 
     /// The usual object of `e` at the start of `out` (at least
@@ -202,12 +223,12 @@ impl Usual {
                 _ => return None,
             };
         }
-        at = thread.comm_piece.put(out, at);
+        at = thread.comm.put(out, at);
         at += put_int(out.get_mut(at..)?, e.cpu);
         at = place.event.put(out, at);
-        at = thread.pid_piece.put(out, at);
+        at = thread.pid.put(out, at);
         at = place.address.put(out, at);
-        at = thread.tid_piece.put(out, at);
+        at = thread.tid.put(out, at);
         at = put_bytes(out, at, TIME_KEY);
         at += put_int(out.get_mut(at..)?, e.time_ns);
         Some(put_bytes(out, at, TAIL))
