@@ -15,13 +15,17 @@ use crate::text::{location, put_int, Piece};
 /// Arguments the usual object has room for.
 const ARGS: usize = 6;
 /// Room for an argument's key: `,"name":`.
-const KEY: usize = 48;
-/// Room for `},"comm":"NAME","cpu":`.
-const COMM: usize = 64;
-/// Room for `,"event":"EVENT","location":"PLACE","pid":`.
-const PLACE: usize = 256;
-/// Room for `,"probe_addr":N,"tid":`, and for a pid or tid.
-const ID: usize = 48;
+const KEY: usize = 32;
+/// Room for `},"comm":"NAME","cpu":` (a 16-byte name needs 35).
+const COMM: usize = 48;
+/// Room for `,"event":"EVENT","location":"PLACE","pid":`. The pieces are
+/// copied whole, so they are kept no larger than the usual members need;
+/// a longer one takes the general path.
+const PLACE: usize = 128;
+/// Room for `,"probe_addr":N,"tid":` (at most 41).
+const ADDRESS: usize = 48;
+/// Room for a pid or tid.
+const ID: usize = 16;
 /// `,"time_ns":`.
 const TIME_KEY: &[u8; 11] = b",\"time_ns\":";
 /// The object's end.
@@ -30,7 +34,7 @@ const TAIL: &[u8; 16] = b",\"type\":\"event\"}";
 /// Room [`Usual::put`] needs: `{"args":{`, the arguments' keys and
 /// values, the pieces, the CPU, the time and the end.
 pub(crate) const USUAL_OBJECT_ROOM: usize =
-    9 + ARGS * (KEY + 21) + COMM + 11 + PLACE + 3 * ID + TIME_KEY.len() + 21 + TAIL.len();
+    9 + ARGS * (KEY + 21) + COMM + 11 + PLACE + ADDRESS + 2 * ID + TIME_KEY.len() + 21 + TAIL.len();
 
 /// Threads remembered (a power of two).
 const THREADS: usize = 256;
@@ -109,7 +113,7 @@ struct PlacePieces {
     /// `,"event":"EVENT","location":"PLACE","pid":`.
     event: Piece<PLACE>,
     /// `,"probe_addr":N,"tid":`.
-    address: Piece<ID>,
+    address: Piece<ADDRESS>,
 }
 
 impl PlacePieces {
