@@ -398,13 +398,7 @@ pub(crate) fn lines(func: &str, image: &ImageArgs, srcline: bool) -> Result<Exit
     let f = pre.function(sym).map_err(|e| anyhow::anyhow!("{e}"))?;
     let listing = pre.listing(&f);
     let lines_at = if srcline {
-        let (path, slide) = kernel
-            .kernel_dwarf()
-            .map_err(crate::image_args::explain)
-            .context("--srcline needs the running kernel's DWARF (Debian: linux-image-VERSION-dbg; give --vmlinux)")?;
-        let lookup = kprobe_perf_engine::kernel::source::AddressLookup::open(&path)
-            .with_context(|| format!("--srcline: reading {}", path.display()))?;
-        Some((lookup, slide))
+        Some(line_lookup(&kernel)?)
     } else {
         None
     };
@@ -465,6 +459,20 @@ pub(crate) fn lines(func: &str, image: &ImageArgs, srcline: bool) -> Result<Exit
     )?;
     out.flush()?;
     Ok(ExitCode::SUCCESS)
+}
+
+/// `--srcline`'s lookup in the running kernel's DWARF, and the KASLR
+/// slide its addresses are moved by.
+fn line_lookup(
+    kernel: &Kernel,
+) -> Result<(kprobe_perf_engine::kernel::source::AddressLookup, u64)> {
+    let (path, slide) = kernel
+        .kernel_dwarf()
+        .map_err(crate::image_args::explain)
+        .context("--srcline needs the running kernel's DWARF (Debian: linux-image-VERSION-dbg; give --vmlinux)")?;
+    let lookup = kprobe_perf_engine::kernel::source::AddressLookup::open(&path)
+        .with_context(|| format!("--srcline: reading {}", path.display()))?;
+    Ok((lookup, slide))
 }
 
 /// The source line of an instruction, from the DWARF frames at its

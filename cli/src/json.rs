@@ -20,6 +20,9 @@ use serde_json::json;
 
 use crate::text::{function, location};
 
+mod usual;
+pub(crate) use usual::USUAL_OBJECT_ROOM;
+
 /// Addresses whose symbols are kept before the cache starts again.
 const PLACES_KEPT: usize = 4096;
 
@@ -34,9 +37,25 @@ pub(crate) struct EventWriter {
     places: HashMap<(u64, bool), Box<[u8]>>,
     /// Per symbol-typed value: its quoted location.
     symbols: HashMap<u64, Box<[u8]>>,
+    /// The pieces of the usual object.
+    usual: usual::Usual,
 }
 
 impl EventWriter {
+    /// The usual object (a kprobe hit of a known thread and place, with
+    /// plain integer arguments) at the start of `out` (at least
+    /// [`USUAL_OBJECT_ROOM`] bytes): its length, or `None` (with `out`
+    /// scribbled on) for any other event.
+    pub(crate) fn put_usual(
+        &mut self,
+        out: &mut [u8],
+        e: &Event,
+        plan: &ProbePlan,
+        symbols: &KernelSymbols,
+    ) -> Option<usize> {
+        self.usual.put(out, e, plan, symbols)
+    }
+
     /// Appends `e` as one JSON object (no newline) to `out`.
     pub(crate) fn event(
         &mut self,
@@ -45,6 +64,16 @@ impl EventWriter {
         plan: &ProbePlan,
         symbols: &KernelSymbols,
     ) {
+        let start = out.len();
+        out.resize(start + USUAL_OBJECT_ROOM, 0);
+        if let Some(n) = out
+            .get_mut(start..)
+            .and_then(|room| self.usual.put(room, e, plan, symbols))
+        {
+            out.truncate(start + n);
+            return;
+        }
+        out.truncate(start);
         if self.arg_order.len() <= e.probe {
             self.arg_order.resize(e.probe + 1, None);
         }

@@ -43,7 +43,7 @@ pub(crate) fn run(args: &ScriptArgs) -> Result<ExitCode> {
     let mut result = Ok(());
     let json = args.json;
     let mut lines = LineBuffer::new();
-    let mut cache = text::LineCache::default();
+    let mut writers = Writers::default();
     let folded = args.stacks.stacks_folded.is_some()
         || args.stacks.flamegraph.is_some()
         || args.stacks.profile.is_some();
@@ -58,7 +58,6 @@ pub(crate) fn run(args: &ScriptArgs) -> Result<ExitCode> {
         );
     }
     let mut plans_seen = Vec::new();
-    let mut json_writer = json::EventWriter::default();
     let replayed = replay.run(|e, plans, symbols, maps| {
         let Some(plan) = plans.get(e.probe) else {
             return;
@@ -74,16 +73,20 @@ pub(crate) fn run(args: &ScriptArgs) -> Result<ExitCode> {
         }
         result = lines.push(
             &mut out,
-            &mut cache,
-            |room, cache| (!json && !chain).then(|| text::put_usual_line(room, e, cache))?,
-            |line, cache| {
+            &mut writers,
+            |room, w| match (json, chain) {
+                (_, true) => None,
+                (true, false) => w.json.put_usual(room, e, plan, symbols),
+                (false, false) => text::put_usual_line(room, e, &mut w.text),
+            },
+            |line, w| {
                 if json {
-                    json_writer.event(line, e, plan, symbols);
+                    w.json.event(line, e, plan, symbols);
                     if chain {
                         stacks.write_json(line);
                     }
                 } else {
-                    text::write_line(line, e, plan, symbols, cache);
+                    text::write_line(line, e, plan, symbols, &mut w.text);
                     if chain {
                         stacks.write_text(line);
                     }
@@ -112,6 +115,20 @@ pub(crate) fn run(args: &ScriptArgs) -> Result<ExitCode> {
     }
     Ok(ExitCode::SUCCESS)
 }
+
+/// What the text and JSON formatters remember between lines.
+#[derive(Default)]
+struct Writers {
+    text: text::LineCache,
+    json: json::EventWriter,
+}
+
+/// Room for the usual line, text or JSON.
+const USUAL_ROOM: usize = if text::USUAL_LINE_ROOM > json::USUAL_OBJECT_ROOM {
+    text::USUAL_LINE_ROOM
+} else {
+    json::USUAL_OBJECT_ROOM
+};
 
 /// Lines gathered in one buffer and written in large pieces; the usual
 /// line is formatted straight into it.
@@ -163,7 +180,7 @@ impl LineBuffer {
         };
         self.buf[self.used + n] = b'\n';
         self.used += n + 1;
-        if Self::SIZE - self.used < text::USUAL_LINE_ROOM + 1 {
+        if Self::SIZE - self.used < USUAL_ROOM + 1 {
             out.write_all(&self.buf[..self.used])?;
             self.used = 0;
         }

@@ -103,16 +103,45 @@ fn push_dec(s: &mut Vec<u8>, v: u64, width: usize) {
     push_with::<20>(s, |out| put_dec(out, v, width));
 }
 
+/// Writes the integer `v` in decimal (through `itoa`) at the start of
+/// `out` (room for 20 digits and a sign); returns how many bytes.
+#[inline]
+pub(crate) fn put_int(out: &mut [u8], v: impl itoa::Integer) -> usize {
+    let mut buf = itoa::Buffer::new();
+    let digits = buf.format(v).as_bytes();
+    copy_short(out, digits)
+}
+
+/// Copies `src` (at most 40 bytes) to the start of `out` with a few
+/// overlapping word copies, cheaper than a call to memcpy for the short
+/// strings of digits copied per line; returns how many bytes.
+#[inline]
+fn copy_short(out: &mut [u8], src: &[u8]) -> usize {
+    let n = src.len();
+    let Some(dst) = out.get_mut(..n) else {
+        return 0;
+    };
+    match (src.first_chunk::<8>(), src.last_chunk::<8>()) {
+        (Some(first), Some(last)) if n <= 16 => {
+            dst[..8].copy_from_slice(first);
+            dst[n - 8..].copy_from_slice(last);
+        }
+        _ => match (src.first_chunk::<4>(), src.last_chunk::<4>()) {
+            (Some(first), Some(last)) if n <= 8 => {
+                dst[..4].copy_from_slice(first);
+                dst[n - 4..].copy_from_slice(last);
+            }
+            _ => dst.copy_from_slice(src),
+        },
+    }
+    n
+}
+
 /// Writes `v` in decimal with a sign at the start of `out` (room for 21);
 /// returns how many bytes.
+#[inline]
 fn put_signed(out: &mut [u8], v: i64) -> usize {
-    let sign = usize::from(v < 0);
-    if let Some(b) = out.first_mut() {
-        *b = b'-';
-    }
-    sign + out
-        .get_mut(sign..)
-        .map_or(0, |o| put_dec(o, v.unsigned_abs(), 1))
+    put_int(out, v)
 }
 
 /// Appends `v` in decimal with a sign.
@@ -122,6 +151,7 @@ fn push_signed(s: &mut Vec<u8>, v: i64) {
 
 /// Writes `0x` and `v` in lowercase hex at the start of `out` (room for
 /// 18); returns how many bytes.
+#[inline]
 fn put_hex(out: &mut [u8], mut v: u64) -> usize {
     const HEX: &[u8; 16] = b"0123456789abcdef";
     let digits = ((64 - v.leading_zeros() as usize).div_ceil(4)).max(1);
@@ -130,9 +160,17 @@ fn put_hex(out: &mut [u8], mut v: u64) -> usize {
     };
     out[0] = b'0';
     out[1] = b'x';
-    for d in out[2..].iter_mut().rev() {
-        *d = HEX[(v & 0xf) as usize];
-        v >>= 4;
+    // Two digits per step, from the end.
+    let mut i = out.len();
+    while i >= 4 {
+        let b = (v & 0xff) as usize;
+        out[i - 1] = HEX[b & 0xf];
+        out[i - 2] = HEX[b >> 4];
+        v >>= 8;
+        i -= 2;
+    }
+    if i == 3 {
+        out[2] = HEX[(v & 0xf) as usize];
     }
     2 + digits
 }
@@ -145,14 +183,14 @@ fn push_hex(s: &mut Vec<u8>, v: u64) {
 /// Up to `N` bytes of text, padded, so that it is copied with a fixed-size
 /// copy and cut at `len`.
 #[derive(Clone, Copy)]
-struct Piece<const N: usize> {
+pub(crate) struct Piece<const N: usize> {
     bytes: [u8; N],
     len: usize,
 }
 
 impl<const N: usize> Piece<N> {
     /// `parts` joined, if they fit.
-    fn new(parts: &[&[u8]]) -> Option<Piece<N>> {
+    pub(crate) fn new(parts: &[&[u8]]) -> Option<Piece<N>> {
         let mut p = Piece {
             bytes: [b' '; N],
             len: 0,
@@ -167,7 +205,8 @@ impl<const N: usize> Piece<N> {
     }
 
     /// Copies the piece to `out[at..]`; returns the new end.
-    fn put(&self, out: &mut [u8], at: usize) -> usize {
+    #[inline]
+    pub(crate) fn put(&self, out: &mut [u8], at: usize) -> usize {
         if let Some(dst) = out.get_mut(at..at + N) {
             dst.copy_from_slice(&self.bytes);
         }
@@ -198,8 +237,8 @@ pub(crate) struct LineCache {
     /// Index in `places` of the last place found.
     last_place: usize,
     /// The whole seconds of the last usual line, as written: `(seconds,
-    /// digits)`.
-    seconds: Option<(u64, Piece<20>)>,
+    /// digits and the point)`.
+    seconds: Option<(u64, Piece<24>)>,
     /// Direct-mapped by thread id.
     threads: Vec<Option<Thread>>,
 }
@@ -217,21 +256,25 @@ struct Place {
     template: Option<(Piece<128>, Vec<Piece<32>>)>,
 }
 
-/// `{comm:>16}-{tid:<7}` of one thread, when it fits in [`Thread::text`].
+/// `{comm:>16}-{tid:<7} [{cpu:03}] ` of one thread on its last CPU, when
+/// it fits in [`Thread::text`].
 struct Thread {
     tid: i32,
     /// The name it was made with: held, so that a pointer comparison
     /// tells whether an event's name is the same.
     comm: std::sync::Arc<str>,
+    /// The CPU in `text`.
+    cpu: u32,
     text: [u8; Thread::ROOM],
     len: usize,
 }
 
 impl Thread {
-    /// Room for the column: 16 name bytes, `-` and a 7-digit tid, with
-    /// room to spare for a longer tid.
-    const ROOM: usize = 32;
+    /// Room for the columns: 16 name bytes, `-` and a 7-digit tid, with
+    /// room to spare for a longer tid, then ` [cpu] `.
+    const ROOM: usize = 40;
 
+    /// The columns of `e`'s thread and CPU (below 1000).
     fn new(e: &Event) -> Option<Thread> {
         let comm = e.comm.as_bytes();
         // Padding counts characters, as fmt does; a non-ASCII name takes
@@ -242,18 +285,29 @@ impl Thread {
         let mut text = [b' '; Thread::ROOM];
         text[16 - comm.len()..16].copy_from_slice(comm);
         text[16] = b'-';
-        let mut at = 17;
-        if e.tid < 0 {
-            text[at] = b'-';
-            at += 1;
-        }
-        let n = put_dec(&mut text[at..], u64::from(e.tid.unsigned_abs()), 1);
-        Some(Thread {
+        let at = 17 + put_int(&mut text[17..32], e.tid);
+        let at = at.max(24);
+        text[at + 1] = b'[';
+        text[at + 5] = b']';
+        let mut t = Thread {
             tid: e.tid,
             comm: e.comm.clone(),
+            cpu: e.cpu,
             text,
-            len: (at + n).max(24),
-        })
+            len: at + 7,
+        };
+        t.set_cpu(e.cpu);
+        Some(t)
+    }
+
+    /// Writes `cpu` (below 1000) into the column.
+    #[inline]
+    fn set_cpu(&mut self, cpu: u32) {
+        self.cpu = cpu;
+        let at = self.len - 5;
+        if let Some(out) = self.text.get_mut(at..at + 3) {
+            put_dec3(out, cpu);
+        }
     }
 }
 
@@ -312,7 +366,9 @@ impl LineCache {
         self.places.get(self.last_place)
     }
 
-    /// The `comm-tid` column of `e`'s thread, if it has the usual shape.
+    /// The `comm-tid [cpu] ` columns of `e`'s thread, if it has the usual
+    /// shape (and its CPU is below 1000).
+    #[inline]
     fn thread(&mut self, e: &Event) -> Option<&Thread> {
         if self.threads.is_empty() {
             self.threads.resize_with(Self::THREADS, || None);
@@ -320,49 +376,45 @@ impl LineCache {
         let slot = self
             .threads
             .get_mut(e.tid as u32 as usize & (Self::THREADS - 1))?;
-        let hit = slot
-            .as_ref()
-            .is_some_and(|t| t.tid == e.tid && std::sync::Arc::ptr_eq(&t.comm, &e.comm));
-        if !hit {
-            *slot = Some(Thread::new(e)?);
+        match slot {
+            Some(t) if t.tid == e.tid && std::sync::Arc::ptr_eq(&t.comm, &e.comm) => {
+                if t.cpu != e.cpu {
+                    t.set_cpu(e.cpu);
+                }
+            }
+            _ => *slot = Some(Thread::new(e)?),
         }
         slot.as_ref()
     }
 
     /// `{comm:>16}-{tid:<7} [{cpu:03}] {seconds}.{micros:06}` at the start
     /// of `out` (at least [`HEAD_ROOM`] bytes), from the thread's cached
-    /// column and the seconds of the last line when they are the same (as
-    /// they are for lines a microsecond apart): its length, or `None` for
-    /// a thread without a cached column or a CPU of 1000 or more.
+    /// columns and the `seconds.` of the last line when they are the same
+    /// (as they are for lines a microsecond apart): its length, or `None`
+    /// for a thread without cached columns or a CPU of 1000 or more.
+    #[inline]
     fn put_head(&mut self, out: &mut [u8], e: &Event) -> Option<usize> {
         if e.cpu >= 1000 || out.len() < HEAD_ROOM {
             return None;
         }
-        let (text, len) = self.thread(e).map(|t| (t.text, t.len))?;
         let secs = e.time_ns / 1_000_000_000;
         let digits = match self.seconds {
             Some((s, digits)) if s == secs => digits,
             _ => {
                 let mut p = Piece {
-                    bytes: [b'0'; 20],
+                    bytes: [b'0'; 24],
                     len: 0,
                 };
                 p.len = put_dec(&mut p.bytes, secs, 1);
+                p.bytes[p.len] = b'.';
+                p.len += 1;
                 self.seconds = Some((secs, p));
                 p
             }
         };
-        out[..Thread::ROOM].copy_from_slice(&text);
-        let mut at = len;
-        out[at] = b' ';
-        out[at + 1] = b'[';
-        at += 2;
-        at += put_dec3(&mut out[at..], e.cpu);
-        out[at] = b']';
-        out[at + 1] = b' ';
-        at = digits.put(out, at + 2);
-        out[at] = b'.';
-        at += 1;
+        let t = self.thread(e)?;
+        out[..Thread::ROOM].copy_from_slice(&t.text);
+        let at = digits.put(out, t.len);
         Some(at + put_dec6(&mut out[at..], (e.time_ns % 1_000_000_000) / 1_000))
     }
 }
@@ -414,9 +466,9 @@ pub(crate) fn write_line(
 /// Arguments the window of [`put_usual_line`] has room for.
 const USUAL_ARGS: usize = 6;
 
-/// Room [`LineCache::put_head`] needs: the thread 32, ` [cpu` 5 and
-/// `] seconds.micros` 36.
-const HEAD_ROOM: usize = Thread::ROOM + 5 + 36;
+/// Room [`LineCache::put_head`] needs: the thread and CPU 40, `seconds.`
+/// 24 and the micros 6, with room to spare.
+const HEAD_ROOM: usize = Thread::ROOM + 24 + 9;
 
 /// Room [`put_usual_line`] needs: the head, the lead 128, per argument its
 /// ` name=` 32 and a value 21.
@@ -436,8 +488,10 @@ pub(crate) fn put_usual_line(out: &mut [u8], e: &Event, cache: &mut LineCache) -
         return None;
     }
     at = lead.put(out, at);
-    for (i, v) in e.args.iter().enumerate() {
-        if let Some(piece) = i.checked_sub(1).and_then(|j| rest.get(j)) {
+    // Before each argument after the first, its ` name=`.
+    let names = std::iter::once(None).chain(rest.iter().map(Some));
+    for (v, name) in e.args.iter().zip(names) {
+        if let Some(piece) = name {
             at = piece.put(out, at);
         }
         let dst = out.get_mut(at..)?;
@@ -453,7 +507,7 @@ pub(crate) fn put_usual_line(out: &mut [u8], e: &Event, cache: &mut LineCache) -
             Value::Int {
                 raw,
                 ty: BaseType::Unsigned(_) | BaseType::Bitfield { .. },
-            } => put_dec(dst, *raw, 1),
+            } => put_int(dst, *raw),
             // A symbol, string or array: the general path.
             _ => return None,
         };
@@ -914,7 +968,18 @@ mod tests {
             assert_eq!(put_dec6(&mut out, v), 6);
             assert_eq!(out, format!("{v:06}").as_bytes());
         }
-        for v in [0u64, 1, 9, 10, 99, 1000, 123_456_789, u64::MAX] {
+        for v in [
+            0u64,
+            1,
+            9,
+            10,
+            99,
+            0x8000,
+            0x98800,
+            1000,
+            123_456_789,
+            u64::MAX,
+        ] {
             let mut s = Vec::new();
             push_dec(&mut s, v, 1);
             assert_eq!(text(&s), v.to_string());
@@ -925,7 +990,11 @@ mod tests {
             push_hex(&mut s, v);
             assert_eq!(text(&s), format!("0x{v:x}"));
         }
-        for v in [0i64, -1, -100, i64::MIN, i64::MAX] {
+        // Every length from 1 to 20 characters (copy_short's cases).
+        let mut values = vec![0i64, -1, -100, i64::MIN, i64::MAX];
+        values.extend((1..19).map(|d| 10i64.pow(d)));
+        values.extend((1..19).map(|d| -(10i64.pow(d)) + 1));
+        for v in values {
             let mut s = Vec::new();
             push_signed(&mut s, v);
             assert_eq!(text(&s), v.to_string());

@@ -731,7 +731,7 @@ fn bench_decode(samples: usize) -> Result<()> {
         rate(perf) / 1e6
     );
     println!(
-        "ratio: kprobe-perf script is {:.1}x the event rate of perf script (goal: 10x)",
+        "ratio: kprobe-perf script is {:.1}x the event rate of perf script (goal: 15x)",
         perf / ours
     );
     Ok(())

@@ -138,6 +138,12 @@ fn objects_match_a_sorted_serde_json_map_byte_for_byte() {
         vec![Value::Unknown, int(7, BaseType::Symbol)],
     ));
     events.push(event(2, "bare", vec![]));
+    // The usual object for every name, and for one too long for its
+    // piece (which takes the general path, the second time too).
+    let long = "n".repeat(100);
+    for s in strings.iter().copied().chain([long.as_str()]) {
+        events.push(event(2, s, vec![]));
+    }
     events.push(event(
         3,
         "arr",

@@ -567,6 +567,24 @@ pub(crate) struct ArgsOut<'a> {
     pub others: &'a mut Vec<Value>,
 }
 
+/// [`set_args`] for an event whose arguments were last set for the same
+/// probe: its integers replaced in place (their types are already the
+/// probe's). False, with `args` left for `set_args` to rewrite, when
+/// some argument is not an integer or the counts differ.
+#[inline]
+pub(crate) fn refill_ints(args: &mut [Value], kinds: &[Option<BaseType>], ints: &[u64]) -> bool {
+    if args.len() != kinds.len() || ints.len() < args.len() {
+        return false;
+    }
+    for ((v, kind), &raw) in args.iter_mut().zip(kinds).zip(ints) {
+        match (v, kind) {
+            (Value::Int { raw: r, .. }, Some(_)) => *r = raw,
+            _ => return false,
+        }
+    }
+    true
+}
+
 /// Rebuilds argument values from what [`decode_into`] produced, reusing
 /// the values already in `args` (no allocation for integers).
 pub(crate) fn set_args(
@@ -654,7 +672,7 @@ pub(crate) fn decode_into(
 /// The head of a sample of probe `probe` (a kretprobe at [`ProbeSite::Return`],
 /// whose kernel's return trampoline is at `trampoline` when known), into
 /// `head`.
-#[inline]
+#[inline(always)]
 pub(crate) fn decode_head(
     probe: usize,
     site: ProbeSite,

@@ -295,6 +295,33 @@ impl Stream {
         if self.pos >= end {
             return Ok(None);
         }
+        // The usual record: whole in the buffer, of a sane size.
+        if let Some(h) = self
+            .buf
+            .get(self.start..self.end)
+            .and_then(|b| b.first_chunk::<8>())
+        {
+            let size = usize::from(u16::from_ne_bytes([h[6], h[7]]));
+            if size >= 8 && self.start + size <= self.end && size as u64 <= end - self.pos {
+                let (index, offset) = (self.index, self.pos);
+                let kind = u32::from_ne_bytes([h[0], h[1], h[2], h[3]]);
+                let misc = u16::from_ne_bytes([h[4], h[5]]);
+                let body = self
+                    .buf
+                    .get(self.start + 8..self.start + size)
+                    .unwrap_or(&[]);
+                self.start += size;
+                self.pos += size as u64;
+                self.index += 1;
+                return Ok(Some(FileRecord {
+                    index,
+                    offset,
+                    kind,
+                    misc,
+                    body,
+                }));
+            }
+        }
         let (index, offset) = (self.index, self.pos);
         let err = |kind: u32, reason: String| PerfDataError::Record {
             index,

@@ -78,17 +78,21 @@ impl RecordDecoder {
     /// The probe and fields of a sample of the exact layout sessions use
     /// (in one piece), read at their fixed offsets; `None` for another
     /// layout or a short record.
-    #[inline]
+    #[inline(always)]
     fn fast_parts<'b>(&mut self, b: &'b [u8]) -> Option<(usize, SampleParts<'b>)> {
-        let probe = self.probe_of_fast(u64_at(b, 0)?)?;
+        // The fixed fields, read from one array (no check per field).
+        let fixed = b.first_chunk::<44>()?;
+        let word = |at: usize| fixed.get(at..at + 8).and_then(|w| w.try_into().ok());
+        let half = |at: usize| fixed.get(at..at + 4).and_then(|w| w.try_into().ok());
+        let probe = self.probe_of_fast(word(0).map(u64::from_ne_bytes)?)?;
         self.probes.get(probe)?.fast.as_ref()?;
-        let size = u32_at(b, 40)? as usize;
+        let size = half(40).map(u32::from_ne_bytes)? as usize;
         let parts = SampleParts {
-            ip: u64_at(b, 8),
-            pid: u32_at(b, 16).map(|v| v as i32),
-            tid: u32_at(b, 20).map(|v| v as i32),
-            time: u64_at(b, 24),
-            cpu: u32_at(b, 32),
+            ip: word(8).map(u64::from_ne_bytes),
+            pid: half(16).map(i32::from_ne_bytes),
+            tid: half(20).map(i32::from_ne_bytes),
+            time: word(24).map(u64::from_ne_bytes),
+            cpu: half(32).map(u32::from_ne_bytes),
             raw: b.get(44..44usize.checked_add(size)?)?,
         };
         Some((probe, parts))
@@ -189,11 +193,4 @@ fn u64_at(b: &[u8], at: usize) -> Option<u64> {
     b.get(at..at.checked_add(8)?)
         .and_then(|s| s.try_into().ok())
         .map(u64::from_ne_bytes)
-}
-
-#[inline]
-fn u32_at(b: &[u8], at: usize) -> Option<u32> {
-    b.get(at..at.checked_add(4)?)
-        .and_then(|s| s.try_into().ok())
-        .map(u32::from_ne_bytes)
 }

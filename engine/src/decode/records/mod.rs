@@ -872,7 +872,7 @@ fn chain_fits(data: &RawData<'_>, at: usize) -> bool {
 
 /// Counts a decoded sample of `probe` and commits the queue's slot it was
 /// decoded into, or counts a failure as undecodable.
-#[inline]
+#[inline(always)]
 fn account(
     stats: &mut SessionStats,
     queue: &mut EventQueue,

@@ -11,7 +11,7 @@ use kprobe_perf_arch::boundary::ProbeSite;
 
 use crate::decode::frames::StackFrame;
 use crate::decode::records::Handover;
-use crate::decode::{set_args, ArgsOut, Event, EventHead, Value};
+use crate::decode::{refill_ints, set_args, ArgsOut, Event, EventHead, Value};
 
 /// A decoded sample waiting for its turn.
 #[derive(Debug, Clone, Copy, Default)]
@@ -19,7 +19,8 @@ struct Slot {
     head: EventHead,
     /// Where its arguments start in [`EventQueue::ints`] and
     /// [`EventQueue::others`] (which never hold 2^32 values: a round's
-    /// events are handed over by the next).
+    /// events are handed over by the next, and dropped a few rounds
+    /// later).
     ints_at: u32,
     others_at: u32,
     /// Where its callchain's frames start in [`EventQueue::frames`], and
@@ -39,9 +40,15 @@ struct Slot {
 /// writing an older event when another's ring is read).
 #[derive(Debug)]
 pub(crate) struct EventQueue {
-    /// Read, not yet handed over; in time order up to `sorted`, then in
-    /// the order they were read. A slot being filled sits at the back.
+    /// Handed over (up to `done`), then read and not yet handed over: in
+    /// time order up to `sorted`, then in the order they were read. A
+    /// slot being filled sits at the back. Handed-over slots and their
+    /// arguments are dropped together, once they far outnumber the waiting
+    /// ones ([`EventQueue::compact`]), so that the waiting ones are not
+    /// moved at every round.
     pending: Vec<Slot>,
+    /// How many of `pending` (from the front) have been handed over.
+    done: usize,
     /// How many of `pending` (from the front) are known to be in order.
     sorted: usize,
     /// Integer arguments of the pending slots.
@@ -74,6 +81,7 @@ impl EventQueue {
     pub(crate) fn new() -> EventQueue {
         EventQueue {
             pending: Vec::new(),
+            done: 0,
             sorted: 0,
             ints: Vec::new(),
             others: Vec::new(),
@@ -150,7 +158,7 @@ impl EventQueue {
         };
         self.round_max = Some(self.round_max.map_or(t, |m| m.max(t)));
         if self.sorted + 1 == n
-            && (n < 2 || self.pending.get(n - 2).is_some_and(|b| b.head.time_ns <= t))
+            && (n < self.done + 2 || self.pending.get(n - 2).is_some_and(|b| b.head.time_ns <= t))
         {
             self.sorted = n;
         }
@@ -170,11 +178,11 @@ impl EventQueue {
 
     /// Number of events waiting.
     pub(crate) fn len(&self) -> usize {
-        self.pending.len()
+        self.pending.len() - self.done
     }
 
     /// Ends a round: hands `f` the events now known to be in order (all of
-    /// them with [`Handover::All`]), with the shapes of the probes in `shapes`. The
+    /// them with [`Handover::All`]), with the shapes of the probes in `probes`. The
     /// thread of an event is named `names[name_of(event)]` (the first
     /// entry names threads without a known name): asked in time order,
     /// once every record up to the event's time has been read. A `Break`
@@ -190,16 +198,18 @@ impl EventQueue {
         mut f: impl FnMut(&Event) -> ControlFlow<()>,
     ) -> usize {
         let round_max = self.round_max.take();
-        if self.sorted < self.pending.len() {
+        let unsorted = self.sorted < self.pending.len();
+        let waiting = self.pending.get_mut(self.done..).unwrap_or(&mut []);
+        if unsorted {
             // Stable, as the events of one ring are already in order.
-            self.pending.sort_by_key(|s| s.head.time_ns);
+            waiting.sort_by_key(|s| s.head.time_ns);
         }
         let ready = match handover {
-            Handover::All => self.pending.len(),
+            Handover::All => waiting.len(),
             Handover::Ordered => {
                 let before = self.complete_before;
                 self.read_up_to = before;
-                self.pending.partition_point(|s| s.head.time_ns <= before)
+                waiting.partition_point(|s| s.head.time_ns <= before)
             }
         };
         if let Some(m) = round_max {
@@ -211,7 +221,11 @@ impl EventQueue {
         }
         // Events after a `Break` stay queued, in order, for the next round.
         let mut handed = 0;
-        for slot in self.pending.get(..ready).unwrap_or(&[]) {
+        for slot in self
+            .pending
+            .get(self.done..self.done + ready)
+            .unwrap_or(&[])
+        {
             let comm = name_of(&slot.head);
             let Some((named, e)) = self.scratch.get_mut(comm as usize & (Self::SCRATCH - 1)) else {
                 continue;
@@ -223,15 +237,21 @@ impl EventQueue {
                 *named = comm;
             }
             let shape = probes.get(slot.head.probe as usize).map(|p| &p.shape);
+            // The scratch event's arguments are of the same probe: their
+            // integers are overwritten in place.
+            let same_probe = e.probe == slot.head.probe as usize;
             slot.head
                 .fill(e, shape.map_or(ProbeSite::Entry, |s| s.site));
             let kinds = shape.map_or(&[][..], |s| s.kinds.as_slice());
-            set_args(
-                &mut e.args,
-                kinds,
-                self.ints.get(slot.ints_at as usize..).unwrap_or(&[]),
-                self.others.get(slot.others_at as usize..).unwrap_or(&[]),
-            );
+            let ints = self.ints.get(slot.ints_at as usize..).unwrap_or(&[]);
+            if !(same_probe && refill_ints(&mut e.args, kinds, ints)) {
+                set_args(
+                    &mut e.args,
+                    kinds,
+                    ints,
+                    self.others.get(slot.others_at as usize..).unwrap_or(&[]),
+                );
+            }
             e.callchain.clear();
             let (at, len) = (slot.frames_at as usize, slot.frames_len as usize);
             if let Some(frames) = self.frames.get(at..at + len) {
@@ -259,8 +279,32 @@ impl EventQueue {
                 break;
             }
         }
-        self.pending.drain(..handed);
+        self.done += handed;
         self.sorted = self.pending.len();
+        self.compact();
+        handed
+    }
+
+    /// Drops the handed-over slots and their arguments once they outnumber
+    /// the waiting ones eight to one (or none wait), so that a waiting slot
+    /// is moved about once every eight rounds rather than at each. User
+    /// stacks (kilobytes each) are dropped at every round.
+    fn compact(&mut self) {
+        let waiting = self.pending.len() - self.done;
+        if waiting == 0 {
+            self.pending.clear();
+            self.ints.clear();
+            self.others.clear();
+            self.frames.clear();
+            self.user.clear();
+            (self.done, self.sorted) = (0, 0);
+            return;
+        }
+        if self.done < 8 * waiting.max(1024) && self.user.is_empty() {
+            return;
+        }
+        self.pending.drain(..self.done);
+        (self.done, self.sorted) = (0, self.pending.len());
         // The arguments of handed-over events are dead: keep only those of
         // the slots still waiting.
         let first = self.pending.iter().map(|s| (s.ints_at, s.others_at)).fold(
@@ -301,6 +345,5 @@ impl EventQueue {
             s.frames_at -= first_frame;
             s.user_at -= first_user;
         }
-        handed
     }
 }

@@ -128,6 +128,40 @@ fn events_come_in_time_order_one_round_late() {
     assert_eq!(d.stats().hits, [7]);
 }
 
+/// Over many rounds, with events left waiting at each and the
+/// handed-over ones dropped only every few rounds, every event comes out
+/// once, in time order, with its own arguments.
+#[test]
+fn many_rounds_hand_over_every_event_once_in_order() {
+    let (mut d, plan) = decoder();
+    let (rounds, per_round) = (40u64, 3000u64);
+    let mut got = Vec::new();
+    for r in 0..rounds {
+        // Two CPUs' rings read one after the other: the second's events
+        // are older than the first's newest.
+        for cpu in 0..2u32 {
+            for i in 0..per_round / 2 {
+                let time = 1 + r * per_round + 2 * i + u64::from(cpu);
+                d.record(RingRecord::new(
+                    RECORD_SAMPLE,
+                    0,
+                    (&sample(&plan, 7, cpu, time, time), &[]),
+                ))
+                .unwrap();
+            }
+        }
+        got.extend(take(&mut d, Handover::Ordered));
+        assert!(d.waiting() <= 2 * per_round as usize);
+    }
+    got.extend(take(&mut d, Handover::All));
+    let n = rounds * per_round;
+    assert_eq!(got.len() as u64, n);
+    for (k, (time, _, _, flags)) in got.iter().enumerate() {
+        assert_eq!((*time, *flags), (k as u64 + 1, k as u64 + 1));
+    }
+    assert_eq!(d.waiting(), 0);
+}
+
 /// Hands the decoder records, in this order, as one round.
 fn feed(d: &mut RecordDecoder, records: &[(u32, Vec<u8>)]) {
     for (kind, body) in records {
