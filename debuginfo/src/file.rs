@@ -139,11 +139,20 @@ pub(crate) fn sym_off(symbols: &SymbolTable<'_>, address: u64) -> String {
     }
 }
 
+/// The call frame information of a file: `.debug_frame` (the kernel's),
+/// else `.eh_frame` (a user binary's, which gcc and clang emit instead).
+pub(crate) enum Frames<'a> {
+    /// `.debug_frame`.
+    Debug(gimli::DebugFrame<R<'a>>),
+    /// `.eh_frame`, with the section addresses its pointers are relative to.
+    Eh(gimli::EhFrame<R<'a>>, gimli::BaseAddresses),
+}
+
 /// Loads the DWARF sections of `file` without copying them.
 pub(crate) fn load_dwarf<'a>(
     file: &'a DebugFile,
     obj: &object::File<'a>,
-) -> Result<(gimli::Dwarf<R<'a>>, gimli::DebugFrame<R<'a>>)> {
+) -> Result<(gimli::Dwarf<R<'a>>, Frames<'a>)> {
     let endian = if obj.is_little_endian() {
         gimli::RunTimeEndian::Little
     } else {
@@ -163,7 +172,29 @@ pub(crate) fn load_dwarf<'a>(
         sec.data().map_err(|e| file.elf_error(e))
     };
     let dwarf = gimli::Dwarf::load(|id| section(id.name()).map(|d| R::new(d, endian)))?;
-    let mut frame = gimli::DebugFrame::new(section(".debug_frame")?, endian);
-    frame.set_address_size(8);
-    Ok((dwarf, frame))
+    let debug_frame = section(".debug_frame")?;
+    let eh = obj
+        .section_by_name(".eh_frame")
+        .filter(|s| s.kind() != object::SectionKind::UninitializedData);
+    let frames = match eh {
+        // A separate debug file keeps .eh_frame as NOBITS: no bytes there.
+        Some(sec) if debug_frame.is_empty() => {
+            let mut eh = gimli::EhFrame::new(section(".eh_frame")?, endian);
+            eh.set_address_size(8);
+            let mut bases = gimli::BaseAddresses::default().set_eh_frame(sec.address());
+            if let Some(text) = obj.section_by_name(".text") {
+                bases = bases.set_text(text.address());
+            }
+            if let Some(got) = obj.section_by_name(".got") {
+                bases = bases.set_got(got.address());
+            }
+            Frames::Eh(eh, bases)
+        }
+        _ => {
+            let mut frame = gimli::DebugFrame::new(debug_frame, endian);
+            frame.set_address_size(8);
+            Frames::Debug(frame)
+        }
+    };
+    Ok((dwarf, frames))
 }

@@ -299,7 +299,9 @@ impl Kernel {
     }
 
     /// One definition per site of a definition whose probe point is a
-    /// source point (`p:do_sys_openat2@+8 fd`, see [`source`]); `None`
+    /// source point (`p:do_sys_openat2@+8 fd`, or a user binary's
+    /// `p:/usr/bin/prog:main@+3 argc`, from the binary's own DWARF or its
+    /// debug file; see [`source`]); `None`
     /// for any other definition, which is left as written and costs no
     /// debug info. `inlines`: also the function's inlined copies.
     pub fn expand_source(
@@ -309,6 +311,10 @@ impl Kernel {
     ) -> Result<Option<source::SourceExpansion>, Error> {
         if !source::names_source_point(definition) {
             return Ok(None);
+        }
+        if let Some(binary) = source::user_binary(definition) {
+            let file = source::find_user(binary)?;
+            return Ok(Some(source::expand(&file, definition, inlines)?));
         }
         Ok(Some(source::expand(
             self.debug_info()?,
