@@ -140,6 +140,11 @@ enum Cmd {
         /// definitions are for use there) instead of refusing its build ID.
         #[arg(long, requires = "vmlinux")]
         other_kernel: bool,
+        /// With --definition or --vars: the points are in this user binary
+        /// (uprobes, perf probe's -x), its DWARF its own or its debug file
+        /// (/usr/lib/debug/.build-id/NN/REST.debug, or its .gnu_debuglink).
+        #[arg(short = 'x', long = "exec", value_name = "BINARY")]
+        exec: Option<std::path::PathBuf>,
         /// List every instruction of FUNC (`NAME` or `MOD:NAME`) in AT&T
         /// syntax (x86_64 kernels) or arm64 syntax (arm64 kernels) with the
         /// kernel's predicted answer at its offset: `p` a kprobe is
@@ -383,15 +388,17 @@ fn main() -> ExitCode {
             image,
             no_inlines,
             other_kernel,
+            exec,
             ..
-        } => source::definitions(&specs, &image, !no_inlines, other_kernel),
+        } => source::definitions(&specs, &image, !no_inlines, other_kernel, exec.as_deref()),
         Cmd::Probe {
             vars: Some(point),
             image,
             no_inlines,
             other_kernel,
+            exec,
             ..
-        } => source::variables(&point, &image, !no_inlines, other_kernel),
+        } => source::variables(&point, &image, !no_inlines, other_kernel, exec.as_deref()),
         Cmd::Probe { specs, .. } => probe_parse(&specs),
         Cmd::List {
             patterns,

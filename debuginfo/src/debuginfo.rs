@@ -117,6 +117,19 @@ impl<'a> DebugInfo<'a> {
         })
     }
 
+    /// Takes the call frame information (which a frame base that is the
+    /// CFA needs) from `binary` when this file has none: a separate debug
+    /// file found for a user binary keeps `.eh_frame` without its bytes,
+    /// which are in the binary. A no-op otherwise.
+    pub fn with_call_frames_of(mut self, binary: &'a DebugFile) -> Result<Self> {
+        if self.frame.is_empty() {
+            let obj = binary.object()?;
+            self.frame = file::load_frames(binary, &obj, file::endian(&obj))?;
+            self.fdes = OnceCell::new();
+        }
+        Ok(self)
+    }
+
     /// The names of the functions with a definition (out-of-line or
     /// inlinable) in the debug info, in byte order.
     pub fn functions(&self) -> impl Iterator<Item = &str> + '_ {

@@ -324,12 +324,18 @@ impl Kernel {
     }
 
     /// The variables at each site of a point (`FUNC`, `FUNC:RLINE`,
-    /// `FILE:LINE` as perf writes them, or `FUNC@+N`), with their types.
+    /// `FILE:LINE` as perf writes them, or `FUNC@+N`; a user binary's
+    /// `/PATH:FUNC@+N`), with their types.
     pub fn source_variables(
         &self,
         point: &str,
         inlines: bool,
     ) -> Result<Vec<source::SiteVariables>, Error> {
+        let as_definition = format!("p:{point}");
+        if let Some(binary) = source::user_binary(&as_definition) {
+            let file = source::find_user(binary)?;
+            return Ok(source::variables(&file, point, inlines)?);
+        }
         Ok(source::variables(self.debug_info()?, point, inlines)?)
     }
 

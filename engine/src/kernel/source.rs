@@ -296,7 +296,16 @@ pub(super) fn expand(
         Some(g) => format!("p:{g}/"),
         None => "p:".to_string(),
     };
-    let di = DebugInfo::new(file)?;
+    // A user binary's separate debug file has no call frame information:
+    // the binary's own (for frame bases that are the CFA).
+    let binary = match def.binary {
+        Some(b) if Path::new(b) != file.path() => DebugFile::open(b).ok(),
+        _ => None,
+    };
+    let mut di = DebugInfo::new(file)?;
+    if let Some(b) = &binary {
+        di = di.with_call_frames_of(b)?;
+    }
     let mut vars = Vec::new();
     for a in def.args.iter().filter(|a| is_variable(a)) {
         vars.push(ProbeArg::parse(a).map_err(|e| KernelError::Source {
@@ -429,13 +438,48 @@ fn site_args<'t>(
 /// kprobe-perf's: `p:probe/[EVENT] POINT ARGS` (perf's group) with the
 /// point spelled with `@` (a function's entry by DWARF as `FUNC@`).
 pub fn from_perf_syntax(text: &str) -> String {
+    from_perf_syntax_in(text, None)
+}
+
+/// [`from_perf_syntax`] for perf's `-x BINARY` when `binary` is given:
+/// `p:probe_STEM/[EVENT] BINARY:POINT ARGS`, perf's group for a user
+/// binary (`probe_` and the file's name).
+pub fn from_perf_syntax_in(text: &str, binary: Option<&str>) -> String {
     let mut words = text.split_whitespace();
     let first = words.next().unwrap_or("");
     let (event, point) = match first.split_once('=') {
         Some((e, p)) if !e.contains([':', '@', ';']) => (Some(e), p),
         _ => (None, first),
     };
-    let ours = match point.rsplit_once(':') {
+    let ours = perf_point_to_ours(point);
+    let mut out = match binary {
+        Some(b) => {
+            let stem: String = Path::new(b)
+                .file_name()
+                .map(|n| n.to_string_lossy().into_owned())
+                .unwrap_or_default()
+                .chars()
+                .map(|c| if c.is_ascii_alphanumeric() { c } else { '_' })
+                .collect();
+            format!("p:probe_{stem}/{} {b}:{ours}", event.unwrap_or(""))
+        }
+        None => format!("p:probe/{} {ours}", event.unwrap_or("")),
+    };
+    for w in words {
+        out.push(' ');
+        out.push_str(w);
+    }
+    out
+}
+
+/// A probe point as perf writes it (`FUNC`, `FUNC:N`, `FUNC@FILE:N`,
+/// `FILE:LINE`) in kprobe-perf's spelling (`FUNC@`, `FUNC@+N`,
+/// `FUNC@FILE+N`, `@FILE:LINE`).
+pub fn perf_point_to_ours(point: &str) -> String {
+    if point.starts_with('@') || is_source_point(point) {
+        return point.to_string();
+    }
+    match point.rsplit_once(':') {
         Some((head, line)) => match head.split_once('@') {
             Some((func, file)) => format!("{func}@{file}+{line}"),
             None if is_file(head) => format!("@{head}:{line}"),
@@ -443,13 +487,7 @@ pub fn from_perf_syntax(text: &str) -> String {
         },
         None if point.contains('@') => point.to_string(),
         None => format!("{point}@"),
-    };
-    let mut out = format!("p:probe/{} {ours}", event.unwrap_or(""));
-    for w in words {
-        out.push(' ');
-        out.push_str(w);
     }
-    out
 }
 
 /// Whether perf would read a point's head as a source file.
@@ -475,6 +513,11 @@ pub(super) fn variables(
     point_text: &str,
     inlines: bool,
 ) -> Result<Vec<SiteVariables>, KernelError> {
+    let (binary, point_text) = match user_point(point_text) {
+        Some((b, p)) if Path::new(b) != file.path() => (DebugFile::open(b).ok(), p),
+        Some((_, p)) => (None, p),
+        None => (None, point_text),
+    };
     let perf = if is_source_point(point_text) {
         perf_point(point_text)
     } else {
@@ -486,7 +529,10 @@ pub(super) fn variables(
         len: point_text.len().max(1),
         reason: e.to_string(),
     })?;
-    let di = DebugInfo::new(file)?;
+    let mut di = DebugInfo::new(file)?;
+    if let Some(b) = &binary {
+        di = di.with_call_frames_of(b)?;
+    }
     let mut out = Vec::new();
     for site in di.sites(&point, &Options { inlines })? {
         let variables = di.variables(&site)?;
