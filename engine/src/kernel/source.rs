@@ -476,7 +476,7 @@ pub fn from_perf_syntax_in(text: &str, binary: Option<&str>) -> String {
 /// `FILE:LINE`) in kprobe-perf's spelling (`FUNC@`, `FUNC@+N`,
 /// `FUNC@FILE+N`, `@FILE:LINE`).
 pub fn perf_point_to_ours(point: &str) -> String {
-    if point.starts_with('@') || is_source_point(point) {
+    if point.starts_with('@') {
         return point.to_string();
     }
     match point.rsplit_once(':') {
