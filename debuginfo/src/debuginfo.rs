@@ -38,6 +38,9 @@ pub struct DebugInfo<'a> {
     units: RefCell<HashMap<usize, Rc<Unit<'a>>>>,
     pub(crate) rows_cache: RefCell<HashMap<usize, Rc<Vec<crate::lines::Row>>>>,
     pub(crate) funcs_cache: RefCell<HashMap<usize, Rc<Vec<crate::sites::FuncDie>>>>,
+    /// Where source files are looked for (perf probe's `-s`), for lazy
+    /// patterns; `None`: the compilation directory.
+    pub(crate) source_dir: Option<std::path::PathBuf>,
 }
 
 /// How many parsed units (and their line tables and function lists) are
@@ -114,6 +117,7 @@ impl<'a> DebugInfo<'a> {
             units: RefCell::new(HashMap::new()),
             rows_cache: RefCell::new(HashMap::new()),
             funcs_cache: RefCell::new(HashMap::new()),
+            source_dir: None,
         })
     }
 
@@ -128,6 +132,15 @@ impl<'a> DebugInfo<'a> {
             self.fdes = OnceCell::new();
         }
         Ok(self)
+    }
+
+    /// Looks source files up under `dir` (perf probe's `-s DIR`), for the
+    /// patterns of `FUNC;PATTERN`, instead of the compilation directory
+    /// DWARF names: a file `a/b/c.c` is `DIR/a/b/c.c`, else `DIR/b/c.c`,
+    /// else `DIR/c.c`.
+    pub fn with_source_dir(mut self, dir: Option<&std::path::Path>) -> Self {
+        self.source_dir = dir.map(std::path::Path::to_path_buf);
+        self
     }
 
     /// The names of the functions with a definition (out-of-line or

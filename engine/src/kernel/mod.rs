@@ -119,9 +119,19 @@ pub struct KernelOptions {
     /// instead of being refused for its build ID. Only source listings
     /// use it.
     pub other_kernel: bool,
+    /// Where source files are looked for (perf probe's `-s`): the lines a
+    /// source point's lazy pattern (`FUNC@;PATTERN`) is matched against.
+    /// `None`: the compilation directory the DWARF names.
+    pub source_dir: Option<PathBuf>,
 }
 
 impl KernelOptions {
+    /// Looks source files up under `dir` (see [`source_dir`](Self::source_dir)).
+    pub fn source_dir(mut self, dir: impl Into<Option<PathBuf>>) -> Self {
+        self.source_dir = dir.into();
+        self
+    }
+
     /// Uses this vmlinux (or, with `None`, looks for one).
     pub fn vmlinux(mut self, path: impl Into<Option<PathBuf>>) -> Self {
         self.vmlinux = path.into();
@@ -314,12 +324,14 @@ impl Kernel {
         }
         if let Some(binary) = source::user_binary(definition) {
             let file = source::find_user(binary)?;
-            return Ok(Some(source::expand(&file, definition, inlines)?));
+            let dir = self.options.source_dir.as_deref();
+            return Ok(Some(source::expand(&file, definition, inlines, dir)?));
         }
         Ok(Some(source::expand(
             self.debug_info()?,
             definition,
             inlines,
+            self.options.source_dir.as_deref(),
         )?))
     }
 

@@ -17,6 +17,7 @@
 //! | `FUNC@FILE` | `FUNC@FILE` | the entry of FUNC defined in a file ending in FILE |
 //! | `FUNC@FILE+N` | `FUNC@FILE:N` | both |
 //! | `@FILE:LINE` | `FILE:LINE` | an absolute line of a source file |
+//! | `FUNC@;PATTERN` | `FUNC;PATTERN` | the function's lines whose source matches the glob (perf's lazy lines; spaces ignored) |
 //!
 //! In a user binary (a uprobe), the same points follow the binary's path
 //! and `:`, as a uprobe's symbol does: `/PATH:FUNC@+N` is perf's `-x /PATH
@@ -173,6 +174,10 @@ pub fn user_binary(definition: &str) -> Option<&str> {
 
 /// The source point in kprobe-perf's spelling, as perf spells it.
 fn perf_point(word: &str) -> String {
+    // FUNC@;PATTERN, FUNC@FILE;PATTERN: the pattern as written.
+    if let Some((head, pattern)) = word.split_once(';') {
+        return format!("{};{pattern}", perf_point(head));
+    }
     match word.split_once('@') {
         Some(("", file_line)) => file_line.to_string(),
         Some((func, "")) => func.to_string(),
@@ -281,6 +286,7 @@ pub(super) fn expand(
     file: &DebugFile,
     text: &str,
     inlines: bool,
+    source_dir: Option<&Path>,
 ) -> Result<SourceExpansion, KernelError> {
     let def = split(text)?;
     let point = ProbePoint::parse(&def.point).map_err(|e| KernelError::Source {
@@ -302,7 +308,7 @@ pub(super) fn expand(
         Some(b) if Path::new(b) != file.path() => DebugFile::open(b).ok(),
         _ => None,
     };
-    let mut di = DebugInfo::new(file)?;
+    let mut di = DebugInfo::new(file)?.with_source_dir(source_dir);
     if let Some(b) = &binary {
         di = di.with_call_frames_of(b)?;
     }
@@ -479,6 +485,15 @@ pub fn perf_point_to_ours(point: &str) -> String {
     if point.starts_with('@') {
         return point.to_string();
     }
+    // FUNC;PATTERN and FUNC@FILE;PATTERN (perf's lazy lines).
+    if let Some((head, pattern)) = point.split_once(';') {
+        let head = if head.contains('@') {
+            head.to_string()
+        } else {
+            format!("{head}@")
+        };
+        return format!("{head};{pattern}");
+    }
     match point.rsplit_once(':') {
         Some((head, line)) => match head.split_once('@') {
             Some((func, file)) => format!("{func}@{file}+{line}"),
@@ -591,6 +606,15 @@ mod tests {
         assert_eq!(perf_point("f@fs/open.c"), "f@fs/open.c");
         assert_eq!(perf_point("f@fs/open.c+3"), "f@fs/open.c:3");
         assert_eq!(perf_point("@fs/open.c:1200"), "fs/open.c:1200");
+        assert_eq!(perf_point("vfs_read@;ret=*"), "vfs_read;ret=*");
+        assert_eq!(perf_point("f@a/b.c;x+=*"), "f@a/b.c;x+=*");
+        assert_eq!(perf_point_to_ours("vfs_read;ret=*"), "vfs_read@;ret=*");
+        assert_eq!(perf_point_to_ours("f@a/b.c;x:y"), "f@a/b.c;x:y");
+        assert!(names_source_point("p:vfs_read@;ret=rw_verify_area* ret"));
+        assert_eq!(
+            user_binary("p:/usr/bin/prog:walk@;sink(step)* total"),
+            Some("/usr/bin/prog")
+        );
     }
 
     #[test]
