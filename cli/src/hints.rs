@@ -49,6 +49,11 @@ fn with_flags(e: &(dyn StdError + 'static)) -> Option<String> {
             Error::UprobePmuCannotInherit { probe } => Some(format!(
                 "--backend pmu cannot follow forks with the uprobe {probe}: the kernel re-creates an inherited uprobe PMU event at each fork and re-reads its binary's path there, from an address in kprobe-perf's memory, not the forking process's; use --backend auto or tracefs (a uprobe_events probe, which every fork inherits), or record system-wide (-a) with the PMU"
             )),
+            Error::Kernel(KernelError::DebugInfo(DebugInfoError::NotFound { what, .. }))
+                if what != "the running kernel" =>
+            {
+                Some(format!("{e} (a user binary: rebuild it with -g, or install its debug package, e.g. Debian's PACKAGE-dbgsym)"))
+            }
             Error::Kernel(KernelError::DebugInfo(DebugInfoError::NotFound { .. })) => Some(
                 format!("{e} (--vmlinux PATH; Debian: the linux-image-$(uname -r)-dbg package)"),
             ),

@@ -45,6 +45,13 @@ pub(crate) struct ImageArgs {
     /// of jump labels, static calls and alternatives is not seen).
     #[arg(long, value_enum, value_name = "SOURCE", default_value_t = TextFrom::Auto)]
     pub text_from: TextFrom,
+    /// Where the source files of a source point's lazy pattern
+    /// (`FUNC@;PATTERN`, perf's `FUNC;PATTERN`) and of `probe --source`
+    /// are read (perf probe's -s): a file the debug info names `a/b/c.c` is DIR/a/b/c.c, else
+    /// DIR/b/c.c, else DIR/c.c. Default: the compilation directory the
+    /// debug info names.
+    #[arg(long, value_name = "DIR")]
+    pub source_dir: Option<PathBuf>,
 }
 
 impl ImageArgs {
@@ -60,6 +67,7 @@ impl ImageArgs {
                 TextFrom::Vmlinux => kernel::TextFrom::Vmlinux,
             })
             .sizes_from(sizes)
+            .source_dir(self.source_dir.clone())
     }
 }
 

@@ -139,10 +139,6 @@ enum Cmd {
         /// offset of its first instruction. Touches nothing.
         #[arg(long, value_name = "FUNC", conflicts_with_all = ["parse", "lines", "vars", "definition"])]
         source: Option<String>,
-        /// With --source: the kernel source tree the DWARF's file names
-        /// are relative to (perf probe's --source).
-        #[arg(long, value_name = "DIR", requires = "source")]
-        source_dir: Option<std::path::PathBuf>,
         /// With --definition or --vars: the function's out-of-line body
         /// only, not its inlined copies (perf's --no-inlines).
         #[arg(long)]
@@ -152,6 +148,11 @@ enum Cmd {
         /// definitions are for use there) instead of refusing its build ID.
         #[arg(long, requires = "vmlinux")]
         other_kernel: bool,
+        /// With --definition or --vars: the points are in this user binary
+        /// (uprobes, perf probe's -x), its DWARF its own or its debug file
+        /// (/usr/lib/debug/.build-id/NN/REST.debug, or its .gnu_debuglink).
+        #[arg(short = 'x', long = "exec", value_name = "BINARY")]
+        exec: Option<std::path::PathBuf>,
         /// List every instruction of FUNC (`NAME` or `MOD:NAME`) in AT&T
         /// syntax (x86_64 kernels) or arm64 syntax (arm64 kernels) with the
         /// kernel's predicted answer at its offset: `p` a kprobe is
@@ -402,22 +403,23 @@ fn main() -> ExitCode {
             image,
             no_inlines,
             other_kernel,
+            exec,
             ..
-        } => source::definitions(&specs, &image, !no_inlines, other_kernel),
+        } => source::definitions(&specs, &image, !no_inlines, other_kernel, exec.as_deref()),
         Cmd::Probe {
             source: Some(func),
-            source_dir,
             image,
             other_kernel,
             ..
-        } => source::listing(&func, source_dir.as_deref(), &image, other_kernel),
+        } => source::listing(&func, &image, other_kernel),
         Cmd::Probe {
             vars: Some(point),
             image,
             no_inlines,
             other_kernel,
+            exec,
             ..
-        } => source::variables(&point, &image, !no_inlines, other_kernel),
+        } => source::variables(&point, &image, !no_inlines, other_kernel, exec.as_deref()),
         Cmd::Probe { specs, .. } => probe_parse(&specs),
         Cmd::List {
             patterns,

@@ -5,7 +5,7 @@ use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
-use anyhow::{bail, Result};
+use anyhow::{bail, Context as _, Result};
 use kprobe_perf_engine::kernel::source::{self, Instance, SourceExpansion};
 use kprobe_perf_engine::kernel::{Kernel, KernelError, SizesFrom};
 use kprobe_perf_engine::{Error, KernelSymbols};
@@ -29,15 +29,17 @@ pub(crate) fn definitions(
     image: &ImageArgs,
     inlines: bool,
     other_kernel: bool,
+    exec: Option<&Path>,
 ) -> Result<ExitCode> {
     let kernel = kernel(image, other_kernel);
+    let binary = exec.map(absolute).transpose()?;
     let mut out = std::io::stdout().lock();
     let mut ok = true;
     for spec in specs {
         let ours = if looks_like_ours(spec) {
             spec.clone()
         } else {
-            source::from_perf_syntax(spec)
+            source::from_perf_syntax_in(spec, binary.as_deref())
         };
         match kernel.expand_source(&ours, inlines) {
             Ok(Some(expansion)) => {
@@ -91,7 +93,16 @@ fn on_the_text_given(e: Error, given: &str) -> Error {
         });
     }
     let token = text.get(at..at + len).unwrap_or("");
-    let (at, len) = match given.find(token).filter(|_| !token.is_empty()) {
+    // The word the token is (`a` in `walk.c:18 m a`, not the `a` of
+    // `walk`), else where it occurs first.
+    let word = given
+        .split_whitespace()
+        .find(|w| *w == token)
+        .map(|w| w.as_ptr() as usize - given.as_ptr() as usize);
+    let (at, len) = match word
+        .or_else(|| given.find(token))
+        .filter(|_| !token.is_empty())
+    {
         Some(i) => (i, len),
         None => (0, given.split_whitespace().next().map_or(1, str::len)),
     };
@@ -101,6 +112,13 @@ fn on_the_text_given(e: Error, given: &str) -> Error {
         len,
         reason,
     })
+}
+
+/// `-x BINARY` as the absolute path a uprobe names (perf's -x does the same).
+fn absolute(binary: &Path) -> Result<String> {
+    let p = std::fs::canonicalize(binary)
+        .with_context(|| format!("-x {}: cannot find the binary", binary.display()))?;
+    Ok(p.to_string_lossy().into_owned())
 }
 
 /// A definition in kprobe-perf's language (`p:...`, `p ...`) rather than
@@ -123,9 +141,16 @@ pub(crate) fn variables(
     image: &ImageArgs,
     inlines: bool,
     other_kernel: bool,
+    exec: Option<&Path>,
 ) -> Result<ExitCode> {
     let kernel = kernel(image, other_kernel);
-    let sites = kernel.source_variables(point, inlines)?;
+    let sites = match exec {
+        Some(b) => {
+            let ours = source::perf_point_to_ours(point);
+            kernel.source_variables(&format!("{}:{ours}", absolute(b)?), inlines)?
+        }
+        None => kernel.source_variables(point, inlines)?,
+    };
     let mut out = std::io::stdout().lock();
     writeln!(out, "Available variables at {point}")?;
     for s in sites {
@@ -158,12 +183,8 @@ pub(crate) fn variables(
 /// declaration (perf probe -L's layout), with their text when the source
 /// file is found under `dir` (or at the path DWARF gives), else each
 /// line's `file:line` and its first instruction's offset.
-pub(crate) fn listing(
-    func: &str,
-    dir: Option<&Path>,
-    image: &ImageArgs,
-    other_kernel: bool,
-) -> Result<ExitCode> {
+pub(crate) fn listing(func: &str, image: &ImageArgs, other_kernel: bool) -> Result<ExitCode> {
+    let dir = image.source_dir.as_deref();
     let kernel = kernel(image, other_kernel);
     let (name, in_file) = match func.split_once('@') {
         Some((n, f)) => (n, Some(f)),

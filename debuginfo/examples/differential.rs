@@ -1,8 +1,14 @@
 //! Differential test against `perf probe` (the oracle), offline on a vmlinux.
 //!
 //! ```text
-//! cargo run --release -p kprobe-perf-debuginfo --example differential -- VMLINUX [N] [SEED] [REPORT]
+//! cargo run --release -p kprobe-perf-debuginfo --example differential -- VMLINUX [N] [SEED] [REPORT] [SRCDIR]
 //! ```
+//!
+//! With SRCDIR (the kernel's source tree), the N questions are lazy lines
+//! instead: `-D 'FUNC;PATTERN'` for random functions whose source file is
+//! there, PATTERN the start of one of the function's lines with code (up
+//! to its first character that is not a letter, digit, `_`, `=`, `-`,
+//! `>` or `.`) and `*`; perf runs with `-s SRCDIR`. The sites are compared.
 //!
 //! Samples N questions over random functions of the file (a third each):
 //! `-V FUNC` (variables at each site), `-D 'FUNC VARS'` and
@@ -52,7 +58,11 @@ fn main() {
         .get(3)
         .cloned()
         .unwrap_or_else(|| "target/debuginfo-differential.txt".into());
-    if let Err(e) = run(vmlinux, n, seed, &report) {
+    let result = match args.get(4) {
+        Some(src) => run_lazy(vmlinux, n, seed, &report, src),
+        None => run(vmlinux, n, seed, &report),
+    };
+    if let Err(e) = result {
         eprintln!("error: {e}");
         std::process::exit(1);
     }
@@ -177,6 +187,86 @@ fn run(vmlinux: &str, n: usize, seed: u64, report: &str) -> Result<(), Box<dyn s
     Ok(())
 }
 
+/// The lazy-line questions (see the top of this file).
+fn run_lazy(
+    vmlinux: &str,
+    n: usize,
+    seed: u64,
+    report: &str,
+    src: &str,
+) -> Result<(), Box<dyn std::error::Error>> {
+    let file = DebugFile::open(vmlinux)?;
+    let di = DebugInfo::new(&file)?.with_source_dir(Some(std::path::Path::new(src)));
+    let mut rng = Rng(seed);
+    let functions: Vec<&str> = di
+        .functions()
+        .filter(|f| f.chars().all(|c| c.is_ascii_alphanumeric() || c == '_'))
+        .collect();
+    let mut questions = Vec::with_capacity(n);
+    let mut tries = 0;
+    while questions.len() < n && tries < n * 50 {
+        tries += 1;
+        let f = functions[rng.below(functions.len())];
+        let Ok(l) = di.lines(f, None) else { continue };
+        let Ok(text) = std::fs::read_to_string(std::path::Path::new(src).join(&l.file)) else {
+            continue;
+        };
+        let body: Vec<u64> = l
+            .lines
+            .iter()
+            .copied()
+            .filter(|&x| x > l.decl_line)
+            .collect();
+        if body.is_empty() {
+            continue;
+        }
+        let line = body[rng.below(body.len())];
+        let Some(code) = text.lines().nth(line as usize - 1) else {
+            continue;
+        };
+        let head: String = code
+            .chars()
+            .filter(|c| !c.is_whitespace())
+            .take_while(|c| c.is_ascii_alphanumeric() || "_=->.".contains(*c))
+            .collect();
+        if head.len() >= 2 {
+            questions.push(format!("{f};{head}*"));
+        }
+    }
+    let t = Instant::now();
+    let ours: Vec<Answer> = questions.iter().map(|q| ask_ours(&di, "-D", q)).collect();
+    let ours_time = t.elapsed();
+    let t = Instant::now();
+    let perf_d = parallel(&questions, |q| perf_with(vmlinux, &["-s", src, "-D"], q));
+    eprintln!("perf -D: {:.1} s", t.elapsed().as_secs_f64());
+    let mut tally: BTreeMap<String, usize> = BTreeMap::new();
+    let mut lines = Vec::new();
+    for ((q, ours), (out, _)) in questions.iter().zip(&ours).zip(perf_d) {
+        let theirs = parse_d(&out);
+        let (ours, theirs) = (&normalize(ours), &normalize(&theirs));
+        let verdict = compare(&di, "-D", q, ours, theirs);
+        *tally.entry(verdict.clone()).or_default() += 1;
+        if verdict != "agree" {
+            lines.push(format!(
+                "[{verdict}] perf -s SRC -D '{q}'\n  perf: {theirs:?}\n  ours: {ours:?}\n"
+            ));
+        }
+    }
+    let agree = tally.get("agree").copied().unwrap_or(0);
+    println!(
+        "{} lazy-line questions (seed {seed}) on {vmlinux}\n  agree: {agree} ({:.1}%)\n  ours answered all in {:.3} s",
+        questions.len(),
+        100.0 * agree as f64 / questions.len().max(1) as f64,
+        ours_time.as_secs_f64()
+    );
+    for (k, v) in &tally {
+        println!("  {k}: {v}");
+    }
+    std::fs::write(report, lines.join("\n"))?;
+    println!("  disagreements written to {report}");
+    Ok(())
+}
+
 fn parallel(items: &[String], f: impl Fn(&str) -> (String, bool) + Sync) -> Vec<(String, bool)> {
     let next = AtomicUsize::new(0);
     let out = Mutex::new(vec![(String::new(), false); items.len()]);
@@ -196,8 +286,14 @@ fn parallel(items: &[String], f: impl Fn(&str) -> (String, bool) + Sync) -> Vec<
 }
 
 fn perf(vmlinux: &str, mode: &str, q: &str) -> (String, bool) {
+    perf_with(vmlinux, &[mode], q)
+}
+
+fn perf_with(vmlinux: &str, mode: &[&str], q: &str) -> (String, bool) {
     match Command::new("perf")
-        .args(["probe", "-k", vmlinux, mode, q])
+        .args(["probe", "-k", vmlinux])
+        .args(mode)
+        .arg(q)
         .output()
     {
         Ok(o) => (

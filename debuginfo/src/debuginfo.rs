@@ -4,7 +4,6 @@ use std::cell::{OnceCell, RefCell};
 use std::collections::HashMap;
 use std::rc::Rc;
 
-use gimli::UnwindSection as _;
 use object::Object as _;
 
 use crate::dies::{Dwarf, Unit};
@@ -32,13 +31,16 @@ impl Default for Options {
 pub struct DebugInfo<'a> {
     pub(crate) file: &'a DebugFile,
     pub(crate) dwarf: Dwarf<'a>,
-    frame: gimli::DebugFrame<R<'a>>,
-    fdes: OnceCell<Vec<(u64, u64, gimli::DebugFrameOffset<usize>)>>,
+    frame: file::Frames<'a>,
+    fdes: OnceCell<Vec<(u64, u64, usize)>>,
     pub(crate) symbols: SymbolTable<'a>,
     pub(crate) index: NameIndex,
     units: RefCell<HashMap<usize, Rc<Unit<'a>>>>,
     pub(crate) rows_cache: RefCell<HashMap<usize, Rc<Vec<crate::lines::Row>>>>,
     pub(crate) funcs_cache: RefCell<HashMap<usize, Rc<Vec<crate::sites::FuncDie>>>>,
+    /// Where source files are looked for (perf probe's `-s`), for lazy
+    /// patterns; `None`: the compilation directory.
+    pub(crate) source_dir: Option<std::path::PathBuf>,
 }
 
 /// How many parsed units (and their line tables and function lists) are
@@ -115,7 +117,30 @@ impl<'a> DebugInfo<'a> {
             units: RefCell::new(HashMap::new()),
             rows_cache: RefCell::new(HashMap::new()),
             funcs_cache: RefCell::new(HashMap::new()),
+            source_dir: None,
         })
+    }
+
+    /// Takes the call frame information (which a frame base that is the
+    /// CFA needs) from `binary` when this file has none: a separate debug
+    /// file found for a user binary keeps `.eh_frame` without its bytes,
+    /// which are in the binary. A no-op otherwise.
+    pub fn with_call_frames_of(mut self, binary: &'a DebugFile) -> Result<Self> {
+        if self.frame.is_empty() {
+            let obj = binary.object()?;
+            self.frame = file::load_frames(binary, &obj, file::endian(&obj))?;
+            self.fdes = OnceCell::new();
+        }
+        Ok(self)
+    }
+
+    /// Looks source files up under `dir` (perf probe's `-s DIR`), for the
+    /// patterns of `FUNC;PATTERN`, instead of the compilation directory
+    /// DWARF names: a file `a/b/c.c` is `DIR/a/b/c.c`, else `DIR/b/c.c`,
+    /// else `DIR/c.c`.
+    pub fn with_source_dir(mut self, dir: Option<&std::path::Path>) -> Self {
+        self.source_dir = dir.map(std::path::Path::to_path_buf);
+        self
     }
 
     /// The names of the functions with a definition (out-of-line or
@@ -159,42 +184,65 @@ impl<'a> DebugInfo<'a> {
 
     /// The canonical frame address rule at `pc`: (DWARF register, offset).
     pub(crate) fn cfa(&self, pc: u64) -> Option<(u16, i64)> {
-        let fdes = self.fdes.get_or_init(|| self.fde_table());
+        let fdes = self.fdes.get_or_init(|| match &self.frame {
+            file::Frames::Debug(f) => fde_table(f, &gimli::BaseAddresses::default()),
+            file::Frames::Eh(f, bases) => fde_table(f, bases),
+        });
         let i = fdes.partition_point(|f| f.0 <= pc).checked_sub(1)?;
         let (start, end, off) = *fdes.get(i)?;
         if !(start <= pc && pc < end) {
             return None;
         }
-        let bases = gimli::BaseAddresses::default();
-        let fde = self
-            .frame
-            .fde_from_offset(&bases, off, gimli::DebugFrame::cie_from_offset)
-            .ok()?;
-        let mut ctx = gimli::UnwindContext::new();
-        let row = fde
-            .unwind_info_for_address(&self.frame, &bases, &mut ctx, pc)
-            .ok()?;
-        match row.cfa() {
-            gimli::CfaRule::RegisterAndOffset { register, offset } => Some((register.0, *offset)),
-            gimli::CfaRule::Expression(_) => None,
+        match &self.frame {
+            file::Frames::Debug(f) => cfa_at(f, &gimli::BaseAddresses::default(), off, pc),
+            file::Frames::Eh(f, bases) => cfa_at(f, bases, off, pc),
         }
     }
+}
 
-    fn fde_table(&self) -> Vec<(u64, u64, gimli::DebugFrameOffset<usize>)> {
-        let bases = gimli::BaseAddresses::default();
-        let mut out = Vec::new();
-        let mut entries = self.frame.entries(&bases);
-        while let Ok(Some(entry)) = entries.next() {
-            if let gimli::CieOrFde::Fde(partial) = entry {
-                if let Ok(fde) = partial.parse(gimli::DebugFrame::cie_from_offset) {
-                    let start = fde.initial_address();
-                    out.push((start, start.saturating_add(fde.len()), fde.offset().into()));
-                }
+/// The CFA rule at `pc` from the FDE at `off` of `section`.
+fn cfa_at<'a, S: gimli::UnwindSection<R<'a>>>(
+    section: &S,
+    bases: &gimli::BaseAddresses,
+    off: usize,
+    pc: u64,
+) -> Option<(u16, i64)>
+where
+    S::Offset: gimli::UnwindOffset<usize>,
+{
+    let fde = section
+        .fde_from_offset(bases, off.into(), S::cie_from_offset)
+        .ok()?;
+    let mut ctx = gimli::UnwindContext::new();
+    let row = fde
+        .unwind_info_for_address(section, bases, &mut ctx, pc)
+        .ok()?;
+    match row.cfa() {
+        gimli::CfaRule::RegisterAndOffset { register, offset } => Some((register.0, *offset)),
+        gimli::CfaRule::Expression(_) => None,
+    }
+}
+
+/// Every FDE of `section`: (start, end, offset), sorted by start.
+fn fde_table<'a, S: gimli::UnwindSection<R<'a>>>(
+    section: &S,
+    bases: &gimli::BaseAddresses,
+) -> Vec<(u64, u64, usize)>
+where
+    S::Offset: gimli::UnwindOffset<usize>,
+{
+    let mut out = Vec::new();
+    let mut entries = section.entries(bases);
+    while let Ok(Some(entry)) = entries.next() {
+        if let gimli::CieOrFde::Fde(partial) = entry {
+            if let Ok(fde) = partial.parse(S::cie_from_offset) {
+                let start = fde.initial_address();
+                out.push((start, start.saturating_add(fde.len()), fde.offset()));
             }
         }
-        out.sort_unstable_by_key(|f| f.0);
-        out
     }
+    out.sort_unstable_by_key(|f| f.0);
+    out
 }
 
 /// Lower-case hex of `bytes`.

@@ -93,6 +93,17 @@ pub enum Error {
         /// The line whose address it shares, spelled the same way.
         other: String,
     },
+    /// The source file a lazy pattern (`FUNC;PATTERN`) is matched against
+    /// was not found.
+    #[error("{point} matches its pattern against the lines of {file}, which is not at {}; give the source tree with --source-dir DIR (perf probe's -s)", .tried.iter().map(|p| p.display().to_string()).collect::<Vec<_>>().join(" nor "))]
+    NoSource {
+        /// The point (`FUNC;PATTERN`).
+        point: String,
+        /// The source file, as DWARF names it.
+        file: String,
+        /// The paths tried.
+        tried: Vec<PathBuf>,
+    },
     /// A variable is not visible in the scope of a probe site.
     #[error("variable {name} is not visible at {site}; variables there: {available}")]
     NoVariable {

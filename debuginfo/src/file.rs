@@ -139,31 +139,96 @@ pub(crate) fn sym_off(symbols: &SymbolTable<'_>, address: u64) -> String {
     }
 }
 
+/// The call frame information of a file: `.debug_frame` (the kernel's),
+/// else `.eh_frame` (a user binary's, which gcc and clang emit instead).
+pub(crate) enum Frames<'a> {
+    /// `.debug_frame`.
+    Debug(gimli::DebugFrame<R<'a>>),
+    /// `.eh_frame`, with the section addresses its pointers are relative to.
+    Eh(gimli::EhFrame<R<'a>>, gimli::BaseAddresses),
+}
+
 /// Loads the DWARF sections of `file` without copying them.
 pub(crate) fn load_dwarf<'a>(
     file: &'a DebugFile,
     obj: &object::File<'a>,
-) -> Result<(gimli::Dwarf<R<'a>>, gimli::DebugFrame<R<'a>>)> {
-    let endian = if obj.is_little_endian() {
+) -> Result<(gimli::Dwarf<R<'a>>, Frames<'a>)> {
+    let endian = endian(obj);
+    let section = |name: &str| section_bytes(file, obj, name);
+    let dwarf = gimli::Dwarf::load(|id| section(id.name()).map(|d| R::new(d, endian)))?;
+    let frames = load_frames(file, obj, endian)?;
+    Ok((dwarf, frames))
+}
+
+/// The bytes of section `name` of `file` (empty when there is none).
+fn section_bytes<'a>(file: &'a DebugFile, obj: &object::File<'a>, name: &str) -> Result<&'a [u8]> {
+    let Some(sec) = obj.section_by_name(name) else {
+        return Ok(&[]);
+    };
+    if !matches!(sec.compressed_file_range(), Ok(r) if r.format == object::CompressionFormat::None)
+    {
+        return Err(Error::Elf {
+            path: file.path().to_path_buf(),
+            reason: format!("section {name} is compressed, which this reader does not map in place; decompress it with `objcopy --decompress-debug-sections`"),
+        });
+    }
+    sec.data().map_err(|e| file.elf_error(e))
+}
+
+/// The call frame information of `file`: `.debug_frame`, else `.eh_frame`
+/// when it has bytes (a separate debug file keeps it as NOBITS).
+pub(crate) fn load_frames<'a>(
+    file: &'a DebugFile,
+    obj: &object::File<'a>,
+    endian: gimli::RunTimeEndian,
+) -> Result<Frames<'a>> {
+    let section = |name: &str| section_bytes(file, obj, name);
+    let debug_frame = section(".debug_frame")?;
+    let eh = obj
+        .section_by_name(".eh_frame")
+        .filter(|s| s.kind() != object::SectionKind::UninitializedData);
+    let frames = match eh {
+        // A separate debug file keeps .eh_frame as NOBITS: no bytes there.
+        Some(sec) if debug_frame.is_empty() => {
+            let mut eh = gimli::EhFrame::new(section(".eh_frame")?, endian);
+            eh.set_address_size(8);
+            let mut bases = gimli::BaseAddresses::default().set_eh_frame(sec.address());
+            if let Some(text) = obj.section_by_name(".text") {
+                bases = bases.set_text(text.address());
+            }
+            if let Some(got) = obj.section_by_name(".got") {
+                bases = bases.set_got(got.address());
+            }
+            Frames::Eh(eh, bases)
+        }
+        _ => {
+            let mut frame = gimli::DebugFrame::new(debug_frame, endian);
+            frame.set_address_size(8);
+            Frames::Debug(frame)
+        }
+    };
+    Ok(frames)
+}
+
+impl Frames<'_> {
+    /// Whether there is no call frame information at all.
+    pub(crate) fn is_empty(&self) -> bool {
+        match self {
+            Frames::Debug(f) => {
+                let bases = gimli::BaseAddresses::default();
+                let mut e = gimli::UnwindSection::entries(f, &bases);
+                !matches!(e.next(), Ok(Some(_)))
+            }
+            Frames::Eh(..) => false,
+        }
+    }
+}
+
+/// The byte order of `obj`, as gimli takes it.
+pub(crate) fn endian(obj: &object::File<'_>) -> gimli::RunTimeEndian {
+    if obj.is_little_endian() {
         gimli::RunTimeEndian::Little
     } else {
         gimli::RunTimeEndian::Big
-    };
-    let section = |name: &str| -> Result<&'a [u8]> {
-        let Some(sec) = obj.section_by_name(name) else {
-            return Ok(&[]);
-        };
-        if !matches!(sec.compressed_file_range(), Ok(r) if r.format == object::CompressionFormat::None)
-        {
-            return Err(Error::Elf {
-                path: file.path().to_path_buf(),
-                reason: format!("section {name} is compressed, which this reader does not map in place; decompress it with `objcopy --decompress-debug-sections`"),
-            });
-        }
-        sec.data().map_err(|e| file.elf_error(e))
-    };
-    let dwarf = gimli::Dwarf::load(|id| section(id.name()).map(|d| R::new(d, endian)))?;
-    let mut frame = gimli::DebugFrame::new(section(".debug_frame")?, endian);
-    frame.set_address_size(8);
-    Ok((dwarf, frame))
+    }
 }

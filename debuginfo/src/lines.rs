@@ -1,7 +1,7 @@
 //! Source lines: the line table, probe points by line (perf's rules), the
 //! lines of a function, and lazy patterns.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::rc::Rc;
 
 use crate::debuginfo::DebugInfo;
@@ -94,13 +94,13 @@ impl<'a> DebugInfo<'a> {
         file: &str,
         line: u64,
         function: Option<(&str, u64)>,
+        check_shared: bool,
         out: &mut Vec<Site>,
     ) -> Result<()> {
         let unit = self.unit(unit_off)?;
         let rows = self.rows(&unit)?;
         let mut paths = Paths::default();
         let candidates = self.line_candidates(&unit, &rows, file, line, &mut paths)?;
-        let err = |e| self.dwarf_error(format!("the scopes of {file}:{line}"), e);
         let spell = |l: u64| match function {
             Some((f, decl)) => format!("{f}:{}", l as i64 - decl as i64),
             None => format!("{file}:{l}"),
@@ -115,7 +115,7 @@ impl<'a> DebugInfo<'a> {
             };
             // perf checks line-table candidates only: the function and
             // inlined-copy entries it adds never fail the check.
-            if from_row {
+            if from_row && check_shared {
                 if let (Some(f), Some(l)) =
                     self.own_line(&unit, &rows, func, address, &mut paths)?
                 {
@@ -128,37 +128,56 @@ impl<'a> DebugInfo<'a> {
                     }
                 }
             }
-            let owner = self.best_scope(&unit, &chain, file, line).unwrap_or(func);
-            let e = unit.entry(owner.die).map_err(err)?;
-            let name = dies::name_of(&self.dwarf, &unit, &e)
-                .ok()
-                .flatten()
-                .map(|n| String::from_utf8_lossy(n).into_owned())
-                .unwrap_or_default();
-            let call = (owner.tag == gimli::DW_TAG_inlined_subroutine).then(|| {
-                let n = e
-                    .val(gimli::DW_AT_call_line)
-                    .and_then(dies::num)
-                    .unwrap_or(0);
-                let f = e
-                    .val(gimli::DW_AT_call_file)
-                    .and_then(dies::num)
-                    .and_then(|n| paths.get(self, &unit, n))
-                    .unwrap_or_default();
-                format!("{}:{n}", self.short_path(&unit, &f))
-            });
-            out.push(self.site(
-                unit_off,
-                &unit,
-                &name,
-                address,
-                owner.die,
-                func.die,
-                owner.entry,
-                call,
-            )?);
+            out.push(self.line_site(unit_off, &unit, &chain, address, file, line, &mut paths)?);
         }
         Ok(())
+    }
+
+    /// The site at `address` for `file:line`, its scope the best of
+    /// `chain` (the functions and inlined copies holding the address,
+    /// outermost first, not empty) for that line.
+    #[allow(clippy::too_many_arguments)]
+    fn line_site(
+        &self,
+        unit_off: gimli::DebugInfoOffset<usize>,
+        unit: &Unit<'a>,
+        chain: &[Frame],
+        address: u64,
+        file: &str,
+        line: u64,
+        paths: &mut Paths,
+    ) -> Result<Site> {
+        let err = |e| self.dwarf_error(format!("the scopes of {file}:{line}"), e);
+        let func = chain[0];
+        let owner = self.best_scope(unit, chain, file, line).unwrap_or(func);
+        let e = unit.entry(owner.die).map_err(err)?;
+        let name = dies::name_of(&self.dwarf, unit, &e)
+            .ok()
+            .flatten()
+            .map(|n| String::from_utf8_lossy(n).into_owned())
+            .unwrap_or_default();
+        let call = (owner.tag == gimli::DW_TAG_inlined_subroutine).then(|| {
+            let n = e
+                .val(gimli::DW_AT_call_line)
+                .and_then(dies::num)
+                .unwrap_or(0);
+            let f = e
+                .val(gimli::DW_AT_call_file)
+                .and_then(dies::num)
+                .and_then(|n| paths.get(self, unit, n))
+                .unwrap_or_default();
+            format!("{}:{n}", self.short_path(unit, &f))
+        });
+        self.site(
+            unit_off,
+            unit,
+            &name,
+            address,
+            owner.die,
+            func.die,
+            owner.entry,
+            call,
+        )
     }
 
     /// The addresses standing for `file:line` in a unit: (address, path of
@@ -476,12 +495,21 @@ impl<'a> DebugInfo<'a> {
         })
     }
 
+    /// The sites of `FUNC;PATTERN`, as perf finds them: the lines of the
+    /// function's source file that match the glob, then, in each copy of
+    /// the function (its body, and its inlined copies unless turned off),
+    /// the addresses the line table gives those lines (statement rows in
+    /// the copy's ranges, and not inside a function inlined there unless
+    /// the row is that call's line), the copy's entry when its declaration
+    /// line matches, and the entry of each function inlined there when its
+    /// call line matches.
     pub(crate) fn lazy_sites(
         &self,
         unit_off: gimli::DebugInfoOffset<usize>,
         def: gimli::UnitOffset,
         name: &str,
         pattern: &str,
+        opts: &crate::Options,
         out: &mut Vec<Site>,
     ) -> Result<()> {
         let unit = self.unit(unit_off)?;
@@ -493,25 +521,182 @@ impl<'a> DebugInfo<'a> {
         let comp_dir = unit
             .comp_dir
             .map(|d| String::from_utf8_lossy(d.slice()).into_owned());
-        let path = match (&comp_dir, decl_file.starts_with('/')) {
-            (Some(d), false) => format!("{d}/{decl_file}"),
-            _ => decl_file.clone(),
+        let tried = source_candidates(self.source_dir.as_deref(), comp_dir.as_deref(), &decl_file);
+        let Some(text) = tried.iter().find_map(|p| std::fs::read_to_string(p).ok()) else {
+            return Err(Error::NoSource {
+                point: format!("{name};{pattern}"),
+                file: decl_file,
+                tried,
+            });
         };
-        let text = std::fs::read_to_string(&path).map_err(|e| Error::io(&path, e))?;
-        let wanted: Vec<u64> = text
+        let wanted: HashSet<u64> = text
             .lines()
             .enumerate()
             .filter(|(_, l)| crate::glob::lazy_match(l, pattern))
             .map(|(i, _)| i as u64 + 1)
             .collect();
-        let fl = self.lines(name, None)?;
-        let own: std::collections::HashSet<u64> = fl.lines.iter().copied().collect();
-        for line in wanted.into_iter().filter(|l| own.contains(l)) {
-            match self.line_sites(unit_off, &decl_file, line, Some((name, fl.decl_line)), out) {
-                Ok(()) | Err(Error::SharedLine { .. }) => {}
-                Err(e) => return Err(e),
+        let mut copies = Vec::new();
+        let entry = crate::point::FunctionPart::Entry;
+        self.function_sites(unit_off, name, None, &entry, opts, &mut copies)?;
+        let mut addresses = Vec::new();
+        for copy in &copies {
+            self.lazy_addresses(copy, &decl_file, &wanted, &mut addresses)?;
+        }
+        addresses.sort_unstable();
+        addresses.dedup_by_key(|a| a.0);
+        let mut paths = Paths::default();
+        for (address, line) in addresses {
+            if self.symbols.symbolize(address).is_none() {
+                continue;
+            }
+            let chain = self.chain(&unit, address)?;
+            if chain.is_empty() {
+                continue;
+            }
+            // The scope as for FILE:LINE; no "sharing the address" check
+            // (perf takes every address of a matching line).
+            out.push(self.line_site(
+                unit_off, &unit, &chain, address, &decl_file, line, &mut paths,
+            )?);
+        }
+        Ok(())
+    }
+
+    /// perf's walk of one copy of a function for lazy lines: (address,
+    /// line) pairs (see [`lazy_sites`](Self::lazy_sites)).
+    fn lazy_addresses(
+        &self,
+        copy: &Site,
+        file: &str,
+        wanted: &HashSet<u64>,
+        out: &mut Vec<(u64, u64)>,
+    ) -> Result<()> {
+        let unit = self.unit(copy.scope.unit)?;
+        let err = |e| self.dwarf_error(format!("the lines of {}", copy.function), e);
+        let e = unit.entry(copy.scope.die).map_err(err)?;
+        let ranges = dies::ranges(&self.dwarf, &unit, &e).map_err(err)?;
+        let rows = self.rows(&unit)?;
+        let mut paths = Paths::default();
+        let same_file = |p: &str| dies::tail_matches(p, file) || dies::tail_matches(file, p);
+        for r in rows.iter().filter(|r| {
+            r.is_stmt && !r.end && wanted.contains(&r.line) && dies::holds(&ranges, r.address)
+        }) {
+            if !paths
+                .get(self, &unit, r.file)
+                .is_some_and(|p| same_file(&p))
+            {
+                continue;
+            }
+            let chain = self.chain(&unit, r.address)?;
+            let inner = chain
+                .iter()
+                .position(|f| f.die == copy.scope.die)
+                .and_then(|i| chain.get(i + 1..))
+                .and_then(|rest| rest.last());
+            if let Some(inner) = inner {
+                let ie = unit.entry(inner.die).map_err(err)?;
+                let mut at = |file_at, line_at| {
+                    let f = ie.val(file_at).and_then(dies::num);
+                    let l = ie.val(line_at).and_then(dies::num);
+                    l == Some(r.line)
+                        && f.and_then(|n| paths.get(self, &unit, n))
+                            .is_some_and(|p| same_file(&p))
+                };
+                let decl = dies::udata_integrated(&unit, &ie, gimli::DW_AT_decl_line)
+                    == Some(r.line)
+                    && dies::udata_integrated(&unit, &ie, gimli::DW_AT_decl_file)
+                        .and_then(|n| dies::file_name(&self.dwarf, &unit, n))
+                        .is_some_and(|p| same_file(&p));
+                if !(at(gimli::DW_AT_call_file, gimli::DW_AT_call_line) || decl) {
+                    continue;
+                }
+            }
+            out.push((r.address, r.line));
+        }
+        // The copy's own declaration line, at its entry.
+        if let Some(l) = dies::udata_integrated(&unit, &e, gimli::DW_AT_decl_line) {
+            if wanted.contains(&l) {
+                out.push((copy.address, l));
+            }
+        }
+        // The call lines of the functions inlined into the copy (not those
+        // inlined into them).
+        let mut tree = unit.entries_tree(Some(copy.scope.die)).map_err(err)?;
+        let root = tree.root().map_err(err)?;
+        let mut calls = Vec::new();
+        inlined_calls(&self.dwarf, &unit, root, &mut calls).map_err(err)?;
+        for (f, l, entry) in calls {
+            if wanted.contains(&l) && paths.get(self, &unit, f).is_some_and(|p| same_file(&p)) {
+                out.push((entry, l));
             }
         }
         Ok(())
+    }
+}
+
+/// Where the source file `file` (as DWARF names it) is looked for: under
+/// `dir` (perf's `-s`) with its leading directories dropped one at a time
+/// until one is found, as perf does; without `dir`, under the compilation
+/// directory `comp_dir` (or as is, when absolute).
+fn source_candidates(
+    dir: Option<&std::path::Path>,
+    comp_dir: Option<&str>,
+    file: &str,
+) -> Vec<std::path::PathBuf> {
+    let Some(dir) = dir else {
+        return vec![match (comp_dir, file.starts_with('/')) {
+            (Some(d), false) => std::path::Path::new(d).join(file),
+            _ => file.into(),
+        }];
+    };
+    let mut rest = file.trim_start_matches('/');
+    let mut out = vec![dir.join(rest)];
+    while let Some((_, tail)) = rest.split_once('/') {
+        rest = tail.trim_start_matches('/');
+        out.push(dir.join(rest));
+    }
+    out
+}
+
+/// The functions inlined into a scope, not through another inlined one:
+/// (call file, call line, entry address) each.
+fn inlined_calls<'a>(
+    dwarf: &crate::dies::Dwarf<'a>,
+    unit: &Unit<'a>,
+    node: gimli::EntriesTreeNode<'_, '_, '_, crate::file::R<'a>>,
+    out: &mut Vec<(u64, u64, u64)>,
+) -> gimli::Result<()> {
+    let mut children = node.children();
+    while let Some(child) = children.next()? {
+        let e = child.entry();
+        if e.tag() == gimli::DW_TAG_inlined_subroutine {
+            let f = e.val(gimli::DW_AT_call_file).and_then(dies::num);
+            let l = e.val(gimli::DW_AT_call_line).and_then(dies::num);
+            let ranges = dies::ranges(dwarf, unit, e)?;
+            let entry = dies::entry_pc(dwarf, unit, e, &ranges)?;
+            if let (Some(f), Some(l), Some(entry)) = (f, l, entry.filter(|&a| a != 0)) {
+                out.push((f, l, entry));
+            }
+            continue;
+        }
+        inlined_calls(dwarf, unit, child, out)?;
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod source_tests {
+    use std::path::{Path, PathBuf};
+
+    #[test]
+    fn sources_are_looked_for_as_perf_does() {
+        assert_eq!(
+            super::source_candidates(None, Some("/build/linux"), "fs/open.c"),
+            [PathBuf::from("/build/linux/fs/open.c")]
+        );
+        assert_eq!(
+            super::source_candidates(Some(Path::new("/src")), Some("/b"), "/b/fs/open.c"),
+            ["/src/b/fs/open.c", "/src/fs/open.c", "/src/open.c"].map(PathBuf::from)
+        );
     }
 }

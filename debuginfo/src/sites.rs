@@ -99,7 +99,7 @@ impl<'a> DebugInfo<'a> {
                     .flat_map(|(_, u)| u)
                     .collect();
                 for unit in units {
-                    self.line_sites(unit, file, *line, None, &mut out)?;
+                    self.line_sites(unit, file, *line, None, true, &mut out)?;
                 }
                 out
             }
@@ -186,7 +186,7 @@ impl<'a> DebugInfo<'a> {
         Ok(None)
     }
 
-    fn function_sites(
+    pub(crate) fn function_sites(
         &self,
         unit_off: gimli::DebugInfoOffset<usize>,
         name: &str,
@@ -217,10 +217,11 @@ impl<'a> DebugInfo<'a> {
                     &decl_file,
                     decl_line + n,
                     Some((name, decl_line)),
+                    true,
                     out,
                 )
             }
-            FunctionPart::Lazy(pattern) => self.lazy_sites(unit_off, def, name, pattern, out),
+            FunctionPart::Lazy(pattern) => self.lazy_sites(unit_off, def, name, pattern, opts, out),
             FunctionPart::Entry => {
                 let abstract_ = def_e.has(gimli::DW_AT_inline);
                 let ranges = dies::ranges(&self.dwarf, &unit, &def_e).map_err(err)?;

@@ -119,9 +119,19 @@ pub struct KernelOptions {
     /// instead of being refused for its build ID. Only source listings
     /// use it.
     pub other_kernel: bool,
+    /// Where source files are looked for (perf probe's `-s`): the lines a
+    /// source point's lazy pattern (`FUNC@;PATTERN`) is matched against.
+    /// `None`: the compilation directory the DWARF names.
+    pub source_dir: Option<PathBuf>,
 }
 
 impl KernelOptions {
+    /// Looks source files up under `dir` (see [`source_dir`](Self::source_dir)).
+    pub fn source_dir(mut self, dir: impl Into<Option<PathBuf>>) -> Self {
+        self.source_dir = dir.into();
+        self
+    }
+
     /// Uses this vmlinux (or, with `None`, looks for one).
     pub fn vmlinux(mut self, path: impl Into<Option<PathBuf>>) -> Self {
         self.vmlinux = path.into();
@@ -313,7 +323,9 @@ impl Kernel {
     }
 
     /// One definition per site of a definition whose probe point is a
-    /// source point (`p:do_sys_openat2@+8 fd`, see [`source`]); `None`
+    /// source point (`p:do_sys_openat2@+8 fd`, or a user binary's
+    /// `p:/usr/bin/prog:main@+3 argc`, from the binary's own DWARF or its
+    /// debug file; see [`source`]); `None`
     /// for any other definition, which is left as written and costs no
     /// debug info. `inlines`: also the function's inlined copies.
     pub fn expand_source(
@@ -324,10 +336,16 @@ impl Kernel {
         if !source::names_source_point(definition) {
             return Ok(None);
         }
+        if let Some(binary) = source::user_binary(definition) {
+            let file = source::find_user(binary)?;
+            let dir = self.options.source_dir.as_deref();
+            return Ok(Some(source::expand(&file, definition, inlines, dir)?));
+        }
         Ok(Some(source::expand(
             self.debug_info()?,
             definition,
             inlines,
+            self.options.source_dir.as_deref(),
         )?))
     }
 
@@ -352,12 +370,18 @@ impl Kernel {
     }
 
     /// The variables at each site of a point (`FUNC`, `FUNC:RLINE`,
-    /// `FILE:LINE` as perf writes them, or `FUNC@+N`), with their types.
+    /// `FILE:LINE` as perf writes them, or `FUNC@+N`; a user binary's
+    /// `/PATH:FUNC@+N`), with their types.
     pub fn source_variables(
         &self,
         point: &str,
         inlines: bool,
     ) -> Result<Vec<source::SiteVariables>, Error> {
+        let as_definition = format!("p:{point}");
+        if let Some(binary) = source::user_binary(&as_definition) {
+            let file = source::find_user(binary)?;
+            return Ok(source::variables(&file, point, inlines)?);
+        }
         Ok(source::variables(self.debug_info()?, point, inlines)?)
     }
 

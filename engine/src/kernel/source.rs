@@ -17,6 +17,13 @@
 //! | `FUNC@FILE` | `FUNC@FILE` | the entry of FUNC defined in a file ending in FILE |
 //! | `FUNC@FILE+N` | `FUNC@FILE:N` | both |
 //! | `@FILE:LINE` | `FILE:LINE` | an absolute line of a source file |
+//! | `FUNC@;PATTERN` | `FUNC;PATTERN` | the function's lines whose source matches the glob (perf's lazy lines; spaces ignored) |
+//!
+//! In a user binary (a uprobe), the same points follow the binary's path
+//! and `:`, as a uprobe's symbol does: `/PATH:FUNC@+N` is perf's `-x /PATH
+//! FUNC:N`, `/PATH:@FILE:LINE` its `-x /PATH FILE:LINE`. Each site becomes
+//! `/PATH:0xOFFSET`; the binary's DWARF is its own, or its debug file (by
+//! build ID, or `.gnu_debuglink`).
 
 use std::path::{Path, PathBuf};
 
@@ -66,6 +73,13 @@ pub(super) fn find(
     )?)
 }
 
+/// The debug file of a user binary: its build-ID file under
+/// `/usr/lib/debug/.build-id`, its `.gnu_debuglink` (beside it, in
+/// `.debug/`, under `/usr/lib/debug`), or the binary itself.
+pub(super) fn find_user(binary: &str) -> Result<DebugFile, KernelError> {
+    Ok(locate::find_user(Path::new(binary))?)
+}
+
 /// A probe a source-level definition stands for.
 #[derive(Debug, Clone)]
 #[non_exhaustive]
@@ -96,6 +110,8 @@ pub struct SourceExpansion {
 struct SourceDefinition<'t> {
     /// `p` or `p:[GRP/]EVENT` before the point.
     group: Option<&'t str>,
+    /// The user binary, for a uprobe's source point.
+    binary: Option<&'t str>,
     event: Option<&'t str>,
     /// The point, as perf spells it.
     point: String,
@@ -126,18 +142,45 @@ fn is_source_point(word: &str) -> bool {
     ident && !tail.starts_with("0x") && !tail.starts_with("0X")
 }
 
+/// A uprobe target naming a source point (`/PATH:FUNC@+N`), split into
+/// the binary's path and the point.
+fn user_point(word: &str) -> Option<(&str, &str)> {
+    crate::plan::user_source::split_target(word, is_source_point)
+}
+
+/// Whether a word is a probe point naming a source point, in the kernel
+/// or in a user binary.
+fn is_any_source_point(word: &str) -> bool {
+    is_source_point(word) || user_point(word).is_some()
+}
+
 /// Whether a definition names a source point (and needs debug info).
 pub(crate) fn names_source_point(definition: &str) -> bool {
     let mut words = definition.split_whitespace();
     let first = words.next().unwrap_or("");
     let short = first
         .split_once(':')
-        .is_some_and(|(_, t)| is_source_point(t));
-    short || words.next().is_some_and(is_source_point)
+        .is_some_and(|(_, t)| is_any_source_point(t));
+    short || words.next().is_some_and(is_any_source_point)
+}
+
+/// The user binary whose source point a definition names
+/// (`p:/usr/bin/prog:main@+3 argc`), or None for the kernel's.
+pub fn user_binary(definition: &str) -> Option<&str> {
+    let mut words = definition.split_whitespace();
+    let first = words.next().unwrap_or("");
+    let short = first.split_once(':').and_then(|(_, t)| user_point(t));
+    short
+        .or_else(|| words.next().and_then(user_point))
+        .map(|(path, _)| path)
 }
 
 /// The source point in kprobe-perf's spelling, as perf spells it.
 fn perf_point(word: &str) -> String {
+    // FUNC@;PATTERN, FUNC@FILE;PATTERN: the pattern as written.
+    if let Some((head, pattern)) = word.split_once(';') {
+        return format!("{};{pattern}", perf_point(head));
+    }
     match word.split_once('@') {
         Some(("", file_line)) => file_line.to_string(),
         Some((func, "")) => func.to_string(),
@@ -161,7 +204,7 @@ fn split(text: &str) -> Result<SourceDefinition<'_>, KernelError> {
     let words: Vec<&str> = text.split_whitespace().collect();
     let first = words.first().copied().unwrap_or("");
     let (kind, name) = first.split_once(':').unwrap_or((first, ""));
-    let (point_word, named, rest) = if is_source_point(name) {
+    let (point_word, named, rest) = if is_any_source_point(name) {
         (name, None, words.get(1..).unwrap_or(&[]))
     } else {
         let w = words.get(1).copied().unwrap_or("");
@@ -186,8 +229,13 @@ fn split(text: &str) -> Result<SourceDefinition<'_>, KernelError> {
         },
         None => (None, None),
     };
+    let (binary, point_word) = match user_point(point_word) {
+        Some((path, point)) => (Some(path), point),
+        None => (None, point_word),
+    };
     Ok(SourceDefinition {
         group,
+        binary,
         event,
         point: perf_point(point_word),
         at: offset_in(text, point_word),
@@ -241,6 +289,7 @@ pub(super) fn expand(
     file: &DebugFile,
     text: &str,
     inlines: bool,
+    source_dir: Option<&Path>,
 ) -> Result<SourceExpansion, KernelError> {
     let def = split(text)?;
     let point = ProbePoint::parse(&def.point).map_err(|e| KernelError::Source {
@@ -256,7 +305,16 @@ pub(super) fn expand(
         Some(g) => format!("p:{g}/"),
         None => "p:".to_string(),
     };
-    let di = DebugInfo::new(file)?;
+    // A user binary's separate debug file has no call frame information:
+    // the binary's own (for frame bases that are the CFA).
+    let binary = match def.binary {
+        Some(b) if Path::new(b) != file.path() => DebugFile::open(b).ok(),
+        _ => None,
+    };
+    let mut di = DebugInfo::new(file)?.with_source_dir(source_dir);
+    if let Some(b) = &binary {
+        di = di.with_call_frames_of(b)?;
+    }
     let mut vars = Vec::new();
     for a in def.args.iter().filter(|a| is_variable(a)) {
         vars.push(ProbeArg::parse(a).map_err(|e| KernelError::Source {
@@ -267,18 +325,38 @@ pub(super) fn expand(
         })?);
     }
     let sites = di.sites(&point, &Options { inlines })?;
+    let segments = match def.binary {
+        Some(path) => Some(
+            crate::plan::user_source::Segments::of(path).map_err(|reason| KernelError::Source {
+                text: text.to_string(),
+                at: offset_in(text, path),
+                len: path.len().max(1),
+                reason,
+            })?,
+        ),
+        None => None,
+    };
     let mut out = SourceExpansion::default();
     let mut first_error = None;
     for site in sites {
-        match site_args(&di, &site, &def.args, &vars) {
-            Ok(args) => {
+        let args = site_args(&di, &site, &def.args, &vars);
+        let args = match (&segments, args) {
+            (Some(_), Ok(args)) => user_args(&site, &def.args, args),
+            (_, args) => args,
+        };
+        let target = match &segments {
+            Some(s) => s.target(site.address),
+            None => Ok(site.location.clone()),
+        };
+        match (args, target) {
+            (Ok(args), Ok(target)) => {
                 let n = out.probes.len();
                 let name = if n == 0 {
                     event.clone()
                 } else {
                     format!("{event}_{n}")
                 };
-                let mut definition = format!("{head}{name} {}", site.location);
+                let mut definition = format!("{head}{name} {target}");
                 for a in args {
                     definition.push(' ');
                     definition.push_str(&a);
@@ -289,7 +367,8 @@ pub(super) fn expand(
                     instance: site.instance.clone(),
                 });
             }
-            Err((arg, e)) => {
+            (_, Err(why)) => out.refused.push((site.location.clone(), why)),
+            (Err((arg, e)), _) => {
                 out.refused.push((site.location.clone(), e.to_string()));
                 first_error.get_or_insert((arg, e));
             }
@@ -305,6 +384,37 @@ pub(super) fn expand(
         }),
         _ => Ok(out),
     }
+}
+
+/// A uprobe's arguments: a global's fetch (`@SYM`) names a link-time
+/// address, which a uprobe cannot read (it reads `@ADDR` in the process,
+/// where a position-independent binary is elsewhere), so it is refused.
+fn user_args<'t>(
+    site: &Site,
+    written: &[&'t str],
+    args: Vec<String>,
+) -> Result<Vec<String>, (&'t str, kprobe_perf_debuginfo::Error)> {
+    let Some(i) = args
+        .iter()
+        .position(|a| a.split_once('=').is_some_and(|(_, f)| f.contains('@')))
+    else {
+        return Ok(args);
+    };
+    let var = args[i].split_once('=').map_or("", |(n, _)| n);
+    let w = written
+        .iter()
+        .copied()
+        .find(|w| w.contains(var))
+        .or_else(|| written.first().copied())
+        .unwrap_or("");
+    Err((
+        w,
+        kprobe_perf_debuginfo::Error::Unsupported {
+            name: var.to_string(),
+            site: site.location.clone(),
+            reason: "it is a global variable at a link-time address, and a uprobe reads memory at addresses of the process (not done yet: write the fetch by hand)".into(),
+        },
+    ))
 }
 
 /// The fetch arguments at one site, in the order written: variables from
@@ -337,13 +447,57 @@ fn site_args<'t>(
 /// kprobe-perf's: `p:probe/[EVENT] POINT ARGS` (perf's group) with the
 /// point spelled with `@` (a function's entry by DWARF as `FUNC@`).
 pub fn from_perf_syntax(text: &str) -> String {
+    from_perf_syntax_in(text, None)
+}
+
+/// [`from_perf_syntax`] for perf's `-x BINARY` when `binary` is given:
+/// `p:probe_STEM/[EVENT] BINARY:POINT ARGS`, perf's group for a user
+/// binary (`probe_` and the file's name).
+pub fn from_perf_syntax_in(text: &str, binary: Option<&str>) -> String {
     let mut words = text.split_whitespace();
     let first = words.next().unwrap_or("");
     let (event, point) = match first.split_once('=') {
         Some((e, p)) if !e.contains([':', '@', ';']) => (Some(e), p),
         _ => (None, first),
     };
-    let ours = match point.rsplit_once(':') {
+    let ours = perf_point_to_ours(point);
+    let mut out = match binary {
+        Some(b) => {
+            let stem: String = Path::new(b)
+                .file_name()
+                .map(|n| n.to_string_lossy().into_owned())
+                .unwrap_or_default()
+                .chars()
+                .map(|c| if c.is_ascii_alphanumeric() { c } else { '_' })
+                .collect();
+            format!("p:probe_{stem}/{} {b}:{ours}", event.unwrap_or(""))
+        }
+        None => format!("p:probe/{} {ours}", event.unwrap_or("")),
+    };
+    for w in words {
+        out.push(' ');
+        out.push_str(w);
+    }
+    out
+}
+
+/// A probe point as perf writes it (`FUNC`, `FUNC:N`, `FUNC@FILE:N`,
+/// `FILE:LINE`) in kprobe-perf's spelling (`FUNC@`, `FUNC@+N`,
+/// `FUNC@FILE+N`, `@FILE:LINE`).
+pub fn perf_point_to_ours(point: &str) -> String {
+    if point.starts_with('@') {
+        return point.to_string();
+    }
+    // FUNC;PATTERN and FUNC@FILE;PATTERN (perf's lazy lines).
+    if let Some((head, pattern)) = point.split_once(';') {
+        let head = if head.contains('@') {
+            head.to_string()
+        } else {
+            format!("{head}@")
+        };
+        return format!("{head};{pattern}");
+    }
+    match point.rsplit_once(':') {
         Some((head, line)) => match head.split_once('@') {
             Some((func, file)) => format!("{func}@{file}+{line}"),
             None if is_file(head) => format!("@{head}:{line}"),
@@ -351,13 +505,7 @@ pub fn from_perf_syntax(text: &str) -> String {
         },
         None if point.contains('@') => point.to_string(),
         None => format!("{point}@"),
-    };
-    let mut out = format!("p:probe/{} {ours}", event.unwrap_or(""));
-    for w in words {
-        out.push(' ');
-        out.push_str(w);
     }
-    out
 }
 
 /// Whether perf would read a point's head as a source file.
@@ -383,6 +531,11 @@ pub(super) fn variables(
     point_text: &str,
     inlines: bool,
 ) -> Result<Vec<SiteVariables>, KernelError> {
+    let (binary, point_text) = match user_point(point_text) {
+        Some((b, p)) if Path::new(b) != file.path() => (DebugFile::open(b).ok(), p),
+        Some((_, p)) => (None, p),
+        None => (None, point_text),
+    };
     let perf = if is_source_point(point_text) {
         perf_point(point_text)
     } else {
@@ -394,7 +547,10 @@ pub(super) fn variables(
         len: point_text.len().max(1),
         reason: e.to_string(),
     })?;
-    let di = DebugInfo::new(file)?;
+    let mut di = DebugInfo::new(file)?;
+    if let Some(b) = &binary {
+        di = di.with_call_frames_of(b)?;
+    }
     let mut out = Vec::new();
     for site in di.sites(&point, &Options { inlines })? {
         let variables = di.variables(&site)?;
@@ -468,11 +624,36 @@ mod tests {
     }
 
     #[test]
+    fn user_source_points_name_their_binary() {
+        for (def, binary, point) in [
+            ("p:/usr/bin/prog:main@+3 argc", "/usr/bin/prog", "main:3"),
+            ("p:ev /tmp/w:@walk.c:18 m", "/tmp/w", "walk.c:18"),
+            ("p:g/e ./prog:walk@ p", "./prog", "walk"),
+        ] {
+            assert!(names_source_point(def), "{def}");
+            assert_eq!(user_binary(def), Some(binary), "{def}");
+            let d = split(def).unwrap();
+            assert_eq!((d.binary, d.point.as_str()), (Some(binary), point));
+        }
+        assert_eq!(user_binary("p:do_sys_openat2@+8 fd"), None);
+        assert!(!names_source_point("p:/usr/bin/prog:main+3 %di"));
+    }
+
+    #[test]
     fn our_spelling_maps_to_perfs() {
         assert_eq!(perf_point("do_sys_openat2@+8"), "do_sys_openat2:8");
         assert_eq!(perf_point("f@fs/open.c"), "f@fs/open.c");
         assert_eq!(perf_point("f@fs/open.c+3"), "f@fs/open.c:3");
         assert_eq!(perf_point("@fs/open.c:1200"), "fs/open.c:1200");
+        assert_eq!(perf_point("vfs_read@;ret=*"), "vfs_read;ret=*");
+        assert_eq!(perf_point("f@a/b.c;x+=*"), "f@a/b.c;x+=*");
+        assert_eq!(perf_point_to_ours("vfs_read;ret=*"), "vfs_read@;ret=*");
+        assert_eq!(perf_point_to_ours("f@a/b.c;x:y"), "f@a/b.c;x:y");
+        assert!(names_source_point("p:vfs_read@;ret=rw_verify_area* ret"));
+        assert_eq!(
+            user_binary("p:/usr/bin/prog:walk@;sink(step)* total"),
+            Some("/usr/bin/prog")
+        );
     }
 
     #[test]

@@ -7,6 +7,7 @@ pub mod filter;
 pub(crate) mod probes;
 pub mod sdt;
 pub mod uprobe;
+pub(crate) mod user_source;
 
 mod probe_plan;
 mod resolve;
