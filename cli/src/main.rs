@@ -21,6 +21,7 @@ macro_rules! say_more {
 
 mod aggregate;
 mod doctor;
+mod eprobe;
 mod filters;
 mod generate;
 mod hints;
@@ -453,6 +454,9 @@ fn cleanup() -> Result<ExitCode> {
 }
 
 fn record(args: &RecordArgs, filters: &[Option<String>]) -> Result<ExitCode> {
+    if let Some(probes) = eprobe::event_probes(args, filters)? {
+        return eprobe::record(args, &probes);
+    }
     let call_graph = args.stacks.graph();
     args.stacks.out.check()?;
     // kallsyms may be unreadable or hide addresses; probes then go by name
