@@ -145,6 +145,32 @@ fn openat_fields_and_strings_of_a_command() {
     assert_eq!(left_by(pid), (vec![], vec![]));
 }
 
+/// The text output: one ftrace-like line per event, the values printed
+/// as the types say (`s32` decimal, `x32` hex, strings quoted).
+#[test]
+fn text_lines_of_a_command() {
+    if !eprobes_here("text_lines_of_a_command") {
+        return;
+    }
+    let out = Command::new(kprobe_perf_bin())
+        .args(["record", "-e", OPENAT, "--", "cat", "/etc/hostname"])
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    println!("{stdout}{stderr}");
+    assert!(out.status.success(), "{stderr}");
+    let line = stdout
+        .lines()
+        .find(|l| l.contains("\"/etc/hostname\""))
+        .unwrap_or_else(|| panic!("no open of /etc/hostname: {stdout}"));
+    assert!(
+        line.ends_with(": openat: dfd=-100 flags=0x0 path=\"/etc/hostname\""),
+        "{line}"
+    );
+    assert!(line.trim_start().starts_with("<...>-"), "{line}");
+}
+
 /// A system-wide recording: started, seen armed (its definition and its
 /// instance exist), then stopped by `signal`.
 fn recording_stopped_by(signal: i32) -> (Child, u32) {
