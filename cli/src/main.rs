@@ -97,7 +97,8 @@ enum Cmd {
     /// exits, then exits with CMD's status; without it (or with -a) counts
     /// every CPU until Ctrl-C or --duration.
     Stat(stat::StatArgs),
-    /// Remove the tracefs events (kprobes and uprobes) left by kprobe-perf
+    /// Remove the tracefs events (kprobes, uprobes, eprobes) and the tracing
+    /// instances left by kprobe-perf
     /// processes. They are normally removed at exit; when a recording is
     /// killed, its guardian process removes them at once, and any later
     /// start removes those of processes that are gone.

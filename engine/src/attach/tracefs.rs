@@ -493,11 +493,23 @@ pub(crate) fn remove_stale_if_mounted() -> usize {
     Tracefs::find().map_or(0, |fs| remove_stale(&fs))
 }
 
-/// Removes every event of ours, whoever created it (`kprobe-perf cleanup`).
+/// Removes every event and tracing instance of ours, whoever created
+/// it (`kprobe-perf cleanup`).
 /// Events still in use by a live session stay (the kernel answers EBUSY).
 pub fn remove_all(fs: &Tracefs) -> (usize, Vec<String>) {
     let mut removed = 0;
     let mut busy = Vec::new();
+    // Instances first (an eprobe enabled in one cannot be removed); a live
+    // session's is busy while its buffers are open.
+    for dir in fs.our_instances() {
+        match std::fs::remove_dir(&dir) {
+            Ok(()) => removed += 1,
+            Err(_) => busy.push(format!(
+                "instances/{}",
+                dir.file_name().unwrap_or_default().to_string_lossy()
+            )),
+        }
+    }
     for d in fs.our_events() {
         match fs.remove(d.kind, &d.group, &d.event) {
             Ok(()) => removed += 1,
