@@ -21,6 +21,7 @@ macro_rules! say_more {
 
 mod aggregate;
 mod doctor;
+mod eprobe;
 mod filters;
 mod generate;
 mod hints;
@@ -96,7 +97,8 @@ enum Cmd {
     /// exits, then exits with CMD's status; without it (or with -a) counts
     /// every CPU until Ctrl-C or --duration.
     Stat(stat::StatArgs),
-    /// Remove the tracefs events (kprobes and uprobes) left by kprobe-perf
+    /// Remove the tracefs events (kprobes, uprobes, eprobes) and the tracing
+    /// instances left by kprobe-perf
     /// processes. They are normally removed at exit; when a recording is
     /// killed, its guardian process removes them at once, and any later
     /// start removes those of processes that are gone.
@@ -481,6 +483,9 @@ fn cleanup() -> Result<ExitCode> {
 }
 
 fn record(args: &RecordArgs, filters: &[Option<String>]) -> Result<ExitCode> {
+    if let Some(probes) = eprobe::event_probes(args, filters)? {
+        return eprobe::record(args, &probes);
+    }
     let call_graph = args.stacks.graph();
     args.stacks.out.check()?;
     // kallsyms may be unreadable or hide addresses; probes then go by name

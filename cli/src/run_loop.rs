@@ -10,7 +10,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result};
-use kprobe_perf_engine::{CountingSession, Error, Session};
+use kprobe_perf_engine::{CountingSession, Error, EventProbeSession, Session};
 
 /// What the loop watches of a session: its command and its processes.
 pub(crate) trait Watched {
@@ -43,6 +43,18 @@ impl Watched for CountingSession {
     }
     fn target_exited(&self) -> bool {
         CountingSession::target_exited(self)
+    }
+}
+
+impl Watched for EventProbeSession {
+    fn command_status(&mut self) -> Result<Option<ExitStatus>, Error> {
+        EventProbeSession::command_status(self)
+    }
+    fn wait_command(&mut self, grace: Duration) -> Result<Option<ExitStatus>, Error> {
+        EventProbeSession::wait_command(self, grace)
+    }
+    fn target_exited(&self) -> bool {
+        false
     }
 }
 

@@ -80,6 +80,7 @@ pub use kprobe_perf_arch::Arch;
 pub use kprobe_perf_symbols::KernelSymbols;
 pub use plan::{BackendChoice, ProbePlan};
 pub use session::counting::CountingSession;
+pub use session::eprobe::{EventProbeSession, EventProbeSummary, FtraceEvent};
 pub use session::sink::{sink_fn, EventSink, Flow};
 pub use session::summary::Summary;
 /// A session awaited on tokio's reactor (feature `tokio`).

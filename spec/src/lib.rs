@@ -148,9 +148,9 @@ pub enum Definition {
 }
 
 /// An event probe: a new event that fires with an existing trace event
-/// and records fields of it (trace_eprobe.c). Parsed only: recording one
-/// is not done yet (the kernel gives eprobes no perf handler, see
-/// kernel-notes.md).
+/// and records fields of it (trace_eprobe.c). The kernel gives eprobes
+/// no perf handler, so the engine records them from ftrace's buffer
+/// (docs/probes.md, "Event probes").
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct EventProbe {
     /// `GRP`; the kernel's default is `eprobes`.

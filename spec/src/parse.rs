@@ -311,7 +311,7 @@ impl ProbeSpec {
             return Err(cur.err(
                 head_at,
                 head.len(),
-                "event probes (e:) can be checked (Definition::parse) but not recorded yet",
+                "an event probe (e:) is a Definition::EventProbe, not a ProbeSpec: parse it with Definition::parse",
             ));
         }
 

@@ -252,7 +252,9 @@ impl Suite {
 /// - guardian: nothing left after SIGKILL;
 /// - uprobes: uprobe and uretprobe values;
 /// - fprobe: fprobe events where the kernel has them, a clear refusal
-///   where it does not.
+///   where it does not;
+/// - eprobe: an eprobe's fields and string through ftrace's buffer, and
+///   nothing left after exit, SIGINT and SIGKILL (skipped without eprobes).
 const SMOKE: &[(&str, &[&str])] = &[
     (
         "skeleton",
@@ -276,6 +278,7 @@ const SMOKE: &[(&str, &[&str])] = &[
     ),
     ("uprobes", &[]),
     ("fprobe", &[]),
+    ("eprobe", &[]),
 ];
 
 /// The arm64 set, run on [`ARM64_MATRIX`] in the arm64 VM (TCG emulating

@@ -10,6 +10,7 @@ pub mod cpus;
 mod definition;
 pub(crate) mod error;
 pub(crate) mod guardian;
+pub(crate) mod instance;
 pub mod os;
 #[cfg_attr(not(feature = "test-util"), allow(unreachable_pub))] // in `testing`
 pub mod pmu;

@@ -401,6 +401,21 @@ impl Tracefs {
         })
     }
 
+    /// The tracing instances of ours (`instances/kprobe_perf_<pid>_<n>`).
+    pub(crate) fn our_instances(&self) -> Vec<PathBuf> {
+        std::fs::read_dir(self.root.join("instances"))
+            .into_iter()
+            .flatten()
+            .flatten()
+            .filter(|e| {
+                e.file_name()
+                    .to_str()
+                    .is_some_and(|n| pid_of_group(n).is_some())
+            })
+            .map(|e| e.path())
+            .collect()
+    }
+
     /// Every kprobe and uprobe of ours currently defined (a list this
     /// process cannot read counts as empty).
     pub fn our_events(&self) -> Vec<Defined> {
@@ -452,6 +467,16 @@ pub(crate) fn pid_of_group(group: &str) -> Option<u32> {
 /// Returns how many were removed.
 pub(crate) fn remove_stale(fs: &Tracefs) -> usize {
     let mut removed = 0;
+    // Their instances first: an event enabled in one cannot be removed.
+    for dir in fs.our_instances() {
+        let alive = dir
+            .file_name()
+            .and_then(|n| pid_of_group(&n.to_string_lossy()))
+            .is_some_and(|pid| Path::new(&format!("/proc/{pid}")).exists());
+        if !alive && std::fs::remove_dir(&dir).is_ok() {
+            removed += 1;
+        }
+    }
     for d in fs.our_events() {
         let alive =
             pid_of_group(&d.group).is_some_and(|pid| Path::new(&format!("/proc/{pid}")).exists());
@@ -468,11 +493,23 @@ pub(crate) fn remove_stale_if_mounted() -> usize {
     Tracefs::find().map_or(0, |fs| remove_stale(&fs))
 }
 
-/// Removes every event of ours, whoever created it (`kprobe-perf cleanup`).
+/// Removes every event and tracing instance of ours, whoever created
+/// it (`kprobe-perf cleanup`).
 /// Events still in use by a live session stay (the kernel answers EBUSY).
 pub fn remove_all(fs: &Tracefs) -> (usize, Vec<String>) {
     let mut removed = 0;
     let mut busy = Vec::new();
+    // Instances first (an eprobe enabled in one cannot be removed); a live
+    // session's is busy while its buffers are open.
+    for dir in fs.our_instances() {
+        match std::fs::remove_dir(&dir) {
+            Ok(()) => removed += 1,
+            Err(_) => busy.push(format!(
+                "instances/{}",
+                dir.file_name().unwrap_or_default().to_string_lossy()
+            )),
+        }
+    }
     for d in fs.our_events() {
         match fs.remove(d.kind, &d.group, &d.event) {
             Ok(()) => removed += 1,
@@ -491,6 +528,13 @@ pub(crate) fn remove_groups(
     patience: std::time::Duration,
 ) -> Vec<Defined> {
     let deadline = std::time::Instant::now() + patience;
+    // A group's instance first (an event enabled in it cannot be removed):
+    // its rmdir disables its events; the kernel refuses it (EBUSY) while
+    // the dead process's buffer files are being released.
+    for g in groups {
+        let dir = fs.root().join("instances").join(g);
+        let _ = crate::attach::instance::remove_instance_dir(&dir, patience);
+    }
     loop {
         let left: Vec<Defined> = fs
             .our_events()

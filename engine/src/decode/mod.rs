@@ -4,6 +4,7 @@
 
 mod filter;
 pub(crate) mod frames;
+pub(crate) mod ftrace;
 pub(crate) mod join;
 pub(crate) mod pairing;
 pub mod records;

@@ -73,6 +73,20 @@ pub enum Error {
     /// A processes target with no pid in it.
     #[error("no process to record: give at least one pid")]
     NoProcesses,
+    /// The running kernel cannot define event probes (`e:`).
+    #[error("this kernel has no event probes (e:): its tracefs README ({readme}) does not list the e[:[<group>/][<event>]] form, which Linux 5.15+ built with CONFIG_EPROBE_EVENTS has; use such a kernel, or probe the function behind the trace event with a kprobe")]
+    NoEventProbes {
+        /// The README read.
+        readme: String,
+    },
+    /// An event probe's `format` file does not describe its arguments.
+    #[error("{probe}: its format file {path} lacks common_pid or a field per argument, so its records cannot be read; report this with the file's contents")]
+    EventProbeFormat {
+        /// The definition, as written to the kernel.
+        probe: String,
+        /// The `format` file.
+        path: String,
+    },
     /// Following a command's or processes' children needs a kernel
     /// symbol's address, which `/proc/kallsyms` hides from this process.
     #[error("following a command's children with {probe}: this needs the symbol's address, which /proc/kallsyms hides from this process (kernel.kptr_restrict=2 hides it even from root): lower kernel.kptr_restrict, or record system-wide")]

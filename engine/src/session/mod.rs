@@ -2,6 +2,7 @@
 //! mio, and decoded events handed to the caller in time order.
 
 pub mod counting;
+pub(crate) mod eprobe;
 pub(crate) mod sink;
 pub(crate) mod summary;
 #[cfg(feature = "tokio")]
