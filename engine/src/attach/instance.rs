@@ -18,7 +18,7 @@ use std::fs::{File, OpenOptions};
 use std::io::{self, Read, Write};
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use crate::attach::tracefs::{Field, Tracefs, TracefsError};
 
@@ -169,22 +169,9 @@ pub(crate) fn header_page(fs: &Tracefs) -> Result<Vec<Field>, TracefsError> {
     Ok(crate::attach::tracefs::parse_format(&text))
 }
 
-/// Removes `dir` (an instance), retrying while the kernel says it is busy.
-pub(crate) fn remove_instance_dir(dir: &Path, patience: Duration) -> io::Result<()> {
-    let deadline = Instant::now() + patience;
-    loop {
-        match std::fs::remove_dir(dir) {
-            Ok(()) => return Ok(()),
-            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(()),
-            Err(e) if Instant::now() >= deadline => return Err(e),
-            Err(_) => std::thread::sleep(Duration::from_millis(20)),
-        }
-    }
-}
-
 impl Drop for Instance {
     fn drop(&mut self) {
-        let _ = remove_instance_dir(&self.dir, RMDIR_PATIENCE);
+        let _ = crate::attach::tracefs::remove_instance_dir(&self.dir, RMDIR_PATIENCE);
     }
 }
 

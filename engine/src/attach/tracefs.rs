@@ -533,7 +533,7 @@ pub(crate) fn remove_groups(
     // the dead process's buffer files are being released.
     for g in groups {
         let dir = fs.root().join("instances").join(g);
-        let _ = crate::attach::instance::remove_instance_dir(&dir, patience);
+        let _ = remove_instance_dir(&dir, patience);
     }
     loop {
         let left: Vec<Defined> = fs
@@ -657,6 +657,22 @@ impl TracefsProbes {
 impl Drop for TracefsProbes {
     fn drop(&mut self) {
         let _ = self.remove_all();
+    }
+}
+
+/// Removes `dir` (a tracing instance), retrying while the kernel says it is busy.
+pub(crate) fn remove_instance_dir(
+    dir: &Path,
+    patience: std::time::Duration,
+) -> std::io::Result<()> {
+    let deadline = std::time::Instant::now() + patience;
+    loop {
+        match std::fs::remove_dir(dir) {
+            Ok(()) => return Ok(()),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
+            Err(e) if std::time::Instant::now() >= deadline => return Err(e),
+            Err(_) => std::thread::sleep(std::time::Duration::from_millis(20)),
+        }
     }
 }
 
