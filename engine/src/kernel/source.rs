@@ -166,7 +166,7 @@ pub(crate) fn names_source_point(definition: &str) -> bool {
 
 /// The user binary whose source point a definition names
 /// (`p:/usr/bin/prog:main@+3 argc`), or None for the kernel's.
-pub fn user_binary(definition: &str) -> Option<&str> {
+pub(crate) fn user_binary(definition: &str) -> Option<&str> {
     let mut words = definition.split_whitespace();
     let first = words.next().unwrap_or("");
     let short = first.split_once(':').and_then(|(_, t)| user_point(t));
@@ -446,7 +446,8 @@ fn site_args<'t>(
 /// `do_sys_openat2:8 fd how->flags`, `fs/open.c:1200 fd`) in
 /// kprobe-perf's: `p:probe/[EVENT] POINT ARGS` (perf's group) with the
 /// point spelled with `@` (a function's entry by DWARF as `FUNC@`).
-pub fn from_perf_syntax(text: &str) -> String {
+#[cfg(test)]
+fn from_perf_syntax(text: &str) -> String {
     from_perf_syntax_in(text, None)
 }
 
