@@ -442,16 +442,17 @@ fn site_args<'t>(
     Ok(out)
 }
 
-/// perf probe's event syntax (`[EVENT=]POINT [ARGS]`, e.g.
-/// `do_sys_openat2:8 fd how->flags`, `fs/open.c:1200 fd`) in
-/// kprobe-perf's: `p:probe/[EVENT] POINT ARGS` (perf's group) with the
-/// point spelled with `@` (a function's entry by DWARF as `FUNC@`).
+/// `from_perf_syntax_in` for the kernel.
 #[cfg(test)]
 fn from_perf_syntax(text: &str) -> String {
     from_perf_syntax_in(text, None)
 }
 
-/// [`from_perf_syntax`] for perf's `-x BINARY` when `binary` is given:
+/// perf probe's event syntax (`[EVENT=]POINT [ARGS]`, e.g.
+/// `do_sys_openat2:8 fd how->flags`, `fs/open.c:1200 fd`) in
+/// kprobe-perf's: `p:probe/[EVENT] POINT ARGS` (perf's group) with the
+/// point spelled with `@` (a function's entry by DWARF as `FUNC@`); for
+/// perf's `-x BINARY` when `binary` is given,
 /// `p:probe_STEM/[EVENT] BINARY:POINT ARGS`, perf's group for a user
 /// binary (`probe_` and the file's name).
 pub fn from_perf_syntax_in(text: &str, binary: Option<&str>) -> String {
