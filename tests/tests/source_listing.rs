@@ -12,7 +12,7 @@ use kprobe_perf_tests::{kprobe_perf_bin, skip_here, vm_kernel, xorshift};
 const PERF: &str = "/usr/bin/perf";
 
 /// Functions compared (`KPROBE_PERF_FUNCTIONS` for another count).
-const FUNCTIONS: usize = 40;
+const FUNCTIONS: usize = 20;
 
 fn vmlinux() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join(
