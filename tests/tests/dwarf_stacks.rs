@@ -8,7 +8,7 @@
 use std::path::Path;
 use std::process::Command;
 
-use kprobe_perf_tests::{kprobe_perf_bin, libc_path, skip, uprobes_available};
+use kprobe_perf_tests::{kprobe_perf_bin, libc_path, skip, skip_here, uprobes_available};
 
 /// The user frames under the event line: (address, symbol, object).
 fn frames(text: &str) -> Vec<(String, String, String)> {
@@ -242,4 +242,262 @@ fn a_profile_holds_each_event_as_a_sample_with_its_stack() {
             .any(|s| s.starts_with("__libc_start_call_main (")),
         "{strings:?}"
     );
+}
+
+/// One sample's user frames as both tools print them: (symbol+offset,
+/// object file name, the address's offset in its page). kprobe-perf
+/// prints run-time addresses and perf file-relative ones; both keep the
+/// page offset.
+type Frame = (String, String, u64);
+
+/// The samples of `script` output: the frames under each event line.
+fn samples(text: &str) -> Vec<Vec<Frame>> {
+    let mut all: Vec<Vec<Frame>> = Vec::new();
+    for line in text.lines() {
+        if !line.starts_with('\t') {
+            if !line.trim().is_empty() {
+                all.push(Vec::new());
+            }
+            continue;
+        }
+        let mut w = line.split_whitespace();
+        let (Some(addr), Some(sym), Some(obj)) = (w.next(), w.next(), w.next()) else {
+            continue;
+        };
+        let obj = obj.trim_matches(|c| c == '(' || c == ')');
+        let obj = Path::new(obj)
+            .file_name()
+            .map_or(obj.into(), |f| f.to_string_lossy());
+        let page = u64::from_str_radix(addr, 16).map_or(u64::MAX, |a| a & 0xfff);
+        if let Some(s) = all.last_mut() {
+            s.push((sym.to_string(), obj.into_owned(), page));
+        }
+    }
+    all
+}
+
+/// The share of samples whose frames are equal in both lists, counted
+/// as multisets (a sample one tool lost counts against it).
+fn equal_share(ours: &[Vec<Frame>], theirs: &[Vec<Frame>]) -> f64 {
+    let mut counts = std::collections::HashMap::<&Vec<Frame>, i64>::new();
+    for s in ours {
+        *counts.entry(s).or_default() += 1;
+    }
+    let mut equal = 0;
+    for s in theirs {
+        if let Some(c) = counts.get_mut(s).filter(|c| **c > 0) {
+            *c -= 1;
+            equal += 1;
+        }
+    }
+    equal as f64 / ours.len().max(theirs.len()).max(1) as f64
+}
+
+/// tests/data/inlined_chain.c built `-O2 -g -fomit-frame-pointer` in
+/// `dir`; `None` (the test skipped, with its reason) without a compiler.
+fn inlined_chain(test: &str, dir: &Path) -> Option<std::path::PathBuf> {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("data/inlined_chain.c");
+    let bin = dir.join("chain");
+    let built = Command::new("cc")
+        .args(["-O2", "-g", "-fomit-frame-pointer", "-o"])
+        .arg(&bin)
+        .arg(&src)
+        .output();
+    match built {
+        Ok(o) if o.status.success() => Some(bin),
+        Ok(o) => {
+            let err = String::from_utf8_lossy(&o.stderr);
+            skip_here(test, &format!("cc cannot build {}: {err}", src.display()));
+            None
+        }
+        Err(e) => {
+            skip_here(
+                test,
+                &format!("no C compiler (cc: {e}): apt-get install gcc"),
+            );
+            None
+        }
+    }
+}
+
+/// `perf record --call-graph dwarf` of `bin 1000` (16 MiB ring buffers,
+/// as ours, so that neither loses a sample) under perf's own uprobe
+/// on `leaf` (`perf probe -x`), then `perf script` of its file; `None`
+/// (the test skipped) without perf.
+fn perf_recording(test: &str, bin: &Path, dir: &Path) -> Option<String> {
+    let Some(perf) = ["/usr/bin/perf", "/usr/sbin/perf"]
+        .into_iter()
+        .find(|p| Path::new(p).exists())
+    else {
+        skip_here(test, "perf is not installed (apt-get install linux-perf)");
+        return None;
+    };
+    // An event name of this process's own, so that a concurrent test's
+    // probe never collides with it.
+    let name = format!("kpfchain{}", std::process::id());
+    let added = Command::new(perf)
+        .args(["probe", "-q", "-f", "-x"])
+        .arg(bin)
+        .args(["-a", &format!("{name}=leaf")])
+        .output()
+        .unwrap();
+    if !added.status.success() {
+        let err = String::from_utf8_lossy(&added.stderr);
+        skip(
+            test,
+            &format!("perf probe -x cannot add a uprobe (is tracefs mounted?): {err}"),
+        );
+        return None;
+    }
+    let event = format!("probe_chain:{name}");
+    let data = dir.join("perf.data");
+    let rec = Command::new(perf)
+        .args([
+            "record",
+            "-q",
+            "--call-graph",
+            "dwarf",
+            "-m",
+            "4096",
+            "-e",
+            &event,
+            "-o",
+        ])
+        .arg(&data)
+        .arg("--")
+        .arg(bin)
+        .arg("1000")
+        .output()
+        .unwrap();
+    let _ = Command::new(perf)
+        .args(["probe", "-q", "-d", &event])
+        .stderr(std::process::Stdio::null())
+        .status();
+    assert!(
+        rec.status.success(),
+        "perf record: {}",
+        String::from_utf8_lossy(&rec.stderr)
+    );
+    let script = Command::new(perf)
+        .arg("script")
+        .arg("-i")
+        .arg(&data)
+        .output()
+        .unwrap();
+    assert!(
+        script.status.success(),
+        "{}",
+        String::from_utf8_lossy(&script.stderr)
+    );
+    Some(String::from_utf8_lossy(&script.stdout).into_owned())
+}
+
+/// A program built without frame pointers, with two functions inlined
+/// above the probed one: `kprobe-perf script` of our recording and `perf
+/// script` of perf's own (`perf record --call-graph dwarf`) print the
+/// same frames (symbol, offset, object, page offset of the address) for
+/// at least 99% of the 1,000 samples (here, all of them); and each
+/// sample is the program's call chain, the inlined functions at the
+/// address of the frame that holds them.
+#[test]
+fn dwarf_stacks_of_an_inlined_chain_without_frame_pointers_equal_perf() {
+    let test = "dwarf_stacks_of_an_inlined_chain_without_frame_pointers_equal_perf";
+    if !uprobes_available(test) {
+        return;
+    }
+    let dir = std::env::temp_dir().join(format!("kpf-chain-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let Some(bin) = inlined_chain(test, &dir) else {
+        return;
+    };
+    let file = dir.join("ours.data");
+    record(&[
+        "-q",
+        "--call-graph",
+        "dwarf",
+        "-m",
+        "4096",
+        "-o",
+        file.to_str().unwrap(),
+        "-e",
+        &format!("p:{}:leaf", bin.display()),
+        "--",
+        bin.to_str().unwrap(),
+        "1000",
+    ]);
+    let out = Command::new(kprobe_perf_bin())
+        .args(["script", "-i"])
+        .arg(&file)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let text = String::from_utf8_lossy(&out.stdout);
+    let ours = samples(&text);
+    assert_eq!(ours.len(), 1000, "{text}");
+
+    // The known chain: leaf at its entry; mix and scramble inlined in
+    // middle, at middle's return address into it; outer; main; then the
+    // C library's start (its inlined __libc_start_main_impl only where
+    // libc's DWARF is installed) and _start.
+    let names = |s: &[Frame]| -> Vec<(String, String)> {
+        s.iter()
+            .map(|f| {
+                let name = f.0.split_once('+').map_or(f.0.as_str(), |(n, _)| n);
+                (name.to_string(), f.1.clone())
+            })
+            .collect()
+    };
+    for s in &ours {
+        let got = names(s);
+        let want = [
+            ("leaf", "chain"),
+            ("mix", "inlined"),
+            ("scramble", "inlined"),
+            ("middle", "chain"),
+            ("outer", "chain"),
+            ("main", "chain"),
+            ("__libc_start_call_main", ""),
+        ];
+        assert!(got.len() > want.len(), "{s:?}");
+        for (g, w) in got.iter().zip(want) {
+            assert_eq!(g.0, w.0, "{s:?}");
+            if !w.1.is_empty() {
+                assert_eq!(g.1, w.1, "{s:?}");
+            }
+        }
+        assert!(got[6].1.starts_with("libc.so"), "{s:?}");
+        assert_eq!(s[0].0, "leaf+0x0", "{s:?}");
+        // The inlined frames: the offset and address of middle's frame.
+        let off = |f: &Frame| f.0.split_once('+').map(|(_, o)| o.to_string());
+        assert!(
+            off(&s[1]) == off(&s[3]) && off(&s[2]) == off(&s[3]),
+            "{s:?}"
+        );
+        assert!(s[1].2 == s[3].2 && s[2].2 == s[3].2, "{s:?}");
+        let start = ("_start".to_string(), "chain".to_string());
+        assert_eq!(got.last(), Some(&start), "{s:?}");
+    }
+
+    let Some(perf_text) = perf_recording(test, &bin, &dir) else {
+        return;
+    };
+    let theirs = samples(&perf_text);
+    let share = equal_share(&ours, &theirs);
+    println!(
+        "{test}: {:.2}% of {} samples equal ({} in perf's file)",
+        share * 100.0,
+        ours.len(),
+        theirs.len()
+    );
+    assert!(
+        share >= 0.99,
+        "perf:\n{}\nours:\n{}",
+        perf_text.lines().take(40).collect::<Vec<_>>().join("\n"),
+        text.lines().take(40).collect::<Vec<_>>().join("\n")
+    );
+    let _ = std::fs::remove_dir_all(&dir);
 }

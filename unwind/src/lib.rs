@@ -42,6 +42,9 @@
 mod object;
 mod source;
 
+// Named for its feature only: flate2 with zlib-rs inflates compressed
+// DWARF sections (see Cargo.toml).
+use flate2 as _;
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
