@@ -188,6 +188,12 @@ fn body(definitions: &str) -> Option<String> {
 #[test]
 fn user_definitions_match_perf_probe_x() {
     let test = "user_definitions_match_perf_probe_x";
+    if vm_kernel().is_some() {
+        return skip_here(
+            test,
+            "offline (no kernel involved): it runs on the host, where it takes a second, not TCG's minutes",
+        );
+    }
     let perf_runs = Command::new("perf").arg("--version").output();
     if !perf_runs.is_ok_and(|o| o.status.success()) {
         return skip_here(test, "no perf here to compare with");
@@ -244,6 +250,12 @@ fn user_definitions_match_perf_probe_x() {
 #[test]
 fn a_computed_user_variable_is_refused_under_its_name() {
     let test = "a_computed_user_variable_is_refused_under_its_name";
+    if vm_kernel().is_some() {
+        return skip_here(
+            test,
+            "offline (no kernel involved): it runs on the host, where it takes a second, not TCG's minutes",
+        );
+    }
     let Some(b) = build(test) else { return };
     let bin = b.bin.to_string_lossy();
     let spec = format!("p:{bin}:@user_source.c:18 m a");
@@ -278,6 +290,12 @@ fn a_computed_user_variable_is_refused_under_its_name() {
 #[test]
 fn a_debuglink_file_answers_for_a_stripped_binary() {
     let test = "a_debuglink_file_answers_for_a_stripped_binary";
+    if vm_kernel().is_some() {
+        return skip_here(
+            test,
+            "offline (no kernel involved): it runs on the host, where it takes a second, not TCG's minutes",
+        );
+    }
     let Some(b) = build(test) else { return };
     let debug = b.dir.join("user_source.debug");
     let stripped = b.dir.join("stripped");
