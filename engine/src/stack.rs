@@ -417,16 +417,10 @@ impl StackSymbolizer {
                 }
                 _ => Vec::new(),
             };
-            let source: Vec<kprobe_perf_unwind::SourceFrame> = source
-                .into_iter()
-                .map(|f| kprobe_perf_unwind::SourceFrame {
-                    function: f.function,
-                    file: f.file,
-                    line: f.line,
-                    inlined: false,
-                })
-                .collect();
-            named = inline_frames(own, &source, &mut self.names);
+            let at = source
+                .iter()
+                .map(|f| (f.function.as_deref(), f.file.as_deref(), f.line));
+            named = inline_frames(own, at, &mut self.names);
         }
         out.extend_from_slice(&named);
         if self.kernel_inlined.len() >= KERNEL_FRAMES_KEPT {
@@ -550,48 +544,44 @@ impl StackSymbolizer {
         let inline = svma
             .map(|a| sources.frames(Path::new(&*path), a))
             .unwrap_or_default();
-        user_named.extend(inline_frames(
-            frame(Some(name), offset, false),
-            &inline,
-            names,
-        ));
+        let at = inline
+            .iter()
+            .map(|f| (f.function.as_deref(), f.file.as_deref(), f.line));
+        user_named.extend(inline_frames(frame(Some(name), offset, false), at, names));
     }
 }
 
 /// The frames at one address: `own` (its function, from a symbol table)
-/// and the functions DWARF says are inlined there, `source`, innermost
-/// first, named as perf names them: a DWARF frame named as the symbol is
-/// the symbol's own frame, any other is inlined (at `own`'s address and
-/// offset). Without DWARF, `own` alone.
-fn inline_frames(
+/// and the functions DWARF says are inlined there, `source` (function,
+/// file, line), innermost first, named as perf names them: a DWARF frame
+/// named as the symbol is the symbol's own frame, any other is inlined
+/// (at `own`'s address and offset). Without DWARF, `own` alone.
+fn inline_frames<'s>(
     own: NamedFrame,
-    source: &[kprobe_perf_unwind::SourceFrame],
+    source: impl IntoIterator<Item = (Option<&'s str>, Option<&'s str>, u32)>,
     names: &mut HashMap<Box<str>, Arc<str>>,
 ) -> Vec<NamedFrame> {
-    if source.is_empty() {
-        return vec![own];
-    }
-    source
-        .iter()
-        .map(|f| {
+    let mut out: Vec<NamedFrame> = source
+        .into_iter()
+        .map(|(function, file, line)| {
             let mut named = own.clone();
             // A frame DWARF does not name (assembly) is the symbol's own.
-            let fname = f
-                .function
-                .as_deref()
-                .or(own.symbol.as_deref())
-                .unwrap_or("??");
+            let fname = function.or(own.symbol.as_deref()).unwrap_or("??");
             if own.symbol.as_deref() != Some(fname) {
                 named.symbol = Some(intern(names, fname));
                 named.inlined = true;
             }
-            named.source = f.file.as_deref().map(|file| SourceLine {
+            named.source = file.map(|file| SourceLine {
                 file: intern(names, file),
-                line: f.line,
+                line,
             });
             named
         })
-        .collect()
+        .collect();
+    if out.is_empty() {
+        out.push(own);
+    }
+    out
 }
 
 #[cfg(test)]
@@ -607,16 +597,11 @@ mod tests {
             object: Arc::from("[kernel.kallsyms]"),
             ..NamedFrame::default()
         };
-        let src = |function: Option<&str>, line| kprobe_perf_unwind::SourceFrame {
-            function: function.map(str::to_string),
-            file: Some("arch/x86/entry/common.c".into()),
-            line,
-            inlined: false,
-        };
+        let src = |function, line| (function, Some("arch/x86/entry/common.c"), line);
         let mut names = HashMap::new();
         let named = inline_frames(
             own.clone(),
-            &[
+            [
                 src(Some("do_syscall_x64"), 46),
                 src(Some("do_syscall_64"), 76),
             ],
@@ -638,13 +623,13 @@ mod tests {
         );
         // Assembly: DWARF has a line and no function; the symbol keeps
         // the frame.
-        let named = inline_frames(own.clone(), &[src(None, 121)], &mut names);
+        let named = inline_frames(own.clone(), [src(None, 121)], &mut names);
         assert_eq!(named.len(), 1);
         assert_eq!(named[0].symbol.as_deref(), Some("do_syscall_64"));
         assert!(!named[0].inlined);
         assert_eq!(named[0].source.as_ref().map(|s| s.line), Some(121));
         // No DWARF: the symbol's frame alone.
-        assert_eq!(inline_frames(own.clone(), &[], &mut names), [own]);
+        assert_eq!(inline_frames(own.clone(), [], &mut names), [own]);
     }
 
     #[test]
