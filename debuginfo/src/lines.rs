@@ -279,21 +279,19 @@ impl<'a> DebugInfo<'a> {
         )
     }
 
-    /// Whether `address`'s own line is `line` of `file` (see
-    /// [`DebugInfo::listed_lines`]); true when the address has none.
+    /// Whether `address`, in out-of-line function `func`, has `want`
+    /// (file, line) as its own line (see [`DebugInfo::listed_lines`]);
+    /// true when the address has none.
     fn maps_back(
         &self,
         unit: &Unit<'a>,
         rows: &[Row],
+        func: Frame,
         address: u64,
-        file: Option<String>,
-        line: u64,
+        want: (Option<String>, u64),
         paths: &mut Paths,
     ) -> Result<bool> {
-        let chain = self.chain(unit, address)?;
-        let Some(func) = chain.first().copied() else {
-            return Ok(true);
-        };
+        let (file, line) = want;
         // perf's cu_find_lineinfo: the function's declaration at its
         // entry, else the line table's line there.
         let own = self.own_line(unit, rows, func, address, paths)?;
@@ -412,23 +410,34 @@ impl<'a> DebugInfo<'a> {
             // Each copy of the function in this unit: its ranges, and the
             // ranges of the copies inlined into it (whose rows are other
             // functions' lines, except at their call line).
-            let mut copies = vec![def];
+            // Each with the out-of-line function it is in (itself, or
+            // the function it is inlined into).
+            let mut copies = vec![(def, def)];
             copies.extend(
                 self.func_dies(&unit)?
                     .iter()
                     .filter(|f| f.origin == Some(def))
-                    .map(|f| f.off),
+                    .map(|f| (f.off, f.top.unwrap_or(f.off))),
             );
             let decl_fileno = dies::udata_integrated(&unit, &def_e, gimli::DW_AT_decl_file);
             let mut same_file = HashMap::new();
             let rows = self.rows(&unit)?;
             let mut paths = Paths::default();
-            for copy in copies {
+            for (copy, top) in copies {
                 let ce = unit.entry(copy).map_err(err)?;
                 let ranges = dies::ranges(&self.dwarf, &unit, &ce).map_err(err)?;
                 if ranges.is_empty() {
                     continue;
                 }
+                let te = unit.entry(top).map_err(err)?;
+                let top_ranges = dies::ranges(&self.dwarf, &unit, &te).map_err(err)?;
+                let func = Frame {
+                    die: top,
+                    tag: te.tag(),
+                    entry: dies::entry_pc(&self.dwarf, &unit, &te, &top_ranges)
+                        .map_err(err)?
+                        .unwrap_or(0),
+                };
                 let mut nested: Vec<Nested> = Vec::new();
                 let mut tree = unit.entries_tree(Some(copy)).map_err(err)?;
                 let root = tree.root().map_err(err)?;
@@ -440,7 +449,7 @@ impl<'a> DebugInfo<'a> {
                     // perf checks the call line at the copy's entry PC.
                     let back = match *entry {
                         Some(a) if reversible => {
-                            self.maps_back(&unit, &rows, a, f.clone(), l, &mut paths)?
+                            self.maps_back(&unit, &rows, func, a, (f.clone(), l), &mut paths)?
                         }
                         _ => true,
                     };
@@ -471,7 +480,14 @@ impl<'a> DebugInfo<'a> {
                     }
                     if reversible {
                         let path = paths.get(self, &unit, r.file);
-                        if !self.maps_back(&unit, &rows, r.address, path, r.line, &mut paths)? {
+                        if !self.maps_back(
+                            &unit,
+                            &rows,
+                            func,
+                            r.address,
+                            (path, r.line),
+                            &mut paths,
+                        )? {
                             continue;
                         }
                     }
