@@ -341,10 +341,27 @@ fn pmu_kretprobe_misses_are_inferred_from_entries() {
         calls.returns,
         calls.unreturned()
     );
-    assert_eq!(returns, instances, "returns of our {sleepers} threads");
+    // Each CPU's PMU event is a kretprobe of its own, with its own pool
+    // of `instances`, and records the returns made on its CPU. The pools
+    // fill in the order of entry, so they catch the same threads, but for
+    // the last free instance: when two CPUs enter at that moment, one
+    // pool can give it to one thread and the other to the other. Each of
+    // those two is then recorded only if it returns on the CPU whose pool
+    // caught it (seen once in a full run: 9 of 10 with two busy VMs).
+    let cpus = possible_cpus().len() as u64;
+    assert_eq!(calls.entries, sleepers as u64, "every sleeper entered");
+    assert!(
+        returns <= instances && returns + cpus > instances,
+        "returns of our {sleepers} threads: {returns}, expected {instances} (at most \
+         {} fewer when CPUs race for the pools' last instance)",
+        cpus - 1
+    );
     assert_eq!(calls.returns, all, "the kretprobe's count is its events");
-    assert_eq!(calls.unreturned(), 6);
-    assert_eq!(calls.entries, calls.returns + 6);
+    assert_eq!(calls.unreturned(), calls.entries - returns);
+    assert!(
+        calls.unreturned() >= 6,
+        "at least the 6 sleepers past the pool"
+    );
 }
 
 /// A panic while a session is open still removes its tracefs events

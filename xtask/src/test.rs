@@ -434,12 +434,51 @@ impl Tally {
     }
 }
 
+/// What a full run from an empty target/ writes: the debug and release
+/// test binaries, two static builds, the kernel packages and their debug
+/// vmlinux files (about 4 GB), with room to spare.
+const FULL_RUN_GB: u64 = 20;
+
+/// Says, before the first build, when the file system under target/ has
+/// less room than a full run writes: a run that fills the disk otherwise
+/// fails late, on whichever step writes last.
+fn warn_if_disk_is_short() {
+    let target = workspace_root().join("target");
+    let dir = if target.exists() {
+        target
+    } else {
+        workspace_root()
+    };
+    let Ok(out) = Command::new("df").args(["-Pk"]).arg(&dir).output() else {
+        return;
+    };
+    let text = String::from_utf8_lossy(&out.stdout);
+    // POSIX format: the second line's fourth field is the free KiB.
+    let free_kib = text
+        .lines()
+        .nth(1)
+        .and_then(|l| l.split_whitespace().nth(3))
+        .and_then(|f| f.parse::<u64>().ok());
+    if let Some(kib) = free_kib {
+        let gb = kib / (1024 * 1024);
+        println!("xtask: {gb} GB free under {}", dir.display());
+        if gb < FULL_RUN_GB {
+            println!(
+                "xtask: warning: a full run from an empty target/ writes about {FULL_RUN_GB} GB; \
+                 free some room (cargo clean, or old target/ folders) if a step fails with \
+                 'No space left on device'"
+            );
+        }
+    }
+}
+
 /// fmt, clippy, native tests, then the VM matrix. Every step is counted,
 /// a failed one too, and the run always ends with the summary, the
 /// failures again and `N passed, N failed, N skipped`.
 pub(crate) fn run(kernel_args: &[String], no_lint: bool) -> Result<()> {
     let started = Instant::now();
     let mut tally = Tally::default();
+    warn_if_disk_is_short();
 
     if !no_lint {
         for (name, args) in [
