@@ -37,6 +37,15 @@ pub(crate) fn flags_in(text: &str) -> String {
     })
 }
 
+/// `, or a debuginfod server in DEBUGINFOD_URLS` when none was asked.
+fn or_debuginfod<T>(asked: &[T]) -> &'static str {
+    if asked.is_empty() {
+        ", or a debuginfod server in DEBUGINFOD_URLS, e.g. DEBUGINFOD_URLS=https://debuginfod.debian.net"
+    } else {
+        ""
+    }
+}
+
 /// This CLI's wording of `e`, when the engine's advice is one of its
 /// flags; `None` when the engine's message says it all.
 fn with_flags(e: &(dyn StdError + 'static)) -> Option<String> {
@@ -49,14 +58,18 @@ fn with_flags(e: &(dyn StdError + 'static)) -> Option<String> {
             Error::UprobePmuCannotInherit { probe } => Some(format!(
                 "--backend pmu cannot follow forks with the uprobe {probe}: the kernel re-creates an inherited uprobe PMU event at each fork and re-reads its binary's path there, from an address in kprobe-perf's memory, not the forking process's; use --backend auto or tracefs (a uprobe_events probe, which every fork inherits), or record system-wide (-a) with the PMU"
             )),
-            Error::Kernel(KernelError::DebugInfo(DebugInfoError::NotFound { what, .. }))
-                if what != "the running kernel" =>
-            {
-                Some(format!("{e} (a user binary: rebuild it with -g, or install its debug package, e.g. Debian's PACKAGE-dbgsym)"))
+            Error::Kernel(KernelError::DebugInfo(DebugInfoError::NotFound {
+                what, asked, ..
+            })) if what != "the running kernel" => Some(format!(
+                "{e} (a user binary: rebuild it with -g, or install its debug package, e.g. Debian's PACKAGE-dbgsym{})",
+                or_debuginfod(asked)
+            )),
+            Error::Kernel(KernelError::DebugInfo(DebugInfoError::NotFound { asked, .. })) => {
+                Some(format!(
+                    "{e} (--vmlinux PATH; Debian: the linux-image-$(uname -r)-dbg package{})",
+                    or_debuginfod(asked)
+                ))
             }
-            Error::Kernel(KernelError::DebugInfo(DebugInfoError::NotFound { .. })) => Some(
-                format!("{e} (--vmlinux PATH; Debian: the linux-image-$(uname -r)-dbg package)"),
-            ),
             Error::Kernel(KernelError::DebugInfo(DebugInfoError::BuildIdMismatch { .. })) => {
                 Some(format!("{e}; or, for definitions to use on the kernel that vmlinux is of (probe --definition, --vars), add --other-kernel"))
             }

@@ -609,11 +609,18 @@ fn debug_info(out: &mut impl Write, kernel: &Kernel) -> Result<()> {
             }
         )?,
         Err(kprobe_perf_engine::Error::Kernel(kernel::KernelError::DebugInfo(
-            kernel::source::DebugInfoError::NotFound { .. },
+            kernel::source::DebugInfoError::NotFound { asked, .. },
         ))) => writeln!(
             out,
-            "debug info: none (looked in {}): source lines and variables need the kernel's DWARF (Debian: linux-image-{}-dbg; or give --vmlinux)",
+            "debug info: none (looked in {}; {}): source lines and variables need the kernel's DWARF (Debian: linux-image-{}-dbg; or give --vmlinux)",
             kernel::looked_in(&kernel.debug_info_candidates()),
+            if asked.is_empty() {
+                "no debuginfod server asked: DEBUGINFOD_URLS is not set".to_string()
+            } else {
+                let answers: Vec<String> =
+                    asked.iter().map(|a| format!("{} ({})", a.url, a.reason)).collect();
+                format!("debuginfod: {}", answers.join(", "))
+            },
             kernel.release()
         )?,
         Err(e) => writeln!(out, "debug info: not usable: {}", crate::hints::render(&e.into()))?,

@@ -125,7 +125,8 @@ enum Cmd {
         /// a variable cannot be fetched are said on stderr, with where it
         /// lives. Debug info: --vmlinux, else the vmlinux paths `info`
         /// lists, else /usr/lib/debug/.build-id/NN/REST.debug by the
-        /// running kernel's build ID.
+        /// running kernel's build ID, else the debuginfod servers of
+        /// DEBUGINFOD_URLS (docs/probes.md).
         #[arg(long, conflicts_with_all = ["parse", "lines", "vars"], requires = "specs")]
         definition: bool,
         /// List the variables that have a value at each site of POINT
@@ -152,7 +153,8 @@ enum Cmd {
         other_kernel: bool,
         /// With --definition or --vars: the points are in this user binary
         /// (uprobes, perf probe's -x), its DWARF its own or its debug file
-        /// (/usr/lib/debug/.build-id/NN/REST.debug, or its .gnu_debuglink).
+        /// (/usr/lib/debug/.build-id/NN/REST.debug, its .gnu_debuglink,
+        /// or the debuginfod servers of DEBUGINFOD_URLS).
         #[arg(short = 'x', long = "exec", value_name = "BINARY")]
         exec: Option<std::path::PathBuf>,
         /// List every instruction of FUNC (`NAME` or `MOD:NAME`) in AT&T

@@ -39,12 +39,21 @@ pub enum Error {
         reason: gimli::Error,
     },
     /// No debug file was found in any of the places searched.
-    #[error("no debug info found for {what}; searched: {}. Install the debug package or give the file's path", .searched.iter().map(|p| p.display().to_string()).collect::<Vec<_>>().join(", "))]
+    #[error("no debug info found for {what}; searched: {}{}. Install the debug package or give the file's path", .searched.iter().map(|p| p.display().to_string()).collect::<Vec<_>>().join(", "), servers_asked(.asked))]
     NotFound {
         /// What the search was for (the kernel, or a binary's path).
         what: String,
         /// Every candidate path tried, in order.
         searched: Vec<PathBuf>,
+        /// The debuginfod servers asked (`DEBUGINFOD_URLS`), with their
+        /// answers; empty when none is set or the build ID is unknown.
+        asked: Vec<crate::debuginfod::Attempt>,
+    },
+    /// The debuginfod client could not run at all.
+    #[error("cannot ask the debuginfod servers of DEBUGINFOD_URLS: {reason}")]
+    Debuginfod {
+        /// Why.
+        reason: String,
     },
     /// A debug file's build ID differs from the one of the code it should describe.
     #[error("{path} has build ID {found}, but {what} has {expected}: this debug info belongs to another build and would give wrong addresses; find the debug file of that exact build")]
@@ -176,3 +185,15 @@ impl Error {
 
 /// Results of this crate.
 pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// `; and the debuginfod servers URL (answer), ...` for [`Error::NotFound`].
+fn servers_asked(asked: &[crate::debuginfod::Attempt]) -> String {
+    if asked.is_empty() {
+        return String::new();
+    }
+    let list: Vec<String> = asked
+        .iter()
+        .map(|a| format!("{} ({})", a.url, a.reason))
+        .collect();
+    format!("; and the debuginfod servers {}", list.join(", "))
+}

@@ -36,6 +36,7 @@
 
 mod address;
 mod debuginfo;
+pub mod debuginfod;
 mod dies;
 mod error;
 mod file;

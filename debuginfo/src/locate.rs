@@ -3,6 +3,7 @@
 use std::path::{Path, PathBuf};
 
 use crate::debuginfo::hex;
+use crate::debuginfod::Debuginfod;
 use crate::error::{Error, Result};
 use crate::file::DebugFile;
 
@@ -108,7 +109,9 @@ pub fn find_user(binary: &Path) -> Result<DebugFile> {
 /// The first of `candidates` that exists and has DWARF, and whose build
 /// ID is `want` (when both are known): a candidate of another build is
 /// skipped, except the first when `first_is_explicit` (a path the user
-/// gave), which is an error then. `what` names the code described (for
+/// gave), which is an error then. When none is, and `want` is known, the
+/// debuginfod servers of `DEBUGINFOD_URLS` are asked for it (not when the
+/// user named the file). `what` names the code described (for
 /// messages: "the running kernel").
 pub fn first_match(
     candidates: Vec<PathBuf>,
@@ -143,10 +146,36 @@ pub fn first_match(
         }
         return Ok(file);
     }
+    let mut asked = Vec::new();
+    if let (Some(want), false, Some(client)) = (want, first_is_explicit, Debuginfod::from_env()) {
+        match client.fetch(want)? {
+            Ok(path) => return fetched(path, want, what),
+            Err(attempts) => asked = attempts,
+        }
+    }
     Err(Error::NotFound {
         what: what.to_string(),
         searched: candidates,
+        asked,
     })
+}
+
+/// The file a debuginfod server gave for `want`, checked as a local one
+/// is: a server's answer of another build is refused, not used.
+fn fetched(path: PathBuf, want: &[u8], what: &str) -> Result<DebugFile> {
+    let file = DebugFile::open(&path)?;
+    if !file.has_dwarf() {
+        return Err(Error::NoDwarf { path });
+    }
+    match file.build_id()? {
+        Some(found) if found.as_slice() != want => Err(Error::BuildIdMismatch {
+            path,
+            what: what.to_string(),
+            expected: hex(want),
+            found: hex(&found),
+        }),
+        _ => Ok(file),
+    }
 }
 
 #[cfg(test)]

@@ -346,3 +346,235 @@ fn a_debuglink_file_answers_for_a_stripped_binary() {
         full
     );
 }
+
+/// The build ID of an ELF file, as `readelf -n` prints it.
+fn build_id(file: &Path) -> Option<String> {
+    let out = Command::new("readelf").arg("-n").arg(file).output().ok()?;
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .find_map(|l| l.trim().strip_prefix("Build ID: ").map(str::to_string))
+}
+
+/// A debuginfod server (Debian's `debuginfod -F`, elfutils' own) on a
+/// free loopback port, indexing the ELF files of `dir`; ended on drop.
+struct Server {
+    child: std::process::Child,
+    url: String,
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Server {
+    /// Starts it and waits (30 s at most) until it serves `id`.
+    fn start(dir: &Path, id: &str) -> Option<Server> {
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .ok()?
+            .local_addr()
+            .ok()?
+            .port();
+        let child = Command::new("debuginfod")
+            .args(["-F", "-p", &port.to_string(), "-d"])
+            .arg(dir.join("index.sqlite"))
+            .arg(dir)
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .ok()?;
+        let server = Server {
+            child,
+            url: format!("http://127.0.0.1:{port}"),
+        };
+        let address = format!("{}/buildid/{id}/debuginfo", server.url);
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+        while std::time::Instant::now() < deadline {
+            let got = Command::new("curl")
+                .args(["--fail", "--silent", "--output", "/dev/null", &address])
+                .status();
+            if got.is_ok_and(|s| s.success()) {
+                return Some(server);
+            }
+            std::thread::sleep(std::time::Duration::from_millis(200));
+        }
+        None
+    }
+}
+
+/// A binary stripped of its DWARF, with no debuglink and no local debug
+/// file: its build ID, asked of a debuginfod server on loopback (Debian's
+/// own, over the folder holding the debug file), gives the same
+/// definition as the unstripped binary, and the file lands in the cache
+/// where elfutils' client keeps it. Without DEBUGINFOD_URLS the refusal
+/// says to set it; a server that is down is named with curl's reason; a
+/// server that answers with another build's file is refused.
+#[test]
+fn debuginfod_gives_a_stripped_binary_its_debug_info() {
+    let test = "debuginfod_gives_a_stripped_binary_its_debug_info";
+    if vm_kernel().is_some() {
+        return skip_here(
+            test,
+            "offline (no kernel involved): it runs on the host, with Debian's debuginfod server",
+        );
+    }
+    for tool in ["debuginfod", "curl", "objcopy", "readelf"] {
+        if Command::new(tool).arg("--version").output().is_err() {
+            return skip_here(
+                test,
+                &format!("{tool} is not installed (cargo xtask test installs debuginfod and curl)"),
+            );
+        }
+    }
+    let Some(b) = build(test) else { return };
+    let served = b.dir.join("served");
+    std::fs::create_dir_all(&served).unwrap();
+    let stripped = b.dir.join("stripped");
+    let run = |args: &[&std::ffi::OsStr]| {
+        Command::new("objcopy")
+            .args(args)
+            .status()
+            .is_ok_and(|s| s.success())
+    };
+    assert!(run(&[
+        "--only-keep-debug".as_ref(),
+        b.bin.as_os_str(),
+        served.join("user_source.debug").as_os_str(),
+    ]));
+    assert!(run(&[
+        "--strip-debug".as_ref(),
+        b.bin.as_os_str(),
+        stripped.as_os_str(),
+    ]));
+    let id = build_id(&stripped).expect("cc links a build ID");
+    let s = stripped.to_string_lossy().into_owned();
+    let point = "main:6 p.x p.name:string";
+    let cache = b.dir.join("cache");
+    let with_urls = |urls: Option<&str>| {
+        let mut c = Command::new(kprobe_perf_bin());
+        c.args(["probe", "--definition", "-x", &s, point])
+            .env("DEBUGINFOD_CACHE_PATH", &cache)
+            .env_remove("DEBUGINFOD_URLS");
+        if let Some(u) = urls {
+            c.env("DEBUGINFOD_URLS", u);
+        }
+        c.output().unwrap()
+    };
+
+    // No server set: refused, saying where it looked and what to set.
+    let none = with_urls(None);
+    let err = String::from_utf8_lossy(&none.stderr);
+    assert!(!none.status.success());
+    assert!(
+        err.contains(&format!("no debug info found for {s}")) && err.contains("DEBUGINFOD_URLS="),
+        "{err}"
+    );
+
+    // A server that is down, then Debian's: the second one answers.
+    let server = Server::start(&served, &id).expect("debuginfod serves the debug file");
+    let urls = format!("http://127.0.0.1:1 {}", server.url);
+    let got = with_urls(Some(&urls));
+    let full = kprobe_perf(&[
+        "probe",
+        "--definition",
+        "-x",
+        &b.bin.to_string_lossy(),
+        point,
+    ]);
+    let (got_out, full_out) = (
+        String::from_utf8_lossy(&got.stdout).into_owned(),
+        String::from_utf8_lossy(&full.stdout).into_owned(),
+    );
+    println!("{got_out}{}", String::from_utf8_lossy(&got.stderr));
+    assert!(
+        got.status.success(),
+        "{}",
+        String::from_utf8_lossy(&got.stderr)
+    );
+    assert!(
+        full_out.contains(" x=+") && full_out.contains(" name=+"),
+        "{full_out}"
+    );
+    assert_eq!(
+        got_out
+            .replace(&s, &b.bin.to_string_lossy())
+            .replace("probe_stripped/", "probe_user_source/"),
+        full_out
+    );
+    let cached = cache.join(&id).join("debuginfo");
+    assert_eq!(
+        std::fs::read(&cached).unwrap(),
+        std::fs::read(served.join("user_source.debug")).unwrap(),
+        "the cache holds the server's file"
+    );
+    drop(server);
+
+    // From the cache, with the server gone.
+    let again = with_urls(Some("http://127.0.0.1:1"));
+    assert_eq!(String::from_utf8_lossy(&again.stdout), got_out);
+
+    // Only the server that is down: named, with curl's reason.
+    std::fs::remove_dir_all(&cache).unwrap();
+    let down = with_urls(Some("http://127.0.0.1:1"));
+    let err = String::from_utf8_lossy(&down.stderr);
+    assert!(!down.status.success());
+    assert!(
+        err.contains("and the debuginfod servers http://127.0.0.1:1 (Failed to connect"),
+        "{err}"
+    );
+
+    // A server whose answer is another build's file: refused, not used.
+    let other = b.dir.join("other");
+    std::fs::create_dir_all(other.join("buildid").join(&id)).unwrap();
+    let other_build = b.dir.join("other.debug");
+    let built = Command::new("cc")
+        .args(["-O0", "-g", "-o"])
+        .arg(&other_build)
+        .arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("data/user_source.c"))
+        .status()
+        .unwrap();
+    assert!(built.success());
+    std::fs::copy(
+        &other_build,
+        other.join("buildid").join(&id).join("debuginfo"),
+    )
+    .unwrap();
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let mut http = Command::new("python3")
+        .args([
+            "-m",
+            "http.server",
+            "--bind",
+            "127.0.0.1",
+            &port.to_string(),
+        ])
+        .current_dir(&other)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let url = format!("http://127.0.0.1:{port}");
+    let mut lying = with_urls(Some(&url));
+    for _ in 0..50 {
+        if !String::from_utf8_lossy(&lying.stderr).contains("Failed to connect") {
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(100));
+        let _ = std::fs::remove_dir_all(&cache);
+        lying = with_urls(Some(&url));
+    }
+    let _ = http.kill();
+    let _ = http.wait();
+    let err = String::from_utf8_lossy(&lying.stderr);
+    assert!(!lying.status.success());
+    assert!(
+        err.contains(&format!("but {s} has {id}")) && err.contains("belongs to another build"),
+        "{err}"
+    );
+}

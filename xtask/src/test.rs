@@ -521,6 +521,14 @@ pub(crate) fn run(kernel_args: &[String], no_lint: bool) -> Result<()> {
         tally.fail("building kprobe-perf", &e);
         return tally.finish(started);
     }
+    // debuginfod and curl: the debuginfod client's test runs Debian's
+    // server on loopback (tests/user_source_lines.rs).
+    if let Err(e) = host::ensure_packages(&[
+        ("debuginfod", "/usr/bin/debuginfod"),
+        ("curl", "/usr/bin/curl"),
+    ]) {
+        tally.fail("installing debuginfod and curl", &e);
+    }
     // --show-output: the skip lines of passing tests are printed, and
     // counted.
     match run_echo(cargo().args(["test", "--workspace", "--", "--show-output"])) {
