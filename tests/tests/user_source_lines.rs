@@ -355,8 +355,9 @@ fn build_id(file: &Path) -> Option<String> {
         .find_map(|l| l.trim().strip_prefix("Build ID: ").map(str::to_string))
 }
 
-/// A debuginfod server (Debian's `debuginfod -F`, elfutils' own) on a
-/// free loopback port, indexing the ELF files of `dir`; ended on drop.
+/// A debuginfod server (Debian's `debuginfod -U`, elfutils' own) on a
+/// free loopback port, indexing the Debian packages in `dir`; ended on
+/// drop.
 struct Server {
     child: std::process::Child,
     url: String,
@@ -378,7 +379,7 @@ impl Server {
             .ok()?
             .port();
         let child = Command::new("debuginfod")
-            .args(["-F", "-p", &port.to_string(), "-d"])
+            .args(["-U", "-p", &port.to_string(), "-d"])
             .arg(dir.join("index.sqlite"))
             .arg(dir)
             .stdout(std::process::Stdio::null())
@@ -406,7 +407,7 @@ impl Server {
 
 /// A binary stripped of its DWARF, with no debuglink and no local debug
 /// file: its build ID, asked of a debuginfod server on loopback (Debian's
-/// own, over the folder holding the debug file), gives the same
+/// own, over a dbgsym package of the debug file built here), gives the same
 /// definition as the unstripped binary, and the file lands in the cache
 /// where elfutils' client keeps it. Without DEBUGINFOD_URLS the refusal
 /// says to set it; a server that is down is named with curl's reason; a
@@ -420,17 +421,25 @@ fn debuginfod_gives_a_stripped_binary_its_debug_info() {
             "offline (no kernel involved): it runs on the host, with Debian's debuginfod server",
         );
     }
-    for tool in ["debuginfod", "curl", "objcopy", "readelf"] {
+    for tool in [
+        "debuginfod",
+        "curl",
+        "objcopy",
+        "readelf",
+        "dpkg-deb",
+        "bsdtar",
+    ] {
         if Command::new(tool).arg("--version").output().is_err() {
             return skip_here(
                 test,
-                &format!("{tool} is not installed (cargo xtask test installs debuginfod and curl)"),
+                &format!("{tool} is not installed (cargo xtask test installs debuginfod, curl and libarchive-tools)"),
             );
         }
     }
     let Some(b) = build(test) else { return };
     let served = b.dir.join("served");
     std::fs::create_dir_all(&served).unwrap();
+    let debug_file = b.dir.join("user_source.debug");
     let stripped = b.dir.join("stripped");
     let run = |args: &[&std::ffi::OsStr]| {
         Command::new("objcopy")
@@ -441,7 +450,7 @@ fn debuginfod_gives_a_stripped_binary_its_debug_info() {
     assert!(run(&[
         "--only-keep-debug".as_ref(),
         b.bin.as_os_str(),
-        served.join("user_source.debug").as_os_str(),
+        debug_file.as_os_str(),
     ]));
     assert!(run(&[
         "--strip-debug".as_ref(),
@@ -449,6 +458,32 @@ fn debuginfod_gives_a_stripped_binary_its_debug_info() {
         stripped.as_os_str(),
     ]));
     let id = build_id(&stripped).expect("cc links a build ID");
+    // A dbgsym package as Debian builds them: the debug file at its
+    // build-ID path.
+    let pkg = b.dir.join("pkg");
+    let in_pkg = pkg.join(format!(
+        "usr/lib/debug/.build-id/{}/{}.debug",
+        &id[..2],
+        &id[2..]
+    ));
+    std::fs::create_dir_all(in_pkg.parent().unwrap()).unwrap();
+    std::fs::create_dir_all(pkg.join("DEBIAN")).unwrap();
+    std::fs::copy(&debug_file, &in_pkg).unwrap();
+    std::fs::write(
+        pkg.join("DEBIAN/control"),
+        "Package: user-source-dbgsym\nVersion: 1.0\nArchitecture: amd64\n\
+         Maintainer: kprobe-perf tests <tests@example.invalid>\n\
+         Description: debug symbols of tests/data/user_source.c\n",
+    )
+    .unwrap();
+    let deb = Command::new("dpkg-deb")
+        .arg("--build")
+        .arg(&pkg)
+        .arg(served.join("user-source-dbgsym_1.0_amd64.deb"))
+        .stdout(std::process::Stdio::null())
+        .status()
+        .unwrap();
+    assert!(deb.success());
     let s = stripped.to_string_lossy().into_owned();
     let point = "main:6 p.x p.name:string";
     let cache = b.dir.join("cache");
@@ -506,7 +541,7 @@ fn debuginfod_gives_a_stripped_binary_its_debug_info() {
     let cached = cache.join(&id).join("debuginfo");
     assert_eq!(
         std::fs::read(&cached).unwrap(),
-        std::fs::read(served.join("user_source.debug")).unwrap(),
+        std::fs::read(&debug_file).unwrap(),
         "the cache holds the server's file"
     );
     drop(server);

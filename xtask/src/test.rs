@@ -521,13 +521,15 @@ pub(crate) fn run(kernel_args: &[String], no_lint: bool) -> Result<()> {
         tally.fail("building kprobe-perf", &e);
         return tally.finish(started);
     }
-    // debuginfod and curl: the debuginfod client's test runs Debian's
-    // server on loopback (tests/user_source_lines.rs).
+    // debuginfod, curl, bsdtar: the debuginfod client's test runs
+    // Debian's server on loopback over a dbgsym package
+    // (tests/user_source_lines.rs); the server unpacks it with bsdtar.
     if let Err(e) = host::ensure_packages(&[
         ("debuginfod", "/usr/bin/debuginfod"),
         ("curl", "/usr/bin/curl"),
+        ("libarchive-tools", "/usr/bin/bsdtar"),
     ]) {
-        tally.fail("installing debuginfod and curl", &e);
+        tally.fail("installing debuginfod, curl and libarchive-tools", &e);
     }
     // --show-output: the skip lines of passing tests are printed, and
     // counted.
