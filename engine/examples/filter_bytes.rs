@@ -6,10 +6,8 @@
 
 use std::time::Duration;
 
-use kprobe_perf_engine::kernel::{Kernel, KernelOptions};
-use kprobe_perf_engine::plan::filter::FilterRuns;
-use kprobe_perf_engine::plan::BackendChoice;
 use kprobe_perf_engine::{sink_fn, RecordTarget, Session, SessionOptions};
+use kprobe_perf_engine::{BackendChoice, FilterRuns, Kernel, KernelOptions};
 
 fn main() -> std::process::ExitCode {
     match run() {

@@ -8,7 +8,7 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use kprobe_perf_engine::plan::BackendChoice;
+use kprobe_perf_engine::BackendChoice;
 use kprobe_perf_engine::{sink_fn, Kernel, KernelOptions, Session, SessionOptions};
 
 fn main() -> std::process::ExitCode {

@@ -8,7 +8,7 @@
 use std::time::Duration;
 
 use kprobe_perf_engine::analysis::{parse_count_by, parse_hist, Aggregator, Hist, ProbeFields};
-use kprobe_perf_engine::plan::BackendChoice;
+use kprobe_perf_engine::BackendChoice;
 use kprobe_perf_engine::SessionOptions;
 use kprobe_perf_engine::{sink_fn, CommandScope, Kernel, KernelOptions, RecordTarget, Session};
 

@@ -5,9 +5,8 @@
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
-use kprobe_perf_engine::kernel::{GlobOptions, Kernel, KernelOptions};
-use kprobe_perf_engine::plan::BackendChoice;
 use kprobe_perf_engine::{sink_fn, Session, SessionOptions};
+use kprobe_perf_engine::{BackendChoice, GlobOptions, Kernel, KernelOptions};
 
 fn main() -> std::process::ExitCode {
     match run() {

@@ -9,7 +9,7 @@ use std::io::BufWriter;
 use std::time::Duration;
 
 use kprobe_perf_engine::perfdata::FileSink;
-use kprobe_perf_engine::plan::BackendChoice;
+use kprobe_perf_engine::BackendChoice;
 use kprobe_perf_engine::{
     CommandScope, Guardian, Kernel, KernelOptions, RecordTarget, Session, SessionOptions,
 };

@@ -50,8 +50,14 @@ pub mod analysis;
 mod attach;
 mod decode;
 mod error;
+// The planning and kernel stages are the CLI's to open by name (its
+// listings, globs and preflight); an embedder plans through `Kernel` and
+// `ProbeSpec` at the root. Hidden from the documentation: not part of the
+// embedding API, and free to change.
+#[doc(hidden)]
 pub mod kernel;
 pub mod perfdata;
+#[doc(hidden)]
 pub mod plan;
 mod session;
 pub mod stack;
@@ -63,10 +69,14 @@ pub mod testing;
 pub use kprobe_perf_spec as spec;
 
 // Modules of private stages the CLI uses by name (the attach stage's
-// system facts and tracefs, the ring's records, counting sessions).
+// system facts and tracefs, the ring's records, counting sessions),
+// hidden from the documentation as `kernel` and `plan` are.
 pub use attach::error::AttachError;
+#[doc(hidden)]
 pub use attach::{cpus, os, tracefs};
+#[doc(hidden)]
 pub use decode::records;
+#[doc(hidden)]
 pub use session::counting;
 
 // What an embedder uses, at the crate root.
@@ -75,9 +85,10 @@ pub use attach::target::{CommandScope, RecordTarget};
 pub use decode::frames::StackFrame;
 pub use decode::{AddressSet, Event, Value};
 pub use error::Error;
-pub use kernel::{Kernel, KernelOptions};
+pub use kernel::{GlobOptions, Kernel, KernelOptions};
 pub use kprobe_perf_arch::Arch;
 pub use kprobe_perf_symbols::KernelSymbols;
+pub use plan::filter::FilterRuns;
 pub use plan::{BackendChoice, ProbePlan};
 pub use session::counting::CountingSession;
 pub use session::eprobe::{EventProbeSession, EventProbeSummary, FtraceEvent};

@@ -13,10 +13,12 @@ use std::path::Path;
 
 /// `pub mod NAME` and each name a `pub use` brings in, one a line, as
 /// `mod NAME` or `use NAME`, with ` (test-util, hidden)` after an item
-/// gated on that feature; sorted.
+/// gated on that feature and ` (hidden: the CLI's)` after one hidden from
+/// the documentation; sorted.
 fn root_names(lib: &str) -> Vec<String> {
     let mut out = Vec::new();
     let mut gated = false;
+    let mut hidden = false;
     // `pub use` statements may span lines: join each up to its `;`.
     let mut pending = String::new();
     for line in lib.lines().map(str::trim) {
@@ -26,30 +28,40 @@ fn root_names(lib: &str) -> Vec<String> {
         } else if line.starts_with("#[cfg(feature = \"test-util\")]") {
             gated = true;
             continue;
+        } else if line.starts_with("#[doc(hidden)]") {
+            hidden = true;
+            continue;
         } else if line.starts_with("#[") || line.starts_with("//") {
             continue;
         } else if let Some(name) = line.strip_prefix("pub mod ") {
-            out.push(tag(format!("mod {}", name.trim_end_matches(';')), gated));
+            out.push(tag(
+                format!("mod {}", name.trim_end_matches(';')),
+                gated,
+                hidden,
+            ));
         } else if line.starts_with("pub use ") {
             pending.push_str(line);
         }
         if pending.ends_with(';') {
             for name in use_names(&pending) {
-                out.push(tag(format!("use {name}"), gated));
+                out.push(tag(format!("use {name}"), gated, hidden));
             }
             pending.clear();
         }
-        gated = false;
+        if pending.is_empty() {
+            gated = false;
+            hidden = false;
+        }
     }
     out.sort();
     out
 }
 
-fn tag(line: String, gated: bool) -> String {
-    if gated {
-        format!("{line} (test-util, hidden)")
-    } else {
-        line
+fn tag(line: String, gated: bool, hidden: bool) -> String {
+    match (gated, hidden) {
+        (true, _) => format!("{line} (test-util, hidden)"),
+        (false, true) => format!("{line} (hidden: the CLI's)"),
+        (false, false) => line,
     }
 }
 
