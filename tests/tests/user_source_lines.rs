@@ -58,6 +58,46 @@ fn build(test: &str) -> Option<Built> {
     }
 }
 
+/// True (after a SKIP line) inside the VM: the offline tests involve no
+/// kernel, and take a second on the host where TCG takes minutes.
+fn in_the_vm(test: &str) -> bool {
+    if vm_kernel().is_some() {
+        skip_here(
+            test,
+            "offline (no kernel involved): it runs on the host, where it takes a second, not TCG's minutes",
+        );
+        return true;
+    }
+    false
+}
+
+/// Splits the built program's DWARF off with objcopy: the debug file
+/// (`user_source.debug`) and a copy stripped of its DWARF (`stripped`),
+/// with a `.gnu_debuglink` to the debug file when `link`. `None` when
+/// objcopy fails or is missing.
+fn split_debug(b: &Built, link: bool) -> Option<(PathBuf, PathBuf)> {
+    let debug = b.dir.join("user_source.debug");
+    let stripped = b.dir.join("stripped");
+    let run = |args: &[&std::ffi::OsStr]| {
+        Command::new("objcopy")
+            .args(args)
+            .status()
+            .is_ok_and(|s| s.success())
+    };
+    let linked = format!("--add-gnu-debuglink={}", debug.display());
+    let mut strip: Vec<&std::ffi::OsStr> = vec!["--strip-debug".as_ref()];
+    if link {
+        strip.push(linked.as_ref());
+    }
+    strip.extend([b.bin.as_os_str(), stripped.as_os_str()]);
+    let ok = run(&[
+        "--only-keep-debug".as_ref(),
+        b.bin.as_os_str(),
+        debug.as_os_str(),
+    ]) && run(&strip);
+    ok.then_some((debug, stripped))
+}
+
 fn kprobe_perf(args: &[&str]) -> Output {
     Command::new(kprobe_perf_bin()).args(args).output().unwrap()
 }
@@ -188,11 +228,8 @@ fn body(definitions: &str) -> Option<String> {
 #[test]
 fn user_definitions_match_perf_probe_x() {
     let test = "user_definitions_match_perf_probe_x";
-    if vm_kernel().is_some() {
-        return skip_here(
-            test,
-            "offline (no kernel involved): it runs on the host, where it takes a second, not TCG's minutes",
-        );
+    if in_the_vm(test) {
+        return;
     }
     let perf_runs = Command::new("perf").arg("--version").output();
     if !perf_runs.is_ok_and(|o| o.status.success()) {
@@ -250,11 +287,8 @@ fn user_definitions_match_perf_probe_x() {
 #[test]
 fn a_computed_user_variable_is_refused_under_its_name() {
     let test = "a_computed_user_variable_is_refused_under_its_name";
-    if vm_kernel().is_some() {
-        return skip_here(
-            test,
-            "offline (no kernel involved): it runs on the host, where it takes a second, not TCG's minutes",
-        );
+    if in_the_vm(test) {
+        return;
     }
     let Some(b) = build(test) else { return };
     let bin = b.bin.to_string_lossy();
@@ -290,34 +324,13 @@ fn a_computed_user_variable_is_refused_under_its_name() {
 #[test]
 fn a_debuglink_file_answers_for_a_stripped_binary() {
     let test = "a_debuglink_file_answers_for_a_stripped_binary";
-    if vm_kernel().is_some() {
-        return skip_here(
-            test,
-            "offline (no kernel involved): it runs on the host, where it takes a second, not TCG's minutes",
-        );
+    if in_the_vm(test) {
+        return;
     }
     let Some(b) = build(test) else { return };
-    let debug = b.dir.join("user_source.debug");
-    let stripped = b.dir.join("stripped");
-    let run = |args: &[&std::ffi::OsStr]| {
-        Command::new("objcopy")
-            .args(args)
-            .status()
-            .is_ok_and(|s| s.success())
-    };
-    let ok = run(&[
-        "--only-keep-debug".as_ref(),
-        b.bin.as_os_str(),
-        debug.as_os_str(),
-    ]) && run(&[
-        "--strip-debug".as_ref(),
-        format!("--add-gnu-debuglink={}", debug.display()).as_ref(),
-        b.bin.as_os_str(),
-        stripped.as_os_str(),
-    ]);
-    if !ok {
+    let Some((_, stripped)) = split_debug(&b, true) else {
         return skip_here(test, "no objcopy here to split the debug info off");
-    }
+    };
     let s = stripped.to_string_lossy();
     let full = kprobe_perf(&[
         "probe",
@@ -415,11 +428,8 @@ impl Server {
 #[test]
 fn debuginfod_gives_a_stripped_binary_its_debug_info() {
     let test = "debuginfod_gives_a_stripped_binary_its_debug_info";
-    if vm_kernel().is_some() {
-        return skip_here(
-            test,
-            "offline (no kernel involved): it runs on the host, with Debian's debuginfod server",
-        );
+    if in_the_vm(test) {
+        return;
     }
     for tool in [
         "debuginfod",
@@ -439,24 +449,7 @@ fn debuginfod_gives_a_stripped_binary_its_debug_info() {
     let Some(b) = build(test) else { return };
     let served = b.dir.join("served");
     std::fs::create_dir_all(&served).unwrap();
-    let debug_file = b.dir.join("user_source.debug");
-    let stripped = b.dir.join("stripped");
-    let run = |args: &[&std::ffi::OsStr]| {
-        Command::new("objcopy")
-            .args(args)
-            .status()
-            .is_ok_and(|s| s.success())
-    };
-    assert!(run(&[
-        "--only-keep-debug".as_ref(),
-        b.bin.as_os_str(),
-        debug_file.as_os_str(),
-    ]));
-    assert!(run(&[
-        "--strip-debug".as_ref(),
-        b.bin.as_os_str(),
-        stripped.as_os_str(),
-    ]));
+    let (debug_file, stripped) = split_debug(&b, false).expect("objcopy splits the debug info");
     let id = build_id(&stripped).expect("cc links a build ID");
     // A dbgsym package as Debian builds them: the debug file at its
     // build-ID path.
