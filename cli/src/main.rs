@@ -151,8 +151,8 @@ enum Cmd {
         /// definitions are for use there) instead of refusing its build ID.
         #[arg(long, requires = "vmlinux")]
         other_kernel: bool,
-        /// With --definition or --vars: the points are in this user binary
-        /// (uprobes, perf probe's -x), its DWARF its own or its debug file
+        /// With --definition, --vars or --source: the points are in this
+        /// user binary (uprobes, perf probe's -x), its DWARF its own or its debug file
         /// (/usr/lib/debug/.build-id/NN/REST.debug, its .gnu_debuglink,
         /// or the debuginfod servers of DEBUGINFOD_URLS).
         #[arg(short = 'x', long = "exec", value_name = "BINARY")]
@@ -414,8 +414,9 @@ fn main() -> ExitCode {
             source: Some(func),
             image,
             other_kernel,
+            exec,
             ..
-        } => source::listing(&func, &image, other_kernel),
+        } => source::listing(&func, &image, other_kernel, exec.as_deref()),
         Cmd::Probe {
             vars: Some(point),
             image,

@@ -178,26 +178,35 @@ pub(crate) fn variables(
     Ok(ExitCode::SUCCESS)
 }
 
-/// `probe --source FUNC`: the function's lines from its declaration to
+/// `probe --source FUNC` (`-x BINARY`: a function of that user binary):
+/// the function's lines from its declaration to
 /// its last line with code, those a probe can go on numbered from the
 /// declaration (perf probe -L's layout), with their text when the source
 /// file is found under `dir` (or at the path DWARF gives), else each
 /// line's `file:line` and its first instruction's offset.
-pub(crate) fn listing(func: &str, image: &ImageArgs, other_kernel: bool) -> Result<ExitCode> {
+pub(crate) fn listing(
+    func: &str,
+    image: &ImageArgs,
+    other_kernel: bool,
+    exec: Option<&Path>,
+) -> Result<ExitCode> {
     let dir = image.source_dir.as_deref();
     let kernel = kernel(image, other_kernel);
     let (name, in_file) = match func.split_once('@') {
         Some((n, f)) => (n, Some(f)),
         None => (func, None),
     };
-    let (lines, offsets) = kernel.function_lines(name, in_file)?;
+    let (lines, offsets) = match exec.map(absolute).transpose()? {
+        Some(binary) => kernel.user_function_lines(&binary, name, in_file)?,
+        None => kernel.function_lines(name, in_file)?,
+    };
     let Some(&last) = lines.lines.last() else {
         bail!("{func}: its DWARF gives no line a probe can go on");
     };
     // perf's -L shows two more lines after the one past the last numbered
     // (NR_ADDITIONAL_LINES in tools/perf/util/probe-event.c).
     let last = last + 3;
-    let text = source_text(&lines.file, dir);
+    let text = source_text(&lines.file, lines.comp_dir.as_deref(), dir);
     let mut out = std::io::stdout().lock();
     match &text {
         Some((path, _)) => writeln!(out, "<{name}@{}:0>", path.display())?,
@@ -241,14 +250,23 @@ pub(crate) fn listing(func: &str, image: &ImageArgs, other_kernel: bool) -> Resu
 
 /// The lines of source file `file` (as DWARF names it): under `dir`
 /// with its leading directories dropped one by one until a file is
-/// there (perf's rule for --source), else at `file` itself.
-fn source_text(file: &str, dir: Option<&Path>) -> Option<(PathBuf, Vec<String>)> {
+/// there (perf's rule for --source), else under its unit's compilation
+/// directory `comp_dir` (where the compiler read it), else at `file`
+/// itself.
+fn source_text(
+    file: &str,
+    comp_dir: Option<&str>,
+    dir: Option<&Path>,
+) -> Option<(PathBuf, Vec<String>)> {
     let mut tries = Vec::new();
     if let Some(dir) = dir {
         let parts: Vec<&str> = file.trim_start_matches('/').split('/').collect();
         for i in 0..parts.len() {
             tries.push(dir.join(parts[i..].join("/")));
         }
+    }
+    if let Some(comp_dir) = comp_dir.filter(|_| !file.starts_with('/')) {
+        tries.push(Path::new(comp_dir).join(file));
     }
     tries.push(PathBuf::from(file));
     tries.into_iter().find_map(|p| {

@@ -16,6 +16,9 @@ pub struct FunctionLines {
     pub decl_line: u64,
     /// The file it is declared in.
     pub file: String,
+    /// The compilation directory of its unit (`DW_AT_comp_dir`), which a
+    /// relative `file` is relative to.
+    pub comp_dir: Option<String>,
     /// Absolute line numbers with code, ascending.
     pub lines: Vec<u64>,
 }
@@ -393,6 +396,7 @@ impl<'a> DebugInfo<'a> {
         let mut lines = Vec::new();
         let mut found = false;
         let mut decl = (0, String::new());
+        let mut comp_dir = None;
         for unit_off in self.index.lookup(name.as_bytes()) {
             let unit = self.unit(unit_off)?;
             let Some(def) = self.find_definition(&unit, name, file)? else {
@@ -407,6 +411,9 @@ impl<'a> DebugInfo<'a> {
                 dies::udata_integrated(&unit, &def_e, gimli::DW_AT_decl_line).unwrap_or(0),
                 self.short_path(&unit, decl_file.as_deref().unwrap_or_default()),
             );
+            comp_dir = unit
+                .comp_dir
+                .map(|d| String::from_utf8_lossy(d.slice()).into_owned());
             // Each copy of the function in this unit: its ranges, and the
             // ranges of the copies inlined into it (whose rows are other
             // functions' lines, except at their call line).
@@ -507,6 +514,7 @@ impl<'a> DebugInfo<'a> {
         Ok(FunctionLines {
             decl_line: decl.0,
             file: decl.1,
+            comp_dir,
             lines,
         })
     }

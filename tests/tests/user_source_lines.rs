@@ -606,3 +606,75 @@ fn debuginfod_gives_a_stripped_binary_its_debug_info() {
         "{err}"
     );
 }
+
+/// `probe --source FUNC -x BINARY` prints what `perf probe -x BINARY -L
+/// FUNC` prints, byte for byte: the header with the source file's path
+/// (found under the unit's compilation directory), the lines from the
+/// declaration, numbered where a probe can go. For every function of
+/// tests/data/user_source.c, from another working directory than the
+/// build's, and for `walk` of the stripped copy with a debuglink; but for
+/// `mix`, which is only ever inlined, perf's listing leaves line 0 (the
+/// declaration, whose row starts the inlined copy) unnumbered while
+/// `perf probe -D 'mix:0'` puts a probe there: kprobe-perf numbers it,
+/// at the address both give.
+#[test]
+fn user_source_listings_equal_perf_probe_x_l() {
+    let test = "user_source_listings_equal_perf_probe_x_l";
+    if in_the_vm(test) {
+        return;
+    }
+    let perf_runs = Command::new("perf").arg("--version").output();
+    if !perf_runs.is_ok_and(|o| o.status.success()) {
+        return skip_here(test, "no perf here to compare with");
+    }
+    let Some(b) = build(test) else { return };
+    let Some((_, stripped)) = split_debug(&b, true) else {
+        return skip_here(test, "no objcopy here to split the debug info off");
+    };
+    let bin = b.bin.to_string_lossy().into_owned();
+    // (ours on, perf on, function): perf does not follow the stripped
+    // copy's debuglink for -L, so it lists the unstripped binary there.
+    let stripped = stripped.to_string_lossy().into_owned();
+    let cases = [
+        (bin.as_str(), bin.as_str(), "walk"),
+        (bin.as_str(), bin.as_str(), "mix"),
+        (bin.as_str(), bin.as_str(), "main"),
+        (stripped.as_str(), bin.as_str(), "walk"),
+    ];
+    for (binary, perf_binary, func) in cases {
+        let run = |program: &Path, args: &[&str]| {
+            let out = Command::new(program)
+                .args(args)
+                .current_dir("/")
+                .output()
+                .unwrap();
+            (
+                String::from_utf8_lossy(&out.stdout).into_owned(),
+                String::from_utf8_lossy(&out.stderr).into_owned(),
+            )
+        };
+        let (perf, perf_err) = run(Path::new("perf"), &["probe", "-x", perf_binary, "-L", func]);
+        if perf_err.contains("tracefs") || perf_err.contains("debugfs") {
+            return skip_here(test, &format!("perf probe needs tracefs here: {perf_err}"));
+        }
+        let (ours, ours_err) = run(
+            &kprobe_perf_bin(),
+            &["probe", "--source", func, "-x", binary],
+        );
+        println!("{binary} {func}:\n{ours}{ours_err}");
+        assert!(perf.lines().count() > 3, "perf -L {func}: {perf}{perf_err}");
+        if func != "mix" {
+            assert_eq!(ours, perf, "{binary}: {func}");
+            continue;
+        }
+        assert_eq!(ours.replacen("\n      0  ", "\n         ", 1), perf);
+        let (perf_d, _) = run(Path::new("perf"), &["probe", "-x", binary, "-D", "mix:0"]);
+        let (ours_d, _) = run(
+            &kprobe_perf_bin(),
+            &["probe", "--definition", "-x", binary, "mix:0"],
+        );
+        let at = |d: &str| d.split_whitespace().nth(1).map(str::to_string);
+        assert!(at(&perf_d).is_some(), "perf -D mix:0: {perf_d}");
+        assert_eq!(at(&ours_d), at(&perf_d), "mix:0: {ours_d} / {perf_d}");
+    }
+}

@@ -41,7 +41,7 @@ pub mod select;
 pub mod source;
 mod text;
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, OnceLock};
 
 pub use kprobe_perf_symbols::file::open_regular;
@@ -359,14 +359,22 @@ impl Kernel {
         in_file: Option<&str>,
     ) -> Result<(source::FunctionLines, Vec<Option<u64>>), Error> {
         let file = self.debug_info()?;
-        let range = KernelImage::open_vmlinux(file.path())
-            .ok()
-            .and_then(|image| {
-                let found = image.lookup(name);
-                let f = found.first()?;
-                Some((f.address, f.address.saturating_add(f.size.max(1))))
-            });
+        let range = symbol_range(file.path(), name);
         Ok(source::function_lines(file, name, in_file, range)?)
+    }
+
+    /// [`function_lines`](Self::function_lines) of a function of the
+    /// user binary `binary`, from its DWARF or its debug file (found as
+    /// for its source points), the offsets from its symbol table.
+    pub fn user_function_lines(
+        &self,
+        binary: &str,
+        name: &str,
+        in_file: Option<&str>,
+    ) -> Result<(source::FunctionLines, Vec<Option<u64>>), Error> {
+        let file = source::find_user(binary)?;
+        let range = symbol_range(Path::new(binary), name);
+        Ok(source::function_lines(&file, name, in_file, range)?)
     }
 
     /// The variables at each site of a point (`FUNC`, `FUNC:RLINE`,
@@ -522,6 +530,15 @@ fn running_arch() -> Option<Arch> {
 
 fn first_existing(paths: Vec<PathBuf>) -> Option<PathBuf> {
     paths.into_iter().find(|p| p.is_file())
+}
+
+/// The address range of the first function named `name` in the symbol
+/// table of the ELF file at `path`, if it has one.
+fn symbol_range(path: &Path, name: &str) -> Option<(u64, u64)> {
+    let image = KernelImage::open_vmlinux(path).ok()?;
+    let found = image.lookup(name);
+    let f = found.first()?;
+    Some((f.address, f.address.saturating_add(f.size.max(1))))
 }
 
 #[cfg(test)]
