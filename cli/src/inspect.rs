@@ -598,7 +598,7 @@ pub(crate) fn info(image: &ImageArgs) -> Result<ExitCode> {
 /// `info`'s line on the kernel's DWARF: the debug file source points and
 /// variables are read from, or where it was looked for.
 fn debug_info(out: &mut impl Write, kernel: &Kernel) -> Result<()> {
-    match kernel.debug_info() {
+    match kernel.local_debug_info() {
         Ok(f) => writeln!(
             out,
             "debug info: {} (DWARF{}): source lines and variables (probe --definition, --vars, p:FUNC@+N)",
@@ -609,17 +609,17 @@ fn debug_info(out: &mut impl Write, kernel: &Kernel) -> Result<()> {
             }
         )?,
         Err(kprobe_perf_engine::Error::Kernel(kernel::KernelError::DebugInfo(
-            kernel::source::DebugInfoError::NotFound { asked, .. },
+            kernel::source::DebugInfoError::NotFound { .. },
         ))) => writeln!(
             out,
             "debug info: none (looked in {}; {}): source lines and variables need the kernel's DWARF (Debian: linux-image-{}-dbg; or give --vmlinux)",
             kernel::looked_in(&kernel.debug_info_candidates()),
-            if asked.is_empty() {
-                "no debuginfod server asked: DEBUGINFOD_URLS is not set".to_string()
-            } else {
-                let answers: Vec<String> =
-                    asked.iter().map(|a| format!("{} ({})", a.url, a.reason)).collect();
-                format!("debuginfod: {}", answers.join(", "))
+            match std::env::var("DEBUGINFOD_URLS").ok().filter(|u| !u.trim().is_empty()) {
+                Some(urls) => format!(
+                    "not asked of the debuginfod servers {}: the first source-level probe or listing asks them, and caches the file",
+                    urls.trim()
+                ),
+                None => "no debuginfod server: DEBUGINFOD_URLS is not set".to_string(),
             },
             kernel.release()
         )?,

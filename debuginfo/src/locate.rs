@@ -119,6 +119,32 @@ pub fn first_match(
     what: &str,
     first_is_explicit: bool,
 ) -> Result<DebugFile> {
+    let searched = match first_local_match(candidates, want, what, first_is_explicit) {
+        Err(Error::NotFound { searched, .. }) => searched,
+        found => return found,
+    };
+    let mut asked = Vec::new();
+    if let (Some(want), false, Some(client)) = (want, first_is_explicit, Debuginfod::from_env()) {
+        match client.fetch(want)? {
+            Ok(path) => return fetched(path, want, what),
+            Err(attempts) => asked = attempts,
+        }
+    }
+    Err(Error::NotFound {
+        what: what.to_string(),
+        searched,
+        asked,
+    })
+}
+
+/// [`first_match`] among the local `candidates` only: no debuginfod
+/// server is asked (for a report that must not start a download).
+pub fn first_local_match(
+    candidates: Vec<PathBuf>,
+    want: Option<&[u8]>,
+    what: &str,
+    first_is_explicit: bool,
+) -> Result<DebugFile> {
     for (i, path) in candidates.iter().enumerate() {
         let explicit = i == 0 && first_is_explicit;
         if !explicit && !path.is_file() {
@@ -146,17 +172,10 @@ pub fn first_match(
         }
         return Ok(file);
     }
-    let mut asked = Vec::new();
-    if let (Some(want), false, Some(client)) = (want, first_is_explicit, Debuginfod::from_env()) {
-        match client.fetch(want)? {
-            Ok(path) => return fetched(path, want, what),
-            Err(attempts) => asked = attempts,
-        }
-    }
     Err(Error::NotFound {
         what: what.to_string(),
         searched: candidates,
-        asked,
+        asked: Vec::new(),
     })
 }
 

@@ -308,6 +308,22 @@ impl Kernel {
             .ok_or_else(|| unreachable_cell("the debug info"))
     }
 
+    /// [`debug_info`](Self::debug_info) as far as local files go: the one
+    /// found already, else the local candidates, without asking a
+    /// debuginfod server (a report, as `info`'s, must not start a
+    /// download of hundreds of megabytes).
+    pub fn local_debug_info(&self) -> Result<Arc<source::DebugFile>, Error> {
+        if let Some(f) = self.debug_info.get() {
+            return Ok(Arc::clone(f));
+        }
+        Ok(Arc::new(source::find_local(
+            self.options.vmlinux.as_deref(),
+            self.debug_info_candidates(),
+            self.running_build_id(),
+            self.options.other_kernel,
+        )?))
+    }
+
     /// What names kernel frames from DWARF
     /// ([`StackSymbolizer::with_kernel_dwarf`](crate::StackSymbolizer::with_kernel_dwarf)):
     /// the running kernel's debug file ([`Kernel::debug_info`]) and its

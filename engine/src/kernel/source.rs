@@ -37,12 +37,20 @@ use super::error::KernelError;
 
 /// Where the running kernel's debug info is looked for when none is given:
 /// the vmlinux paths, then `/usr/lib/debug/.build-id/NN/REST.debug` by the
-/// running kernel's build ID.
+/// running kernel's build ID, then the debuginfod cache's file of that
+/// build ID (when `DEBUGINFOD_URLS` is set).
 pub(super) fn candidates(vmlinux: Vec<PathBuf>, build_id: Option<&[u8]>) -> Vec<PathBuf> {
     let mut c = vmlinux;
     if let Some(p) = build_id.and_then(|id| locate::build_id_path(Path::new("/usr/lib/debug"), id))
     {
         c.push(p);
+    }
+    // A file a debuginfod server gave earlier, in its cache.
+    if let (Some(id), Some(client)) = (
+        build_id,
+        kprobe_perf_debuginfo::debuginfod::Debuginfod::from_env(),
+    ) {
+        c.push(client.cached_path(id));
     }
     c
 }
@@ -56,6 +64,33 @@ pub(super) fn find(
     running: Option<&[u8]>,
     other_kernel: bool,
 ) -> Result<DebugFile, KernelError> {
+    let search: Search = locate::first_match;
+    find_with(explicit, candidates, running, other_kernel, search)
+}
+
+/// [`find`] among the local files only: no debuginfod server is asked.
+pub(super) fn find_local(
+    explicit: Option<&Path>,
+    candidates: Vec<PathBuf>,
+    running: Option<&[u8]>,
+    other_kernel: bool,
+) -> Result<DebugFile, KernelError> {
+    let search: Search = locate::first_local_match;
+    find_with(explicit, candidates, running, other_kernel, search)
+}
+
+/// A search of candidate debug files ([`locate::first_match`] or
+/// [`locate::first_local_match`]).
+type Search =
+    fn(Vec<PathBuf>, Option<&[u8]>, &str, bool) -> kprobe_perf_debuginfo::Result<DebugFile>;
+
+fn find_with(
+    explicit: Option<&Path>,
+    candidates: Vec<PathBuf>,
+    running: Option<&[u8]>,
+    other_kernel: bool,
+    search: Search,
+) -> Result<DebugFile, KernelError> {
     let (list, is_explicit) = match explicit {
         Some(p) => (vec![p.to_path_buf()], true),
         None => (candidates, false),
@@ -65,12 +100,7 @@ pub(super) fn find(
     } else {
         running
     };
-    Ok(locate::first_match(
-        list,
-        want,
-        "the running kernel",
-        is_explicit,
-    )?)
+    Ok(search(list, want, "the running kernel", is_explicit)?)
 }
 
 /// The debug file of a user binary: its build-ID file under
