@@ -71,6 +71,21 @@ fn in_the_vm(test: &str) -> bool {
     false
 }
 
+/// The program built for a comparison with perf, on the host: `None`
+/// (after a SKIP line saying why) in the VM, without perf, or without a
+/// C compiler.
+fn built_beside_perf(test: &str) -> Option<Built> {
+    if in_the_vm(test) {
+        return None;
+    }
+    let perf_runs = Command::new("perf").arg("--version").output();
+    if !perf_runs.is_ok_and(|o| o.status.success()) {
+        skip_here(test, "no perf here to compare with");
+        return None;
+    }
+    build(test)
+}
+
 /// Splits the built program's DWARF off with objcopy: the debug file
 /// (`user_source.debug`) and a copy stripped of its DWARF (`stripped`),
 /// with a `.gnu_debuglink` to the debug file when `link`. `None` when
@@ -228,14 +243,9 @@ fn body(definitions: &str) -> Option<String> {
 #[test]
 fn user_definitions_match_perf_probe_x() {
     let test = "user_definitions_match_perf_probe_x";
-    if in_the_vm(test) {
+    let Some(b) = built_beside_perf(test) else {
         return;
-    }
-    let perf_runs = Command::new("perf").arg("--version").output();
-    if !perf_runs.is_ok_and(|o| o.status.success()) {
-        return skip_here(test, "no perf here to compare with");
-    }
-    let Some(b) = build(test) else { return };
+    };
     let bin = b.bin.to_string_lossy();
     let mut agree = 0;
     let mut differ = Vec::new();
@@ -620,14 +630,9 @@ fn debuginfod_gives_a_stripped_binary_its_debug_info() {
 #[test]
 fn user_source_listings_equal_perf_probe_x_l() {
     let test = "user_source_listings_equal_perf_probe_x_l";
-    if in_the_vm(test) {
+    let Some(b) = built_beside_perf(test) else {
         return;
-    }
-    let perf_runs = Command::new("perf").arg("--version").output();
-    if !perf_runs.is_ok_and(|o| o.status.success()) {
-        return skip_here(test, "no perf here to compare with");
-    }
-    let Some(b) = build(test) else { return };
+    };
     let Some((_, stripped)) = split_debug(&b, true) else {
         return skip_here(test, "no objcopy here to split the debug info off");
     };
