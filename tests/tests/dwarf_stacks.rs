@@ -24,20 +24,23 @@ fn frames(text: &str) -> Vec<(String, String, String)> {
         .collect()
 }
 
-fn record(args: &[&str]) -> String {
-    let out = Command::new(kprobe_perf_bin())
-        .arg("record")
-        .args(args)
-        .output()
-        .unwrap();
+/// Runs `program args`, asserts that it succeeded, and returns its
+/// stdout.
+fn stdout_of(program: &Path, args: &[&str]) -> String {
+    let out = Command::new(program).args(args).output().unwrap();
     let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
     assert!(
         out.status.success(),
-        "kprobe-perf record {args:?}: {}\n{stdout}\n{}",
+        "{} {args:?}: {}\n{stdout}\n{}",
+        program.display(),
         out.status,
         String::from_utf8_lossy(&out.stderr)
     );
     stdout
+}
+
+fn record(args: &[&str]) -> String {
+    stdout_of(&kprobe_perf_bin(), &[&["record"], args].concat())
 }
 
 /// The probe on libc's `opendir` and a new directory for the test's
@@ -100,16 +103,7 @@ fn dwarf_unwinds_ls_through_main_live_from_the_file_and_in_perf() {
     );
 
     // The file holds the registers and stack bytes: unwound again.
-    let out = Command::new(kprobe_perf_bin())
-        .args(["script", "-i", file])
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let replay = String::from_utf8_lossy(&out.stdout);
+    let replay = stdout_of(&kprobe_perf_bin(), &["script", "-i", file]);
     assert_eq!(frames(&replay), live_frames, "{replay}");
 
     // A frame-pointer walk stops at the first frame of this code.
@@ -378,18 +372,10 @@ fn perf_recording(test: &str, bin: &Path, dir: &Path) -> Option<String> {
         "perf record: {}",
         String::from_utf8_lossy(&rec.stderr)
     );
-    let script = Command::new(perf)
-        .arg("script")
-        .arg("-i")
-        .arg(&data)
-        .output()
-        .unwrap();
-    assert!(
-        script.status.success(),
-        "{}",
-        String::from_utf8_lossy(&script.stderr)
-    );
-    Some(String::from_utf8_lossy(&script.stdout).into_owned())
+    Some(stdout_of(
+        Path::new(perf),
+        &["script", "-i", data.to_str().unwrap()],
+    ))
 }
 
 /// A program built without frame pointers, with two functions inlined
@@ -425,17 +411,10 @@ fn dwarf_stacks_of_an_inlined_chain_without_frame_pointers_equal_perf() {
         bin.to_str().unwrap(),
         "1000",
     ]);
-    let out = Command::new(kprobe_perf_bin())
-        .args(["script", "-i"])
-        .arg(&file)
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
+    let text = stdout_of(
+        &kprobe_perf_bin(),
+        &["script", "-i", file.to_str().unwrap()],
     );
-    let text = String::from_utf8_lossy(&out.stdout);
     let ours = samples(&text);
     assert_eq!(ours.len(), 1000, "{text}");
 
