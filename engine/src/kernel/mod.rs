@@ -300,6 +300,7 @@ impl Kernel {
             self.debug_info_candidates(),
             self.running_build_id(),
             self.options.other_kernel,
+            true,
         )?;
         let _ = self.debug_info.set(Arc::new(found));
         self.debug_info
@@ -316,11 +317,12 @@ impl Kernel {
         if let Some(f) = self.debug_info.get() {
             return Ok(Arc::clone(f));
         }
-        Ok(Arc::new(source::find_local(
+        Ok(Arc::new(source::find(
             self.options.vmlinux.as_deref(),
             self.debug_info_candidates(),
             self.running_build_id(),
             self.options.other_kernel,
+            false,
         )?))
     }
 

@@ -57,39 +57,14 @@ pub(super) fn candidates(vmlinux: Vec<PathBuf>, build_id: Option<&[u8]>) -> Vec<
 
 /// Finds the debug file: `explicit` alone when given (a build ID other
 /// than `running`'s is refused unless `other_kernel`), else the first
-/// candidate with DWARF and the running kernel's build ID.
+/// candidate with DWARF and the running kernel's build ID, else (when
+/// `ask_servers`) the debuginfod servers' file of that build ID.
 pub(super) fn find(
     explicit: Option<&Path>,
     candidates: Vec<PathBuf>,
     running: Option<&[u8]>,
     other_kernel: bool,
-) -> Result<DebugFile, KernelError> {
-    let search: Search = locate::first_match;
-    find_with(explicit, candidates, running, other_kernel, search)
-}
-
-/// [`find`] among the local files only: no debuginfod server is asked.
-pub(super) fn find_local(
-    explicit: Option<&Path>,
-    candidates: Vec<PathBuf>,
-    running: Option<&[u8]>,
-    other_kernel: bool,
-) -> Result<DebugFile, KernelError> {
-    let search: Search = locate::first_local_match;
-    find_with(explicit, candidates, running, other_kernel, search)
-}
-
-/// A search of candidate debug files ([`locate::first_match`] or
-/// [`locate::first_local_match`]).
-type Search =
-    fn(Vec<PathBuf>, Option<&[u8]>, &str, bool) -> kprobe_perf_debuginfo::Result<DebugFile>;
-
-fn find_with(
-    explicit: Option<&Path>,
-    candidates: Vec<PathBuf>,
-    running: Option<&[u8]>,
-    other_kernel: bool,
-    search: Search,
+    ask_servers: bool,
 ) -> Result<DebugFile, KernelError> {
     let (list, is_explicit) = match explicit {
         Some(p) => (vec![p.to_path_buf()], true),
@@ -100,7 +75,12 @@ fn find_with(
     } else {
         running
     };
-    Ok(search(list, want, "the running kernel", is_explicit)?)
+    let what = "the running kernel";
+    Ok(if ask_servers {
+        locate::first_match(list, want, what, is_explicit)?
+    } else {
+        locate::first_local_match(list, want, what, is_explicit)?
+    })
 }
 
 /// The debug file of a user binary: its build-ID file under
