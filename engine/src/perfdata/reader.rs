@@ -51,6 +51,71 @@ pub struct Reader<R> {
     data: Stream,
     /// The hidden probes' records (`FEAT_HIDDEN`).
     hidden: Option<Stream>,
+    /// The whole file, mapped ([`Reader::mapped`]): records are sliced
+    /// from it in place instead of read into `Stream::buf`.
+    map: Option<Mapped>,
+}
+
+/// A mapped file, and the thread that maps its pages ahead of the reader.
+struct Mapped {
+    map: std::sync::Arc<memmap2::Mmap>,
+    /// Tells the thread where the reader stands (dropped: it ends).
+    ahead: std::sync::mpsc::Sender<usize>,
+    /// Where the reader stood when it last told the thread.
+    told: usize,
+}
+
+impl Mapped {
+    /// Bytes the pages are mapped ahead of the reader.
+    const WINDOW: usize = 32 << 20;
+    /// The reader tells the thread each time it has read this much more.
+    const STEP: usize = 4 << 20;
+
+    /// Maps `file` and starts the thread that maps (populates) its pages
+    /// ahead of the reader from `from` on: a page of a mapped file is
+    /// otherwise mapped by a page fault at its first read, and those
+    /// faults would take about a third of reading a large recording.
+    /// Only a hint: where the kernel has no `MADV_POPULATE_READ` (5.14),
+    /// or the thread cannot start, the pages fault in as usual.
+    fn new(file: &std::fs::File, from: usize) -> io::Result<Mapped> {
+        let map = std::sync::Arc::new(crate::attach::sys::map_file(file)?);
+        let (ahead, wanted) = std::sync::mpsc::channel::<usize>();
+        let pages = std::sync::Arc::clone(&map);
+        let _ = std::thread::Builder::new()
+            .name("kprobe-perf-map".into())
+            .spawn(move || {
+                let mut done = from.min(pages.len());
+                while let Ok(at) = wanted.recv() {
+                    let want = at.saturating_add(Self::WINDOW).min(pages.len());
+                    while done < want {
+                        let n = Self::STEP.min(want - done);
+                        if pages
+                            .advise_range(memmap2::Advice::PopulateRead, done, n)
+                            .is_err()
+                        {
+                            return;
+                        }
+                        done += n;
+                    }
+                }
+            });
+        let _ = ahead.send(from);
+        Ok(Mapped {
+            map,
+            ahead,
+            told: from,
+        })
+    }
+
+    /// The reader stands at `at`.
+    #[inline]
+    fn reading(&mut self, at: u64) {
+        let at = at as usize;
+        if at >= self.told + Self::STEP {
+            self.told = at;
+            let _ = self.ahead.send(at);
+        }
+    }
 }
 
 /// Records read one after the other from a section of the file.
@@ -140,6 +205,7 @@ impl<R: Read + Seek> Reader<R> {
             features,
             data: Stream::new(data),
             hidden,
+            map: None,
         })
     }
 
@@ -164,16 +230,31 @@ impl<R: Read + Seek> Reader<R> {
 
     /// The next record, or `None` at the end of the data section.
     pub fn next_record(&mut self) -> Result<Option<FileRecord<'_>>, PerfDataError> {
-        self.data.next(&mut self.r, "data section")
+        const WHAT: &str = "data section";
+        match &mut self.map {
+            Some(m) => {
+                m.reading(self.data.pos);
+                self.data.next_mapped(&m.map, WHAT)
+            }
+            None => self.data.next(&mut self.r, WHAT),
+        }
     }
 
     /// The next record of the hidden probes' region (`FEAT_HIDDEN`),
     /// or `None` at its end or when the file has none.
     pub fn next_hidden_record(&mut self) -> Result<Option<FileRecord<'_>>, PerfDataError> {
-        match &mut self.hidden {
-            Some(h) => h.next(&mut self.r, "hidden probes' region"),
-            None => Ok(None),
+        const WHAT: &str = "hidden probes' region";
+        match (&mut self.hidden, &self.map) {
+            (Some(h), Some(m)) => h.next_mapped(&m.map, WHAT),
+            (Some(h), None) => h.next(&mut self.r, WHAT),
+            (None, _) => Ok(None),
         }
+    }
+
+    /// The whole file when it is mapped ([`Reader::mapped`]): every
+    /// record's body is a slice of it, valid as long as the reader.
+    pub(crate) fn mapped_bytes(&self) -> Option<&[u8]> {
+        self.map.as_ref().map(|m| &m.map[..])
     }
 
     /// perf's sections (host, CPUs, command line) and kprobe-perf's own
@@ -234,6 +315,21 @@ impl<R: Read + Seek> Reader<R> {
                 reason,
             })?;
         Ok(meta)
+    }
+}
+
+impl Reader<std::fs::File> {
+    /// As [`Reader::new`], with the file mapped: records (and the user
+    /// stacks in them) are read in place, not copied, which is what
+    /// makes reading a large recording fast; a thread maps the pages
+    /// ahead of the reader, and ends with it. `file` must be a regular
+    /// file that is not truncated while it is read.
+    pub fn mapped(file: std::fs::File) -> Result<Self, PerfDataError> {
+        let mut reader = Reader::new(file)?;
+        let from = reader.data.pos as usize;
+        let map = Mapped::new(&reader.r, from).map_err(io_at("mapping the file", 0))?;
+        reader.map = Some(map);
+        Ok(reader)
     }
 }
 
@@ -322,43 +418,17 @@ impl Stream {
                 }));
             }
         }
-        let (index, offset) = (self.index, self.pos);
-        let err = |kind: u32, reason: String| PerfDataError::Record {
-            index,
-            kind,
-            offset,
-            reason,
-        };
-        if end - self.pos < 8 {
-            return Err(err(
-                0,
-                format!(
-                    "only {} bytes left in the {what}, less than a record header",
-                    end - self.pos
-                ),
-            ));
-        }
+        self.check_room(end, what)?;
         self.fill(r, 8)
-            .map_err(|e| err(0, format!("reading the header: {e}")))?;
+            .map_err(|e| self.error(0, format!("reading the header: {e}")))?;
         let h = &self.buf[self.start..self.start + 8];
-        let kind = u32::from_ne_bytes([h[0], h[1], h[2], h[3]]);
-        let misc = u16::from_ne_bytes([h[4], h[5]]);
-        let size = u64::from(u16::from_ne_bytes([h[6], h[7]]));
-        if size < 8 {
-            return Err(err(kind, format!("size {size} is smaller than its header")));
-        }
-        if size > end - self.pos {
-            return Err(err(
-                kind,
-                format!("size {size} runs past the end of the {what} at byte {end}"),
-            ));
-        }
+        let (kind, misc, size) = self.header(h, end, what)?;
         self.fill(r, size as usize)
-            .map_err(|e| err(kind, format!("reading {size} bytes: {e}")))?;
-        let body = &self.buf[self.start + 8..self.start + size as usize];
+            .map_err(|e| self.error(kind, format!("reading {size} bytes: {e}")))?;
+        let at = self.start;
         self.start += size as usize;
-        self.pos += size;
-        self.index += 1;
+        let (index, offset) = self.advance(size);
+        let body = &self.buf[at + 8..at + size as usize];
         Ok(Some(FileRecord {
             index,
             offset,
@@ -366,6 +436,93 @@ impl Stream {
             misc,
             body,
         }))
+    }
+
+    /// [`Stream::next`] in a mapped file: the record is a slice of `map`.
+    fn next_mapped<'m>(
+        &mut self,
+        map: &'m [u8],
+        what: &str,
+    ) -> Result<Option<FileRecord<'m>>, PerfDataError> {
+        let end = self.sec.offset + self.sec.size;
+        if self.pos >= end {
+            return Ok(None);
+        }
+        self.check_room(end, what)?;
+        let short = |n: u64| format!("the file ends at byte {}, inside {n} bytes", map.len());
+        let at = usize::try_from(self.pos).unwrap_or(usize::MAX);
+        let h = map
+            .get(at..at.saturating_add(8))
+            .ok_or_else(|| self.error(0, format!("reading the header: {}", short(8))))?;
+        let (kind, misc, size) = self.header(h, end, what)?;
+        let body = map
+            .get(at + 8..at.saturating_add(size as usize))
+            .ok_or_else(|| self.error(kind, format!("reading {size} bytes: {}", short(size))))?;
+        // Records mostly follow with the same size: the start and the end
+        // (where a sample's stack dump keeps its size) of the one after
+        // the next start coming into the caches.
+        let ahead = at.saturating_add(4 * size as usize);
+        let near = map.get(ahead.saturating_sub(256)..).unwrap_or(&[]);
+        crate::attach::sys::prefetch(near.get(..512).unwrap_or(near));
+        let (index, offset) = self.advance(size);
+        Ok(Some(FileRecord {
+            index,
+            offset,
+            kind,
+            misc,
+            body,
+        }))
+    }
+
+    /// An error about the record at `pos`.
+    fn error(&self, kind: u32, reason: String) -> PerfDataError {
+        PerfDataError::Record {
+            index: self.index,
+            kind,
+            offset: self.pos,
+            reason,
+        }
+    }
+
+    /// Checks that a record header fits in what is left of the section.
+    fn check_room(&self, end: u64, what: &str) -> Result<(), PerfDataError> {
+        if end - self.pos < 8 {
+            return Err(self.error(
+                0,
+                format!(
+                    "only {} bytes left in the {what}, less than a record header",
+                    end - self.pos
+                ),
+            ));
+        }
+        Ok(())
+    }
+
+    /// The type, misc and size of the record header `h` at `pos`,
+    /// checked against the section's `end`.
+    fn header(&self, h: &[u8], end: u64, what: &str) -> Result<(u32, u16, u64), PerfDataError> {
+        let kind = u32::from_ne_bytes([h[0], h[1], h[2], h[3]]);
+        let misc = u16::from_ne_bytes([h[4], h[5]]);
+        let size = u64::from(u16::from_ne_bytes([h[6], h[7]]));
+        if size < 8 {
+            return Err(self.error(kind, format!("size {size} is smaller than its header")));
+        }
+        if size > end - self.pos {
+            return Err(self.error(
+                kind,
+                format!("size {size} runs past the end of the {what} at byte {end}"),
+            ));
+        }
+        Ok((kind, misc, size))
+    }
+
+    /// Steps past the record at `pos` of `size` bytes; returns its index
+    /// and offset.
+    fn advance(&mut self, size: u64) -> (u64, u64) {
+        let at = (self.index, self.pos);
+        self.pos += size;
+        self.index += 1;
+        at
     }
 }
 

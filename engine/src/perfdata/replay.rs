@@ -128,13 +128,19 @@ impl<R: Read + Seek> Replay<R> {
         } = self;
         let mut n = 0u64;
         let mut round = 0u64;
+        // A mapped file's user stacks wait for their turn where they are.
+        if let Some(bytes) = reader.mapped_bytes() {
+            decoder.read_in_place(bytes);
+        }
         while let Some(rec) = reader.next_record()? {
             match rec.kind {
                 RECORD_FINISHED_ROUND => {
                     feed_hidden(reader, decoder, hidden_mark, Some(round))?;
                     round += 1;
-                    n += decoder.round(Handover::Ordered, |e, plans| f(e, plans, symbols, maps))
-                        as u64;
+                    let bytes = reader.mapped_bytes().unwrap_or(&[]);
+                    n += decoder.round_in_place(Handover::Ordered, bytes, |e, plans| {
+                        f(e, plans, symbols, maps)
+                    }) as u64;
                 }
                 RECORD_SAMPLE | RECORD_COMM | RECORD_LOST => {
                     decoder
@@ -163,7 +169,9 @@ impl<R: Read + Seek> Replay<R> {
             }
         }
         feed_hidden(reader, decoder, hidden_mark, None)?;
-        n += decoder.round(Handover::All, |e, plans| f(e, plans, symbols, maps)) as u64;
+        let bytes = reader.mapped_bytes().unwrap_or(&[]);
+        n += decoder.round_in_place(Handover::All, bytes, |e, plans| f(e, plans, symbols, maps))
+            as u64;
         Ok(n)
     }
 }

@@ -323,3 +323,68 @@ fn sections_sharing_bytes_cannot_multiply_the_memory_taken() {
     );
     assert!(Reader::new(Cursor::new(&bytes[..])).is_ok());
 }
+
+/// The bytes of `bytes` as a file, read back mapped.
+fn mapped(bytes: &[u8]) -> Result<Reader<std::fs::File>, PerfDataError> {
+    use std::io::{Seek, Write};
+    let mut f = tempfile::tempfile().unwrap();
+    f.write_all(bytes).unwrap();
+    f.rewind().unwrap();
+    Reader::mapped(f)
+}
+
+/// Every record left (of the hidden probes' region with `hidden`): its
+/// offset, type and body.
+fn all_records<R: std::io::Read + std::io::Seek>(
+    r: &mut Reader<R>,
+    hidden: bool,
+) -> Vec<(u64, u32, Vec<u8>)> {
+    let mut out = Vec::new();
+    loop {
+        let rec = if hidden {
+            r.next_hidden_record()
+        } else {
+            r.next_record()
+        };
+        match rec.unwrap() {
+            Some(rec) => out.push((rec.offset, rec.kind, rec.body.to_vec())),
+            None => return out,
+        }
+    }
+}
+
+/// A mapped file gives the records, the replay (hidden probes too) and
+/// the errors a read one gives.
+#[test]
+fn a_mapped_file_reads_as_a_read_one() {
+    let (bytes, want) = file();
+    let mut r = Replay::new(mapped(&bytes).unwrap()).unwrap();
+    let mut lines = Vec::new();
+    r.run(|e, plans, _, _| lines.push(format!("{} {}", e.time_ns, plans[e.probe].event)))
+        .unwrap();
+    let want: Vec<String> = want
+        .iter()
+        .map(|l| {
+            let w: Vec<&str> = l.split(' ').collect();
+            format!("{} {}", w[3], w[4])
+        })
+        .collect();
+    assert_eq!(lines, want);
+    let hiding = file_hiding(&plans(), 1);
+    let mut read = Reader::new(Cursor::new(&hiding[..])).unwrap();
+    let mut map = mapped(&hiding).unwrap();
+    for hidden in [false, true] {
+        let a = all_records(&mut read, hidden);
+        assert!(!a.is_empty());
+        assert_eq!(a, all_records(&mut map, hidden));
+    }
+    // A record whose size runs past the data section.
+    let mut bad = bytes.clone();
+    let data = u64::from_le_bytes(bad[40..48].try_into().unwrap()) as usize;
+    bad[data + 6..data + 8].copy_from_slice(&u16::MAX.to_ne_bytes());
+    let err = |r: Result<Option<FileRecord<'_>>, PerfDataError>| r.unwrap_err().to_string();
+    let a = err(Reader::new(Cursor::new(&bad[..])).unwrap().next_record());
+    let b = err(mapped(&bad).unwrap().next_record());
+    assert_eq!(a, b);
+    assert!(a.contains("runs past the end of the data section"), "{a}");
+}

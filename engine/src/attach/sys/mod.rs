@@ -513,6 +513,36 @@ pub fn page_size() -> usize {
     usize::try_from(v).unwrap_or(4096)
 }
 
+/// A read-only map of a whole regular file (a perf.data file being read
+/// back), so that its records are read in place, without a copy.
+pub fn map_file(file: &std::fs::File) -> io::Result<memmap2::Mmap> {
+    // SAFETY: the map is read-only and private, and only ever read as
+    // bytes. Another process truncating the file while it is mapped would
+    // make reads past the new end fault (SIGBUS), as for every reader that
+    // maps its input (perf script maps perf.data too); a recording being
+    // written is not truncated by kprobe-perf or perf.
+    unsafe { memmap2::Mmap::map(file) }
+}
+
+/// Asks the CPU to bring `bytes` into its caches (a hint: the bytes of a
+/// mapped file about to be read, so that their cache misses overlap).
+/// Does nothing on other architectures than x86_64.
+#[inline]
+pub fn prefetch(bytes: &[u8]) {
+    #[cfg(target_arch = "x86_64")]
+    for line in bytes.chunks(64) {
+        // SAFETY: a prefetch reads nothing and faults on no address; SSE
+        // is part of every x86_64 CPU. The pointer is of a live slice.
+        unsafe {
+            std::arch::x86_64::_mm_prefetch::<{ std::arch::x86_64::_MM_HINT_T0 }>(
+                line.as_ptr().cast::<i8>(),
+            );
+        }
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = bytes;
+}
+
 /// The calling thread's id.
 pub fn gettid() -> i32 {
     // SAFETY: gettid has no preconditions.

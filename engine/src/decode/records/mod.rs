@@ -220,6 +220,10 @@ pub struct RecordDecoder {
     /// False while [`RecordDecoder::count`] decodes a sample: its user
     /// stack is not unwound.
     unwind_samples: bool,
+    /// The address range of bytes that outlive every record of them
+    /// (a mapped perf.data file, [`RecordDecoder::read_in_place`]): user
+    /// stacks in it wait for handover as offsets, not copies.
+    in_place: std::ops::Range<usize>,
 }
 
 /// One probe as it was opened, for a [`RecordDecoder`]: its plan, the
@@ -339,6 +343,7 @@ impl RecordDecoder {
             counted_addresses: AddressSet::default(),
             counted_unnamed: IntMap::default(),
             unwind_samples: true,
+            in_place: 0..0,
             user_stacks: any_dwarf.then(|| {
                 Box::new(crate::decode::user_stacks::UserStacks::new(
                     names == ThreadNames::ReadProc,
@@ -612,6 +617,15 @@ impl RecordDecoder {
         }
     }
 
+    /// Records given from now on may lie in `bytes`, which outlive them
+    /// (a mapped perf.data file): a user stack in it is kept as its
+    /// offset there, not copied, until [`RecordDecoder::round_in_place`]
+    /// unwinds it with the same `bytes`.
+    pub(crate) fn read_in_place(&mut self, bytes: &[u8]) {
+        let start = bytes.as_ptr() as usize;
+        self.in_place = start..start + bytes.len();
+    }
+
     /// True when samples carry user stacks to unwind: the decoder then
     /// wants every MMAP, FORK, COMM and EXIT record (a file read back
     /// gives it those too).
@@ -727,7 +741,13 @@ impl RecordDecoder {
             // (it ends there); the rest of the dump is padding.
             let stack = stack.as_slice();
             let len = usize::try_from(dyn_size).map_or(stack.len(), |n| n.min(stack.len()));
-            self.queue.set_user_stack(regs, &stack[..len]);
+            let at = stack.as_ptr() as usize;
+            if self.in_place.contains(&at) && at + len <= self.in_place.end {
+                self.queue
+                    .set_user_stack_in_place(regs, (at - self.in_place.start) as u64, len);
+            } else {
+                self.queue.set_user_stack(regs, &stack[..len]);
+            }
         }
         account(&mut self.stats, &mut self.queue, decoded.map(|()| probe))
             .map_err(RecordError::Decode)
@@ -749,12 +769,37 @@ impl RecordDecoder {
         })
     }
 
+    /// [`RecordDecoder::round`] for records read in place: `bytes` are
+    /// those given to [`RecordDecoder::read_in_place`].
+    pub(crate) fn round_in_place(
+        &mut self,
+        handover: Handover,
+        bytes: &[u8],
+        mut f: impl FnMut(&Event, &[ProbePlan]),
+    ) -> usize {
+        self.round_with(handover, bytes, |e, plans| {
+            f(e, plans);
+            ControlFlow::Continue(())
+        })
+    }
+
     /// As [`RecordDecoder::round`], but `f` may stop the round with
     /// `Break`: the events not yet handed over stay queued, in order, for
     /// the next round.
     pub fn try_round(
         &mut self,
         handover: Handover,
+        f: impl FnMut(&Event, &[ProbePlan]) -> ControlFlow<()>,
+    ) -> usize {
+        self.round_with(handover, &[], f)
+    }
+
+    /// [`RecordDecoder::try_round`], with the bytes user stacks kept in
+    /// place lie in.
+    fn round_with(
+        &mut self,
+        handover: Handover,
+        in_place: &[u8],
         mut f: impl FnMut(&Event, &[ProbePlan]) -> ControlFlow<()>,
     ) -> usize {
         let plans = &self.plans;
@@ -794,10 +839,13 @@ impl RecordDecoder {
             },
             &self.probes,
             handover,
-            |pid, time, regs, stack, out| {
-                if let Some(u) = self.user_stacks.as_mut() {
-                    u.unwind(pid, time, regs, stack, out);
-                }
+            order::UserStacksAt {
+                in_place,
+                unwind: |pid, time, regs, stack: &[u8], out: &mut Vec<_>| {
+                    if let Some(u) = self.user_stacks.as_mut() {
+                        u.unwind(pid, time, regs, stack, out);
+                    }
+                },
             },
             |e| match join {
                 None => f(e, plans),

@@ -27,12 +27,28 @@ struct Slot {
     /// how many.
     frames_at: u32,
     frames_len: u32,
-    /// Where its user registers and stack copy start in
-    /// [`EventQueue::user`], and how many bytes (0: none), for DWARF
-    /// unwinding at handover, once every ring's mappings up to its time
-    /// have been read.
-    user_at: u32,
+    /// Where its user stack copy starts in [`EventQueue::user`] (or in
+    /// the bytes read in place, `user_in_place`), and how many bytes, for
+    /// DWARF unwinding at handover, once every ring's mappings up to its
+    /// time have been read.
+    user_at: u64,
     user_len: u32,
+    /// Where its user registers (pc, sp, fp, lr: 32 bytes) start in
+    /// [`EventQueue::user`], when it has them (`has_user`).
+    regs_at: u32,
+    has_user: bool,
+    /// The user stack lies at `user_at` in the bytes handed to
+    /// [`EventQueue::round`] (a mapped file), not in [`EventQueue::user`].
+    user_in_place: bool,
+}
+
+/// How [`EventQueue::round`] unwinds user stacks: `unwind(pid, time,
+/// regs, stack, frames)` appends a sample's user frames, and the stacks
+/// kept in place ([`EventQueue::set_user_stack_in_place`]) are read from
+/// `in_place`.
+pub(crate) struct UserStacksAt<'a, U> {
+    pub(crate) in_place: &'a [u8],
+    pub(crate) unwind: U,
 }
 
 /// Puts the events of successive poll rounds in time order: an event is
@@ -77,6 +93,9 @@ pub(crate) struct EventQueue {
 impl EventQueue {
     /// Events kept for reuse (a power of two).
     const SCRATCH: usize = 256;
+    /// Bytes of a user stack read in place brought into the caches ahead
+    /// of its unwinding: the frames of most stacks lie in them.
+    const PREFETCH: usize = 2048;
 
     pub(crate) fn new() -> EventQueue {
         EventQueue {
@@ -102,7 +121,7 @@ impl EventQueue {
             ints_at: self.ints.len() as u32,
             others_at: self.others.len() as u32,
             frames_at: self.frames.len() as u32,
-            user_at: self.user.len() as u32,
+            regs_at: self.user.len() as u32,
             ..Slot::default()
         });
         let head = match self.pending.last_mut() {
@@ -131,16 +150,42 @@ impl EventQueue {
     /// Keeps the user registers (pc, sp, fp, lr) and stack copy of the
     /// slot begun last, to be unwound at handover.
     pub(crate) fn set_user_stack(&mut self, regs: [u64; 4], stack: &[u8]) {
+        if self.set_regs(regs) {
+            let at = self.user.len();
+            self.user.extend_from_slice(stack);
+            if let Some(s) = self.pending.last_mut() {
+                s.user_at = at as u64;
+                s.user_len = stack.len() as u32;
+            }
+        }
+    }
+
+    /// As [`EventQueue::set_user_stack`], for a stack of `len` bytes that
+    /// stays at `at` in the bytes [`EventQueue::round`] will be given (a
+    /// mapped file): only the registers are copied.
+    pub(crate) fn set_user_stack_in_place(&mut self, regs: [u64; 4], at: u64, len: usize) {
+        if self.set_regs(regs) {
+            if let Some(s) = self.pending.last_mut() {
+                s.user_at = at;
+                s.user_len = len as u32;
+                s.user_in_place = true;
+            }
+        }
+    }
+
+    /// Keeps the user registers of the slot begun last; false if there
+    /// is none.
+    fn set_regs(&mut self, regs: [u64; 4]) -> bool {
         let at = self.user.len();
         let Some(s) = self.pending.last_mut() else {
-            return;
+            return false;
         };
+        s.regs_at = at as u32;
+        s.has_user = true;
         for r in regs {
             self.user.extend_from_slice(&r.to_ne_bytes());
         }
-        self.user.extend_from_slice(stack);
-        s.user_at = at as u32;
-        s.user_len = (self.user.len() - at) as u32;
+        true
     }
 
     /// The time up to which every record had been read when the last
@@ -172,7 +217,7 @@ impl EventQueue {
             self.ints.truncate(s.ints_at as usize);
             self.others.truncate(s.others_at as usize);
             self.frames.truncate(s.frames_at as usize);
-            self.user.truncate(s.user_at as usize);
+            self.user.truncate(s.regs_at as usize);
         }
     }
 
@@ -194,9 +239,13 @@ impl EventQueue {
         mut name_of: impl FnMut(&EventHead) -> u32,
         probes: &[super::ProbeLayout],
         handover: Handover,
-        mut unwind: impl FnMut(i32, u64, [u64; 4], &[u8], &mut Vec<StackFrame>),
+        user: UserStacksAt<'_, impl FnMut(i32, u64, [u64; 4], &[u8], &mut Vec<StackFrame>)>,
         mut f: impl FnMut(&Event) -> ControlFlow<()>,
     ) -> usize {
+        let UserStacksAt {
+            in_place,
+            mut unwind,
+        } = user;
         let round_max = self.round_max.take();
         let unsorted = self.sorted < self.pending.len();
         let waiting = self.pending.get_mut(self.done..).unwrap_or(&mut []);
@@ -221,11 +270,19 @@ impl EventQueue {
         }
         // Events after a `Break` stay queued, in order, for the next round.
         let mut handed = 0;
-        for slot in self
+        let batch = self
             .pending
             .get(self.done..self.done + ready)
-            .unwrap_or(&[])
-        {
+            .unwrap_or(&[]);
+        for (k, slot) in batch.iter().enumerate() {
+            // The stack of a slot a few ahead starts coming into the
+            // caches while this one is unwound (a user stack read in
+            // place is cold: the unwinder's reads would miss one by one).
+            if let Some(ahead) = batch.get(k + 4).filter(|s| s.user_in_place) {
+                let at = ahead.user_at as usize;
+                let n = (ahead.user_len as usize).min(Self::PREFETCH);
+                crate::attach::sys::prefetch(in_place.get(at..at + n).unwrap_or(&[]));
+            }
             let comm = name_of(&slot.head);
             let Some((named, e)) = self.scratch.get_mut(comm as usize & (Self::SCRATCH - 1)) else {
                 continue;
@@ -257,12 +314,17 @@ impl EventQueue {
             if let Some(frames) = self.frames.get(at..at + len) {
                 e.callchain.extend_from_slice(frames);
             }
-            let (at, len) = (slot.user_at as usize, slot.user_len as usize);
-            if let Some((regs, stack)) = self
-                .user
-                .get(at..at + len)
-                .and_then(|b| b.split_at_checked(32))
-            {
+            if slot.has_user {
+                let regs_at = slot.regs_at as usize;
+                let regs = self.user.get(regs_at..regs_at + 32).unwrap_or(&[]);
+                let (at, len) = (slot.user_at as usize, slot.user_len as usize);
+                let stack = if slot.user_in_place {
+                    in_place
+                } else {
+                    &self.user
+                }
+                .get(at..at.saturating_add(len))
+                .unwrap_or(&[]);
                 let mut r = [0u64; 4];
                 for (v, c) in r.iter_mut().zip(regs.chunks_exact(8)) {
                     *v = u64::from_ne_bytes(c.try_into().unwrap_or_default());
@@ -328,7 +390,7 @@ impl EventQueue {
         let first_user = self
             .pending
             .iter()
-            .map(|s| s.user_at)
+            .map(|s| s.regs_at)
             .fold(self.user.len() as u32, u32::min);
         // Stacks are large (kilobytes each): the dead ones are dropped
         // once they are most of the buffer, not at every round, so that
@@ -343,7 +405,10 @@ impl EventQueue {
             s.ints_at -= first.0;
             s.others_at -= first.1;
             s.frames_at -= first_frame;
-            s.user_at -= first_user;
+            s.regs_at -= first_user;
+            if !s.user_in_place {
+                s.user_at -= u64::from(first_user);
+            }
         }
     }
 }
