@@ -797,7 +797,7 @@ impl Printer<'_> {
             }
         } else {
             text::write_line(&mut self.line, e, plan, self.symbols, &mut self.cache);
-            if let Some(s) = self.stacks.as_ref() {
+            if let Some(s) = self.stacks.as_mut() {
                 s.write_text(&mut self.line);
             }
         }

@@ -8,7 +8,7 @@ use std::path::PathBuf;
 
 use anyhow::{Context, Result};
 use kprobe_perf_engine::analysis::FoldedStacks;
-use kprobe_perf_engine::stack::{CallGraph, NamedFrame, ProcessMaps, StackSymbolizer};
+use kprobe_perf_engine::stack::{CallGraph, FrameId, NamedFrame, ProcessMaps, StackSymbolizer};
 use kprobe_perf_engine::{Event, KernelSymbols, ProbePlan};
 
 /// `record`'s callchain flags.
@@ -175,7 +175,16 @@ pub(crate) struct Stacks {
     folded: Option<FoldedStacks>,
     /// The profile of `--profile`, when asked for.
     profile: Option<crate::profile::ProfileBuilder>,
-    frames: Vec<NamedFrame>,
+    /// The frames of the last event seen, named by `symbolizer`.
+    frames: Vec<FrameId>,
+    /// The same frames, copied, for the folded stacks and the profile.
+    named: Vec<NamedFrame>,
+    /// Each frame's text, by [`FrameId::index`], in `text_bytes` (an
+    /// empty range: not written yet), for the symbolizer's epoch
+    /// `text_epoch`: a frame is formatted once, then copied.
+    text_of: Vec<std::ops::Range<u32>>,
+    text_bytes: Vec<u8>,
+    text_epoch: u64,
     /// `--srcline`.
     srcline: bool,
 }
@@ -195,6 +204,10 @@ impl Stacks {
                 .is_some()
                 .then(crate::profile::ProfileBuilder::new),
             frames: Vec::new(),
+            named: Vec::new(),
+            text_of: Vec::new(),
+            text_bytes: Vec::new(),
+            text_epoch: 0,
             srcline: out.srcline,
         }
     }
@@ -225,9 +238,16 @@ impl Stacks {
         }
         let maps = maps.unwrap_or(&self.maps);
         self.symbolizer
-            .frames_into(e, kernel, maps, &mut self.frames);
+            .name_frames(e, kernel, maps, &mut self.frames);
+        if !self.counts() {
+            return;
+        }
+        self.named.clear();
+        let symbolizer = &self.symbolizer;
+        self.named
+            .extend(self.frames.iter().map(|&id| symbolizer.frame(id).clone()));
         if let Some(p) = self.profile.as_mut() {
-            p.add(e, &plan.event, &self.frames);
+            p.add(e, &plan.event, &self.named);
         }
         let Some(folded) = self.folded.as_mut() else {
             return;
@@ -238,50 +258,35 @@ impl Stacks {
             .is_return()
             .then(|| kernel.symbolize(e.probe_addr))
             .flatten();
-        folded.add(e, &self.frames, probed.as_ref().map(|l| &*l.symbol.name));
+        folded.add(e, &self.named, probed.as_ref().map(|l| &*l.symbol.name));
     }
 
     /// Appends the frames named by the last [`Stacks::see`] to a text
     /// line, one per line as `perf script` prints them (tab, address
     /// right-aligned in 16 columns, `sym+0xOFF`, the object in
     /// parentheses), then an empty line.
-    pub(crate) fn write_text(&self, line: &mut Vec<u8>) {
+    pub(crate) fn write_text(&mut self, line: &mut Vec<u8>) {
         if self.frames.is_empty() {
             return;
         }
-        line.reserve(self.frames.len() * 96);
-        for f in &self.frames {
-            line.extend_from_slice(b"\n\t");
-            put_hex_right(line, f.address, 16);
-            line.push(b' ');
-            match &f.symbol {
-                Some(s) => {
-                    line.extend_from_slice(s.as_bytes());
-                    line.extend_from_slice(b"+0x");
-                    put_hex_right(line, f.offset, 0);
-                }
-                None => line.extend_from_slice(b"[unknown]"),
+        if self.text_epoch != self.symbolizer.epoch() {
+            self.text_of.clear();
+            self.text_bytes.clear();
+            self.text_epoch = self.symbolizer.epoch();
+        }
+        for &id in &self.frames {
+            let i = id.index();
+            if self.text_of.len() <= i {
+                self.text_of.resize(i + 1, 0..0);
             }
-            let src = f.source.as_ref().filter(|_| self.srcline);
-            if !f.inlined {
-                line.extend_from_slice(b" (");
-                line.extend_from_slice(f.object.as_bytes());
-                line.push(b')');
-            } else if src.is_none() {
-                line.extend_from_slice(b" (inlined)");
+            if self.text_of[i].is_empty() {
+                let start = self.text_bytes.len();
+                let frame = self.symbolizer.frame(id);
+                frame_text(&mut self.text_bytes, frame, self.srcline);
+                self.text_of[i] = start as u32..self.text_bytes.len() as u32;
             }
-            // perf's layout: the source on a line of its own, and an
-            // inlined frame's mark after it.
-            if let Some(src) = src {
-                line.extend_from_slice(b"\n  ");
-                let base = src.file.rsplit('/').next().unwrap_or(&src.file);
-                line.extend_from_slice(base.as_bytes());
-                line.push(b':');
-                crate::json::put_int(line, u64::from(src.line));
-                if f.inlined {
-                    line.extend_from_slice(b" (inlined)");
-                }
-            }
+            let r = &self.text_of[i];
+            line.extend_from_slice(&self.text_bytes[r.start as usize..r.end as usize]);
         }
         line.push(b'\n');
     }
@@ -289,41 +294,8 @@ impl Stacks {
     /// Adds a `callchain` array (each frame's address, symbol, offset
     /// and object) to the JSON object in `line`.
     pub(crate) fn write_json(&self, line: &mut Vec<u8>) {
-        if line.last() != Some(&b'}') {
-            return;
-        }
-        line.pop();
-        // Keys sorted, as a serde_json map prints them.
-        line.extend_from_slice(b",\"callchain\":[");
-        for (n, f) in self.frames.iter().enumerate() {
-            if n > 0 {
-                line.push(b',');
-            }
-            line.extend_from_slice(b"{\"address\":");
-            crate::json::put_int(line, f.address);
-            if let Some(src) = f.source.as_ref() {
-                line.extend_from_slice(b",\"file\":");
-                crate::json::put_str(line, &src.file);
-            }
-            if f.inlined {
-                line.extend_from_slice(b",\"inlined\":true");
-            }
-            if let Some(src) = f.source.as_ref() {
-                line.extend_from_slice(b",\"line\":");
-                crate::json::put_int(line, u64::from(src.line));
-            }
-            line.extend_from_slice(b",\"object\":");
-            crate::json::put_str(line, &f.object);
-            line.extend_from_slice(b",\"offset\":");
-            crate::json::put_int(line, f.offset);
-            line.extend_from_slice(b",\"symbol\":");
-            match f.symbol.as_deref() {
-                Some(s) => crate::json::put_str(line, s),
-                None => line.extend_from_slice(b"null"),
-            }
-            line.push(b'}');
-        }
-        line.extend_from_slice(b"]}");
+        let frames = self.frames.iter().map(|&id| self.symbolizer.frame(id));
+        json_callchain(line, frames);
     }
 
     /// Writes the folded stacks and the flame graph `args` ask for.
@@ -400,6 +372,84 @@ fn put_hex_right(line: &mut Vec<u8>, v: u64, width: usize) {
     line.extend_from_slice(&buf[..end]);
 }
 
+/// Adds a `callchain` array of `frames` (each frame's address, symbol,
+/// offset and object) to the JSON object in `line`.
+fn json_callchain<'f>(line: &mut Vec<u8>, frames: impl Iterator<Item = &'f NamedFrame>) {
+    if line.last() != Some(&b'}') {
+        return;
+    }
+    line.pop();
+    // Keys sorted, as a serde_json map prints them.
+    line.extend_from_slice(b",\"callchain\":[");
+    for (n, f) in frames.enumerate() {
+        if n > 0 {
+            line.push(b',');
+        }
+        line.extend_from_slice(b"{\"address\":");
+        crate::json::put_int(line, f.address);
+        if let Some(src) = f.source.as_ref() {
+            line.extend_from_slice(b",\"file\":");
+            crate::json::put_str(line, &src.file);
+        }
+        if f.inlined {
+            line.extend_from_slice(b",\"inlined\":true");
+        }
+        if let Some(src) = f.source.as_ref() {
+            line.extend_from_slice(b",\"line\":");
+            crate::json::put_int(line, u64::from(src.line));
+        }
+        line.extend_from_slice(b",\"object\":");
+        crate::json::put_str(line, &f.object);
+        line.extend_from_slice(b",\"offset\":");
+        crate::json::put_int(line, f.offset);
+        line.extend_from_slice(b",\"symbol\":");
+        match f.symbol.as_deref() {
+            Some(s) => crate::json::put_str(line, s),
+            None => line.extend_from_slice(b"null"),
+        }
+        line.push(b'}');
+    }
+    line.extend_from_slice(b"]}");
+}
+
+/// Appends one frame as `perf script` prints it (see
+/// [`Stacks::write_text`]): a newline and a tab, the address
+/// right-aligned in 16 columns, `sym+0xOFF`, the object in parentheses,
+/// and with `srcline` its source line on a line of its own.
+fn frame_text(line: &mut Vec<u8>, f: &NamedFrame, srcline: bool) {
+    line.extend_from_slice(b"\n\t");
+    put_hex_right(line, f.address, 16);
+    line.push(b' ');
+    match &f.symbol {
+        Some(s) => {
+            line.extend_from_slice(s.as_bytes());
+            line.extend_from_slice(b"+0x");
+            put_hex_right(line, f.offset, 0);
+        }
+        None => line.extend_from_slice(b"[unknown]"),
+    }
+    let src = f.source.as_ref().filter(|_| srcline);
+    if !f.inlined {
+        line.extend_from_slice(b" (");
+        line.extend_from_slice(f.object.as_bytes());
+        line.push(b')');
+    } else if src.is_none() {
+        line.extend_from_slice(b" (inlined)");
+    }
+    // perf's layout: the source on a line of its own, and an
+    // inlined frame's mark after it.
+    if let Some(src) = src {
+        line.extend_from_slice(b"\n  ");
+        let base = src.file.rsplit('/').next().unwrap_or(&src.file);
+        line.extend_from_slice(base.as_bytes());
+        line.push(b':');
+        crate::json::put_int(line, u64::from(src.line));
+        if f.inlined {
+            line.extend_from_slice(b" (inlined)");
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     #[test]
@@ -459,8 +509,7 @@ mod tests {
 
     #[test]
     fn json_callchains_match_a_sorted_serde_json_map() {
-        let mut stacks = Stacks::new(false, &StackOutputArgs::default());
-        stacks.frames = vec![
+        let frames = [
             NamedFrame {
                 address: 0xffff_ffff_8123_45a0,
                 symbol: Some("do_sys_openat2".into()),
@@ -484,9 +533,8 @@ mod tests {
             },
         ];
         let mut line = b"{\"type\":\"event\"}".to_vec();
-        stacks.write_json(&mut line);
-        let frames: Vec<_> = stacks
-            .frames
+        json_callchain(&mut line, frames.iter());
+        let frames: Vec<_> = frames
             .iter()
             .map(|f| {
                 let mut j = serde_json::json!({

@@ -247,18 +247,21 @@ pub struct StackSymbolizer {
     unknown: Option<Arc<str>>,
     modules: HashMap<String, Arc<str>>,
     names: HashMap<Box<str>, Arc<str>>,
-    /// Kernel frames already named, by address: kernel text does not
-    /// move, and a probe's stacks repeat the same few return addresses
-    /// (looked up in kallsyms and named once each, not at every event).
-    kernel_frames: HashMap<u64, NamedFrame>,
+    /// Kernel frames already named, by address, as a range of `named`:
+    /// kernel text does not move, and a probe's stacks repeat the same
+    /// few return addresses (looked up in kallsyms, or the kernel's DWARF,
+    /// and named once each, not at every event).
+    kernel_frames: FrameRanges<u64>,
     /// User frames already named, by process and address, while the
     /// mappings stay as they were ([`ProcessMaps`]' generation): each
     /// frame's mapping is found by a scan and its function by a search.
-    user_frames: UserFrames,
+    user_frames: FrameRanges<(i32, u64)>,
     user_frames_of: u64,
-    /// The frames `user_frames` index: an address's inlined frames, then
-    /// its function's.
-    user_named: Vec<NamedFrame>,
+    /// How many times the caches started again ([`StackSymbolizer::epoch`]).
+    epoch: u64,
+    /// The frames the two caches index: an address's inlined frames,
+    /// then its function's ([`FrameId`]).
+    named: Vec<NamedFrame>,
     /// Inlined frames from the binaries' DWARF, where there is some.
     sources: kprobe_perf_unwind::SourceLookup,
     /// The running kernel's debug file and the KASLR slide (running minus
@@ -267,19 +270,30 @@ pub struct StackSymbolizer {
     /// The lookup in `kernel_dwarf`'s file, opened at the first kernel
     /// frame (`Err`: it could not be; frames are named from kallsyms).
     kernel_lookup: Option<Result<kprobe_perf_debuginfo::AddressLookup, String>>,
-    /// With `kernel_dwarf`: kernel frames already named, by address, each
-    /// address's inlined frames then its function's.
-    kernel_inlined: HashMap<u64, Vec<NamedFrame>>,
 }
 
-type UserFrames = HashMap<
-    (i32, u64),
+type FrameRanges<K> = HashMap<
+    K,
     std::ops::Range<u32>,
     std::hash::BuildHasherDefault<crate::decode::records::IntHasher>,
 >;
 
-/// Kernel (and user) frames kept named before the cache starts again.
-const KERNEL_FRAMES_KEPT: usize = 1 << 16;
+/// Frames kept named before the caches start again.
+const FRAMES_KEPT: usize = 1 << 16;
+
+/// A frame named by a [`StackSymbolizer`] ([`StackSymbolizer::name_frames`]),
+/// read with [`StackSymbolizer::frame`]; valid while the symbolizer's
+/// [`StackSymbolizer::epoch`] stays the same.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct FrameId(u32);
+
+impl FrameId {
+    /// Its place among the frames named in this epoch: small and dense,
+    /// for a table kept beside the symbolizer (a frame's text, say).
+    pub fn index(self) -> usize {
+        self.0 as usize
+    }
+}
 
 /// The shared copy of `s` in `names`.
 fn intern(names: &mut HashMap<Box<str>, Arc<str>>, s: &str) -> Arc<str> {
@@ -340,30 +354,85 @@ impl StackSymbolizer {
         maps: &ProcessMaps,
         out: &mut Vec<NamedFrame>,
     ) {
+        let mut ids = Vec::with_capacity(e.callchain.len());
+        self.name_frames(e, kernel, maps, &mut ids);
         out.clear();
-        for f in &e.callchain {
-            let named = if f.user {
-                let group = self.user_frames(e.pid, f.address, maps);
-                if let Some(named) = self.user_named.get(group) {
-                    out.extend_from_slice(named);
-                }
-                continue;
-            } else if self.kernel_dwarf.is_some() {
-                self.kernel_frames_from_dwarf(f.address, kernel, out);
-                continue;
-            } else {
-                self.kernel_frame(f.address, kernel)
-            };
-            if !named.user
-                && named
-                    .symbol
-                    .as_deref()
-                    .is_some_and(|s| TRAMPOLINES.contains(&s))
-            {
-                continue;
-            }
-            out.push(named);
+        out.extend(ids.into_iter().map(|id| self.frame(id).clone()));
+    }
+
+    /// As [`StackSymbolizer::frames_into`], without a copy: `out` (cleared
+    /// first) is filled with the ids of the frames, each read with
+    /// [`StackSymbolizer::frame`] until the next call (the names are kept
+    /// here, shared by every event that has the frame).
+    pub fn name_frames(
+        &mut self,
+        e: &Event,
+        kernel: &KernelSymbols,
+        maps: &ProcessMaps,
+        out: &mut Vec<FrameId>,
+    ) {
+        out.clear();
+        // The caches start again when the mappings change (a user frame's
+        // name may change with them) or hold too many frames; the ids
+        // handed out before index them no longer.
+        if self.user_frames_of != maps.generation || self.named.len() >= FRAMES_KEPT {
+            self.user_frames.clear();
+            self.kernel_frames.clear();
+            self.named.clear();
+            self.user_frames_of = maps.generation;
+            self.epoch += 1;
         }
+        for f in &e.callchain {
+            let range = if f.user {
+                self.user_frames(e.pid, f.address, maps)
+            } else {
+                self.kernel_frames(f.address, kernel)
+            };
+            out.extend(range.map(FrameId));
+        }
+    }
+
+    /// Changes each time the ids [`StackSymbolizer::name_frames`] gave
+    /// before stop being valid (the mappings changed, or too many frames
+    /// were kept); the ids it gives are valid in the epoch after the call.
+    pub fn epoch(&self) -> u64 {
+        self.epoch
+    }
+
+    /// A frame [`StackSymbolizer::name_frames`] named.
+    pub fn frame(&self, id: FrameId) -> &NamedFrame {
+        static UNKNOWN: std::sync::OnceLock<NamedFrame> = std::sync::OnceLock::new();
+        match self.named.get(id.0 as usize) {
+            Some(f) => f,
+            None => UNKNOWN.get_or_init(NamedFrame::default),
+        }
+    }
+
+    /// The frames at kernel `address`, as a range of `named`: from the
+    /// kernel's DWARF when it is given (its inlined functions, innermost
+    /// first, then its function's), else from kallsyms; none for a
+    /// trampoline.
+    fn kernel_frames(&mut self, address: u64, kernel: &KernelSymbols) -> std::ops::Range<u32> {
+        if let Some(r) = self.kernel_frames.get(&address) {
+            return r.clone();
+        }
+        let start = self.named.len() as u32;
+        if self.kernel_dwarf.is_some() {
+            let named = self.kernel_frames_from_dwarf(address, kernel);
+            self.named.extend(named);
+        } else {
+            let named = self.name_kernel_frame(address, kernel);
+            let trampoline = named
+                .symbol
+                .as_deref()
+                .is_some_and(|s| TRAMPOLINES.contains(&s));
+            if !trampoline {
+                self.named.push(named);
+            }
+        }
+        let range = start..self.named.len() as u32;
+        self.kernel_frames.insert(address, range.clone());
+        range
     }
 
     fn unknown(&mut self) -> Arc<str> {
@@ -372,31 +441,14 @@ impl StackSymbolizer {
             .clone()
     }
 
-    fn kernel_frame(&mut self, address: u64, kernel: &KernelSymbols) -> NamedFrame {
-        if let Some(f) = self.kernel_frames.get(&address) {
-            return f.clone();
-        }
-        let f = self.name_kernel_frame(address, kernel);
-        if self.kernel_frames.len() >= KERNEL_FRAMES_KEPT {
-            self.kernel_frames.clear();
-        }
-        self.kernel_frames.insert(address, f.clone());
-        f
-    }
-
-    /// Appends the frames at kernel `address` named from kallsyms and
-    /// the kernel's DWARF: its inlined functions, innermost first, then
-    /// its function's (a trampoline gives none).
+    /// The frames at kernel `address` named from kallsyms and the
+    /// kernel's DWARF: its inlined functions, innermost first, then its
+    /// function's (a trampoline gives none).
     fn kernel_frames_from_dwarf(
         &mut self,
         address: u64,
         kernel: &KernelSymbols,
-        out: &mut Vec<NamedFrame>,
-    ) {
-        if let Some(named) = self.kernel_inlined.get(&address) {
-            out.extend_from_slice(named);
-            return;
-        }
+    ) -> Vec<NamedFrame> {
         let own = self.name_kernel_frame(address, kernel);
         let mut named = Vec::new();
         let trampoline = own
@@ -422,11 +474,7 @@ impl StackSymbolizer {
                 .map(|f| (f.function.as_deref(), f.file.as_deref(), f.line));
             named = inline_frames(own, at, &mut self.names);
         }
-        out.extend_from_slice(&named);
-        if self.kernel_inlined.len() >= KERNEL_FRAMES_KEPT {
-            self.kernel_inlined.clear();
-        }
-        self.kernel_inlined.insert(address, named);
+        named
     }
 
     fn name_kernel_frame(&mut self, address: u64, kernel: &KernelSymbols) -> NamedFrame {
@@ -467,38 +515,26 @@ impl StackSymbolizer {
     }
 
     /// The frames at user `address` of `pid` (its inlined functions, then
-    /// its own), as a range of `user_named`.
-    fn user_frames(
-        &mut self,
-        pid: i32,
-        address: u64,
-        maps: &ProcessMaps,
-    ) -> std::ops::Range<usize> {
-        if self.user_frames_of != maps.generation || self.user_frames.len() >= KERNEL_FRAMES_KEPT {
-            self.user_frames.clear();
-            self.user_named.clear();
-            self.user_frames_of = maps.generation;
-        }
+    /// its own), as a range of `named`.
+    fn user_frames(&mut self, pid: i32, address: u64, maps: &ProcessMaps) -> std::ops::Range<u32> {
         if let Some(r) = self.user_frames.get(&(pid, address)) {
-            return r.start as usize..r.end as usize;
+            return r.clone();
         }
-        let start = self.user_named.len();
+        let start = self.named.len() as u32;
         self.name_user_frames(pid, address, maps);
-        let end = self.user_named.len();
-        if let (Ok(s), Ok(e)) = (u32::try_from(start), u32::try_from(end)) {
-            self.user_frames.insert((pid, address), s..e);
-        }
-        start..end
+        let range = start..self.named.len() as u32;
+        self.user_frames.insert((pid, address), range.clone());
+        range
     }
 
-    /// Names user `address` of `pid` into `user_named`: the functions
+    /// Names user `address` of `pid` into `named`: the functions
     /// inlined there (as perf names them: a DWARF frame named as the
     /// symbol is the symbol's own frame, any other is inlined, with the
     /// symbol's offset), else its function from the symbol table.
     fn name_user_frames(&mut self, pid: i32, address: u64, maps: &ProcessMaps) {
         let Some((path, file_offset)) = maps.find(pid, address) else {
             let object = self.unknown();
-            self.user_named.push(NamedFrame {
+            self.named.push(NamedFrame {
                 address,
                 symbol: None,
                 offset: 0,
@@ -514,7 +550,7 @@ impl StackSymbolizer {
             binaries,
             names,
             sources,
-            user_named,
+            named,
             ..
         } = self;
         let binary = match binaries.get(&path) {
@@ -537,7 +573,7 @@ impl StackSymbolizer {
             source: None,
         };
         let Some((name, offset)) = found else {
-            user_named.push(frame(None, 0, false));
+            named.push(frame(None, 0, false));
             return;
         };
         let svma = binary.as_ref().and_then(|b| b.vaddr(file_offset));
@@ -547,7 +583,7 @@ impl StackSymbolizer {
         let at = inline
             .iter()
             .map(|f| (f.function.as_deref(), f.file.as_deref(), f.line));
-        user_named.extend(inline_frames(frame(Some(name), offset, false), at, names));
+        named.extend(inline_frames(frame(Some(name), offset, false), at, names));
     }
 }
 
