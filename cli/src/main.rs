@@ -1004,16 +1004,18 @@ impl<W: Write> EventSink for LiveOutput<'_, W> {
     }
 
     /// `-q -o` with nothing counted from the events (no aggregation, no
-    /// stacks) and no argument the file's symbol table must name
-    /// (`:symbol`): the file takes raw records, and the samples are
-    /// counted without being decoded. Their probe and return addresses
+    /// folded stacks, flame graph or profile) and no argument the file's
+    /// symbol table must name (`:symbol`): the file takes raw records,
+    /// and the samples are counted without being decoded (callchains and
+    /// user stacks stay as the kernel wrote them, as perf record keeps
+    /// them). Their probe and return addresses, and their kernel frames,
     /// come from [`Session::counted_addresses`].
     fn wants_events(&self) -> bool {
         let p = &self.printer;
         !(p.quiet
             && self.file.is_some()
             && p.agg.is_none()
-            && p.stacks.is_none()
+            && !p.stacks.as_ref().is_some_and(|s| s.counts())
             && !p
                 .plans
                 .iter()

@@ -338,3 +338,91 @@ fn a_quiet_file_holds_what_a_printing_run_writes() {
         );
     }
 }
+
+/// `-q -o --call-graph kernel` counts samples with callchains without
+/// decoding them (the file keeps the chains as the kernel wrote them):
+/// their kernel frames must still be named from the file's symbols, as
+/// in a file a printing run wrote.
+#[test]
+fn a_quiet_file_with_stacks_names_their_frames() {
+    let test = "a_quiet_file_with_stacks_names_their_frames";
+    if !kprobes_available(test) {
+        return;
+    }
+    let entry = kprobe_perf_tests::for_kernel("p:do_sys_openat2 dfd=%di:s32");
+    let run = |quiet: bool, path: &str| -> Vec<Vec<String>> {
+        let _ = fs::remove_file(path);
+        let mut args = vec![
+            "record",
+            "-o",
+            path,
+            "--force",
+            "--call-graph",
+            "kernel",
+            "-C",
+            "0",
+        ];
+        if quiet {
+            args.push("-q");
+        }
+        args.extend_from_slice(&[
+            "-e",
+            &entry,
+            "--",
+            "taskset",
+            "-c",
+            "0",
+            env!("CARGO_BIN_EXE_open_loop"),
+            "/etc/hostname",
+            "20",
+            "/dev/null",
+        ]);
+        let out = Command::new(kprobe_perf_bin())
+            .args(&args)
+            .stdout(std::process::Stdio::null())
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(out.status.success(), "{args:?}: {stderr}");
+        assert!(stderr.contains(", 0 lost"), "{args:?}: {stderr}");
+        let (_, text) = script_lines_of(path, "open_loop");
+        let _ = fs::remove_file(path);
+        // Each open_loop event's frames: `sym+0xOFF (object)`.
+        let mut stacks: Vec<Vec<String>> = Vec::new();
+        let mut mine = false;
+        for l in text.lines() {
+            if !l.starts_with('\t') {
+                mine = l.trim_start().starts_with("open_loop-");
+                if mine {
+                    stacks.push(Vec::new());
+                }
+            } else if let (true, Some(s)) = (mine, stacks.last_mut()) {
+                let frame = l.split_whitespace().skip(1).collect::<Vec<_>>().join(" ");
+                s.push(frame);
+            }
+        }
+        stacks
+    };
+    let printed = run(false, "/tmp/kp-printed-g.data");
+    let quiet = run(true, "/tmp/kp-quiet-g.data");
+    println!(
+        "{} and {} stacks; the last: {:#?}",
+        printed.len(),
+        quiet.len(),
+        quiet.last()
+    );
+    for (what, stacks) in [("printed", &printed), ("quiet", &quiet)] {
+        assert!(stacks.len() >= 21, "{what}: {stacks:#?}");
+        for s in stacks {
+            assert!(s.len() >= 3, "{what}: {s:#?}");
+            assert!(
+                s.iter()
+                    .all(|f| f.contains("+0x") && f.ends_with("([kernel.kallsyms])")),
+                "{what}: every kernel frame named: {s:#?}"
+            );
+        }
+    }
+    // The 20 opens of /etc/hostname (and the report's): the same frames.
+    let last = |v: &[Vec<String>]| v[v.len() - 21..].to_vec();
+    assert_eq!(last(&quiet), last(&printed));
+}

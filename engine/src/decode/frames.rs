@@ -3,9 +3,9 @@
 
 /// Frames of a chain at or above this value are context markers
 /// (`PERF_CONTEXT_MAX` is -4095).
-const PERF_CONTEXT_MAX: u64 = (-4095i64) as u64;
+pub(crate) const PERF_CONTEXT_MAX: u64 = (-4095i64) as u64;
 /// `PERF_CONTEXT_KERNEL`: kernel frames follow.
-const PERF_CONTEXT_KERNEL: u64 = (-128i64) as u64;
+pub(crate) const PERF_CONTEXT_KERNEL: u64 = (-128i64) as u64;
 /// `PERF_CONTEXT_USER`: user frames follow.
 const PERF_CONTEXT_USER: u64 = (-512i64) as u64;
 

@@ -98,6 +98,55 @@ impl RecordDecoder {
         Some((probe, parts))
     }
 
+    /// As [`RecordDecoder::fast_parts`], for any sample that begins with
+    /// the session's fixed fields: a callchain, if any, is passed over
+    /// (its kernel frames noted in `counted_addresses`, for the symbol
+    /// table), and what follows the raw record (registers, a user stack)
+    /// is not read.
+    #[inline]
+    fn head_parts<'b>(&mut self, b: &'b [u8]) -> Option<(usize, SampleParts<'b>)> {
+        let fixed = b.first_chunk::<40>()?;
+        let word = |at: usize| fixed.get(at..at + 8).and_then(|w| w.try_into().ok());
+        let half = |at: usize| fixed.get(at..at + 4).and_then(|w| w.try_into().ok());
+        let probe = self.probe_of_fast(word(0).map(u64::from_ne_bytes)?)?;
+        let layout = self.probes.get(probe)?;
+        if !layout.head {
+            return None;
+        }
+        let raw_at = match layout.chain_at {
+            None => 40,
+            Some(40) => {
+                let n = usize::try_from(u64_at(b, 40)?).ok()?;
+                let ips = b.get(48..48usize.checked_add(n.checked_mul(8)?)?)?;
+                if self.counted_chain.as_slice() != ips {
+                    self.counted_chain.clear();
+                    self.counted_chain.extend_from_slice(ips);
+                    let mut kernel = true;
+                    for ip in ips.chunks_exact(8).filter_map(|w| w.try_into().ok()) {
+                        let ip = u64::from_ne_bytes(ip);
+                        if ip >= crate::decode::frames::PERF_CONTEXT_MAX {
+                            kernel = ip == crate::decode::frames::PERF_CONTEXT_KERNEL;
+                        } else if kernel {
+                            self.counted_addresses.insert(ip);
+                        }
+                    }
+                }
+                48 + ips.len()
+            }
+            Some(_) => return None,
+        };
+        let size = u32::from_ne_bytes(b.get(raw_at..raw_at + 4)?.try_into().ok()?) as usize;
+        let parts = SampleParts {
+            ip: word(8).map(u64::from_ne_bytes),
+            pid: half(16).map(i32::from_ne_bytes),
+            tid: half(20).map(i32::from_ne_bytes),
+            time: word(24).map(u64::from_ne_bytes),
+            cpu: half(32).map(u32::from_ne_bytes),
+            raw: b.get(raw_at + 4..(raw_at + 4).checked_add(size)?)?,
+        };
+        Some((probe, parts))
+    }
+
     /// A sample of the exact layout sessions use, in one piece, parsed
     /// directly; `None` sends it down the general path (which also reports
     /// any error).
@@ -155,7 +204,7 @@ impl RecordDecoder {
     /// head; `None` sends it down [`RecordDecoder::record`].
     #[inline]
     pub(super) fn count_sample(&mut self, b: &[u8]) -> Option<Result<(), DecodeError>> {
-        let (probe, parts) = self.fast_parts(b)?;
+        let (probe, parts) = self.head_parts(b)?;
         let plan = self.plans.get(probe)?;
         let mut head = EventHead::default();
         let site = plan.site();

@@ -211,6 +211,9 @@ pub struct RecordDecoder {
     /// The probe and return addresses of the samples
     /// [`RecordDecoder::count`] passed over without decoding.
     counted_addresses: AddressSet,
+    /// The callchain bytes of the last sample counted with one, whose
+    /// kernel frames are in `counted_addresses` (most repeat it).
+    counted_chain: Vec<u8>,
     /// Per thread named from /proc, its earliest sample counted this
     /// round: the next round settles the name there, as a handover does.
     counted_unnamed: IntMap<i32, EventHead>,
@@ -268,6 +271,11 @@ pub(super) struct ProbeLayout {
     /// Where the callchain's frame count lies in a sample record's body,
     /// when the samples carry one.
     chain_at: Option<usize>,
+    /// The samples begin with the session's fixed fields, then the
+    /// callchain if any, then the raw record (after which the user
+    /// registers and stack may follow): what [`RecordDecoder::count`]
+    /// reads without the parser.
+    head: bool,
     /// What handing over the probe's events needs of its plan.
     pub(super) shape: ProbeShape,
     /// The probe's smallest event id (for the COMM records of names
@@ -307,7 +315,7 @@ impl RecordDecoder {
         let mut layouts = Vec::with_capacity(probes.len());
         let mut any_dwarf = false;
         for (probe, opened) in probes.into_iter().enumerate() {
-            let (parse_info, fast, chain_at, dwarf) = sample_layout(probe, &opened.attr)?;
+            let (parse_info, fast, chain_at, dwarf, head) = sample_layout(probe, &opened.attr)?;
             any_dwarf |= dwarf;
             layouts.push(ProbeLayout {
                 fast: fast.map(|f| f.with_plan(&opened.plan)),
@@ -317,6 +325,7 @@ impl RecordDecoder {
                 field_offsets: opened.field_offsets,
                 parse_info,
                 chain_at,
+                head,
             });
             plans.push(opened.plan);
         }
@@ -341,6 +350,7 @@ impl RecordDecoder {
             recent_ids: vec![(0, 0); RECENT_IDS],
             join: None,
             counted_addresses: AddressSet::default(),
+            counted_chain: Vec::new(),
             counted_unnamed: IntMap::default(),
             unwind_samples: true,
             in_place: 0..0,
@@ -481,10 +491,11 @@ impl RecordDecoder {
     /// before the thread's earliest sample it names, and reported as
     /// learned, as for a decoded sample) and its probe and return addresses noted (see
     /// [`RecordDecoder::counted_addresses`]), but its arguments are not
-    /// decoded and it is not queued for a round. Any other record (a
-    /// callchain, a sample split at the ring's end, COMM, LOST ...) goes
-    /// to [`RecordDecoder::record`], whose events a round then hands over
-    /// as usual. Counters are the same as `record` would keep, when
+    /// decoded and it is not queued for a round; its callchain's kernel
+    /// frames are noted too, and its user registers and stack (DWARF
+    /// call graphs) are not read. Any other record (a sample split at
+    /// the ring's end, COMM, LOST ...) goes to [`RecordDecoder::record`],
+    /// whose events a round then hands over as usual. Counters are the same as `record` would keep, when
     /// [`RecordDecoder::can_count_only`].
     pub fn count(&mut self, record: RingRecord<'_>) -> Result<(), RecordError> {
         let RingRecord { kind, body, .. } = record;
@@ -1004,13 +1015,23 @@ fn sample_layout(probe: usize, bytes: &[u8]) -> Result<SampleLayout, RecordsErro
         fast,
         chain_at,
         sample_type & dwarf == dwarf,
+        sample_type & base == base,
     ))
 }
 
 /// What [`sample_layout`] reads of one probe's attr: how to parse its
 /// records, the fast reader's layout (when it applies), where the
 /// callchain starts, and whether samples carry a user stack to unwind.
-type SampleLayout = (RecordParseInfo, Option<FastLayout>, Option<usize>, bool);
+/// Last, whether samples begin with the session's fixed fields (then
+/// the callchain, if any, then the raw record), which
+/// [`RecordDecoder::count`] reads without the parser.
+type SampleLayout = (
+    RecordParseInfo,
+    Option<FastLayout>,
+    Option<usize>,
+    bool,
+    bool,
+);
 
 /// What the decoder keeps of a plan to turn its samples into events.
 fn probe_shape(p: &ProbePlan) -> ProbeShape {

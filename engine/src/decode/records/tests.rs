@@ -908,3 +908,105 @@ fn counting_keeps_the_counts_and_names_a_file_needs() {
     assert_eq!(d.take_learned(), []);
     assert_eq!(d.stats().hits, [1]);
 }
+
+/// A sample with a callchain and a user stack (`--call-graph dwarf`) is
+/// counted as one without: the same hit, the probe address and the
+/// kernel frames noted for the file's symbols (user frames are not
+/// kernel addresses), nothing queued, and the registers and stack after
+/// the raw record never read.
+#[test]
+fn counting_passes_over_callchains_and_user_stacks() {
+    use perf_event_open_sys::bindings::{
+        PERF_SAMPLE_CALLCHAIN, PERF_SAMPLE_REGS_USER, PERF_SAMPLE_STACK_USER,
+    };
+    let (_, plan) = decoder();
+    let mut attr = crate::attach::attr::sample_layout(&plan);
+    attr.sample_type |=
+        u64::from(PERF_SAMPLE_CALLCHAIN | PERF_SAMPLE_REGS_USER | PERF_SAMPLE_STACK_USER);
+    attr.sample_regs_user = 0b111;
+    attr.sample_stack_user = 64;
+    let opened = || OpenedProbe {
+        plan: plan.clone(),
+        attr: crate::attach::sys::attr_bytes(&attr),
+        field_offsets: Vec::new(),
+    };
+    let new = || {
+        RecordDecoder::new(
+            vec![opened()],
+            HashMap::from([(ID, 0)]),
+            ThreadNames::RecordsOnly,
+        )
+        .unwrap()
+    };
+    let (k1, k2, user_ip) = (
+        0xffff_ffff_8100_1234u64,
+        0xffff_ffff_8100_5678u64,
+        0x5555_1234u64,
+    );
+    let sample = |time: u64| {
+        let mut b = Vec::new();
+        for w in [ID, FUNC + 1] {
+            b.extend_from_slice(&w.to_ne_bytes());
+        }
+        b.extend_from_slice(&7i32.to_ne_bytes());
+        b.extend_from_slice(&8i32.to_ne_bytes());
+        b.extend_from_slice(&time.to_ne_bytes());
+        b.extend_from_slice(&1u64.to_ne_bytes()); // cpu 1, res
+        let chain = [
+            crate::decode::frames::PERF_CONTEXT_KERNEL,
+            FUNC + 1,
+            k1,
+            k2,
+            (-512i64) as u64, // PERF_CONTEXT_USER
+            user_ip,
+        ];
+        b.extend_from_slice(&(chain.len() as u64).to_ne_bytes());
+        for ip in chain {
+            b.extend_from_slice(&ip.to_ne_bytes());
+        }
+        let mut raw = [0u8; 20];
+        raw[8..16].copy_from_slice(&FUNC.to_ne_bytes());
+        b.extend_from_slice(&20u32.to_ne_bytes());
+        b.extend_from_slice(&raw);
+        // REGS_USER: ABI 64, three registers; STACK_USER: 64 bytes, 48 used.
+        for w in [2u64, 0x5555_0000, 0x7ffe_0000, 0x7ffe_0040, 64] {
+            b.extend_from_slice(&w.to_ne_bytes());
+        }
+        b.extend_from_slice(&[0xa5; 64]);
+        b.extend_from_slice(&48u64.to_ne_bytes());
+        // REGS_INTR: ABI 64, the plan's registers (dx, di).
+        for w in [2u64, 0x4, 0xffff_ff9c] {
+            b.extend_from_slice(&w.to_ne_bytes());
+        }
+        b
+    };
+    let records = [sample(10), sample(20)];
+    let mut counted = new();
+    let mut decoded = new();
+    let mut frames = Vec::new();
+    for body in &records {
+        counted
+            .count(RingRecord::new(RECORD_SAMPLE, 0, (body, &[])))
+            .unwrap();
+        decoded
+            .record(RingRecord::new(RECORD_SAMPLE, 0, (body, &[])))
+            .unwrap();
+    }
+    decoded.round(Handover::All, |e, _| frames.push(e.callchain.clone()));
+    assert_eq!(counted.waiting(), 0);
+    assert_eq!(counted.stats().hits, [2]);
+    assert_eq!(decoded.stats().hits, [2]);
+    assert_eq!(counted.stats().undecodable, 0);
+    // What the decoding path sees: the same kernel frames.
+    assert_eq!(frames.len(), 2);
+    let kernel: Vec<u64> = frames[0]
+        .iter()
+        .filter(|f| !f.user)
+        .map(|f| f.address)
+        .collect();
+    assert_eq!(kernel, [FUNC + 1, k1, k2]);
+    assert_eq!(
+        counted.counted_addresses(),
+        &std::collections::HashSet::from([FUNC, FUNC + 1, k1, k2])
+    );
+}
