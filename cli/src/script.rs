@@ -36,7 +36,7 @@ pub(crate) fn run(args: &ScriptArgs) -> Result<ExitCode> {
     let (file, _) = kprobe_perf_engine::kernel::open_regular(path)
         .with_context(|| format!("cannot read {} (give a perf.data file)", path.display()))?;
     args.stacks.check()?;
-    let reader = Reader::mapped(file).with_context(|| format!("reading {}", path.display()))?;
+    let reader = Reader::from_file(file).with_context(|| format!("reading {}", path.display()))?;
     let mut replay = Replay::new(reader).with_context(|| format!("reading {}", path.display()))?;
     let stdout = io::stdout();
     let mut out = stdout.lock();

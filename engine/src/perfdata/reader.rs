@@ -51,7 +51,7 @@ pub struct Reader<R> {
     data: Stream,
     /// The hidden probes' records (`FEAT_HIDDEN`).
     hidden: Option<Stream>,
-    /// The whole file, mapped ([`Reader::mapped`]): records are sliced
+    /// The whole file, mapped ([`Reader::from_file`]): records are sliced
     /// from it in place instead of read into `Stream::buf`.
     map: Option<Mapped>,
 }
@@ -251,7 +251,7 @@ impl<R: Read + Seek> Reader<R> {
         }
     }
 
-    /// The whole file when it is mapped ([`Reader::mapped`]): every
+    /// The whole file when it is mapped ([`Reader::from_file`]): every
     /// record's body is a slice of it, valid as long as the reader.
     pub(crate) fn mapped_bytes(&self) -> Option<&[u8]> {
         self.map.as_ref().map(|m| &m.map[..])
@@ -319,17 +319,45 @@ impl<R: Read + Seek> Reader<R> {
 }
 
 impl Reader<std::fs::File> {
-    /// As [`Reader::new`], with the file mapped: records (and the user
-    /// stacks in them) are read in place, not copied, which is what
-    /// makes reading a large recording fast; a thread maps the pages
-    /// ahead of the reader, and ends with it. `file` must be a regular
-    /// file that is not truncated while it is read.
-    pub fn mapped(file: std::fs::File) -> Result<Self, PerfDataError> {
-        let mut reader = Reader::new(file)?;
-        let from = reader.data.pos as usize;
-        let map = Mapped::new(&reader.r, from).map_err(io_at("mapping the file", 0))?;
-        reader.map = Some(map);
-        Ok(reader)
+    /// As [`Reader::new`], reading a file the fastest way for what it
+    /// holds: when its samples carry user stacks (`--call-graph dwarf`,
+    /// kilobytes a sample), the file is mapped and records, stacks
+    /// included, are read in place rather than copied, a thread mapping
+    /// the pages ahead of the reader (it ends with the reader); other
+    /// files, of small records, are read through a buffer, which costs
+    /// less than mapping them. `file` must be a regular file that is not
+    /// truncated while it is read.
+    pub fn from_file(file: std::fs::File) -> Result<Self, PerfDataError> {
+        let reader = Reader::new(file)?;
+        // perf_event_attr.sample_type is at byte 24.
+        let stacks = reader.attrs.iter().any(|a| {
+            a.attr
+                .get(24..32)
+                .and_then(|b| b.try_into().ok())
+                .map(u64::from_ne_bytes)
+                .is_some_and(|t| {
+                    t & u64::from(perf_event_open_sys::bindings::PERF_SAMPLE_STACK_USER) != 0
+                })
+        });
+        if stacks {
+            reader.into_mapped()
+        } else {
+            Ok(reader)
+        }
+    }
+
+    /// As [`Reader::new`], with the file mapped whatever it holds (see
+    /// [`Reader::from_file`]).
+    #[cfg(test)]
+    pub(crate) fn mapped(file: std::fs::File) -> Result<Self, PerfDataError> {
+        Reader::new(file)?.into_mapped()
+    }
+
+    fn into_mapped(mut self) -> Result<Self, PerfDataError> {
+        let from = self.data.pos as usize;
+        let map = Mapped::new(&self.r, from).map_err(io_at("mapping the file", 0))?;
+        self.map = Some(map);
+        Ok(self)
     }
 }
 
