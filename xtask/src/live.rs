@@ -125,6 +125,43 @@ fn process_cpu_ns(pid: u32) -> u64 {
         .sum()
 }
 
+/// Set for a consumer that is a pipeline (`perf record -o - | perf
+/// script`): the workload counts the CPU time of its parent's siblings
+/// (the pipeline's other commands) with its parent's.
+const CONSUMER_SIBLINGS: &str = "KPF_LIVE_CONSUMER_SIBLINGS";
+
+/// The parent of process `pid`, from `/proc/PID/stat`.
+fn parent_of(pid: u32) -> Option<u32> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // After the command's `)`: state, then the parent's pid.
+    stat[stat.rfind(')')? + 1..]
+        .split_whitespace()
+        .nth(1)?
+        .parse()
+        .ok()
+}
+
+/// The processes whose CPU time is the consumer's: `parent`, and with
+/// [`CONSUMER_SIBLINGS`] the other children of its parent.
+fn consumer_pids(parent: u32) -> Vec<u32> {
+    let mut pids = vec![parent];
+    if std::env::var_os(CONSUMER_SIBLINGS).is_none() {
+        return pids;
+    }
+    let Some(grandparent) = parent_of(parent) else {
+        return pids;
+    };
+    let Ok(dir) = std::fs::read_dir("/proc") else {
+        return pids;
+    };
+    let me = std::process::id();
+    pids.extend(
+        dir.filter_map(|e| e.ok()?.file_name().to_str()?.parse::<u32>().ok())
+            .filter(|&p| p != parent && p != me && parent_of(p) == Some(grandparent)),
+    );
+    pids
+}
+
 /// What one workload thread did.
 #[derive(Default)]
 struct ThreadReport {
@@ -199,9 +236,12 @@ pub(crate) fn workload(
     report: &Path,
 ) -> Result<()> {
     let threads = threads.max(1);
-    // The recorder is the parent: its CPU time before and after the calls.
+    // The recorder is the parent: its CPU time before and after the calls
+    // (with its siblings', when the consumer is a pipeline).
     let parent = std::os::unix::process::parent_id();
-    let parent_start = process_cpu_ns(parent);
+    let consumers = consumer_pids(parent);
+    let consumers_cpu = || consumers.iter().map(|&p| process_cpu_ns(p)).sum::<u64>();
+    let parent_start = consumers_cpu();
     let start = Instant::now();
     let per = calls / threads as u64;
     let reports: Vec<ThreadReport> = std::thread::scope(|s| {
@@ -221,7 +261,7 @@ pub(crate) fn workload(
             .collect()
     });
     let wall = start.elapsed();
-    let parent_end = process_cpu_ns(parent);
+    let parent_end = consumers_cpu();
     let (main_cpu, main_vol) = thread_usage();
     let busy: Duration = reports.iter().map(|r| r.busy).sum();
     // During the calls, and the whole process (for the subtraction from
@@ -253,7 +293,7 @@ pub(crate) struct LiveOptions {
 }
 
 /// The probe kinds `--probes` selects from.
-pub(crate) const PROBE_KINDS: [&str; 4] = ["entry", "return", "string", "stack"];
+pub(crate) const PROBE_KINDS: [&str; 5] = ["entry", "return", "string", "stack", "dwarf"];
 
 /// The callchain a stack probe records.
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
@@ -262,6 +302,10 @@ enum Chain {
     Kernel,
     /// The user stack, walked by frame pointer (uprobes).
     User,
+    /// The user registers and 8 KiB of the user stack copied into each
+    /// sample, for unwinding from DWARF (uprobes; bpftrace has no such
+    /// mode and sits this one out).
+    Dwarf,
 }
 
 impl Chain {
@@ -269,6 +313,7 @@ impl Chain {
     fn describe(self) -> &'static str {
         match self {
             Chain::Kernel => "stacks: the kernel stack only, in all three tools (kprobe-perf --call-graph kernel and perf --kernel-callchains: up to kernel.perf_event_max_stack frames; bpftrace kstack: its default depth); kprobe-perf and bpftrace print each frame as function+offset, perf record writes the addresses to its file",
+            Chain::Dwarf => "stacks: the user registers and stack (8 KiB a sample) copied into each sample, for unwinding from DWARF, in both tools (kprobe-perf --call-graph dwarf, which also records the kernel stack, and perf --call-graph dwarf); kprobe-perf's text unwinds each stack as it prints it, its -q -o and perf record write the bytes to their files; bpftrace has no DWARF unwinding and is left out",
             Chain::User => "stacks: the user stack only, walked by frame pointer, in all three tools (kprobe-perf --call-graph user and perf --user-callchains: up to kernel.perf_event_max_stack frames; bpftrace ustack: its default depth); kprobe-perf and bpftrace print each frame as function+offset (bpftrace: an address once the workload has exited), perf record writes the addresses to its file",
         }
     }
@@ -299,6 +344,7 @@ impl ProbeCase {
             None => &[],
             Some(Chain::Kernel) => &["--call-graph", "kernel"],
             Some(Chain::User) => &["--call-graph", "user"],
+            Some(Chain::Dwarf) => &["--call-graph", "dwarf"],
         }
     }
 
@@ -309,6 +355,7 @@ impl ProbeCase {
             None => &[],
             Some(Chain::Kernel) => &["-g", "--kernel-callchains"],
             Some(Chain::User) => &["-g", "--user-callchains"],
+            Some(Chain::Dwarf) => &["--call-graph", "dwarf"],
         }
     }
 
@@ -386,6 +433,14 @@ fn cases(xtask: &str) -> Vec<ProbeCase> {
             ),
             stack: Some(Chain::User),
         },
+        ProbeCase {
+            workload: CallKind::Call,
+            kind: "dwarf",
+            kp: format!("p:{xtask}:kpf_live_target"),
+            perf: (Some(xtask.into()), "kpfb:udwarf=kpf_live_target".into()),
+            bpftrace: String::new(),
+            stack: Some(Chain::Dwarf),
+        },
     ]
 }
 
@@ -397,6 +452,9 @@ enum Tool {
     Kp(&'static str, Vec<&'static str>),
     /// perf record with these options before `-e`; label.
     Perf(&'static str, Vec<&'static str>),
+    /// perf's live text: `perf record -o - | perf script -i -`, its text
+    /// to a file (counted afterwards).
+    PerfText,
     Bpftrace,
 }
 
@@ -406,6 +464,7 @@ impl Tool {
             Tool::Bare => "bare".into(),
             Tool::Kp(l, _) => format!("kprobe-perf {l}"),
             Tool::Perf(l, _) => format!("perf record{l}"),
+            Tool::PerfText => "perf record -o - | perf script".into(),
             Tool::Bpftrace => "bpftrace".into(),
         }
     }
@@ -517,6 +576,33 @@ fn kp_summary(stderr: &str) -> Option<(u64, u64)> {
     let tail = &rest[rest.rfind("), ")? + 3..];
     let lost = tail.split_whitespace().next()?.parse().ok()?;
     Some((events, lost))
+}
+
+/// Events and losses in `perf script --show-lost-events` text: the lines
+/// naming `event` (`kpfb:NAME:`; a stack's frames follow on lines of
+/// their own), and the samples the `PERF_RECORD_LOST_SAMPLES` lines say
+/// were lost, else those of the `PERF_RECORD_LOST` lines (each line's
+/// last number).
+fn perf_script_output(text: &str, event: &str) -> (u64, u64) {
+    let mark = format!("{event}:");
+    let events = text.lines().filter(|l| l.contains(&mark)).count() as u64;
+    let last_number = |l: &str| -> u64 {
+        l.split(|c: char| !c.is_ascii_digit())
+            .rfind(|w| !w.is_empty())
+            .and_then(|w| w.parse().ok())
+            .unwrap_or(0)
+    };
+    let sum = |kind: &str| -> Option<u64> {
+        let lines: Vec<&str> = text
+            .lines()
+            .filter(|l| l.contains(kind) && (kind.ends_with("SAMPLES") || !l.contains("SAMPLES")))
+            .collect();
+        (!lines.is_empty()).then(|| lines.iter().map(|l| last_number(l)).sum())
+    };
+    let lost = sum("PERF_RECORD_LOST_SAMPLES")
+        .or_else(|| sum("PERF_RECORD_LOST"))
+        .unwrap_or(0);
+    (events, lost)
 }
 
 /// `[ perf record: Captured and wrote 1.2 MB FILE (12345 samples) ]`.
@@ -671,6 +757,30 @@ impl Runner<'_> {
                 argv.extend(["-e".into(), perf_event.into(), "-o".into()]);
                 argv.extend([data.into(), "--".into()]);
             }
+            Tool::PerfText => {
+                let perf = self.tools.perf.as_ref().ok_or_else(|| anyhow!("no perf"))?;
+                let perf = perf.to_string_lossy();
+                let mut record: Vec<String> = vec![perf.to_string(), "record".into(), "-N".into()];
+                record.extend(case.perf_opts().iter().map(|o| o.to_string()));
+                record.extend(["-e".into(), perf_event.into(), "-o".into(), "-".into()]);
+                record.push("--".into());
+                record.extend(w.iter().cloned());
+                let script = [&perf, "script", "--show-lost-events", "-i", "-"];
+                let quoted = |words: &mut dyn Iterator<Item = &str>| -> String {
+                    words
+                        .map(|w| format!("'{}'", w.replace('\'', r"'\''")))
+                        .collect::<Vec<_>>()
+                        .join(" ")
+                };
+                let line = format!(
+                    "{} | {} > {}",
+                    quoted(&mut record.iter().map(String::as_str)),
+                    quoted(&mut script.iter().map(|w| &**w)),
+                    quoted(&mut std::iter::once(&*bpf_out.to_string_lossy())),
+                );
+                argv.extend(["sh".into(), "-c".into(), line.into()]);
+                return Ok(argv);
+            }
             Tool::Bpftrace => {
                 let b = self
                     .tools
@@ -709,6 +819,10 @@ impl Runner<'_> {
         let _ = std::fs::remove_file(self.dir.join("out.data.old"));
         let w = self.workload_args(case.workload, threads, rate);
         let mut cmd = Command::new(&self.tools.time);
+        if *tool == Tool::PerfText {
+            // perf script is the workload's parent's sibling: counted too.
+            cmd.env(CONSUMER_SIBLINGS, "1");
+        }
         cmd.args(["-f", "KPFTIME %e %U %S %w %c", "-o"])
             .arg(&timef)
             .current_dir(&self.dir)
@@ -752,6 +866,11 @@ impl Runner<'_> {
             Tool::Perf(..) => {
                 let perf = self.tools.perf.as_ref().ok_or_else(|| anyhow!("no perf"))?;
                 (perf_samples(&stderr), perf_lost(perf, &data))
+            }
+            Tool::PerfText => {
+                let text = std::fs::read_to_string(&bpf_out).unwrap_or_default();
+                let (e, l) = perf_script_output(&text, perf_event);
+                (Some(e), Some(l))
             }
             Tool::Bpftrace => {
                 let (e, l) = bpftrace_output(&bpf_out, case.bpftrace_mark());
@@ -867,8 +986,10 @@ fn tools_for(case: &ProbeCase, tools: &Tools) -> Vec<Tool> {
         if kretprobe {
             v.push(Tool::Perf(" --overwrite", vec!["--overwrite"]));
         }
+        // The peer of kprobe-perf's text: perf's own live text.
+        v.push(Tool::PerfText);
     }
-    if tools.bpftrace.is_some() {
+    if tools.bpftrace.is_some() && case.stack != Some(Chain::Dwarf) {
         v.push(Tool::Bpftrace);
     }
     v
@@ -961,7 +1082,7 @@ fn measure_in(opts: &LiveOptions, dir: &Path) -> Result<()> {
                 with_space(case.perf_opts())
             );
         }
-        if tools.bpftrace.is_some() {
+        if tools.bpftrace.is_some() && !case.bpftrace.is_empty() {
             println!(
                 "bpftrace: bpftrace -o FILE -e '{}' -c WORKLOAD",
                 case.bpftrace

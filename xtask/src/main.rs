@@ -92,8 +92,10 @@ enum Task {
     /// (the live path: a workload of tmpfs opens and of calls of a uprobed
     /// function, on one thread and on every CPU, at stepped rates, bare and
     /// recorded by kprobe-perf (text and --json to /dev/null, -q -o FILE;
-    /// for the kretprobe also --backend tracefs), perf record and bpftrace
-    /// (where it runs), with entry, return, string and stack probes; per probe
+    /// for the kretprobe also --backend tracefs), perf record, perf's live
+    /// text (perf record -o - | perf script, the peer of the text) and
+    /// bpftrace (where it runs), with entry, return, string, stack and
+    /// (uprobes) --call-graph dwarf probes; per probe
     /// kind a table of the workload's added microseconds per call, the
     /// events lost per round, and the consumer's CPU time per event from
     /// getrusage; in the VM, or with --native on this host (uprobes only))
@@ -137,8 +139,9 @@ enum Task {
         /// `call` (calls of a uprobed function), comma-separated.
         #[arg(long, default_value = "open,call")]
         workloads: String,
-        /// For live: only these probe kinds (entry, return, string, stack),
-        /// comma-separated; default: all.
+        /// For live: only these probe kinds (entry, return, string, stack,
+        /// dwarf: uprobes with --call-graph dwarf), comma-separated;
+        /// default: all.
         #[arg(long, default_value = "")]
         probes: String,
         /// For live: instead of the tables, profile the consumers on one
