@@ -246,6 +246,41 @@ fn script_lines_of(path: &str, comm: &str) -> (Vec<String>, String) {
     (lines, text)
 }
 
+/// `record -o path --force` (with `-q` when `quiet`) with `options`
+/// and `-e entry`, of `open_loop` opening /etc/hostname 20 times on CPU
+/// 0; asserts it succeeded and lost nothing.
+fn record_open_loop(path: &str, quiet: bool, options: &[&str], entry: &str) {
+    let _ = fs::remove_file(path);
+    let mut args = vec!["record", "-o", path, "--force"];
+    if quiet {
+        args.push("-q");
+    }
+    args.extend_from_slice(options);
+    args.extend_from_slice(&[
+        "-e",
+        entry,
+        "--",
+        "taskset",
+        "-c",
+        "0",
+        env!("CARGO_BIN_EXE_open_loop"),
+        "/etc/hostname",
+        "20",
+        "/dev/null",
+    ]);
+    let out = Command::new(kprobe_perf_bin())
+        .args(&args)
+        .stdout(std::process::Stdio::null())
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{args:?}: {stderr}");
+    assert!(
+        stderr.contains(", 0 lost"),
+        "{args:?}: nothing lost: {stderr}"
+    );
+}
+
 /// `-q -o` counts the samples without decoding them (nothing looks at the
 /// events): the file must hold what a run that decodes and prints every
 /// event writes, its kretprobe callers named from the file's symbols, on
@@ -259,37 +294,9 @@ fn a_quiet_file_holds_what_a_printing_run_writes() {
     let entry = kprobe_perf_tests::for_kernel("p:do_sys_openat2 dfd=%di:s32");
     for cpus in [&["-C", "0"][..], &["-a"][..]] {
         let run = |quiet: bool, path: &str| -> (Vec<String>, String) {
-            let _ = fs::remove_file(path);
-            let mut args = vec!["record", "-o", path, "--force"];
-            if quiet {
-                args.push("-q");
-            }
-            args.extend_from_slice(cpus);
-            args.extend_from_slice(&[
-                "-e",
-                "r:do_sys_openat2 ret=$retval:s64",
-                "-e",
-                &entry,
-                "--",
-                "taskset",
-                "-c",
-                "0",
-                env!("CARGO_BIN_EXE_open_loop"),
-                "/etc/hostname",
-                "20",
-                "/dev/null",
-            ]);
-            let out = Command::new(kprobe_perf_bin())
-                .args(&args)
-                .stdout(std::process::Stdio::null())
-                .output()
-                .unwrap();
-            let stderr = String::from_utf8_lossy(&out.stderr);
-            assert!(out.status.success(), "{args:?}: {stderr}");
-            assert!(
-                stderr.contains(", 0 lost"),
-                "{args:?}: nothing lost: {stderr}"
-            );
+            let mut options = cpus.to_vec();
+            options.extend_from_slice(&["-e", "r:do_sys_openat2 ret=$retval:s64"]);
+            record_open_loop(path, quiet, &options, &entry);
             let lines = script_lines_of(path, "open_loop");
             let _ = fs::remove_file(path);
             lines
@@ -351,40 +358,7 @@ fn a_quiet_file_with_stacks_names_their_frames() {
     }
     let entry = kprobe_perf_tests::for_kernel("p:do_sys_openat2 dfd=%di:s32");
     let run = |quiet: bool, path: &str| -> Vec<Vec<String>> {
-        let _ = fs::remove_file(path);
-        let mut args = vec![
-            "record",
-            "-o",
-            path,
-            "--force",
-            "--call-graph",
-            "kernel",
-            "-C",
-            "0",
-        ];
-        if quiet {
-            args.push("-q");
-        }
-        args.extend_from_slice(&[
-            "-e",
-            &entry,
-            "--",
-            "taskset",
-            "-c",
-            "0",
-            env!("CARGO_BIN_EXE_open_loop"),
-            "/etc/hostname",
-            "20",
-            "/dev/null",
-        ]);
-        let out = Command::new(kprobe_perf_bin())
-            .args(&args)
-            .stdout(std::process::Stdio::null())
-            .output()
-            .unwrap();
-        let stderr = String::from_utf8_lossy(&out.stderr);
-        assert!(out.status.success(), "{args:?}: {stderr}");
-        assert!(stderr.contains(", 0 lost"), "{args:?}: {stderr}");
+        record_open_loop(path, quiet, &["--call-graph", "kernel", "-C", "0"], &entry);
         let (_, text) = script_lines_of(path, "open_loop");
         let _ = fs::remove_file(path);
         // Each open_loop event's frames: `sym+0xOFF (object)`.

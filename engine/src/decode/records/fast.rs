@@ -82,20 +82,11 @@ impl RecordDecoder {
     fn fast_parts<'b>(&mut self, b: &'b [u8]) -> Option<(usize, SampleParts<'b>)> {
         // The fixed fields, read from one array (no check per field).
         let fixed = b.first_chunk::<44>()?;
-        let word = |at: usize| fixed.get(at..at + 8).and_then(|w| w.try_into().ok());
-        let half = |at: usize| fixed.get(at..at + 4).and_then(|w| w.try_into().ok());
-        let probe = self.probe_of_fast(word(0).map(u64::from_ne_bytes)?)?;
+        let probe = self.probe_of_fast(u64::from_ne_bytes(*fixed.first_chunk::<8>()?))?;
         self.probes.get(probe)?.fast.as_ref()?;
-        let size = half(40).map(u32::from_ne_bytes)? as usize;
-        let parts = SampleParts {
-            ip: word(8).map(u64::from_ne_bytes),
-            pid: half(16).map(i32::from_ne_bytes),
-            tid: half(20).map(i32::from_ne_bytes),
-            time: word(24).map(u64::from_ne_bytes),
-            cpu: half(32).map(u32::from_ne_bytes),
-            raw: b.get(44..44usize.checked_add(size)?)?,
-        };
-        Some((probe, parts))
+        let size = u32::from_ne_bytes(fixed.get(40..44)?.try_into().ok()?) as usize;
+        let raw = b.get(44..44usize.checked_add(size)?)?;
+        Some((probe, head_fields(fixed.first_chunk::<40>()?, raw)))
     }
 
     /// As [`RecordDecoder::fast_parts`], for any sample that begins with
@@ -106,9 +97,7 @@ impl RecordDecoder {
     #[inline]
     fn head_parts<'b>(&mut self, b: &'b [u8]) -> Option<(usize, SampleParts<'b>)> {
         let fixed = b.first_chunk::<40>()?;
-        let word = |at: usize| fixed.get(at..at + 8).and_then(|w| w.try_into().ok());
-        let half = |at: usize| fixed.get(at..at + 4).and_then(|w| w.try_into().ok());
-        let probe = self.probe_of_fast(word(0).map(u64::from_ne_bytes)?)?;
+        let probe = self.probe_of_fast(u64::from_ne_bytes(*fixed.first_chunk::<8>()?))?;
         let layout = self.probes.get(probe)?;
         if !layout.head {
             return None;
@@ -136,15 +125,8 @@ impl RecordDecoder {
             Some(_) => return None,
         };
         let size = u32::from_ne_bytes(b.get(raw_at..raw_at + 4)?.try_into().ok()?) as usize;
-        let parts = SampleParts {
-            ip: word(8).map(u64::from_ne_bytes),
-            pid: half(16).map(i32::from_ne_bytes),
-            tid: half(20).map(i32::from_ne_bytes),
-            time: word(24).map(u64::from_ne_bytes),
-            cpu: half(32).map(u32::from_ne_bytes),
-            raw: b.get(raw_at + 4..(raw_at + 4).checked_add(size)?)?,
-        };
-        Some((probe, parts))
+        let raw = b.get(raw_at + 4..(raw_at + 4).checked_add(size)?)?;
+        Some((probe, head_fields(fixed, raw)))
     }
 
     /// A sample of the exact layout sessions use, in one piece, parsed
@@ -234,6 +216,22 @@ impl RecordDecoder {
             *h += 1;
         }
         Some(Ok(()))
+    }
+}
+
+/// The fields at the start of a sample of the session's layout
+/// (identifier, ip, pid and tid, time, cpu), with its raw record.
+#[inline(always)]
+fn head_fields<'b>(fixed: &[u8; 40], raw: &'b [u8]) -> SampleParts<'b> {
+    let word = |at: usize| fixed.get(at..at + 8).and_then(|w| w.try_into().ok());
+    let half = |at: usize| fixed.get(at..at + 4).and_then(|w| w.try_into().ok());
+    SampleParts {
+        ip: word(8).map(u64::from_ne_bytes),
+        pid: half(16).map(i32::from_ne_bytes),
+        tid: half(20).map(i32::from_ne_bytes),
+        time: word(24).map(u64::from_ne_bytes),
+        cpu: half(32).map(u32::from_ne_bytes),
+        raw,
     }
 }
 
