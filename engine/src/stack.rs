@@ -259,6 +259,8 @@ pub struct StackSymbolizer {
     user_frames_of: u64,
     /// How many times the caches started again ([`StackSymbolizer::epoch`]).
     epoch: u64,
+    /// [`StackSymbolizer::frames_into`]'s ids, kept for their room.
+    ids: Vec<FrameId>,
     /// The frames the two caches index: an address's inlined frames,
     /// then its function's ([`FrameId`]).
     named: Vec<NamedFrame>,
@@ -354,10 +356,11 @@ impl StackSymbolizer {
         maps: &ProcessMaps,
         out: &mut Vec<NamedFrame>,
     ) {
-        let mut ids = Vec::with_capacity(e.callchain.len());
+        let mut ids = std::mem::take(&mut self.ids);
         self.name_frames(e, kernel, maps, &mut ids);
         out.clear();
-        out.extend(ids.into_iter().map(|id| self.frame(id).clone()));
+        out.extend(ids.iter().map(|&id| self.frame(id).clone()));
+        self.ids = ids;
     }
 
     /// As [`StackSymbolizer::frames_into`], without a copy: `out` (cleared

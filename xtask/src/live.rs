@@ -366,6 +366,15 @@ impl ProbeCase {
     }
 }
 
+/// `words` quoted for `sh -c`, separated by spaces.
+fn shell_words(words: &[impl AsRef<str>]) -> String {
+    words
+        .iter()
+        .map(|w| format!("'{}'", w.as_ref().replace('\'', r"'\''")))
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
 /// `opts` followed by a space, or nothing.
 fn with_space(opts: &[&str]) -> String {
     opts.iter().map(|o| format!("{o} ")).collect()
@@ -728,7 +737,8 @@ impl Runner<'_> {
     }
 
     /// The command line of `tool` recording the workload `w` on `case`:
-    /// its files are `data` (-o) and `bpf_out` (bpftrace's -o).
+    /// its files are `data` (-o) and `bpf_out` (bpftrace's -o, or the
+    /// text of perf's live pipeline).
     fn tool_argv(
         &self,
         tool: &Tool,
@@ -765,18 +775,13 @@ impl Runner<'_> {
                 record.extend(["-e".into(), perf_event.into(), "-o".into(), "-".into()]);
                 record.push("--".into());
                 record.extend(w.iter().cloned());
-                let script = [&perf, "script", "--show-lost-events", "-i", "-"];
-                let quoted = |words: &mut dyn Iterator<Item = &str>| -> String {
-                    words
-                        .map(|w| format!("'{}'", w.replace('\'', r"'\''")))
-                        .collect::<Vec<_>>()
-                        .join(" ")
-                };
+                let script = [&*perf, "script", "--show-lost-events", "-i", "-"];
+                let text = bpf_out.to_string_lossy();
                 let line = format!(
                     "{} | {} > {}",
-                    quoted(&mut record.iter().map(String::as_str)),
-                    quoted(&mut script.iter().map(|w| &**w)),
-                    quoted(&mut std::iter::once(&*bpf_out.to_string_lossy())),
+                    shell_words(&record),
+                    shell_words(&script),
+                    shell_words(&[text])
                 );
                 argv.extend(["sh".into(), "-c".into(), line.into()]);
                 return Ok(argv);

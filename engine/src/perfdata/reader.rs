@@ -486,9 +486,9 @@ impl Stream {
         let body = map
             .get(at + 8..at.saturating_add(size as usize))
             .ok_or_else(|| self.error(kind, format!("reading {size} bytes: {}", short(size))))?;
-        // Records mostly follow with the same size: the start and the end
-        // (where a sample's stack dump keeps its size) of the one after
-        // the next start coming into the caches.
+        // Records mostly follow with the same size: the end of the third
+        // record after this one (where a sample's stack dump keeps its
+        // size) and the start of the fourth start coming into the caches.
         let ahead = at.saturating_add(4 * size as usize);
         let near = map.get(ahead.saturating_sub(256)..).unwrap_or(&[]);
         crate::attach::sys::prefetch(near.get(..512).unwrap_or(near));

@@ -406,7 +406,9 @@ impl EventQueue {
             s.others_at -= first.1;
             s.frames_at -= first_frame;
             s.regs_at -= first_user;
-            if !s.user_in_place {
+            // Only a stack copied into `user` moves with it (a slot
+            // without a stack has none to move).
+            if s.has_user && !s.user_in_place {
                 s.user_at -= u64::from(first_user);
             }
         }
