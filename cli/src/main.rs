@@ -1003,6 +1003,21 @@ impl<W: Write> EventSink for LiveOutput<'_, W> {
         }
     }
 
+    /// The file takes a ring's records in one write, unless the stacks
+    /// printed need the mappings the records tell (nothing is printed
+    /// when no event is wanted).
+    fn takes_ring_bytes(&self) -> bool {
+        self.file.as_ref().is_some_and(|f| f.takes_ring_bytes())
+            && (self.printer.stacks.is_none() || !self.wants_events())
+    }
+
+    fn ring_bytes(&mut self, bytes: (&[u8], &[u8])) -> Result<ControlFlow<()>> {
+        match self.file.as_mut() {
+            Some(f) => f.ring_bytes(bytes),
+            None => Ok(ControlFlow::Continue(())),
+        }
+    }
+
     /// `-q -o` with nothing counted from the events (no aggregation, no
     /// folded stacks, flame graph or profile) and no argument the file's
     /// symbol table must name (`:symbol`): the file takes raw records,

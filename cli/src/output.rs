@@ -89,6 +89,10 @@ pub(crate) const NOTE_JSON_SUMMARY: &str = "json_summary";
 /// The stderr summary lines, joined by newlines.
 pub(crate) const NOTE_SUMMARY: &str = "summary";
 
+/// The output file's write buffer: records of at least this many bytes
+/// in one piece bypass it.
+const BUFFER: usize = 64 << 10;
+
 /// A perf.data file being written (the engine's [`FileSink`]), named by
 /// its path in errors.
 pub(crate) struct FileOutput {
@@ -139,8 +143,11 @@ impl FileOutput {
             Some(p) if !p.as_os_str().is_empty() => p,
             _ => Path::new("."),
         };
+        // A ring's records (at least a quarter of the ring at full rate)
+        // pass the buffer and go to the file in one write: the buffer
+        // gathers only the small records written one by one.
         let sink = FileSink::start(
-            BufWriter::with_capacity(1 << 20, file),
+            BufWriter::with_capacity(BUFFER, file),
             session,
             symbols,
             Some(dir),
@@ -202,6 +209,17 @@ impl EventSink for FileOutput {
 
     fn round_end(&mut self) -> Result<ControlFlow<()>> {
         match self.sink.round_end() {
+            Ok(flow) => Ok(flow),
+            Err(e) => Err(self.named(e)),
+        }
+    }
+
+    fn takes_ring_bytes(&self) -> bool {
+        self.sink.takes_ring_bytes()
+    }
+
+    fn ring_bytes(&mut self, bytes: (&[u8], &[u8])) -> Result<ControlFlow<()>> {
+        match self.sink.ring_bytes(bytes) {
             Ok(flow) => Ok(flow),
             Err(e) => Err(self.named(e)),
         }

@@ -213,6 +213,19 @@ impl<W: Write + Seek> EventSink for FileSink<W> {
     fn wants_events(&self) -> bool {
         false
     }
+
+    /// A ring's records go to the file in one write, unless hidden entry
+    /// probes' samples must be taken out of them.
+    fn takes_ring_bytes(&self) -> bool {
+        self.writer.takes_ring_bytes()
+    }
+
+    fn ring_bytes(&mut self, bytes: (&[u8], &[u8])) -> Result<ControlFlow<()>, Self::Error> {
+        self.writer
+            .ring_bytes(bytes)
+            .map_err(|e| crate::error::Error::io("writing records to the perf.data file", e))?;
+        Ok(ControlFlow::Continue(()))
+    }
 }
 
 /// The event formats perf needs to read the samples of tracefs-defined

@@ -55,6 +55,13 @@ fn file_of(plans: &[crate::plan::ProbePlan]) -> Vec<u8> {
 /// The file of [`file`], recorded with `plans`, the last `hidden` of
 /// them hidden from perf.
 fn file_hiding(plans: &[crate::plan::ProbePlan], hidden: usize) -> Vec<u8> {
+    file_written(plans, hidden, false)
+}
+
+/// The file of [`file_hiding`]; with `as_bytes`, its samples are given
+/// as a ring's bytes, one piece per round split in two parts, as
+/// [`Writer::ring_bytes`] takes them.
+fn file_written(plans: &[crate::plan::ProbePlan], hidden: usize, as_bytes: bool) -> Vec<u8> {
     let attrs: Vec<Vec<u8>> = plans.iter().map(sample_attr_bytes).collect();
     let ids = vec![vec![100, 101], vec![200, 201]];
     let mut w = Writer::new(Cursor::new(Vec::new())).unwrap();
@@ -66,6 +73,7 @@ fn file_hiding(plans: &[crate::plan::ProbePlan], hidden: usize) -> Vec<u8> {
     let body = comm_record_body(42, 43, "cat", 90, 1, 100);
     w.record(RingRecord::new(RECORD_COMM, 0, (&body, &[])))
         .unwrap();
+    let mut ring = Vec::new();
     let mut raw = vec![0u8; 20];
     raw[8..16].copy_from_slice(&0xffffffff81234570u64.to_ne_bytes());
     let mut rraw = vec![0u8; 28];
@@ -87,11 +95,27 @@ fn file_hiding(plans: &[crate::plan::ProbePlan], hidden: usize) -> Vec<u8> {
             regs: &regs,
         };
         let body = sample_record_body(&f, plans[probe].regs_mask);
-        w.record(RingRecord::new(RECORD_SAMPLE, 1, (&body, &[])))
-            .unwrap();
+        if as_bytes {
+            ring.extend_from_slice(&RECORD_SAMPLE.to_ne_bytes());
+            ring.extend_from_slice(&1u16.to_ne_bytes());
+            ring.extend_from_slice(&u16::try_from(8 + body.len()).unwrap().to_ne_bytes());
+            ring.extend_from_slice(&body);
+        } else {
+            w.record(RingRecord::new(RECORD_SAMPLE, 1, (&body, &[])))
+                .unwrap();
+        }
         if time == 200 {
+            if as_bytes {
+                // A round of two samples, wrapping inside the second.
+                let split = ring.len() - 12;
+                w.ring_bytes((&ring[..split], &ring[split..])).unwrap();
+                ring.clear();
+            }
             w.round_end().unwrap();
         }
+    }
+    if as_bytes {
+        w.ring_bytes((&ring, &[])).unwrap();
     }
     w.round_end().unwrap();
     let syms = KernelSymbols::parse(KALLSYMS).unwrap();
@@ -113,6 +137,17 @@ fn file_hiding(plans: &[crate::plan::ProbePlan], hidden: usize) -> Vec<u8> {
         tracing_data: None,
     };
     w.finish(&meta).unwrap().into_inner()
+}
+
+/// A ring's records written as its bytes make the file that writing
+/// them one by one makes, byte for byte.
+#[test]
+fn a_rings_bytes_make_the_file_its_records_make() {
+    let by_record = file_written(&plans(), 0, false);
+    let by_bytes = file_written(&plans(), 0, true);
+    assert_eq!(by_record.len(), by_bytes.len());
+    assert!(by_record == by_bytes, "the two files differ");
+    assert_eq!(replay_lines(&by_bytes).unwrap(), file().1);
 }
 
 /// A filter the recording ran in user space is stored with its probe

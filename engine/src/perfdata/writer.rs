@@ -429,6 +429,30 @@ pub fn tracing_data(
     b
 }
 
+impl<W: Write + Seek> Writer<W> {
+    /// True when a ring's records can go to the file as they are, as one
+    /// piece of bytes ([`Writer::ring_bytes`]): no hidden probe's samples
+    /// are to be taken out of them.
+    pub(crate) fn takes_ring_bytes(&self) -> bool {
+        self.hidden.is_none()
+    }
+
+    /// A ring's records as the kernel wrote them (whole records, headers
+    /// included, in one or two parts), written as they are.
+    pub(crate) fn ring_bytes(&mut self, bytes: (&[u8], &[u8])) -> io::Result<()> {
+        debug_assert!(self.takes_ring_bytes());
+        let len = bytes.0.len() + bytes.1.len();
+        if len == 0 {
+            return Ok(());
+        }
+        self.out.write_all(bytes.0)?;
+        self.out.write_all(bytes.1)?;
+        self.data_size += len as u64;
+        self.in_round += 1;
+        Ok(())
+    }
+}
+
 impl<W: Write + Seek> RecordSink for Writer<W> {
     fn record(&mut self, record: RingRecord<'_>) -> io::Result<()> {
         let RingRecord { kind, misc, body } = record;

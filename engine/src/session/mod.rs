@@ -690,24 +690,26 @@ impl Session {
             streams, decoder, ..
         } = self;
         let count_only = !sink.wants_events() && decoder.can_count_only();
+        let as_bytes = sink.takes_ring_bytes();
         for stream in streams.iter_mut() {
             let StreamRing::Forward(ring) = &mut stream.ring else {
                 continue;
             };
             let before = decoder.stats().shown_hits();
             let mut flow = Ok(ControlFlow::Continue(()));
-            ring.drain(|rec| {
-                decoder.stats_mut().ring_bytes += (8 + rec.body.0.len() + rec.body.1.len()) as u64;
-                // An undecodable record is counted in the stats.
-                let _ = if count_only {
-                    decoder.count(rec)
-                } else {
-                    decoder.record(rec)
-                };
-                if let Ok(ControlFlow::Continue(())) = flow {
-                    flow = sink.record(rec);
-                }
-            });
+            if as_bytes {
+                ring.drain_with_bytes(
+                    |rec| take_record(decoder, rec, count_only),
+                    |bytes| flow = sink.ring_bytes(bytes),
+                );
+            } else {
+                ring.drain(|rec| {
+                    take_record(decoder, rec, count_only);
+                    if let Ok(ControlFlow::Continue(())) = flow {
+                        flow = sink.record(rec);
+                    }
+                });
+            }
             stream.samples += decoder.stats().shown_hits() - before;
             if flow?.is_break() {
                 // The rings not read yet, and the events decoded, wait
@@ -784,6 +786,18 @@ impl Session {
             },
         )
     }
+}
+
+/// Decodes one record read from a ring, or only counts it, and adds its
+/// size to the bytes read. An undecodable record is counted in the stats.
+#[inline]
+fn take_record(decoder: &mut RecordDecoder, rec: RingRecord<'_>, count_only: bool) {
+    decoder.stats_mut().ring_bytes += (8 + rec.body.0.len() + rec.body.1.len()) as u64;
+    let _ = if count_only {
+        decoder.count(rec)
+    } else {
+        decoder.record(rec)
+    };
 }
 
 /// Hands one event to `sink` for a round: an error is kept in `failed`

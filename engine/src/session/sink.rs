@@ -71,6 +71,27 @@ pub trait EventSink {
     fn wants_events(&self) -> bool {
         true
     }
+
+    /// True for a sink that takes each ring's records as the bytes the
+    /// kernel wrote ([`EventSink::ring_bytes`]) instead of one by one
+    /// ([`EventSink::record`]): a file writer, which then copies a
+    /// ring's records in one write as perf record does. Records the
+    /// session makes itself still come to [`EventSink::record`]. Asked
+    /// at each drain; the default is false.
+    fn takes_ring_bytes(&self) -> bool {
+        false
+    }
+
+    /// The records one ring held at a drain, as the kernel wrote them:
+    /// whole records, headers included, in one or two parts (they wrap
+    /// around the ring's end), in the order [`EventSink::record`] would
+    /// have had them. Called only when [`EventSink::takes_ring_bytes`]
+    /// is true, after the ring's records are decoded or counted. The
+    /// default ignores them.
+    fn ring_bytes(&mut self, bytes: (&[u8], &[u8])) -> Result<Flow, Self::Error> {
+        let _ = bytes;
+        Ok(ControlFlow::Continue(()))
+    }
 }
 
 impl<S: EventSink + ?Sized> EventSink for &mut S {
@@ -90,6 +111,14 @@ impl<S: EventSink + ?Sized> EventSink for &mut S {
 
     fn wants_events(&self) -> bool {
         (**self).wants_events()
+    }
+
+    fn takes_ring_bytes(&self) -> bool {
+        (**self).takes_ring_bytes()
+    }
+
+    fn ring_bytes(&mut self, bytes: (&[u8], &[u8])) -> Result<Flow, Self::Error> {
+        (**self).ring_bytes(bytes)
     }
 }
 

@@ -160,20 +160,39 @@ fn forward(data_pages: usize) -> Harness<RingBuffer> {
 /// lengths of the body's two parts.
 type Got = (u32, u16, Vec<u8>, (usize, usize));
 
+/// Drains with [`RingBuffer::drain_then`], and checks that the bytes it
+/// gives are the good records as the kernel wrote them, headers
+/// included, handed over before the tail moves.
 fn drain_all(h: &mut Harness<RingBuffer>) -> (Result<usize, CorruptRecord>, Vec<Got>) {
     let mut got = Vec::new();
+    let mut bytes = None;
     let tail_before = h.mem.tail();
     let mem = &h.mem;
-    let r = h.ring.try_drain(|rec| {
-        // The kernel sees no space freed while records are being read.
-        assert_eq!(mem.tail(), tail_before);
-        got.push((
-            rec.kind,
-            rec.misc,
-            [rec.body.0, rec.body.1].concat(),
-            (rec.body.0.len(), rec.body.1.len()),
-        ));
-    });
+    let r = h.ring.drain_then(
+        |rec| {
+            // The kernel sees no space freed while records are being read.
+            assert_eq!(mem.tail(), tail_before);
+            got.push((
+                rec.kind,
+                rec.misc,
+                [rec.body.0, rec.body.1].concat(),
+                (rec.body.0.len(), rec.body.1.len()),
+            ));
+        },
+        |parts: (&[u8], &[u8])| {
+            assert_eq!(mem.tail(), tail_before);
+            bytes = Some([parts.0, parts.1].concat());
+        },
+    );
+    let mut want = Vec::new();
+    for (kind, misc, body, _) in &got {
+        want.extend_from_slice(&kind.to_ne_bytes());
+        want.extend_from_slice(&misc.to_ne_bytes());
+        want.extend_from_slice(&u16::try_from(8 + body.len()).unwrap().to_ne_bytes());
+        want.extend_from_slice(body);
+    }
+    // No bytes when no record was good.
+    assert_eq!(bytes.unwrap_or_default(), want, "the drain's bytes");
     (r, got)
 }
 

@@ -123,6 +123,19 @@ impl RingBuffer {
         self.try_drain(f).unwrap_or_else(|e| e.delivered)
     }
 
+    /// [`RingBuffer::drain`], then hands `bytes` the records' bytes as the
+    /// kernel wrote them (headers included; two parts when they wrap
+    /// around the ring's end) before their space is freed: what a file
+    /// writer copies in one write, as perf record does. After a corrupt
+    /// header, only the good records before it are given.
+    pub fn drain_with_bytes(
+        &mut self,
+        f: impl FnMut(RingRecord<'_>),
+        bytes: impl FnOnce((&[u8], &[u8])),
+    ) -> usize {
+        self.drain_then(f, bytes).unwrap_or_else(|e| e.delivered)
+    }
+
     /// Hands every available record to `f`, in the order the kernel wrote
     /// them, then frees their space by storing `data_tail` once. Returns the
     /// number of records read.
@@ -133,7 +146,17 @@ impl RingBuffer {
     /// kernel could otherwise stall on a full ring), and returns
     /// [`CorruptRecord`], which says where and how many records came
     /// before. The next drain starts at the kernel's next record.
-    pub fn try_drain(&mut self, mut f: impl FnMut(RingRecord<'_>)) -> Result<usize, CorruptRecord> {
+    pub fn try_drain(&mut self, f: impl FnMut(RingRecord<'_>)) -> Result<usize, CorruptRecord> {
+        self.drain_then(f, |_| ())
+    }
+
+    /// [`RingBuffer::try_drain`], handing `bytes` the good records' bytes
+    /// before the tail moves.
+    fn drain_then(
+        &mut self,
+        mut f: impl FnMut(RingRecord<'_>),
+        bytes: impl FnOnce((&[u8], &[u8])),
+    ) -> Result<usize, CorruptRecord> {
         let (head, mut tail) = {
             let (head, tail) = self.head_tail();
             (head.load(Ordering::Acquire), tail.load(Ordering::Relaxed))
@@ -148,6 +171,8 @@ impl RingBuffer {
         let data = unsafe { self.map.as_ptr().add(self.data_offset) };
         let mut count = 0;
         let mut corrupt = None;
+        let first = tail;
+        let mut good = tail;
         while head.wrapping_sub(tail) >= HEADER_SIZE as u64 {
             let start = (tail & mask as u64) as usize;
             // The kernel keeps records 8-byte aligned, so a header never
@@ -197,7 +222,28 @@ impl RingBuffer {
             };
             f(RingRecord { kind, misc, body });
             tail = tail.wrapping_add(rec_size as u64);
+            good = tail;
             count += 1;
+        }
+        // At most the data area: every good record fitted in what was
+        // pending, which the kernel keeps within it.
+        let len = (good.wrapping_sub(first) as usize).min(self.data_size);
+        if len > 0 {
+            let start = (first & mask as u64) as usize;
+            let first_len = len.min(self.data_size - start);
+            // SAFETY: `[first, good)` is inside `[tail, head)` as read at
+            // the start, finished by the kernel and not reused before the
+            // tail is stored below; its first part runs from `start` at
+            // most to the end of the data area, the second from its start
+            // for the rest (`len <= data_size`). The slices are dropped
+            // when `bytes` returns, before the store.
+            let parts = unsafe {
+                (
+                    std::slice::from_raw_parts(data.add(start), first_len),
+                    std::slice::from_raw_parts(data, len - first_len),
+                )
+            };
+            bytes(parts);
         }
         self.store_tail(tail);
         match corrupt {
