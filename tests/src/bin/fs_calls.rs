@@ -5,7 +5,9 @@
 //! that depend only on the round. Every call is made through libc
 //! directly, so that each is the system call it names (std may pick
 //! statx for a stat, or openat2 flags of its own). It fails on the
-//! first call that does not do what it should.
+//! first call that does not do what it should. It stops itself
+//! (SIGSTOP) before the first round: the test attaches its recorders to
+//! the stopped process, then sends SIGCONT.
 
 use std::ffi::CString;
 
@@ -25,8 +27,14 @@ fn main() -> anyhow::Result<()> {
         anyhow::bail!("usage: fs_calls DIR ROUNDS");
     };
     let rounds: u32 = rounds.parse()?;
-    // SAFETY: umask only sets this process's file mode mask.
-    unsafe { libc::umask(0) };
+    // SAFETY: umask only sets this process's file mode mask; raise only
+    // stops this process until a SIGCONT.
+    unsafe {
+        libc::umask(0);
+        // Stopped before its first probed call, so that recorders
+        // attached to its pid all see it from the same first call.
+        check(libc::raise(libc::SIGSTOP) == 0, "raise SIGSTOP")?;
+    }
     for r in 0..rounds {
         round(dir, r)?;
     }
