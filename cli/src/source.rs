@@ -36,10 +36,11 @@ pub(crate) fn definitions(
     let mut out = std::io::stdout().lock();
     let mut ok = true;
     for spec in specs {
-        let ours = if looks_like_ours(spec) {
-            spec.clone()
-        } else {
+        let perf_syntax = !looks_like_ours(spec);
+        let ours = if perf_syntax {
             source::from_perf_syntax_in(spec, binary.as_deref())
+        } else {
+            spec.clone()
         };
         match kernel.expand_source(&ours, inlines) {
             Ok(Some(expansion)) => {
@@ -48,8 +49,18 @@ pub(crate) fn definitions(
                     writeln!(out, "{}", p.definition)?;
                 }
             }
-            // A definition with no source point: as written.
-            Ok(None) => writeln!(out, "{spec}")?,
+            // A definition of ours with no source point: as written.
+            Ok(None) if !perf_syntax => writeln!(out, "{spec}")?,
+            // perf's syntax is read for source points only.
+            Ok(None) => {
+                ok = false;
+                say!(
+                    "kprobe-perf: {spec}: not a source-level probe point in perf probe's syntax \
+                     ([[GROUP:]EVENT=]FUNC[@FILE][:RLINE|;PATTERN] or FILE:LINE, then variables); \
+                     perf's FUNC+OFFS and FUNC%return forms are not read here: write the probe as \
+                     kprobe_events does (`p:probe/EVENT FUNC+OFFS`, `r:probe/EVENT FUNC`)"
+                );
+            }
             Err(e) => {
                 ok = false;
                 let e = on_the_text_given(e, spec);

@@ -188,6 +188,7 @@ fn probe_definition_matches_what_perf_probe_prints() {
         .args([
             "do_sys_openat2:17 fd path=tmp->name:string mode=op.mode:x16",
             "do_sys_openat2 filename dfd how->flags",
+            "kpf:open17=do_sys_openat2:17 fd",
             SPEC,
         ])
         .output()
@@ -198,7 +199,25 @@ fn probe_definition_matches_what_perf_probe_prints() {
         stdout,
         "p:probe/do_sys_openat2_L17 do_sys_openat2+178 fd=%bx:s32 path=+0(+0(%r12)):string mode=+8(%sp):x16\n\
          p:probe/do_sys_openat2 do_sys_openat2+0 filename=%si:x64 dfd=%di:s32 flags=+0(%dx):x64\n\
+         p:kpf/open17 do_sys_openat2+178 fd=%bx:s32\n\
          p:do_sys_openat2_L17 do_sys_openat2+178 fd=%bx:s32 path=+0(+0(%r12)):string mode=+8(%sp):x16\n"
+    );
+    // perf's offset and return forms name no source point: refused, not
+    // echoed back as if they were definitions.
+    let out = Command::new(kprobe_perf_bin())
+        .args(["probe", "--definition", "--other-kernel", "--vmlinux"])
+        .arg(&v)
+        .arg("do_sys_openat2%return")
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{out:?}");
+    assert!(out.stdout.is_empty(), "{out:?}");
+    assert!(
+        stderr.starts_with(
+            "kprobe-perf: do_sys_openat2%return: not a source-level probe point in perf probe's syntax"
+        ),
+        "{stderr}"
     );
 }
 

@@ -458,19 +458,23 @@ fn from_perf_syntax(text: &str) -> String {
     from_perf_syntax_in(text, None)
 }
 
-/// perf probe's event syntax (`[EVENT=]POINT [ARGS]`, e.g.
-/// `do_sys_openat2:8 fd how->flags`, `fs/open.c:1200 fd`) in
-/// kprobe-perf's: `p:probe/[EVENT] POINT ARGS` (perf's group) with the
-/// point spelled with `@` (a function's entry by DWARF as `FUNC@`); for
-/// perf's `-x BINARY` when `binary` is given,
-/// `p:probe_STEM/[EVENT] BINARY:POINT ARGS`, perf's group for a user
-/// binary (`probe_` and the file's name).
+/// perf probe's event syntax (`[[GROUP:]EVENT=]POINT [ARGS]`, e.g.
+/// `do_sys_openat2:8 fd how->flags`, `fs/open.c:1200 fd`,
+/// `mygroup:myev=do_sys_openat2 dfd`) in kprobe-perf's:
+/// `p:GROUP/[EVENT] POINT ARGS` with the point spelled with `@` (a
+/// function's entry by DWARF as `FUNC@`). Without a group, perf's:
+/// `probe`, or for perf's `-x BINARY` when `binary` is given `probe_`
+/// and the file's name (the point is then `BINARY:POINT`).
 pub fn from_perf_syntax_in(text: &str, binary: Option<&str>) -> String {
     let mut words = text.split_whitespace();
     let first = words.next().unwrap_or("");
-    let (event, point) = match first.split_once('=') {
-        Some((e, p)) if !e.contains([':', '@', ';']) => (Some(e), p),
-        _ => (None, first),
+    let (group, event, point) = match first.split_once('=') {
+        Some((e, p)) if !e.contains(['@', ';']) => match e.split_once(':') {
+            None => (None, Some(e), p),
+            Some((g, e)) if !g.is_empty() && !e.contains(':') => (Some(g), Some(e), p),
+            Some(_) => (None, None, first),
+        },
+        _ => (None, None, first),
     };
     let ours = perf_point_to_ours(point);
     let mut out = match binary {
@@ -482,9 +486,14 @@ pub fn from_perf_syntax_in(text: &str, binary: Option<&str>) -> String {
                 .chars()
                 .map(|c| if c.is_ascii_alphanumeric() { c } else { '_' })
                 .collect();
-            format!("p:probe_{stem}/{} {b}:{ours}", event.unwrap_or(""))
+            let group = group.map_or_else(|| format!("probe_{stem}"), str::to_string);
+            format!("p:{group}/{} {b}:{ours}", event.unwrap_or(""))
         }
-        None => format!("p:probe/{} {ours}", event.unwrap_or("")),
+        None => format!(
+            "p:{}/{} {ours}",
+            group.unwrap_or("probe"),
+            event.unwrap_or("")
+        ),
     };
     for w in words {
         out.push(' ');
@@ -681,6 +690,18 @@ mod tests {
         assert_eq!(
             from_perf_syntax("myev=do_sys_openat2 dfd"),
             "p:probe/myev do_sys_openat2@ dfd"
+        );
+        assert_eq!(
+            from_perf_syntax("kpf:myev=do_sys_openat2:17 fd"),
+            "p:kpf/myev do_sys_openat2@+17 fd"
+        );
+        assert_eq!(
+            from_perf_syntax_in("grp:ev=walk:3 x", Some("/usr/bin/prog")),
+            "p:grp/ev /usr/bin/prog:walk@+3 x"
+        );
+        assert_eq!(
+            from_perf_syntax_in("ev=walk x", Some("/usr/bin/prog")),
+            "p:probe_prog/ev /usr/bin/prog:walk@ x"
         );
         assert_eq!(from_perf_syntax("f@a/b.c:3 x"), "p:probe/ f@a/b.c+3 x");
         assert_eq!(from_perf_syntax("f@a/b.c"), "p:probe/ f@a/b.c");
