@@ -21,6 +21,7 @@ macro_rules! say_more {
 
 mod aggregate;
 mod doctor;
+mod drain_log;
 mod eprobe;
 mod filters;
 mod generate;
@@ -240,9 +241,13 @@ struct RecordArgs {
     #[arg(short = 'a', long)]
     all_cpus: bool,
     /// Ring buffer size per CPU, in pages: a power of two from 1 to 1 GiB
-    /// of pages (262144 with 4 KiB pages).
-    #[arg(short = 'm', long, value_name = "PAGES", default_value_t = kprobe_perf_engine::DEFAULT_MMAP_PAGES, value_parser = validate::mmap_pages, allow_negative_numbers = true)]
-    mmap_pages: usize,
+    /// of pages (262144 with 4 KiB pages). Default: 128 (512 KiB with 4
+    /// KiB pages, as perf's); with `--call-graph dwarf` and CAP_IPC_LOCK (root has it), 512 (2
+    /// MiB): each sample then carries up to 8 KiB of stack, so 512 KiB
+    /// hold about 60 samples, under a millisecond of a busy function,
+    /// less than the reader's wakeup may take.
+    #[arg(short = 'm', long, value_name = "PAGES", value_parser = validate::mmap_pages, allow_negative_numbers = true)]
+    mmap_pages: Option<usize>,
     /// Record only on these CPUs (a list such as 0-3,6, of online CPUs;
     /// a CPU listed twice counts once).
     #[arg(short = 'C', long = "cpu", value_name = "LIST", conflicts_with_all = ["pid", "tid"], value_parser = validate::cpu_list, allow_negative_numbers = true)]
@@ -324,6 +329,11 @@ struct RecordArgs {
     /// its target untouched), then create FILE new as without --force.
     #[arg(long, requires = "files")]
     force: bool,
+    /// Debugging: write a line per drain of the rings to FILE (when the
+    /// wait began and ended, the bytes pending per ring, the bytes read,
+    /// the drain's time and the file's share of it, the losses so far).
+    #[arg(long, value_name = "FILE", hide = true)]
+    drain_log: Option<std::path::PathBuf>,
     /// Print no events (only the summary); useful with -o.
     #[arg(short = 'q', long)]
     quiet: bool,
@@ -517,9 +527,10 @@ fn record(args: &RecordArgs, filters: &[Option<String>]) -> Result<ExitCode> {
         output::check(p)?;
     }
     let mut run = run_loop::RunLoop::new(args.duration, None)?;
-    let mmap_pages = match args.overwrite_size {
-        Some(mib) => overwrite_pages(mib)?,
-        None => args.mmap_pages,
+    let mmap_pages = match (args.overwrite_size, args.mmap_pages) {
+        (Some(mib), _) => overwrite_pages(mib)?,
+        (None, Some(pages)) => pages,
+        (None, None) => default_mmap_pages(call_graph),
     };
     let dump_now = Arc::new(AtomicBool::new(false));
     if args.overwrite {
@@ -583,6 +594,14 @@ fn record_until_the_end<W: Write>(
         && !args.overwrite
         && (args.quiet || !io::stdout().is_terminal()))
     .then(LiveCount::new);
+    let mut log = args
+        .drain_log
+        .as_deref()
+        .map(drain_log::DrainLog::create)
+        .transpose()?;
+    if let (Some(_), Some(f)) = (&log, live.file.as_mut()) {
+        f.time_writes();
+    }
     loop {
         if let Some(l) = count.as_mut() {
             l.tick(session.stats());
@@ -593,7 +612,13 @@ fn record_until_the_end<W: Write>(
                 break;
             }
         }
-        session.poll(Some(run.timeout(Duration::from_millis(100))), live)?;
+        let timeout = run.timeout(Duration::from_millis(100));
+        match log.as_mut() {
+            None => {
+                session.poll(Some(timeout), live)?;
+            }
+            Some(log) => logged_poll(log, timeout, session, live)?,
+        }
         if !live.flush()? {
             break;
         }
@@ -611,14 +636,69 @@ fn record_until_the_end<W: Write>(
     }
     session.disable()?;
     if !live.reader_gone {
-        session.poll(Some(Duration::ZERO), live)?;
+        match log.as_mut() {
+            None => {
+                session.poll(Some(Duration::ZERO), live)?;
+            }
+            Some(log) => logged_poll(log, Duration::ZERO, session, live)?,
+        }
         live.flush()?;
+    }
+    if let Some(log) = log {
+        log.finish()?;
     }
     if args.overwrite && !live.reader_gone {
         session.dump_overwrite(&mut Dumped(live))?;
         live.flush()?;
     }
     Ok(())
+}
+
+/// The rings' size when `-m` is not given: perf's 512 KiB, or 2 MiB for
+/// `--call-graph dwarf` with CAP_IPC_LOCK (root has it; without it a
+/// user may lock only `perf_event_mlock_kb`, 516 KiB, per CPU and
+/// RLIMIT_MEMLOCK beyond). At full rate on this project's bench (`cargo
+/// xtask bench live --native --probes dwarf`), a 512 KiB ring fills in
+/// under a millisecond, and the reader's wakeup took up to 3 ms in
+/// `--drain-log` timelines.
+fn default_mmap_pages(call_graph: Option<kprobe_perf_engine::stack::CallGraph>) -> usize {
+    use kprobe_perf_engine::os;
+    let may_lock =
+        os::effective_capabilities().is_ok_and(|caps| caps & (1 << os::CAP_IPC_LOCK) != 0);
+    match call_graph {
+        Some(kprobe_perf_engine::stack::CallGraph::Dwarf { .. }) if may_lock => {
+            (2 << 20) / os::page_size().max(1)
+        }
+        _ => kprobe_perf_engine::DEFAULT_MMAP_PAGES,
+    }
+}
+
+/// [`Session::poll`], timed and written to the drain log.
+fn logged_poll<W: Write>(
+    log: &mut drain_log::DrainLog,
+    timeout: Duration,
+    session: &mut Session,
+    live: &mut LiveOutput<'_, W>,
+) -> Result<()> {
+    let wait_from = Instant::now();
+    let woke = session.wait(Some(timeout))?;
+    let pending = session.ring_pending();
+    let read_before = session.stats().ring_bytes;
+    let start = Instant::now();
+    session.drain(live)?;
+    let pass = drain_log::Pass {
+        wait_from,
+        woke,
+        pending,
+        drain: (start, Instant::now()),
+        read: session.stats().ring_bytes - read_before,
+        writing: live
+            .file
+            .as_mut()
+            .map(output::FileOutput::take_write_time)
+            .unwrap_or_default(),
+    };
+    log.line(&pass, session)
 }
 
 /// The end of a recording: the maps, the JSON summary, the stack files,

@@ -98,6 +98,8 @@ const BUFFER: usize = 64 << 10;
 pub(crate) struct FileOutput {
     path: PathBuf,
     sink: FileSink<BufWriter<File>>,
+    /// Time spent writing records, when timed (`--drain-log`).
+    write_time: Option<std::time::Duration>,
 }
 
 /// The kernel addresses the events' text or JSON lines symbolize, whose
@@ -153,7 +155,38 @@ impl FileOutput {
             Some(dir),
         )
         .map_err(|e| write_error(&path, &e, io_source(&e)))?;
-        Ok(FileOutput { path, sink })
+        Ok(FileOutput {
+            path,
+            sink,
+            write_time: None,
+        })
+    }
+
+    /// Times the writes of records from now on (for `--drain-log`).
+    pub(crate) fn time_writes(&mut self) {
+        self.write_time.get_or_insert_default();
+    }
+
+    /// The time spent writing records since the last call (zero when
+    /// not timed).
+    pub(crate) fn take_write_time(&mut self) -> std::time::Duration {
+        self.write_time
+            .as_mut()
+            .map(std::mem::take)
+            .unwrap_or_default()
+    }
+
+    /// `f` on the sink, timed when writes are timed.
+    fn timed<T>(&mut self, f: impl FnOnce(&mut FileSink<BufWriter<File>>) -> T) -> T {
+        match self.write_time {
+            None => f(&mut self.sink),
+            Some(spent) => {
+                let start = std::time::Instant::now();
+                let r = f(&mut self.sink);
+                self.write_time = Some(spent + start.elapsed());
+                r
+            }
+        }
     }
 
     /// A failed write of records, with the file's path and advice.
@@ -201,14 +234,14 @@ impl EventSink for FileOutput {
     }
 
     fn record(&mut self, record: RingRecord<'_>) -> Result<ControlFlow<()>> {
-        match self.sink.record(record) {
+        match self.timed(|s| s.record(record)) {
             Ok(flow) => Ok(flow),
             Err(e) => Err(self.named(e)),
         }
     }
 
     fn round_end(&mut self) -> Result<ControlFlow<()>> {
-        match self.sink.round_end() {
+        match self.timed(|s| s.round_end()) {
             Ok(flow) => Ok(flow),
             Err(e) => Err(self.named(e)),
         }
@@ -219,7 +252,7 @@ impl EventSink for FileOutput {
     }
 
     fn ring_bytes(&mut self, bytes: (&[u8], &[u8])) -> Result<ControlFlow<()>> {
-        match self.sink.ring_bytes(bytes) {
+        match self.timed(|s| s.ring_bytes(bytes)) {
             Ok(flow) => Ok(flow),
             Err(e) => Err(self.named(e)),
         }

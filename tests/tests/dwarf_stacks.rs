@@ -480,3 +480,80 @@ fn dwarf_stacks_of_an_inlined_chain_without_frame_pointers_equal_perf() {
     );
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// `record --drain-log FILE` (hidden, for debugging losses) writes one
+/// line per drain: its columns, a pending count per ring, the bytes read
+/// (at least the events' stacks: each sample of `--call-graph dwarf`
+/// carries 8 KiB of them), and the losses so far, rising to the figure
+/// of the summary.
+#[test]
+fn a_drain_log_accounts_for_the_bytes_and_the_losses() {
+    let test = "a_drain_log_accounts_for_the_bytes_and_the_losses";
+    let Some((opendir, dir)) = opendir_probe(test, "drain-log") else {
+        return;
+    };
+    let free = opendir.replace(":opendir", ":free");
+    let (data, log) = (dir.join("free.data"), dir.join("drains.log"));
+    let out = Command::new(kprobe_perf_bin())
+        .args(["record", "-q", "--call-graph", "dwarf", "-o"])
+        .arg(&data)
+        .arg("--drain-log")
+        .arg(&log)
+        .args(["-e", &free, "--", "/usr/bin/ls", "-la", "/usr/bin"])
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{out:?}");
+    let figure = |after: &str| -> u64 {
+        let at = stderr
+            .find(after)
+            .unwrap_or_else(|| panic!("{after:?} in {stderr}"));
+        let digits: String = stderr[..at]
+            .chars()
+            .rev()
+            .take_while(char::is_ascii_digit)
+            .collect();
+        digits.chars().rev().collect::<String>().parse().unwrap()
+    };
+    let (events, lost) = (figure(" events ("), figure(" lost\n"));
+    assert!(events > 100, "{stderr}");
+    let text = std::fs::read_to_string(&log).unwrap();
+    let mut lines = text.lines();
+    assert!(
+        lines.next().unwrap().starts_with("# ms since start"),
+        "{text}"
+    );
+    let rings = std::fs::read_to_string("/sys/devices/system/cpu/online")
+        .map(|s| {
+            s.trim()
+                .split(',')
+                .map(|r| match r.split_once('-') {
+                    Some((a, b)) => b.parse::<usize>().unwrap() - a.parse::<usize>().unwrap() + 1,
+                    None => 1,
+                })
+                .sum::<usize>()
+        })
+        .unwrap();
+    let (mut read, mut last_lost, mut drains) = (0u64, 0u64, 0);
+    for l in lines {
+        let f: Vec<&str> = l.split('\t').collect();
+        assert_eq!(f.len(), 8, "{l}");
+        assert_eq!(
+            f[3].split(',').count(),
+            rings,
+            "one pending count per CPU: {l}"
+        );
+        read += f[4].parse::<u64>().unwrap();
+        let lost_now: u64 = f[7].parse().unwrap();
+        assert!(lost_now >= last_lost, "{text}");
+        last_lost = lost_now;
+        drains += 1;
+    }
+    assert!(drains >= 1, "{text}");
+    assert!(
+        read >= events * 8192,
+        "{read} bytes read for {events} events"
+    );
+    assert_eq!(last_lost, lost, "{text}");
+    let _ = std::fs::remove_dir_all(&dir);
+}

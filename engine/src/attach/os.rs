@@ -4,6 +4,6 @@
 //! and raising the open-file limit before opening many probes.
 
 pub use crate::attach::sys::{
-    effective_capabilities, gettid, page_size, raise_fd_limit, FdLimitError, CAP_PERFMON,
-    CAP_SYS_ADMIN,
+    effective_capabilities, gettid, page_size, raise_fd_limit, FdLimitError, CAP_IPC_LOCK,
+    CAP_PERFMON, CAP_SYS_ADMIN,
 };

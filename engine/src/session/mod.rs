@@ -427,6 +427,20 @@ impl Session {
         self.decoder.shown_plans()
     }
 
+    /// Bytes written by the kernel and not yet read, per forward ring in
+    /// the order the rings are read: for a drain timeline (the CLI's
+    /// hidden `--drain-log`).
+    #[doc(hidden)]
+    pub fn ring_pending(&self) -> Vec<u64> {
+        self.streams
+            .iter()
+            .filter_map(|s| match &s.ring {
+                StreamRing::Forward(r) => Some(r.pending()),
+                _ => None,
+            })
+            .collect()
+    }
+
     /// Counters so far.
     pub fn stats(&self) -> &SessionStats {
         self.decoder.stats()

@@ -108,7 +108,6 @@ impl RingBuffer {
     }
 
     /// Bytes written by the kernel and not yet consumed.
-    #[cfg_attr(not(feature = "test-util"), allow(dead_code))] // tests and fuzzers
     pub fn pending(&self) -> u64 {
         let (head, tail) = self.head_tail();
         head.load(Ordering::Acquire)

@@ -906,6 +906,8 @@ pub fn effective_capabilities() -> io::Result<u64> {
 pub const CAP_SYS_ADMIN: u32 = 21;
 /// `CAP_PERFMON` (Linux 5.8+).
 pub const CAP_PERFMON: u32 = 38;
+/// `CAP_IPC_LOCK`: ring buffers past `perf_event_mlock_kb` (perf_mmap).
+pub const CAP_IPC_LOCK: u32 = 14;
 
 /// A child forked by [`fork_held`]: it waits before exec until a byte
 /// arrives on `gate`, and writes exec's errno to `exec_error` if exec
