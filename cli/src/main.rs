@@ -555,9 +555,9 @@ fn record(args: &RecordArgs, filters: &[Option<String>]) -> Result<ExitCode> {
         }
         None => None,
     };
-    session.enable()?;
-    run.armed();
-    inspect::report_armed(session.plans());
+    // Everything the loop needs is made before the probes are enabled
+    // and the command released: its first records wait in the rings
+    // until the first drain, which a late start lets overflow.
     let mut printer = Printer::new(args, &session, &symbols, agg, file.is_some());
     if let (Some(s), Some((path, slide))) = (printer.stacks.as_mut(), kernel_dwarf) {
         s.name_kernel_frames_from(path, slide);
@@ -572,6 +572,9 @@ fn record(args: &RecordArgs, filters: &[Option<String>]) -> Result<ExitCode> {
         file,
         reader_gone: false,
     };
+    session.enable()?;
+    run.armed();
+    inspect::report_armed(session.plans());
     record_until_the_end(args, &mut run, &mut session, &mut live, &dump_now)?;
     finish_record(args, &mut session, live, &symbols)?;
     // The recording stopped first (Ctrl-C, -d, stdout closed): the
