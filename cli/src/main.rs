@@ -615,13 +615,12 @@ fn record_until_the_end<W: Write>(
                 break;
             }
         }
-        let timeout = run.timeout(Duration::from_millis(100));
-        match log.as_mut() {
-            None => {
-                session.poll(Some(timeout), live)?;
-            }
-            Some(log) => logged_poll(log, timeout, session, live)?,
-        }
+        poll(
+            log.as_mut(),
+            run.timeout(Duration::from_millis(100)),
+            session,
+            live,
+        )?;
         if !live.flush()? {
             break;
         }
@@ -639,12 +638,7 @@ fn record_until_the_end<W: Write>(
     }
     session.disable()?;
     if !live.reader_gone {
-        match log.as_mut() {
-            None => {
-                session.poll(Some(Duration::ZERO), live)?;
-            }
-            Some(log) => logged_poll(log, Duration::ZERO, session, live)?,
-        }
+        poll(log.as_mut(), Duration::ZERO, session, live)?;
         live.flush()?;
     }
     if let Some(log) = log {
@@ -676,13 +670,18 @@ fn default_mmap_pages(call_graph: Option<kprobe_perf_engine::stack::CallGraph>) 
     }
 }
 
-/// [`Session::poll`], timed and written to the drain log.
-fn logged_poll<W: Write>(
-    log: &mut drain_log::DrainLog,
+/// [`Session::poll`] up to `timeout` into `live`; with `log`, timed and
+/// written to the drain log.
+fn poll<W: Write>(
+    log: Option<&mut drain_log::DrainLog>,
     timeout: Duration,
     session: &mut Session,
     live: &mut LiveOutput<'_, W>,
 ) -> Result<()> {
+    let Some(log) = log else {
+        session.poll(Some(timeout), live)?;
+        return Ok(());
+    };
     let wait_from = Instant::now();
     let woke = session.wait(Some(timeout))?;
     let pending = session.ring_pending();

@@ -96,10 +96,7 @@ fn file_written(plans: &[crate::plan::ProbePlan], hidden: usize, as_bytes: bool)
         };
         let body = sample_record_body(&f, plans[probe].regs_mask);
         if as_bytes {
-            ring.extend_from_slice(&RECORD_SAMPLE.to_ne_bytes());
-            ring.extend_from_slice(&1u16.to_ne_bytes());
-            ring.extend_from_slice(&u16::try_from(8 + body.len()).unwrap().to_ne_bytes());
-            ring.extend_from_slice(&body);
+            super::writer::write_record(&mut ring, RECORD_SAMPLE, 1, (&body, &[])).unwrap();
         } else {
             w.record(RingRecord::new(RECORD_SAMPLE, 1, (&body, &[])))
                 .unwrap();

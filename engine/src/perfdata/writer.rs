@@ -501,7 +501,7 @@ impl<W: Write + Seek> RecordSink for Writer<W> {
 }
 
 /// Writes one record (header, then `body`) to `out`; returns its size.
-fn write_record(
+pub(super) fn write_record(
     out: &mut impl Write,
     kind: u32,
     misc: u16,

@@ -96,11 +96,7 @@ impl FakeMapping {
     /// test corrupts it).
     fn push_with_size(&self, kind: u32, misc: u16, body: &[u8], size_field: u16) {
         let head = self.head();
-        let mut bytes = Vec::new();
-        bytes.extend_from_slice(&kind.to_ne_bytes());
-        bytes.extend_from_slice(&misc.to_ne_bytes());
-        bytes.extend_from_slice(&size_field.to_ne_bytes());
-        bytes.extend_from_slice(body);
+        let bytes = record_bytes(kind, misc, size_field, body);
         self.write(head, &bytes);
         self.set_head(head.wrapping_add(bytes.len() as u64));
     }
@@ -108,6 +104,17 @@ impl FakeMapping {
     fn push(&self, kind: u32, misc: u16, body: &[u8]) {
         self.push_with_size(kind, misc, body, (8 + body.len()) as u16);
     }
+}
+
+/// A record as the kernel lays it out: the header (`size` as given),
+/// then `body`.
+fn record_bytes(kind: u32, misc: u16, size: u16, body: &[u8]) -> Vec<u8> {
+    let mut bytes = Vec::with_capacity(8 + body.len());
+    bytes.extend_from_slice(&kind.to_ne_bytes());
+    bytes.extend_from_slice(&misc.to_ne_bytes());
+    bytes.extend_from_slice(&size.to_ne_bytes());
+    bytes.extend_from_slice(body);
+    bytes
 }
 
 impl Drop for FakeMapping {
@@ -184,13 +191,12 @@ fn drain_all(h: &mut Harness<RingBuffer>) -> (Result<usize, CorruptRecord>, Vec<
             bytes = Some([parts.0, parts.1].concat());
         },
     );
-    let mut want = Vec::new();
-    for (kind, misc, body, _) in &got {
-        want.extend_from_slice(&kind.to_ne_bytes());
-        want.extend_from_slice(&misc.to_ne_bytes());
-        want.extend_from_slice(&u16::try_from(8 + body.len()).unwrap().to_ne_bytes());
-        want.extend_from_slice(body);
-    }
+    let want: Vec<u8> = got
+        .iter()
+        .flat_map(|(kind, misc, body, _)| {
+            record_bytes(*kind, *misc, u16::try_from(8 + body.len()).unwrap(), body)
+        })
+        .collect();
     // No bytes when no record was good.
     assert_eq!(bytes.unwrap_or_default(), want, "the drain's bytes");
     (r, got)

@@ -171,7 +171,6 @@ impl RingBuffer {
         let mut count = 0;
         let mut corrupt = None;
         let first = tail;
-        let mut good = tail;
         while head.wrapping_sub(tail) >= HEADER_SIZE as u64 {
             let start = (tail & mask as u64) as usize;
             // The kernel keeps records 8-byte aligned, so a header never
@@ -221,11 +220,12 @@ impl RingBuffer {
             };
             f(RingRecord { kind, misc, body });
             tail = tail.wrapping_add(rec_size as u64);
-            good = tail;
             count += 1;
         }
-        // At most the data area: every good record fitted in what was
-        // pending, which the kernel keeps within it.
+        // The good records end at a corrupt header, else where the tail
+        // stopped; at most the data area: every good record fitted in
+        // what was pending, which the kernel keeps within it.
+        let good = corrupt.as_ref().map_or(tail, |c| c.position);
         let len = (good.wrapping_sub(first) as usize).min(self.data_size);
         if len > 0 {
             let start = (first & mask as u64) as usize;
