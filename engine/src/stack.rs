@@ -349,7 +349,7 @@ impl StackSymbolizer {
 
     /// As [`StackSymbolizer::frames`], into `out` (cleared first), whose
     /// room is then used again from one event to the next.
-    pub fn frames_into(
+    pub(crate) fn frames_into(
         &mut self,
         e: &Event,
         kernel: &KernelSymbols,
@@ -363,7 +363,7 @@ impl StackSymbolizer {
         self.ids = ids;
     }
 
-    /// As [`StackSymbolizer::frames_into`], without a copy: `out` (cleared
+    /// As [`StackSymbolizer::frames`], without a copy: `out` (cleared
     /// first) is filled with the ids of the frames, each read with
     /// [`StackSymbolizer::frame`] until the next call (the names are kept
     /// here, shared by every event that has the frame).

@@ -47,7 +47,7 @@ pub enum KeyPart {
 
 impl KeyPart {
     /// The key of an argument value.
-    pub fn of_value(v: &Value) -> KeyPart {
+    pub(crate) fn of_value(v: &Value) -> KeyPart {
         match v {
             Value::Int { raw, ty } => match ty {
                 BaseType::Signed(_) => KeyPart::Signed(*raw as i64),

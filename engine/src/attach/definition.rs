@@ -11,7 +11,7 @@ impl ProbePlan {
     /// file (`text`), in order: the kernel's names, the type written in
     /// the definition when there is one, else the field's own type (hex
     /// where the kernel prints hex, `char` where it prints `%c`).
-    pub fn set_args_from_format(&mut self, text: &str) {
+    pub(crate) fn set_args_from_format(&mut self, text: &str) {
         let print_fmt = text
             .lines()
             .find(|l| l.starts_with("print fmt:"))
@@ -46,7 +46,7 @@ impl ProbePlan {
 
     /// The kprobe_events (or, for a uprobe, uprobe_events) line that
     /// defines this probe in `group`.
-    pub fn tracefs_definition(&self, group: &str) -> String {
+    pub(crate) fn tracefs_definition(&self, group: &str) -> String {
         let target = match (&self.spec.target, &self.attach) {
             // kprobe_events knows no NAME@ADDR: give it the address.
             (

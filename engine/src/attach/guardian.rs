@@ -139,8 +139,9 @@ impl Guardian {
             .map_err(|_| GuardianError::AlreadyRunning)
     }
 
+    #[cfg(test)]
     /// True when a guardian was started in this process.
-    pub fn is_running() -> bool {
+    pub(crate) fn is_running() -> bool {
         GROUPS_TO_GUARD.get().is_some()
     }
 }

@@ -94,11 +94,6 @@ impl Instance {
         Ok(instance)
     }
 
-    /// The instance's directory.
-    pub(crate) fn dir(&self) -> &Path {
-        &self.dir
-    }
-
     fn write(&self, file: &str, value: &str) -> Result<(), TracefsError> {
         let path = self.dir.join(file);
         OpenOptions::new()

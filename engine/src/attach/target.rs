@@ -102,8 +102,7 @@ impl RecordTarget {
 
     /// True when the target's events are inherited by the tasks it
     /// creates (a command and its children, processes and their new
-    /// threads): such uprobes then go through `uprobe_events` (see
-    /// [`ProbePlan::through_uprobe_events`](crate::plan::ProbePlan::through_uprobe_events)).
+    /// threads): such uprobes then go through `uprobe_events`.
     pub fn inherits(&self) -> bool {
         matches!(
             self,

@@ -79,7 +79,7 @@ impl AddressSet {
     /// Notes an event's probe address and, for a return, the address it
     /// returned to: a hash only when the pair differs from the last one.
     #[inline]
-    pub fn note_site(&mut self, probe_addr: u64, ret_addr: Option<u64>) {
+    pub(crate) fn note_site(&mut self, probe_addr: u64, ret_addr: Option<u64>) {
         if (probe_addr, ret_addr) != self.last {
             self.last = (probe_addr, ret_addr);
             self.set.insert(probe_addr);
@@ -222,8 +222,9 @@ impl Value {
         }
     }
 
+    #[cfg(test)]
     /// Whether the value could not be known ([`Value::Unknown`]).
-    pub fn is_unknown(&self) -> bool {
+    pub(crate) fn is_unknown(&self) -> bool {
         matches!(self, Value::Unknown)
     }
 }

@@ -53,19 +53,19 @@ pub struct Throttling {
 impl SessionStats {
     /// Samples of the user's probes decoded so far: the sum of
     /// [`SessionStats::hits`] (a hidden probe's are not counted there).
-    pub fn shown_hits(&self) -> u64 {
+    pub(crate) fn shown_hits(&self) -> u64 {
         self.hits.iter().sum()
     }
 
     /// Counts a `PERF_RECORD_LOST` of `count` samples on `cpu`.
-    pub fn note_lost(&mut self, cpu: Option<u32>, count: u64) {
+    pub(crate) fn note_lost(&mut self, cpu: Option<u32>, count: u64) {
         self.lost += count;
         *self.lost_per_cpu.entry(cpu).or_default() += count;
     }
 
     /// Counts a `PERF_RECORD_THROTTLE` or `UNTHROTTLE` record (`change`)
     /// of `probe` on `cpu`.
-    pub fn note_throttle(&mut self, cpu: Option<u32>, probe: usize, change: ThrottleChange) {
+    pub(crate) fn note_throttle(&mut self, cpu: Option<u32>, probe: usize, change: ThrottleChange) {
         let t = self.throttling.entry((cpu, probe)).or_default();
         match change {
             ThrottleChange::Throttled => t.throttled += 1,
@@ -74,7 +74,7 @@ impl SessionStats {
     }
 
     /// Throttle records of `probe`, summed over CPUs.
-    pub fn throttling_of(&self, probe: usize) -> Throttling {
+    pub(crate) fn throttling_of(&self, probe: usize) -> Throttling {
         self.throttling
             .iter()
             .filter(|((_, p), _)| *p == probe)
@@ -87,7 +87,7 @@ impl SessionStats {
 
 /// What a throttle record says the kernel did to a probe on a CPU.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum ThrottleChange {
+pub(crate) enum ThrottleChange {
     /// `PERF_RECORD_THROTTLE`: sampling stopped.
     Throttled,
     /// `PERF_RECORD_UNTHROTTLE`: sampling resumed.

@@ -146,7 +146,7 @@ fn from_line(s: &str) -> String {
 
 impl Metadata {
     /// The text of the private feature section.
-    pub fn encode(&self) -> String {
+    pub(crate) fn encode(&self) -> String {
         let mut s = format!("{MAGIC_LINE}\narch {}\n", self.arch.name());
         for p in &self.probes {
             let offsets: Vec<String> = p.field_offsets.iter().map(usize::to_string).collect();
@@ -183,7 +183,7 @@ impl Metadata {
 
     /// Reads the private section back into `self` (probes, notes,
     /// symbols, arch); the other fields come from perf's own sections.
-    pub fn decode_private(&mut self, text: &str) -> Result<(), String> {
+    pub(crate) fn decode_private(&mut self, text: &str) -> Result<(), String> {
         let mut lines = text.lines();
         if lines.next() != Some(MAGIC_LINE) {
             return Err(format!("does not start with {MAGIC_LINE:?}"));

@@ -222,9 +222,10 @@ impl<R: Read + Seek> Reader<R> {
             .map(|(_, s, b)| (*s, b.as_slice()))
     }
 
+    #[cfg(test)]
     /// How many of the last [`Reader::attrs`] are probes hidden from
     /// perf (`FEAT_HIDDEN`).
-    pub fn hidden_attrs(&self) -> usize {
+    pub(crate) fn hidden_attrs(&self) -> usize {
         self.hidden_attrs
     }
 
@@ -242,7 +243,7 @@ impl<R: Read + Seek> Reader<R> {
 
     /// The next record of the hidden probes' region (`FEAT_HIDDEN`),
     /// or `None` at its end or when the file has none.
-    pub fn next_hidden_record(&mut self) -> Result<Option<FileRecord<'_>>, PerfDataError> {
+    pub(crate) fn next_hidden_record(&mut self) -> Result<Option<FileRecord<'_>>, PerfDataError> {
         const WHAT: &str = "hidden probes' region";
         match (&mut self.hidden, &self.map) {
             (Some(h), Some(m)) => h.next_mapped(&m.map, WHAT),

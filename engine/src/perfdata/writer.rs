@@ -109,7 +109,7 @@ impl<W: Write + Seek> Writer<W> {
     /// directory has none, so that `perf script` puts module frames in
     /// their module. Returns how many were written (none when the file
     /// cannot be read or hides addresses).
-    pub fn module_mmaps(&mut self) -> io::Result<usize> {
+    pub(crate) fn module_mmaps(&mut self) -> io::Result<usize> {
         let Ok(text) = std::fs::read_to_string("/proc/modules") else {
             return Ok(0);
         };
@@ -149,11 +149,6 @@ impl<W: Write + Seek> Writer<W> {
             n += 1;
         }
         Ok(n)
-    }
-
-    /// Bytes of records written so far.
-    pub fn data_size(&self) -> u64 {
-        self.data_size
     }
 
     /// Ends the file: features, ids and attrs after the data, then the

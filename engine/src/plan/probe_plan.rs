@@ -244,12 +244,11 @@ pub struct ProbePlan {
     /// in user space ([`crate::plan::entry_join`]). This plan is then the user's
     /// view of the probe.
     pub entry_join: Option<Box<EntryJoin>>,
-    /// The probe's event filter (`--filter`), if any: see
-    /// [`ProbePlan::with_filter`].
+    /// The probe's event filter (`--filter`), if any.
     pub filter: Option<crate::plan::filter::ProbeFilter>,
     /// The backend was chosen by [`BackendChoice::Auto`], so a session
     /// may carry a kernel probe through `kprobe_events` instead where
-    /// that costs less (see [`ProbePlan::through_kprobe_events`]).
+    /// that costs less.
     pub auto_backend: bool,
 }
 
@@ -276,7 +275,7 @@ impl ProbePlan {
     /// Where it runs (kernel or user space) is decided now from the
     /// record the backend gives, and again when the session reads the
     /// event's format ([`crate::plan::filter::ProbeFilter::runs`]).
-    pub fn with_filter(
+    pub(crate) fn with_filter(
         mut self,
         filter: &str,
     ) -> Result<ProbePlan, crate::plan::filter::FilterError> {
@@ -306,7 +305,7 @@ impl ProbePlan {
     /// PMU read from sampled registers become fields the kernel fetches
     /// from the same registers (`uprobe_events` knows no `$argN`), each
     /// named as before. Other plans are returned unchanged.
-    pub fn through_uprobe_events(self) -> ProbePlan {
+    pub(crate) fn through_uprobe_events(self) -> ProbePlan {
         if !matches!(self.attach, AttachPoint::User { .. }) || self.backend == Backend::Tracefs {
             return self;
         }
@@ -323,7 +322,7 @@ impl ProbePlan {
     /// probe` + `perf record` use it). Arguments become fields fetched from the
     /// same registers, named as before. Other plans are returned
     /// unchanged.
-    pub fn through_kprobe_events(self) -> ProbePlan {
+    pub(crate) fn through_kprobe_events(self) -> ProbePlan {
         if !self.may_go_through_kprobe_events() {
             return self;
         }
@@ -333,7 +332,7 @@ impl ProbePlan {
     /// True for a kernel probe that [`ProbePlan::through_kprobe_events`]
     /// would move: put on the PMU by the automatic backend, its entry
     /// values not joined in user space.
-    pub fn may_go_through_kprobe_events(&self) -> bool {
+    pub(crate) fn may_go_through_kprobe_events(&self) -> bool {
         !matches!(self.attach, AttachPoint::User { .. })
             && self.backend == Backend::Pmu
             && self.auto_backend
@@ -363,7 +362,7 @@ impl ProbePlan {
     /// names, member access, `$arg*`, fprobe and tracepoint probes, entry
     /// arguments of return probes): the session then takes them, in order,
     /// from the event's `format` file ([`ProbePlan::set_args_from_format`]).
-    pub fn args_from_kernel(&self) -> bool {
+    pub(crate) fn args_from_kernel(&self) -> bool {
         self.backend == Backend::Tracefs
             && (self.spec.target.is_dynamic_only()
                 || self.spec.args.iter().any(|a| {

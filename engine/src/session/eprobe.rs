@@ -182,11 +182,6 @@ impl EventProbeSession {
             .unwrap_or_default()
     }
 
-    /// The tracing instance's directory.
-    pub fn instance_dir(&self) -> &std::path::Path {
-        self.instance.dir()
-    }
-
     /// Waits up to `timeout` for records, then hands every record there
     /// is to `sink`, in time order.
     pub fn poll(

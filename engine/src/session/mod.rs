@@ -458,7 +458,10 @@ impl Session {
     /// rings. Call it once, before the first drain, for a sink that
     /// writes a perf.data file. Nothing without uprobes, nor for a
     /// recorded command (the kernel describes its mappings).
-    pub fn user_mmap_records<S: EventSink + ?Sized>(&self, sink: &mut S) -> Result<(), S::Error> {
+    pub(crate) fn user_mmap_records<S: EventSink + ?Sized>(
+        &self,
+        sink: &mut S,
+    ) -> Result<(), S::Error> {
         // A recorded command's mappings all come from the kernel after its
         // exec: before it, its pid is this process's fork, whose mappings
         // would stand for the command's in a reader that does not drop

@@ -40,7 +40,7 @@ pub trait EventSink {
     /// or two parts (a record wrapping around the ring's end). Records
     /// the session makes itself come here too: COMM records of thread
     /// names read from /proc, just before the round's end, and the MMAP
-    /// records of [`Session::user_mmap_records`](crate::session::Session::user_mmap_records).
+    /// records of the binaries the session's uprobes name.
     ///
     /// The default ignores them. A sink that keeps records should not
     /// break: `Break` ends the drain once the current ring is read, and

@@ -139,7 +139,7 @@ impl TimeUnit {
     }
 
     /// `ns` nanoseconds in this unit, rounded down.
-    pub fn from_ns(self, ns: u64) -> u64 {
+    pub(crate) fn in_unit(self, ns: u64) -> u64 {
         ns / self.ns()
     }
 }
@@ -357,7 +357,7 @@ impl LatencyPairer {
         let duration_ns = e.time_ns - entry.time_ns;
         let totals = &mut self.totals[f];
         totals.paired += 1;
-        let v = self.options.unit.from_ns(duration_ns);
+        let v = self.options.unit.in_unit(duration_ns);
         totals.total.record_u64(v);
         if let Some(key) = self.options.by {
             let part = match key {

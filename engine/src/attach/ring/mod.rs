@@ -340,12 +340,6 @@ impl BackwardRing {
         })
     }
 
-    /// Size of the data area in bytes.
-    #[cfg_attr(not(feature = "test-util"), allow(dead_code))] // tests and fuzzers
-    pub fn data_size(&self) -> usize {
-        self.data_size
-    }
-
     /// Copies the data area and `data_head`. Call with the output paused;
     /// otherwise the copy may hold a record the kernel is rewriting (the
     /// parser then stops at the first malformed header).
