@@ -17,7 +17,9 @@
 //! are compared up to argument names and order of sites: the same
 //! SYMBOL+OFFSET set, and at each site the same fetch args and types.
 //! Prints the agreement, and writes each disagreement to REPORT
-//! (default `target/debuginfo-differential.txt`).
+//! (default `target/debuginfo-differential.txt`). With
+//! `DIFFERENTIAL_PERF_CACHE=FILE`, perf's answers are kept in FILE and
+//! reused by the next run of the same questions.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::process::Command;
@@ -289,7 +291,82 @@ fn perf(vmlinux: &str, mode: &str, q: &str) -> (String, bool) {
     perf_with(vmlinux, &[mode], q)
 }
 
+/// perf's answers kept between runs when `DIFFERENTIAL_PERF_CACHE` names a
+/// file: a record per question, `KEYLEN OUTLEN OK\nKEYOUT`. perf takes a
+/// second per question; the cache lets the comparison be rerun after a
+/// change on this side in seconds.
+static CACHE: Mutex<Option<std::collections::HashMap<String, (String, bool)>>> = Mutex::new(None);
+
+fn cache_path() -> Option<String> {
+    std::env::var("DIFFERENTIAL_PERF_CACHE").ok()
+}
+
+fn cached(key: &str) -> Option<(String, bool)> {
+    let path = cache_path()?;
+    let mut guard = CACHE.lock().ok()?;
+    let table = guard.get_or_insert_with(|| load_cache(&path));
+    table.get(key).cloned()
+}
+
+fn load_cache(path: &str) -> std::collections::HashMap<String, (String, bool)> {
+    let mut table = std::collections::HashMap::new();
+    let Ok(bytes) = std::fs::read(path) else {
+        return table;
+    };
+    let mut rest = &bytes[..];
+    while let Some(nl) = rest.iter().position(|&b| b == b'\n') {
+        let head = String::from_utf8_lossy(&rest[..nl]).into_owned();
+        let mut it = head
+            .split(' ')
+            .map(|w| w.parse::<usize>().unwrap_or(usize::MAX));
+        let (Some(k), Some(o), Some(ok)) = (it.next(), it.next(), it.next()) else {
+            break;
+        };
+        let body = &rest[nl + 1..];
+        if k.saturating_add(o) > body.len() {
+            break;
+        }
+        let key = String::from_utf8_lossy(&body[..k]).into_owned();
+        let out = String::from_utf8_lossy(&body[k..k + o]).into_owned();
+        table.insert(key, (out, ok == 1));
+        rest = &body[k + o..];
+    }
+    table
+}
+
+fn remember(key: &str, answer: &(String, bool)) {
+    let Some(path) = cache_path() else { return };
+    let Ok(mut guard) = CACHE.lock() else { return };
+    let table = guard.get_or_insert_with(|| load_cache(&path));
+    table.insert(key.to_string(), answer.clone());
+    let record = format!(
+        "{} {} {}\n{key}{}",
+        key.len(),
+        answer.0.len(),
+        u8::from(answer.1),
+        answer.0
+    );
+    use std::io::Write;
+    if let Ok(mut f) = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(&path)
+    {
+        let _ = f.write_all(record.as_bytes());
+    }
+}
+
 fn perf_with(vmlinux: &str, mode: &[&str], q: &str) -> (String, bool) {
+    let key = format!("{vmlinux}\t{}\t{q}", mode.join(" "));
+    if let Some(hit) = cached(&key) {
+        return hit;
+    }
+    let answer = run_perf(vmlinux, mode, q);
+    remember(&key, &answer);
+    answer
+}
+
+fn run_perf(vmlinux: &str, mode: &[&str], q: &str) -> (String, bool) {
     match Command::new("perf")
         .args(["probe", "-k", vmlinux])
         .args(mode)
