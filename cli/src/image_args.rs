@@ -52,6 +52,15 @@ pub(crate) struct ImageArgs {
     /// debug info names.
     #[arg(long, value_name = "DIR")]
     pub source_dir: Option<PathBuf>,
+    /// The debug file (a `.ko` with DWARF) of a kernel module, for that
+    /// module's source points (`MOD:FUNC@+N`): the module is the one the
+    /// file's name names (`9p.ko`: `9p`). Repeatable. Default: Debian's
+    /// /usr/lib/debug/lib/modules/$(uname -r)/ and the module's path
+    /// from modules.dep, else /usr/lib/debug/.build-id/NN/REST.debug by
+    /// the loaded module's build ID. Its build ID is checked against the
+    /// loaded module's; a mismatch is refused.
+    #[arg(long, value_name = "PATH", value_parser = regular_file)]
+    pub module_debug: Vec<PathBuf>,
 }
 
 impl ImageArgs {
@@ -68,6 +77,7 @@ impl ImageArgs {
             })
             .sizes_from(sizes)
             .source_dir(self.source_dir.clone())
+            .module_debug(self.module_debug.clone())
     }
 }
 

@@ -570,6 +570,7 @@ pub(crate) fn info(image: &ImageArgs) -> Result<ExitCode> {
         )?,
     }
     debug_info(&mut out, &kernel)?;
+    module_debug_info(&mut out, &kernel)?;
     match image_args::text(&kernel)? {
         Some(t) => writeln!(out, "kernel text: {}", t.describe())?,
         None => writeln!(
@@ -625,6 +626,41 @@ fn debug_info(out: &mut impl Write, kernel: &Kernel) -> Result<()> {
         )?,
         Err(e) => writeln!(out, "debug info: not usable: {}", crate::hints::render(&e.into()))?,
     }
+    Ok(())
+}
+
+/// `info`'s line on modules' DWARF: which loaded modules (and modules
+/// given `--module-debug`) have a debug file, found locally.
+fn module_debug_info(out: &mut impl Write, kernel: &Kernel) -> Result<()> {
+    use kprobe_perf_engine::kernel::module_debug;
+    let mut names = module_debug::loaded_modules();
+    let loaded = names.len();
+    for p in &kernel.options().module_debug {
+        names.push(module_debug::module_name_of(p));
+    }
+    names.sort();
+    names.dedup();
+    let mut found = Vec::new();
+    for n in &names {
+        match kernel.local_module_debug_info(n) {
+            Ok(f) => found.push(format!("{n}: {}", f.path().display())),
+            Err(kprobe_perf_engine::Error::Kernel(kernel::KernelError::DebugInfo(
+                kernel::source::DebugInfoError::NotFound { .. },
+            ))) => {}
+            Err(e) => found.push(format!(
+                "{n}: not usable: {}",
+                crate::hints::render(&e.into())
+            )),
+        }
+    }
+    writeln!(
+        out,
+        "module debug info: {} of {loaded} loaded modules{}: source points MOD:FUNC@+N (Debian: linux-image-{}-dbg; or give --module-debug){}",
+        found.len(),
+        if names.len() > loaded { " and those given" } else { "" },
+        kernel.release(),
+        if found.is_empty() { String::new() } else { format!(": {}", found.join(", ")) }
+    )?;
     Ok(())
 }
 

@@ -158,6 +158,13 @@ enum Cmd {
         /// or the debuginfod servers of DEBUGINFOD_URLS).
         #[arg(short = 'x', long = "exec", value_name = "BINARY")]
         exec: Option<std::path::PathBuf>,
+        /// With --definition or --vars: the points are in this kernel
+        /// module (perf probe's -m): its name (`9p`), its debug file
+        /// found as for --module-debug, or the path of its `.ko` with
+        /// DWARF, used as --module-debug PATH would be. The definitions
+        /// name `MOD:FUNC+OFFS`.
+        #[arg(short = 'm', long = "module", value_name = "MODULE", conflicts_with_all = ["exec", "source"])]
+        module: Option<String>,
         /// List every instruction of FUNC (`NAME` or `MOD:NAME`) in AT&T
         /// syntax (x86_64 kernels) or arm64 syntax (arm64 kernels) with the
         /// kernel's predicted answer at its offset: `p` a kprobe is
@@ -418,8 +425,10 @@ fn main() -> ExitCode {
             no_inlines,
             other_kernel,
             exec,
+            module,
             ..
-        } => source::definitions(&specs, &image, !no_inlines, other_kernel, exec.as_deref()),
+        } => source::Target::new(exec.as_deref(), module.as_deref(), &image)
+            .and_then(|t| source::definitions(&specs, &t, !no_inlines, other_kernel)),
         Cmd::Probe {
             source: Some(func),
             image,
@@ -433,8 +442,10 @@ fn main() -> ExitCode {
             no_inlines,
             other_kernel,
             exec,
+            module,
             ..
-        } => source::variables(&point, &image, !no_inlines, other_kernel, exec.as_deref()),
+        } => source::Target::new(exec.as_deref(), module.as_deref(), &image)
+            .and_then(|t| source::variables(&point, &t, !no_inlines, other_kernel)),
         Cmd::Probe { specs, .. } => probe_parse(&specs),
         Cmd::List {
             patterns,

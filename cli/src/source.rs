@@ -21,24 +21,72 @@ fn kernel(image: &ImageArgs, other_kernel: bool) -> Kernel {
     Kernel::with_symbols(KernelSymbols::default(), options)
 }
 
+/// Where the points of `probe --definition` and `--vars` are: the
+/// kernel, a user binary (`-x`), or a kernel module (`-m`).
+pub(crate) struct Target {
+    /// The kernel image options, with a module's debug file given by
+    /// `-m PATH` added.
+    image: ImageArgs,
+    /// `-x BINARY`, absolute.
+    binary: Option<String>,
+    /// `-m MODULE`'s name.
+    module: Option<String>,
+}
+
+impl Target {
+    /// `-x` and `-m` over the image options.
+    pub(crate) fn new(
+        exec: Option<&Path>,
+        module: Option<&str>,
+        image: &ImageArgs,
+    ) -> Result<Target> {
+        let mut image = image.clone();
+        let module = match module {
+            // perf's -m takes a name or the path of the module's file.
+            Some(m) if m.contains('/') || m.ends_with(".ko") => {
+                let path = PathBuf::from(m);
+                if !path.is_file() {
+                    bail!("-m {m}: no such file (give a module's name, or the path of its .ko with debug info)");
+                }
+                let name = kprobe_perf_engine::kernel::module_debug::module_name_of(&path);
+                image.module_debug.insert(0, path);
+                Some(name)
+            }
+            Some(m) => Some(kprobe_perf_engine::kernel::module_debug::normalize(m)),
+            None => None,
+        };
+        Ok(Target {
+            image,
+            binary: exec.map(absolute).transpose()?,
+            module,
+        })
+    }
+
+    /// perf's syntax in kprobe-perf's, for this target.
+    fn ours(&self, spec: &str) -> String {
+        match &self.module {
+            Some(m) => source::from_perf_syntax_in_module(spec, m),
+            None => source::from_perf_syntax_in(spec, self.binary.as_deref()),
+        }
+    }
+}
+
 /// `probe --definition SPEC...`: each site's kprobe_events definition on
 /// stdout, the sites left out on stderr; exit 0 only if every SPEC has a
 /// site.
 pub(crate) fn definitions(
     specs: &[String],
-    image: &ImageArgs,
+    target: &Target,
     inlines: bool,
     other_kernel: bool,
-    exec: Option<&Path>,
 ) -> Result<ExitCode> {
-    let kernel = kernel(image, other_kernel);
-    let binary = exec.map(absolute).transpose()?;
+    let kernel = kernel(&target.image, other_kernel);
     let mut out = std::io::stdout().lock();
     let mut ok = true;
     for spec in specs {
         let perf_syntax = !looks_like_ours(spec);
         let ours = if perf_syntax {
-            source::from_perf_syntax_in(spec, binary.as_deref())
+            target.ours(spec)
         } else {
             spec.clone()
         };
@@ -149,18 +197,21 @@ pub(crate) fn report_refused(expansion: &SourceExpansion) {
 /// `probe --vars POINT`: perf probe -V's listing.
 pub(crate) fn variables(
     point: &str,
-    image: &ImageArgs,
+    target: &Target,
     inlines: bool,
     other_kernel: bool,
-    exec: Option<&Path>,
 ) -> Result<ExitCode> {
-    let kernel = kernel(image, other_kernel);
-    let sites = match exec {
-        Some(b) => {
+    let kernel = kernel(&target.image, other_kernel);
+    let sites = match (&target.binary, &target.module) {
+        (Some(b), _) => {
             let ours = source::perf_point_to_ours(point);
-            kernel.source_variables(&format!("{}:{ours}", absolute(b)?), inlines)?
+            kernel.source_variables(&format!("{b}:{ours}"), inlines)?
         }
-        None => kernel.source_variables(point, inlines)?,
+        (None, Some(m)) => {
+            let ours = source::perf_point_to_ours(point);
+            kernel.source_variables(&format!("{m}:{ours}"), inlines)?
+        }
+        (None, None) => kernel.source_variables(point, inlines)?,
     };
     let mut out = std::io::stdout().lock();
     writeln!(out, "Available variables at {point}")?;

@@ -82,7 +82,7 @@ impl<'a> DebugInfo<'a> {
             });
         }
         let (dwarf, frame) = file::load_dwarf(file, &obj)?;
-        let symbols = SymbolTable::new(&obj);
+        let symbols = SymbolTable::new(&obj, file.relocated()?);
         let size = file.bytes().len() as u64;
         let mut key = obj
             .build_id()

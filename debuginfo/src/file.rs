@@ -4,7 +4,10 @@ use std::path::{Path, PathBuf};
 
 use object::{Object, ObjectSection, ObjectSymbol};
 
+use std::sync::OnceLock;
+
 use crate::error::{Error, Result};
+use crate::reloc::Relocated;
 
 /// The reader type: a slice of the mapped file.
 pub(crate) type R<'a> = gimli::EndianSlice<'a, gimli::RunTimeEndian>;
@@ -15,6 +18,9 @@ pub(crate) type R<'a> = gimli::EndianSlice<'a, gimli::RunTimeEndian>;
 pub struct DebugFile {
     path: PathBuf,
     map: memmap2::Mmap,
+    /// For a relocatable file (a kernel module's `.ko`): its sections'
+    /// layout and relocated debug sections, made on first use.
+    relocated: OnceLock<Option<Relocated>>,
 }
 
 impl DebugFile {
@@ -31,7 +37,11 @@ impl DebugFile {
         // Queries jump around the file: read only the pages they touch
         // (no read-ahead), which keeps the resident set small. Advice only.
         let _ = map.advise(memmap2::Advice::Random);
-        Ok(DebugFile { path, map })
+        Ok(DebugFile {
+            path,
+            map,
+            relocated: OnceLock::new(),
+        })
     }
 
     /// The file's path.
@@ -67,6 +77,30 @@ impl DebugFile {
             .unwrap_or(false)
     }
 
+    /// Whether the file is relocatable (ELF `ET_REL`: a kernel module's
+    /// `.ko`), whose DWARF is read relocated (see [`crate::reloc`]).
+    pub fn is_relocatable(&self) -> bool {
+        self.object()
+            .is_ok_and(|o| o.kind() == object::ObjectKind::Relocatable)
+    }
+
+    /// The layout and relocated debug sections of a relocatable file,
+    /// made once; `None` for a linked file (read in place).
+    pub(crate) fn relocated(&self) -> Result<Option<&Relocated>> {
+        if let Some(r) = self.relocated.get() {
+            return Ok(r.as_ref());
+        }
+        let obj = self.object()?;
+        let made = if obj.kind() == object::ObjectKind::Relocatable {
+            Some(Relocated::new(&obj, &self.path)?)
+        } else {
+            None
+        };
+        // Another thread may have made it first: either copy is the same.
+        let _ = self.relocated.set(made);
+        Ok(self.relocated.get().and_then(Option::as_ref))
+    }
+
     pub(crate) fn object(&self) -> Result<object::File<'_>> {
         object::File::parse(&*self.map).map_err(|e| self.elf_error(e))
     }
@@ -95,13 +129,22 @@ pub(crate) struct SymbolTable<'a> {
 }
 
 impl<'a> SymbolTable<'a> {
-    pub(crate) fn new(obj: &object::File<'a>) -> Self {
+    /// The function symbols of `obj`; `relocated`: the layout of a
+    /// relocatable file's sections, whose symbols are section offsets.
+    pub(crate) fn new(obj: &object::File<'a>, relocated: Option<&Relocated>) -> Self {
+        let address = |s: &object::Symbol<'a, '_>| -> Option<u64> {
+            match relocated {
+                Some(r) => Some(r.base(s.section_index()?).checked_add(s.address())?),
+                None => Some(s.address()),
+            }
+        };
         let mut symbols: Vec<FuncSymbol<'a>> = obj
             .symbols()
-            .filter(|s| s.kind() == object::SymbolKind::Text && s.address() != 0)
+            .filter(|s| s.kind() == object::SymbolKind::Text)
             .filter_map(|s| {
+                let address = address(&s).filter(|&a| a != 0)?;
                 Some(FuncSymbol {
-                    address: s.address(),
+                    address,
                     size: s.size(),
                     name: s.name().ok().filter(|n| !n.is_empty())?,
                     global: s.is_global(),
@@ -162,6 +205,9 @@ pub(crate) fn load_dwarf<'a>(
 
 /// The bytes of section `name` of `file` (empty when there is none).
 fn section_bytes<'a>(file: &'a DebugFile, obj: &object::File<'a>, name: &str) -> Result<&'a [u8]> {
+    if let Some(data) = file.relocated()?.and_then(|r| r.section(name)) {
+        return Ok(data);
+    }
     let Some(sec) = obj.section_by_name(name) else {
         return Ok(&[]);
     };

@@ -45,6 +45,7 @@ mod index;
 mod lines;
 pub mod locate;
 mod point;
+mod reloc;
 mod sites;
 mod types;
 mod vars;

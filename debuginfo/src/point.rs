@@ -70,7 +70,8 @@ impl ProbePoint {
             }
             None => (text_t, None),
         };
-        if is_file(head) {
+        // FUNC@FILE[:RLINE] names a file too, after the function.
+        if is_file(head) && !head.contains('@') {
             let line = line.ok_or_else(|| err("a file needs a line (FILE:LINE)"))?;
             return Ok(ProbePoint::Line {
                 file: head.to_string(),
@@ -265,6 +266,28 @@ mod tests {
                 at: FunctionPart::Lazy("x = *".into())
             }
         );
+        for (text, file, at) in [
+            (
+                "do_sys_openat2@fs/open.c:3",
+                "fs/open.c",
+                FunctionPart::RelativeLine(3),
+            ),
+            (
+                "v9fs_file_open@vfs_file.c",
+                "vfs_file.c",
+                FunctionPart::Entry,
+            ),
+        ] {
+            assert_eq!(
+                ProbePoint::parse(text).unwrap(),
+                ProbePoint::Function {
+                    name: text.split('@').next().unwrap().into(),
+                    file: Some(file.into()),
+                    at
+                },
+                "{text}"
+            );
+        }
         assert!(ProbePoint::parse("f:x").is_err());
         assert!(ProbePoint::parse("a.c").is_err());
     }

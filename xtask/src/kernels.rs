@@ -238,7 +238,9 @@ pub(crate) fn resolve(spec: &str, cache: &Path) -> Result<Kernel> {
         .and_then(|n| n.to_str())
         .context("module tree without a name")?
         .to_string();
-    let debug_stamp = dir.join(".dbg-unpacked");
+    // The stamp names what is unpacked: a cache unpacked before the
+    // modules' debug files were is unpacked again.
+    let debug_stamp = dir.join(DEBUG_STAMP);
     if !debug_stamp.exists() {
         fetch_debug(&apt, &package, &version, &dir)?;
         std::fs::write(&debug_stamp, b"")?;
@@ -482,9 +484,24 @@ fn unpack(apt: &Apt, package: &str, dir: &Path) -> Result<()> {
     Ok(())
 }
 
+/// The stamp of an unpacked `-dbg` package: vmlinux, System.map and the
+/// debug files of [`MODULE_DEBUG`].
+const DEBUG_STAMP: &str = ".dbg-unpacked-2";
+
+/// The modules whose debug files (`.ko` with DWARF) are unpacked beside
+/// the vmlinux, under `usr/lib/debug/lib/modules/<release>/`: 9p's, which
+/// the guest loads for its root file system (source points in modules).
+const MODULE_DEBUG: &[&str] = &[
+    "kernel/fs/9p/9p.ko",
+    "kernel/net/9p/9pnet.ko",
+    "kernel/net/9p/9pnet_virtio.ko",
+];
+
 /// The vmlinux and System.map of `package` from its `-dbg` package (about
-/// 0.9-1 GiB): only those two files are unpacked, and tar stops reading
-/// once it has them (they come first), which takes seconds.
+/// 0.9-1 GiB), and the debug files of [`MODULE_DEBUG`]: only those files
+/// are unpacked, and tar stops reading once it has them (the vmlinux
+/// comes first, the 9p modules about half way), which takes a minute at
+/// most.
 fn fetch_debug(apt: &Apt, package: &str, release: &str, dir: &Path) -> Result<()> {
     let dbg = format!(
         "{}-dbg",
@@ -516,17 +533,30 @@ fn fetch_debug(apt: &Apt, package: &str, release: &str, dir: &Path) -> Result<()
     for wanted in &layouts {
         // dpkg-deb complains of a broken pipe when tar stops early; tar's
         // status is the pipeline's.
-        let ok = Command::new("sh")
+        // The modules' files are taken when there; tar's status (which
+        // says some member was missing) is not what decides.
+        let modules: Vec<String> = MODULE_DEBUG
+            .iter()
+            .map(|m| format!("./usr/lib/debug/lib/modules/{release}/{m}"))
+            .collect();
+        Command::new("sh")
             .arg("-c")
-            .arg("dpkg-deb --fsys-tarfile \"$1\" 2>/dev/null | tar -x -C \"$2\" --occurrence=1 \"$3\" \"$4\" 2>/dev/null")
+            .arg("deb=$1; dir=$2; shift 2; dpkg-deb --fsys-tarfile \"$deb\" 2>/dev/null | tar -x -C \"$dir\" --occurrence=1 \"$@\" 2>/dev/null")
             .arg("sh")
             .arg(&deb)
             .arg(dir)
             .args(wanted)
+            .args(&modules)
             .status()
-            .context("running dpkg-deb and tar")?
-            .success();
-        if ok && wanted.iter().all(|w| dir.join(w).is_file()) {
+            .context("running dpkg-deb and tar")?;
+        if wanted.iter().all(|w| dir.join(w).is_file()) {
+            for m in &modules {
+                if !dir.join(m).is_file() {
+                    eprintln!(
+                        "xtask: {dbg} has no {m}: source points in that module cannot be tested"
+                    );
+                }
+            }
             found = Some(wanted);
             break;
         }

@@ -36,6 +36,7 @@ pub mod kcore;
 #[cfg(not(feature = "test-util"))]
 #[allow(unreachable_pub)] // public in `testing` with test-util
 pub mod kcore;
+pub mod module_debug;
 pub mod preflight;
 pub mod select;
 pub mod source;
@@ -123,12 +124,24 @@ pub struct KernelOptions {
     /// source point's lazy pattern (`FUNC@;PATTERN`) is matched against.
     /// `None`: the compilation directory the DWARF names.
     pub source_dir: Option<PathBuf>,
+    /// Debug files of kernel modules (`.ko` with DWARF), each for the
+    /// module its file name names (`9p.ko`: `9p`): used for that
+    /// module's source points instead of looking for one (see
+    /// [`Kernel::module_debug_info`]).
+    pub module_debug: Vec<PathBuf>,
 }
 
 impl KernelOptions {
     /// Looks source files up under `dir` (see [`source_dir`](Self::source_dir)).
     pub fn source_dir(mut self, dir: impl Into<Option<PathBuf>>) -> Self {
         self.source_dir = dir.into();
+        self
+    }
+
+    /// Uses these debug files for the modules their names name (see
+    /// [`module_debug`](Self::module_debug)).
+    pub fn module_debug(mut self, paths: Vec<PathBuf>) -> Self {
+        self.module_debug = paths;
         self
     }
 
@@ -176,6 +189,7 @@ pub struct Kernel {
     running_build_id: Option<Vec<u8>>,
     images: OnceLock<KernelImages>,
     debug_info: OnceLock<Arc<source::DebugFile>>,
+    module_debug: Mutex<std::collections::HashMap<String, Arc<source::DebugFile>>>,
     text: OnceLock<Option<TextSources>>,
     skipped: Mutex<Vec<SkippedImage>>,
 }
@@ -221,6 +235,7 @@ impl Kernel {
             running_build_id: kprobe_perf_symbols::image::running_build_id(),
             images: OnceLock::new(),
             debug_info: OnceLock::new(),
+            module_debug: Mutex::new(std::collections::HashMap::new()),
             text: OnceLock::new(),
             skipped: Mutex::new(Vec::new()),
         }
@@ -326,6 +341,59 @@ impl Kernel {
         )?))
     }
 
+    /// Where the debug file of module `name` is looked for when none is
+    /// given for it, in order: Debian's -dbg layout
+    /// (`/usr/lib/debug/lib/modules/RELEASE/` and the module's path from
+    /// `modules.dep`, uncompressed), `/usr/lib/debug/.build-id/NN/REST.debug`
+    /// by the loaded module's build ID, the installed module itself.
+    pub fn module_debug_candidates(&self, name: &str) -> Vec<PathBuf> {
+        let id = module_debug::loaded_build_id(name);
+        module_debug::candidates(&self.release, name, id.as_deref())
+    }
+
+    /// The debug file of kernel module `name` (its `.ko` with DWARF): the
+    /// one given for it ([`KernelOptions::module_debug`]), else the first
+    /// of [`module_debug_candidates`](Self::module_debug_candidates) with
+    /// DWARF and the loaded module's build ID (the installed module's
+    /// when it is not loaded), else the debuginfod servers' file of that
+    /// build ID. A given file of another build is refused (unless
+    /// [`KernelOptions::other_kernel`]). Found once, then kept.
+    pub fn module_debug_info(&self, name: &str) -> Result<Arc<source::DebugFile>, Error> {
+        self.find_module_debug(name, true)
+    }
+
+    /// [`module_debug_info`](Self::module_debug_info) as far as local
+    /// files go (for a report: no debuginfod server is asked).
+    pub fn local_module_debug_info(&self, name: &str) -> Result<Arc<source::DebugFile>, Error> {
+        self.find_module_debug(name, false)
+    }
+
+    fn find_module_debug(
+        &self,
+        name: &str,
+        ask_servers: bool,
+    ) -> Result<Arc<source::DebugFile>, Error> {
+        let key = module_debug::normalize(name);
+        let mut cache = self
+            .module_debug
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if let Some(f) = cache.get(&key) {
+            return Ok(Arc::clone(f));
+        }
+        let want = module_debug::wanted_build_id(&self.release, name);
+        let found = Arc::new(module_debug::find(
+            name,
+            &self.options.module_debug,
+            self.module_debug_candidates(name),
+            want.as_deref(),
+            self.options.other_kernel,
+            ask_servers,
+        )?);
+        cache.insert(key, Arc::clone(&found));
+        Ok(found)
+    }
+
     /// What names kernel frames from DWARF
     /// ([`StackSymbolizer::with_kernel_dwarf`](crate::StackSymbolizer::with_kernel_dwarf)):
     /// the running kernel's debug file ([`Kernel::debug_info`]) and its
@@ -354,9 +422,13 @@ impl Kernel {
         if !source::names_source_point(definition) {
             return Ok(None);
         }
+        let dir = self.options.source_dir.as_deref();
         if let Some(binary) = source::user_binary(definition) {
             let file = source::find_user(binary)?;
-            let dir = self.options.source_dir.as_deref();
+            return Ok(Some(source::expand(&file, definition, inlines, dir)?));
+        }
+        if let Some(module) = source::module_name(definition) {
+            let file = self.module_debug_info(module)?;
             return Ok(Some(source::expand(&file, definition, inlines, dir)?));
         }
         Ok(Some(source::expand(
@@ -406,6 +478,10 @@ impl Kernel {
         let as_definition = format!("p:{point}");
         if let Some(binary) = source::user_binary(&as_definition) {
             let file = source::find_user(binary)?;
+            return Ok(source::variables(&file, point, inlines)?);
+        }
+        if let Some(module) = source::module_name(&as_definition) {
+            let file = self.module_debug_info(module)?;
             return Ok(source::variables(&file, point, inlines)?);
         }
         Ok(source::variables(self.debug_info()?, point, inlines)?)

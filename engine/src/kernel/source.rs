@@ -122,6 +122,8 @@ struct SourceDefinition<'t> {
     group: Option<&'t str>,
     /// The user binary, for a uprobe's source point.
     binary: Option<&'t str>,
+    /// The kernel module, for a module function's source point.
+    module: Option<&'t str>,
     event: Option<&'t str>,
     /// The point, as perf spells it.
     point: String,
@@ -158,10 +160,36 @@ fn user_point(word: &str) -> Option<(&str, &str)> {
     crate::plan::user_source::split_target(word, is_source_point)
 }
 
-/// Whether a word is a probe point naming a source point, in the kernel
-/// or in a user binary.
+/// A module function's source point (`9p:v9fs_file_open@+2`,
+/// `9p:@fs/9p/vfs_file.c:60`), split into the module's name and the
+/// point: `MOD:` as in `MOD:SYM`.
+fn module_point(word: &str) -> Option<(&str, &str)> {
+    let (module, point) = word.split_once(':')?;
+    let name = !module.is_empty()
+        && module
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-');
+    (name && is_source_point(point)).then_some((module, point))
+}
+
+/// Whether a word is a probe point naming a source point, in the kernel,
+/// a module or a user binary.
 fn is_any_source_point(word: &str) -> bool {
-    is_source_point(word) || user_point(word).is_some()
+    is_source_point(word) || user_point(word).is_some() || module_point(word).is_some()
+}
+
+/// The kernel module whose source point a definition names
+/// (`p:9p:v9fs_file_open@+2 file`), or None.
+pub(crate) fn module_name(definition: &str) -> Option<&str> {
+    if user_binary(definition).is_some() {
+        return None;
+    }
+    let mut words = definition.split_whitespace();
+    let first = words.next().unwrap_or("");
+    let short = first.split_once(':').and_then(|(_, t)| module_point(t));
+    short
+        .or_else(|| words.next().and_then(module_point))
+        .map(|(module, _)| module)
 }
 
 /// Whether a definition names a source point (and needs debug info).
@@ -239,13 +267,15 @@ fn split(text: &str) -> Result<SourceDefinition<'_>, KernelError> {
         },
         None => (None, None),
     };
-    let (binary, point_word) = match user_point(point_word) {
-        Some((path, point)) => (Some(path), point),
-        None => (None, point_word),
+    let (binary, module, point_word) = match (user_point(point_word), module_point(point_word)) {
+        (Some((path, point)), _) => (Some(path), None, point),
+        (None, Some((module, point))) => (None, Some(module), point),
+        (None, None) => (None, None, point_word),
     };
     Ok(SourceDefinition {
         group,
         binary,
+        module,
         event,
         point: perf_point(point_word),
         at: offset_in(text, point_word),
@@ -354,9 +384,15 @@ pub(super) fn expand(
             (Some(_), Ok(args)) => user_args(&site, &def.args, args),
             (_, args) => args,
         };
-        let target = match &segments {
-            Some(s) => s.target(site.address),
-            None => Ok(site.location.clone()),
+        let target = match (&segments, def.module) {
+            (Some(s), _) => s.target(site.address),
+            // A module's function as kprobe_events names it: MOD:SYM+OFFS.
+            (None, Some(m)) => Ok(format!(
+                "{}:{}",
+                super::module_debug::normalize(m),
+                site.location
+            )),
+            (None, None) => Ok(site.location.clone()),
         };
         match (args, target) {
             (Ok(args), Ok(target)) => {
@@ -502,6 +538,21 @@ pub fn from_perf_syntax_in(text: &str, binary: Option<&str>) -> String {
     out
 }
 
+/// [`from_perf_syntax_in`] for perf's `-m MODULE`: the point is the
+/// module's (`MOD:POINT`), the group perf's `probe`.
+pub fn from_perf_syntax_in_module(text: &str, module: &str) -> String {
+    let ours = from_perf_syntax_in(text, None);
+    let mut words = ours.splitn(3, ' ');
+    let head = words.next().unwrap_or("");
+    let point = words.next().unwrap_or("");
+    let mut out = format!("{head} {module}:{point}");
+    if let Some(rest) = words.next() {
+        out.push(' ');
+        out.push_str(rest);
+    }
+    out
+}
+
 /// A probe point as perf writes it (`FUNC`, `FUNC:N`, `FUNC@FILE:N`,
 /// `FILE:LINE`) in kprobe-perf's spelling (`FUNC@`, `FUNC@+N`,
 /// `FUNC@FILE+N`, `@FILE:LINE`).
@@ -555,7 +606,10 @@ pub(super) fn variables(
     let (binary, point_text) = match user_point(point_text) {
         Some((b, p)) if Path::new(b) != file.path() => (DebugFile::open(b).ok(), p),
         Some((_, p)) => (None, p),
-        None => (None, point_text),
+        None => (
+            None,
+            module_point(point_text).map_or(point_text, |(_, p)| p),
+        ),
     };
     let perf = if is_source_point(point_text) {
         perf_point(point_text)
@@ -658,6 +712,36 @@ mod tests {
         }
         assert_eq!(user_binary("p:do_sys_openat2@+8 fd"), None);
         assert!(!names_source_point("p:/usr/bin/prog:main+3 %di"));
+    }
+
+    #[test]
+    fn module_source_points_name_their_module() {
+        for (def, module, point) in [
+            ("p:9p:v9fs_file_open@+2 file", "9p", "v9fs_file_open:2"),
+            ("p:ev 9p:v9fs_vfs_lookup@ dentry", "9p", "v9fs_vfs_lookup"),
+            (
+                "p:g/e 9pnet:@net/9p/client.c:700 c",
+                "9pnet",
+                "net/9p/client.c:700",
+            ),
+        ] {
+            assert!(names_source_point(def), "{def}");
+            assert_eq!(module_name(def), Some(module), "{def}");
+            assert_eq!(user_binary(def), None, "{def}");
+            let d = split(def).unwrap();
+            assert_eq!((d.module, d.point.as_str()), (Some(module), point));
+        }
+        assert_eq!(module_name("p:do_sys_openat2@+8 fd"), None);
+        assert_eq!(module_name("p:/usr/bin/prog:main@+3 argc"), None);
+        assert!(!names_source_point("p:9p:v9fs_file_open+41 %si"));
+        assert_eq!(
+            from_perf_syntax_in_module("v9fs_file_open:2 file", "9p"),
+            "p:probe/ 9p:v9fs_file_open@+2 file"
+        );
+        assert_eq!(
+            from_perf_syntax_in_module("g:e=fs/9p/vfs_file.c:60", "9p"),
+            "p:g/e 9p:@fs/9p/vfs_file.c:60"
+        );
     }
 
     #[test]
