@@ -548,9 +548,44 @@ fn compare(di: &DebugInfo<'_>, mode: &str, q: &str, ours: &Answer, theirs: &Answ
             if explained && o.values().flatten().any(|v| v.contains("DW_OP_stack_value")) {
                 return s("perf wrong: a computed value (DW_OP_stack_value) read by perf as memory at reg+off; we refuse");
             }
+            if o.iter().all(|(k, ov)| ov == &t[k] || part_of_longer(ov)) {
+                return s("perf wrong: translates the first operations of a longer expression that a fetch cannot compute; we refuse");
+            }
+            if o.iter().all(|(k, ov)| ov == &t[k] || first_load_only(ov, &t[k])) {
+                return s("perf wrong: reads the first load of a longer expression (DW_OP_deref chain); we fetch the whole chain");
+            }
             s("different fetch args")
         }
     }
+}
+
+/// True when we refused a site because an argument's location is an
+/// expression of several operations with no fetch equivalent (shifts,
+/// sums of two loads, ...): perf's fetch there reads its first operation.
+fn part_of_longer(ours: &BTreeSet<String>) -> bool {
+    ours.iter().all(|v| {
+        v.starts_with("REFUSED")
+            && v.contains("has no kprobe fetch equivalent")
+            && v.matches("}, ").count() >= 1
+    })
+}
+
+/// True when every argument of perf's answer is ours or the innermost load
+/// of ours: perf translated only the first operations of a location like
+/// `DW_OP_breg5 0; DW_OP_deref; DW_OP_plus_uconst 8; DW_OP_deref`
+/// (`+0(%di)`), where the whole expression is `+0(+8(+0(%di)))`.
+fn first_load_only(ours: &BTreeSet<String>, theirs: &BTreeSet<String>) -> bool {
+    let (Some(o), Some(t)) = (ours.iter().next(), theirs.iter().next()) else {
+        return false;
+    };
+    let (o, t): (Vec<&str>, Vec<&str>) = (o.split(' ').collect(), t.split(' ').collect());
+    o.len() == t.len()
+        && o != t
+        && o.iter().zip(&t).all(|(a, b)| {
+            let (fa, ta) = a.rsplit_once(':').unwrap_or((a, ""));
+            let (fb, tb) = b.rsplit_once(':').unwrap_or((b, ""));
+            a == b || (ta == tb && fa.len() > fb.len() && fa.contains(&format!("({fb})")))
+        })
 }
 
 /// Explains a -V difference by asking, for each variable perf lists and we

@@ -617,27 +617,148 @@ impl<'a> DebugInfo<'a> {
             .filter(|o| !matches!(o, Op::Piece { .. } | Op::StackValue))
             .collect();
         match (core.as_slice(), stack_value) {
-            ([Op::Register { register }], false) => Ok(Fetch { base: Base::Reg(register.0), refs: vec![] }),
-            ([Op::RegisterOffset { register, offset, .. }], false) => {
-                Ok(Fetch { base: Base::Reg(register.0), refs: vec![*offset] })
-            }
-            ([Op::RegisterOffset { register, offset: 0, .. }], true) => Ok(Fetch { base: Base::Reg(register.0), refs: vec![] }),
+            ([Op::Register { register }], false) => Ok(Fetch {
+                base: Base::Reg(register.0),
+                refs: vec![],
+            }),
+            (
+                [Op::RegisterOffset {
+                    register, offset, ..
+                }],
+                false,
+            ) => Ok(Fetch {
+                base: Base::Reg(register.0),
+                refs: vec![*offset],
+            }),
+            (
+                [Op::RegisterOffset {
+                    register,
+                    offset: 0,
+                    ..
+                }],
+                true,
+            ) => Ok(Fetch {
+                base: Base::Reg(register.0),
+                refs: vec![],
+            }),
             ([Op::FrameOffset { offset }], false) => {
                 let (reg, base) = self.frame_base(unit, site)?;
-                Ok(Fetch { base: Base::Reg(reg), refs: vec![base + offset] })
+                Ok(Fetch {
+                    base: Base::Reg(reg),
+                    refs: vec![base + offset],
+                })
             }
             ([Op::Address { address }], false) => {
                 let name = match self.symbols.symbolize(*address) {
                     Some((s, 0)) => s.name.to_string(),
                     _ => var.to_string(),
                 };
-                Ok(Fetch { base: Base::Symbol(name), refs: vec![0] })
+                Ok(Fetch {
+                    base: Base::Symbol(name),
+                    refs: vec![0],
+                })
             }
-            ([Op::UnsignedConstant { value }], true) => Ok(Fetch { base: Base::Immediate(*value as i64), refs: vec![] }),
-            ([Op::SignedConstant { value }], true) => Ok(Fetch { base: Base::Immediate(*value), refs: vec![] }),
-            (_, true) => Err("its value is computed (DW_OP_stack_value over an expression) and kprobe fetch arguments cannot compute".into()),
-            _ => Err(format!("its location expression {:?} has no kprobe fetch equivalent", core)),
+            ([Op::UnsignedConstant { value }], true) => Ok(Fetch {
+                base: Base::Immediate(*value as i64),
+                refs: vec![],
+            }),
+            ([Op::SignedConstant { value }], true) => Ok(Fetch {
+                base: Base::Immediate(*value),
+                refs: vec![],
+            }),
+            _ => self.load_chain(unit, site, &core, stack_value),
         }
+    }
+
+    /// An expression of loads from a register: `DW_OP_bregN K` (or
+    /// `DW_OP_fbreg K`), then any number of `DW_OP_deref` and
+    /// `DW_OP_plus_uconst` (or a constant and `DW_OP_plus`/`DW_OP_minus`), which kprobes
+    /// fetch as nested dereferences: `DW_OP_breg5 0; DW_OP_deref;
+    /// DW_OP_plus_uconst 8; DW_OP_deref` locates the variable at
+    /// `*(*(%di) + 8)`, so its value is `+0(+8(+0(%di)))`. With
+    /// `DW_OP_stack_value` the expression is the value itself, which a
+    /// fetch can give only when nothing is added after the last load.
+    fn load_chain(
+        &self,
+        unit: &Unit<'a>,
+        site: &Site,
+        ops: &[&gimli::Operation<crate::file::R<'a>>],
+        stack_value: bool,
+    ) -> std::result::Result<Fetch, Why> {
+        use gimli::Operation as Op;
+        let computed = || -> Why {
+            "its value is computed (DW_OP_stack_value over an expression) and kprobe fetch arguments cannot compute".into()
+        };
+        let unsupported =
+            || -> Why { format!("its location expression {ops:?} has no kprobe fetch equivalent") };
+        let (mut fetch, mut pending) = match ops.first() {
+            Some(Op::RegisterOffset {
+                register, offset, ..
+            }) => (
+                Fetch {
+                    base: Base::Reg(register.0),
+                    refs: vec![],
+                },
+                *offset,
+            ),
+            Some(Op::FrameOffset { offset }) => {
+                let (reg, base) = self.frame_base(unit, site)?;
+                (
+                    Fetch {
+                        base: Base::Reg(reg),
+                        refs: vec![],
+                    },
+                    base + offset,
+                )
+            }
+            _ => {
+                return Err(if stack_value {
+                    computed()
+                } else {
+                    unsupported()
+                })
+            }
+        };
+        let mut rest = &ops[1..];
+        while let Some((op, tail)) = rest.split_first() {
+            rest = tail;
+            match op {
+                Op::Deref {
+                    size, space: false, ..
+                } if *size == unit.encoding().address_size => {
+                    fetch.refs.push(pending);
+                    pending = 0;
+                }
+                Op::PlusConstant { value } => {
+                    pending = pending.wrapping_add(*value as i64);
+                }
+                Op::UnsignedConstant { value } if matches!(tail.first(), Some(Op::Plus)) => {
+                    pending = pending.wrapping_add(*value as i64);
+                    rest = &tail[1..];
+                }
+                Op::SignedConstant { value } if matches!(tail.first(), Some(Op::Plus)) => {
+                    pending = pending.wrapping_add(*value);
+                    rest = &tail[1..];
+                }
+                Op::UnsignedConstant { value } if matches!(tail.first(), Some(Op::Minus)) => {
+                    pending = pending.wrapping_sub(*value as i64);
+                    rest = &tail[1..];
+                }
+                _ => {
+                    return Err(if stack_value {
+                        computed()
+                    } else {
+                        unsupported()
+                    })
+                }
+            }
+        }
+        match (stack_value, pending) {
+            (false, k) => fetch.refs.push(k),
+            (true, 0) => {}
+            (true, _) => return Err(computed()),
+        }
+        Ok(fetch)
     }
 
     /// The frame base of the site's function at its address: (register, offset).

@@ -221,6 +221,47 @@ fn probe_definition_matches_what_perf_probe_prints() {
     );
 }
 
+#[test]
+fn a_variable_located_through_loads_is_fetched_through_all_of_them() {
+    // DWARF may locate a variable by loads from a register:
+    // `rdt_default_ctrl_show`'s `r = s->res`, with `s =
+    // of->kn->parent->priv`, is at `DW_OP_breg5 0; DW_OP_deref;
+    // DW_OP_plus_uconst 8; DW_OP_deref; DW_OP_plus_uconst 96; DW_OP_deref;
+    // DW_OP_plus_uconst 32`, and `__ipv6_ifa_notify`'s `net =
+    // dev_net(ifa->idev->dev)` at `DW_OP_breg3 168; DW_OP_deref;
+    // DW_OP_deref; DW_OP_plus_uconst 1280`. Each is a fetch nested as
+    // deep as the loads, and the same one the member path spelled out in
+    // the source gives. (perf probe -D reads the first load only here:
+    // `r=+0(%di)`, which is `of->kn`, and `net=+168(%bx)`, `ifa->idev`.)
+    let test = "a_variable_located_through_loads_is_fetched_through_all_of_them";
+    let kernels = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../target/vm/kernels");
+    let v = kernels
+        .join("linux-image-6.1.0-56-amd64-unsigned/usr/lib/debug/boot/vmlinux-6.1.0-56-amd64");
+    if !v.is_file() {
+        return skip_here(test, "no 6.1.0-56 -dbg vmlinux under target/vm/kernels");
+    }
+    let out = Command::new(kprobe_perf_bin())
+        .args(["probe", "--definition", "--other-kernel", "--vmlinux"])
+        .arg(&v)
+        .args([
+            "rdt_default_ctrl_show:4 r",
+            "rdt_default_ctrl_show:4 s=of->kn->parent->priv",
+            "inet6_ifa_notify net",
+            "inet6_ifa_notify n=ifa->idev->dev->nd_net.net",
+        ])
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{out:?}");
+    assert_eq!(
+        stdout,
+        "p:probe/rdt_default_ctrl_show_L4 rdt_default_ctrl_show+8 r=+32(+96(+8(+0(%di)))):x64\n\
+         p:probe/rdt_default_ctrl_show_L4 rdt_default_ctrl_show+8 s=+96(+8(+0(%di))):x64\n\
+         p:probe/inet6_ifa_notify __ipv6_ifa_notify+89 net=+1280(+0(+168(%bx))):x64\n\
+         p:probe/inet6_ifa_notify __ipv6_ifa_notify+89 n=+1280(+0(+168(%bx))):x64\n"
+    );
+}
+
 /// The frames of `record`'s text output: per event, each frame's address,
 /// name (`sym+0xOFF`, or `sym` for an inlined one), and `file:line`.
 fn printed_frames(stdout: &str) -> Vec<Vec<(u64, String, String)>> {
