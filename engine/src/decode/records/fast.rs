@@ -129,6 +129,61 @@ impl RecordDecoder {
         Some((probe, head_fields(fixed, raw)))
     }
 
+    /// The usual sample: of the exact layout sessions use, in one piece,
+    /// of a kprobe (not a return) whose arguments are all sampled
+    /// registers, which it has. Queued in one pass, every check made before
+    /// anything is written; `None` (nothing done) for any other sample,
+    /// which [`RecordDecoder::fast_sample`] or the general path then reads
+    /// (and reports the errors of).
+    #[inline(always)]
+    pub(super) fn register_sample(&mut self, b: &[u8]) -> Option<()> {
+        let fixed = b.first_chunk::<44>()?;
+        let word = |at: usize| fixed.get(at..at + 8).and_then(|w| w.try_into().ok());
+        let half = |at: usize| fixed.get(at..at + 4).and_then(|w| w.try_into().ok());
+        let probe = self.probe_of_fast(u64::from_ne_bytes(word(0)?))?;
+        let probe_layout = self.probes.get(probe)?;
+        let layout = probe_layout.fast.as_ref()?;
+        let program = layout.registers_only.as_deref()?;
+        if probe_layout.shape.site != ProbeSite::Entry {
+            return None;
+        }
+        let size = u32::from_ne_bytes(half(40)?) as usize;
+        let raw_end = 44usize.checked_add(size)?;
+        let probe_addr = u64_at(b.get(44..raw_end)?, 8)?;
+        let regs: &[u8] = match (layout.regs, program.is_empty()) {
+            (0, _) => &[],
+            (n, empty) => match u64_at(b, raw_end)? {
+                // No registers (ABI 0): an error unless none is read.
+                0 if empty => &[],
+                0 => return None,
+                _ => b.get(raw_end + 8..raw_end + 8 + 8 * n)?,
+            },
+        };
+        let head = EventHead {
+            time_ns: u64::from_ne_bytes(word(24)?),
+            ip: u64::from_ne_bytes(word(8)?),
+            probe_addr,
+            probe: u32::try_from(probe).ok()?,
+            cpu: u32::from_ne_bytes(half(32)?),
+            pid: i32::from_ne_bytes(half(16)?),
+            tid: i32::from_ne_bytes(half(20)?),
+        };
+        self.comms.see(head.pid, head.tid);
+        let (slot, args) = self.queue.begin();
+        *slot = head;
+        // Every slot lies among the `layout.regs` registers read above.
+        args.ints.reserve(program.len());
+        for &(at, ty, _) in program {
+            args.ints
+                .push(Value::typed(u64_at(regs, at * 8).unwrap_or(0), ty));
+        }
+        if let Some(h) = self.stats.hits.get_mut(probe) {
+            *h += 1;
+        }
+        self.queue.commit();
+        Some(())
+    }
+
     /// A sample of the exact layout sessions use, in one piece, parsed
     /// directly; `None` sends it down the general path (which also reports
     /// any error).

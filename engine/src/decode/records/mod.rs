@@ -533,7 +533,18 @@ impl RecordDecoder {
     /// asked for waits for [`RecordDecoder::round`]; counters and names are
     /// updated. Records of perf's own types (`FINISHED_ROUND` ...) are
     /// ignored.
+    #[inline]
     pub fn record(&mut self, record: RingRecord<'_>) -> Result<(), RecordError> {
+        let RingRecord { kind, body, .. } = record;
+        if kind == RECORD_SAMPLE && body.1.is_empty() && self.register_sample(body.0).is_some() {
+            return Ok(());
+        }
+        self.other_record(record)
+    }
+
+    /// [`RecordDecoder::record`] of any record but the usual sample.
+    #[inline(never)]
+    fn other_record(&mut self, record: RingRecord<'_>) -> Result<(), RecordError> {
         let RingRecord { kind, misc, body } = record;
         if kind == RECORD_SAMPLE && body.1.is_empty() {
             // The common case returns no more than a flag, so that no

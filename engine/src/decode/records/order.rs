@@ -115,7 +115,7 @@ impl EventQueue {
 
     /// Starts a slot at the back, for a sample's decoding to fill in place;
     /// it must be ended by [`EventQueue::commit`] or [`EventQueue::abort`].
-    #[inline]
+    #[inline(always)]
     pub(crate) fn begin(&mut self) -> (&mut EventHead, ArgsOut<'_>) {
         self.pending.push(Slot {
             ints_at: self.ints.len() as u32,
@@ -195,7 +195,7 @@ impl EventQueue {
     }
 
     /// Queues the slot begun last.
-    #[inline]
+    #[inline(always)]
     pub(crate) fn commit(&mut self) {
         let n = self.pending.len();
         let Some(t) = self.pending.last().map(|s| s.head.time_ns) else {
