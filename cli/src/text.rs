@@ -391,23 +391,45 @@ impl LineCache {
 
     /// The `comm-tid [cpu] ` columns of `e`'s thread, if it has the usual
     /// shape (and its CPU is below 1000).
-    #[inline]
+    #[inline(always)]
     fn thread(&mut self, h: &Head<'_>) -> Option<&Thread> {
-        if self.threads.is_empty() {
-            self.threads.resize_with(Self::THREADS, || None);
-        }
-        let slot = self
-            .threads
-            .get_mut(h.tid as u32 as usize & (Self::THREADS - 1))?;
-        match slot {
-            Some(t) if t.tid == h.tid && Arc::ptr_eq(&t.comm, h.comm) => {
+        let at = h.tid as u32 as usize & (Self::THREADS - 1);
+        match self.threads.get_mut(at) {
+            Some(Some(t)) if t.tid == h.tid && Arc::ptr_eq(&t.comm, h.comm) => {
                 if t.cpu != h.cpu {
                     t.set_cpu(h.cpu);
                 }
             }
-            _ => *slot = Some(Thread::new(h)?),
+            _ => self.new_thread(at, h)?,
         }
-        slot.as_ref()
+        self.threads.get(at)?.as_ref()
+    }
+
+    /// Makes the columns of `h`'s thread, direct-mapped at `at`; `None`
+    /// for a thread without the usual shape.
+    #[cold]
+    #[inline(never)]
+    fn new_thread(&mut self, at: usize, h: &Head<'_>) -> Option<()> {
+        if self.threads.is_empty() {
+            self.threads.resize_with(Self::THREADS, || None);
+        }
+        *self.threads.get_mut(at)? = Some(Thread::new(h)?);
+        Some(())
+    }
+
+    /// `seconds.` of a line, remembered for the next.
+    #[cold]
+    #[inline(never)]
+    fn new_seconds(&mut self, secs: u64) -> Piece<24> {
+        let mut p = Piece {
+            bytes: [b'0'; 24],
+            len: 0,
+        };
+        p.len = put_dec(&mut p.bytes, secs, 1);
+        p.bytes[p.len] = b'.';
+        p.len += 1;
+        self.seconds = Some((secs, p));
+        p
     }
 
     /// `{comm:>16}-{tid:<7} [{cpu:03}] {seconds}.{micros:06}` at the start
@@ -415,7 +437,7 @@ impl LineCache {
     /// columns and the `seconds.` of the last line when they are the same
     /// (as they are for lines a microsecond apart): its length, or `None`
     /// for a thread without cached columns or a CPU of 1000 or more.
-    #[inline]
+    #[inline(always)]
     fn put_head(&mut self, out: &mut [u8], e: &Head<'_>) -> Option<usize> {
         if e.cpu >= 1000 || out.len() < HEAD_ROOM {
             return None;
@@ -423,17 +445,7 @@ impl LineCache {
         let secs = e.time_ns / 1_000_000_000;
         let digits = match self.seconds {
             Some((s, digits)) if s == secs => digits,
-            _ => {
-                let mut p = Piece {
-                    bytes: [b'0'; 24],
-                    len: 0,
-                };
-                p.len = put_dec(&mut p.bytes, secs, 1);
-                p.bytes[p.len] = b'.';
-                p.len += 1;
-                self.seconds = Some((secs, p));
-                p
-            }
+            _ => self.new_seconds(secs),
         };
         let t = self.thread(e)?;
         out[..Thread::ROOM].copy_from_slice(&t.text);
