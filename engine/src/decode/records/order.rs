@@ -136,6 +136,25 @@ impl EventQueue {
         (head, args)
     }
 
+    /// Queues a slot for `head`, whose arguments are then pushed to the
+    /// arguments returned; it must be ended by [`EventQueue::commit`] or
+    /// [`EventQueue::abort`].
+    #[inline(always)]
+    pub(crate) fn begin_with(&mut self, head: EventHead) -> ArgsOut<'_> {
+        self.pending.push(Slot {
+            head,
+            ints_at: self.ints.len() as u32,
+            others_at: self.others.len() as u32,
+            frames_at: self.frames.len() as u32,
+            regs_at: self.user.len() as u32,
+            ..Slot::default()
+        });
+        ArgsOut {
+            ints: &mut self.ints,
+            others: &mut self.others,
+        }
+    }
+
     /// Gives the slot begun last the frames of a raw callchain (context
     /// markers read, see [`crate::stack`]).
     pub(crate) fn set_frames(&mut self, chain: impl Iterator<Item = u64>) {
