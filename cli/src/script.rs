@@ -7,7 +7,7 @@ use std::process::ExitCode;
 
 use anyhow::{Context, Result};
 use kprobe_perf_engine::perfdata::{Reader, Replay};
-use kprobe_perf_engine::{Handed, IntEvent};
+use kprobe_perf_engine::{Handed, IntEvent, KernelSymbols, ProbePlan};
 
 use crate::output::{NOTE_JSON_SUMMARY, NOTE_SUMMARY};
 use crate::{json, text};
@@ -60,24 +60,26 @@ pub(crate) fn run(args: &ScriptArgs) -> Result<ExitCode> {
     }
     let mut plans_seen = Vec::new();
     let replayed = replay.run_handed(|h, plans, symbols, maps| {
-        let e = match h {
-            // The usual text line, straight from the event as it waited
-            // in time order.
-            Handed::Ints(i) if !json && !chain => {
-                if result.is_err() || plans.get(i.probe).is_none() {
-                    return true;
-                }
-                return int_line(&mut lines, &mut out, i, &mut writers.text, &mut result);
-            }
-            Handed::Ints(_) => return false,
-            Handed::Event(e) => e,
+        let probe = match h {
+            Handed::Ints(i) => i.probe,
+            Handed::Event(e) => e.probe,
         };
-        let Some(plan) = plans.get(e.probe) else {
+        let Some(plan) = plans.get(probe) else {
             return true;
         };
         if result.is_err() {
             return true;
         }
+        let e = match h {
+            // The usual line or object, straight from the event as it
+            // waited in time order.
+            Handed::Ints(i) if !chain => {
+                let usual = (i, plan, symbols);
+                return int_line(&mut lines, &mut out, usual, json, &mut writers, &mut result);
+            }
+            Handed::Ints(_) => return false,
+            Handed::Event(e) => e,
+        };
         if chain {
             stacks.see(e, plan, symbols, Some(maps));
             if plans_seen.is_empty() {
@@ -130,18 +132,23 @@ pub(crate) fn run(args: &ScriptArgs) -> Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
-/// The usual text line of `e`, added to `lines` (its write's outcome in
-/// `result`): false when `e` is not the usual line, to be printed from its
-/// [`kprobe_perf_engine::Event`].
+/// The usual text line or JSON object of `e` (of the probe `plan`), added
+/// to `lines` (its write's outcome in `result`): false when `e` is not the
+/// usual one, to be printed from its [`kprobe_perf_engine::Event`].
 #[inline]
 fn int_line(
     lines: &mut LineBuffer,
     out: &mut impl Write,
-    e: &IntEvent<'_>,
-    cache: &mut text::LineCache,
+    (e, plan, symbols): (&IntEvent<'_>, &ProbePlan, &KernelSymbols),
+    json: bool,
+    writers: &mut Writers,
     result: &mut io::Result<()>,
 ) -> bool {
-    match lines.push_usual(out, |room| text::put_int_line(room, e, cache)) {
+    let pushed = lines.push_usual(out, |room| match json {
+        true => writers.json.put_usual_ints(room, e, plan, symbols),
+        false => text::put_int_line(room, e, &mut writers.text),
+    });
+    match pushed {
         Some(r) => {
             *result = r;
             true
