@@ -15,7 +15,7 @@
 use std::collections::HashMap;
 
 use kprobe_perf_engine::spec::BaseType;
-use kprobe_perf_engine::{Event, KernelSymbols, ProbePlan, Summary, Value};
+use kprobe_perf_engine::{Event, IntEvent, KernelSymbols, ProbePlan, Summary, Value};
 use serde_json::json;
 
 use crate::text::{function, location};
@@ -54,6 +54,19 @@ impl EventWriter {
         symbols: &KernelSymbols,
     ) -> Option<usize> {
         self.usual.put(out, e, plan, symbols)
+    }
+
+    /// [`EventWriter::put_usual`] for a kprobe hit handed over as an
+    /// [`IntEvent`]; `None` when it is not the usual object (the
+    /// [`Event`] is then written by [`EventWriter::event`]).
+    pub(crate) fn put_usual_ints(
+        &mut self,
+        out: &mut [u8],
+        e: &IntEvent<'_>,
+        plan: &ProbePlan,
+        symbols: &KernelSymbols,
+    ) -> Option<usize> {
+        self.usual.put_ints(out, e, plan, symbols)
     }
 
     /// Appends `e` as one JSON object (no newline) to `out`.

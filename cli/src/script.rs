@@ -7,6 +7,7 @@ use std::process::ExitCode;
 
 use anyhow::{Context, Result};
 use kprobe_perf_engine::perfdata::{Reader, Replay};
+use kprobe_perf_engine::{Handed, IntEvent, KernelSymbols, ProbePlan};
 
 use crate::output::{NOTE_JSON_SUMMARY, NOTE_SUMMARY};
 use crate::{json, text};
@@ -58,13 +59,27 @@ pub(crate) fn run(args: &ScriptArgs) -> Result<ExitCode> {
         );
     }
     let mut plans_seen = Vec::new();
-    let replayed = replay.run(|e, plans, symbols, maps| {
-        let Some(plan) = plans.get(e.probe) else {
-            return;
+    let replayed = replay.run_handed(|h, plans, symbols, maps| {
+        let probe = match h {
+            Handed::Ints(i) => i.probe,
+            Handed::Event(e) => e.probe,
+        };
+        let Some(plan) = plans.get(probe) else {
+            return true;
         };
         if result.is_err() {
-            return;
+            return true;
         }
+        let e = match h {
+            // The usual line or object, straight from the event as it
+            // waited in time order.
+            Handed::Ints(i) if !chain => {
+                let usual = (i, plan, symbols);
+                return int_line(&mut lines, &mut out, usual, json, &mut writers, &mut result);
+            }
+            Handed::Ints(_) => return false,
+            Handed::Event(e) => e,
+        };
         if chain {
             stacks.see(e, plan, symbols, Some(maps));
             if plans_seen.is_empty() {
@@ -93,6 +108,7 @@ pub(crate) fn run(args: &ScriptArgs) -> Result<ExitCode> {
                 }
             },
         );
+        true
     });
     let finished = result.and_then(|()| {
         lines.finish(&mut out)?;
@@ -114,6 +130,31 @@ pub(crate) fn run(args: &ScriptArgs) -> Result<ExitCode> {
         say!("{s}");
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// The usual text line or JSON object of `e` (of the probe `plan`), added
+/// to `lines` (its write's outcome in `result`): false when `e` is not the
+/// usual one, to be printed from its [`kprobe_perf_engine::Event`].
+#[inline]
+fn int_line(
+    lines: &mut LineBuffer,
+    out: &mut impl Write,
+    (e, plan, symbols): (&IntEvent<'_>, &ProbePlan, &KernelSymbols),
+    json: bool,
+    writers: &mut Writers,
+    result: &mut io::Result<()>,
+) -> bool {
+    let pushed = lines.push_usual(out, |room| match json {
+        true => writers.json.put_usual_ints(room, e, plan, symbols),
+        false => text::put_int_line(room, e, &mut writers.text),
+    });
+    match pushed {
+        Some(r) => {
+            *result = r;
+            true
+        }
+        None => false,
+    }
 }
 
 /// What the text and JSON formatters remember between lines.
@@ -185,6 +226,32 @@ impl LineBuffer {
             self.used = 0;
         }
         Ok(())
+    }
+
+    /// Adds the line `usual` formats into the buffer's room (returning
+    /// its length), as [`LineBuffer::push`] does; `None` when it gives
+    /// `None`, with nothing added.
+    #[inline]
+    fn push_usual(
+        &mut self,
+        out: &mut impl Write,
+        usual: impl FnOnce(&mut [u8]) -> Option<usize>,
+    ) -> Option<io::Result<()>> {
+        let n = usual(self.buf.get_mut(self.used..)?)?;
+        self.end_line(out, n)
+    }
+
+    /// Ends the line of `n` bytes written at `used` with its newline, and
+    /// writes the buffer to `out` when it is nearly full.
+    #[inline]
+    fn end_line(&mut self, out: &mut impl Write, n: usize) -> Option<io::Result<()>> {
+        *self.buf.get_mut(self.used + n)? = b'\n';
+        self.used += n + 1;
+        if Self::SIZE - self.used < USUAL_ROOM + 1 {
+            let used = std::mem::take(&mut self.used);
+            return Some(out.write_all(&self.buf[..used]));
+        }
+        Some(Ok(()))
     }
 
     /// Writes what is left.

@@ -1,9 +1,10 @@
 //! The text output: one line per event in ftrace's layout, and the summary.
 
 use std::io::Write as _;
+use std::sync::Arc;
 
 use kprobe_perf_engine::spec::BaseType;
-use kprobe_perf_engine::{Event, KernelSymbols, ProbePlan, Summary, Value};
+use kprobe_perf_engine::{Event, IntEvent, KernelSymbols, ProbePlan, Summary, Value};
 
 /// `sym+0xoff/0xsize`, or the bare address when no symbol holds it.
 pub(crate) fn location(symbols: &KernelSymbols, addr: u64) -> String {
@@ -256,6 +257,27 @@ struct Place {
     template: Option<(Piece<128>, Vec<Piece<32>>)>,
 }
 
+/// What a line's head is made of: an [`Event`]'s or an [`IntEvent`]'s
+/// thread, CPU and time.
+struct Head<'a> {
+    comm: &'a Arc<str>,
+    tid: i32,
+    cpu: u32,
+    time_ns: u64,
+}
+
+impl<'a> Head<'a> {
+    #[inline(always)]
+    fn of(e: &'a Event) -> Head<'a> {
+        Head {
+            comm: &e.comm,
+            tid: e.tid,
+            cpu: e.cpu,
+            time_ns: e.time_ns,
+        }
+    }
+}
+
 /// `{comm:>16}-{tid:<7} [{cpu:03}] ` of one thread on its last CPU, when
 /// it fits in [`Thread::text`].
 struct Thread {
@@ -274,29 +296,29 @@ impl Thread {
     /// room to spare for a longer tid, then ` [cpu] `.
     const ROOM: usize = 40;
 
-    /// The columns of `e`'s thread and CPU (below 1000).
-    fn new(e: &Event) -> Option<Thread> {
-        let comm = e.comm.as_bytes();
+    /// The columns of `h`'s thread and CPU (below 1000).
+    fn new(h: &Head<'_>) -> Option<Thread> {
+        let comm = h.comm.as_bytes();
         // Padding counts characters, as fmt does; a non-ASCII name takes
         // the slow way.
-        if !e.comm.is_ascii() || comm.len() > 16 {
+        if !h.comm.is_ascii() || comm.len() > 16 {
             return None;
         }
         let mut text = [b' '; Thread::ROOM];
         text[16 - comm.len()..16].copy_from_slice(comm);
         text[16] = b'-';
-        let at = 17 + put_int(&mut text[17..32], e.tid);
+        let at = 17 + put_int(&mut text[17..32], h.tid);
         let at = at.max(24);
         text[at + 1] = b'[';
         text[at + 5] = b']';
         let mut t = Thread {
-            tid: e.tid,
-            comm: e.comm.clone(),
-            cpu: e.cpu,
+            tid: h.tid,
+            comm: h.comm.clone(),
+            cpu: h.cpu,
             text,
             len: at + 7,
         };
-        t.set_cpu(e.cpu);
+        t.set_cpu(h.cpu);
         Some(t)
     }
 
@@ -325,7 +347,7 @@ impl LineCache {
         plan: &ProbePlan,
         symbols: &KernelSymbols,
     ) {
-        if let Some(p) = self.place(e) {
+        if let Some(p) = self.place(e.probe, e.probe_addr) {
             s.extend_from_slice(&p.text);
             return;
         }
@@ -358,8 +380,9 @@ impl LineCache {
 
     /// The place of a kprobe hit, if seen before (the last one found is
     /// tried first).
-    fn place(&mut self, e: &Event) -> Option<&Place> {
-        let is = |p: &Place| p.probe == e.probe && p.addr == e.probe_addr;
+    #[inline]
+    fn place(&mut self, probe: usize, addr: u64) -> Option<&Place> {
+        let is = |p: &Place| p.probe == probe && p.addr == addr;
         if !self.places.get(self.last_place).is_some_and(is) {
             self.last_place = self.places.iter().position(is)?;
         }
@@ -368,23 +391,45 @@ impl LineCache {
 
     /// The `comm-tid [cpu] ` columns of `e`'s thread, if it has the usual
     /// shape (and its CPU is below 1000).
-    #[inline]
-    fn thread(&mut self, e: &Event) -> Option<&Thread> {
+    #[inline(always)]
+    fn thread(&mut self, h: &Head<'_>) -> Option<&Thread> {
+        let at = h.tid as u32 as usize & (Self::THREADS - 1);
+        match self.threads.get_mut(at) {
+            Some(Some(t)) if t.tid == h.tid && Arc::ptr_eq(&t.comm, h.comm) => {
+                if t.cpu != h.cpu {
+                    t.set_cpu(h.cpu);
+                }
+            }
+            _ => self.new_thread(at, h)?,
+        }
+        self.threads.get(at)?.as_ref()
+    }
+
+    /// Makes the columns of `h`'s thread, direct-mapped at `at`; `None`
+    /// for a thread without the usual shape.
+    #[cold]
+    #[inline(never)]
+    fn new_thread(&mut self, at: usize, h: &Head<'_>) -> Option<()> {
         if self.threads.is_empty() {
             self.threads.resize_with(Self::THREADS, || None);
         }
-        let slot = self
-            .threads
-            .get_mut(e.tid as u32 as usize & (Self::THREADS - 1))?;
-        match slot {
-            Some(t) if t.tid == e.tid && std::sync::Arc::ptr_eq(&t.comm, &e.comm) => {
-                if t.cpu != e.cpu {
-                    t.set_cpu(e.cpu);
-                }
-            }
-            _ => *slot = Some(Thread::new(e)?),
-        }
-        slot.as_ref()
+        *self.threads.get_mut(at)? = Some(Thread::new(h)?);
+        Some(())
+    }
+
+    /// `seconds.` of a line, remembered for the next.
+    #[cold]
+    #[inline(never)]
+    fn new_seconds(&mut self, secs: u64) -> Piece<24> {
+        let mut p = Piece {
+            bytes: [b'0'; 24],
+            len: 0,
+        };
+        p.len = put_dec(&mut p.bytes, secs, 1);
+        p.bytes[p.len] = b'.';
+        p.len += 1;
+        self.seconds = Some((secs, p));
+        p
     }
 
     /// `{comm:>16}-{tid:<7} [{cpu:03}] {seconds}.{micros:06}` at the start
@@ -392,25 +437,15 @@ impl LineCache {
     /// columns and the `seconds.` of the last line when they are the same
     /// (as they are for lines a microsecond apart): its length, or `None`
     /// for a thread without cached columns or a CPU of 1000 or more.
-    #[inline]
-    fn put_head(&mut self, out: &mut [u8], e: &Event) -> Option<usize> {
+    #[inline(always)]
+    fn put_head(&mut self, out: &mut [u8], e: &Head<'_>) -> Option<usize> {
         if e.cpu >= 1000 || out.len() < HEAD_ROOM {
             return None;
         }
         let secs = e.time_ns / 1_000_000_000;
         let digits = match self.seconds {
             Some((s, digits)) if s == secs => digits,
-            _ => {
-                let mut p = Piece {
-                    bytes: [b'0'; 24],
-                    len: 0,
-                };
-                p.len = put_dec(&mut p.bytes, secs, 1);
-                p.bytes[p.len] = b'.';
-                p.len += 1;
-                self.seconds = Some((secs, p));
-                p
-            }
+            _ => self.new_seconds(secs),
         };
         let t = self.thread(e)?;
         out[..Thread::ROOM].copy_from_slice(&t.text);
@@ -445,7 +480,10 @@ pub(crate) fn write_line(
     // `{:>16}-{:<7} [{:03}] {}.{:06}`, without the cost of fmt when the
     // thread and CPU allow.
     s.resize(start + HEAD_ROOM, b' ');
-    match s.get_mut(start..).and_then(|out| cache.put_head(out, e)) {
+    match s
+        .get_mut(start..)
+        .and_then(|out| cache.put_head(out, &Head::of(e)))
+    {
         Some(n) => s.truncate(start + n),
         None => {
             s.truncate(start);
@@ -482,8 +520,10 @@ pub(crate) fn put_usual_line(out: &mut [u8], e: &Event, cache: &mut LineCache) -
     if out.len() < USUAL_LINE_ROOM || e.ret_addr.is_some() || e.args.len() > USUAL_ARGS {
         return None;
     }
-    let mut at = cache.put_head(out, e)?;
-    let (lead, rest) = cache.place(e).and_then(|p| p.template.as_ref())?;
+    let mut at = cache.put_head(out, &Head::of(e))?;
+    let (lead, rest) = cache
+        .place(e.probe, e.probe_addr)
+        .and_then(|p| p.template.as_ref())?;
     if rest.len() + 1 != e.args.len().max(1) {
         return None;
     }
@@ -494,23 +534,59 @@ pub(crate) fn put_usual_line(out: &mut [u8], e: &Event, cache: &mut LineCache) -
         if let Some(piece) = name {
             at = piece.put(out, at);
         }
-        let dst = out.get_mut(at..)?;
-        at += match v {
-            Value::Int {
-                raw,
-                ty: BaseType::Signed(_),
-            } => put_signed(dst, *raw as i64),
-            Value::Int {
-                raw,
-                ty: BaseType::Hex(_),
-            } => put_hex(dst, *raw),
-            Value::Int {
-                raw,
-                ty: BaseType::Unsigned(_) | BaseType::Bitfield { .. },
-            } => put_int(dst, *raw),
-            // A symbol, string or array: the general path.
-            _ => return None,
+        let Value::Int { raw, ty } = v else {
+            // A string or array: the general path.
+            return None;
         };
+        at += put_int_arg(out.get_mut(at..)?, *raw, *ty)?;
+    }
+    Some(at)
+}
+
+/// An integer argument's value as the usual line prints it; `None` for
+/// a symbol (the general path).
+#[inline(always)]
+fn put_int_arg(dst: &mut [u8], raw: u64, ty: BaseType) -> Option<usize> {
+    Some(match ty {
+        BaseType::Signed(_) => put_signed(dst, raw as i64),
+        BaseType::Hex(_) => put_hex(dst, raw),
+        BaseType::Unsigned(_) | BaseType::Bitfield { .. } => put_int(dst, raw),
+        _ => return None,
+    })
+}
+
+/// [`put_usual_line`] for a kprobe hit handed over as an [`IntEvent`]:
+/// the same line, or `None` (with `out` scribbled on) when it is not the
+/// usual one; the [`Event`] is then written by [`write_line`].
+pub(crate) fn put_int_line(
+    out: &mut [u8],
+    e: &IntEvent<'_>,
+    cache: &mut LineCache,
+) -> Option<usize> {
+    if out.len() < USUAL_LINE_ROOM || e.ints.len() > USUAL_ARGS {
+        return None;
+    }
+    let head = Head {
+        comm: e.comm,
+        tid: e.tid,
+        cpu: e.cpu,
+        time_ns: e.time_ns,
+    };
+    let mut at = cache.put_head(out, &head)?;
+    let (lead, rest) = cache
+        .place(e.probe, e.probe_addr)
+        .and_then(|p| p.template.as_ref())?;
+    if rest.len() + 1 != e.ints.len().max(1) {
+        return None;
+    }
+    at = lead.put(out, at);
+    // Before each argument after the first, its ` name=`.
+    let names = std::iter::once(None).chain(rest.iter().map(Some));
+    for ((&raw, &ty), name) in e.ints.iter().zip(e.kinds).zip(names) {
+        if let Some(piece) = name {
+            at = piece.put(out, at);
+        }
+        at += put_int_arg(out.get_mut(at..)?, raw, ty)?;
     }
     Some(at)
 }
@@ -932,7 +1008,7 @@ mod tests {
             event(2, "cat", 77, 1, vec![]),
         ];
         let mut cache = LineCache::default();
-        let mut usual_lines = 0;
+        let (mut usual_lines, mut int_lines) = (0, 0);
         // Twice: the first line of a place or thread is made the long way,
         // the next from what the cache keeps.
         for _ in 0..2 {
@@ -949,10 +1025,42 @@ mod tests {
                         reference(e, plan, &symbols)
                     );
                 }
+                // The same event handed over as it waited in the queue.
+                let ints: Option<(Vec<u64>, Vec<BaseType>)> = e
+                    .args
+                    .iter()
+                    .map(|v| match v {
+                        Value::Int { raw, ty } => Some((*raw, *ty)),
+                        _ => None,
+                    })
+                    .collect();
+                if let (Some((ints, kinds)), None) = (ints, e.ret_addr) {
+                    let i = IntEvent {
+                        probe: e.probe,
+                        cpu: e.cpu,
+                        pid: e.pid,
+                        tid: e.tid,
+                        comm: &e.comm,
+                        time_ns: e.time_ns,
+                        ip: e.ip,
+                        probe_addr: e.probe_addr,
+                        ints: &ints,
+                        kinds: &kinds,
+                    };
+                    room.fill(0);
+                    if let Some(n) = put_int_line(&mut room, &i, &mut cache) {
+                        int_lines += 1;
+                        assert_eq!(
+                            String::from_utf8(room[..n].to_vec()).unwrap(),
+                            reference(e, plan, &symbols)
+                        );
+                    }
+                }
             }
         }
         // Not for a non-ASCII or 17-byte name, CPU 1000 or a kretprobe.
         assert_eq!(usual_lines, 8);
+        assert_eq!(int_lines, 8);
     }
 
     #[test]

@@ -83,7 +83,7 @@ pub use session::counting;
 pub use attach::guardian::{Guardian, GuardianError};
 pub use attach::target::{CommandScope, RecordTarget};
 pub use decode::frames::StackFrame;
-pub use decode::{AddressSet, Event, Value};
+pub use decode::{AddressSet, Event, Handed, IntEvent, Value};
 pub use error::Error;
 pub use kernel::{GlobOptions, Kernel, KernelOptions};
 pub use kprobe_perf_arch::Arch;

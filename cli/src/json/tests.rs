@@ -162,6 +162,7 @@ fn objects_match_a_sorted_serde_json_map_byte_for_byte() {
         vec![Value::Array(vec![]), Value::Unknown],
     ));
     let mut w = EventWriter::default();
+    let mut int_objects = 0;
     // Twice: the second time from the writer's caches.
     for _ in 0..2 {
         for e in &events {
@@ -171,8 +172,41 @@ fn objects_match_a_sorted_serde_json_map_byte_for_byte() {
             assert_eq!(ours, reference(e, &plans[e.probe], &symbols));
             // And it parses back.
             serde_json::from_str::<Json>(&ours).unwrap();
+            // The same event handed over as it waited in the queue.
+            let ints: Option<(Vec<u64>, Vec<BaseType>)> = e
+                .args
+                .iter()
+                .map(|v| match v {
+                    Value::Int { raw, ty } => Some((*raw, *ty)),
+                    _ => None,
+                })
+                .collect();
+            if let (Some((ints, kinds)), None) = (ints, e.ret_addr) {
+                let i = IntEvent {
+                    probe: e.probe,
+                    cpu: e.cpu,
+                    pid: e.pid,
+                    tid: e.tid,
+                    comm: &e.comm,
+                    time_ns: e.time_ns,
+                    ip: e.ip,
+                    probe_addr: e.probe_addr,
+                    ints: &ints,
+                    kinds: &kinds,
+                };
+                let mut room = vec![0u8; USUAL_OBJECT_ROOM];
+                if let Some(n) = w.put_usual_ints(&mut room, &i, &plans[e.probe], &symbols) {
+                    int_objects += 1;
+                    assert_eq!(
+                        String::from_utf8(room[..n].to_vec()).unwrap(),
+                        reference(e, &plans[e.probe], &symbols)
+                    );
+                }
+            }
         }
     }
+    // The argument-less probe's, but for the name too long for its piece.
+    assert_eq!(int_objects, 2 * (1 + strings.len()));
 }
 
 #[test]

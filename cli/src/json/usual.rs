@@ -7,7 +7,7 @@
 use std::sync::Arc;
 
 use kprobe_perf_engine::spec::BaseType;
-use kprobe_perf_engine::{Event, KernelSymbols, ProbePlan, Value};
+use kprobe_perf_engine::{Event, IntEvent, KernelSymbols, ProbePlan, Value};
 
 use super::{put_str, sorted_args};
 use crate::text::{location, put_int, Piece};
@@ -41,6 +41,18 @@ const THREADS: usize = 256;
 /// Places remembered.
 const PLACES: usize = 64;
 
+/// The fields of an [`Event`] or an [`IntEvent`] the usual object shows
+/// besides its arguments.
+struct Fields<'a> {
+    probe: usize,
+    cpu: u32,
+    pid: i32,
+    tid: i32,
+    comm: &'a Arc<str>,
+    time_ns: u64,
+    probe_addr: u64,
+}
+
 /// What the usual object is made of, per thread and per place.
 #[derive(Default)]
 pub(super) struct Usual {
@@ -70,7 +82,7 @@ struct ThreadPieces {
 }
 
 impl Thread {
-    fn new(e: &Event) -> Thread {
+    fn new(e: &Fields<'_>) -> Thread {
         Thread {
             tid: e.tid,
             pid: e.pid,
@@ -81,9 +93,9 @@ impl Thread {
 }
 
 impl ThreadPieces {
-    fn new(e: &Event) -> Option<ThreadPieces> {
+    fn new(e: &Fields<'_>) -> Option<ThreadPieces> {
         let mut comm = b"},\"comm\":".to_vec();
-        put_str(&mut comm, &e.comm);
+        put_str(&mut comm, e.comm);
         comm.extend_from_slice(b",\"cpu\":");
         let mut digits = [0u8; 12];
         let n = put_int(&mut digits, e.pid);
@@ -117,7 +129,7 @@ struct PlacePieces {
 }
 
 impl PlacePieces {
-    fn new(e: &Event, plan: &ProbePlan, symbols: &KernelSymbols) -> Option<PlacePieces> {
+    fn new(e: &Fields<'_>, plan: &ProbePlan, symbols: &KernelSymbols) -> Option<PlacePieces> {
         let mut keys = Vec::new();
         for (n, i) in sorted_args(plan).into_iter().enumerate() {
             let mut key = if n == 0 { Vec::new() } else { vec![b','] };
@@ -152,14 +164,17 @@ fn put_bytes<const N: usize>(out: &mut [u8], at: usize, bytes: &[u8; N]) -> usiz
 impl Usual {
     /// The pieces of `e`'s thread, made when new.
     #[inline]
-    fn thread<'a>(threads: &'a mut Vec<Option<Thread>>, e: &Event) -> Option<&'a ThreadPieces> {
+    fn thread<'a>(
+        threads: &'a mut Vec<Option<Thread>>,
+        e: &Fields<'_>,
+    ) -> Option<&'a ThreadPieces> {
         if threads.is_empty() {
             threads.resize_with(THREADS, || None);
         }
         let slot = threads.get_mut(e.tid as u32 as usize & (THREADS - 1))?;
         let hit = slot
             .as_ref()
-            .is_some_and(|t| t.tid == e.tid && t.pid == e.pid && Arc::ptr_eq(&t.comm, &e.comm));
+            .is_some_and(|t| t.tid == e.tid && t.pid == e.pid && Arc::ptr_eq(&t.comm, e.comm));
         if !hit {
             *slot = Some(Thread::new(e));
         }
@@ -172,7 +187,7 @@ impl Usual {
     fn place<'a>(
         places: &'a mut Vec<Place>,
         last: &mut usize,
-        e: &Event,
+        e: &Fields<'_>,
         plan: &ProbePlan,
         symbols: &KernelSymbols,
     ) -> Option<&'a PlacePieces> {
@@ -204,7 +219,62 @@ impl Usual {
         plan: &ProbePlan,
         symbols: &KernelSymbols,
     ) -> Option<usize> {
-        if out.len() < USUAL_OBJECT_ROOM || e.ret_addr.is_some() || e.args.len() > ARGS {
+        if e.ret_addr.is_some() || e.args.len() > ARGS {
+            return None;
+        }
+        let fields = Fields {
+            probe: e.probe,
+            cpu: e.cpu,
+            pid: e.pid,
+            tid: e.tid,
+            comm: &e.comm,
+            time_ns: e.time_ns,
+            probe_addr: e.probe_addr,
+        };
+        let arg = |i: usize| match e.args.get(i)? {
+            Value::Int { raw, ty } => Some((*raw, *ty)),
+            // A string, array or unknown value: the general path.
+            _ => None,
+        };
+        self.put_fields(out, &fields, arg, plan, symbols)
+    }
+
+    /// [`Usual::put`] for a kprobe hit handed over as an [`IntEvent`].
+    pub(super) fn put_ints(
+        &mut self,
+        out: &mut [u8],
+        e: &IntEvent<'_>,
+        plan: &ProbePlan,
+        symbols: &KernelSymbols,
+    ) -> Option<usize> {
+        if e.ints.len() > ARGS {
+            return None;
+        }
+        let fields = Fields {
+            probe: e.probe,
+            cpu: e.cpu,
+            pid: e.pid,
+            tid: e.tid,
+            comm: e.comm,
+            time_ns: e.time_ns,
+            probe_addr: e.probe_addr,
+        };
+        let arg = |i: usize| Some((*e.ints.get(i)?, *e.kinds.get(i)?));
+        self.put_fields(out, &fields, arg, plan, symbols)
+    }
+
+    /// The usual object of an event of fields `e` and integer arguments
+    /// `arg(i)` (value and type; `None` for any other).
+    #[inline(always)]
+    fn put_fields(
+        &mut self,
+        out: &mut [u8],
+        e: &Fields<'_>,
+        arg: impl Fn(usize) -> Option<(u64, BaseType)>,
+        plan: &ProbePlan,
+        symbols: &KernelSymbols,
+    ) -> Option<usize> {
+        if out.len() < USUAL_OBJECT_ROOM {
             return None;
         }
         let place = Self::place(&mut self.places, &mut self.last_place, e, plan, symbols)?;
@@ -213,18 +283,10 @@ impl Usual {
         for (i, key) in &place.keys {
             at = key.put(out, at);
             let dst = out.get_mut(at..)?;
-            at += match e.args.get(*i)? {
-                Value::Int {
-                    raw,
-                    ty: BaseType::Signed(_),
-                } => put_int(dst, *raw as i64),
-                Value::Int {
-                    ty: BaseType::Symbol,
-                    ..
-                } => return None,
-                Value::Int { raw, .. } => put_int(dst, *raw),
-                // A string, array or unknown value: the general path.
-                _ => return None,
+            at += match arg(*i)? {
+                (raw, BaseType::Signed(_)) => put_int(dst, raw as i64),
+                (_, BaseType::Symbol) => return None,
+                (raw, _) => put_int(dst, raw),
             };
         }
         at = thread.comm.put(out, at);

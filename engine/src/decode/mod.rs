@@ -56,6 +56,45 @@ pub struct Event {
     pub callchain: Vec<frames::StackFrame>,
 }
 
+/// A kprobe hit whose arguments are all integers, with no callchain or
+/// user stack, handed over as it waits in the ordering queue rather than
+/// copied into an [`Event`]: the same fields, its arguments bare.
+#[derive(Debug, Clone, Copy)]
+pub struct IntEvent<'a> {
+    /// As [`Event::probe`].
+    pub probe: usize,
+    /// As [`Event::cpu`].
+    pub cpu: u32,
+    /// As [`Event::pid`].
+    pub pid: i32,
+    /// As [`Event::tid`].
+    pub tid: i32,
+    /// As [`Event::comm`].
+    pub comm: &'a Arc<str>,
+    /// As [`Event::time_ns`].
+    pub time_ns: u64,
+    /// As [`Event::ip`].
+    pub ip: u64,
+    /// As [`Event::probe_addr`].
+    pub probe_addr: u64,
+    /// The arguments in plan order: what [`Value::Int`]'s `raw` would
+    /// hold, of the type at the same place in `kinds`.
+    pub ints: &'a [u64],
+    /// The arguments' types (as many as `ints`).
+    pub kinds: &'a [BaseType],
+}
+
+/// An event handed over in time order: decoded into an [`Event`], or, for
+/// a caller that takes them, an [`IntEvent`] (which it may decline, to be
+/// given the same event as an [`Event`]).
+#[derive(Debug, Clone, Copy)]
+pub enum Handed<'a> {
+    /// Any event.
+    Event(&'a Event),
+    /// A kprobe hit with integer arguments only.
+    Ints(&'a IntEvent<'a>),
+}
+
 /// Kernel addresses events name, kept for a symbol table (a perf.data
 /// file's): each event's probe address and return address, noted cheaply
 /// when an event repeats the previous one's (most do), and any other

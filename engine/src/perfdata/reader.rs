@@ -230,6 +230,7 @@ impl<R: Read + Seek> Reader<R> {
     }
 
     /// The next record, or `None` at the end of the data section.
+    #[inline]
     pub fn next_record(&mut self) -> Result<Option<FileRecord<'_>>, PerfDataError> {
         const WHAT: &str = "data section";
         match &mut self.map {
@@ -411,6 +412,7 @@ impl Stream {
 
     /// The next record of the section (called `what` in errors), or
     /// `None` at its end.
+    #[inline(always)]
     fn next(
         &mut self,
         r: &mut (impl Read + Seek),
@@ -421,32 +423,43 @@ impl Stream {
             return Ok(None);
         }
         // The usual record: whole in the buffer, of a sane size.
-        if let Some(h) = self
+        let usual = self
             .buf
             .get(self.start..self.end)
             .and_then(|b| b.first_chunk::<8>())
-        {
-            let size = usize::from(u16::from_ne_bytes([h[6], h[7]]));
-            if size >= 8 && self.start + size <= self.end && size as u64 <= end - self.pos {
-                let (index, offset) = (self.index, self.pos);
-                let kind = u32::from_ne_bytes([h[0], h[1], h[2], h[3]]);
-                let misc = u16::from_ne_bytes([h[4], h[5]]);
-                let body = self
-                    .buf
-                    .get(self.start + 8..self.start + size)
-                    .unwrap_or(&[]);
-                self.start += size;
-                self.pos += size as u64;
-                self.index += 1;
-                return Ok(Some(FileRecord {
-                    index,
-                    offset,
-                    kind,
-                    misc,
-                    body,
-                }));
-            }
-        }
+            .map(|h| (*h, usize::from(u16::from_ne_bytes([h[6], h[7]]))))
+            .filter(|&(_, size)| {
+                size >= 8 && self.start + size <= self.end && size as u64 <= end - self.pos
+            });
+        let Some((h, size)) = usual else {
+            return self.next_refilled(r, what);
+        };
+        let (index, offset) = (self.index, self.pos);
+        let kind = u32::from_ne_bytes([h[0], h[1], h[2], h[3]]);
+        let misc = u16::from_ne_bytes([h[4], h[5]]);
+        let at = self.start;
+        self.start += size;
+        self.pos += size as u64;
+        self.index += 1;
+        let body = self.buf.get(at + 8..at + size).unwrap_or(&[]);
+        Ok(Some(FileRecord {
+            index,
+            offset,
+            kind,
+            misc,
+            body,
+        }))
+    }
+
+    /// [`Stream::next`] of a record not whole in the buffer: refills it
+    /// first.
+    #[inline(never)]
+    fn next_refilled(
+        &mut self,
+        r: &mut (impl Read + Seek),
+        what: &str,
+    ) -> Result<Option<FileRecord<'_>>, PerfDataError> {
+        let end = self.sec.offset + self.sec.size;
         self.check_room(end, what)?;
         self.fill(r, 8)
             .map_err(|e| self.error(0, format!("reading the header: {e}")))?;

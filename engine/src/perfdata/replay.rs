@@ -13,7 +13,7 @@ use super::{
 use crate::decode::records::{Handover, RecordDecoder, ThreadNames, RECORD_COMM, RECORD_SAMPLE};
 use crate::decode::records::{OpenedProbe, RingRecord};
 use crate::decode::records::{RECORD_EXIT, RECORD_FORK, RECORD_MMAP, RECORD_MMAP2};
-use crate::decode::Event;
+use crate::decode::{Event, Handed};
 use crate::plan::ProbePlan;
 use crate::stack::ProcessMaps;
 
@@ -118,6 +118,24 @@ impl<R: Read + Seek> Replay<R> {
         &mut self,
         mut f: impl FnMut(&Event, &[ProbePlan], &KernelSymbols, &ProcessMaps),
     ) -> Result<u64, PerfDataError> {
+        self.run_handed(|h, plans, symbols, maps| match h {
+            Handed::Event(e) => {
+                f(e, plans, symbols, maps);
+                true
+            }
+            Handed::Ints(_) => false,
+        })
+    }
+
+    /// As [`Replay::run`], with kprobe hits of integer arguments only
+    /// offered as [`Handed::Ints`] (as they wait in time order, without
+    /// an [`Event`] made of each): `f` returns false to decline one, which
+    /// it is then given as an [`Event`]. What `f` returns for an [`Event`]
+    /// is ignored.
+    pub fn run_handed(
+        &mut self,
+        mut f: impl FnMut(Handed<'_>, &[ProbePlan], &KernelSymbols, &ProcessMaps) -> bool,
+    ) -> Result<u64, PerfDataError> {
         let Replay {
             reader,
             decoder,
@@ -138,8 +156,8 @@ impl<R: Read + Seek> Replay<R> {
                     feed_hidden(reader, decoder, hidden_mark, Some(round))?;
                     round += 1;
                     let bytes = reader.mapped_bytes().unwrap_or(&[]);
-                    n += decoder.round_in_place(Handover::Ordered, bytes, |e, plans| {
-                        f(e, plans, symbols, maps)
+                    n += decoder.round_in_place(Handover::Ordered, bytes, |h, plans| {
+                        f(h, plans, symbols, maps)
                     }) as u64;
                 }
                 RECORD_SAMPLE | RECORD_COMM | RECORD_LOST => {
@@ -170,7 +188,7 @@ impl<R: Read + Seek> Replay<R> {
         }
         feed_hidden(reader, decoder, hidden_mark, None)?;
         let bytes = reader.mapped_bytes().unwrap_or(&[]);
-        n += decoder.round_in_place(Handover::All, bytes, |e, plans| f(e, plans, symbols, maps))
+        n += decoder.round_in_place(Handover::All, bytes, |h, plans| f(h, plans, symbols, maps))
             as u64;
         Ok(n)
     }

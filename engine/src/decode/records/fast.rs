@@ -20,6 +20,52 @@ pub(super) struct FastLayout {
     /// When every argument is a sampled register: per argument, its slot,
     /// type and name.
     registers_only: Option<Vec<(usize, BaseType, &'static str)>>,
+    /// `registers_only` as [`RegisterInt`]s, when every type is one.
+    register_ints: Option<Vec<RegisterInt>>,
+}
+
+/// How an argument of an integer type other than a bitfield is read from
+/// the sampled registers: [`Value::typed`] as two shifts.
+#[derive(Debug, Clone, Copy)]
+struct RegisterInt {
+    /// Its slot among the sampled registers.
+    slot: usize,
+    /// 64 less its width in bits (0 for 64 bits).
+    shift: u32,
+    /// Sign-extended (a signed type narrower than 64 bits).
+    signed: bool,
+}
+
+impl RegisterInt {
+    /// The reading of a register of type `ty`; `None` for a bitfield.
+    fn new(slot: usize, ty: BaseType) -> Option<RegisterInt> {
+        let (bits, signed) = match ty {
+            BaseType::Unsigned(b) | BaseType::Hex(b) => (u32::from(b), false),
+            BaseType::Char => (8, false),
+            BaseType::Signed(b) => (u32::from(b), true),
+            BaseType::Bitfield { .. } => return None,
+            _ => (64, false),
+        };
+        if bits == 0 {
+            return None;
+        }
+        Some(RegisterInt {
+            slot,
+            shift: 64 - bits.min(64),
+            signed,
+        })
+    }
+
+    /// `reg` typed, as [`Value::typed`] gives it.
+    #[inline(always)]
+    fn typed(self, reg: u64) -> u64 {
+        let s = self.shift;
+        if self.signed {
+            (((reg << s) as i64) >> s) as u64
+        } else {
+            (reg << s) >> s
+        }
+    }
 }
 
 impl FastLayout {
@@ -36,6 +82,7 @@ impl FastLayout {
             regs: usize::from(n),
             slot,
             registers_only: None,
+            register_ints: None,
         }
     }
 
@@ -53,6 +100,12 @@ impl FastLayout {
                 _ => None,
             })
             .collect();
+        self.register_ints = self.registers_only.as_ref().and_then(|program| {
+            program
+                .iter()
+                .map(|&(slot, ty, _)| RegisterInt::new(slot, ty))
+                .collect()
+        });
         self
     }
 }
@@ -127,6 +180,60 @@ impl RecordDecoder {
         let size = u32::from_ne_bytes(b.get(raw_at..raw_at + 4)?.try_into().ok()?) as usize;
         let raw = b.get(raw_at + 4..(raw_at + 4).checked_add(size)?)?;
         Some((probe, head_fields(fixed, raw)))
+    }
+
+    /// The usual sample: of the exact layout sessions use, in one piece,
+    /// of a kprobe (not a return) whose arguments are all sampled
+    /// registers, which it has. Queued in one pass, every check made before
+    /// anything is written; `None` (nothing done) for any other sample,
+    /// which [`RecordDecoder::fast_sample`] or the general path then reads
+    /// (and reports the errors of).
+    #[inline(always)]
+    pub(super) fn register_sample(&mut self, b: &[u8]) -> Option<()> {
+        let fixed = b.first_chunk::<44>()?;
+        let word = |at: usize| fixed.get(at..at + 8).and_then(|w| w.try_into().ok());
+        let half = |at: usize| fixed.get(at..at + 4).and_then(|w| w.try_into().ok());
+        let probe = self.probe_of_fast(u64::from_ne_bytes(word(0)?))?;
+        let probe_layout = self.probes.get(probe)?;
+        let layout = probe_layout.fast.as_ref()?;
+        let program = layout.register_ints.as_deref()?;
+        if probe_layout.shape.site != ProbeSite::Entry {
+            return None;
+        }
+        let size = u32::from_ne_bytes(half(40)?) as usize;
+        let raw_end = 44usize.checked_add(size)?;
+        let probe_addr = u64_at(b.get(44..raw_end)?, 8)?;
+        let regs: &[u8] = match (layout.regs, program.is_empty()) {
+            (0, _) => &[],
+            (n, empty) => match u64_at(b, raw_end)? {
+                // No registers (ABI 0): an error unless none is read.
+                0 if empty => &[],
+                0 => return None,
+                _ => b.get(raw_end + 8..raw_end + 8 + 8 * n)?,
+            },
+        };
+        let head = EventHead {
+            time_ns: u64::from_ne_bytes(word(24)?),
+            ip: u64::from_ne_bytes(word(8)?),
+            probe_addr,
+            probe: u32::try_from(probe).ok()?,
+            cpu: u32::from_ne_bytes(half(32)?),
+            pid: i32::from_ne_bytes(half(16)?),
+            tid: i32::from_ne_bytes(half(20)?),
+        };
+        self.comms.see(head.pid, head.tid);
+        let args = self.queue.begin_with(head);
+        // Every slot lies among the `layout.regs` registers read above.
+        args.ints.reserve(program.len());
+        for &op in program {
+            args.ints
+                .push(op.typed(u64_at(regs, op.slot * 8).unwrap_or(0)));
+        }
+        if let Some(h) = self.stats.hits.get_mut(probe) {
+            *h += 1;
+        }
+        self.queue.commit();
+        Some(())
     }
 
     /// A sample of the exact layout sessions use, in one piece, parsed
@@ -240,4 +347,54 @@ fn u64_at(b: &[u8], at: usize) -> Option<u64> {
     b.get(at..at.checked_add(8)?)
         .and_then(|s| s.try_into().ok())
         .map(u64::from_ne_bytes)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The two shifts type a register as [`Value::typed`] does.
+    #[test]
+    fn register_ints_type_as_values_do() {
+        let types = [
+            BaseType::Unsigned(8),
+            BaseType::Unsigned(16),
+            BaseType::Unsigned(32),
+            BaseType::Unsigned(64),
+            BaseType::Signed(8),
+            BaseType::Signed(16),
+            BaseType::Signed(32),
+            BaseType::Signed(64),
+            BaseType::Hex(8),
+            BaseType::Hex(32),
+            BaseType::Hex(64),
+            BaseType::Char,
+            BaseType::Symbol,
+        ];
+        let regs = [
+            0u64,
+            1,
+            0x7f,
+            0x80,
+            0xff,
+            0x8000,
+            0xffff_ff9c,
+            0x8000_0000,
+            u64::MAX,
+            0x1234_5678_9abc_def0,
+        ];
+        for ty in types {
+            let op = RegisterInt::new(3, ty).unwrap();
+            for reg in regs {
+                assert_eq!(op.typed(reg), Value::typed(reg, ty), "{ty:?} {reg:#x}");
+            }
+        }
+        let bitfield = BaseType::Bitfield {
+            width: 3,
+            offset: 2,
+            container: 8,
+        };
+        assert!(RegisterInt::new(0, bitfield).is_none());
+        assert!(RegisterInt::new(0, BaseType::Unsigned(0)).is_none());
+    }
 }

@@ -22,7 +22,8 @@ use perf_event_open_sys::bindings::{
 
 use crate::decode::stats::{SessionStats, ThrottleChange};
 use crate::decode::{
-    arg_kinds, decode_into, decode_sample, AddressSet, DecodeError, Event, EventHead, SampleParts,
+    arg_kinds, decode_into, decode_sample, AddressSet, DecodeError, Event, EventHead, Handed,
+    SampleParts,
 };
 use crate::plan::{ArgSource, ProbePlan};
 use kprobe_perf_spec::BaseType;
@@ -187,6 +188,9 @@ pub(crate) struct ProbeShape {
     /// The arguments that are the thread's name (`$comm` read by the
     /// engine), set when the event is handed over.
     pub comm_args: Vec<usize>,
+    /// For a kprobe whose arguments are all integers: their types, for
+    /// handing its events over as [`crate::decode::IntEvent`]s.
+    pub int_kinds: Option<Vec<BaseType>>,
 }
 
 /// Decodes the records of a set of probes: samples into [`Event`]s, handed
@@ -529,7 +533,18 @@ impl RecordDecoder {
     /// asked for waits for [`RecordDecoder::round`]; counters and names are
     /// updated. Records of perf's own types (`FINISHED_ROUND` ...) are
     /// ignored.
+    #[inline]
     pub fn record(&mut self, record: RingRecord<'_>) -> Result<(), RecordError> {
+        let RingRecord { kind, body, .. } = record;
+        if kind == RECORD_SAMPLE && body.1.is_empty() && self.register_sample(body.0).is_some() {
+            return Ok(());
+        }
+        self.other_record(record)
+    }
+
+    /// [`RecordDecoder::record`] of any record but the usual sample.
+    #[inline(never)]
+    fn other_record(&mut self, record: RingRecord<'_>) -> Result<(), RecordError> {
         let RingRecord { kind, misc, body } = record;
         if kind == RECORD_SAMPLE && body.1.is_empty() {
             // The common case returns no more than a flag, so that no
@@ -790,16 +805,17 @@ impl RecordDecoder {
     }
 
     /// [`RecordDecoder::round`] for records read in place: `bytes` are
-    /// those given to [`RecordDecoder::read_in_place`].
+    /// those given to [`RecordDecoder::read_in_place`]. Kprobe hits with
+    /// integer arguments only may be handed as [`Handed::Ints`]: `f`
+    /// returns false to decline one, which is then handed as an [`Event`].
     pub(crate) fn round_in_place(
         &mut self,
         handover: Handover,
         bytes: &[u8],
-        mut f: impl FnMut(&Event, &[ProbePlan]),
+        mut f: impl FnMut(Handed<'_>, &[ProbePlan]) -> bool,
     ) -> usize {
-        self.round_with(handover, bytes, |e, plans| {
-            f(e, plans);
-            ControlFlow::Continue(())
+        self.round_with(handover, bytes, |h, plans| {
+            f(h, plans).then_some(ControlFlow::Continue(()))
         })
     }
 
@@ -809,18 +825,21 @@ impl RecordDecoder {
     pub fn try_round(
         &mut self,
         handover: Handover,
-        f: impl FnMut(&Event, &[ProbePlan]) -> ControlFlow<()>,
+        mut f: impl FnMut(&Event, &[ProbePlan]) -> ControlFlow<()>,
     ) -> usize {
-        self.round_with(handover, &[], f)
+        self.round_with(handover, &[], |h, plans| match h {
+            Handed::Event(e) => Some(f(e, plans)),
+            Handed::Ints(_) => None,
+        })
     }
 
     /// [`RecordDecoder::try_round`], with the bytes user stacks kept in
-    /// place lie in.
+    /// place lie in, and [`Handed::Ints`] offered to `f` (`None`: declined).
     fn round_with(
         &mut self,
         handover: Handover,
         in_place: &[u8],
-        mut f: impl FnMut(&Event, &[ProbePlan]) -> ControlFlow<()>,
+        mut f: impl FnMut(Handed<'_>, &[ProbePlan]) -> Option<ControlFlow<()>>,
     ) -> usize {
         let plans = &self.plans;
         let comms = &self.comms;
@@ -834,17 +853,19 @@ impl RecordDecoder {
         let mut dropped = 0usize;
         // The user-space filters, before `f` sees an event: a rejected
         // one is counted and skipped.
-        let mut f = |e: &Event, plans: &[ProbePlan]| {
-            if let Some(Some(filter)) = user_filters.get(e.probe) {
-                if !filter.matches(e) {
-                    if let Some(n) = filtered.get_mut(e.probe) {
-                        *n += 1;
+        let mut f = |h: Handed<'_>, plans: &[ProbePlan]| {
+            if let Handed::Event(e) = h {
+                if let Some(Some(filter)) = user_filters.get(e.probe) {
+                    if !filter.matches(e) {
+                        if let Some(n) = filtered.get_mut(e.probe) {
+                            *n += 1;
+                        }
+                        dropped += 1;
+                        return Some(ControlFlow::Continue(()));
                     }
-                    dropped += 1;
-                    return ControlFlow::Continue(());
                 }
             }
-            f(e, plans)
+            f(h, plans)
         };
         // Per thread, the first (earliest) event named from /proc.
         let mut from_proc: Vec<EventHead> = Vec::new();
@@ -867,15 +888,22 @@ impl RecordDecoder {
                     }
                 },
             },
-            |e| match join {
-                None => f(e, plans),
-                Some(j) => {
+            |h| match (h, &mut *join) {
+                // Filtered or joined events are handed as events.
+                (Handed::Ints(i), None) if !matches!(user_filters.get(i.probe), Some(Some(_))) => {
+                    f(h, plans)
+                }
+                (Handed::Ints(_), _) => None,
+                (Handed::Event(_), None) => Some(f(h, plans).unwrap_or(ControlFlow::Continue(()))),
+                (Handed::Event(e), Some(j)) => {
                     let unknown = |p: usize| {
                         if let Some(n) = entry_unknown.get_mut(p) {
                             *n += 1;
                         }
                     };
-                    j.pass(e, unknown, |m, shown| f(m, shown))
+                    Some(j.pass(e, unknown, |m, shown| {
+                        f(Handed::Event(m), shown).unwrap_or(ControlFlow::Continue(()))
+                    }))
                 }
             },
         );
@@ -885,6 +913,14 @@ impl RecordDecoder {
         if let Some(u) = self.user_stacks.as_mut() {
             u.advance(self.queue.read_up_to());
         }
+        self.settle_names(from_proc);
+        n
+    }
+
+    /// Dates the names read from /proc that a round used (`from_proc`:
+    /// per thread, its earliest event so named), and those of samples
+    /// counted without decoding, for [`RecordDecoder::take_learned`].
+    fn settle_names(&mut self, mut from_proc: Vec<EventHead>) {
         // Samples counted without decoding (RecordDecoder::count), named
         // from /proc unless a COMM record read since names them.
         for (_, h) in self.counted_unnamed.drain() {
@@ -911,7 +947,6 @@ impl RecordDecoder {
                 self.comms.learned.push(learned);
             }
         }
-        n
     }
 
     /// Decoded events waiting for a later round.
@@ -1044,16 +1079,22 @@ type SampleLayout = (
 
 /// What the decoder keeps of a plan to turn its samples into events.
 fn probe_shape(p: &ProbePlan) -> ProbeShape {
+    let kinds = arg_kinds(p);
+    let comm_args: Vec<usize> = p
+        .args
+        .iter()
+        .enumerate()
+        .filter(|(_, a)| matches!(a.source, ArgSource::Comm))
+        .map(|(i, _)| i)
+        .collect();
+    let int_kinds = (p.site() == ProbeSite::Entry && comm_args.is_empty())
+        .then(|| kinds.iter().copied().collect::<Option<Vec<BaseType>>>())
+        .flatten();
     ProbeShape {
-        kinds: arg_kinds(p),
+        kinds,
         site: p.site(),
-        comm_args: p
-            .args
-            .iter()
-            .enumerate()
-            .filter(|(_, a)| matches!(a.source, ArgSource::Comm))
-            .map(|(i, _)| i)
-            .collect(),
+        comm_args,
+        int_kinds,
     }
 }
 

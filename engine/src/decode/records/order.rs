@@ -11,7 +11,7 @@ use kprobe_perf_arch::boundary::ProbeSite;
 
 use crate::decode::frames::StackFrame;
 use crate::decode::records::Handover;
-use crate::decode::{refill_ints, set_args, ArgsOut, Event, EventHead, Value};
+use crate::decode::{refill_ints, set_args, ArgsOut, Event, EventHead, Handed, IntEvent, Value};
 
 /// A decoded sample waiting for its turn.
 #[derive(Debug, Clone, Copy, Default)]
@@ -115,7 +115,7 @@ impl EventQueue {
 
     /// Starts a slot at the back, for a sample's decoding to fill in place;
     /// it must be ended by [`EventQueue::commit`] or [`EventQueue::abort`].
-    #[inline]
+    #[inline(always)]
     pub(crate) fn begin(&mut self) -> (&mut EventHead, ArgsOut<'_>) {
         self.pending.push(Slot {
             ints_at: self.ints.len() as u32,
@@ -134,6 +134,25 @@ impl EventQueue {
             others: &mut self.others,
         };
         (head, args)
+    }
+
+    /// Queues a slot for `head`, whose arguments are then pushed to the
+    /// arguments returned; it must be ended by [`EventQueue::commit`] or
+    /// [`EventQueue::abort`].
+    #[inline(always)]
+    pub(crate) fn begin_with(&mut self, head: EventHead) -> ArgsOut<'_> {
+        self.pending.push(Slot {
+            head,
+            ints_at: self.ints.len() as u32,
+            others_at: self.others.len() as u32,
+            frames_at: self.frames.len() as u32,
+            regs_at: self.user.len() as u32,
+            ..Slot::default()
+        });
+        ArgsOut {
+            ints: &mut self.ints,
+            others: &mut self.others,
+        }
     }
 
     /// Gives the slot begun last the frames of a raw callchain (context
@@ -195,7 +214,7 @@ impl EventQueue {
     }
 
     /// Queues the slot begun last.
-    #[inline]
+    #[inline(always)]
     pub(crate) fn commit(&mut self) {
         let n = self.pending.len();
         let Some(t) = self.pending.last().map(|s| s.head.time_ns) else {
@@ -240,7 +259,7 @@ impl EventQueue {
         probes: &[super::ProbeLayout],
         handover: Handover,
         user: UserStacksAt<'_, impl FnMut(i32, u64, [u64; 4], &[u8], &mut Vec<StackFrame>)>,
-        mut f: impl FnMut(&Event) -> ControlFlow<()>,
+        mut f: impl FnMut(Handed<'_>) -> Option<ControlFlow<()>>,
     ) -> usize {
         let UserStacksAt {
             in_place,
@@ -284,6 +303,15 @@ impl EventQueue {
                 crate::attach::sys::prefetch(in_place.get(at..at + n).unwrap_or(&[]));
             }
             let comm = name_of(&slot.head);
+            let shape = probes.get(slot.head.probe as usize).map(|p| &p.shape);
+            // A kprobe hit with integer arguments only, offered as it is.
+            if let Some(taken) = self.offer_ints(slot, shape, names, comm, &mut f) {
+                handed += 1;
+                if taken.is_break() {
+                    break;
+                }
+                continue;
+            }
             let Some((named, e)) = self.scratch.get_mut(comm as usize & (Self::SCRATCH - 1)) else {
                 continue;
             };
@@ -293,7 +321,6 @@ impl EventQueue {
                 }
                 *named = comm;
             }
-            let shape = probes.get(slot.head.probe as usize).map(|p| &p.shape);
             // The scratch event's arguments are of the same probe: their
             // integers are overwritten in place.
             let same_probe = e.probe == slot.head.probe as usize;
@@ -337,7 +364,7 @@ impl EventQueue {
                 }
             }
             handed += 1;
-            if f(e).is_break() {
+            if f(Handed::Event(e)).is_some_and(|c| c.is_break()) {
                 break;
             }
         }
@@ -345,6 +372,41 @@ impl EventQueue {
         self.sorted = self.pending.len();
         self.compact();
         handed
+    }
+
+    /// Hands `slot` to `f` as an [`IntEvent`] when its probe's arguments
+    /// are all integers and it has no callchain or user stack: what `f`
+    /// returned, or `None` when it declined or the slot is not of that
+    /// kind (to be handed over as an [`Event`]).
+    #[inline(always)]
+    fn offer_ints(
+        &self,
+        slot: &Slot,
+        shape: Option<&super::ProbeShape>,
+        names: &[Arc<str>],
+        comm: u32,
+        f: &mut impl FnMut(Handed<'_>) -> Option<ControlFlow<()>>,
+    ) -> Option<ControlFlow<()>> {
+        let kinds = shape?.int_kinds.as_deref()?;
+        if slot.frames_len != 0 || slot.has_user {
+            return None;
+        }
+        let at = slot.ints_at as usize;
+        let ints = self.ints.get(at..at + kinds.len())?;
+        let h = &slot.head;
+        let event = IntEvent {
+            probe: h.probe as usize,
+            cpu: h.cpu,
+            pid: h.pid,
+            tid: h.tid,
+            comm: names.get(comm as usize).or(names.first())?,
+            time_ns: h.time_ns,
+            ip: h.ip,
+            probe_addr: h.probe_addr,
+            ints,
+            kinds,
+        };
+        f(Handed::Ints(&event))
     }
 
     /// Drops the handed-over slots and their arguments once they outnumber
