@@ -254,6 +254,9 @@ impl<'a> DebugInfo<'a> {
             .and_then(|v| v.udata_value());
         let decl_file = def_e.val(gimli::DW_AT_decl_file).and_then(|v| dies::num(v));
         let funcs = self.func_dies(unit)?;
+        let start = out.len();
+        // The last copy kept: its entry, call site and function.
+        let mut last: Option<(u64, Option<String>, gimli::UnitOffset)> = None;
         for fd in funcs.iter().filter(|f| f.origin == Some(def)) {
             let e = unit.entry(fd.off).map_err(err)?;
             let e = &e;
@@ -262,9 +265,14 @@ impl<'a> DebugInfo<'a> {
             let call_line = e.val(gimli::DW_AT_call_line).and_then(|v| v.udata_value());
             let call_file = e.val(gimli::DW_AT_call_file).and_then(|v| dies::num(v));
             let inlined = tag == gimli::DW_TAG_inlined_subroutine;
-            if inlined && (!opts.inlines || (call_line == decl_line && call_file == decl_file)) {
+            if inlined && !opts.inlines {
                 continue;
             }
+            // A copy "called" from its own declaration: GCC nests one in a
+            // copy of the same function at the same address, the outer one
+            // with no locations for its variables. It is no probe point of
+            // its own, but its variables are the ones that live there.
+            let self_nested = inlined && call_line == decl_line && call_file == decl_file;
             let ranges = dies::ranges(&self.dwarf, unit, e).map_err(err)?;
             let Some(entry) = dies::entry_pc(&self.dwarf, unit, e, &ranges).map_err(err)? else {
                 continue;
@@ -273,6 +281,26 @@ impl<'a> DebugInfo<'a> {
                 continue;
             }
             let Some((_, f)) = func else { continue };
+            if self_nested {
+                if let Some((at, call, outer_f)) = &last {
+                    if *at == entry && out.len() > start {
+                        let site = self.site(
+                            unit_off,
+                            unit,
+                            name,
+                            entry,
+                            e.offset(),
+                            *outer_f,
+                            entry,
+                            call.clone(),
+                        )?;
+                        if let Some(kept) = out.last_mut() {
+                            *kept = site;
+                        }
+                    }
+                }
+                continue;
+            }
             let call = inlined.then(|| {
                 let file = call_file
                     .and_then(|n| dies::file_name(&self.dwarf, unit, n))
@@ -283,7 +311,17 @@ impl<'a> DebugInfo<'a> {
                     call_line.unwrap_or(0)
                 )
             });
-            out.push(self.site(unit_off, unit, name, entry, e.offset(), f, entry, call)?);
+            out.push(self.site(
+                unit_off,
+                unit,
+                name,
+                entry,
+                e.offset(),
+                f,
+                entry,
+                call.clone(),
+            )?);
+            last = Some((entry, call, f));
         }
         Ok(())
     }

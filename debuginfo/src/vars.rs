@@ -195,7 +195,15 @@ impl<'a> DebugInfo<'a> {
     pub fn variables(&self, site: &Site) -> Result<Vec<Variable>> {
         let unit = self.unit(site.scope.unit)?;
         let mut out = Vec::new();
+        let mut seen = std::collections::HashSet::new();
         for v in self.scope_vars(site)? {
+            // A name means the first variable of that name in the scope
+            // walk, as it does for a fetch (`find_var`): a later one of
+            // the same name (a callee's, inlined here) is not what the
+            // name would fetch, so it is not listed either.
+            if !seen.insert(v.name.clone()) {
+                continue;
+            }
             let a = ProbeArg::Var {
                 name: None,
                 var: v.name.clone(),
@@ -209,7 +217,8 @@ impl<'a> DebugInfo<'a> {
         Ok(out)
     }
 
-    /// Every named variable and parameter in the scope of `site` (locations unchecked).
+    /// Every named variable and parameter in the scope of `site` that has a
+    /// place (locations unchecked at the site's address).
     fn scope_vars(&self, site: &Site) -> Result<Vec<Variable>> {
         let unit = self.unit(site.scope.unit)?;
         let mut offs = Vec::new();
@@ -217,7 +226,7 @@ impl<'a> DebugInfo<'a> {
         let mut out = Vec::new();
         for off in offs {
             let Ok(e) = unit.entry(off) else { continue };
-            if e.has(gimli::DW_AT_external) {
+            if e.has(gimli::DW_AT_external) || !has_place(&e) {
                 continue;
             }
             let Some(name) = dies::name_of(&self.dwarf, &unit, &e).ok().flatten() else {
@@ -266,11 +275,20 @@ impl<'a> DebugInfo<'a> {
     ) -> Result<Option<gimli::UnitOffset>> {
         let mut offs = Vec::new();
         self.collect_vars(unit, site.scope.die, site.address, &mut offs)?;
+        // The first of that name with a place; else the first of that
+        // name, whose refusal then says it has no location.
+        let mut placeless = None;
         for off in offs {
             let Ok(e) = unit.entry(off) else { continue };
             if dies::name_of(&self.dwarf, unit, &e).ok().flatten() == Some(name.as_bytes()) {
-                return Ok(Some(off));
+                if has_place(&e) {
+                    return Ok(Some(off));
+                }
+                placeless = placeless.or(Some(off));
             }
+        }
+        if placeless.is_some() {
+            return Ok(placeless);
         }
         // Globals of the unit.
         let err = |e| self.dwarf_error("the unit's variables".into(), e);
@@ -791,6 +809,15 @@ impl<'a> DebugInfo<'a> {
             )),
         }
     }
+}
+
+/// Whether a variable's entry says where it is: a location (list), a
+/// constant value, or an external definition. A name means the first
+/// variable of that name in the scope walk that has one (an entry without
+/// one, such as an inlined copy's parameter the compiler dropped, is
+/// passed over), as perf's lookup does.
+fn has_place(e: &dies::Entry<'_, '_>) -> bool {
+    e.has(gimli::DW_AT_location) || e.has(gimli::DW_AT_const_value) || e.has(gimli::DW_AT_external)
 }
 
 fn operations<'a>(
