@@ -71,6 +71,7 @@ fn main() {
 }
 
 fn run(vmlinux: &str, n: usize, seed: u64, report: &str) -> Result<(), Box<dyn std::error::Error>> {
+    let _ = VMLINUX.set(vmlinux.to_string());
     let file = DebugFile::open(vmlinux)?;
     let di = DebugInfo::new(&file)?;
     let mut rng = Rng(seed);
@@ -525,38 +526,149 @@ fn compare(di: &DebugInfo<'_>, mode: &str, q: &str, ours: &Answer, theirs: &Answ
         (Ok(o), Ok(t)) if o == t => s("agree"),
         (Ok(o), Ok(t)) => {
             if o.keys().ne(t.keys()) {
+                if same_addresses(o.keys(), t.keys()) {
+                    return s("equivalent: the same addresses, named by other symbols");
+                }
+                if o.len() == t.len()
+                    && t.keys().filter(|k| !o.contains_key(*k)).all(|k| on_data(k))
+                {
+                    return s("perf wrong: puts a site in a data object (a function in .exit.text, which perf places at another address)");
+                }
                 return s("different sites");
             }
             if mode == "-V" {
                 return compare_v(di, q, o, t);
             }
-            // perf puts a dummy constant where a variable is optimized out; we refuse the site.
-            let dummy_vs_refusal = o.iter().all(|(k, ov)| {
-                let tv = &t[k];
-                ov == tv
-                    || (ov.iter().all(|s| s.starts_with("REFUSED")) && tv.iter().any(|s| s.contains("\\deade12d")))
-            });
-            if dummy_vs_refusal {
-                return s("equivalent: perf reads 0xdeade12d where we refuse an optimized-out variable");
+            let vars: Vec<&str> = q.split_whitespace().skip(1).collect();
+            let mut labels = BTreeSet::new();
+            for (k, ov) in o {
+                if ov == &t[k] {
+                    continue;
+                }
+                match site_difference(ov, &t[k], &vars) {
+                    Some(label) => labels.insert(label),
+                    None => return s("different fetch args"),
+                };
             }
-            let explained = o.iter().all(|(k, ov)| {
-                let tv = &t[k];
-                ov == tv
-                    || ov.iter().any(|s| s.contains("DW_OP_stack_value"))
-                    || (ov.iter().all(|s| s.starts_with("REFUSED")) && tv.iter().any(|s| s.contains("\\deade12d")))
-            });
-            if explained && o.values().flatten().any(|v| v.contains("DW_OP_stack_value")) {
-                return s("perf wrong: a computed value (DW_OP_stack_value) read by perf as memory at reg+off; we refuse");
-            }
-            if o.iter().all(|(k, ov)| ov == &t[k] || part_of_longer(ov)) {
-                return s("perf wrong: translates the first operations of a longer expression that a fetch cannot compute; we refuse");
-            }
-            if o.iter().all(|(k, ov)| ov == &t[k] || first_load_only(ov, &t[k])) {
-                return s("perf wrong: reads the first load of a longer expression (DW_OP_deref chain); we fetch the whole chain");
-            }
-            s("different fetch args")
+            // perf's mistakes first; then what is equivalent.
+            labels
+                .iter()
+                .find(|l| l.starts_with("perf wrong"))
+                .or_else(|| labels.iter().next())
+                .map_or_else(|| s("different fetch args"), |l| s(l))
         }
     }
+}
+
+/// The vmlinux's symbols (from `nm`, read once when a comparison needs
+/// them), to tell whether two spellings `SYM+OFF` are one address.
+static SYMBOLS: std::sync::OnceLock<std::collections::HashMap<String, (u64, char)>> =
+    std::sync::OnceLock::new();
+static VMLINUX: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+
+fn symbols() -> &'static std::collections::HashMap<String, (u64, char)> {
+    SYMBOLS.get_or_init(|| {
+        let Some(path) = VMLINUX.get() else {
+            return Default::default();
+        };
+        let Ok(out) = Command::new("nm").arg(path).output() else {
+            return Default::default();
+        };
+        String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .filter_map(|l| {
+                let mut w = l.split_whitespace();
+                let addr = u64::from_str_radix(w.next()?, 16).ok()?;
+                let kind = w.next()?.chars().next()?;
+                Some((w.next()?.to_string(), (addr, kind)))
+            })
+            .collect()
+    })
+}
+
+fn address_of(site: &str) -> Option<u64> {
+    let (sym, off) = site.rsplit_once('+')?;
+    Some(symbols().get(sym)?.0 + off.parse::<u64>().ok()?)
+}
+
+/// A site `SYM+OFF` whose symbol is a data object (`nm` type d, D, b or B).
+fn on_data(site: &str) -> bool {
+    site.rsplit_once('+')
+        .and_then(|(sym, _)| symbols().get(sym))
+        .is_some_and(|(_, kind)| "dDbB".contains(*kind))
+}
+
+/// Two site lists that name the same addresses.
+fn same_addresses<'k>(
+    ours: impl Iterator<Item = &'k String>,
+    theirs: impl Iterator<Item = &'k String>,
+) -> bool {
+    let a: Option<BTreeSet<u64>> = ours.map(|k| address_of(k)).collect();
+    let b: Option<BTreeSet<u64>> = theirs.map(|k| address_of(k)).collect();
+    matches!((a, b), (Some(a), Some(b)) if a == b)
+}
+
+/// Why our answer at one site differs from perf's, when the difference is
+/// one of the known classes (each shown in docs/source-vs-perf.md).
+fn site_difference(
+    ours: &BTreeSet<String>,
+    theirs: &BTreeSet<String>,
+    vars: &[&str],
+) -> Option<&'static str> {
+    let refused = |what: &str| {
+        ours.iter()
+            .all(|v| v.starts_with("REFUSED") && v.contains(what))
+    };
+    if refused("REFUSED") && theirs.iter().any(|s| s.contains("\\deade12d")) {
+        return Some("equivalent: perf reads 0xdeade12d where we refuse an optimized-out variable");
+    }
+    if refused("DW_OP_stack_value") {
+        return Some("perf wrong: a computed value (DW_OP_stack_value) read by perf as memory at reg+off; we refuse");
+    }
+    if refused("DW_OP_piece") {
+        return Some("perf wrong: fetches one piece of a variable split over several places (DW_OP_piece); we refuse");
+    }
+    if refused("DW_OP_entry_value") {
+        return Some("perf wrong: reads a register's value now where the location is its value at the function's entry (DW_OP_entry_value); we refuse");
+    }
+    if part_of_longer(ours) {
+        return Some("perf wrong: translates the first operations of a longer expression that a fetch cannot compute; we refuse");
+    }
+    // perf reads a global named after the local variable (`@attr+0`),
+    // which no symbol is: the kernel refuses the definition.
+    let local_as_symbol = vars.iter().any(|v| {
+        let name = v.split_once('=').map_or(*v, |(n, _)| n);
+        theirs.iter().any(|t| t.contains(&format!("@{name}+0")))
+    });
+    if refused("REFUSED") && local_as_symbol {
+        return Some(
+            "perf wrong: reads a symbol named after a local variable (no such symbol); we refuse",
+        );
+    }
+    if first_load_only(ours, theirs) {
+        return Some("perf wrong: reads the first load of a longer expression (DW_OP_deref chain); we fetch the whole chain");
+    }
+    if register_value_read_as_memory(ours, theirs) {
+        return Some("perf wrong: a value that is a register (DW_OP_bregN 0; DW_OP_stack_value) read by perf as memory at it; we fetch the register");
+    }
+    None
+}
+
+/// Every argument ours or, where ours is the register `%r`, perf's the
+/// memory at it, `+0(%r)`: the location `DW_OP_breg7 0; DW_OP_stack_value`
+/// says the value is the register (a pointer to an object on the stack).
+fn register_value_read_as_memory(ours: &BTreeSet<String>, theirs: &BTreeSet<String>) -> bool {
+    let (Some(o), Some(t)) = (ours.iter().next(), theirs.iter().next()) else {
+        return false;
+    };
+    let (o, t): (Vec<&str>, Vec<&str>) = (o.split(' ').collect(), t.split(' ').collect());
+    o.len() == t.len()
+        && o != t
+        && o.iter().zip(&t).all(|(a, b)| {
+            let (fa, ta) = a.rsplit_once(':').unwrap_or((a, ""));
+            let (fb, tb) = b.rsplit_once(':').unwrap_or((b, ""));
+            a == b || (ta == tb && fa.starts_with('%') && fb == format!("+0({fa})"))
+        })
 }
 
 /// True when we refused a site because an argument's location is an
@@ -611,7 +723,7 @@ fn compare_v(
             continue;
         }
         for extra in on.difference(&tn) {
-            let fetched = ask_ours(di, "-D", &format!("{q} {extra}"))
+            let fetched = normalize(&ask_ours(di, "-D", &format!("{q} {extra}")))
                 .ok()
                 .and_then(|m| m.get(loc).map(|v| v.iter().cloned().collect::<String>()))
                 .unwrap_or_default();
@@ -622,7 +734,7 @@ fn compare_v(
             });
         }
         for missing in tn.difference(&on) {
-            let why = match ask_ours(di, "-D", &format!("{q} {missing}")) {
+            let why = match normalize(&ask_ours(di, "-D", &format!("{q} {missing}"))) {
                 Ok(m) => m
                     .get(loc)
                     .map(|v| v.iter().cloned().collect::<String>())
@@ -631,12 +743,17 @@ fn compare_v(
             };
             reasons.insert(if why.contains("DW_OP_stack_value") {
                 "perf wrong: lists a computed value it reads as memory"
+            } else if why.contains("has no kprobe fetch equivalent") {
+                "perf wrong: lists a value computed by an expression no fetch can compute (shifts, sums of loads), which it reads as its first operation"
             } else if why.contains("entry_value") {
                 "entry_value"
             } else if why.contains("DW_OP_piece") {
-                "pieces"
+                "perf wrong: lists a variable split over several places (DW_OP_piece), of which its fetch reads one"
             } else if why.contains("no location") {
-                "perf lists an optimized-out variable"
+                // perf's -V also lists a variable whose location list does
+                // not cover the address; its -D then fails ("Failed to
+                // find the location").
+                "perf wrong: lists a variable with no location at this address, which its -D refuses"
             } else {
                 "unexplained"
             });
@@ -650,8 +767,13 @@ fn compare_v(
     };
     if !r.iter().all(benign) {
         format!("different variables: {}", r.join(", "))
-    } else if r.iter().any(|x| x.starts_with("perf wrong")) {
+    } else if r
+        .iter()
+        .any(|x| x.starts_with("perf wrong: lists a computed"))
+    {
         "perf wrong: lists a computed value (DW_OP_stack_value) that it reads as memory; we refuse it".into()
+    } else if let Some(w) = r.iter().find(|x| x.starts_with("perf wrong")) {
+        format!("{w}; we leave it out")
     } else if r.iter().any(|x| x.starts_with("we list more: constants")) {
         "equivalent+: we also list constant-valued variables (fetched as immediates); perf omits them".into()
     } else {
