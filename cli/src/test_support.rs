@@ -2,7 +2,8 @@
 //! against it.
 
 use kprobe_perf_engine::plan::{self, BackendChoice};
-use kprobe_perf_engine::{Arch, KernelSymbols, ProbePlan, ProbeSpec};
+use kprobe_perf_engine::spec::BaseType;
+use kprobe_perf_engine::{Arch, Event, IntEvent, KernelSymbols, ProbePlan, ProbeSpec, Value};
 
 /// `_text`, `do_sys_openat2` at 0xffffffff812345a0 and `do_sys_open` at
 /// 0xffffffff81234690.
@@ -22,4 +23,31 @@ pub(crate) fn planned(spec: &str, symbols: &KernelSymbols, choice: BackendChoice
         choice,
     )
     .unwrap()
+}
+
+/// The integers and their types of `e` when the ordering queue would hand
+/// it over as an [`IntEvent`] (an entry hit whose arguments are all
+/// integers), for `f` to format.
+pub(crate) fn as_int_event<R>(e: &Event, f: impl FnOnce(&IntEvent<'_>) -> R) -> Option<R> {
+    let parts: Option<(Vec<u64>, Vec<BaseType>)> = e
+        .args
+        .iter()
+        .map(|v| match v {
+            Value::Int { raw, ty } => Some((*raw, *ty)),
+            _ => None,
+        })
+        .collect();
+    let (ints, kinds) = parts.filter(|_| e.ret_addr.is_none())?;
+    Some(f(&IntEvent {
+        probe: e.probe,
+        cpu: e.cpu,
+        pid: e.pid,
+        tid: e.tid,
+        comm: &e.comm,
+        time_ns: e.time_ns,
+        ip: e.ip,
+        probe_addr: e.probe_addr,
+        ints: &ints,
+        kinds: &kinds,
+    }))
 }

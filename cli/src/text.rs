@@ -1026,35 +1026,15 @@ mod tests {
                     );
                 }
                 // The same event handed over as it waited in the queue.
-                let ints: Option<(Vec<u64>, Vec<BaseType>)> = e
-                    .args
-                    .iter()
-                    .map(|v| match v {
-                        Value::Int { raw, ty } => Some((*raw, *ty)),
-                        _ => None,
-                    })
-                    .collect();
-                if let (Some((ints, kinds)), None) = (ints, e.ret_addr) {
-                    let i = IntEvent {
-                        probe: e.probe,
-                        cpu: e.cpu,
-                        pid: e.pid,
-                        tid: e.tid,
-                        comm: &e.comm,
-                        time_ns: e.time_ns,
-                        ip: e.ip,
-                        probe_addr: e.probe_addr,
-                        ints: &ints,
-                        kinds: &kinds,
-                    };
-                    room.fill(0);
-                    if let Some(n) = put_int_line(&mut room, &i, &mut cache) {
-                        int_lines += 1;
-                        assert_eq!(
-                            String::from_utf8(room[..n].to_vec()).unwrap(),
-                            reference(e, plan, &symbols)
-                        );
-                    }
+                room.fill(0);
+                if let Some(Some(n)) =
+                    crate::test_support::as_int_event(e, |i| put_int_line(&mut room, i, &mut cache))
+                {
+                    int_lines += 1;
+                    assert_eq!(
+                        String::from_utf8(room[..n].to_vec()).unwrap(),
+                        reference(e, plan, &symbols)
+                    );
                 }
             }
         }

@@ -173,35 +173,16 @@ fn objects_match_a_sorted_serde_json_map_byte_for_byte() {
             // And it parses back.
             serde_json::from_str::<Json>(&ours).unwrap();
             // The same event handed over as it waited in the queue.
-            let ints: Option<(Vec<u64>, Vec<BaseType>)> = e
-                .args
-                .iter()
-                .map(|v| match v {
-                    Value::Int { raw, ty } => Some((*raw, *ty)),
-                    _ => None,
-                })
-                .collect();
-            if let (Some((ints, kinds)), None) = (ints, e.ret_addr) {
-                let i = IntEvent {
-                    probe: e.probe,
-                    cpu: e.cpu,
-                    pid: e.pid,
-                    tid: e.tid,
-                    comm: &e.comm,
-                    time_ns: e.time_ns,
-                    ip: e.ip,
-                    probe_addr: e.probe_addr,
-                    ints: &ints,
-                    kinds: &kinds,
-                };
-                let mut room = vec![0u8; USUAL_OBJECT_ROOM];
-                if let Some(n) = w.put_usual_ints(&mut room, &i, &plans[e.probe], &symbols) {
-                    int_objects += 1;
-                    assert_eq!(
-                        String::from_utf8(room[..n].to_vec()).unwrap(),
-                        reference(e, &plans[e.probe], &symbols)
-                    );
-                }
+            let mut room = vec![0u8; USUAL_OBJECT_ROOM];
+            let put = crate::test_support::as_int_event(e, |i| {
+                w.put_usual_ints(&mut room, i, &plans[e.probe], &symbols)
+            });
+            if let Some(Some(n)) = put {
+                int_objects += 1;
+                assert_eq!(
+                    String::from_utf8(room[..n].to_vec()).unwrap(),
+                    reference(e, &plans[e.probe], &symbols)
+                );
             }
         }
     }
