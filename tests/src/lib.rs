@@ -311,6 +311,26 @@ impl Drop for PinnedToThisCpu {
     }
 }
 
+/// perf probe -D's definitions named as `perf probe -a` (and kprobe-perf)
+/// name the sites of one probe: -D prints one name on each, where the
+/// second site of `EVENT` becomes `EVENT_1`, the third `EVENT_2`.
+pub fn numbered_like_perf_probe(lines: &[String]) -> Vec<String> {
+    let mut seen: std::collections::BTreeMap<String, usize> = Default::default();
+    lines
+        .iter()
+        .map(|l| {
+            let (head, rest) = l.split_once(' ').unwrap_or((l, ""));
+            let n = seen.entry(head.to_string()).or_default();
+            let named = match *n {
+                0 => l.clone(),
+                k => format!("{head}_{k} {rest}"),
+            };
+            *n += 1;
+            named
+        })
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

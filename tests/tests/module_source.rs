@@ -131,26 +131,6 @@ fn fixture() -> BTreeMap<String, Vec<String>> {
     out
 }
 
-/// perf's definitions numbered as kprobe-perf names the sites of one
-/// probe (perf -D prints one name on each; `perf probe -a` would add
-/// `_1`, `_2` ...).
-fn numbered(lines: &[String]) -> Vec<String> {
-    let mut seen: BTreeMap<String, usize> = BTreeMap::new();
-    lines
-        .iter()
-        .map(|l| {
-            let (head, rest) = l.split_once(' ').unwrap_or((l, ""));
-            let n = seen.entry(head.to_string()).or_default();
-            let named = match *n {
-                0 => l.clone(),
-                k => format!("{head}_{k} {rest}"),
-            };
-            *n += 1;
-            named
-        })
-        .collect()
-}
-
 /// One tool's answer: its definitions, or `! ` and the first error line.
 fn answer(out: &std::process::Output) -> Vec<String> {
     let stdout = String::from_utf8_lossy(&out.stdout);
@@ -248,7 +228,7 @@ fn module_definitions_match_perf_probe_m() {
             .output()
             .unwrap();
         let ours = answer(&out);
-        let perfs = numbered(&theirs[*q]);
+        let perfs = kprobe_perf_tests::numbered_like_perf_probe(&theirs[*q]);
         if ours == perfs {
             agree += 1;
         } else {

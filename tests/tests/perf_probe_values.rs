@@ -149,25 +149,6 @@ fn definition_lines(text: &str) -> Vec<String> {
         .collect()
 }
 
-/// Definitions named as `perf probe -a` names the sites of one probe:
-/// the second site of `EVENT` becomes `EVENT_1`, the third `EVENT_2`.
-fn numbered(lines: &[String]) -> Vec<String> {
-    let mut seen: BTreeMap<String, usize> = BTreeMap::new();
-    lines
-        .iter()
-        .map(|l| {
-            let (head, rest) = l.split_once(' ').unwrap_or((l, ""));
-            let n = seen.entry(head.to_string()).or_default();
-            let named = match *n {
-                0 => l.clone(),
-                k => format!("{head}_{} {rest}", k),
-            };
-            *n += 1;
-            named
-        })
-        .collect()
-}
-
 /// `kprobe-perf probe --definition` of [`PROBES`] as the recording
 /// writes them (`p:oursNN FUNC@+RLINE VARS`), renamed to perf's events
 /// (`p:oursNN` -> `p:kpfvalues/perfNN`). `other_kernel`: `vmlinux` is
@@ -280,7 +261,7 @@ fn perf_probe_and_kprobe_perf_define_the_fixture() {
     let _ = std::fs::remove_dir_all(&cache);
     assert_eq!(
         ours,
-        numbered(&fixture),
+        kprobe_perf_tests::numbered_like_perf_probe(&fixture),
         "kprobe-perf probe --definition differs from perf's"
     );
     println!(
@@ -600,7 +581,7 @@ fn source_probes_recorded_by_perf_and_kprobe_perf_print_the_same_values() {
     // perf's definitions, and kprobe-perf's on this kernel: the same
     // sites (this also builds kprobe-perf's name index of the vmlinux
     // once, before the recording).
-    let perf_defs = numbered(&definition_lines(FIXTURE));
+    let perf_defs = kprobe_perf_tests::numbered_like_perf_probe(&definition_lines(FIXTURE));
     assert_eq!(
         our_definitions(&vmlinux, false, &dir.join("cache")),
         perf_defs,

@@ -171,28 +171,42 @@ fn an_inlined_copy_fetches_its_own_variables() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// Debian's 6.1.0-56 -dbg vmlinux under `target/vm/kernels/`, answering
+/// for that kernel (`--other-kernel`) on any host.
+fn vmlinux_61() -> Option<PathBuf> {
+    let v = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join(
+        "../target/vm/kernels/linux-image-6.1.0-56-amd64-unsigned/usr/lib/debug/boot/vmlinux-6.1.0-56-amd64",
+    );
+    v.is_file().then_some(v)
+}
+
+/// `probe --definition` of `points` on `vmlinux`.
+fn definitions(vmlinux: &std::path::Path, points: &[&str]) -> std::process::Output {
+    Command::new(kprobe_perf_bin())
+        .args(["probe", "--definition", "--other-kernel", "--vmlinux"])
+        .arg(vmlinux)
+        .args(points)
+        .output()
+        .unwrap()
+}
+
 #[test]
 fn probe_definition_matches_what_perf_probe_prints() {
     // No kernel needed: the -dbg vmlinux of 6.1, the kernel the VM runs,
     // answered for that kernel (--other-kernel) anywhere.
     let test = "probe_definition_matches_what_perf_probe_prints";
-    let kernels = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../target/vm/kernels");
-    let v = kernels
-        .join("linux-image-6.1.0-56-amd64-unsigned/usr/lib/debug/boot/vmlinux-6.1.0-56-amd64");
-    if !v.is_file() {
+    let Some(v) = vmlinux_61() else {
         return skip_here(test, "no 6.1.0-56 -dbg vmlinux under target/vm/kernels");
-    }
-    let out = Command::new(kprobe_perf_bin())
-        .args(["probe", "--definition", "--other-kernel", "--vmlinux"])
-        .arg(&v)
-        .args([
+    };
+    let out = definitions(
+        &v,
+        &[
             "do_sys_openat2:17 fd path=tmp->name:string mode=op.mode:x16",
             "do_sys_openat2 filename dfd how->flags",
             "kpf:open17=do_sys_openat2:17 fd",
             SPEC,
-        ])
-        .output()
-        .unwrap();
+        ],
+    );
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(out.status.success(), "{out:?}");
     assert_eq!(
@@ -204,12 +218,7 @@ fn probe_definition_matches_what_perf_probe_prints() {
     );
     // perf's offset and return forms name no source point: refused, not
     // echoed back as if they were definitions.
-    let out = Command::new(kprobe_perf_bin())
-        .args(["probe", "--definition", "--other-kernel", "--vmlinux"])
-        .arg(&v)
-        .arg("do_sys_openat2%return")
-        .output()
-        .unwrap();
+    let out = definitions(&v, &["do_sys_openat2%return"]);
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(!out.status.success(), "{out:?}");
     assert!(out.stdout.is_empty(), "{out:?}");
@@ -234,23 +243,18 @@ fn a_variable_located_through_loads_is_fetched_through_all_of_them() {
     // the source gives. (perf probe -D reads the first load only here:
     // `r=+0(%di)`, which is `of->kn`, and `net=+168(%bx)`, `ifa->idev`.)
     let test = "a_variable_located_through_loads_is_fetched_through_all_of_them";
-    let kernels = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../target/vm/kernels");
-    let v = kernels
-        .join("linux-image-6.1.0-56-amd64-unsigned/usr/lib/debug/boot/vmlinux-6.1.0-56-amd64");
-    if !v.is_file() {
+    let Some(v) = vmlinux_61() else {
         return skip_here(test, "no 6.1.0-56 -dbg vmlinux under target/vm/kernels");
-    }
-    let out = Command::new(kprobe_perf_bin())
-        .args(["probe", "--definition", "--other-kernel", "--vmlinux"])
-        .arg(&v)
-        .args([
+    };
+    let out = definitions(
+        &v,
+        &[
             "rdt_default_ctrl_show:4 r",
             "rdt_default_ctrl_show:4 s=of->kn->parent->priv",
             "inet6_ifa_notify net",
             "inet6_ifa_notify n=ifa->idev->dev->nd_net.net",
-        ])
-        .output()
-        .unwrap();
+        ],
+    );
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(out.status.success(), "{out:?}");
     assert_eq!(
