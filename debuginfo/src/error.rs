@@ -91,6 +91,12 @@ pub enum Error {
         /// Nearby lines that do carry code.
         hint: String,
     },
+    /// A function the debug info describes with no code of its own.
+    #[error("{name} has no code of its own in the debug info (the compiler merged it with an identical function, or dropped it): probe its symbol instead (`p:{name}`), if the kernel has one")]
+    NoCodeOfItsOwn {
+        /// The function.
+        name: String,
+    },
     /// A line's code starts at the address of another line, so a probe there
     /// would be reported (and behave) as that other line.
     #[error("{place} shares its address {at} with {other}: the code there starts with that line, so a probe there is that line's; probe {other} instead")]

@@ -135,6 +135,9 @@ impl<'a> DebugInfo<'a> {
                     .unwrap_or_default(),
                 ProbePoint::Line { .. } => "see the function's line listing".into(),
             };
+            if let (ProbePoint::Function { name, .. }, true) = (point, hint.is_empty()) {
+                return Err(Error::NoCodeOfItsOwn { name: name.clone() });
+            }
             return Err(Error::NoCodeAtLine { place, hint });
         }
         Ok(sites)

@@ -266,6 +266,28 @@ fn a_variable_located_through_loads_is_fetched_through_all_of_them() {
     );
 }
 
+#[test]
+fn a_function_with_no_code_of_its_own_is_refused_with_its_symbol() {
+    // 6.1's spi_mem_no_dirmap_write has the address of
+    // spi_mem_no_dirmap_read (the two are identical): its DWARF has no
+    // code, so no source point; its symbol is what can be probed.
+    let test = "a_function_with_no_code_of_its_own_is_refused_with_its_symbol";
+    let Some(v) = vmlinux_61() else {
+        return skip_here(test, "no 6.1.0-56 -dbg vmlinux under target/vm/kernels");
+    };
+    let out = definitions(&v, &["spi_mem_no_dirmap_write desc"]);
+    assert!(!out.status.success(), "{out:?}");
+    assert_eq!(
+        String::from_utf8_lossy(&out.stderr).lines().next(),
+        Some(
+            "kprobe-perf: spi_mem_no_dirmap_write desc: spi_mem_no_dirmap_write has no code of \
+             its own in the debug info (the compiler merged it with an identical function, or \
+             dropped it): probe its symbol instead (`p:spi_mem_no_dirmap_write`), if the kernel \
+             has one"
+        )
+    );
+}
+
 /// The frames of `record`'s text output: per event, each frame's address,
 /// name (`sym+0xOFF`, or `sym` for an inlined one), and `file:line`.
 fn printed_frames(stdout: &str) -> Vec<Vec<(u64, String, String)>> {
