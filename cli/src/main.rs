@@ -158,12 +158,12 @@ enum Cmd {
         /// or the debuginfod servers of DEBUGINFOD_URLS).
         #[arg(short = 'x', long = "exec", value_name = "BINARY")]
         exec: Option<std::path::PathBuf>,
-        /// With --definition or --vars: the points are in this kernel
-        /// module (perf probe's -m): its name (`9p`), its debug file
-        /// found as for --module-debug, or the path of its `.ko` with
+        /// With --definition, --vars or --source: the points are in this
+        /// kernel module (perf probe's -m): its name (`9p`), its debug
+        /// file found as for --module-debug, or the path of its `.ko` with
         /// DWARF, used as --module-debug PATH would be. The definitions
         /// name `MOD:FUNC+OFFS`.
-        #[arg(short = 'm', long = "module", value_name = "MODULE", conflicts_with_all = ["exec", "source"])]
+        #[arg(short = 'm', long = "module", value_name = "MODULE", conflicts_with_all = ["exec"])]
         module: Option<String>,
         /// List every instruction of FUNC (`NAME` or `MOD:NAME`) in AT&T
         /// syntax (x86_64 kernels) or arm64 syntax (arm64 kernels) with the
@@ -434,8 +434,10 @@ fn main() -> ExitCode {
             image,
             other_kernel,
             exec,
+            module,
             ..
-        } => source::listing(&func, &image, other_kernel, exec.as_deref()),
+        } => source::Target::new(exec.as_deref(), module.as_deref(), &image)
+            .and_then(|t| source::listing(&func, &t, other_kernel)),
         Cmd::Probe {
             vars: Some(point),
             image,

@@ -21,7 +21,7 @@ fn kernel(image: &ImageArgs, other_kernel: bool) -> Kernel {
     Kernel::with_symbols(KernelSymbols::default(), options)
 }
 
-/// Where the points of `probe --definition` and `--vars` are: the
+/// Where the points of `probe --definition`, `--vars` and `--source` are: the
 /// kernel, a user binary (`-x`), or a kernel module (`-m`).
 pub(crate) struct Target {
     /// The kernel image options, with a module's debug file given by
@@ -246,21 +246,18 @@ pub(crate) fn variables(
 /// declaration (perf probe -L's layout), with their text when the source
 /// file is found under `dir` (or at the path DWARF gives), else each
 /// line's `file:line` and its first instruction's offset.
-pub(crate) fn listing(
-    func: &str,
-    image: &ImageArgs,
-    other_kernel: bool,
-    exec: Option<&Path>,
-) -> Result<ExitCode> {
+pub(crate) fn listing(func: &str, target: &Target, other_kernel: bool) -> Result<ExitCode> {
+    let image = &target.image;
     let dir = image.source_dir.as_deref();
     let kernel = kernel(image, other_kernel);
     let (name, in_file) = match func.split_once('@') {
         Some((n, f)) => (n, Some(f)),
         None => (func, None),
     };
-    let (lines, offsets) = match exec.map(absolute).transpose()? {
-        Some(binary) => kernel.user_function_lines(&binary, name, in_file)?,
-        None => kernel.function_lines(name, in_file)?,
+    let (lines, offsets) = match (&target.binary, &target.module) {
+        (Some(binary), _) => kernel.user_function_lines(binary, name, in_file)?,
+        (None, Some(m)) => kernel.module_function_lines(m, name, in_file)?,
+        (None, None) => kernel.function_lines(name, in_file)?,
     };
     let Some(&last) = lines.lines.last() else {
         bail!("{func}: its DWARF gives no line a probe can go on");

@@ -251,6 +251,72 @@ fn module_definitions_match_perf_probe_m() {
     assert_eq!(agree + KNOWN.len(), QUESTIONS.len(), "{differ:#?}");
 }
 
+#[test]
+fn a_module_functions_lines_list_as_perf_probe_l_lists_them() {
+    // perf probe -L needs the source text: a stand-in file of numbered
+    // lines at the unit's path serves both tools.
+    let test = "a_module_functions_lines_list_as_perf_probe_l_lists_them";
+    let (vmlinux, ko) = fixture_files();
+    if !vmlinux.is_file() || !ko.is_file() {
+        return skip_here(
+            test,
+            &format!("no {RELEASE} -dbg vmlinux and 9p.ko under target/vm/kernels"),
+        );
+    }
+    let src = std::env::temp_dir().join(format!("kprobe-perf-module-src-{}", std::process::id()));
+    std::fs::create_dir_all(src.join("fs/9p")).unwrap();
+    let text: String = (1..3000).map(|i| format!("text of line {i}\n")).collect();
+    std::fs::write(src.join("fs/9p/vfs_file.c"), text).unwrap();
+    let ours = Command::new(kprobe_perf_bin())
+        .args([
+            "probe",
+            "--source",
+            "v9fs_file_open",
+            "--other-kernel",
+            "-m",
+        ])
+        .arg(&ko)
+        .arg("--vmlinux")
+        .arg(&vmlinux)
+        .arg("--source-dir")
+        .arg(&src)
+        .output()
+        .unwrap();
+    assert!(ours.status.success(), "{ours:?}");
+    let ours = String::from_utf8_lossy(&ours.stdout).into_owned();
+    // The lines a probe can go on, numbered from the declaration (line 42).
+    let numbered: Vec<u32> = ours
+        .lines()
+        .skip(1)
+        .filter_map(|l| l.split_whitespace().next()?.parse().ok())
+        .collect();
+    assert_eq!(
+        numbered,
+        [
+            0, 6, 11, 12, 14, 16, 17, 18, 19, 22, 23, 24, 27, 29, 31, 34, 35, 45, 46, 47, 48, 49,
+            51, 53, 54, 55, 57, 58, 61, 62
+        ]
+    );
+    assert_eq!(ours.lines().nth(1), Some("      0  text of line 42"));
+    match perf() {
+        Some(perf) if vm_kernel().is_none() => {
+            let theirs = Command::new(perf)
+                .args(["probe", "-k"])
+                .arg(&vmlinux)
+                .arg("-m")
+                .arg(&ko)
+                .arg("-s")
+                .arg(&src)
+                .args(["-L", "v9fs_file_open"])
+                .output()
+                .unwrap();
+            assert_eq!(ours, String::from_utf8_lossy(&theirs.stdout), "{theirs:?}");
+        }
+        _ => eprintln!("{test}: perf probe -L not compared (no perf here)"),
+    }
+    let _ = std::fs::remove_dir_all(&src);
+}
+
 /// The debug file of the running kernel's 9p.ko under `target/vm/kernels`.
 fn running_9p_debug() -> Option<PathBuf> {
     let release = std::fs::read_to_string("/proc/sys/kernel/osrelease").ok()?;

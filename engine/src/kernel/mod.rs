@@ -467,6 +467,20 @@ impl Kernel {
         Ok(source::function_lines(&file, name, in_file, range)?)
     }
 
+    /// [`function_lines`](Self::function_lines) of a function of kernel
+    /// module `module`, from its debug file (found as for its source
+    /// points). No offsets: the lines are numbered, each with its
+    /// `file:line`.
+    pub fn module_function_lines(
+        &self,
+        module: &str,
+        name: &str,
+        in_file: Option<&str>,
+    ) -> Result<(source::FunctionLines, Vec<Option<u64>>), Error> {
+        let file = self.module_debug_info(module)?;
+        Ok(source::function_lines(&file, name, in_file, None)?)
+    }
+
     /// The variables at each site of a point (`FUNC`, `FUNC:RLINE`,
     /// `FILE:LINE` as perf writes them, or `FUNC@+N`; a user binary's
     /// `/PATH:FUNC@+N`), with their types.
