@@ -78,7 +78,7 @@ impl DebugFile {
     }
 
     /// Whether the file is relocatable (ELF `ET_REL`: a kernel module's
-    /// `.ko`), whose DWARF is read relocated (see [`crate::reloc`]).
+    /// `.ko`), whose DWARF is read with its relocations applied.
     pub fn is_relocatable(&self) -> bool {
         self.object()
             .is_ok_and(|o| o.kind() == object::ObjectKind::Relocatable)

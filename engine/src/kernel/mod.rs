@@ -346,16 +346,18 @@ impl Kernel {
     /// (`/usr/lib/debug/lib/modules/RELEASE/` and the module's path from
     /// `modules.dep`, uncompressed), `/usr/lib/debug/.build-id/NN/REST.debug`
     /// by the loaded module's build ID, the installed module itself.
-    pub fn module_debug_candidates(&self, name: &str) -> Vec<PathBuf> {
+    pub(crate) fn module_debug_candidates(&self, name: &str) -> Vec<PathBuf> {
         let id = module_debug::loaded_build_id(name);
         module_debug::candidates(&self.release, name, id.as_deref())
     }
 
     /// The debug file of kernel module `name` (its `.ko` with DWARF): the
-    /// one given for it ([`KernelOptions::module_debug`]), else the first
-    /// of [`module_debug_candidates`](Self::module_debug_candidates) with
-    /// DWARF and the loaded module's build ID (the installed module's
-    /// when it is not loaded), else the debuginfod servers' file of that
+    /// one given for it ([`KernelOptions::module_debug`]); else the first
+    /// file with DWARF and the loaded module's build ID (the installed
+    /// module's when it is not loaded) among Debian's -dbg layout
+    /// (`/usr/lib/debug/lib/modules/RELEASE/` and the module's path from
+    /// `modules.dep`), `/usr/lib/debug/.build-id/NN/REST.debug` and the
+    /// installed module itself; else the debuginfod servers' file of that
     /// build ID. A given file of another build is refused (unless
     /// [`KernelOptions::other_kernel`]). Found once, then kept.
     pub fn module_debug_info(&self, name: &str) -> Result<Arc<source::DebugFile>, Error> {
