@@ -177,10 +177,17 @@ fn run(vmlinux: &str, n: usize, seed: u64, report: &str) -> Result<(), Box<dyn s
         100.0 * (agree + equivalent) as f64 / n as f64,
         ours_time.as_secs_f64()
     );
+    // The questions perf answered (and kprobe-perf too, or not).
+    let perf_answered = n - tally
+        .iter()
+        .filter(|(k, _)| k.starts_with("perf failed"))
+        .map(|(_, v)| v)
+        .sum::<usize>();
     println!(
-        "  agree, equivalent, or perf demonstrably wrong: {} ({:.1}%)",
+        "  agree, equivalent, or perf demonstrably wrong: {} ({:.1}%; {:.2}% of the {perf_answered} perf answered)",
         agree + equivalent + perf_wrong,
-        100.0 * (agree + equivalent + perf_wrong) as f64 / n as f64
+        100.0 * (agree + equivalent + perf_wrong) as f64 / n as f64,
+        100.0 * (agree + equivalent + perf_wrong) as f64 / perf_answered.max(1) as f64
     );
     for (k, v) in &tally {
         println!("  {k}: {v}");
@@ -444,12 +451,12 @@ fn ask_ours(di: &DebugInfo<'_>, mode: &str, q: &str) -> Answer {
     if mode == "-V" {
         for site in di.sites(&point, &opts).map_err(|e| e.to_string())? {
             let vars = di.variables(&site).map_err(|e| e.to_string())?;
-            m.insert(
-                site.location.clone(),
-                vars.iter()
-                    .map(|v| format!("{}\t{}", v.type_name, v.name))
-                    .collect(),
-            );
+            // Functions of one name (static ones in several files) can
+            // share a SYMBOL+0 spelling: their variables are merged, as
+            // perf's listing is read (`parse_v`).
+            m.entry(site.location.clone())
+                .or_insert_with(BTreeSet::new)
+                .extend(vars.iter().map(|v| format!("{}\t{}", v.type_name, v.name)));
         }
         return Ok(m);
     }
@@ -746,7 +753,8 @@ fn compare_v(
             } else if why.contains("has no kprobe fetch equivalent") {
                 "perf wrong: lists a value computed by an expression no fetch can compute (shifts, sums of loads), which it reads as its first operation"
             } else if why.contains("entry_value") {
-                "entry_value"
+                // perf reads the register as it is now.
+                "perf wrong: lists a variable whose location is a register's value at the function's entry (DW_OP_entry_value), which it reads as the register now"
             } else if why.contains("DW_OP_piece") {
                 "perf wrong: lists a variable split over several places (DW_OP_piece), of which its fetch reads one"
             } else if why.contains("no location") {
