@@ -416,30 +416,43 @@ impl<'a> DebugInfo<'a> {
         }
         let err = |e| self.dwarf_error("the functions of a unit".into(), e);
         let mut out = Vec::new();
-        let mut cursor = unit.entries();
-        let mut depth = 0isize;
+        // Entries are read raw: the attributes of every other entry (most
+        // of a unit) are skipped by their forms' sizes, not parsed.
+        let mut raw = unit.entries_raw(None).map_err(err)?;
         let mut top: Option<(isize, gimli::UnitOffset)> = None;
-        while let Some((delta, e)) = cursor.next_dfs().map_err(err)? {
-            depth += delta;
+        while !raw.is_empty() {
+            let depth = raw.next_depth();
+            let offset = raw.next_offset();
+            let Some(abbrev) = raw.read_abbreviation().map_err(err)? else {
+                continue;
+            };
             if top.is_some_and(|(d, _)| depth <= d) {
                 top = None;
             }
-            let tag = e.tag();
+            let tag = abbrev.tag();
             if tag != gimli::DW_TAG_subprogram && tag != gimli::DW_TAG_inlined_subroutine {
+                raw.skip_attributes(abbrev.attributes()).map_err(err)?;
                 continue;
             }
+            let (mut origin, mut declaration) = (None, false);
+            for spec in abbrev.attributes() {
+                let attr = raw.read_attribute(*spec).map_err(err)?;
+                match (attr.name(), attr.value()) {
+                    (gimli::DW_AT_abstract_origin, gimli::AttributeValue::UnitRef(o)) => {
+                        origin = Some(o);
+                    }
+                    (gimli::DW_AT_declaration, _) => declaration = true,
+                    _ => {}
+                }
+            }
             if tag == gimli::DW_TAG_subprogram {
-                if e.has(gimli::DW_AT_declaration) {
+                if declaration {
                     continue;
                 }
-                top = Some((depth, e.offset()));
+                top = Some((depth, offset));
             }
-            let origin = match e.val(gimli::DW_AT_abstract_origin) {
-                Some(gimli::AttributeValue::UnitRef(o)) => Some(o),
-                _ => None,
-            };
             out.push(FuncDie {
-                off: e.offset(),
+                off: offset,
                 tag,
                 origin,
                 top: top.map(|t| t.1),
