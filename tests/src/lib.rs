@@ -311,6 +311,19 @@ impl Drop for PinnedToThisCpu {
     }
 }
 
+/// A file of the running kernel's unpacked -dbg package under
+/// `target/vm/kernels/` (in the VM, the harness's kernels), its path
+/// within the package made from the running kernel's release by `rel`.
+pub fn running_kernel_debug_file(rel: impl Fn(&str) -> String) -> Option<PathBuf> {
+    let release = std::fs::read_to_string("/proc/sys/kernel/osrelease").ok()?;
+    let path = rel(release.trim());
+    let kernels = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../target/vm/kernels");
+    std::fs::read_dir(kernels).ok()?.flatten().find_map(|d| {
+        let p = d.path().join(&path);
+        p.is_file().then_some(p)
+    })
+}
+
 /// perf probe -D's definitions named as `perf probe -a` (and kprobe-perf)
 /// name the sites of one probe: -D prints one name on each, where the
 /// second site of `EVENT` becomes `EVENT_1`, the third `EVENT_2`.

@@ -319,13 +319,8 @@ fn a_module_functions_lines_list_as_perf_probe_l_lists_them() {
 
 /// The debug file of the running kernel's 9p.ko under `target/vm/kernels`.
 fn running_9p_debug() -> Option<PathBuf> {
-    let release = std::fs::read_to_string("/proc/sys/kernel/osrelease").ok()?;
-    let release = release.trim();
-    std::fs::read_dir(kernels()).ok()?.flatten().find_map(|d| {
-        let p = d.path().join(format!(
-            "usr/lib/debug/lib/modules/{release}/kernel/fs/9p/9p.ko"
-        ));
-        p.is_file().then_some(p)
+    kprobe_perf_tests::running_kernel_debug_file(|r| {
+        format!("usr/lib/debug/lib/modules/{r}/kernel/fs/9p/9p.ko")
     })
 }
 

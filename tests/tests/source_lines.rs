@@ -14,15 +14,7 @@ use kprobe_perf_tests::{kernel_arch, kprobe_perf_bin, kprobes_available, skip_he
 
 /// The -dbg vmlinux of the running kernel under `target/vm/kernels/`.
 fn debug_vmlinux() -> Option<PathBuf> {
-    let release = std::fs::read_to_string("/proc/sys/kernel/osrelease").ok()?;
-    let release = release.trim();
-    let kernels = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../target/vm/kernels");
-    std::fs::read_dir(kernels).ok()?.flatten().find_map(|d| {
-        let p = d
-            .path()
-            .join(format!("usr/lib/debug/boot/vmlinux-{release}"));
-        p.is_file().then_some(p)
-    })
+    kprobe_perf_tests::running_kernel_debug_file(|r| format!("usr/lib/debug/boot/vmlinux-{r}"))
 }
 
 const SPEC: &str = "p:do_sys_openat2@+17 fd path=tmp->name:string mode=op.mode:x16";
