@@ -665,6 +665,19 @@ fn site_difference(
 /// memory at it, `+0(%r)`: the location `DW_OP_breg7 0; DW_OP_stack_value`
 /// says the value is the register (a pointer to an object on the stack).
 fn register_value_read_as_memory(ours: &BTreeSet<String>, theirs: &BTreeSet<String>) -> bool {
+    args_differ_only_where(ours, theirs, |o, t| {
+        o.starts_with('%') && t == format!("+0({o})")
+    })
+}
+
+/// Whether one site's arguments, ours and perf's, differ (somewhere) and
+/// only where `differs(our fetch, perf's fetch)` holds of two arguments of
+/// the same type.
+fn args_differ_only_where(
+    ours: &BTreeSet<String>,
+    theirs: &BTreeSet<String>,
+    differs: impl Fn(&str, &str) -> bool,
+) -> bool {
     let (Some(o), Some(t)) = (ours.iter().next(), theirs.iter().next()) else {
         return false;
     };
@@ -674,7 +687,7 @@ fn register_value_read_as_memory(ours: &BTreeSet<String>, theirs: &BTreeSet<Stri
         && o.iter().zip(&t).all(|(a, b)| {
             let (fa, ta) = a.rsplit_once(':').unwrap_or((a, ""));
             let (fb, tb) = b.rsplit_once(':').unwrap_or((b, ""));
-            a == b || (ta == tb && fa.starts_with('%') && fb == format!("+0({fa})"))
+            a == b || (ta == tb && differs(fa, fb))
         })
 }
 
@@ -694,17 +707,9 @@ fn part_of_longer(ours: &BTreeSet<String>) -> bool {
 /// `DW_OP_breg5 0; DW_OP_deref; DW_OP_plus_uconst 8; DW_OP_deref`
 /// (`+0(%di)`), where the whole expression is `+0(+8(+0(%di)))`.
 fn first_load_only(ours: &BTreeSet<String>, theirs: &BTreeSet<String>) -> bool {
-    let (Some(o), Some(t)) = (ours.iter().next(), theirs.iter().next()) else {
-        return false;
-    };
-    let (o, t): (Vec<&str>, Vec<&str>) = (o.split(' ').collect(), t.split(' ').collect());
-    o.len() == t.len()
-        && o != t
-        && o.iter().zip(&t).all(|(a, b)| {
-            let (fa, ta) = a.rsplit_once(':').unwrap_or((a, ""));
-            let (fb, tb) = b.rsplit_once(':').unwrap_or((b, ""));
-            a == b || (ta == tb && fa.len() > fb.len() && fa.contains(&format!("({fb})")))
-        })
+    args_differ_only_where(ours, theirs, |o, t| {
+        o.len() > t.len() && o.contains(&format!("({t})"))
+    })
 }
 
 /// Explains a -V difference by asking, for each variable perf lists and we
