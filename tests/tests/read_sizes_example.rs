@@ -38,3 +38,64 @@ fn read_sizes_counts_and_draws_heads_one_read_of_3_bytes() {
         "reads by comm:\n  head             1\nsize of p_libc_read_0:\n  [2, 4) 1\n  p50 3 p99 3 (exact: true)\nlost: 0\n"
     );
 }
+
+/// The engine's `perfdata_answers` example
+/// (`engine/examples/perfdata_answers.rs`): the same answers offline,
+/// from a perf.data file the CLI wrote of the same command, with the
+/// file's records by type.
+#[test]
+fn perfdata_answers_finds_heads_one_read_of_3_bytes_in_the_file() {
+    let test = "perfdata_answers_finds_heads_one_read_of_3_bytes_in_the_file";
+    if !uprobes_available(test) {
+        return;
+    }
+    let (Some(libc), true) = (
+        kprobe_perf_tests::libc_path(),
+        std::path::Path::new("/usr/bin/head").exists(),
+    ) else {
+        return skip_here(test, "no libc path or no /usr/bin/head");
+    };
+    let dir = std::env::temp_dir().join(format!("kpf-perfdata-answers-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let (input, data) = (dir.join("input"), dir.join("reads.data"));
+    std::fs::write(&input, "abcdef").unwrap();
+    let record = Command::new(kprobe_perf_tests::kprobe_perf_bin())
+        .args(["record", "-q", "-o"])
+        .arg(&data)
+        .arg("-e")
+        .arg(format!("p:{libc}:read size=$arg3:u64"))
+        .args(["--", "/usr/bin/head", "-c", "3"])
+        .arg(&input)
+        .output()
+        .unwrap();
+    assert!(
+        record.status.success(),
+        "{}",
+        String::from_utf8_lossy(&record.stderr)
+    );
+    let out = Command::new(example_bin("perfdata_answers"))
+        .arg(&data)
+        .args(["comm", "size"])
+        .output()
+        .unwrap();
+    let _ = std::fs::remove_dir_all(&dir);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{stdout}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let lines: Vec<&str> = stdout.lines().collect();
+    // One attr (the probe), its events one per CPU or one for the command.
+    assert!(lines[0].starts_with("probe 0: "), "{stdout}");
+    // The census: one sample, one COMM (head's exec), one EXIT; the
+    // mmaps depend on the libraries head maps.
+    let census = lines[1];
+    for part in ["comm 1", "exit 1", "sample 1"] {
+        assert!(census.split(", ").any(|p| p.ends_with(part)), "{census}");
+    }
+    assert_eq!(
+        lines[2..].join("\n"),
+        "events by comm (1 in all):\n  head             1\nsize of p_libc_read_0:\n  [2, 4) 1\n  p50 3 p75 3 p99 3 (exact: true)"
+    );
+}

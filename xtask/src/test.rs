@@ -142,8 +142,8 @@ fn build_tests_for(target: Option<&str>) -> Result<Vec<PathBuf>> {
         bail!("building kprobe-perf (release) for {what} failed");
     }
     // The engine's examples that VM tests run (tests/tokio_example.rs,
-    // tests/read_sizes_example.rs, tests/exclude_self.rs,
-    // tests/perfdata_sink.rs).
+    // tests/read_sizes_example.rs (read_sizes, perfdata_answers),
+    // tests/exclude_self.rs, tests/perfdata_sink.rs).
     let (ok, _) = run_echo(
         cargo_for()
             .args(["build", "--release"])
@@ -161,6 +161,8 @@ fn build_tests_for(target: Option<&str>) -> Result<Vec<PathBuf>> {
                 "malloc_profiler",
                 "--example",
                 "record_perfdata",
+                "--example",
+                "perfdata_answers",
             ]),
     )?;
     if !ok {

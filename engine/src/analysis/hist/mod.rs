@@ -9,7 +9,7 @@
 //! ascending order, so it is always one of the recorded values.
 //!
 //! A histogram keeps every recorded value until it has seen more than its
-//! exact limit ([`DEFAULT_EXACT_LIMIT`] unless set with `with_exact_limit`;
+//! exact limit (4,096 values;
 //! 8 bytes a value); up to then the percentiles are exact
 //! ([`Percentiles::exact`] is true). Past the limit it drops those values
 //! and estimates from the buckets: the bucket holding the value of that
@@ -21,10 +21,10 @@
 use serde::Serialize;
 
 /// How many values a histogram keeps for exact percentiles, by default.
-pub const DEFAULT_EXACT_LIMIT: usize = 4096;
+pub(crate) const DEFAULT_EXACT_LIMIT: usize = 4096;
 
 /// The most buckets a [`LinearHist`] may have between its bounds.
-pub const MAX_LINEAR_BUCKETS: u64 = 10_000;
+pub(crate) const MAX_LINEAR_BUCKETS: u64 = 10_000;
 
 /// The percentiles the summaries report, in thousandths.
 const SUMMARY_THOUSANDTHS: [u32; 4] = [500, 900, 990, 999];
@@ -49,7 +49,7 @@ pub enum HistError {
         /// The step given.
         step: i64,
     },
-    /// The range holds more than [`MAX_LINEAR_BUCKETS`] steps.
+    /// The range holds more than 10,000 steps.
     #[error(
         "linear histogram {min},{max},{step} would have {buckets} buckets, more than \
          {MAX_LINEAR_BUCKETS}: use a larger step or a narrower range"
@@ -219,8 +219,7 @@ impl Default for Log2Hist {
 }
 
 impl Log2Hist {
-    /// An empty histogram keeping [`DEFAULT_EXACT_LIMIT`] values for exact
-    /// percentiles.
+    /// An empty histogram keeping 4,096 values for exact percentiles.
     pub fn new() -> Log2Hist {
         Log2Hist::with_exact_limit(DEFAULT_EXACT_LIMIT)
     }
@@ -422,8 +421,7 @@ pub struct LinearRange {
 }
 
 impl LinearRange {
-    /// Checks `min < max`, `step > 0` and at most [`MAX_LINEAR_BUCKETS`]
-    /// buckets.
+    /// Checks `min < max`, `step > 0` and at most 10,000 buckets.
     pub fn new(min: i64, max: i64, step: i64) -> Result<LinearRange, HistError> {
         if min >= max {
             return Err(HistError::EmptyRange { min, max });
@@ -469,16 +467,10 @@ pub struct LinearHist {
 }
 
 impl LinearHist {
-    /// An empty histogram over `range`, keeping [`DEFAULT_EXACT_LIMIT`]
-    /// values for exact percentiles.
+    /// An empty histogram over `range`, keeping 4,096 values for exact
+    /// percentiles.
     pub fn new(range: LinearRange) -> LinearHist {
         LinearHist::with_exact_limit(range, DEFAULT_EXACT_LIMIT)
-    }
-
-    /// An empty histogram from `min` to `max` by `step`, checked as
-    /// [`LinearRange::new`] does.
-    pub fn try_new(min: i64, max: i64, step: i64) -> Result<LinearHist, HistError> {
-        Ok(LinearHist::new(LinearRange::new(min, max, step)?))
     }
 
     /// An empty histogram keeping up to `limit` values for exact
@@ -688,7 +680,7 @@ pub enum Hist {
 
 impl Hist {
     /// Adds an unsigned value (saturated to `i64::MAX` in a linear one).
-    pub fn record_u64(&mut self, v: u64) {
+    pub(crate) fn record_u64(&mut self, v: u64) {
         match self {
             Hist::Log2(h) => h.record(v),
             Hist::Linear(h) => h.record(i64::try_from(v).unwrap_or(i64::MAX)),
@@ -697,7 +689,7 @@ impl Hist {
 
     /// Adds a signed value. A log2 histogram cannot hold a negative value:
     /// it is not added and `false` is returned.
-    pub fn record_i64(&mut self, v: i64) -> bool {
+    pub(crate) fn record_i64(&mut self, v: i64) -> bool {
         match self {
             Hist::Log2(h) => match u64::try_from(v) {
                 Ok(u) => {

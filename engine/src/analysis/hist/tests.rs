@@ -200,10 +200,10 @@ fn linear_range_is_checked() {
 #[test]
 fn linear_buckets_hold_exact_counts() {
     assert_eq!(
-        LinearHist::try_new(0, 25, 0),
+        LinearRange::new(0, 25, 0),
         Err(HistError::BadStep { step: 0 })
     );
-    let mut h = LinearHist::try_new(0, 25, 10).unwrap();
+    let mut h = LinearHist::new(LinearRange::new(0, 25, 10).unwrap());
     for v in [-5, -1, 0, 9, 10, 19, 19, 20, 24, 25, 1000] {
         h.record(v);
     }
