@@ -12,12 +12,12 @@ use std::fs;
 use std::path::Path;
 
 /// `pub mod NAME` and each name a `pub use` brings in, one a line, as
-/// `mod NAME` or `use NAME`, with ` (test-util, hidden)` after an item
-/// gated on that feature and ` (hidden: the CLI's)` after one hidden from
-/// the documentation; sorted.
+/// `mod NAME` or `use NAME`, with ` (test-util, hidden)` or
+/// ` (cli, hidden)` after an item gated on that feature and
+/// ` (hidden)` after one hidden from the documentation; sorted.
 fn root_names(lib: &str) -> Vec<String> {
     let mut out = Vec::new();
-    let mut gated = false;
+    let mut gated: Option<&str> = None;
     let mut hidden = false;
     // `pub use` statements may span lines: join each up to its `;`.
     let mut pending = String::new();
@@ -25,8 +25,8 @@ fn root_names(lib: &str) -> Vec<String> {
         if !pending.is_empty() {
             pending.push(' ');
             pending.push_str(line);
-        } else if line.starts_with("#[cfg(feature = \"test-util\")]") {
-            gated = true;
+        } else if let Some(rest) = line.strip_prefix("#[cfg(feature = \"") {
+            gated = rest.strip_suffix("\")]");
             continue;
         } else if line.starts_with("#[doc(hidden)]") {
             hidden = true;
@@ -49,7 +49,7 @@ fn root_names(lib: &str) -> Vec<String> {
             pending.clear();
         }
         if pending.is_empty() {
-            gated = false;
+            gated = None;
             hidden = false;
         }
     }
@@ -57,11 +57,12 @@ fn root_names(lib: &str) -> Vec<String> {
     out
 }
 
-fn tag(line: String, gated: bool, hidden: bool) -> String {
+fn tag(line: String, gated: Option<&str>, hidden: bool) -> String {
     match (gated, hidden) {
-        (true, _) => format!("{line} (test-util, hidden)"),
-        (false, true) => format!("{line} (hidden: the CLI's)"),
-        (false, false) => line,
+        (Some(feature), true) => format!("{line} ({feature}, hidden)"),
+        (Some(feature), false) => format!("{line} ({feature})"),
+        (None, true) => format!("{line} (hidden)"),
+        (None, false) => line,
     }
 }
 

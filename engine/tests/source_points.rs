@@ -7,8 +7,8 @@
 use std::path::PathBuf;
 use std::process::Command;
 
-use kprobe_perf_engine::kernel::{Kernel, KernelOptions};
 use kprobe_perf_engine::KernelSymbols;
+use kprobe_perf_engine::{Kernel, KernelOptions};
 
 const SOURCE: &str = r#"
 static inline __attribute__((always_inline)) int add(int a, int b)

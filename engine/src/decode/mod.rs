@@ -184,7 +184,7 @@ pub enum Value {
     Array(Vec<Value>),
     /// A value that could not be known: an entry value of a return probe
     /// joined to its entry in user space whose entry was not seen
-    /// ([`crate::plan::entry_join`]). Printed `(unknown)`.
+    /// (the planner's entry joins). Printed `(unknown)`.
     Unknown,
 }
 

@@ -28,7 +28,7 @@ pub struct SessionStats {
     pub throttling: BTreeMap<(Option<u32>, usize), Throttling>,
     /// Per probe, returns handed over with their entry values unknown:
     /// return probes whose entry values are joined in user space
-    /// ([`crate::plan::entry_join`]) when the entry was not seen (lost, or
+    /// (the planner's entry joins) when the entry was not seen (lost, or
     /// before the start). Empty when no probe is joined.
     pub entry_unknown: Vec<u64>,
     /// Per probe, events its filter rejected in user space (decoded,

@@ -23,7 +23,9 @@ pub const MAX_FPROBE_SPLIT: usize = 32;
 #[derive(Clone, Debug, Default)]
 #[non_exhaustive]
 pub struct GlobOptions {
-    /// Keep the fragile families ([`select::FRAGILE_FAMILIES`]).
+    /// Keep the functions a glob leaves out as fragile under bulk probing
+    /// (RCU, locking, preemption, interrupts, the scheduler, unwinding,
+    /// low-level arch code, console output).
     pub include_fragile: bool,
     /// Also expand a plain name shared by several functions into one
     /// probe per instance.

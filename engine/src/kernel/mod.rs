@@ -7,8 +7,7 @@
 //! opened ([`Kernel::check`], [`Kernel::preflight`]).
 //!
 //! ```no_run
-//! use kprobe_perf_engine::kernel::{GlobOptions, Kernel, KernelOptions};
-//! use kprobe_perf_engine::plan::BackendChoice;
+//! use kprobe_perf_engine::{BackendChoice, GlobOptions, Kernel, KernelOptions};
 //!
 //! # fn main() -> Result<(), kprobe_perf_engine::Error> {
 //! let kernel = Kernel::discover(KernelOptions::default())?;
@@ -413,7 +412,7 @@ impl Kernel {
     /// One definition per site of a definition whose probe point is a
     /// source point (`p:do_sys_openat2@+8 fd`, or a user binary's
     /// `p:/usr/bin/prog:main@+3 argc`, from the binary's own DWARF or its
-    /// debug file; see [`source`]); `None`
+    /// debug file; see docs/probes.md); `None`
     /// for any other definition, which is left as written and costs no
     /// debug info. `inlines`: also the function's inlined copies.
     pub fn expand_source(

@@ -241,7 +241,7 @@ pub struct ProbePlan {
     pub return_trampoline: Option<u64>,
     /// A return probe with entry values on a kernel that cannot fetch them
     /// at the return: the entry and return probes opened instead, joined
-    /// in user space ([`crate::plan::entry_join`]). This plan is then the user's
+    /// in user space (entry joins). This plan is then the user's
     /// view of the probe.
     pub entry_join: Option<Box<EntryJoin>>,
     /// The probe's event filter (`--filter`), if any.

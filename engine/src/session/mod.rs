@@ -121,7 +121,7 @@ struct CpuStream {
     cpu: Option<u32>,
     /// Samples of the user's probes decoded from this ring: the rest of
     /// their events' counts were lost (or, in flight-recorder mode, not
-    /// kept). A hidden probe's samples (see [`crate::plan::entry_join`]) are
+    /// kept). A hidden probe's samples (see the planner's entry joins) are
     /// not among them, nor its counts among those compared.
     samples: u64,
 }
@@ -422,7 +422,7 @@ impl Session {
 
     /// The probes of this session, in the order events refer to them:
     /// the user's (hidden entry probes are not among them, see
-    /// [`crate::plan::entry_join`]).
+    /// the planner's entry joins).
     pub fn plans(&self) -> &[ProbePlan] {
         self.decoder.shown_plans()
     }

@@ -68,7 +68,7 @@ pub struct ProbeSummary {
     #[serde(flatten)]
     pub throttling: Throttling,
     /// For a return probe whose entry values are joined in user space
-    /// ([`crate::plan::entry_join`]), when any probe is: the returns handed over
+    /// (entry joins), when any probe is: the returns handed over
     /// with their entry values unknown (their entry was not seen).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub entry_unknown: Option<u64>,
@@ -172,7 +172,7 @@ pub struct Summary {
     /// Samples `PERF_RECORD_LOST` records reported (a floor: the kernel
     /// writes one only once a ring has room again). A record counts every
     /// event of its ring, a hidden entry probe's
-    /// ([`crate::plan::entry_join`]) included, which the other loss figures
+    /// (entry joins) included, which the other loss figures
     /// leave out.
     pub lost_records: u64,
     /// Records that could not be decoded.

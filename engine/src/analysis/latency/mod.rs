@@ -17,7 +17,7 @@
 //!   stacks are kept per CPU, so calls on two idle CPUs do not mix.
 //! - Thread exits and tid reuse: [`LatencyPairer::thread_exits`] drops a
 //!   thread's stacks in time order, for the kernel's exit records (which a session hands over
-//!   before the events of the same poll, [`crate::decode::records::thread_exit`]
+//!   before the events of the same poll, the decoder's `thread_exit`
 //!   reads them). Without them, an entry or return whose pid differs from the
 //!   pid of the entries on its tid's stack shows the tid was reused by
 //!   another process: the old entries are dropped first. (A tid reused
