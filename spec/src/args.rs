@@ -106,7 +106,12 @@ pub(crate) fn parse_arg(
         fetch,
         ty,
     };
-    let after = ty_at + shift;
+    // A symbol type on a uprobe: 6.2+ refuse it while looking the type
+    // up, before the fetch is read, and 6.1 marks its type's mistakes
+    // unshifted; either way the caret is on the type.
+    let user_symbol = spec.target.is_user()
+        && ty.is_some_and(|t| matches!(t.base, BaseType::Symbol | BaseType::SymStr));
+    let after = if user_symbol { ty_at } else { ty_at + shift };
     let ty_len = type_text.map_or(1, str::len);
     check_type(cur, &arg, body_at, after, ty_len)?;
     if let Some((_, Some(bitfield))) = parsed {
@@ -187,9 +192,11 @@ fn parse_type(
         "string" => (BaseType::String, None),
         "ustring" => (BaseType::UString, None),
         "char" => (BaseType::Char, None),
-        "symbol" | "symstr" | "%pd" | "%pD" if user => {
+        // The symbol types on a uprobe: 6.1 takes them, 6.2+ refuse them
+        // (the planner decides from the release, `KernelFeatures`).
+        "%pd" | "%pD" if user => {
             return Err(unknown(&format!(
-                "{base_text} needs kernel symbols or structures: uprobes have no such type"
+                "{base_text} needs kernel structures: uprobes have no such type"
             )))
         }
         "symbol" => (BaseType::Symbol, None),

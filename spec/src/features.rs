@@ -1,13 +1,18 @@
 //! Which forms of the probe language the running kernel accepts, read
 //! from tracefs's `README` (the kernel's own list of the dynamic_events
-//! syntax), never guessed from the version. The reading of that file is
-//! the engine's; this crate only turns its text into [`KernelFeatures`].
+//! syntax). Two changes of the kernel's parser left its README as it was,
+//! and only those are told from the release (`uname -r`): the symbol
+//! types refused on uprobes since 6.2 (d4505aa6afae, "tracing/probes:
+//! Reject symbol/symstr type for uprobe") and fprobes' maxactive removed
+//! in 6.14 (a2224559cbba, "tracing/fprobe: Remove nr_maxactive from
+//! fprobe"). The reading of those files is the engine's; this crate only
+//! turns their text into [`KernelFeatures`].
 
 use crate::{BaseType, FetchBase, ProbeSpec, Target};
 
 /// The forms of the probe language the running kernel accepts, read from
-/// tracefs's `README` (its list of the dynamic_events syntax), never
-/// guessed from the version.
+/// tracefs's `README` (its list of the dynamic_events syntax), and from
+/// its release where the README is silent (see the module documentation).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct KernelFeatures {
     /// `f[:[<group>/][<event>]] <func-name>[%return]` (CONFIG_FPROBE_EVENTS).
@@ -29,6 +34,10 @@ pub struct KernelFeatures {
     /// Event probes: `e[:[<group>/][<event>]] <attached-group>.<attached-event>`
     /// (Linux 5.15+).
     pub eprobe: bool,
+    /// The release as (major, minor), from `uname -r`
+    /// ([`KernelFeatures::with_release`]). `None` when unknown: the
+    /// changes the README does not show are then left to the kernel.
+    pub release: Option<(u32, u32)>,
 }
 
 /// A form of the probe language a kernel lacks, and what adds it.
@@ -38,6 +47,9 @@ pub struct Lacking {
     pub what: String,
     /// The kernel configuration or version that has it.
     pub needs: &'static str,
+    /// The kernel's release (major, minor) when it, not the README, tells
+    /// that the form is not taken.
+    pub release: Option<(u32, u32)>,
 }
 
 impl KernelFeatures {
@@ -62,7 +74,26 @@ impl KernelFeatures {
             char_type: types.split([' ', ',', '\t']).any(|w| w == "char"),
             dentry: types.contains("%pd"),
             eprobe: text.contains("e[:[<group>/][<event>]]"),
+            release: None,
         }
+    }
+
+    /// The same, knowing the kernel's release (`uname -r`, e.g.
+    /// `6.1.0-56-amd64`); a release that does not start with
+    /// `MAJOR.MINOR` leaves it unknown.
+    pub fn with_release(self, release: &str) -> KernelFeatures {
+        let mut parts = release.split(|c: char| !c.is_ascii_digit());
+        let number = |p: Option<&str>| p.and_then(|s| s.parse::<u32>().ok());
+        let release = match (number(parts.next()), number(parts.next())) {
+            (Some(major), Some(minor)) => Some((major, minor)),
+            _ => None,
+        };
+        KernelFeatures { release, ..self }
+    }
+
+    /// True when the release is known and at least `major.minor`.
+    fn since(&self, major: u32, minor: u32) -> bool {
+        self.release.is_some_and(|r| r >= (major, minor))
     }
 
     /// The first form of `definition` this kernel lacks (`None`: it has
@@ -73,7 +104,38 @@ impl KernelFeatures {
             crate::Definition::EventProbe(_) if !self.eprobe => Some(Lacking {
                 what: "event probes (e:)".into(),
                 needs: "CONFIG_EPROBE_EVENTS, Linux 5.15+",
+                release: None,
             }),
+            _ => None,
+        }
+    }
+
+    /// The kind of probe point `spec` needs, when this kernel lacks it.
+    fn lacking_target(&self, spec: &ProbeSpec) -> Option<Lacking> {
+        let lacks = |what: String, needs: &'static str| {
+            Some(Lacking {
+                what,
+                needs,
+                release: None,
+            })
+        };
+        match &spec.target {
+            Target::Fprobe { .. } if !self.fprobe => lacks(
+                "fprobe events (f:)".into(),
+                "CONFIG_FPROBE_EVENTS, Linux 6.5+",
+            ),
+            Target::Tracepoint { .. } if !self.tprobe => lacks(
+                "tracepoint probes (t:)".into(),
+                "CONFIG_FPROBE_EVENTS, Linux 6.5+",
+            ),
+            Target::Fprobe { .. } if self.since(6, 14) => match spec.kind {
+                crate::ProbeKind::Return { maxactive: Some(n) } => Some(Lacking {
+                    what: format!("a maxactive on an fprobe (f{n}:)"),
+                    needs: "Linux 6.13 or older (6.14 removed it: write f:)",
+                    release: self.release,
+                }),
+                _ => None,
+            },
             _ => None,
         }
     }
@@ -81,21 +143,15 @@ impl KernelFeatures {
     /// The first form of `spec` this kernel lacks, naming the feature
     /// (`None`: it has them all).
     pub fn lacking(&self, spec: &ProbeSpec) -> Option<Lacking> {
-        let lacks = |what: String, needs: &'static str| Some(Lacking { what, needs });
-        match &spec.target {
-            Target::Fprobe { .. } if !self.fprobe => {
-                return lacks(
-                    "fprobe events (f:)".into(),
-                    "CONFIG_FPROBE_EVENTS, Linux 6.5+",
-                )
-            }
-            Target::Tracepoint { .. } if !self.tprobe => {
-                return lacks(
-                    "tracepoint probes (t:)".into(),
-                    "CONFIG_FPROBE_EVENTS, Linux 6.5+",
-                )
-            }
-            _ => {}
+        let lacks = |what: String, needs: &'static str| {
+            Some(Lacking {
+                what,
+                needs,
+                release: None,
+            })
+        };
+        if let Some(lack) = self.lacking_target(spec) {
+            return Some(lack);
         }
         // Without BTF arguments the kernel names a bare `$argN` `argN`,
         // which may collide with a name given to another argument.
@@ -161,6 +217,16 @@ impl KernelFeatures {
                 );
             }
             let ty = a.effective_type().base;
+            if matches!(ty, BaseType::Symbol | BaseType::SymStr)
+                && spec.target.is_user()
+                && self.since(6, 2)
+            {
+                return Some(Lacking {
+                    what: format!("the {ty} type on a uprobe ({a})"),
+                    needs: "Linux 6.1 or older (6.2 made symbol and symstr kernel-only; a uprobe reads user memory: use x64)",
+                    release: self.release,
+                });
+            }
             let missing = match ty {
                 BaseType::SymStr if !self.symstr => Some("Linux 6.2+"),
                 BaseType::Char if !self.char_type => Some("Linux 6.7+"),
@@ -209,7 +275,49 @@ mod tests {
                 char_type: true,
                 dentry: true,
                 eprobe: true,
+                release: None,
             }
+        );
+        assert_eq!(
+            new.with_release("6.12.117+deb12-amd64").release,
+            Some((6, 12))
+        );
+        assert_eq!(old.with_release("6.1.0-56-amd64").release, Some((6, 1)));
+        assert_eq!(old.with_release("weird").release, None);
+    }
+
+    /// The two changes the README does not show, told from the release.
+    #[test]
+    fn uprobe_symbols_and_fprobe_maxactive_follow_the_release() {
+        let spec = |text| crate::ProbeSpec::parse(text, kprobe_perf_arch::Arch::X86_64).unwrap();
+        let features = |readme, release| KernelFeatures::from_readme(readme).with_release(release);
+        let symbol = spec("p:ev /bin/true:0x1000 +0(%di):symbol");
+        assert_eq!(
+            features(README_6_1, "6.1.0-56-amd64").lacking(&symbol),
+            None
+        );
+        let lack = features(README_6_12, "6.12.117+deb12-amd64")
+            .lacking(&symbol)
+            .unwrap();
+        assert_eq!(lack.what, "the symbol type on a uprobe (+0(%di):symbol)");
+        // Unknown release: left to the kernel.
+        assert_eq!(
+            KernelFeatures::from_readme(README_6_12).lacking(&symbol),
+            None
+        );
+        let maxactive = spec("f1:ev vfs_read%return");
+        assert_eq!(
+            features(README_6_12, "6.12.117+deb12-amd64").lacking(&maxactive),
+            None
+        );
+        let lack = features(README_6_12, "7.2.13+deb14-amd64")
+            .lacking(&maxactive)
+            .unwrap();
+        assert_eq!(lack.what, "a maxactive on an fprobe (f1:)");
+        let plain = spec("f:ev vfs_read%return");
+        assert_eq!(
+            features(README_6_12, "7.2.13+deb14-amd64").lacking(&plain),
+            None
         );
     }
 }

@@ -812,20 +812,13 @@ fn documented_difference(kernel: &str, def: &str, kernel_accepts: bool) -> Optio
         return Some("the kernel keeps the low 32 bits of $stackN");
     }
     if uprobe && kernel_accepts && newer && def.starts_with("r:") && def.contains(" $retval") {
-        return Some("6.7+ reads anything after $retval on a uprobe as $retval");
-    }
-    if uprobe && kernel_accepts && !newer && (def.contains(":symbol") || def.contains(":symstr")) {
-        return Some("6.1 takes the symbol types on uprobes");
+        return Some("6.6+ reads anything after $retval on a uprobe as $retval");
     }
     if kernel_accepts && !newer && def.split_whitespace().count() > 130 {
-        return Some("6.1 takes 129 arguments");
-    }
-    let maxactive = def.starts_with('f') && def.as_bytes().get(1).is_some_and(u8::is_ascii_digit);
-    if !kernel_accepts && sid && maxactive && def.contains("%return") {
-        return Some("7.x dropped maxactive on fprobes");
+        return Some("6.1 takes 129 arguments and drops the 129th");
     }
     if kernel_accepts && sid && def.starts_with(['f', 't']) && def.contains(" @") {
-        return Some("7.x defines fprobe and tracepoint @SYM arguments unchecked");
+        return Some("6.17+ checks fprobe and tracepoint @SYM arguments at enable time");
     }
     None
 }
@@ -905,7 +898,8 @@ fn grammar_oracle() {
         );
     };
     let readme = std::fs::read_to_string(format!("{TRACING}/README")).expect("tracefs README");
-    let features = KernelFeatures::from_readme(&readme);
+    let release = std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default();
+    let features = KernelFeatures::from_readme(&readme).with_release(release.trim());
     println!("kernel {kernel}: {features:?}");
     let (corpus, left_out) = corpus();
     let baseline = defined();

@@ -121,6 +121,17 @@ pub enum PlanError {
         /// The kernel configuration and version that have it.
         needs: String,
     },
+    /// The running kernel's release no longer takes a form its README
+    /// still lists (the README did not change with the parser).
+    #[error("this kernel ({release}) refuses {what}; that needs {needs}")]
+    KernelRefuses {
+        /// The release, `MAJOR.MINOR`.
+        release: String,
+        /// The form, as the user wrote it.
+        what: String,
+        /// The kernels that take it.
+        needs: String,
+    },
     /// The symbol exists but is not code.
     #[error("{name} is a data symbol (kallsyms type {kind}); kprobes go on functions")]
     NotText {

@@ -16,18 +16,20 @@ use crate::plan::uprobe;
 use kprobe_perf_spec::{ArgType, FetchBase, KernelFeatures, ProbeSpec, Target};
 
 /// The running kernel's features, from tracefs's `README` (or the
-/// debugfs mount); `None` when neither can be read. Read once.
+/// debugfs mount) and its release; `None` when no README can be read.
+/// Read once.
 pub fn running_kernel_features() -> Option<&'static KernelFeatures> {
     static FEATURES: std::sync::OnceLock<Option<KernelFeatures>> = std::sync::OnceLock::new();
     FEATURES
         .get_or_init(|| {
+            let release = std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default();
             [
                 "/sys/kernel/tracing/README",
                 "/sys/kernel/debug/tracing/README",
             ]
             .iter()
             .find_map(|p| std::fs::read_to_string(p).ok())
-            .map(|t| KernelFeatures::from_readme(&t))
+            .map(|t| KernelFeatures::from_readme(&t).with_release(release.trim()))
         })
         .as_ref()
 }
@@ -36,10 +38,17 @@ pub fn running_kernel_features() -> Option<&'static KernelFeatures> {
 /// feature.
 fn check_features(features: &KernelFeatures, spec: &ProbeSpec) -> Result<(), PlanError> {
     match features.lacking(spec) {
-        Some(lack) => Err(PlanError::KernelLacks {
-            what: lack.what,
-            needs: lack.needs.to_string(),
-        }),
+        Some(lack) => match lack.release {
+            Some((major, minor)) => Err(PlanError::KernelRefuses {
+                release: format!("{major}.{minor}"),
+                what: lack.what,
+                needs: lack.needs.to_string(),
+            }),
+            None => Err(PlanError::KernelLacks {
+                what: lack.what,
+                needs: lack.needs.to_string(),
+            }),
+        },
         None => Ok(()),
     }
 }
