@@ -290,9 +290,17 @@ impl RecordDecoder {
 
     /// [`RecordDecoder::count`]'s sample of the session layout: counted,
     /// its thread named and its addresses noted, nothing decoded past the
-    /// head; `None` sends it down [`RecordDecoder::record`].
+    /// head; `None` sends it down [`RecordDecoder::record`]. A repeat of
+    /// the last one counted in full ([`CountRepeat`]) is only counted.
     #[inline]
     pub(super) fn count_sample(&mut self, b: &[u8]) -> Option<Result<(), DecodeError>> {
+        if let Some(probe) = self.count_repeat.as_mut().and_then(|r| r.repeats(b)) {
+            if let Some(h) = self.stats.hits.get_mut(probe) {
+                *h += 1;
+            }
+            return Some(Ok(()));
+        }
+        self.count_repeat = None;
         let (probe, parts) = self.head_parts(b)?;
         let plan = self.plans.get(probe)?;
         let mut head = EventHead::default();
@@ -322,7 +330,65 @@ impl RecordDecoder {
         if let Some(h) = self.stats.hits.get_mut(probe) {
             *h += 1;
         }
+        let chained = self.probes.get(probe).is_none_or(|l| l.chain_at.is_some());
+        let trampoline = site == ProbeSite::Return && plan.return_trampoline == parts.ip;
+        if !chained && !trampoline {
+            self.count_repeat = CountRepeat::after(b, probe, site == ProbeSite::Return);
+        }
         Some(Ok(()))
+    }
+}
+
+/// A sample [`RecordDecoder::count`] counted in full, and what makes a
+/// later one a repeat of it, which notes nothing new: the same probe
+/// (identifier), process and thread, the same size (the same layout and
+/// lengths), no callchain, a time not before it (a thread's earliest
+/// sample is what a name from /proc is dated by), and for a return probe
+/// the same sampled return address (the caller's, which a symbol table
+/// needs). Such a repeat is only counted. Forgotten at each round's end,
+/// where names from /proc are settled.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct CountRepeat {
+    id: u64,
+    pid_tid: u64,
+    len: usize,
+    time: u64,
+    /// The sampled ip, compared for a return probe only.
+    ret_ip: Option<u64>,
+    probe: usize,
+}
+
+impl CountRepeat {
+    /// The repeat key of `b`, a sample of `probe` just counted in full.
+    #[inline]
+    fn after(b: &[u8], probe: usize, ret: bool) -> Option<CountRepeat> {
+        let fixed = b.first_chunk::<40>()?;
+        Some(CountRepeat {
+            id: u64_at(fixed, 0)?,
+            pid_tid: u64_at(fixed, 16)?,
+            len: b.len(),
+            time: u64_at(fixed, 24)?,
+            ret_ip: if ret { Some(u64_at(fixed, 8)?) } else { None },
+            probe,
+        })
+    }
+
+    /// The probe of `b` when it repeats the sample this was made from
+    /// (whose time becomes the one later repeats are compared with).
+    #[inline(always)]
+    fn repeats(&mut self, b: &[u8]) -> Option<usize> {
+        let fixed = b.first_chunk::<40>()?;
+        let time = u64_at(fixed, 24)?;
+        let same = b.len() == self.len
+            && u64_at(fixed, 0)? == self.id
+            && u64_at(fixed, 16)? == self.pid_tid
+            && time >= self.time
+            && self.ret_ip.is_none_or(|ip| u64_at(fixed, 8) == Some(ip));
+        if !same {
+            return None;
+        }
+        self.time = time;
+        Some(self.probe)
     }
 }
 

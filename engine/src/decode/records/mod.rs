@@ -221,6 +221,9 @@ pub struct RecordDecoder {
     /// Per thread named from /proc, its earliest sample counted this
     /// round: the next round settles the name there, as a handover does.
     counted_unnamed: IntMap<i32, EventHead>,
+    /// The last sample [`RecordDecoder::count`] counted in full, whose
+    /// repeats are only counted (see `fast::CountRepeat`).
+    count_repeat: Option<fast::CountRepeat>,
     /// When some probe's samples carry user registers and stack bytes:
     /// the processes' mappings and the DWARF unwinder.
     user_stacks: Option<Box<crate::decode::user_stacks::UserStacks>>,
@@ -357,6 +360,7 @@ impl RecordDecoder {
             counted_addresses: AddressSet::default(),
             counted_chain: Vec::new(),
             counted_unnamed: IntMap::default(),
+            count_repeat: None,
             unwind_samples: true,
             in_place: 0..0,
             user_stacks: any_dwarf.then(|| {
@@ -923,6 +927,9 @@ impl RecordDecoder {
     fn settle_names(&mut self, mut from_proc: Vec<EventHead>) {
         // Samples counted without decoding (RecordDecoder::count), named
         // from /proc unless a COMM record read since names them.
+        // A repeat counted from now on is checked in full once more: the
+        // names this round settles change what a count notes.
+        self.count_repeat = None;
         for (_, h) in self.counted_unnamed.drain() {
             if self.comms.at(h.tid, h.time_ns).1 {
                 from_proc.push(h);

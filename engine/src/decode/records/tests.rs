@@ -1010,3 +1010,74 @@ fn counting_passes_over_callchains_and_user_stacks() {
         &std::collections::HashSet::from([FUNC, FUNC + 1, k1, k2])
     );
 }
+
+/// Counting passes over a sample that repeats the last one counted in
+/// full (same probe, thread, size, a later time, and for a return probe
+/// the same sampled caller), and still notes every caller a kretprobe
+/// reports: a new sampled ip, and the raw record's caller wherever the
+/// sampled ip is the trampoline (which no repeat is measured against).
+#[test]
+fn counting_repeats_notes_every_caller_of_a_return_probe() {
+    const TRAMPOLINE: u64 = 0xffff_ffff_8100_2000;
+    let callers = [
+        0xffff_ffff_8100_0456u64,
+        0xffff_ffff_8100_0480,
+        0xffff_ffff_8100_04a0,
+        0xffff_ffff_8100_04c0,
+    ];
+    let syms = KernelSymbols::parse(
+        "ffffffff81000000 T _text\nffffffff81000400 T __x64_sys_openat\nffffffff81002000 T kretprobe_trampoline\nffffffff812345a0 T do_sys_openat2\n",
+    )
+    .unwrap();
+    let plan = plan::resolve(
+        ProbeSpec::parse("r:do_sys_openat2 ret=$retval:s32", Arch::X86_64).unwrap(),
+        &syms,
+        Arch::X86_64,
+        BackendChoice::Pmu,
+    )
+    .unwrap();
+    let mut d = RecordDecoder::new(
+        vec![OpenedProbe::with_session_layout(plan.clone())],
+        HashMap::from([(ID, 0)]),
+        ThreadNames::RecordsOnly,
+    )
+    .unwrap();
+    assert!(d.can_count_only());
+    // (time, sampled ip, raw return address, thread)
+    let samples = [
+        (10, callers[0], TRAMPOLINE, 7),
+        (20, callers[0], TRAMPOLINE, 7), // a repeat
+        (30, callers[1], TRAMPOLINE, 7), // a new caller
+        (40, callers[1], TRAMPOLINE, 8), // another thread
+        (35, callers[1], TRAMPOLINE, 8), // earlier: counted in full
+        (50, TRAMPOLINE, callers[2], 8), // 5.10: the raw record's caller
+        (60, TRAMPOLINE, callers[3], 8), // not a repeat of it
+        (70, TRAMPOLINE, callers[3], 8),
+    ];
+    for (time, ip, raw_ret, tid) in samples {
+        let mut raw = [0u8; 28];
+        raw[8..16].copy_from_slice(&FUNC.to_ne_bytes());
+        raw[16..24].copy_from_slice(&raw_ret.to_ne_bytes());
+        let f = SampleFields {
+            id: ID,
+            ip,
+            pid: 7,
+            tid,
+            time,
+            cpu: 0,
+            raw: &raw,
+            regs: &[0xffff_fffe],
+        };
+        d.count(RingRecord::new(
+            RECORD_SAMPLE,
+            0,
+            (&sample_record_body(&f, plan.regs_mask), &[]),
+        ))
+        .unwrap();
+    }
+    assert_eq!(d.stats().hits, [8]);
+    assert_eq!(d.stats().undecodable, 0);
+    let mut want: std::collections::HashSet<u64> = callers.into_iter().collect();
+    want.insert(FUNC);
+    assert_eq!(d.counted_addresses(), &want);
+}
