@@ -714,7 +714,21 @@ impl Session {
             };
             let before = decoder.stats().shown_hits();
             let mut flow = Ok(ControlFlow::Continue(()));
-            if as_bytes {
+            if as_bytes && count_only {
+                // The usual file: each record counted in the ring's loop,
+                // the bytes read added up once.
+                let mut read = 0;
+                ring.drain_with_bytes(
+                    |rec| {
+                        let _ = decoder.count_inline(rec);
+                    },
+                    |bytes| {
+                        read = bytes.0.len() + bytes.1.len();
+                        flow = sink.ring_bytes(bytes);
+                    },
+                );
+                decoder.stats_mut().ring_bytes += read as u64;
+            } else if as_bytes {
                 ring.drain_with_bytes(
                     |rec| take_record(decoder, rec, count_only),
                     |bytes| flow = sink.ring_bytes(bytes),
@@ -811,7 +825,7 @@ impl Session {
 fn take_record(decoder: &mut RecordDecoder, rec: RingRecord<'_>, count_only: bool) {
     decoder.stats_mut().ring_bytes += (8 + rec.body.0.len() + rec.body.1.len()) as u64;
     let _ = if count_only {
-        decoder.count(rec)
+        decoder.count_inline(rec)
     } else {
         decoder.record(rec)
     };

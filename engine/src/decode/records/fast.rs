@@ -290,16 +290,10 @@ impl RecordDecoder {
 
     /// [`RecordDecoder::count`]'s sample of the session layout: counted,
     /// its thread named and its addresses noted, nothing decoded past the
-    /// head; `None` sends it down [`RecordDecoder::record`]. A repeat of
-    /// the last one counted in full ([`CountRepeat`]) is only counted.
+    /// head; `None` sends it down [`RecordDecoder::record`]. Its repeats
+    /// are only counted ([`CountRepeat`], [`RecordDecoder::count`]).
     #[inline]
     pub(super) fn count_sample(&mut self, b: &[u8]) -> Option<Result<(), DecodeError>> {
-        if let Some(probe) = self.count_repeat.as_mut().and_then(|r| r.repeats(b)) {
-            if let Some(h) = self.stats.hits.get_mut(probe) {
-                *h += 1;
-            }
-            return Some(Ok(()));
-        }
         self.count_repeat = None;
         let (probe, parts) = self.head_parts(b)?;
         let plan = self.plans.get(probe)?;
@@ -376,7 +370,7 @@ impl CountRepeat {
     /// The probe of `b` when it repeats the sample this was made from
     /// (whose time becomes the one later repeats are compared with).
     #[inline(always)]
-    fn repeats(&mut self, b: &[u8]) -> Option<usize> {
+    pub(super) fn repeats(&mut self, b: &[u8]) -> Option<usize> {
         let fixed = b.first_chunk::<40>()?;
         let time = u64_at(fixed, 24)?;
         let same = b.len() == self.len

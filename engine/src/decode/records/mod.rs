@@ -502,11 +502,36 @@ impl RecordDecoder {
     /// [`RecordDecoder::counted_addresses`]), but its arguments are not
     /// decoded and it is not queued for a round; its callchain's kernel
     /// frames are noted too, and its user registers and stack (DWARF
-    /// call graphs) are not read. Any other record (a sample split at
+    /// call graphs) are not read. A sample that repeats the last one
+    /// counted so (the same probe, thread, size and sampled caller, a
+    /// later time) is only counted. Any other record (a sample split at
     /// the ring's end, COMM, LOST ...) goes to [`RecordDecoder::record`],
     /// whose events a round then hands over as usual. Counters are the same as `record` would keep, when
     /// [`RecordDecoder::can_count_only`].
     pub fn count(&mut self, record: RingRecord<'_>) -> Result<(), RecordError> {
+        self.count_inline(record)
+    }
+
+    /// [`RecordDecoder::count`], a repeat of the last sample counted in
+    /// full (`fast::CountRepeat`) counted where it is called (the drain's
+    /// loop), anything else by [`RecordDecoder::count_in_full`].
+    #[inline(always)]
+    pub(crate) fn count_inline(&mut self, record: RingRecord<'_>) -> Result<(), RecordError> {
+        if record.kind == RECORD_SAMPLE && record.body.1.is_empty() {
+            let repeat = self.count_repeat.as_mut();
+            if let Some(probe) = repeat.and_then(|r| r.repeats(record.body.0)) {
+                if let Some(h) = self.stats.hits.get_mut(probe) {
+                    *h += 1;
+                }
+                return Ok(());
+            }
+        }
+        self.count_in_full(record)
+    }
+
+    /// [`RecordDecoder::count`] of a record that is no repeat.
+    #[inline(never)]
+    fn count_in_full(&mut self, record: RingRecord<'_>) -> Result<(), RecordError> {
         let RingRecord { kind, body, .. } = record;
         if kind == RECORD_SAMPLE && body.1.is_empty() {
             match self.count_sample(body.0) {
