@@ -21,24 +21,35 @@ fn decoder() -> (RecordDecoder, ProbePlan) {
 /// The same, reading /proc for threads it has no name for with
 /// [`ThreadNames::ReadProc`].
 fn decoder_reading_proc(names: ThreadNames) -> (RecordDecoder, ProbePlan) {
-    let syms = KernelSymbols::parse(
+    decoder_of(
         "ffffffff81000000 T _text\nffffffff812345a0 T do_sys_openat2\nffffffff81234690 T do_sys_open\n",
+        "p:do_sys_openat2 dfd=%di:s32 flags=%dx:x32",
+        names,
     )
-    .unwrap();
+}
+
+/// A decoder of the one probe `spec` planned against `symbols` (kallsyms
+/// text), its samples of event id [`ID`].
+fn decoder_of(symbols: &str, spec: &str, names: ThreadNames) -> (RecordDecoder, ProbePlan) {
+    let syms = KernelSymbols::parse(symbols).unwrap();
     let plan = plan::resolve(
-        ProbeSpec::parse("p:do_sys_openat2 dfd=%di:s32 flags=%dx:x32", Arch::X86_64).unwrap(),
+        ProbeSpec::parse(spec, Arch::X86_64).unwrap(),
         &syms,
         Arch::X86_64,
         BackendChoice::Pmu,
     )
     .unwrap();
-    let d = RecordDecoder::new(
+    (decoder_of_plan(&plan, names), plan)
+}
+
+/// A decoder of `plan`, its samples of event id [`ID`].
+fn decoder_of_plan(plan: &ProbePlan, names: ThreadNames) -> RecordDecoder {
+    RecordDecoder::new(
         vec![OpenedProbe::with_session_layout(plan.clone())],
         HashMap::from([(ID, 0)]),
         names,
     )
-    .unwrap();
-    (d, plan)
+    .unwrap()
 }
 
 /// A sample of thread `tid` on `cpu` at `time` with `flags` in %dx.
@@ -350,22 +361,11 @@ fn an_undecodable_sample_leaves_nothing_waiting() {
 /// whichever ring was read first.
 #[test]
 fn comm_arguments_are_named_at_handover() {
-    let syms =
-        KernelSymbols::parse("ffffffff81000000 T _text\nffffffff812345a0 T do_sys_openat2\n")
-            .unwrap();
-    let plan = plan::resolve(
-        ProbeSpec::parse("p:do_sys_openat2 c=$comm flags=%dx:x32", Arch::X86_64).unwrap(),
-        &syms,
-        Arch::X86_64,
-        BackendChoice::Pmu,
-    )
-    .unwrap();
-    let mut d = RecordDecoder::new(
-        vec![OpenedProbe::with_session_layout(plan.clone())],
-        HashMap::from([(ID, 0)]),
+    let (mut d, plan) = decoder_of(
+        "ffffffff81000000 T _text\nffffffff812345a0 T do_sys_openat2\n",
+        "p:do_sys_openat2 c=$comm flags=%dx:x32",
         ThreadNames::RecordsOnly,
-    )
-    .unwrap();
+    );
     let raw = [0u8; 20];
     let sample = |cpu: u32, time: u64| {
         let f = SampleFields {
@@ -580,6 +580,16 @@ fn names_from_proc_name_only_what_no_comm_record_names() {
     );
 }
 
+/// A decoder of a kretprobe on do_sys_openat2, on a kernel whose
+/// kretprobe trampoline is at 0xffffffff81002000.
+fn kretprobe_decoder() -> (RecordDecoder, ProbePlan) {
+    decoder_of(
+        "ffffffff81000000 T _text\nffffffff81000400 T __x64_sys_openat\nffffffff81002000 T kretprobe_trampoline\nffffffff812345a0 T do_sys_openat2\n",
+        "r:do_sys_openat2 ret=$retval:s32",
+        ThreadNames::RecordsOnly,
+    )
+}
+
 /// The caller a kretprobe reports: the sampled ip (6.x, where the raw
 /// record may hold the trampoline), or the raw record's return address
 /// when the sampled ip is the trampoline (5.10).
@@ -587,24 +597,8 @@ fn names_from_proc_name_only_what_no_comm_record_names() {
 fn kretprobe_caller_comes_from_the_raw_record_when_the_ip_is_the_trampoline() {
     const TRAMPOLINE: u64 = 0xffff_ffff_8100_2000;
     const CALLER: u64 = 0xffff_ffff_8100_0456;
-    let syms = KernelSymbols::parse(
-        "ffffffff81000000 T _text\nffffffff81000400 T __x64_sys_openat\nffffffff81002000 T kretprobe_trampoline\nffffffff812345a0 T do_sys_openat2\n",
-    )
-    .unwrap();
-    let plan = plan::resolve(
-        ProbeSpec::parse("r:do_sys_openat2 ret=$retval:s32", Arch::X86_64).unwrap(),
-        &syms,
-        Arch::X86_64,
-        BackendChoice::Pmu,
-    )
-    .unwrap();
+    let (mut d, plan) = kretprobe_decoder();
     assert_eq!(plan.return_trampoline, Some(TRAMPOLINE));
-    let mut d = RecordDecoder::new(
-        vec![OpenedProbe::with_session_layout(plan.clone())],
-        HashMap::from([(ID, 0)]),
-        ThreadNames::RecordsOnly,
-    )
-    .unwrap();
     // (sampled ip, raw return address) as 5.10 and 6.x write them.
     for (time, ip, raw_ret) in [
         (10, TRAMPOLINE, CALLER),
@@ -770,12 +764,7 @@ fn a_user_space_filter_drops_events_at_handover_and_counts_them() {
     let plan = plan.with_filter("flags == 0x2 || comm == \"cat\"").unwrap();
     // A PMU probe's record has no `flags`: the filter runs here.
     assert!(!plan.filter.as_ref().unwrap().in_kernel());
-    let mut d = RecordDecoder::new(
-        vec![OpenedProbe::with_session_layout(plan.clone())],
-        HashMap::from([(ID, 0)]),
-        ThreadNames::RecordsOnly,
-    )
-    .unwrap();
+    let mut d = decoder_of_plan(&plan, ThreadNames::RecordsOnly);
     let s = |tid, time, flags| (RECORD_SAMPLE, sample(&plan, tid, 0, time, flags));
     feed(
         &mut d,
@@ -1025,23 +1014,7 @@ fn counting_repeats_notes_every_caller_of_a_return_probe() {
         0xffff_ffff_8100_04a0,
         0xffff_ffff_8100_04c0,
     ];
-    let syms = KernelSymbols::parse(
-        "ffffffff81000000 T _text\nffffffff81000400 T __x64_sys_openat\nffffffff81002000 T kretprobe_trampoline\nffffffff812345a0 T do_sys_openat2\n",
-    )
-    .unwrap();
-    let plan = plan::resolve(
-        ProbeSpec::parse("r:do_sys_openat2 ret=$retval:s32", Arch::X86_64).unwrap(),
-        &syms,
-        Arch::X86_64,
-        BackendChoice::Pmu,
-    )
-    .unwrap();
-    let mut d = RecordDecoder::new(
-        vec![OpenedProbe::with_session_layout(plan.clone())],
-        HashMap::from([(ID, 0)]),
-        ThreadNames::RecordsOnly,
-    )
-    .unwrap();
+    let (mut d, plan) = kretprobe_decoder();
     assert!(d.can_count_only());
     // (time, sampled ip, raw return address, thread)
     let samples = [
