@@ -590,6 +590,26 @@ fn kretprobe_decoder() -> (RecordDecoder, ProbePlan) {
     )
 }
 
+/// A sample of the kretprobe of [`kretprobe_decoder`] at `time` on
+/// thread `tid` of process 7: its sampled ip and the return address its
+/// raw record holds (the return value -2).
+fn kretprobe_sample(plan: &ProbePlan, (time, tid): (u64, i32), ip: u64, raw_ret: u64) -> Vec<u8> {
+    let mut raw = [0u8; 28];
+    raw[8..16].copy_from_slice(&FUNC.to_ne_bytes());
+    raw[16..24].copy_from_slice(&raw_ret.to_ne_bytes());
+    let f = SampleFields {
+        id: ID,
+        ip,
+        pid: 7,
+        tid,
+        time,
+        cpu: 0,
+        raw: &raw,
+        regs: &[0xffff_fffe],
+    };
+    sample_record_body(&f, plan.regs_mask)
+}
+
 /// The caller a kretprobe reports: the sampled ip (6.x, where the raw
 /// record may hold the trampoline), or the raw record's return address
 /// when the sampled ip is the trampoline (5.10).
@@ -605,25 +625,9 @@ fn kretprobe_caller_comes_from_the_raw_record_when_the_ip_is_the_trampoline() {
         (20, CALLER, TRAMPOLINE),
         (30, CALLER, CALLER),
     ] {
-        let mut raw = [0u8; 28];
-        raw[8..16].copy_from_slice(&FUNC.to_ne_bytes());
-        raw[16..24].copy_from_slice(&raw_ret.to_ne_bytes());
-        let f = SampleFields {
-            id: ID,
-            ip,
-            pid: 7,
-            tid: 7,
-            time,
-            cpu: 0,
-            raw: &raw,
-            regs: &[0xffff_fffe],
-        };
-        d.record(RingRecord::new(
-            RECORD_SAMPLE,
-            0,
-            (&sample_record_body(&f, plan.regs_mask), &[]),
-        ))
-        .unwrap();
+        let body = kretprobe_sample(&plan, (time, 7), ip, raw_ret);
+        d.record(RingRecord::new(RECORD_SAMPLE, 0, (&body, &[])))
+            .unwrap();
     }
     let mut got = Vec::new();
     d.round(Handover::All, |e, _| {
@@ -1028,25 +1032,9 @@ fn counting_repeats_notes_every_caller_of_a_return_probe() {
         (70, TRAMPOLINE, callers[3], 8),
     ];
     for (time, ip, raw_ret, tid) in samples {
-        let mut raw = [0u8; 28];
-        raw[8..16].copy_from_slice(&FUNC.to_ne_bytes());
-        raw[16..24].copy_from_slice(&raw_ret.to_ne_bytes());
-        let f = SampleFields {
-            id: ID,
-            ip,
-            pid: 7,
-            tid,
-            time,
-            cpu: 0,
-            raw: &raw,
-            regs: &[0xffff_fffe],
-        };
-        d.count(RingRecord::new(
-            RECORD_SAMPLE,
-            0,
-            (&sample_record_body(&f, plan.regs_mask), &[]),
-        ))
-        .unwrap();
+        let body = kretprobe_sample(&plan, (time, tid), ip, raw_ret);
+        d.count(RingRecord::new(RECORD_SAMPLE, 0, (&body, &[])))
+            .unwrap();
     }
     assert_eq!(d.stats().hits, [8]);
     assert_eq!(d.stats().undecodable, 0);
