@@ -128,7 +128,9 @@ fn no_function_is_over_100_lines() {
                 i += 1;
                 continue;
             }
-            let (mut depth, mut started, mut j) = (0i32, false, i);
+            // A `;` ends a declaration without a body only outside the
+            // signature's brackets (`[u64; 4]` is a type).
+            let (mut depth, mut started, mut j, mut nested) = (0i32, false, i, 0i32);
             'scan: while j < lines.len() {
                 let mut in_str = false;
                 let mut prev = ' ';
@@ -140,7 +142,9 @@ fn no_function_is_over_100_lines() {
                             started = true;
                         }
                         '}' if !in_str => depth -= 1,
-                        ';' if !in_str && !started => break 'scan,
+                        '(' | '[' if !in_str && !started => nested += 1,
+                        ')' | ']' if !in_str && !started => nested -= 1,
+                        ';' if !in_str && !started && nested == 0 => break 'scan,
                         _ => {}
                     }
                     prev = c;

@@ -265,28 +265,7 @@ impl EventQueue {
             in_place,
             mut unwind,
         } = user;
-        let round_max = self.round_max.take();
-        let unsorted = self.sorted < self.pending.len();
-        let waiting = self.pending.get_mut(self.done..).unwrap_or(&mut []);
-        if unsorted {
-            // Stable, as the events of one ring are already in order.
-            waiting.sort_by_key(|s| s.head.time_ns);
-        }
-        let ready = match handover {
-            Handover::All => waiting.len(),
-            Handover::Ordered => {
-                let before = self.complete_before;
-                self.read_up_to = before;
-                waiting.partition_point(|s| s.head.time_ns <= before)
-            }
-        };
-        if let Some(m) = round_max {
-            self.complete_before = self.complete_before.max(m);
-        }
-        if self.scratch.is_empty() {
-            let blank = EventHead::default().event(Arc::from(""), Vec::new(), ProbeSite::Entry);
-            self.scratch = vec![(u32::MAX, blank); Self::SCRATCH];
-        }
+        let ready = self.ready(handover);
         // Events after a `Break` stay queued, in order, for the next round.
         let mut handed = 0;
         let batch = self
@@ -342,21 +321,14 @@ impl EventQueue {
                 e.callchain.extend_from_slice(frames);
             }
             if slot.has_user {
-                let regs_at = slot.regs_at as usize;
-                let regs = self.user.get(regs_at..regs_at + 32).unwrap_or(&[]);
-                let (at, len) = (slot.user_at as usize, slot.user_len as usize);
-                let stack = if slot.user_in_place {
-                    in_place
-                } else {
-                    &self.user
-                }
-                .get(at..at.saturating_add(len))
-                .unwrap_or(&[]);
-                let mut r = [0u64; 4];
-                for (v, c) in r.iter_mut().zip(regs.chunks_exact(8)) {
-                    *v = u64::from_ne_bytes(c.try_into().unwrap_or_default());
-                }
-                unwind(slot.head.pid, slot.head.time_ns, r, stack, &mut e.callchain);
+                let (regs, stack) = Self::user_regs_and_stack(&self.user, slot, in_place);
+                unwind(
+                    slot.head.pid,
+                    slot.head.time_ns,
+                    regs,
+                    stack,
+                    &mut e.callchain,
+                );
             }
             for &i in shape.map_or(&[][..], |s| s.comm_args.as_slice()) {
                 if let Some(v) = e.args.get_mut(i) {
@@ -372,6 +344,59 @@ impl EventQueue {
         self.sorted = self.pending.len();
         self.compact();
         handed
+    }
+
+    /// Sorts the waiting events by time if they need it, and returns how
+    /// many of them a round hands over ([`Handover::Ordered`]: those no
+    /// record still to be read can precede); the scratch events are made
+    /// on the first round.
+    #[inline(always)]
+    fn ready(&mut self, handover: Handover) -> usize {
+        let round_max = self.round_max.take();
+        let unsorted = self.sorted < self.pending.len();
+        let waiting = self.pending.get_mut(self.done..).unwrap_or(&mut []);
+        if unsorted {
+            // Stable, as the events of one ring are already in order.
+            waiting.sort_by_key(|s| s.head.time_ns);
+        }
+        let ready = match handover {
+            Handover::All => waiting.len(),
+            Handover::Ordered => {
+                let before = self.complete_before;
+                self.read_up_to = before;
+                waiting.partition_point(|s| s.head.time_ns <= before)
+            }
+        };
+        if let Some(m) = round_max {
+            self.complete_before = self.complete_before.max(m);
+        }
+        if self.scratch.is_empty() {
+            let blank = EventHead::default().event(Arc::from(""), Vec::new(), ProbeSite::Entry);
+            self.scratch = vec![(u32::MAX, blank); Self::SCRATCH];
+        }
+        ready
+    }
+
+    /// The four user registers and the stack bytes `slot` holds: the
+    /// registers in `user` (the queue's copy), the stack there or in
+    /// place (`in_place`, the ring).
+    #[inline(always)]
+    fn user_regs_and_stack<'a>(
+        user: &'a [u8],
+        slot: &Slot,
+        in_place: &'a [u8],
+    ) -> ([u64; 4], &'a [u8]) {
+        let regs_at = slot.regs_at as usize;
+        let regs = user.get(regs_at..regs_at + 32).unwrap_or(&[]);
+        let (at, len) = (slot.user_at as usize, slot.user_len as usize);
+        let stack = if slot.user_in_place { in_place } else { user }
+            .get(at..at.saturating_add(len))
+            .unwrap_or(&[]);
+        let mut r = [0u64; 4];
+        for (v, c) in r.iter_mut().zip(regs.chunks_exact(8)) {
+            *v = u64::from_ne_bytes(c.try_into().unwrap_or_default());
+        }
+        (r, stack)
     }
 
     /// Hands `slot` to `f` as an [`IntEvent`] when its probe's arguments
