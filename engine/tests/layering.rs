@@ -115,15 +115,23 @@ fn no_function_is_over_100_lines() {
         let mut i = 0;
         while i < lines.len() {
             let l = lines[i].trim_start();
-            let is_fn = [
-                "fn ",
-                "pub fn ",
-                "pub(crate) fn ",
-                "const fn ",
-                "pub const fn ",
+            // `fn` after any visibility and qualifiers.
+            let mut rest = l;
+            while let Some(r) = [
+                "pub(crate) ",
+                "pub(super) ",
+                "pub ",
+                "const ",
+                "async ",
+                "unsafe ",
+                "extern \"C\" ",
             ]
             .iter()
-            .any(|p| l.starts_with(p));
+            .find_map(|q| rest.strip_prefix(q))
+            {
+                rest = r;
+            }
+            let is_fn = rest.starts_with("fn ");
             if !is_fn {
                 i += 1;
                 continue;

@@ -82,12 +82,13 @@ impl KernelFeatures {
     /// `6.1.0-56-amd64`); a release that does not start with
     /// `MAJOR.MINOR` leaves it unknown.
     pub fn with_release(self, release: &str) -> KernelFeatures {
-        let mut parts = release.split(|c: char| !c.is_ascii_digit());
-        let number = |p: Option<&str>| p.and_then(|s| s.parse::<u32>().ok());
-        let release = match (number(parts.next()), number(parts.next())) {
-            (Some(major), Some(minor)) => Some((major, minor)),
-            _ => None,
+        let digits = |s: &str| {
+            let end = s.find(|c: char| !c.is_ascii_digit()).unwrap_or(s.len());
+            s[..end].parse::<u32>().ok()
         };
+        let release = release
+            .split_once('.')
+            .and_then(|(major, rest)| Some((major.parse::<u32>().ok()?, digits(rest)?)));
         KernelFeatures { release, ..self }
     }
 
@@ -110,6 +111,35 @@ impl KernelFeatures {
         }
     }
 
+    /// A form of `spec` this kernel's release refuses though its README
+    /// lists it (see the module documentation), whichever route the
+    /// probe takes.
+    pub fn refused_by_release(&self, spec: &ProbeSpec) -> Option<Lacking> {
+        if let (Target::Fprobe { .. }, crate::ProbeKind::Return { maxactive: Some(n) }) =
+            (&spec.target, spec.kind)
+        {
+            if self.since(6, 14) {
+                return Some(Lacking {
+                    what: format!("a maxactive on an fprobe (f{n}:)"),
+                    needs: "Linux 6.13 or older (6.14 removed it: write f:)",
+                    release: self.release,
+                });
+            }
+        }
+        if !spec.target.is_user() || !self.since(6, 2) {
+            return None;
+        }
+        let a = spec
+            .args
+            .iter()
+            .find(|a| matches!(a.effective_type().base, BaseType::Symbol | BaseType::SymStr))?;
+        Some(Lacking {
+            what: format!("the {} type on a uprobe ({a})", a.effective_type().base),
+            needs: "Linux 6.1 or older (6.2 made symbol and symstr kernel-only; a uprobe reads user memory: use x64)",
+            release: self.release,
+        })
+    }
+
     /// The kind of probe point `spec` needs, when this kernel lacks it.
     fn lacking_target(&self, spec: &ProbeSpec) -> Option<Lacking> {
         let lacks = |what: String, needs: &'static str| {
@@ -128,14 +158,6 @@ impl KernelFeatures {
                 "tracepoint probes (t:)".into(),
                 "CONFIG_FPROBE_EVENTS, Linux 6.5+",
             ),
-            Target::Fprobe { .. } if self.since(6, 14) => match spec.kind {
-                crate::ProbeKind::Return { maxactive: Some(n) } => Some(Lacking {
-                    what: format!("a maxactive on an fprobe (f{n}:)"),
-                    needs: "Linux 6.13 or older (6.14 removed it: write f:)",
-                    release: self.release,
-                }),
-                _ => None,
-            },
             _ => None,
         }
     }
@@ -150,7 +172,10 @@ impl KernelFeatures {
                 release: None,
             })
         };
-        if let Some(lack) = self.lacking_target(spec) {
+        if let Some(lack) = self
+            .lacking_target(spec)
+            .or_else(|| self.refused_by_release(spec))
+        {
             return Some(lack);
         }
         // Without BTF arguments the kernel names a bare `$argN` `argN`,
@@ -217,17 +242,12 @@ impl KernelFeatures {
                 );
             }
             let ty = a.effective_type().base;
-            if matches!(ty, BaseType::Symbol | BaseType::SymStr)
-                && spec.target.is_user()
-                && self.since(6, 2)
-            {
-                return Some(Lacking {
-                    what: format!("the {ty} type on a uprobe ({a})"),
-                    needs: "Linux 6.1 or older (6.2 made symbol and symstr kernel-only; a uprobe reads user memory: use x64)",
-                    release: self.release,
-                });
-            }
             let missing = match ty {
+                // No kernel takes it on a uprobe without its README listing
+                // it: 6.2+ have the type and refuse it on uprobes.
+                BaseType::SymStr if !self.symstr && spec.target.is_user() => {
+                    Some("a kernel before 6.2 with symstr backported (6.2+ refuse it on uprobes)")
+                }
                 BaseType::SymStr if !self.symstr => Some("Linux 6.2+"),
                 BaseType::Char if !self.char_type => Some("Linux 6.7+"),
                 BaseType::Dentry | BaseType::File if !self.dentry => {
@@ -284,6 +304,8 @@ mod tests {
         );
         assert_eq!(old.with_release("6.1.0-56-amd64").release, Some((6, 1)));
         assert_eq!(old.with_release("weird").release, None);
+        assert_eq!(old.with_release("6-12").release, None);
+        assert_eq!(old.with_release("7.2").release, Some((7, 2)));
     }
 
     /// The two changes the README does not show, told from the release.
@@ -300,6 +322,16 @@ mod tests {
             .lacking(&symbol)
             .unwrap();
         assert_eq!(lack.what, "the symbol type on a uprobe (+0(%di):symbol)");
+        // Whatever the route (a register fetch planned for the PMU still
+        // goes to uprobe_events for a command).
+        let register = spec("p:ev /bin/true:0x1000 x=%di:symbol");
+        let new = features(README_6_12, "6.12.117+deb12-amd64");
+        assert_eq!(
+            new.refused_by_release(&register).unwrap().release,
+            Some((6, 12))
+        );
+        let old = features(README_6_1, "6.1.0-56-amd64");
+        assert_eq!(old.refused_by_release(&register), None);
         // Unknown release: left to the kernel.
         assert_eq!(
             KernelFeatures::from_readme(README_6_12).lacking(&symbol),

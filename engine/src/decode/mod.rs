@@ -21,7 +21,7 @@ use crate::plan::{ArgSource, ProbePlan};
 use kprobe_perf_spec::{ArgType, BaseType};
 
 /// Size of `struct trace_entry` at the start of a kprobe's raw data.
-const TRACE_ENTRY_SIZE: usize = 8;
+pub(crate) const TRACE_ENTRY_SIZE: usize = 8;
 
 /// One probe hit, decoded. `Default` gives an empty event (probe 0,
 /// comm `""`, no arguments) to fill in, e.g. for tests of a sink.

@@ -355,15 +355,7 @@ pub(super) fn expand(
     if let Some(b) = &binary {
         di = di.with_call_frames_of(b)?;
     }
-    let mut vars = Vec::new();
-    for a in def.args.iter().filter(|a| is_variable(a)) {
-        vars.push(ProbeArg::parse(a).map_err(|e| KernelError::Source {
-            text: text.to_string(),
-            at: offset_in(text, a),
-            len: a.len().max(1),
-            reason: e.to_string(),
-        })?);
-    }
+    let vars = parsed_variables(text, &def.args)?;
     let sites = di.sites(&point, &Options { inlines })?;
     let segments = match def.binary {
         Some(path) => Some(
@@ -397,18 +389,8 @@ pub(super) fn expand(
         match (args, target) {
             (Ok(args), Ok(target)) => {
                 let n = out.probes.len();
-                let name = if n == 0 {
-                    event.clone()
-                } else {
-                    format!("{event}_{n}")
-                };
-                let mut definition = format!("{head}{name} {target}");
-                for a in args {
-                    definition.push(' ');
-                    definition.push_str(&a);
-                }
                 out.probes.push(SourceProbe {
-                    definition,
+                    definition: site_definition(&head, &event, n, &target, args),
                     source: site.source.clone(),
                     instance: site.instance.clone(),
                 });
@@ -430,6 +412,38 @@ pub(super) fn expand(
         }),
         _ => Ok(out),
     }
+}
+
+/// The arguments of a definition that name variables, parsed; a mistake
+/// is refused under its argument.
+fn parsed_variables(text: &str, args: &[&str]) -> Result<Vec<ProbeArg>, KernelError> {
+    args.iter()
+        .filter(|a| is_variable(a))
+        .map(|a| {
+            ProbeArg::parse(a).map_err(|e| KernelError::Source {
+                text: text.to_string(),
+                at: offset_in(text, a),
+                len: a.len().max(1),
+                reason: e.to_string(),
+            })
+        })
+        .collect()
+}
+
+/// The `n`th site's definition: `HEAD` (`p:` or `p:GRP/`), the event
+/// name (`EVENT` for the first site, `EVENT_N` for the others), the
+/// target and the arguments.
+fn site_definition(head: &str, event: &str, n: usize, target: &str, args: Vec<String>) -> String {
+    let mut definition = if n == 0 {
+        format!("{head}{event} {target}")
+    } else {
+        format!("{head}{event}_{n} {target}")
+    };
+    for a in args {
+        definition.push(' ');
+        definition.push_str(&a);
+    }
+    definition
 }
 
 /// A uprobe's arguments: a global's fetch (`@SYM`) names a link-time

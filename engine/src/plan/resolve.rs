@@ -34,10 +34,10 @@ pub fn running_kernel_features() -> Option<&'static KernelFeatures> {
         .as_ref()
 }
 
-/// Refuses a form of `spec` the kernel of `features` lacks, naming the
-/// feature.
-fn check_features(features: &KernelFeatures, spec: &ProbeSpec) -> Result<(), PlanError> {
-    match features.lacking(spec) {
+/// Refuses the form of a probe its kernel lacks or refuses, if any,
+/// naming the feature or the release.
+fn refuse_lack(lack: Option<kprobe_perf_spec::Lacking>) -> Result<(), PlanError> {
+    match lack {
         Some(lack) => match lack.release {
             Some((major, minor)) => Err(PlanError::KernelRefuses {
                 release: format!("{major}.{minor}"),
@@ -98,8 +98,16 @@ pub fn resolve_with(
     if entry_join::needs_join(&spec, features) {
         return entry_join::plan_joined(spec, symbols, arch, choice, features, resolve_with);
     }
-    if let (Some(f), true) = (features, tracefs_reason(&spec, arch).is_some()) {
-        check_features(f, &spec)?;
+    if let Some(f) = features {
+        // The README's forms matter where the kernel fetches; what the
+        // release refuses, wherever the probe goes (a uprobe planned for
+        // registers still goes to uprobe_events for a command or with
+        // --backend tracefs).
+        let lack = match tracefs_reason(&spec, arch) {
+            Some(_) => f.lacking(&spec),
+            None => f.refused_by_release(&spec),
+        };
+        refuse_lack(lack)?;
     }
     let (attach, resolved_address) = attach_point(&spec, symbols, arch)?;
     let spec = if matches!(attach, AttachPoint::User { .. }) {

@@ -127,6 +127,7 @@ impl RingBuffer {
     /// around the ring's end) before their space is freed: what a file
     /// writer copies in one write, as perf record does. After a corrupt
     /// header, only the good records before it are given.
+    #[inline(always)]
     pub fn drain_with_bytes(
         &mut self,
         f: impl FnMut(RingRecord<'_>),
@@ -151,6 +152,7 @@ impl RingBuffer {
 
     /// [`RingBuffer::try_drain`], handing `bytes` the good records' bytes
     /// before the tail moves.
+    #[inline(always)]
     fn drain_then(
         &mut self,
         mut f: impl FnMut(RingRecord<'_>),

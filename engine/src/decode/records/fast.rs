@@ -336,16 +336,21 @@ impl RecordDecoder {
 /// A sample [`RecordDecoder::count`] counted in full, and what makes a
 /// later one a repeat of it, which notes nothing new: the same probe
 /// (identifier), process and thread, the same size (the same layout and
-/// lengths), no callchain, a time not before it (a thread's earliest
-/// sample is what a name from /proc is dated by), and for a return probe
-/// the same sampled return address (the caller's, which a symbol table
-/// needs). Such a repeat is only counted. Forgotten at each round's end,
-/// where names from /proc are settled.
+/// lengths) and raw record size, the same probe address in the raw record
+/// (a uprobe's moves with its binary's base), no callchain, a time not
+/// before it (a thread's earliest sample is what a name from /proc is
+/// dated by), and for a return probe the same sampled return address (the
+/// caller's, which a symbol table needs). Such a repeat is only counted.
+/// Forgotten at each round's end, where names from /proc are settled.
 #[derive(Debug, Clone, Copy)]
 pub(super) struct CountRepeat {
     id: u64,
     pid_tid: u64,
     len: usize,
+    /// The raw record's size (the u32 after the fixed fields).
+    raw_size: u32,
+    /// The probe address the raw record holds, after its common fields.
+    probe_addr: u64,
     time: u64,
     /// The sampled ip, compared for a return probe only.
     ret_ip: Option<u64>,
@@ -361,6 +366,8 @@ impl CountRepeat {
             id: u64_at(fixed, 0)?,
             pid_tid: u64_at(fixed, 16)?,
             len: b.len(),
+            raw_size: u32_at(b, RAW_SIZE_AT)?,
+            probe_addr: u64_at(b, PROBE_ADDR_AT)?,
             time: u64_at(fixed, 24)?,
             ret_ip: if ret { Some(u64_at(fixed, 8)?) } else { None },
             probe,
@@ -371,12 +378,15 @@ impl CountRepeat {
     /// (whose time becomes the one later repeats are compared with).
     #[inline(always)]
     pub(super) fn repeats(&mut self, b: &[u8]) -> Option<usize> {
-        let fixed = b.first_chunk::<40>()?;
+        // Every field compared, from one array (no check per field).
+        let fixed = b.first_chunk::<{ PROBE_ADDR_AT + 8 }>()?;
         let time = u64_at(fixed, 24)?;
         let same = b.len() == self.len
             && u64_at(fixed, 0)? == self.id
             && u64_at(fixed, 16)? == self.pid_tid
             && time >= self.time
+            && u32_at(fixed, RAW_SIZE_AT)? == self.raw_size
+            && u64_at(fixed, PROBE_ADDR_AT)? == self.probe_addr
             && self.ret_ip.is_none_or(|ip| u64_at(fixed, 8) == Some(ip));
         if !same {
             return None;
@@ -400,6 +410,19 @@ fn head_fields<'b>(fixed: &[u8; 40], raw: &'b [u8]) -> SampleParts<'b> {
         cpu: half(32).map(u32::from_ne_bytes),
         raw,
     }
+}
+
+/// Where a sample of the session layout without a callchain holds its
+/// raw record's size (after the 40 bytes of fixed fields), and the probe
+/// address the raw record holds (after its 8 bytes of common fields).
+const RAW_SIZE_AT: usize = 40;
+const PROBE_ADDR_AT: usize = RAW_SIZE_AT + 4 + crate::decode::TRACE_ENTRY_SIZE;
+
+#[inline]
+fn u32_at(b: &[u8], at: usize) -> Option<u32> {
+    b.get(at..at.checked_add(4)?)
+        .and_then(|s| s.try_into().ok())
+        .map(u32::from_ne_bytes)
 }
 
 #[inline]
