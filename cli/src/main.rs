@@ -620,7 +620,7 @@ fn record_until_the_end<W: Write>(
     }
     loop {
         if let Some(l) = count.as_mut() {
-            l.tick(session.stats());
+            l.tick(session);
         }
         if args.overwrite && dump_now.swap(false, Ordering::Relaxed) {
             session.dump_overwrite(&mut Dumped(live))?;
@@ -726,6 +726,9 @@ fn finish_record<W: Write>(
 ) -> Result<()> {
     if let (Some(a), false) = (live.printer.agg.as_mut(), live.reader_gone) {
         a.finish(&mut live.out).context("writing the maps")?;
+    }
+    if let Some(f) = live.file.as_mut() {
+        f.count_taken(session)?;
     }
     let summary = session.summary();
     // Computed once: a file stores the very text printed.
@@ -935,18 +938,25 @@ impl LiveCount {
         }
     }
 
-    fn tick(&mut self, stats: &kprobe_perf_engine::SessionStats) {
+    fn tick(&mut self, session: &Session) {
         let now = Instant::now();
         let dt = now.duration_since(self.last).as_secs_f64();
         if dt < 0.25 {
             return;
         }
-        // Decoded, less what user-space filters dropped.
-        let events: u64 = stats
-            .hits
-            .iter()
-            .sum::<u64>()
-            .saturating_sub(stats.filtered.iter().sum::<u64>());
+        let stats = session.stats();
+        // Decoded, less what user-space filters dropped; while a file's
+        // samples wait to be counted at the end, the hits the kernel
+        // counted (lost ones included).
+        let events: u64 = if session.counts_pending() {
+            session.kernel_hits().map_or(0, |h| h.iter().sum())
+        } else {
+            stats
+                .hits
+                .iter()
+                .sum::<u64>()
+                .saturating_sub(stats.filtered.iter().sum::<u64>())
+        };
         let lost = stats.lost;
         let rate = |now: u64, before: u64| (now.saturating_sub(before) as f64 / dt).round();
         say_more!(
@@ -1111,6 +1121,12 @@ impl<W: Write> EventSink for LiveOutput<'_, W> {
             Some(f) => f.ring_bytes(bytes),
             None => Ok(ControlFlow::Continue(())),
         }
+    }
+
+    /// The file counts its samples when it is read back at the end (the
+    /// session asks only when no event is wanted).
+    fn counts_later(&self) -> bool {
+        self.file.as_ref().is_some_and(|f| f.counts_later())
     }
 
     /// `-q -o` with nothing counted from the events (no aggregation, no

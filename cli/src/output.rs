@@ -154,6 +154,10 @@ impl FileOutput {
             symbols,
             Some(dir),
         )
+        // With nothing printed, the rings' bytes go to the file as they
+        // are and their samples are counted when it is read back at the
+        // end, as perf record does.
+        .and_then(|s| s.counting_later(session))
         .map_err(|e| write_error(&path, &e, io_source(&e)))?;
         Ok(FileOutput {
             path,
@@ -187,6 +191,18 @@ impl FileOutput {
                 r
             }
         }
+    }
+
+    /// Counts the samples of the ring bytes the file took without the
+    /// session counting them (`-q -o`), reading them back: before the
+    /// summary.
+    pub(crate) fn count_taken(&mut self, session: &mut Session) -> Result<()> {
+        self.sink.count_taken(session).with_context(|| {
+            format!(
+                "{}: counting the recorded samples, read back from the file",
+                self.path.display()
+            )
+        })
     }
 
     /// A failed write of records, with the file's path and advice.
@@ -256,5 +272,9 @@ impl EventSink for FileOutput {
             Ok(flow) => Ok(flow),
             Err(e) => Err(self.named(e)),
         }
+    }
+
+    fn counts_later(&self) -> bool {
+        self.sink.counts_later()
     }
 }

@@ -178,10 +178,12 @@ pub(super) fn move_aside(path: &Path, force: bool) -> Result<Option<String>, Str
 }
 
 /// Creates `path`, which must not exist (not even as a dangling link),
-/// mode 0600.
+/// mode 0600; open for reading too, as the samples are read back at the
+/// end to be counted.
 pub(super) fn create_new(path: &Path) -> Result<File, String> {
     let p = path.display();
     let file = OpenOptions::new()
+        .read(true)
         .write(true)
         .create_new(true) // O_CREAT | O_EXCL
         .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)

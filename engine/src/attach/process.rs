@@ -107,7 +107,6 @@ impl ProcessWatch {
     }
 
     /// The process id.
-    #[allow(dead_code)] // no caller since the API was curated; part of the watch
     pub(crate) fn pid(&self) -> i32 {
         match self {
             ProcessWatch::Pidfd { pid, .. } | ProcessWatch::Proc { pid, .. } => *pid,

@@ -26,7 +26,7 @@ pub use meta::{symbol_subset, Metadata, StoredProbe};
 pub use reader::{FileAttr, FileRecord, Reader};
 pub use replay::Replay;
 pub use sink::{note_addresses, FileSink};
-pub use writer::{tracing_data, Writer};
+pub use writer::{tracing_data, ReadBack, Writer};
 
 /// `PERFILE2`, little-endian.
 pub(crate) const MAGIC: u64 = 0x3245_4c49_4652_4550;

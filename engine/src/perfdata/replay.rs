@@ -177,9 +177,16 @@ impl<R: Read + Seek> Replay<R> {
                     // error: a mapping needs no probe).
                     let _ = decoder.record(record);
                 }
-                RECORD_FORK | RECORD_EXIT if decoder.unwinds_user_stacks() => {
-                    // Processes' mappings follow forks and end at exit; a
-                    // record of a probe this file lacks is skipped.
+                // A child is called what its parent was until a COMM
+                // record names it, as perf names it (a file whose samples
+                // were counted at its end holds no COMM record for it
+                // before its samples); processes' mappings follow forks
+                // and end at exit. A record of a probe this file lacks is
+                // skipped.
+                RECORD_FORK => {
+                    let _ = decoder.record(RingRecord::new(rec.kind, rec.misc, (rec.body, &[])));
+                }
+                RECORD_EXIT if decoder.unwinds_user_stacks() => {
                     let _ = decoder.record(RingRecord::new(rec.kind, rec.misc, (rec.body, &[])));
                 }
                 // The kernel MMAP and records the session ignores too.

@@ -16,7 +16,7 @@ use kprobe_perf_arch::Arch;
 use kprobe_perf_spec::BaseType;
 use kprobe_perf_symbols::KernelSymbols;
 
-use super::{symbol_subset, tracing_data, Metadata, PerfDataError, StoredProbe, Writer};
+use super::{symbol_subset, tracing_data, Metadata, PerfDataError, ReadBack, StoredProbe, Writer};
 use crate::attach::tracefs;
 use crate::decode::records::{RecordSink, RingRecord};
 use crate::decode::{AddressSet, Event, Value};
@@ -83,6 +83,9 @@ pub struct FileSink<W: Write + Seek> {
     writer: Writer<W>,
     tracing_data: Option<Vec<u8>>,
     addresses: AddressSet,
+    /// Drains leave the counting of its ring bytes to the end
+    /// ([`FileSink::counting_later`]).
+    later: bool,
 }
 
 impl<W: Write + Seek> FileSink<W> {
@@ -131,6 +134,7 @@ impl<W: Write + Seek> FileSink<W> {
             writer,
             tracing_data,
             addresses: AddressSet::new(HashSet::new()),
+            later: false,
         };
         session
             .user_mmap_records(&mut sink)
@@ -165,6 +169,50 @@ impl<W: Write + Seek> FileSink<W> {
             self.tracing_data,
         );
         self.writer.finish(&meta)
+    }
+}
+
+impl<W: ReadBack> FileSink<W> {
+    /// Lets drains give this file each ring's bytes without the session
+    /// looking at a record, as perf record writes them (see
+    /// [`EventSink::counts_later`]); the samples are counted when
+    /// [`FileSink::count_taken`] reads them back, which must come before
+    /// the session's summary and [`FileSink::finish`]. Before the probes
+    /// are enabled: the names of the threads `session` may sample that
+    /// are alive now are written first, as perf record does (names read
+    /// from /proc at the end would come too late in the file for a
+    /// reader that goes by rounds, and miss the threads gone by then).
+    pub fn counting_later(mut self, session: &Session) -> Result<Self, PerfDataError> {
+        if self.writer.takes_ring_bytes() {
+            session
+                .thread_comm_records(&mut self)
+                .map_err(|e| PerfDataError::Io {
+                    what: format!("writing the threads' COMM records: {e}"),
+                    offset: 0,
+                    source: std::io::Error::other(e.to_string()),
+                })?;
+        }
+        self.later = true;
+        Ok(self)
+    }
+
+    /// After the last drain (the session disabled): reads back the ring
+    /// bytes the drains gave without counting them and counts them
+    /// ([`Session::count_taken`], then [`Session::end_count`], whose
+    /// names read from /proc this file then holds). Nothing to do when
+    /// every drain counted. A piece of ring bytes that ends at a header
+    /// whose size cannot be right counts as an undecodable record.
+    pub fn count_taken(&mut self, session: &mut Session) -> Result<(), crate::error::Error> {
+        if !session.counts_pending() {
+            return Ok(());
+        }
+        let corrupt = self
+            .writer
+            .taken_records(|rec| session.count_taken(rec))
+            .map_err(|e| crate::error::Error::io("reading the perf.data file's records back", e))?;
+        session.note_undecodable(corrupt);
+        session.end_count(self)?;
+        Ok(())
     }
 }
 
@@ -225,6 +273,11 @@ impl<W: Write + Seek> EventSink for FileSink<W> {
             .ring_bytes(bytes)
             .map_err(|e| crate::error::Error::io("writing records to the perf.data file", e))?;
         Ok(ControlFlow::Continue(()))
+    }
+
+    /// See [`FileSink::counting_later`].
+    fn counts_later(&self) -> bool {
+        self.later && self.takes_ring_bytes()
     }
 }
 

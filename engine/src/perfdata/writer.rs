@@ -28,6 +28,45 @@ pub struct Writer<W: Write + Seek> {
     rounds: u64,
     /// The samples perf must not see ([`Writer::hide`]).
     hidden: Option<Hidden>,
+    /// Where the ring bytes went ([`Writer::ring_bytes`]), as (offset in
+    /// the file, length), contiguous ones merged: what
+    /// [`Writer::taken_records`] reads back.
+    taken: Vec<(u64, u64)>,
+}
+
+/// A writer's output that can be read back (a file): what the ring bytes
+/// it took are counted from at the end
+/// ([`FileSink::count_taken`](super::FileSink::count_taken)).
+pub trait ReadBack: Write + Seek {
+    /// Fills `buf` from `offset`, anything buffered written first; the
+    /// position where writes go does not move.
+    fn read_back(&mut self, offset: u64, buf: &mut [u8]) -> io::Result<()>;
+}
+
+impl ReadBack for File {
+    fn read_back(&mut self, offset: u64, buf: &mut [u8]) -> io::Result<()> {
+        std::os::unix::fs::FileExt::read_exact_at(self, buf, offset)
+    }
+}
+
+impl<W: ReadBack> ReadBack for BufWriter<W> {
+    fn read_back(&mut self, offset: u64, buf: &mut [u8]) -> io::Result<()> {
+        self.flush()?;
+        self.get_mut().read_back(offset, buf)
+    }
+}
+
+impl ReadBack for io::Cursor<Vec<u8>> {
+    fn read_back(&mut self, offset: u64, buf: &mut [u8]) -> io::Result<()> {
+        let from = usize::try_from(offset).unwrap_or(usize::MAX);
+        match self.get_ref().get(from..).and_then(|b| b.get(..buf.len())) {
+            Some(b) => {
+                buf.copy_from_slice(b);
+                Ok(())
+            }
+            None => Err(io::ErrorKind::UnexpectedEof.into()),
+        }
+    }
 }
 
 /// The samples of hidden probes, kept out of perf's data section: written
@@ -63,6 +102,7 @@ impl<W: Write + Seek> Writer<W> {
             in_round: 0,
             rounds: 0,
             hidden: None,
+            taken: Vec::new(),
         })
     }
 
@@ -442,9 +482,57 @@ impl<W: Write + Seek> Writer<W> {
         }
         self.out.write_all(bytes.0)?;
         self.out.write_all(bytes.1)?;
+        let at = HEADER_SIZE + self.data_size;
+        match self.taken.last_mut() {
+            Some((start, n)) if *start + *n == at => *n += len as u64,
+            _ => self.taken.push((at, len as u64)),
+        }
         self.data_size += len as u64;
         self.in_round += 1;
         Ok(())
+    }
+}
+
+/// How much of the file [`Writer::taken_records`] reads at a time: far
+/// more than a record's 64 KiB at most.
+const READ_BACK: usize = 1 << 20;
+
+impl<W: ReadBack> Writer<W> {
+    /// Hands `f` each record of the ring bytes written so far
+    /// ([`Writer::ring_bytes`]), read back from the file in order.
+    /// Returns the number of pieces of them that ended at a header whose
+    /// size cannot be right (the rest of that piece is not read: nothing
+    /// after it can be found).
+    pub(crate) fn taken_records(&mut self, mut f: impl FnMut(RingRecord<'_>)) -> io::Result<u64> {
+        let mut buf = vec![0u8; READ_BACK];
+        let mut corrupt = 0;
+        for &(start, len) in &self.taken {
+            let end = start + len;
+            let mut pos = start;
+            'piece: while end - pos >= 8 {
+                let n = usize::try_from(end - pos).map_or(READ_BACK, |n| n.min(READ_BACK));
+                let chunk = &mut buf[..n];
+                self.out.read_back(pos, chunk)?;
+                let mut at = 0;
+                while let Some(h) = chunk.get(at..at + 8) {
+                    let size = usize::from(u16::from_ne_bytes([h[6], h[7]]));
+                    if size < 8 || pos + (at + size) as u64 > end {
+                        corrupt += 1;
+                        break 'piece;
+                    }
+                    let Some(body) = chunk.get(at + 8..at + size) else {
+                        // Past what was read: the next read starts here.
+                        break;
+                    };
+                    let kind = u32::from_ne_bytes([h[0], h[1], h[2], h[3]]);
+                    let misc = u16::from_ne_bytes([h[4], h[5]]);
+                    f(RingRecord::new(kind, misc, (body, &[])));
+                    at += size;
+                }
+                pos += at as u64;
+            }
+        }
+        Ok(corrupt)
     }
 }
 

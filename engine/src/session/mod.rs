@@ -8,7 +8,7 @@ pub(crate) mod summary;
 #[cfg(feature = "tokio")]
 pub(crate) mod tokio;
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::ops::ControlFlow;
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd, RawFd};
 use std::time::Duration;
@@ -107,6 +107,15 @@ impl Default for SessionOptions {
     }
 }
 
+/// What the session knows of the ring bytes a sink took without counting
+/// them, for [`Session::count_taken`]: each event id's stream, and the
+/// last id looked up (samples of one ring come together).
+#[derive(Default)]
+struct Taken {
+    of_id: HashMap<u64, usize>,
+    last: Option<(u64, usize)>,
+}
+
 /// A stream's ring: read as it fills, or kept as a flight recorder.
 enum StreamRing {
     Forward(RingBuffer),
@@ -143,6 +152,9 @@ pub struct Session {
     /// Events handed over by [`Session::dump_overwrite`], for the
     /// flight recorder's window.
     dumped: u64,
+    /// Ring bytes a sink took without the session counting them
+    /// ([`EventSink::counts_later`]).
+    taken: Option<Taken>,
     /// Canonical paths of the uprobes' binaries.
     user_binaries: Vec<std::path::PathBuf>,
     poll: Poll,
@@ -328,6 +340,7 @@ impl Session {
             tracefs: tracefs_guard,
             decoder,
             dumped: 0,
+            taken: None,
             user_binaries,
             poll,
             events: Events::with_capacity(64),
@@ -484,6 +497,53 @@ impl Session {
                     ))?
                     .is_break()
                 {
+                    return Ok(());
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// COMM records, dated 0, of the threads alive now whose samples the
+    /// session may take: every thread for a system-wide target, those of
+    /// the `-p` processes, none for a command (the kernel names it at its
+    /// exec, and its children by FORK records). perf record writes the
+    /// same at its start: a file whose samples are counted only at the
+    /// end ([`EventSink::counts_later`]) could otherwise name a thread
+    /// from /proc only if it still runs then, and only at the file's end.
+    pub(crate) fn thread_comm_records<S: EventSink + ?Sized>(
+        &self,
+        sink: &mut S,
+    ) -> Result<(), S::Error> {
+        let id = self.decoder.ids().into_iter().flatten().next();
+        let (None, Some(id)) = (&self.command, id) else {
+            return Ok(());
+        };
+        let pids: Vec<i32> = if self.watched.is_empty() {
+            std::fs::read_dir("/proc")
+                .into_iter()
+                .flatten()
+                .flatten()
+                .filter_map(|e| e.file_name().to_str().and_then(|n| n.parse().ok()))
+                .collect()
+        } else {
+            self.watched.iter().map(ProcessWatch::pid).collect()
+        };
+        for pid in pids {
+            let tasks = std::fs::read_dir(format!("/proc/{pid}/task"));
+            for tid in tasks.into_iter().flatten().flatten() {
+                let Some(tid) = tid.file_name().to_str().and_then(|n| n.parse::<i32>().ok()) else {
+                    continue;
+                };
+                // Gone since the listing: nothing to name.
+                let Ok(name) = std::fs::read_to_string(format!("/proc/{pid}/task/{tid}/comm"))
+                else {
+                    continue;
+                };
+                let name = name.strip_suffix('\n').unwrap_or(&name);
+                let body = records::comm_record_body(pid, tid, name, 0, 0, id);
+                let comm = RingRecord::new(records::RECORD_COMM, 0, (&body, &[]));
+                if sink.record(comm)?.is_break() {
                     return Ok(());
                 }
             }
@@ -708,13 +768,20 @@ impl Session {
         } = self;
         let count_only = !sink.wants_events() && decoder.can_count_only();
         let as_bytes = sink.takes_ring_bytes();
+        let later = as_bytes && count_only && sink.counts_later();
         for stream in streams.iter_mut() {
             let StreamRing::Forward(ring) = &mut stream.ring else {
                 continue;
             };
             let before = decoder.stats().shown_hits();
             let mut flow = Ok(ControlFlow::Continue(()));
-            if as_bytes && count_only {
+            if later {
+                let n = ring.take_bytes(|bytes| flow = sink.ring_bytes(bytes));
+                decoder.stats_mut().ring_bytes += n as u64;
+                if n > 0 {
+                    self.taken.get_or_insert_default();
+                }
+            } else if as_bytes && count_only {
                 flow = count_ring(ring, decoder, sink);
             } else if as_bytes {
                 ring.drain_with_bytes(
@@ -741,6 +808,81 @@ impl Session {
         } else {
             Handover::All
         };
+        self.end_round(handover, sink)
+    }
+
+    /// True when a sink took ring bytes the session has not counted yet
+    /// (see [`EventSink::counts_later`]).
+    pub fn counts_pending(&self) -> bool {
+        self.taken.is_some()
+    }
+
+    /// Counts one record of the ring bytes a sink took without the
+    /// session counting them ([`EventSink::counts_later`]), given back
+    /// in the order they were taken, as [`RecordDecoder::count`] would
+    /// have in the drain: a sample is counted (for its ring too), its
+    /// thread named and its addresses noted. Then [`Session::end_count`].
+    pub fn count_taken(&mut self, record: RingRecord<'_>) {
+        let before = self.decoder.stats().shown_hits();
+        // An undecodable record is counted in the stats.
+        let _ = self.decoder.count_inline(record);
+        let got = self.decoder.stats().shown_hits() - before;
+        if got == 0 {
+            return;
+        }
+        // PERF_SAMPLE_IDENTIFIER: the sample's id comes first (a record
+        // read back is in one piece).
+        let Some(id) = record.body.0.first_chunk::<8>() else {
+            return;
+        };
+        let id = u64::from_ne_bytes(*id);
+        let taken = self.taken.get_or_insert_default();
+        let stream = match taken.last {
+            Some((last, stream)) if last == id => Some(stream),
+            _ => {
+                if taken.of_id.is_empty() {
+                    for (i, s) in self.streams.iter().enumerate() {
+                        for fd in &s.fds {
+                            if let Ok(id) = sys::event_id(fd) {
+                                taken.of_id.insert(id, i);
+                            }
+                        }
+                    }
+                }
+                let stream = taken.of_id.get(&id).copied();
+                taken.last = stream.map(|s| (id, s));
+                stream
+            }
+        };
+        if let Some(s) = stream.and_then(|i| self.streams.get_mut(i)) {
+            s.samples += got;
+        }
+    }
+
+    /// Counts `n` records that could not be read (a piece of taken ring
+    /// bytes ending at a corrupt header).
+    pub(crate) fn note_undecodable(&mut self, n: u64) {
+        self.decoder.stats_mut().undecodable += n;
+    }
+
+    /// After the last [`Session::count_taken`] (with the session
+    /// disabled): the round of everything counted, its events (a sample
+    /// split at a ring's end) and the names it read from /proc handed to
+    /// `sink` as a drain hands them. The session's counters, names and
+    /// addresses are then exact.
+    pub fn end_count<S: EventSink + ?Sized>(&mut self, sink: &mut S) -> Result<usize, S::Error> {
+        self.taken = None;
+        self.end_round(Handover::All, sink)
+    }
+
+    /// The end of a drain's round: the events `handover` lets go to
+    /// `sink`, then the names read from /proc as COMM records, then the
+    /// round's end.
+    fn end_round<S: EventSink + ?Sized>(
+        &mut self,
+        handover: Handover,
+        sink: &mut S,
+    ) -> Result<usize, S::Error> {
         let mut failed = None;
         let n = self
             .decoder

@@ -92,6 +92,23 @@ pub trait EventSink {
         let _ = bytes;
         Ok(ControlFlow::Continue(()))
     }
+
+    /// True for a sink that takes ring bytes, wants no events and keeps
+    /// the bytes where it can read them back (a file): a drain then only
+    /// hands it each ring's pending bytes and frees them, looking at no
+    /// record, as perf record reads its rings. The samples are counted,
+    /// their threads named and their addresses noted once, at the end,
+    /// when the sink gives every byte back to
+    /// [`Session::count_taken`](crate::session::Session::count_taken) and
+    /// calls [`Session::end_count`](crate::session::Session::end_count)
+    /// ([`FileSink::count_taken`](crate::perfdata::FileSink::count_taken)
+    /// does both); until then the session's counters leave those samples
+    /// out. Asked at each drain, and only when
+    /// [`EventSink::takes_ring_bytes`] is true and
+    /// [`EventSink::wants_events`] false; the default is false.
+    fn counts_later(&self) -> bool {
+        false
+    }
 }
 
 impl<S: EventSink + ?Sized> EventSink for &mut S {
@@ -119,6 +136,10 @@ impl<S: EventSink + ?Sized> EventSink for &mut S {
 
     fn ring_bytes(&mut self, bytes: (&[u8], &[u8])) -> Result<Flow, Self::Error> {
         (**self).ring_bytes(bytes)
+    }
+
+    fn counts_later(&self) -> bool {
+        (**self).counts_later()
     }
 }
 

@@ -453,3 +453,35 @@ fn a_backward_ring_is_mapped_read_only_and_read_newest_first() {
     assert_eq!(bodies, [pattern(30, 16), pattern(20, 16), pattern(10, 16)]);
     assert!(h.ring.take_new().is_empty(), "nothing new since");
 }
+
+#[test]
+fn taking_the_bytes_hands_everything_pending_as_written_and_frees_it() {
+    let mut h = forward(1);
+    let size = h.mem.data_size as u64;
+    // Three records from 16 bytes before the end: the second wraps.
+    h.mem.start_at(5 * size - 16);
+    h.mem.push(9, 1, &pattern(10, 8));
+    h.mem.push(2, 0, &pattern(50, 24));
+    h.mem.push(3, 0, &pattern(90, 8));
+    let want = [
+        record_bytes(9, 1, 16, &pattern(10, 8)),
+        record_bytes(2, 0, 32, &pattern(50, 24)),
+        record_bytes(3, 0, 16, &pattern(90, 8)),
+    ]
+    .concat();
+    let tail_before = h.mem.tail();
+    let mem = &h.mem;
+    let mut got = None;
+    let n = h.ring.take_bytes(|parts| {
+        // Handed over before the kernel may reuse the space.
+        assert_eq!(mem.tail(), tail_before);
+        got = Some((parts.0.len(), [parts.0, parts.1].concat()));
+    });
+    assert_eq!(n, 64);
+    assert_eq!(got, Some((16, want)), "two parts, 16 bytes before the end");
+    assert_eq!(h.mem.tail(), h.mem.head());
+    assert_eq!(h.ring.tail_stores, 1);
+    // Nothing pending: nothing handed over, the tail left alone.
+    assert_eq!(h.ring.take_bytes(|_| panic!("nothing pending")), 0);
+    assert_eq!(h.ring.tail_stores, 1);
+}

@@ -136,6 +136,43 @@ impl RingBuffer {
         self.drain_then(f, bytes).unwrap_or_else(|e| e.delivered)
     }
 
+    /// Hands `bytes` everything pending, as the kernel wrote it (whole
+    /// records, in one or two parts when they wrap around the ring's
+    /// end), then frees it; returns how many bytes that was. No record is
+    /// looked at, as perf record reads a ring: whoever keeps the bytes
+    /// parses them later (a corrupt header is then found there).
+    pub fn take_bytes(&mut self, bytes: impl FnOnce((&[u8], &[u8]))) -> usize {
+        let (head, tail) = {
+            let (head, tail) = self.head_tail();
+            (head.load(Ordering::Acquire), tail.load(Ordering::Relaxed))
+        };
+        // The kernel never has more than the data area pending.
+        let len = (head.wrapping_sub(tail) as usize).min(self.data_size);
+        if len == 0 {
+            return 0;
+        }
+        let start = (tail & (self.data_size as u64 - 1)) as usize;
+        let first_len = len.min(self.data_size - start);
+        // SAFETY: the data area is `data_size` bytes at `data_offset` in the
+        // mapping (checked in `new`); `[tail, tail + len)` lies in
+        // `[tail, head)`, which the kernel finished writing before
+        // publishing `head` (acquire load above) and does not reuse before
+        // the tail is stored below. Its first part runs from `start` at
+        // most to the area's end, the second from the area's start for the
+        // rest (`len <= data_size`). The slices are dropped when `bytes`
+        // returns, before the store.
+        let parts = unsafe {
+            let data = self.map.as_ptr().add(self.data_offset);
+            (
+                std::slice::from_raw_parts(data.add(start), first_len),
+                std::slice::from_raw_parts(data, len - first_len),
+            )
+        };
+        bytes(parts);
+        self.store_tail(tail.wrapping_add(len as u64));
+        len
+    }
+
     /// Hands every available record to `f`, in the order the kernel wrote
     /// them, then frees their space by storing `data_tail` once. Returns the
     /// number of records read.
