@@ -341,7 +341,9 @@ struct RecordArgs {
     /// the drain's time and the file's share of it, the losses so far).
     #[arg(long, value_name = "FILE", hide = true)]
     drain_log: Option<std::path::PathBuf>,
-    /// Print no events (only the summary); useful with -o.
+    /// Print no events (only the summary); useful with -o, where the
+    /// rings' bytes then go to the file as they are and the samples are
+    /// counted once, at the end, as perf record writes them.
     #[arg(short = 'q', long)]
     quiet: bool,
     /// Flight-recorder mode: keep only the newest events in each CPU's ring
@@ -564,7 +566,7 @@ fn record(args: &RecordArgs, filters: &[Option<String>]) -> Result<ExitCode> {
     let file = match args.output.as_deref() {
         Some(p) => {
             let f = output::create(p, args.force)?;
-            Some(output::FileOutput::start(f, &session, &symbols)?)
+            Some(output::FileOutput::start(f, &mut session, &symbols)?)
         }
         None => None,
     };
@@ -1131,11 +1133,12 @@ impl<W: Write> EventSink for LiveOutput<'_, W> {
 
     /// `-q -o` with nothing counted from the events (no aggregation, no
     /// folded stacks, flame graph or profile) and no argument the file's
-    /// symbol table must name (`:symbol`): the file takes raw records,
-    /// and the samples are counted without being decoded (callchains and
-    /// user stacks stay as the kernel wrote them, as perf record keeps
-    /// them). Their probe and return addresses, and their kernel frames,
-    /// come from [`Session::counted_addresses`].
+    /// symbol table must name (`:symbol`): the file takes the rings'
+    /// bytes, and the samples are counted without being decoded, at the
+    /// end ([`LiveOutput::counts_later`]; callchains and user stacks stay
+    /// as the kernel wrote them, as perf record keeps them). Their probe
+    /// and return addresses, and their kernel frames, come from
+    /// [`Session::counted_addresses`].
     fn wants_events(&self) -> bool {
         let p = &self.printer;
         !(p.quiet

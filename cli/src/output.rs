@@ -133,7 +133,7 @@ impl FileOutput {
     /// another sink that forwards them).
     pub(crate) fn start(
         file: NewFile,
-        session: &Session,
+        session: &mut Session,
         symbols: &KernelSymbols,
     ) -> Result<FileOutput> {
         let path = file.path().to_path_buf();

@@ -182,7 +182,7 @@ impl<W: ReadBack> FileSink<W> {
     /// are alive now are written first, as perf record does (names read
     /// from /proc at the end would come too late in the file for a
     /// reader that goes by rounds, and miss the threads gone by then).
-    pub fn counting_later(mut self, session: &Session) -> Result<Self, PerfDataError> {
+    pub fn counting_later(mut self, session: &mut Session) -> Result<Self, PerfDataError> {
         if self.writer.takes_ring_bytes() {
             session
                 .thread_comm_records(&mut self)

@@ -420,3 +420,48 @@ fn a_mapped_file_reads_as_a_read_one() {
     assert_eq!(a, b);
     assert!(a.contains("runs past the end of the data section"), "{a}");
 }
+
+/// A record's bytes as a ring holds them: header, then body.
+fn ring_record(kind: u32, body: &[u8]) -> Vec<u8> {
+    let mut b = kind.to_ne_bytes().to_vec();
+    b.extend_from_slice(&0u16.to_ne_bytes());
+    b.extend_from_slice(&u16::try_from(8 + body.len()).unwrap().to_ne_bytes());
+    b.extend_from_slice(body);
+    b
+}
+
+#[test]
+fn the_ring_bytes_taken_are_read_back_record_by_record() {
+    let mut w = Writer::new(Cursor::new(Vec::new())).unwrap();
+    let (a, b, c) = (
+        ring_record(9, &[1; 16]),
+        ring_record(9, &[2; 24]),
+        ring_record(3, &[3; 8]),
+    );
+    // Two rings' bytes in one piece (the second wrapped), a record of
+    // the writer's own (not read back), a third ring's.
+    w.ring_bytes((&a, &[])).unwrap();
+    w.ring_bytes((&b[..12], &b[12..])).unwrap();
+    w.round_end().unwrap();
+    w.ring_bytes((&c, &[])).unwrap();
+    // A piece whose second header has a size under 8: what follows it
+    // cannot be found.
+    let mut bad = ring_record(9, &[4; 8]);
+    bad.extend_from_slice(&ring_record(9, &[5; 8])[..6]);
+    bad.extend_from_slice(&[4, 0, 9, 9, 9, 9, 9, 9, 9, 9]);
+    w.ring_bytes((&bad, &[])).unwrap();
+    let mut got = Vec::new();
+    let corrupt = w
+        .taken_records(|r| got.push((r.kind, [r.body.0, r.body.1].concat())))
+        .unwrap();
+    assert_eq!(corrupt, 1);
+    assert_eq!(
+        got,
+        [
+            (9, vec![1; 16]),
+            (9, vec![2; 24]),
+            (3, vec![3; 8]),
+            (9, vec![4; 8])
+        ]
+    );
+}

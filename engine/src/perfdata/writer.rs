@@ -26,6 +26,10 @@ pub struct Writer<W: Write + Seek> {
     in_round: u64,
     /// FINISHED_ROUND records written.
     rounds: u64,
+    /// A FINISHED_ROUND counted in `data_size` but not written yet: it
+    /// goes out with whatever is written next (a ring's bytes in the
+    /// same write), or at [`Writer::finish`].
+    round_pending: bool,
     /// The samples perf must not see ([`Writer::hide`]).
     hidden: Option<Hidden>,
     /// Where the ring bytes went ([`Writer::ring_bytes`]), as (offset in
@@ -101,6 +105,7 @@ impl<W: Write + Seek> Writer<W> {
             data_size: 0,
             in_round: 0,
             rounds: 0,
+            round_pending: false,
             hidden: None,
             taken: Vec::new(),
         })
@@ -195,6 +200,8 @@ impl<W: Write + Seek> Writer<W> {
     /// header. Returns the output.
     pub fn finish(mut self, meta: &Metadata) -> Result<W, PerfDataError> {
         let data_end = HEADER_SIZE + self.data_size;
+        self.write_pending_round()
+            .map_err(io_err("writing the last round's mark", data_end))?;
         // perf sees the user's probes only: the last `meta.hidden` attrs
         // go to kprobe-perf's hidden section.
         let shown = meta.attrs.len().saturating_sub(meta.hidden);
@@ -480,8 +487,14 @@ impl<W: Write + Seek> Writer<W> {
         if len == 0 {
             return Ok(());
         }
-        self.out.write_all(bytes.0)?;
-        self.out.write_all(bytes.1)?;
+        // The round mark waiting to be written, and the ring's one or
+        // two parts, in one write.
+        let round = if std::mem::take(&mut self.round_pending) {
+            &ROUND_MARK[..]
+        } else {
+            &[]
+        };
+        write_all_vectored(&mut self.out, [round, bytes.0, bytes.1])?;
         let at = HEADER_SIZE + self.data_size;
         match self.taken.last_mut() {
             Some((start, n)) if *start + *n == at => *n += len as u64,
@@ -536,6 +549,40 @@ impl<W: ReadBack> Writer<W> {
     }
 }
 
+/// A FINISHED_ROUND record: a header alone.
+const ROUND_MARK: [u8; 8] = {
+    let k = RECORD_FINISHED_ROUND.to_ne_bytes();
+    let size = 8u16.to_ne_bytes();
+    [k[0], k[1], k[2], k[3], 0, 0, size[0], size[1]]
+};
+
+/// Writes `parts` in order, in as few write(2) calls as `out` lets (one,
+/// past a buffer).
+fn write_all_vectored<const N: usize>(out: &mut impl Write, parts: [&[u8]; N]) -> io::Result<()> {
+    let mut slices = parts.map(io::IoSlice::new);
+    let mut bufs = &mut slices[..];
+    io::IoSlice::advance_slices(&mut bufs, 0);
+    while !bufs.is_empty() {
+        match out.write_vectored(bufs) {
+            Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
+            Ok(n) => io::IoSlice::advance_slices(&mut bufs, n),
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(())
+}
+
+impl<W: Write + Seek> Writer<W> {
+    /// Writes the FINISHED_ROUND [`RecordSink::round_end`] left waiting.
+    fn write_pending_round(&mut self) -> io::Result<()> {
+        if std::mem::take(&mut self.round_pending) {
+            self.out.write_all(&ROUND_MARK)?;
+        }
+        Ok(())
+    }
+}
+
 impl<W: Write + Seek> RecordSink for Writer<W> {
     fn record(&mut self, record: RingRecord<'_>) -> io::Result<()> {
         let RingRecord { kind, misc, body } = record;
@@ -555,6 +602,7 @@ impl<W: Write + Seek> RecordSink for Writer<W> {
                 }
             }
         }
+        self.write_pending_round()?;
         self.data_size += write_record(&mut self.out, kind, misc, body)?;
         self.in_round += 1;
         Ok(())
@@ -565,7 +613,10 @@ impl<W: Write + Seek> RecordSink for Writer<W> {
         if self.in_round == 0 && hidden == 0 {
             return Ok(());
         }
-        self.record(RingRecord::new(RECORD_FINISHED_ROUND, 0, (&[], &[])))?;
+        // Written with what comes next (see `round_pending`).
+        self.write_pending_round()?;
+        self.round_pending = true;
+        self.data_size += ROUND_MARK.len() as u64;
         if let Some(h) = self.hidden.as_mut().filter(|h| h.in_round > 0) {
             // The samples spilled since the last mark belong to the round
             // this FINISHED_ROUND ends.

@@ -510,9 +510,11 @@ impl Session {
     /// exec, and its children by FORK records). perf record writes the
     /// same at its start: a file whose samples are counted only at the
     /// end ([`EventSink::counts_later`]) could otherwise name a thread
-    /// from /proc only if it still runs then, and only at the file's end.
+    /// from /proc only if it still runs then, and only at the file's end
+    /// (where a thread gone meanwhile may have left its id to another).
+    /// The decoder takes them too, so that counting names them alike.
     pub(crate) fn thread_comm_records<S: EventSink + ?Sized>(
-        &self,
+        &mut self,
         sink: &mut S,
     ) -> Result<(), S::Error> {
         let id = self.decoder.ids().into_iter().flatten().next();
@@ -543,6 +545,7 @@ impl Session {
                 let name = name.strip_suffix('\n').unwrap_or(&name);
                 let body = records::comm_record_body(pid, tid, name, 0, 0, id);
                 let comm = RingRecord::new(records::RECORD_COMM, 0, (&body, &[]));
+                let _ = self.decoder.record(comm);
                 if sink.record(comm)?.is_break() {
                     return Ok(());
                 }
