@@ -730,6 +730,15 @@ fn finish_record<W: Write>(
         a.finish(&mut live.out).context("writing the maps")?;
     }
     if let Some(f) = live.file.as_mut() {
+        // Counting reads the file back: say so when that takes a while
+        // (a file of GiBs).
+        let big = session.counts_pending() && session.stats().ring_bytes >= 1 << 30;
+        if big && io::stderr().is_terminal() {
+            say!(
+                "kprobe-perf: counting the {:.1} GiB of samples recorded",
+                session.stats().ring_bytes as f64 / f64::from(1u32 << 30)
+            );
+        }
         f.count_taken(session)?;
     }
     let summary = session.summary();

@@ -165,6 +165,9 @@ pub struct Session {
     /// The command of [`RecordTarget::Command`], and its pidfd (whose
     /// readiness ends a poll's wait when it exits).
     command: Option<(HeldCommand, Option<OwnedFd>)>,
+    /// The last wait was ended by rings alone, the command's pidfd not
+    /// ready: [`Session::command_status`] need not ask the kernel (once).
+    command_quiet: bool,
 }
 
 use crate::attach::cpus::online_cpus;
@@ -347,6 +350,7 @@ impl Session {
             enabled,
             watched: Vec::new(),
             command: None,
+            command_quiet: false,
         })
     }
 
@@ -401,6 +405,11 @@ impl Session {
     /// it has ended (it is then reaped); `None` while it runs, and for
     /// other targets. Does not block.
     pub fn command_status(&mut self) -> Result<Option<std::process::ExitStatus>, Error> {
+        // The pidfd is level-triggered: had the command ended before the
+        // last wait, that wait would have reported it.
+        if std::mem::take(&mut self.command_quiet) {
+            return Ok(None);
+        }
         match self.command.as_mut() {
             Some((command, _)) => Ok(command.try_wait()?),
             None => Ok(None),
@@ -743,8 +752,18 @@ impl Session {
     /// watches [`Session::as_fd`] instead, then calls `wait(Some(Duration::ZERO))`
     /// (which takes the readiness the fd reported) and `drain`.
     pub fn wait(&mut self, timeout: Option<Duration>) -> Result<bool, Error> {
+        self.command_quiet = false;
         match self.poll.poll(&mut self.events, timeout) {
-            Ok(()) => Ok(!self.events.is_empty()),
+            Ok(()) => {
+                let watched = self.command.as_ref().is_some_and(|(_, fd)| fd.is_some());
+                // A full list may have left a ready pidfd out.
+                let n = self.events.iter().count();
+                self.command_quiet = watched
+                    && n > 0
+                    && n < self.events.capacity()
+                    && self.events.iter().all(|e| e.token() != Token(usize::MAX));
+                Ok(!self.events.is_empty())
+            }
             Err(e) if e.kind() == std::io::ErrorKind::Interrupted => Ok(false),
             Err(e) => Err(Error::io("waiting for ring buffers", e)),
         }
