@@ -138,11 +138,7 @@ impl<W: Write + Seek> FileSink<W> {
         };
         session
             .user_mmap_records(&mut sink)
-            .map_err(|e| PerfDataError::Io {
-                what: format!("writing the processes' MMAP records: {e}"),
-                offset: 0,
-                source: std::io::Error::other(e.to_string()),
-            })?;
+            .map_err(writing("the processes' MMAP records"))?;
         Ok(sink)
     }
 
@@ -186,11 +182,7 @@ impl<W: ReadBack> FileSink<W> {
         if self.writer.takes_ring_bytes() {
             session
                 .thread_comm_records(&mut self)
-                .map_err(|e| PerfDataError::Io {
-                    what: format!("writing the threads' COMM records: {e}"),
-                    offset: 0,
-                    source: std::io::Error::other(e.to_string()),
-                })?;
+                .map_err(writing("the threads' COMM records"))?;
         }
         self.later = true;
         Ok(self)
@@ -213,6 +205,15 @@ impl<W: ReadBack> FileSink<W> {
         session.note_undecodable(corrupt);
         session.end_count(self)?;
         Ok(())
+    }
+}
+
+/// A failed write of the records `what`, at the file's start.
+fn writing(what: &str) -> impl FnOnce(crate::error::Error) -> PerfDataError + '_ {
+    move |e| PerfDataError::Io {
+        what: format!("writing {what}: {e}"),
+        offset: 0,
+        source: std::io::Error::other(e.to_string()),
     }
 }
 

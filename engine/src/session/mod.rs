@@ -783,7 +783,9 @@ impl Session {
     /// kept for the next drain). Returns the number of events handed
     /// over. A sink that wants no events ([`EventSink::wants_events`])
     /// gets the records, names and round ends, its samples counted
-    /// without being decoded.
+    /// without being decoded; one that also counts later
+    /// ([`EventSink::counts_later`]) gets each ring's bytes and the round
+    /// ends, and nothing is counted until [`Session::count_taken`].
     pub fn drain<S: EventSink + ?Sized>(&mut self, sink: &mut S) -> Result<usize, S::Error> {
         let Session {
             streams, decoder, ..
