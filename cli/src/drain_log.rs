@@ -42,7 +42,7 @@ impl DrainLog {
             out,
             "# ms since start (wait began), waited ms, woken by a ring (1) or the timer (0), \
              bytes pending per ring when woken, bytes read, drain ms, of which writing the file ms, \
-             samples lost so far"
+             samples lost so far (- while -q -o leaves the counting to the end)"
         )?;
         Ok(DrainLog {
             out,
@@ -64,7 +64,12 @@ impl DrainLog {
             pass.read,
             ms(pass.drain.1 - pass.drain.0),
             ms(pass.writing),
-            session.stats().lost,
+            // Not known while the samples wait to be counted at the end.
+            if session.counts_pending() {
+                "-".to_string()
+            } else {
+                session.stats().lost.to_string()
+            },
         )
         .context("writing the --drain-log file")
     }

@@ -277,4 +277,11 @@ impl EventSink for FileOutput {
     fn counts_later(&self) -> bool {
         self.sink.counts_later()
     }
+
+    fn taken_bytes(&mut self, bytes: (&[u8], &[u8])) -> Result<ControlFlow<()>> {
+        match self.timed(|s| s.taken_bytes(bytes)) {
+            Ok(flow) => Ok(flow),
+            Err(e) => Err(self.named(e)),
+        }
+    }
 }

@@ -1,7 +1,9 @@
 //! A recording written to a perf.data file by the engine's sink
 //! (`perfdata::FileSink`), which `perf script` and `kprobe-perf script`
 //! read, on every route: PMU probes and tracefs events (whose formats the
-//! file carries as perf's tracing data). As root, on a kernel with
+//! file carries as perf's tracing data). The rings' bytes go to the file
+//! as they are, and their samples are counted from it at the end. As
+//! root, on a kernel with
 //! kprobes:
 //! `cargo run -p kprobe-perf-engine --example record_perfdata -- OUT.data 'r4:do_sys_openat2 ret=$retval:s64' -- cat /etc/hostname`.
 
@@ -41,14 +43,23 @@ fn run() -> Result<(), Box<dyn std::error::Error>> {
         scope: CommandScope::Descendants,
     };
     let mut session = Session::open(plans, SessionOptions::default().with_target(target))?;
-    let file = BufWriter::new(std::fs::File::create(out)?);
-    let mut sink = FileSink::start(file, &session, &symbols, None)?;
+    // Read and written: the samples are counted from the file at the end.
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .open(out)?;
+    let mut sink = FileSink::start(BufWriter::new(file), &session, &symbols, None)?
+        .counting_later(&mut session)?;
     session.enable()?;
     while session.command_status()?.is_none() {
         session.poll(Some(Duration::from_millis(100)), &mut sink)?;
     }
     session.disable()?;
     session.poll(Some(Duration::ZERO), &mut sink)?;
+    // The drains only wrote the rings' bytes: count them, then summarize.
+    sink.count_taken(&mut session)?;
     let summary = session.summary();
     sink.finish(&session, &symbols, Vec::new())?;
     println!("events: {}", summary.events);

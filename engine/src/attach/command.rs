@@ -82,6 +82,11 @@ impl HeldCommand {
     }
 
     /// The exit status if the child has ended, reaping it (does not block).
+    /// The exit status if it is known already (no system call).
+    pub(crate) fn status(&self) -> Option<ExitStatus> {
+        self.status
+    }
+
     pub(crate) fn try_wait(&mut self) -> Result<Option<ExitStatus>, AttachError> {
         if self.status.is_none() {
             self.status = sys::try_reap(self.pid)

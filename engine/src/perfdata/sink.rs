@@ -150,13 +150,24 @@ impl<W: Write + Seek> FileSink<W> {
 
     /// Writes the metadata of `session` ([`Metadata::of`], with the
     /// addresses of the events given to this sink and `notes`) and
-    /// closes the file; returns its writer.
+    /// closes the file; returns its writer. Refused while the session
+    /// has ring bytes to count ([`FileSink::count_taken`] comes first,
+    /// before the session's summary too).
     pub fn finish(
         self,
         session: &Session,
         symbols: &KernelSymbols,
         notes: Vec<(String, String)>,
     ) -> Result<W, PerfDataError> {
+        if session.counts_pending() {
+            return Err(PerfDataError::Io {
+                what: "finishing the file: the samples the drains left uncounted must be \
+                       counted first (FileSink::count_taken)"
+                    .into(),
+                offset: 0,
+                source: std::io::ErrorKind::InvalidInput.into(),
+            });
+        }
         let meta = Metadata::of(
             session,
             symbols,
@@ -178,6 +189,7 @@ impl<W: ReadBack> FileSink<W> {
     /// are alive now are written first, as perf record does (names read
     /// from /proc at the end would come too late in the file for a
     /// reader that goes by rounds, and miss the threads gone by then).
+    /// A file must be open for reading too ([`File::create`] is not).
     pub fn counting_later(mut self, session: &mut Session) -> Result<Self, PerfDataError> {
         if self.writer.takes_ring_bytes() {
             session
@@ -192,19 +204,21 @@ impl<W: ReadBack> FileSink<W> {
     /// bytes the drains gave without counting them and counts them
     /// ([`Session::count_taken`], then [`Session::end_count`], whose
     /// names read from /proc this file then holds). Nothing to do when
-    /// every drain counted. A piece of ring bytes that ends at a header
-    /// whose size cannot be right counts as an undecodable record.
+    /// every drain counted. A ring's piece of bytes that ends at a header
+    /// whose size cannot be right counts as an undecodable record. When
+    /// reading fails, what was read is counted and the count still ends
+    /// (the file can be finished), and the error is returned: the
+    /// session's counts then miss the samples not read.
     pub fn count_taken(&mut self, session: &mut Session) -> Result<(), crate::error::Error> {
         if !session.counts_pending() {
             return Ok(());
         }
-        let corrupt = self
-            .writer
-            .taken_records(|rec| session.count_taken(rec))
-            .map_err(|e| crate::error::Error::io("reading the perf.data file's records back", e))?;
-        session.note_undecodable(corrupt);
+        let read = self.writer.taken_records(|rec| session.count_taken(rec));
+        // What was read is counted, and the count ends, whatever failed.
+        session.note_undecodable(*read.as_ref().unwrap_or(&0));
         session.end_count(self)?;
-        Ok(())
+        read.map(drop)
+            .map_err(|e| crate::error::Error::io("reading the perf.data file's records back", e))
     }
 }
 
@@ -279,6 +293,13 @@ impl<W: Write + Seek> EventSink for FileSink<W> {
     /// See [`FileSink::counting_later`].
     fn counts_later(&self) -> bool {
         self.later && self.takes_ring_bytes()
+    }
+
+    fn taken_bytes(&mut self, bytes: (&[u8], &[u8])) -> Result<ControlFlow<()>, Self::Error> {
+        self.writer
+            .taken_bytes(bytes)
+            .map_err(|e| crate::error::Error::io("writing records to the perf.data file", e))?;
+        Ok(ControlFlow::Continue(()))
     }
 }
 

@@ -433,23 +433,27 @@ fn ring_record(kind: u32, body: &[u8]) -> Vec<u8> {
 #[test]
 fn the_ring_bytes_taken_are_read_back_record_by_record() {
     let mut w = Writer::new(Cursor::new(Vec::new())).unwrap();
-    let (a, b, c) = (
+    let (a, b, c, d) = (
         ring_record(9, &[1; 16]),
         ring_record(9, &[2; 24]),
         ring_record(3, &[3; 8]),
+        ring_record(9, &[6; 8]),
     );
-    // Two rings' bytes in one piece (the second wrapped), a record of
-    // the writer's own (not read back), a third ring's.
-    w.ring_bytes((&a, &[])).unwrap();
-    w.ring_bytes((&b[..12], &b[12..])).unwrap();
+    // Two rings' bytes (the second wrapped), a round's mark (written
+    // with the next bytes), bytes a drain counted (not read back), a
+    // third ring's.
+    w.taken_bytes((&a, &[])).unwrap();
+    w.taken_bytes((&b[..12], &b[12..])).unwrap();
     w.round_end().unwrap();
-    w.ring_bytes((&c, &[])).unwrap();
-    // A piece whose second header has a size under 8: what follows it
-    // cannot be found.
+    w.ring_bytes((&d, &[])).unwrap();
+    w.taken_bytes((&c, &[])).unwrap();
+    // A ring whose second header has a size under 8: what follows it in
+    // that ring cannot be found; the next ring's bytes can.
     let mut bad = ring_record(9, &[4; 8]);
     bad.extend_from_slice(&ring_record(9, &[5; 8])[..6]);
     bad.extend_from_slice(&[4, 0, 9, 9, 9, 9, 9, 9, 9, 9]);
-    w.ring_bytes((&bad, &[])).unwrap();
+    w.taken_bytes((&bad, &[])).unwrap();
+    w.taken_bytes((&d, &[])).unwrap();
     let mut got = Vec::new();
     let corrupt = w
         .taken_records(|r| got.push((r.kind, [r.body.0, r.body.1].concat())))
@@ -461,7 +465,10 @@ fn the_ring_bytes_taken_are_read_back_record_by_record() {
             (9, vec![1; 16]),
             (9, vec![2; 24]),
             (3, vec![3; 8]),
-            (9, vec![4; 8])
+            (9, vec![4; 8]),
+            (9, vec![6; 8])
         ]
     );
+    // Read back once.
+    assert_eq!(w.taken_records(|_| panic!("read twice")).unwrap(), 0);
 }

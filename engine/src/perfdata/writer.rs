@@ -32,14 +32,14 @@ pub struct Writer<W: Write + Seek> {
     round_pending: bool,
     /// The samples perf must not see ([`Writer::hide`]).
     hidden: Option<Hidden>,
-    /// Where the ring bytes went ([`Writer::ring_bytes`]), as (offset in
-    /// the file, length), contiguous ones merged: what
-    /// [`Writer::taken_records`] reads back.
+    /// Where the ring bytes no drain counted went
+    /// ([`Writer::taken_bytes`]), as (offset in the file, length), one
+    /// ring's at a time: what [`Writer::taken_records`] reads back.
     taken: Vec<(u64, u64)>,
 }
 
-/// A writer's output that can be read back (a file): what the ring bytes
-/// it took are counted from at the end
+/// A writer's output that can be read back (a file, open for reading
+/// too): what the ring bytes it took are counted from at the end
 /// ([`FileSink::count_taken`](super::FileSink::count_taken)).
 pub trait ReadBack: Write + Seek {
     /// Fills `buf` from `offset`, anything buffered written first; the
@@ -495,13 +495,21 @@ impl<W: Write + Seek> Writer<W> {
             &[]
         };
         write_all_vectored(&mut self.out, [round, bytes.0, bytes.1])?;
-        let at = HEADER_SIZE + self.data_size;
-        match self.taken.last_mut() {
-            Some((start, n)) if *start + *n == at => *n += len as u64,
-            _ => self.taken.push((at, len as u64)),
-        }
         self.data_size += len as u64;
         self.in_round += 1;
+        Ok(())
+    }
+}
+
+impl<W: Write + Seek> Writer<W> {
+    /// [`Writer::ring_bytes`] of bytes no drain counted: where they went
+    /// is kept for [`Writer::taken_records`].
+    pub(crate) fn taken_bytes(&mut self, bytes: (&[u8], &[u8])) -> io::Result<()> {
+        let len = (bytes.0.len() + bytes.1.len()) as u64;
+        self.ring_bytes(bytes)?;
+        if len > 0 {
+            self.taken.push((HEADER_SIZE + self.data_size - len, len));
+        }
         Ok(())
     }
 }
@@ -511,15 +519,15 @@ impl<W: Write + Seek> Writer<W> {
 const READ_BACK: usize = 1 << 20;
 
 impl<W: ReadBack> Writer<W> {
-    /// Hands `f` each record of the ring bytes written so far
-    /// ([`Writer::ring_bytes`]), read back from the file in order.
-    /// Returns the number of pieces of them that ended at a header whose
-    /// size cannot be right (the rest of that piece is not read: nothing
-    /// after it can be found).
+    /// Hands `f` each record of the ring bytes no drain counted, written
+    /// since the last call ([`Writer::taken_bytes`]), read back from the
+    /// file in order. Returns the number of rings' pieces that ended at a
+    /// header whose size cannot be right (the rest of that piece is not
+    /// read: nothing after it can be found).
     pub(crate) fn taken_records(&mut self, mut f: impl FnMut(RingRecord<'_>)) -> io::Result<u64> {
         let mut buf = vec![0u8; READ_BACK];
         let mut corrupt = 0;
-        for &(start, len) in &self.taken {
+        for (start, len) in std::mem::take(&mut self.taken) {
             let end = start + len;
             let mut pos = start;
             'piece: while end - pos >= 8 {

@@ -165,9 +165,11 @@ pub struct Session {
     /// The command of [`RecordTarget::Command`], and its pidfd (whose
     /// readiness ends a poll's wait when it exits).
     command: Option<(HeldCommand, Option<OwnedFd>)>,
-    /// The last wait was ended by rings alone, the command's pidfd not
-    /// ready: [`Session::command_status`] need not ask the kernel (once).
-    command_quiet: bool,
+    /// The command may have ended since [`Session::command_status`] last
+    /// asked the kernel: a wait reported its pidfd (registered
+    /// edge-triggered, so reported once), or could not tell (a full list
+    /// of events, an error). Until then, the answer is the last one.
+    command_may_have_ended: bool,
 }
 
 use crate::attach::cpus::online_cpus;
@@ -350,7 +352,7 @@ impl Session {
             enabled,
             watched: Vec::new(),
             command: None,
-            command_quiet: false,
+            command_may_have_ended: true,
         })
     }
 
@@ -405,13 +407,14 @@ impl Session {
     /// it has ended (it is then reaped); `None` while it runs, and for
     /// other targets. Does not block.
     pub fn command_status(&mut self) -> Result<Option<std::process::ExitStatus>, Error> {
-        // The pidfd is level-triggered: had the command ended before the
-        // last wait, that wait would have reported it.
-        if std::mem::take(&mut self.command_quiet) {
-            return Ok(None);
-        }
         match self.command.as_mut() {
-            Some((command, _)) => Ok(command.try_wait()?),
+            // No wait has reported its pidfd since the kernel said it ran.
+            Some((command, Some(_))) if !self.command_may_have_ended => Ok(command.status()),
+            Some((command, _)) => {
+                let status = command.try_wait()?;
+                self.command_may_have_ended = status.is_some();
+                Ok(status)
+            }
             None => Ok(None),
         }
     }
@@ -514,9 +517,9 @@ impl Session {
     }
 
     /// COMM records, dated 0, of the threads alive now whose samples the
-    /// session may take: every thread for a system-wide target, those of
-    /// the `-p` processes, none for a command (the kernel names it at its
-    /// exec, and its children by FORK records). perf record writes the
+    /// session may take: those of the `-p` processes, none for a command
+    /// (the kernel names it at its exec, and its children by FORK
+    /// records), every thread for any other target. perf record writes the
     /// same at its start: a file whose samples are counted only at the
     /// end ([`EventSink::counts_later`]) could otherwise name a thread
     /// from /proc only if it still runs then, and only at the file's end
@@ -752,16 +755,13 @@ impl Session {
     /// watches [`Session::as_fd`] instead, then calls `wait(Some(Duration::ZERO))`
     /// (which takes the readiness the fd reported) and `drain`.
     pub fn wait(&mut self, timeout: Option<Duration>) -> Result<bool, Error> {
-        self.command_quiet = false;
         match self.poll.poll(&mut self.events, timeout) {
             Ok(()) => {
-                let watched = self.command.as_ref().is_some_and(|(_, fd)| fd.is_some());
-                // A full list may have left a ready pidfd out.
-                let n = self.events.iter().count();
-                self.command_quiet = watched
-                    && n > 0
-                    && n < self.events.capacity()
-                    && self.events.iter().all(|e| e.token() != Token(usize::MAX));
+                // A full list may have left the pidfd's event for later.
+                let full = self.events.iter().count() >= self.events.capacity();
+                if full || self.events.iter().any(|e| e.token() == Token(usize::MAX)) {
+                    self.command_may_have_ended = true;
+                }
                 Ok(!self.events.is_empty())
             }
             Err(e) if e.kind() == std::io::ErrorKind::Interrupted => Ok(false),
@@ -800,7 +800,7 @@ impl Session {
             let before = decoder.stats().shown_hits();
             let mut flow = Ok(ControlFlow::Continue(()));
             if later {
-                let n = ring.take_bytes(|bytes| flow = sink.ring_bytes(bytes));
+                let n = ring.take_bytes(|bytes| flow = sink.taken_bytes(bytes));
                 decoder.stats_mut().ring_bytes += n as u64;
                 if n > 0 {
                     self.taken.get_or_insert_default();
@@ -847,27 +847,25 @@ impl Session {
     /// have in the drain: a sample is counted (for its ring too), its
     /// thread named and its addresses noted. Then [`Session::end_count`].
     pub fn count_taken(&mut self, record: RingRecord<'_>) {
-        let before = self.decoder.stats().shown_hits();
         // An undecodable record is counted in the stats.
-        let _ = self.decoder.count_inline(record);
-        let got = self.decoder.stats().shown_hits() - before;
-        if got == 0 {
-            return;
-        }
-        // PERF_SAMPLE_IDENTIFIER: the sample's id comes first (a record
+        let counted = self.decoder.count_inline(record).is_ok();
+        // PERF_SAMPLE_IDENTIFIER: a sample's id comes first (a record
         // read back is in one piece).
-        let Some(id) = record.body.0.first_chunk::<8>() else {
-            return;
+        let id = match record.body.0.first_chunk::<8>() {
+            Some(id) if counted && record.kind == records::RECORD_SAMPLE => u64::from_ne_bytes(*id),
+            _ => return,
         };
-        let id = u64::from_ne_bytes(*id);
         let taken = self.taken.get_or_insert_default();
         let stream = match taken.last {
             Some((last, stream)) if last == id => Some(stream),
             _ => {
                 if taken.of_id.is_empty() {
+                    // The ids of the user's probes' events, by ring.
+                    let shown = self.decoder.shown_plans().len();
                     for (i, s) in self.streams.iter().enumerate() {
                         for fd in &s.fds {
-                            if let Ok(id) = sys::event_id(fd) {
+                            let Ok(id) = sys::event_id(fd) else { continue };
+                            if self.decoder.probe_of_id(id).is_some_and(|p| p < shown) {
                                 taken.of_id.insert(id, i);
                             }
                         }
@@ -879,7 +877,7 @@ impl Session {
             }
         };
         if let Some(s) = stream.and_then(|i| self.streams.get_mut(i)) {
-            s.samples += got;
+            s.samples += 1;
         }
     }
 
@@ -956,7 +954,9 @@ impl Session {
     /// and in flight-recorder mode the window the dumps held. Exact once
     /// the rings are drained (after [`Session::disable`] and a last
     /// drain). A count the kernel would not give is `None` (the losses
-    /// then come from `PERF_RECORD_LOST`; see [`Summary::exact`]).
+    /// then come from `PERF_RECORD_LOST`; see [`Summary::exact`]). While
+    /// ring bytes wait to be counted ([`Session::counts_pending`]), their
+    /// samples are not among the events and count as lost.
     pub fn summary(&self) -> Summary {
         Summary::new(
             self.plans(),

@@ -86,8 +86,9 @@ pub trait EventSink {
     /// whole records, headers included, in one or two parts (they wrap
     /// around the ring's end), in the order [`EventSink::record`] would
     /// have had them. Called only when [`EventSink::takes_ring_bytes`]
-    /// is true, after the ring's records are decoded or counted. The
-    /// default ignores them.
+    /// is true, after the ring's records are decoded or counted (see
+    /// [`EventSink::taken_bytes`] for those that are not). The default
+    /// ignores them.
     fn ring_bytes(&mut self, bytes: (&[u8], &[u8])) -> Result<Flow, Self::Error> {
         let _ = bytes;
         Ok(ControlFlow::Continue(()))
@@ -108,6 +109,14 @@ pub trait EventSink {
     /// [`EventSink::wants_events`] false; the default is false.
     fn counts_later(&self) -> bool {
         false
+    }
+
+    /// As [`EventSink::ring_bytes`], for a ring's bytes the session has
+    /// not counted (see [`EventSink::counts_later`]): they are to come
+    /// back to [`Session::count_taken`](crate::session::Session::count_taken).
+    /// The default hands them to [`EventSink::ring_bytes`].
+    fn taken_bytes(&mut self, bytes: (&[u8], &[u8])) -> Result<Flow, Self::Error> {
+        self.ring_bytes(bytes)
     }
 }
 
@@ -140,6 +149,10 @@ impl<S: EventSink + ?Sized> EventSink for &mut S {
 
     fn counts_later(&self) -> bool {
         (**self).counts_later()
+    }
+
+    fn taken_bytes(&mut self, bytes: (&[u8], &[u8])) -> Result<Flow, Self::Error> {
+        (**self).taken_bytes(bytes)
     }
 }
 
