@@ -534,7 +534,9 @@ fn a_drain_log_accounts_for_the_bytes_and_the_losses() {
                 .sum::<usize>()
         })
         .unwrap();
-    let (mut read, mut last_lost, mut drains) = (0u64, 0u64, 0);
+    // `-q -o` counts the samples at the end, from the file: no loss is
+    // known while it records, and the log says so with `-`.
+    let (mut read, mut drains) = (0u64, 0);
     for l in lines {
         let f: Vec<&str> = l.split('\t').collect();
         assert_eq!(f.len(), 8, "{l}");
@@ -544,16 +546,15 @@ fn a_drain_log_accounts_for_the_bytes_and_the_losses() {
             "one pending count per CPU: {l}"
         );
         read += f[4].parse::<u64>().unwrap();
-        let lost_now: u64 = f[7].parse().unwrap();
-        assert!(lost_now >= last_lost, "{text}");
-        last_lost = lost_now;
+        assert_eq!(f[7], "-", "{l}");
         drains += 1;
     }
     assert!(drains >= 1, "{text}");
+    // Every sample the summary counts (and every loss record) was read
+    // in some drain.
     assert!(
         read >= events * 8192,
-        "{read} bytes read for {events} events"
+        "{read} bytes read for {events} events ({lost} lost)"
     );
-    assert_eq!(last_lost, lost, "{text}");
     let _ = std::fs::remove_dir_all(&dir);
 }
