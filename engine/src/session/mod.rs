@@ -259,6 +259,10 @@ impl Session {
                     }
                 }
                 session.watched = watched;
+                // Named now, as perf record names them: a process may
+                // end before its first samples are read, taking its
+                // names in /proc with it.
+                session.thread_comm_records(&mut sink::sink_fn(|_| {}))?;
                 return Ok(session);
             }
             attempt += 1;
