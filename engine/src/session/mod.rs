@@ -498,12 +498,7 @@ impl Session {
         if self.user_binaries.is_empty() || self.command.is_some() {
             return Ok(());
         }
-        let pids = std::fs::read_dir("/proc")
-            .into_iter()
-            .flatten()
-            .flatten()
-            .filter_map(|e| e.file_name().to_str().and_then(|n| n.parse::<i32>().ok()));
-        for pid in pids {
+        for pid in proc_pids() {
             for body in records::user_mmap_bodies(pid, pid, &self.user_binaries, 0, 0, 0) {
                 if sink
                     .record(RingRecord::new(
@@ -538,21 +533,14 @@ impl Session {
             return Ok(());
         };
         let pids: Vec<i32> = if self.watched.is_empty() {
-            std::fs::read_dir("/proc")
-                .into_iter()
-                .flatten()
-                .flatten()
-                .filter_map(|e| e.file_name().to_str().and_then(|n| n.parse().ok()))
-                .collect()
+            proc_pids().collect()
         } else {
             self.watched.iter().map(ProcessWatch::pid).collect()
         };
         for pid in pids {
-            let tasks = std::fs::read_dir(format!("/proc/{pid}/task"));
-            for tid in tasks.into_iter().flatten().flatten() {
-                let Some(tid) = tid.file_name().to_str().and_then(|n| n.parse::<i32>().ok()) else {
-                    continue;
-                };
+            // A process gone since the listing has nothing to name.
+            let tids = process::threads_of(pid).ok().flatten().unwrap_or_default();
+            for tid in tids {
                 // Gone since the listing: nothing to name.
                 let Ok(name) = std::fs::read_to_string(format!("/proc/{pid}/task/{tid}/comm"))
                 else {
@@ -1000,6 +988,15 @@ fn count_ring<S: EventSink + ?Sized>(
     );
     decoder.stats_mut().ring_bytes += read as u64;
     flow
+}
+
+/// The processes /proc lists now.
+fn proc_pids() -> impl Iterator<Item = i32> {
+    std::fs::read_dir("/proc")
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter_map(|e| e.file_name().to_str().and_then(|n| n.parse().ok()))
 }
 
 /// Decodes one record read from a ring, or only counts it, and adds its
