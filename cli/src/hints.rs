@@ -52,27 +52,8 @@ fn with_flags(e: &(dyn StdError + 'static)) -> Option<String> {
     if let Some(e) = e.downcast_ref::<Error>() {
         return match e {
             Error::Plan(p) => plan(p),
-            Error::Tracefs(t) => tracefs(t),
+            Error::Kernel(k) => kernel(k),
             Error::Attach(a) => attach(a),
-            Error::InheritNeedsAddress { .. } => Some(format!("{e} with -a")),
-            Error::UprobePmuCannotInherit { probe } => Some(format!(
-                "--backend pmu cannot follow forks with the uprobe {probe}: the kernel re-creates an inherited uprobe PMU event at each fork and re-reads its binary's path there, from an address in kprobe-perf's memory, not the forking process's; use --backend auto or tracefs (a uprobe_events probe, which every fork inherits), or record system-wide (-a) with the PMU"
-            )),
-            Error::Kernel(KernelError::DebugInfo(DebugInfoError::NotFound {
-                what, asked, ..
-            })) if what != "the running kernel" => Some(format!(
-                "{e} (a user binary: rebuild it with -g, or install its debug package, e.g. Debian's PACKAGE-dbgsym{})",
-                or_debuginfod(asked)
-            )),
-            Error::Kernel(KernelError::DebugInfo(DebugInfoError::NotFound { asked, .. })) => {
-                Some(format!(
-                    "{e} (--vmlinux PATH; Debian: the linux-image-$(uname -r)-dbg package{})",
-                    or_debuginfod(asked)
-                ))
-            }
-            Error::Kernel(KernelError::DebugInfo(DebugInfoError::BuildIdMismatch { .. })) => {
-                Some(format!("{e}; or, for definitions to use on the kernel that vmlinux is of (probe --definition, --vars), add --other-kernel"))
-            }
             Error::FilterNeedsUserSpace { probe, filter, why } => Some(format!(
                 "cannot count {probe} with the filter `{filter}`: counting happens in the kernel, which cannot run it ({}); `record -q --filter` runs it in user space and counts what passes",
                 flags_in(why)
@@ -83,6 +64,9 @@ fn with_flags(e: &(dyn StdError + 'static)) -> Option<String> {
     if let Some(p) = e.downcast_ref::<PlanError>() {
         return plan(p);
     }
+    if let Some(k) = e.downcast_ref::<KernelError>() {
+        return kernel(k);
+    }
     if let Some(a) = e.downcast_ref::<AttachError>() {
         return attach(a);
     }
@@ -90,6 +74,28 @@ fn with_flags(e: &(dyn StdError + 'static)) -> Option<String> {
         return analysis(a);
     }
     e.downcast_ref::<TracefsError>().and_then(tracefs)
+}
+
+fn kernel(e: &KernelError) -> Option<String> {
+    match e {
+        KernelError::Plan(p) => plan(p),
+        KernelError::DebugInfo(DebugInfoError::NotFound { what, asked, .. })
+            if what != "the running kernel" =>
+        {
+            Some(format!(
+                "{e} (a user binary: rebuild it with -g, or install its debug package, e.g. Debian's PACKAGE-dbgsym{})",
+                or_debuginfod(asked)
+            ))
+        }
+        KernelError::DebugInfo(DebugInfoError::NotFound { asked, .. }) => Some(format!(
+            "{e} (--vmlinux PATH; Debian: the linux-image-$(uname -r)-dbg package{})",
+            or_debuginfod(asked)
+        )),
+        KernelError::DebugInfo(DebugInfoError::BuildIdMismatch { .. }) => {
+            Some(format!("{e}; or, for definitions to use on the kernel that vmlinux is of (probe --definition, --vars), add --other-kernel"))
+        }
+        _ => None,
+    }
 }
 
 fn plan(e: &PlanError) -> Option<String> {
@@ -173,6 +179,12 @@ fn attach(e: &AttachError) -> Option<String> {
         AttachError::NotAProcess { tid, process } => Some(format!(
             "{tid} is a thread of process {process}, not a process: record the process with -p {process}, or this thread alone with -t {tid}"
         )),
+        AttachError::InheritNeedsAddress { .. } => Some(format!("{e} with -a")),
+        AttachError::UprobePmuCannotInherit { probe } => Some(format!(
+            "--backend pmu cannot follow forks with the uprobe {probe}: the kernel re-creates an inherited uprobe PMU event at each fork and re-reads its binary's path there, from an address in kprobe-perf's memory, not the forking process's; use --backend auto or tracefs (a uprobe_events probe, which every fork inherits), or record system-wide (-a) with the PMU"
+        )),
+        AttachError::Plan(p) => plan(p),
+        AttachError::Tracefs(t) => tracefs(t),
         _ => None,
     }
 }
@@ -227,7 +239,7 @@ mod tests {
             render(&e),
             "an fprobe event (f:) needs a dynamic_events definition, which --backend pmu rules out; drop --backend pmu (auto defines such probes through tracefs)"
         );
-        let e = anyhow::Error::new(Error::InheritNeedsAddress {
+        let e = anyhow::Error::new(AttachError::InheritNeedsAddress {
             probe: "p:x do_x".into(),
         });
         assert!(render(&e).ends_with("or record system-wide with -a"), "{e}");
@@ -241,7 +253,7 @@ mod tests {
 
     #[test]
     fn the_engines_backend_words_become_our_flags() {
-        let e = anyhow::Error::new(Error::UprobePmuCannotInherit {
+        let e = anyhow::Error::new(AttachError::UprobePmuCannotInherit {
             probe: "p /bin/x:f".into(),
         });
         assert_eq!(
@@ -257,7 +269,7 @@ mod tests {
             render(&e),
             "cannot count p vfs_write with the filter `count == 100`: counting happens in the kernel, which cannot run it (a PMU probe's record carries no argument (`count`); a tracefs-defined one's does (--backend auto or tracefs)); `record -q --filter` runs it in user space and counts what passes"
         );
-        let e = anyhow::Error::new(Error::FilterRefused {
+        let e = anyhow::Error::new(AttachError::FilterRefused {
             probe: "p f".into(),
             filter: "x == 1".into(),
             reason: "Invalid argument (os error 22): the kernel could not apply it to the event's fields (with the PMU backend, kprobe-perf runs a filter on arguments in user space)".into(),

@@ -119,7 +119,8 @@ pub(crate) fn report_skipped(kernel: &Kernel) {
 
 /// The engine's error, in the CLI's words: the options to give where the
 /// engine says what to give.
-pub(crate) fn explain(e: Error) -> anyhow::Error {
+pub(crate) fn explain(e: impl Into<Error>) -> anyhow::Error {
+    let e = e.into();
     let flagged = match &e {
         Error::Kernel(KernelError::Kcore { .. }) => "--text-from kcore",
         Error::Kernel(KernelError::Unplaced { path }) => {

@@ -609,9 +609,9 @@ fn debug_info(out: &mut impl Write, kernel: &Kernel) -> Result<()> {
                 None => ", build ID not compared: the running kernel shows none",
             }
         )?,
-        Err(kprobe_perf_engine::Error::Kernel(kernel::KernelError::DebugInfo(
-            kernel::source::DebugInfoError::NotFound { .. },
-        ))) => writeln!(
+        Err(kernel::KernelError::DebugInfo(kernel::source::DebugInfoError::NotFound {
+            ..
+        })) => writeln!(
             out,
             "debug info: none (looked in {}; {}): source lines and variables need the kernel's DWARF (Debian: linux-image-{}-dbg; or give --vmlinux)",
             kernel::looked_in(&kernel.debug_info_candidates()),
@@ -644,9 +644,9 @@ fn module_debug_info(out: &mut impl Write, kernel: &Kernel) -> Result<()> {
     for n in &names {
         match kernel.local_module_debug_info(n) {
             Ok(f) => found.push(format!("{n}: {}", f.path().display())),
-            Err(kprobe_perf_engine::Error::Kernel(kernel::KernelError::DebugInfo(
-                kernel::source::DebugInfoError::NotFound { .. },
-            ))) => {}
+            Err(kernel::KernelError::DebugInfo(kernel::source::DebugInfoError::NotFound {
+                ..
+            })) => {}
             Err(e) => found.push(format!(
                 "{n}: not usable: {}",
                 crate::hints::render(&e.into())

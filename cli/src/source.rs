@@ -111,7 +111,7 @@ pub(crate) fn definitions(
             }
             Err(e) => {
                 ok = false;
-                let e = on_the_text_given(e, spec);
+                let e = on_the_text_given(e.into(), spec);
                 // A caret error shows the text; the others are named by it.
                 let caret = matches!(e, Error::Kernel(KernelError::Source { .. }));
                 let shown = crate::hints::render(&e.into());

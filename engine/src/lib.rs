@@ -98,6 +98,7 @@ pub use session::counting;
 
 // What an embedder uses, at the crate root.
 pub use attach::guardian::{Guardian, GuardianError};
+pub use attach::options::{SessionOptions, DEFAULT_MMAP_PAGES};
 pub use attach::target::{CommandScope, RecordTarget};
 pub use decode::frames::StackFrame;
 pub use decode::{AddressSet, Event, Handed, IntEvent, Value};
@@ -114,8 +115,6 @@ pub use session::summary::Summary;
 /// A session awaited on tokio's reactor (feature `tokio`).
 #[cfg(feature = "tokio")]
 pub use session::tokio::AsyncSession;
-pub use session::{
-    CallCounts, Session, SessionOptions, SessionStats, Throttling, DEFAULT_MMAP_PAGES,
-};
+pub use session::{CallCounts, Session, SessionStats, Throttling};
 pub use spec::ProbeSpec;
 pub use stack::StackSymbolizer;

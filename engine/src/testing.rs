@@ -3,8 +3,8 @@
 //! stable.
 
 pub use crate::attach::attr::ask_kernel;
+pub use crate::attach::error::Privilege;
+pub use crate::attach::pmu::{check_capabilities, preflight};
 pub use crate::attach::{pmu, ring, sys};
-pub use crate::error::Privilege;
 pub use crate::kernel::kcore;
 pub use crate::plan::probes::{plan_probes, plan_probes_with};
-pub use crate::session::{check_capabilities, preflight};

@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 
 use kprobe_perf_engine::plan::PlanError;
 use kprobe_perf_engine::testing::plan_probes;
-use kprobe_perf_engine::{Error, Event, KernelSymbols, RecordTarget, Session, SessionOptions};
+use kprobe_perf_engine::{Event, KernelSymbols, RecordTarget, Session, SessionOptions};
 use kprobe_perf_tests::{kprobes_available, online_cpus, skip_here};
 
 const OPEN_PATH: &str = "p:do_sys_openat2 path=+0(%si):ustring";
@@ -162,7 +162,7 @@ fn duplicate_names_are_listed() {
         .count();
     assert!(n >= 2, "init_once has {n} text instances on this kernel");
     match plan_probes(&["p:init_once"], &symbols) {
-        Err(Error::Plan(PlanError::Ambiguous { name, instances })) => {
+        Err(PlanError::Ambiguous { name, instances }) => {
             assert_eq!(name, "init_once");
             assert_eq!(instances.len(), n);
         }

@@ -1,9 +1,15 @@
 //! The tracefs side of a plan: the `kprobe_events` line that defines it,
 //! and its arguments as the kernel's `format` file describes them once
-//! it is defined. Attach-time code, on [`ProbePlan`].
+//! it is defined. Attach-time code, on [`ProbePlan`]; [`define_events`]
+//! defines a session's tracefs probes and says how each probe is opened.
 
-use crate::attach::tracefs::{parse_format, Field};
-use crate::plan::{ArgPlan, ArgSource, AttachPoint, ProbePlan};
+use crate::attach::attr::Opener;
+use crate::attach::error::AttachError;
+use crate::attach::pmu::{ProbePmu, SYSFS_PMUS};
+use crate::attach::tracefs::{
+    filter_fields, parse_format, Field, ProbeKind, Tracefs, TracefsError, TracefsProbes,
+};
+use crate::plan::{ArgPlan, ArgSource, AttachPoint, Backend, PlanError, ProbePlan};
 use kprobe_perf_spec::{ArgType, BaseType, FetchBase, ProbeSpec, Target};
 
 impl ProbePlan {
@@ -84,6 +90,107 @@ impl ProbePlan {
         }
         .to_string()
     }
+}
+
+/// How each probe is opened, after [`define_events`].
+pub(crate) struct Defined {
+    /// The private tracefs group, when a probe is defined there.
+    pub(crate) tracefs: Option<TracefsProbes>,
+    /// Per probe, how it is opened.
+    pub(crate) openers: Vec<Opener>,
+    /// Per probe, where its arguments lie in its raw record (empty for
+    /// PMU probes).
+    pub(crate) field_offsets: Vec<Vec<usize>>,
+}
+
+/// Picks each probe's opener; tracefs-defined probes are defined in our
+/// private group first, and their arguments located in the event format
+/// (named and typed by the kernel when it gives them).
+pub(crate) fn define_events(
+    plans: &mut [ProbePlan],
+    (pmu, uprobe_pmu): (Option<ProbePmu>, Option<ProbePmu>),
+) -> Result<Defined, AttachError> {
+    let mut tracefs_guard = None;
+    let mut openers = Vec::with_capacity(plans.len());
+    let mut field_offsets = Vec::with_capacity(plans.len());
+    for plan in plans.iter_mut() {
+        match (plan.backend, pmu) {
+            (Backend::Pmu, _) if plan.is_user() => {
+                let Some(up) = uprobe_pmu else {
+                    return Err(AttachError::NoUprobePmu {
+                        dir: format!("{SYSFS_PMUS}/uprobe"),
+                    });
+                };
+                openers.push(Opener::Pmu(up));
+                field_offsets.push(Vec::new());
+            }
+            (Backend::Pmu, Some(pmu)) => {
+                openers.push(Opener::Pmu(pmu));
+                field_offsets.push(Vec::new());
+            }
+            _ => {
+                let kind = if plan.is_user() {
+                    ProbeKind::User
+                } else {
+                    ProbeKind::Kernel
+                };
+                let guard = match tracefs_guard.as_mut() {
+                    Some(guard) => guard,
+                    None => tracefs_guard.insert(TracefsProbes::new(Tracefs::find()?)),
+                };
+                let group = guard.group().to_string();
+                guard.define(kind, &plan.tracefs_definition(&group), &plan.event)?;
+                let id = guard.tracefs().event_id(&group, &plan.event)?;
+                let fields = guard.tracefs().format(&group, &plan.event)?;
+                if plan.args_from_kernel() {
+                    // BTF names, $arg*, fprobe/tracepoint probes: the
+                    // kernel named and typed the fields.
+                    let path = guard.tracefs().root().join("events").join(&group);
+                    let path = path.join(&plan.event).join("format");
+                    if let Ok(text) = std::fs::read_to_string(path) {
+                        plan.set_args_from_format(&text);
+                    }
+                }
+                let (from_kernel, joined) = (plan.args_from_kernel(), plan.entry_join.is_some());
+                if let Some(filter) = plan.filter.as_mut() {
+                    if from_kernel {
+                        filter
+                            .recompile(&plan.args)
+                            .map_err(|error| PlanError::Filter {
+                                probe: plan.spec.to_string(),
+                                error,
+                            })?;
+                    }
+                    if !joined {
+                        filter.place(&filter_fields(&fields));
+                    }
+                }
+                let offsets = plan
+                    .args
+                    .iter()
+                    .map(|a| {
+                        fields
+                            .iter()
+                            .find(|f| f.name == a.name)
+                            .map(|f| f.offset)
+                            .ok_or_else(|| {
+                                AttachError::Tracefs(TracefsError::Format {
+                                    path: guard.tracefs().format_path(&group, &plan.event),
+                                    field: a.name.clone(),
+                                })
+                            })
+                    })
+                    .collect::<Result<Vec<_>, _>>()?;
+                openers.push(Opener::Tracepoint(id));
+                field_offsets.push(offsets);
+            }
+        }
+    }
+    Ok(Defined {
+        tracefs: tracefs_guard,
+        openers,
+        field_offsets,
+    })
 }
 
 /// The type of a `format` field as the kernel declared and prints it.

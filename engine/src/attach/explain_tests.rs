@@ -158,7 +158,7 @@ fn each_permission_situation_has_its_own_advice() {
 
 #[test]
 fn an_open_error_names_the_probe_the_place_and_the_reason() {
-    let e = Error::Open {
+    let e = AttachError::Open {
         probe: "p:do_sys_openat2".into(),
         where_: "CPU 3".into(),
         reason: explain_kprobe_errno(libc::ENOENT, "do_sys_openat2"),
@@ -175,11 +175,53 @@ fn an_open_error_names_the_probe_the_place_and_the_reason() {
     );
 }
 
+fn says(as_: OpenedAs, perfmon: bool, sys_admin: bool, paranoid: i32) -> String {
+    explain_permission(
+        as_,
+        Privilege {
+            perfmon,
+            sys_admin,
+            paranoid: Some(paranoid),
+        },
+        "/usr/bin/kprobe-perf",
+    )
+}
+
+/// The cases seen for real (README, Requirements): each names the
+/// capability or sysctl that is missing.
 #[test]
-fn debug_prints_the_message() {
-    let e = Error::NoUprobePmu {
-        dir: "/sys/bus/event_source/devices/uprobe".into(),
-    };
-    assert_eq!(format!("{e:?}"), e.to_string());
-    assert!(format!("{e:?}").starts_with("this kernel has no uprobe PMU"));
+fn permission_advice_names_what_is_missing() {
+    assert_eq!(
+        says(OpenedAs::Uprobe, true, false, 2),
+        "uprobes need CAP_SYS_ADMIN on Linux 6.16+ and on stable kernels updated since July 2025 (this process has CAP_PERFMON, which they no longer accept): run as root, or `setcap cap_sys_admin+ep /usr/bin/kprobe-perf`"
+    );
+    assert_eq!(
+        says(OpenedAs::Kprobe, true, false, 3),
+        "kernel.perf_event_paranoid is 3 (a Debian kernel patch), which lets only CAP_SYS_ADMIN open perf events; CAP_PERFMON is not enough: run `sysctl kernel.perf_event_paranoid=2` (then CAP_PERFMON is enough for kprobes), run as root, or `setcap cap_sys_admin+ep /usr/bin/kprobe-perf`"
+    );
+    assert_eq!(
+        says(OpenedAs::Kprobe, false, false, 2),
+        "kprobes need CAP_PERFMON or CAP_SYS_ADMIN, which this process lacks: run as root, or `setcap cap_perfmon+ep /usr/bin/kprobe-perf`"
+    );
+    assert!(
+        says(OpenedAs::Kprobe, false, true, 3).contains("although this process has CAP_SYS_ADMIN")
+    );
+    assert!(
+        says(OpenedAs::Kprobe, true, false, 2).contains("although this process has CAP_PERFMON")
+    );
+    assert!(!says(OpenedAs::Uprobe, false, false, 2).contains("CAP_PERFMON"));
+}
+
+#[test]
+fn uprobe_errnos_name_uprobe_causes() {
+    let t = "/bin/x:0x1139";
+    assert!(explain_open_errno(524, t, OpenedAs::Uprobe)
+        .starts_with("the uprobe layer refuses the instruction at /bin/x:0x1139 (ENOTSUPP)"));
+    let einval = explain_open_errno(libc::EINVAL, t, OpenedAs::Uprobe);
+    assert!(
+        einval.contains("beyond the end of the file") && !einval.contains("blacklisted"),
+        "{einval}"
+    );
+    assert!(explain_open_errno(libc::ENOENT, t, OpenedAs::Uprobe).starts_with("no such file"));
+    assert!(explain_open_errno(libc::EINVAL, "f", OpenedAs::Kprobe).contains("blacklisted"));
 }

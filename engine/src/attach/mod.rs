@@ -1,16 +1,20 @@
-//! The only stage that makes system calls: the syscall layer ([`sys`]),
-//! the per-CPU rings ([`ring`]), the `perf_event_attr`s ([`attr`]), the
-//! probe PMUs, CPUs, processes and the recorded command, and the tracefs
+//! The only stage that makes system calls, and the one that opens:
+//! [`open`] turns a session's plans into its opened probes (fds, rings,
+//! tracefs definitions). Its parts: the syscall layer ([`sys`]), the
+//! per-CPU rings ([`ring`]), the `perf_event_attr`s ([`attr`]), the probe
+//! PMUs, CPUs, processes and the recorded command, and the tracefs
 //! definer with its guardian.
 
 pub(crate) mod attr;
 pub(crate) mod command;
 mod cpu_list;
 pub mod cpus;
-mod definition;
+pub(crate) mod definition;
 pub(crate) mod error;
 pub(crate) mod guardian;
 pub(crate) mod instance;
+pub(crate) mod open;
+pub(crate) mod options;
 pub mod os;
 #[cfg_attr(not(feature = "test-util"), allow(unreachable_pub))] // in `testing`
 pub mod pmu;
@@ -30,3 +34,168 @@ pub mod sys;
 pub(crate) mod sys;
 pub(crate) mod target;
 pub mod tracefs;
+
+use std::os::fd::AsRawFd;
+
+use mio::unix::SourceFd;
+use mio::{Interest, Poll, Token};
+
+use crate::attach::command::HeldCommand;
+use crate::attach::error::AttachError;
+use crate::attach::open::Opened;
+use crate::attach::options::SessionOptions;
+use crate::attach::process::ProcessWatch;
+use crate::attach::target::RecordTarget;
+use crate::plan::entry_join::Expanded;
+
+/// Opens the probes `plans` lays out on every online CPU, or for the
+/// target's tasks, maps one ring per CPU and leaves the probes disabled
+/// (but for a command's, which the kernel arms at its exec).
+///
+/// Every open first removes the tracefs definitions of kprobe-perf
+/// processes that are gone (silently nothing without tracefs). For
+/// [`RecordTarget::Processes`], a thread created before its creator's
+/// events were open inherited nothing: the probes are opened again, from
+/// a new list of threads, until no thread is late (five times at most).
+pub(crate) fn open(plans: &Expanded, opts: &SessionOptions) -> Result<Opened, AttachError> {
+    const ATTEMPTS: usize = 5;
+    if !opts.mmap_pages.is_power_of_two() {
+        return Err(AttachError::RingPages {
+            pages: opts.mmap_pages,
+        });
+    }
+    tracefs::remove_stale_if_mounted();
+    let tasks = Tasks::of(&opts.target)?;
+    let mut attempt = 1;
+    loop {
+        let threads = tasks.threads()?;
+        let opened = open_tasks(plans, opts, &threads, tasks.command_pid())?;
+        let late = tasks.threads()?.iter().any(|t| !threads.contains(t));
+        if !late || attempt == ATTEMPTS {
+            return tasks.hand_over(opened);
+        }
+        attempt += 1;
+    }
+}
+
+/// Opens the probes for `opts.target`; for [`RecordTarget::Processes`],
+/// on each (pid, tid) of `threads` on every CPU, one ring per CPU shared
+/// by all threads; for a [`RecordTarget::Command`], for the held
+/// command's pid `command`.
+fn open_tasks(
+    plans: &Expanded,
+    opts: &SessionOptions,
+    threads: &[(i32, i32)],
+    command: Option<i32>,
+) -> Result<Opened, AttachError> {
+    let joined = !plans.joins.is_empty();
+    let mut plans = target::plans_for_target(plans.opened.clone(), &opts.target, joined)?;
+    let pmus = pmu::probe_pmus(&plans)?;
+    let cpus = cpus::online_cpus()?;
+    let defined = definition::define_events(&mut plans, pmus)?;
+    let scopes = opts.target.scopes(&cpus, threads, command)?;
+    open::reserve_fds(&plans, &scopes.slots)?;
+    let attrs = open::file_attrs(&plans, &defined.openers, opts);
+    let poll = Poll::new().map_err(|e| AttachError::io("creating the poller", e))?;
+    let events = open::open_events(
+        &plans,
+        &defined.openers,
+        opts,
+        &scopes.slots,
+        &poll,
+        defined.tracefs.as_ref(),
+    )?;
+    Ok(Opened {
+        plans,
+        attrs,
+        field_offsets: defined.field_offsets,
+        events,
+        tracefs: defined.tracefs,
+        poll,
+        enabled: opts.target.enables_on_exec(),
+        watched: Vec::new(),
+        command: None,
+    })
+}
+
+/// The tasks a target names, before its probes are opened: the held
+/// command of a [`RecordTarget::Command`], the processes of a
+/// [`RecordTarget::Processes`] (watched from before the first scan of
+/// their threads, so an exit is never missed).
+#[derive(Default)]
+struct Tasks {
+    command: Option<HeldCommand>,
+    pids: Vec<i32>,
+    watched: Vec<ProcessWatch>,
+}
+
+impl Tasks {
+    fn of(target: &RecordTarget) -> Result<Tasks, AttachError> {
+        match target {
+            RecordTarget::Command { argv, .. } => Ok(Tasks {
+                command: Some(HeldCommand::spawn(argv)?),
+                ..Tasks::default()
+            }),
+            RecordTarget::Processes(pids) => {
+                let pids = process::unique_pids(pids);
+                if pids.is_empty() {
+                    return Err(AttachError::NoProcesses);
+                }
+                let watched = pids
+                    .iter()
+                    .map(|&p| ProcessWatch::new(p))
+                    .collect::<Result<Vec<_>, _>>()?;
+                Ok(Tasks {
+                    command: None,
+                    pids,
+                    watched,
+                })
+            }
+            _ => Ok(Tasks::default()),
+        }
+    }
+
+    fn command_pid(&self) -> Option<i32> {
+        self.command.as_ref().map(HeldCommand::pid)
+    }
+
+    /// The (pid, tid) of each thread of the processes, now (none for
+    /// other targets).
+    fn threads(&self) -> Result<Vec<(i32, i32)>, AttachError> {
+        if self.pids.is_empty() {
+            return Ok(Vec::new());
+        }
+        target::threads_of_processes(&self.pids)
+    }
+
+    /// Gives `opened` the tasks, each pidfd registered with its poller
+    /// so that an exit ends a poll's wait: the command's under
+    /// `usize::MAX`, the processes' under the tokens below it.
+    fn hand_over(self, mut opened: Opened) -> Result<Opened, AttachError> {
+        let register = |poll: &Poll, fd: &std::os::fd::OwnedFd, token: usize| {
+            poll.registry()
+                .register(
+                    &mut SourceFd(&fd.as_raw_fd()),
+                    Token(token),
+                    Interest::READABLE,
+                )
+                .map_err(|e| AttachError::io("registering a pidfd with the poller", e))
+        };
+        for (k, w) in self.watched.iter().enumerate() {
+            if let Some(fd) = w.pidfd() {
+                register(&opened.poll, fd, usize::MAX - k)?;
+            }
+        }
+        opened.watched = self.watched;
+        if let Some(command) = self.command {
+            // Before Linux 5.3 (no pidfd), its exit is seen at the next
+            // poll.
+            let pidfd = sys::pidfd_open(command.pid()).ok();
+            if let Some(fd) = &pidfd {
+                register(&opened.poll, fd, usize::MAX)?;
+            }
+            opened.command = Some((command, pidfd));
+        }
+        Ok(opened)
+    }
+}

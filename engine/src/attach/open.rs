@@ -1,7 +1,9 @@
-//! The steps of [`Session::open`](super::Session::open), one function
-//! each: find the PMUs, define the tracefs events, compute the scopes
-//! (perf_event_open's pid × cpu pairs), open each event (retrying a
-//! refused `MOD:SYM` by address), and map or share each scope's ring.
+//! Opening a session's events, once its plans are routed and defined
+//! (see [`attach::open`](crate::attach::open)): raise the fd limit, open
+//! each event on each scope (perf_event_open's pid × cpu pairs; a refused
+//! `MOD:SYM` is retried by address), give the kernel each probe's filter,
+//! and map or share each scope's ring. What comes out, [`Opened`], is what
+//! a session reads.
 
 use std::collections::HashMap;
 use std::ffi::{CStr, CString};
@@ -10,221 +12,19 @@ use std::os::fd::{AsRawFd, OwnedFd};
 use mio::unix::SourceFd;
 use mio::{Interest, Poll, Token};
 
-use super::{check_capabilities, preflight, CpuStream, RecordTarget, SessionOptions, StreamRing};
 use crate::attach::attr::{self, EventSettings, Opener, SideRecords};
-use crate::attach::pmu::{ProbePmu, SYSFS_PMUS};
+use crate::attach::command::HeldCommand;
+use crate::attach::error::{explain_open_errno, AttachError, OpenedAs};
+use crate::attach::options::SessionOptions;
+use crate::attach::process::ProcessWatch;
 use crate::attach::ring::{BackwardRing, RingBuffer};
 use crate::attach::sys;
-use crate::attach::target::Slot;
-use crate::attach::tracefs::{ProbeKind, Tracefs, TracefsProbes};
-use crate::error::{explain_open_errno, Error, OpenedAs};
+use crate::attach::target::{RecordTarget, Slot};
+use crate::attach::tracefs::TracefsProbes;
 use crate::plan::{AttachPoint, Backend, ProbePlan};
 
-fn is_user(p: &ProbePlan) -> bool {
-    matches!(p.attach, AttachPoint::User { .. })
-}
-
-/// The plans as a target opens them: when it inherits, uprobes go through
-/// `uprobe_events` (see [`ProbePlan::through_uprobe_events`]); when it
-/// opens each probe more than once (per CPU, per thread, inherited), kernel
-/// probes the automatic backend put on the PMU go through `kprobe_events`
-/// where this process may define them (see
-/// [`ProbePlan::through_kprobe_events`]): one kprobe in all instead of one
-/// per perf event. Not when entry values are joined in user space
-/// (`joined`: the joined probes stay as planned). A uprobe the user put on
-/// the PMU (`--backend pmu`) cannot follow forks: refused for a target that
-/// inherits.
-pub(crate) fn plans_for_target(
-    plans: Vec<ProbePlan>,
-    target: &RecordTarget,
-    joined: bool,
-) -> Result<Vec<ProbePlan>, Error> {
-    let inherits = target.inherits();
-    if inherits {
-        if let Some(p) = plans
-            .iter()
-            .find(|p| is_user(p) && p.backend == Backend::Pmu && !p.auto_backend)
-        {
-            return Err(Error::UprobePmuCannotInherit {
-                probe: p.spec.to_string(),
-            });
-        }
-    }
-    // The CPUs are counted, and tracefs looked at, only when some probe
-    // would move.
-    let kernel_via_tracefs = !joined
-        && plans.iter().any(ProbePlan::may_go_through_kprobe_events)
-        && target.opens_each_probe_more_than_once(
-            crate::attach::cpus::online_cpus().map_or(1, |c| c.len()),
-        )
-        && Tracefs::find().is_ok_and(|t| t.can_define(ProbeKind::Kernel));
-    if !inherits && !kernel_via_tracefs {
-        return Ok(plans);
-    }
-    Ok(plans
-        .into_iter()
-        .map(|p| {
-            let p = if inherits {
-                p.through_uprobe_events()
-            } else {
-                p
-            };
-            if kernel_via_tracefs {
-                p.through_kprobe_events()
-            } else {
-                p
-            }
-        })
-        .collect())
-}
-
-/// The PMUs the plans need (kprobe, uprobe), checked to exist; without a
-/// kprobe PMU probe, the capabilities are still checked.
-pub(crate) fn probe_pmus(
-    plans: &[ProbePlan],
-) -> Result<(Option<ProbePmu>, Option<ProbePmu>), Error> {
-    let needs_kprobe_pmu = plans
-        .iter()
-        .any(|p| p.backend == Backend::Pmu && !is_user(p));
-    let pmu = if needs_kprobe_pmu {
-        Some(preflight()?)
-    } else {
-        check_capabilities()?;
-        None
-    };
-    let uprobe_pmu = if plans
-        .iter()
-        .any(|p| is_user(p) && p.backend == Backend::Pmu)
-    {
-        let pmu = ProbePmu::discover("uprobe")?.ok_or_else(|| Error::NoUprobePmu {
-            dir: format!("{SYSFS_PMUS}/uprobe"),
-        })?;
-        let counted = plans.iter().find(|p| {
-            p.backend == Backend::Pmu
-                && matches!(
-                    p.attach,
-                    AttachPoint::User {
-                        ref_ctr: Some(_),
-                        ..
-                    }
-                )
-        });
-        if let (Some(p), None) = (counted, pmu.ref_ctr_shift) {
-            return Err(Error::NoRefCtrOffset {
-                probe: p.spec.to_string(),
-                dir: format!("{SYSFS_PMUS}/uprobe"),
-            });
-        }
-        Some(pmu)
-    } else {
-        None
-    };
-    Ok((pmu, uprobe_pmu))
-}
-
-/// How each probe is opened, after [`define_events`].
-pub(crate) struct Defined {
-    /// The private tracefs group, when a probe is defined there.
-    pub(crate) tracefs: Option<TracefsProbes>,
-    /// Per probe, how it is opened.
-    pub(crate) openers: Vec<Opener>,
-    /// Per probe, where its arguments lie in its raw record (empty for
-    /// PMU probes).
-    pub(super) field_offsets: Vec<Vec<usize>>,
-}
-
-/// Picks each probe's opener; tracefs-defined probes are defined in our
-/// private group first, and their arguments located in the event format
-/// (named and typed by the kernel when it gives them).
-pub(crate) fn define_events(
-    plans: &mut [ProbePlan],
-    (pmu, uprobe_pmu): (Option<ProbePmu>, Option<ProbePmu>),
-) -> Result<Defined, Error> {
-    let mut tracefs_guard = None;
-    let mut openers = Vec::with_capacity(plans.len());
-    let mut field_offsets = Vec::with_capacity(plans.len());
-    for plan in plans.iter_mut() {
-        match (plan.backend, pmu) {
-            (Backend::Pmu, _) if is_user(plan) => {
-                let Some(up) = uprobe_pmu else {
-                    return Err(Error::NoUprobePmu {
-                        dir: format!("{SYSFS_PMUS}/uprobe"),
-                    });
-                };
-                openers.push(Opener::Pmu(up));
-                field_offsets.push(Vec::new());
-            }
-            (Backend::Pmu, Some(pmu)) => {
-                openers.push(Opener::Pmu(pmu));
-                field_offsets.push(Vec::new());
-            }
-            _ => {
-                let kind = if is_user(plan) {
-                    ProbeKind::User
-                } else {
-                    ProbeKind::Kernel
-                };
-                let guard = match tracefs_guard.as_mut() {
-                    Some(guard) => guard,
-                    None => tracefs_guard.insert(TracefsProbes::new(Tracefs::find()?)),
-                };
-                let group = guard.group().to_string();
-                guard.define(kind, &plan.tracefs_definition(&group), &plan.event)?;
-                let id = guard.tracefs().event_id(&group, &plan.event)?;
-                let fields = guard.tracefs().format(&group, &plan.event)?;
-                if plan.args_from_kernel() {
-                    // BTF names, $arg*, fprobe/tracepoint probes: the
-                    // kernel named and typed the fields.
-                    let path = guard.tracefs().root().join("events").join(&group);
-                    let path = path.join(&plan.event).join("format");
-                    if let Ok(text) = std::fs::read_to_string(path) {
-                        plan.set_args_from_format(&text);
-                    }
-                }
-                let (from_kernel, joined) = (plan.args_from_kernel(), plan.entry_join.is_some());
-                if let Some(filter) = plan.filter.as_mut() {
-                    if from_kernel {
-                        filter
-                            .recompile(&plan.args)
-                            .map_err(|error| Error::Filter {
-                                probe: plan.spec.to_string(),
-                                error,
-                            })?;
-                    }
-                    if !joined {
-                        filter.place(&crate::attach::tracefs::filter_fields(&fields));
-                    }
-                }
-                let offsets = plan
-                    .args
-                    .iter()
-                    .map(|a| {
-                        fields
-                            .iter()
-                            .find(|f| f.name == a.name)
-                            .map(|f| f.offset)
-                            .ok_or_else(|| {
-                                Error::Tracefs(crate::attach::tracefs::TracefsError::Format {
-                                    path: guard.tracefs().format_path(&group, &plan.event),
-                                    field: a.name.clone(),
-                                })
-                            })
-                    })
-                    .collect::<Result<Vec<_>, _>>()?;
-                openers.push(Opener::Tracepoint(id));
-                field_offsets.push(offsets);
-            }
-        }
-    }
-    Ok(Defined {
-        tracefs: tracefs_guard,
-        openers,
-        field_offsets,
-    })
-}
-
 /// Raises the fd limit for every event of `plans` on every slot.
-pub(crate) fn reserve_fds(plans: &[ProbePlan], slots: &[Slot]) -> Result<(), Error> {
+pub(crate) fn reserve_fds(plans: &[ProbePlan], slots: &[Slot]) -> Result<(), AttachError> {
     // A PMU kretprobe has a second fd per slot: its entry counter.
     let per_slot = plans.len()
         + plans
@@ -232,13 +32,13 @@ pub(crate) fn reserve_fds(plans: &[ProbePlan], slots: &[Slot]) -> Result<(), Err
             .filter(|p| p.is_return() && p.backend == Backend::Pmu)
             .count();
     sys::raise_fd_limit(slots.len() * per_slot + 64).map_err(|e| match e {
-        sys::FdLimitError::HardLimit { hard } => Error::TooManyFds {
+        sys::FdLimitError::HardLimit { hard } => AttachError::TooManyFds {
             probes: plans.len(),
             slots: slots.len(),
             needed: slots.len() * per_slot,
             hard_limit: hard,
         },
-        sys::FdLimitError::Os(e) => Error::io("raising the limit on open files", e),
+        sys::FdLimitError::Os(e) => AttachError::io("raising the limit on open files", e),
     })
 }
 
@@ -255,7 +55,7 @@ fn event_settings(opts: &SessionOptions) -> EventSettings {
 
 /// The bytes of each probe's attr as a perf.data file stores them (no
 /// side records).
-pub(super) fn file_attrs(
+pub(crate) fn file_attrs(
     plans: &[ProbePlan],
     openers: &[Opener],
     opts: &SessionOptions,
@@ -279,7 +79,7 @@ pub(super) fn file_attrs(
 /// refuses (ENOENT on some 6.1/5.10 stables, EINVAL before ~5.3) is
 /// retried by the address kallsyms gave, with no name. `open` is
 /// perf_event_open on the scope, or a fake in tests.
-pub(super) fn open_retrying_by_address<T>(
+pub(crate) fn open_retrying_by_address<T>(
     attr: &sys::perf_event_attr,
     name: Option<&CStr>,
     plan: &ProbePlan,
@@ -307,7 +107,7 @@ pub(crate) fn open_at(
     plan: &ProbePlan,
     opener: Opener,
     slot: &Slot,
-) -> Result<OwnedFd, Error> {
+) -> Result<OwnedFd, AttachError> {
     let opened = open_retrying_by_address(attr, name, plan, opener, |attr, name| {
         sys::perf_event_open(attr, name, slot.pid, slot.cpu, slot.flags)
     });
@@ -338,7 +138,7 @@ pub(crate) fn open_at(
             };
             explain_open_errno(errno, &target, as_)
         };
-        Error::Open {
+        AttachError::Open {
             probe: plan.spec.to_string(),
             where_: slot.label.clone(),
             reason,
@@ -363,7 +163,7 @@ pub(crate) fn inherited<'n>(
     mut attr: sys::perf_event_attr,
     mut name: Option<&'n CStr>,
     plan: &ProbePlan,
-) -> Result<(sys::perf_event_attr, Option<&'n CStr>), Error> {
+) -> Result<(sys::perf_event_attr, Option<&'n CStr>), AttachError> {
     // An inherited event is re-created at every fork of the
     // recorded command, and the kernel then reads config1 (the
     // name or path) as a user pointer of the forking process,
@@ -377,7 +177,7 @@ pub(crate) fn inherited<'n>(
                 attr = attr::by_address(&attr, plan, addr);
             }
             (AttachPoint::User { .. }, _) => {
-                return Err(Error::Internal {
+                return Err(AttachError::Internal {
                     what: format!(
                         "following a command's children with the uprobe {}: an inherited uprobe PMU event would make the kernel re-read the binary's path at each fork; it must be defined through uprobe_events",
                         plan.spec
@@ -385,7 +185,7 @@ pub(crate) fn inherited<'n>(
                 })
             }
             _ => {
-                return Err(Error::InheritNeedsAddress {
+                return Err(AttachError::InheritNeedsAddress {
                     probe: plan.spec.to_string(),
                 })
             }
@@ -395,14 +195,14 @@ pub(crate) fn inherited<'n>(
 }
 
 /// The string the kernel runs for `plan`'s filter, when it runs there.
-pub(crate) fn kernel_filter(plan: &ProbePlan) -> Result<Option<CString>, Error> {
+pub(crate) fn kernel_filter(plan: &ProbePlan) -> Result<Option<CString>, AttachError> {
     let Some(crate::plan::filter::FilterRuns::Kernel(s)) = plan.filter.as_ref().map(|f| f.runs())
     else {
         return Ok(None);
     };
     CString::new(s.as_bytes())
         .map(Some)
-        .map_err(|_| Error::FilterRefused {
+        .map_err(|_| AttachError::FilterRefused {
             probe: plan.spec.to_string(),
             filter: s.clone(),
             reason: "it contains a NUL byte, which ends a filter string for the kernel".into(),
@@ -410,9 +210,9 @@ pub(crate) fn kernel_filter(plan: &ProbePlan) -> Result<Option<CString>, Error> 
 }
 
 /// This process's threads (`/proc/self/task`).
-fn own_threads() -> Result<Vec<i32>, Error> {
+fn own_threads() -> Result<Vec<i32>, AttachError> {
     let dir = std::fs::read_dir("/proc/self/task")
-        .map_err(|e| Error::io("listing this process's threads (/proc/self/task)", e))?;
+        .map_err(|e| AttachError::io("listing this process's threads (/proc/self/task)", e))?;
     let mut tids: Vec<i32> = dir
         .flatten()
         .filter_map(|e| e.file_name().to_str()?.parse().ok())
@@ -451,7 +251,7 @@ pub(crate) fn apply_kernel_filter(
     filter: &CStr,
     plan: &ProbePlan,
     explain: impl FnOnce(&str) -> Option<String>,
-) -> Result<(), Error> {
+) -> Result<(), AttachError> {
     sys::set_filter(fd, filter).map_err(|e| {
         let text = filter.to_string_lossy().into_owned();
         let reason = explain(&text).unwrap_or_else(|| match e.raw_os_error() {
@@ -462,7 +262,7 @@ pub(crate) fn apply_kernel_filter(
             Some(libc::EEXIST) => format!("{e}: the event already has a filter"),
             _ => e.to_string(),
         });
-        Error::FilterRefused {
+        AttachError::FilterRefused {
             probe: plan.spec.to_string(),
             filter: text,
             reason,
@@ -470,17 +270,65 @@ pub(crate) fn apply_kernel_filter(
     })
 }
 
-/// Every event of a session, open on its scopes.
-pub(super) struct Opened {
+/// A stream's ring: read as it fills, or kept as a flight recorder.
+pub(crate) enum StreamRing {
+    Forward(RingBuffer),
+    Backward(BackwardRing),
+}
+
+pub(crate) struct CpuStream {
+    pub(crate) ring: StreamRing,
+    /// All fds of this CPU; the first owns the ring.
+    pub(crate) fds: Vec<OwnedFd>,
+    /// The CPU the ring's events were opened on (`None`: per thread).
+    pub(crate) cpu: Option<u32>,
+    /// Samples of the user's probes decoded from this ring: the rest of
+    /// their events' counts were lost (or, in flight-recorder mode, not
+    /// kept). A hidden probe's samples (see the planner's entry joins) are
+    /// not among them, nor its counts among those compared.
+    pub(crate) samples: u64,
+}
+
+/// Every event of a session, open on its scopes: what
+/// [`attach::open`](crate::attach::open) hands a session.
+pub(crate) struct Opened {
+    /// The probes as opened (routed for the target, their tracefs
+    /// fields named), in the order of event ids' probes.
+    pub(crate) plans: Vec<ProbePlan>,
+    /// Per probe, its attr's bytes as a perf.data file stores them.
+    pub(crate) attrs: Vec<Vec<u8>>,
+    /// Per probe, where its arguments lie in its raw record (empty for
+    /// PMU probes).
+    pub(crate) field_offsets: Vec<Vec<usize>>,
+    /// Their events, rings and counters.
+    pub(crate) events: Events,
+    /// The private tracefs group, when a probe is defined there (it
+    /// removes its events when dropped, after the fds).
+    pub(crate) tracefs: Option<TracefsProbes>,
+    /// The poller every forward ring, and the targets' pidfds, are
+    /// registered with.
+    pub(crate) poll: Poll,
+    /// The probes are armed already (by the kernel, at the command's
+    /// exec).
+    pub(crate) enabled: bool,
+    /// The processes of [`RecordTarget::Processes`], until they exit.
+    pub(crate) watched: Vec<ProcessWatch>,
+    /// The command of [`RecordTarget::Command`], and its pidfd (whose
+    /// readiness ends a poll's wait when it exits).
+    pub(crate) command: Option<(HeldCommand, Option<OwnedFd>)>,
+}
+
+/// The events of every probe on every slot, and how they are read.
+pub(crate) struct Events {
     /// One per ring.
-    pub(super) streams: Vec<CpuStream>,
+    pub(crate) streams: Vec<CpuStream>,
     /// Event id -> its probe.
-    pub(super) probe_of_id: HashMap<u64, usize>,
+    pub(crate) probe_of_id: HashMap<u64, usize>,
     /// Per PMU kretprobe (its index) and slot, its entry counter.
-    pub(super) entry_counters: Vec<(usize, OwnedFd)>,
+    pub(crate) entry_counters: Vec<(usize, OwnedFd)>,
     /// Per probe: for a PMU return probe, the session's probe that
     /// samples every entry of the same function (see [`entry_partners`]).
-    pub(super) entry_partners: Vec<Option<usize>>,
+    pub(crate) entry_partners: Vec<Option<usize>>,
 }
 
 /// For each PMU return probe, an entry probe of the session that the
@@ -546,14 +394,14 @@ enum SlotOutcome {
 /// Opens every probe on every slot, maps one ring per slot (for
 /// [`RecordTarget::Processes`], one per CPU shared by every thread) and
 /// registers the forward rings with `poll`.
-pub(super) fn open_events(
+pub(crate) fn open_events(
     plans: &[ProbePlan],
     openers: &[Opener],
     opts: &SessionOptions,
     slots: &[Slot],
     poll: &Poll,
     tracefs: Option<&TracefsProbes>,
-) -> Result<Opened, Error> {
+) -> Result<Events, AttachError> {
     let names: Vec<Option<CString>> = plans.iter().map(pmu_name).collect();
     let mut filters = plans
         .iter()
@@ -573,13 +421,13 @@ pub(super) fn open_events(
         settings: event_settings(opts),
         opts,
         // User callchains are named from the binaries' mappings too.
-        any_user: plans.iter().any(is_user)
+        any_user: plans.iter().any(ProbePlan::is_user)
             || opts
                 .call_graph
                 .is_some_and(|g| g.user() || g.dwarf_stack().is_some()),
         poll,
     };
-    let mut opened = Opened {
+    let mut opened = Events {
         streams: Vec::with_capacity(slots.len()),
         probe_of_id: HashMap::new(),
         entry_counters: Vec::new(),
@@ -651,7 +499,7 @@ impl Opening<'_> {
         exited: ExitedThread,
         probe_of_id: &mut HashMap<u64, usize>,
         entry_counters: &mut Vec<(usize, OwnedFd)>,
-    ) -> Result<SlotOutcome, Error> {
+    ) -> Result<SlotOutcome, AttachError> {
         let mut fds: Vec<OwnedFd> = Vec::with_capacity(self.plans.len());
         let mut ring = None;
         for (i, plan) in self.plans.iter().enumerate() {
@@ -663,7 +511,7 @@ impl Opening<'_> {
             let (attr, name) = self.attr_and_name(i, plan, side)?;
             let fd = match open_at(&attr, name, plan, self.openers[i], slot) {
                 // The thread exited after the scan: nothing to record.
-                Err(Error::Open { source, .. })
+                Err(AttachError::Open { source, .. })
                     if exited == ExitedThread::Skip
                         && source.raw_os_error() == Some(libc::ESRCH) =>
                 {
@@ -685,18 +533,19 @@ impl Opening<'_> {
                 self.set_filter(i, plan, &counter)?;
                 entry_counters.push((i, counter));
             }
-            let id = sys::event_id(&fd).map_err(|e| Error::io("reading a perf event id", e))?;
+            let id =
+                sys::event_id(&fd).map_err(|e| AttachError::io("reading a perf event id", e))?;
             probe_of_id.insert(id, i);
             match (&ring, owner) {
                 (None, Some(owner)) => {
                     sys::set_output(&fd, owner).map_err(|e| {
-                        Error::io(format!("sharing the ring buffer of {}", slot.label), e)
+                        AttachError::io(format!("sharing the ring buffer of {}", slot.label), e)
                     })?;
                 }
                 (None, None) => ring = Some(self.map_ring(&fd, slot, token)?),
                 (Some(_), _) => {
                     sys::set_output(&fd, &fds[0]).map_err(|e| {
-                        Error::io(format!("sharing the ring buffer of {}", slot.label), e)
+                        AttachError::io(format!("sharing the ring buffer of {}", slot.label), e)
                     })?;
                 }
             }
@@ -708,7 +557,7 @@ impl Opening<'_> {
     /// Gives probe `i`'s kernel filter, if it has one, to `fd` (one of
     /// its events: the kernel keeps a filter per fd). A refusal is
     /// explained in the kernel's words when the probe is a tracefs event.
-    fn set_filter(&self, i: usize, plan: &ProbePlan, fd: &OwnedFd) -> Result<(), Error> {
+    fn set_filter(&self, i: usize, plan: &ProbePlan, fd: &OwnedFd) -> Result<(), AttachError> {
         let Some(Some(filter)) = self.filters.get(i) else {
             return Ok(());
         };
@@ -728,7 +577,7 @@ impl Opening<'_> {
         i: usize,
         plan: &ProbePlan,
         side: SideRecords,
-    ) -> Result<(sys::perf_event_attr, Option<&CStr>), Error> {
+    ) -> Result<(sys::perf_event_attr, Option<&CStr>), AttachError> {
         let attr = attr::probe_event(self.openers[i], plan, &self.settings, side);
         let name = match self.openers[i] {
             Opener::Pmu(_) => self.names[i].as_deref(),
@@ -743,7 +592,7 @@ impl Opening<'_> {
     /// Maps the ring of `fd`, the first event of `slot`: read as it fills
     /// (registered with the poller under `token`), or in flight-recorder
     /// mode kept read-only and read only on demand.
-    fn map_ring(&self, fd: &OwnedFd, slot: &Slot, token: usize) -> Result<StreamRing, Error> {
+    fn map_ring(&self, fd: &OwnedFd, slot: &Slot, token: usize) -> Result<StreamRing, AttachError> {
         let opts = self.opts;
         let what = || {
             format!(
@@ -754,11 +603,11 @@ impl Opening<'_> {
         if opts.overwrite {
             // Read only on demand: not registered for wakeups.
             return Ok(StreamRing::Backward(
-                BackwardRing::new(fd, opts.mmap_pages).map_err(|e| Error::io(what(), e))?,
+                BackwardRing::new(fd, opts.mmap_pages).map_err(|e| AttachError::io(what(), e))?,
             ));
         }
         let ring = StreamRing::Forward(
-            RingBuffer::new(fd, opts.mmap_pages).map_err(|e| Error::io(what(), e))?,
+            RingBuffer::new(fd, opts.mmap_pages).map_err(|e| AttachError::io(what(), e))?,
         );
         self.poll
             .registry()
@@ -767,7 +616,7 @@ impl Opening<'_> {
                 Token(token),
                 Interest::READABLE,
             )
-            .map_err(|e| Error::io("registering a ring with the poller", e))?;
+            .map_err(|e| AttachError::io("registering a ring with the poller", e))?;
         Ok(ring)
     }
 }
@@ -791,6 +640,7 @@ mod tests {
     }
 
     use super::*;
+    use crate::attach::pmu::ProbePmu;
 
     /// The module symbol of the tests, as kallsyms gives it.
     const MOD_FN: u64 = 0xffff_ffff_c0a0_1230;

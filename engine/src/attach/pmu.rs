@@ -1,9 +1,12 @@
-//! The kernel's dynamic PMUs (`kprobe`, `uprobe`) as sysfs describes them.
+//! The kernel's dynamic PMUs (`kprobe`, `uprobe`) as sysfs describes them,
+//! the ones a session's plans need, and the capabilities they ask for.
 
 use std::io;
 use std::path::Path;
 
 use crate::attach::error::AttachError;
+use crate::attach::sys;
+use crate::plan::{AttachPoint, Backend, ProbePlan};
 
 /// Where the kernel lists its PMUs.
 pub(crate) const SYSFS_PMUS: &str = "/sys/bus/event_source/devices";
@@ -62,6 +65,76 @@ impl ProbePmu {
             ref_ctr_shift,
         }))
     }
+}
+
+/// Checks what a newcomer hits first: a kernel without the kprobe PMU, or
+/// a process without the capability to use it.
+#[cfg_attr(not(feature = "test-util"), allow(dead_code, unreachable_pub))] // in `testing`
+pub fn preflight() -> Result<ProbePmu, AttachError> {
+    let pmu = ProbePmu::discover("kprobe")?.ok_or_else(|| AttachError::NoKprobePmu {
+        dir: format!("{SYSFS_PMUS}/kprobe"),
+    })?;
+    check_capabilities()?;
+    Ok(pmu)
+}
+
+/// Fails unless this process has CAP_PERFMON or CAP_SYS_ADMIN.
+#[cfg_attr(not(feature = "test-util"), allow(unreachable_pub))] // in `testing`
+pub fn check_capabilities() -> Result<(), AttachError> {
+    let caps =
+        sys::effective_capabilities().map_err(|e| AttachError::io("reading capabilities", e))?;
+    let has = |cap: u32| caps & (1u64 << cap) != 0;
+    if !has(sys::CAP_PERFMON) && !has(sys::CAP_SYS_ADMIN) {
+        let exe = std::env::current_exe()
+            .map(|p| p.display().to_string())
+            .unwrap_or_else(|_| "kprobe-perf".into());
+        return Err(AttachError::NotPermitted { exe });
+    }
+    Ok(())
+}
+
+/// The PMUs the plans need (kprobe, uprobe), checked to exist; without a
+/// kprobe PMU probe, the capabilities are still checked.
+pub(crate) fn probe_pmus(
+    plans: &[ProbePlan],
+) -> Result<(Option<ProbePmu>, Option<ProbePmu>), AttachError> {
+    let needs_kprobe_pmu = plans
+        .iter()
+        .any(|p| p.backend == Backend::Pmu && !p.is_user());
+    let pmu = if needs_kprobe_pmu {
+        Some(preflight()?)
+    } else {
+        check_capabilities()?;
+        None
+    };
+    let uprobe_pmu = if plans
+        .iter()
+        .any(|p| p.is_user() && p.backend == Backend::Pmu)
+    {
+        let pmu = ProbePmu::discover("uprobe")?.ok_or_else(|| AttachError::NoUprobePmu {
+            dir: format!("{SYSFS_PMUS}/uprobe"),
+        })?;
+        let counted = plans.iter().find(|p| {
+            p.backend == Backend::Pmu
+                && matches!(
+                    p.attach,
+                    AttachPoint::User {
+                        ref_ctr: Some(_),
+                        ..
+                    }
+                )
+        });
+        if let (Some(p), None) = (counted, pmu.ref_ctr_shift) {
+            return Err(AttachError::NoRefCtrOffset {
+                probe: p.spec.to_string(),
+                dir: format!("{SYSFS_PMUS}/uprobe"),
+            });
+        }
+        Some(pmu)
+    } else {
+        None
+    };
+    Ok((pmu, uprobe_pmu))
 }
 
 /// Parses a one-bit PMU format such as `config:0`.

@@ -1,12 +1,15 @@
 //! Whose probe hits a session records ([`RecordTarget`]), and how a
 //! target becomes the (pid, cpu) pairs perf_event_open takes
-//! (`RecordTarget::scopes`).
+//! (`RecordTarget::scopes`), and the backend each plan takes for it
+//! ([`plans_for_target`]).
 
 use std::os::fd::AsRawFd;
 use std::path::PathBuf;
 
 use crate::attach::error::AttachError;
 use crate::attach::process;
+use crate::attach::tracefs::{ProbeKind, Tracefs};
+use crate::plan::{Backend, ProbePlan};
 
 /// Whose probe hits are recorded.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -238,6 +241,60 @@ pub(crate) fn threads_of_processes(pids: &[i32]) -> Result<Vec<(i32, i32)>, Atta
         threads.extend(tids.unwrap_or_default().into_iter().map(|t| (pid, t)));
     }
     Ok(threads)
+}
+
+/// The plans as a target opens them: when it inherits, uprobes go through
+/// `uprobe_events` (see [`ProbePlan::through_uprobe_events`]); when it
+/// opens each probe more than once (per CPU, per thread, inherited), kernel
+/// probes the automatic backend put on the PMU go through `kprobe_events`
+/// where this process may define them (see
+/// [`ProbePlan::through_kprobe_events`]): one kprobe in all instead of one
+/// per perf event. Not when entry values are joined in user space
+/// (`joined`: the joined probes stay as planned). A uprobe the user put on
+/// the PMU (`--backend pmu`) cannot follow forks: refused for a target that
+/// inherits.
+pub(crate) fn plans_for_target(
+    plans: Vec<ProbePlan>,
+    target: &RecordTarget,
+    joined: bool,
+) -> Result<Vec<ProbePlan>, AttachError> {
+    let inherits = target.inherits();
+    if inherits {
+        if let Some(p) = plans
+            .iter()
+            .find(|p| p.is_user() && p.backend == Backend::Pmu && !p.auto_backend)
+        {
+            return Err(AttachError::UprobePmuCannotInherit {
+                probe: p.spec.to_string(),
+            });
+        }
+    }
+    // The CPUs are counted, and tracefs looked at, only when some probe
+    // would move.
+    let kernel_via_tracefs = !joined
+        && plans.iter().any(ProbePlan::may_go_through_kprobe_events)
+        && target.opens_each_probe_more_than_once(
+            crate::attach::cpus::online_cpus().map_or(1, |c| c.len()),
+        )
+        && Tracefs::find().is_ok_and(|t| t.can_define(ProbeKind::Kernel));
+    if !inherits && !kernel_via_tracefs {
+        return Ok(plans);
+    }
+    Ok(plans
+        .into_iter()
+        .map(|p| {
+            let p = if inherits {
+                p.through_uprobe_events()
+            } else {
+                p
+            };
+            if kernel_via_tracefs {
+                p.through_kprobe_events()
+            } else {
+                p
+            }
+        })
+        .collect())
 }
 
 /// The rings of a target and what must stay open while its events are

@@ -216,7 +216,7 @@ impl Tracefs {
     /// Finds the tracefs mount (whatever dynamic events the kernel has).
     pub fn find() -> Result<Tracefs, TracefsError> {
         let mut unreadable = None;
-        for root in ["/sys/kernel/tracing", "/sys/kernel/debug/tracing"] {
+        for root in crate::plan::TRACEFS_ROOTS {
             let root = PathBuf::from(root);
             // An unmounted /sys/kernel/tracing is an empty directory.
             match std::fs::metadata(root.join("events")) {

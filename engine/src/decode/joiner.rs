@@ -1,15 +1,13 @@
 //! The decode-time half of the entry joins planned in
-//! [`crate::plan::entry_join`]: `expand` gives the probes a session
-//! opens for the user's (a joined probe's return part in its place, the
-//! hidden entry probes after the user's), and the [`Joiner`] pairs each
-//! return with its entry per thread and hands the return on with the
-//! user's arguments.
+//! [`crate::plan::entry_join`]: for the probes its `expand` laid out, the
+//! [`Joiner`] pairs each return with its entry per thread and hands the
+//! return on with the user's arguments.
 
 use std::ops::ControlFlow;
 
 use crate::decode::pairing::{CallStacks, FrameMatch, FunctionProbes};
 use crate::decode::{Event, Value};
-use crate::plan::entry_join::{JoinSource, ENTRY_SUFFIX};
+use crate::plan::entry_join::{Expanded, JoinSource};
 use crate::plan::ProbePlan;
 
 /// Most entries kept per thread and function (a latency pairer's default).
@@ -48,67 +46,47 @@ impl std::fmt::Debug for Joiner {
     }
 }
 
-/// The probes a session opens for `plans` (the user's): a joined probe's
-/// return part in its place, the hidden entry probes after the user's;
-/// and the [`Joiner`] that puts them back together, when one is needed.
-pub(crate) fn expand(plans: Vec<ProbePlan>) -> (Vec<ProbePlan>, Option<Joiner>) {
-    if plans.iter().all(|p| p.entry_join.is_none()) {
-        return (plans, None);
-    }
-    let mut opened: Vec<ProbePlan> = Vec::with_capacity(plans.len() + 1);
-    let mut hidden = Vec::new();
-    let mut functions = Vec::new();
-    let mut joined = Vec::new();
-    for (i, p) in plans.iter().enumerate() {
-        match &p.entry_join {
-            Some(j) => {
-                let entry_index = plans.len() + hidden.len();
-                let frame = FrameMatch::new(
-                    j.entry.args.len().saturating_sub(1),
-                    j.ret.args.len().saturating_sub(1),
-                    j.frame_step,
-                );
-                functions.push(FunctionProbes::new(entry_index, i).with_frame(frame));
-                joined.push(Joined {
-                    ret: i,
-                    order: j.order.clone(),
-                });
-                // Under the user's event name, which planning may have
-                // made unique since.
-                let mut ret = j.ret.clone();
-                ret.event = p.event.clone();
-                let mut entry = j.entry.clone();
-                entry.event = format!("{}{ENTRY_SUFFIX}", p.event);
-                opened.push(ret);
-                hidden.push(entry);
-            }
-            None => opened.push(p.clone()),
-        }
-    }
-    opened.extend(hidden);
-    let mut role = vec![None; opened.len()];
-    for (f, fp) in functions.iter().enumerate() {
-        role[fp.entry] = Some(f);
-        role[fp.ret] = Some(f);
-    }
-    // Each probe is in one function only: the stacks cannot refuse them.
-    // As deep as a latency pairer's by default.
-    let pairer = match CallStacks::new(&functions, MAX_DEPTH) {
-        Ok(p) => p,
-        Err(_) => return (plans, None),
-    };
-    let joiner = Joiner {
-        shown: plans,
-        joined,
-        role,
-        pairer,
-        merged: Event::default(),
-        held: false,
-    };
-    (opened, Some(joiner))
-}
-
 impl Joiner {
+    /// The joiner of the probes `expanded` opens: `None` when no probe is
+    /// joined.
+    pub(crate) fn new(expanded: &Expanded) -> Option<Joiner> {
+        if expanded.joins.is_empty() {
+            return None;
+        }
+        let functions: Vec<FunctionProbes> = expanded
+            .joins
+            .iter()
+            .map(|j| {
+                let frame = FrameMatch::new(j.entry_frame_arg, j.ret_frame_arg, j.frame_step);
+                FunctionProbes::new(j.entry, j.ret).with_frame(frame)
+            })
+            .collect();
+        let mut role = vec![None; expanded.opened.len()];
+        for (f, fp) in functions.iter().enumerate() {
+            role[fp.entry] = Some(f);
+            role[fp.ret] = Some(f);
+        }
+        // Each probe is in one function only: the stacks cannot refuse
+        // them. As deep as a latency pairer's by default.
+        let pairer = CallStacks::new(&functions, MAX_DEPTH).ok()?;
+        let joined = expanded
+            .joins
+            .iter()
+            .map(|j| Joined {
+                ret: j.ret,
+                order: j.order.clone(),
+            })
+            .collect();
+        Some(Joiner {
+            shown: expanded.shown.clone(),
+            joined,
+            role,
+            pairer,
+            merged: Event::default(),
+            held: false,
+        })
+    }
+
     /// The user's probes, as shown (events refer to them).
     pub fn shown(&self) -> &[ProbePlan] {
         &self.shown

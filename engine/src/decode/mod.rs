@@ -5,7 +5,7 @@
 mod filter;
 pub(crate) mod frames;
 pub(crate) mod ftrace;
-pub(crate) mod join;
+pub(crate) mod joiner;
 pub(crate) mod pairing;
 pub mod records;
 pub(crate) mod stats;

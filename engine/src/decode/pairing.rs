@@ -1,6 +1,6 @@
 //! Returns paired with their entries, per thread: the stacks of entries
 //! waiting for their return (`CallStacks`) that both the entry-join
-//! [`Joiner`](crate::decode::join::Joiner) and the latency analysis
+//! [`Joiner`](crate::decode::joiner::Joiner) and the latency analysis
 //! ([`crate::analysis::LatencyPairer`], which adds histograms) use. The
 //! rules (tid 0 per CPU, exits, tid reuse, losses, frames, depth) are
 //! those the analysis' module documentation lists.

@@ -1,10 +1,14 @@
 //! The kernel stage's error: the kernel's symbols, images or text that
-//! cannot be used. Wrapped by the crate's [`Error`](crate::error::Error).
+//! cannot be used, or a probe that cannot be planned against them
+//! ([`Kernel::plan`](crate::kernel::Kernel::plan) and the globs). The
+//! crate's root error wraps it as it is.
 
 use std::path::PathBuf;
 
 use kprobe_perf_symbols::image::ImageError;
 use kprobe_perf_symbols::SymbolsError;
+
+use crate::plan::PlanError;
 
 /// Why the kernel's symbols, images or text cannot be used.
 #[derive(Debug, thiserror::Error)]
@@ -66,9 +70,17 @@ pub enum KernelError {
         /// What is wrong and what to do.
         reason: String,
     },
-    /// The running kernel's architecture is not one the engine decodes.
-    #[error("kprobe-perf supports x86_64 and aarch64 only")]
-    UnsupportedArch,
+    /// A probe cannot be planned (its definition, its symbol, its
+    /// filter).
+    #[error(transparent)]
+    Plan(#[from] PlanError),
+    /// A kernel value stored a moment ago is missing (a bug: please
+    /// report it).
+    #[error("{what} (a bug: please report it)")]
+    Internal {
+        /// What was being read.
+        what: String,
+    },
 }
 
 /// The paths, joined for a message.
@@ -78,4 +90,11 @@ pub fn looked_in(paths: &[PathBuf]) -> String {
         .map(|p| p.display().to_string())
         .collect::<Vec<_>>()
         .join(", ")
+}
+
+/// A malformed definition is a probe that cannot be planned.
+impl From<kprobe_perf_spec::SpecError> for KernelError {
+    fn from(e: kprobe_perf_spec::SpecError) -> KernelError {
+        KernelError::Plan(PlanError::Spec(e))
+    }
 }

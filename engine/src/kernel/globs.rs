@@ -7,7 +7,7 @@ use std::sync::OnceLock;
 use kprobe_perf_symbols::{cover_globs, glob_match, is_glob};
 
 use super::Kernel;
-use crate::error::Error;
+use crate::kernel::error::KernelError;
 use crate::kernel::preflight::Preflight;
 use crate::kernel::select::{self, Candidate, SelectOptions};
 use crate::plan::{BackendChoice, KernelFeatures};
@@ -256,7 +256,7 @@ impl<'k> Selection<'k> {
     /// read on first use; `None` when unreadable.
     pub fn traceable(&self) -> Option<&HashSet<String>> {
         self.traceable
-            .get_or_init(|| select::traceable_functions().ok())
+            .get_or_init(select::traceable_functions)
             .as_ref()
     }
 
@@ -353,7 +353,7 @@ pub enum ExpandedAs {
 
 impl Kernel {
     /// The judge of glob candidates on this kernel (opens its text).
-    pub fn selection(&self, opts: &GlobOptions) -> Result<Selection<'_>, Error> {
+    pub fn selection(&self, opts: &GlobOptions) -> Result<Selection<'_>, KernelError> {
         Ok(Selection {
             symbols: &self.symbols,
             preflight: self.preflight()?,
@@ -373,7 +373,7 @@ impl Kernel {
         &self,
         specs: &[S],
         opts: &GlobOptions,
-    ) -> Result<Vec<Expanded>, Error> {
+    ) -> Result<Vec<Expanded>, KernelError> {
         let arch = self.arch()?;
         if specs.iter().any(|s| sdt_spec(s.as_ref(), arch).is_some()) {
             // Each on its own: SDT probes into their sites, the rest as below.

@@ -58,11 +58,10 @@ pub use globs::{
 };
 pub use text::{KernelImages, SkippedImage};
 
-use crate::error::Error;
 use crate::kernel::kcore::TextSources;
 use crate::kernel::preflight::{KernelTextSource, Preflight};
 use crate::plan::BackendChoice;
-use crate::plan::ProbePlan;
+use crate::plan::{PlanError, ProbePlan};
 use kprobe_perf_arch::Arch;
 use kprobe_perf_symbols::KernelSymbols;
 
@@ -209,7 +208,7 @@ impl Kernel {
     /// kernel. A blacklist that cannot be read is not an error (see
     /// [`blacklist_error`](Self::blacklist_error)); kallsyms is. The
     /// vmlinux, System.map and text are looked for on first use.
-    pub fn discover(options: KernelOptions) -> Result<Kernel, Error> {
+    pub fn discover(options: KernelOptions) -> Result<Kernel, KernelError> {
         let symbols = KernelSymbols::load().map_err(KernelError::from)?;
         Ok(Self::with_symbols(symbols, options))
     }
@@ -275,8 +274,9 @@ impl Kernel {
 
     /// The running kernel's architecture (`/proc/sys/kernel/arch`, else
     /// this build's), which decides how its text is decoded.
-    pub fn arch(&self) -> Result<Arch, Error> {
-        self.arch.ok_or_else(|| KernelError::UnsupportedArch.into())
+    pub fn arch(&self) -> Result<Arch, KernelError> {
+        self.arch
+            .ok_or(KernelError::Plan(PlanError::UnsupportedArch))
     }
 
     /// The running kernel's GNU build ID (`/sys/kernel/notes`), when it
@@ -305,7 +305,7 @@ impl Kernel {
     /// file of another build is refused (unless
     /// [`KernelOptions::other_kernel`]). Only source points and listings
     /// look for it.
-    pub fn debug_info(&self) -> Result<&source::DebugFile, Error> {
+    pub fn debug_info(&self) -> Result<&source::DebugFile, KernelError> {
         if let Some(f) = self.debug_info.get() {
             return Ok(f);
         }
@@ -327,7 +327,7 @@ impl Kernel {
     /// found already, else the local candidates, without asking a
     /// debuginfod server (a report, as `info`'s, must not start a
     /// download of hundreds of megabytes).
-    pub fn local_debug_info(&self) -> Result<Arc<source::DebugFile>, Error> {
+    pub fn local_debug_info(&self) -> Result<Arc<source::DebugFile>, KernelError> {
         if let Some(f) = self.debug_info.get() {
             return Ok(Arc::clone(f));
         }
@@ -359,13 +359,16 @@ impl Kernel {
     /// installed module itself; else the debuginfod servers' file of that
     /// build ID. A given file of another build is refused (unless
     /// [`KernelOptions::other_kernel`]). Found once, then kept.
-    pub fn module_debug_info(&self, name: &str) -> Result<Arc<source::DebugFile>, Error> {
+    pub fn module_debug_info(&self, name: &str) -> Result<Arc<source::DebugFile>, KernelError> {
         self.find_module_debug(name, true)
     }
 
     /// [`module_debug_info`](Self::module_debug_info) as far as local
     /// files go (for a report: no debuginfod server is asked).
-    pub fn local_module_debug_info(&self, name: &str) -> Result<Arc<source::DebugFile>, Error> {
+    pub fn local_module_debug_info(
+        &self,
+        name: &str,
+    ) -> Result<Arc<source::DebugFile>, KernelError> {
         self.find_module_debug(name, false)
     }
 
@@ -373,7 +376,7 @@ impl Kernel {
         &self,
         name: &str,
         ask_servers: bool,
-    ) -> Result<Arc<source::DebugFile>, Error> {
+    ) -> Result<Arc<source::DebugFile>, KernelError> {
         let key = module_debug::normalize(name);
         let mut cache = self
             .module_debug
@@ -400,7 +403,7 @@ impl Kernel {
     /// the running kernel's debug file ([`Kernel::debug_info`]) and its
     /// KASLR slide, from `_text` and checked on functions spread over the
     /// kernel (a file of another build is refused).
-    pub fn kernel_dwarf(&self) -> Result<(PathBuf, u64), Error> {
+    pub fn kernel_dwarf(&self) -> Result<(PathBuf, u64), KernelError> {
         let path = self.debug_info()?.path().to_path_buf();
         let image = KernelImage::open_vmlinux(&path).map_err(KernelError::from)?;
         let slide = image
@@ -419,7 +422,7 @@ impl Kernel {
         &self,
         definition: &str,
         inlines: bool,
-    ) -> Result<Option<source::SourceExpansion>, Error> {
+    ) -> Result<Option<source::SourceExpansion>, KernelError> {
         if !source::names_source_point(definition) {
             return Ok(None);
         }
@@ -448,10 +451,10 @@ impl Kernel {
         &self,
         name: &str,
         in_file: Option<&str>,
-    ) -> Result<(source::FunctionLines, Vec<Option<u64>>), Error> {
+    ) -> Result<(source::FunctionLines, Vec<Option<u64>>), KernelError> {
         let file = self.debug_info()?;
         let range = symbol_range(file.path(), name);
-        Ok(source::function_lines(file, name, in_file, range)?)
+        source::function_lines(file, name, in_file, range)
     }
 
     /// [`function_lines`](Self::function_lines) of a function of the
@@ -462,10 +465,10 @@ impl Kernel {
         binary: &str,
         name: &str,
         in_file: Option<&str>,
-    ) -> Result<(source::FunctionLines, Vec<Option<u64>>), Error> {
+    ) -> Result<(source::FunctionLines, Vec<Option<u64>>), KernelError> {
         let file = source::find_user(binary)?;
         let range = symbol_range(Path::new(binary), name);
-        Ok(source::function_lines(&file, name, in_file, range)?)
+        source::function_lines(&file, name, in_file, range)
     }
 
     /// [`function_lines`](Self::function_lines) of a function of kernel
@@ -477,9 +480,9 @@ impl Kernel {
         module: &str,
         name: &str,
         in_file: Option<&str>,
-    ) -> Result<(source::FunctionLines, Vec<Option<u64>>), Error> {
+    ) -> Result<(source::FunctionLines, Vec<Option<u64>>), KernelError> {
         let file = self.module_debug_info(module)?;
-        Ok(source::function_lines(&file, name, in_file, None)?)
+        source::function_lines(&file, name, in_file, None)
     }
 
     /// The variables at each site of a point (`FUNC`, `FUNC:RLINE`,
@@ -489,17 +492,17 @@ impl Kernel {
         &self,
         point: &str,
         inlines: bool,
-    ) -> Result<Vec<source::SiteVariables>, Error> {
+    ) -> Result<Vec<source::SiteVariables>, KernelError> {
         let as_definition = format!("p:{point}");
         if let Some(binary) = source::user_binary(&as_definition) {
             let file = source::find_user(binary)?;
-            return Ok(source::variables(&file, point, inlines)?);
+            return source::variables(&file, point, inlines);
         }
         if let Some(module) = source::module_name(&as_definition) {
             let file = self.module_debug_info(module)?;
-            return Ok(source::variables(&file, point, inlines)?);
+            return source::variables(&file, point, inlines);
         }
-        Ok(source::variables(self.debug_info()?, point, inlines)?)
+        source::variables(self.debug_info()?, point, inlines)
     }
 
     /// Where a System.map is looked for when none is given, in order.
@@ -511,7 +514,7 @@ impl Kernel {
     /// to the running kernel; once, then kept. A given file that fails is
     /// an error; a found one that fails is left out, and said in
     /// [`take_skipped`](Self::take_skipped).
-    pub fn images(&self) -> Result<&KernelImages, Error> {
+    pub fn images(&self) -> Result<&KernelImages, KernelError> {
         if let Some(m) = self.images.get() {
             return Ok(m);
         }
@@ -543,7 +546,7 @@ impl Kernel {
     /// text, a matched vmlinux, or both (live bytes, vmlinux sizes);
     /// opened once, then kept. `None` when there is no source (not root
     /// and no vmlinux): the kernel then decides what it accepts.
-    pub fn text(&self) -> Result<Option<&dyn KernelTextSource>, Error> {
+    pub fn text(&self) -> Result<Option<&dyn KernelTextSource>, KernelError> {
         if self.text.get().is_none() {
             let opened = text::open_text(self)?;
             let _ = self.text.set(opened);
@@ -557,7 +560,7 @@ impl Kernel {
 
     /// The checks over this kernel's symbols and text; `None` when there
     /// is no text to check against.
-    pub fn preflight(&self) -> Result<Option<Preflight<'_>>, Error> {
+    pub fn preflight(&self) -> Result<Option<Preflight<'_>>, KernelError> {
         let Some(text) = self.text()? else {
             return Ok(None);
         };
@@ -569,7 +572,7 @@ impl Kernel {
     /// Refuses, before anything is opened, a probe the kernel would refuse
     /// (a mid-instruction offset, a notrace or blacklisted function ...),
     /// when the kernel's text is readable; otherwise the kernel decides.
-    pub fn check(&self, plans: &[ProbePlan]) -> Result<(), Error> {
+    pub fn check(&self, plans: &[ProbePlan]) -> Result<(), KernelError> {
         let Some(pre) = self.preflight()? else {
             return Ok(());
         };
@@ -593,8 +596,12 @@ impl Kernel {
         &self,
         specs: &[S],
         choice: BackendChoice,
-    ) -> Result<Vec<ProbePlan>, Error> {
-        crate::plan::probes::plan_probes_with(specs, &self.symbols, choice)
+    ) -> Result<Vec<ProbePlan>, KernelError> {
+        Ok(crate::plan::probes::plan_probes_with(
+            specs,
+            &self.symbols,
+            choice,
+        )?)
     }
 
     /// As [`Kernel::plan`], each definition with its filter (`None`: no
@@ -609,16 +616,19 @@ impl Kernel {
         &self,
         specs: &[(S, Option<F>)],
         choice: BackendChoice,
-    ) -> Result<Vec<ProbePlan>, Error> {
-        crate::plan::probes::plan_probes_filtered(specs, &self.symbols, choice)
+    ) -> Result<Vec<ProbePlan>, KernelError> {
+        Ok(crate::plan::probes::plan_probes_filtered(
+            specs,
+            &self.symbols,
+            choice,
+        )?)
     }
 }
 
-fn unreachable_cell(what: &str) -> Error {
-    Error::io(
-        what,
-        std::io::Error::other("a value just stored is missing (a bug)"),
-    )
+fn unreachable_cell(what: &str) -> KernelError {
+    KernelError::Internal {
+        what: format!("{what}: a value just stored is missing"),
+    }
 }
 
 /// `uname -r` of the running kernel (empty when unknown).
@@ -699,7 +709,7 @@ mod tests {
             .expand_globs(&["p:vfs_*"], &GlobOptions::default())
             .unwrap_err();
         match e {
-            Error::Kernel(KernelError::Image(ImageError::Read { path, source })) => {
+            KernelError::Image(ImageError::Read { path, source }) => {
                 assert_eq!(path, missing);
                 assert_eq!(source.kind(), std::io::ErrorKind::NotFound);
             }
@@ -709,7 +719,7 @@ mod tests {
         assert_eq!(plans.len(), 1);
         assert!(matches!(
             kernel.check(&plans),
-            Err(Error::Kernel(KernelError::Image(ImageError::Read { .. })))
+            Err(KernelError::Image(ImageError::Read { .. }))
         ));
         assert!(kernel.take_skipped().is_empty());
     }

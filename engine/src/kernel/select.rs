@@ -182,7 +182,7 @@ pub fn expand_globs<S: AsRef<str>>(
     symbols: &KernelSymbols,
     arch: kprobe_perf_arch::Arch,
     opts: &SelectOptions<'_>,
-) -> Result<Vec<String>, crate::error::Error> {
+) -> Result<Vec<String>, crate::kernel::error::KernelError> {
     use crate::plan::PlanError;
     use kprobe_perf_spec::{Definition, ProbeSpec, Target};
     let mut out = Vec::with_capacity(specs.len());
@@ -218,7 +218,7 @@ pub fn expand_globs<S: AsRef<str>>(
             continue;
         }
         let glob_error = |reason: String| {
-            crate::error::Error::from(PlanError::Glob {
+            crate::kernel::error::KernelError::from(PlanError::Glob {
                 pattern: pattern.clone(),
                 reason,
             })
@@ -241,10 +241,12 @@ pub fn expand_globs<S: AsRef<str>>(
         };
         let kept: Vec<&Candidate<'_>> = found.iter().filter(|c| c.excluded.is_none()).collect();
         if kept.is_empty() {
-            return Err(crate::error::Error::from(PlanError::AllExcluded {
-                pattern: pattern.clone(),
-                matched: found.len(),
-            }));
+            return Err(crate::kernel::error::KernelError::from(
+                PlanError::AllExcluded {
+                    pattern: pattern.clone(),
+                    matched: found.len(),
+                },
+            ));
         }
         for c in kept {
             let one = ProbeSpec {
@@ -263,22 +265,18 @@ pub fn expand_globs<S: AsRef<str>>(
 }
 
 /// Reads `available_filter_functions` from tracefs: the names the kernel
-/// can trace (modules' as `name [module]`, kept by name).
-pub(crate) fn traceable_functions(
-) -> Result<std::collections::HashSet<String>, crate::attach::tracefs::TracefsError> {
-    let fs = crate::attach::tracefs::Tracefs::find()?;
-    let path = fs.root().join("available_filter_functions");
-    let text = std::fs::read_to_string(&path).map_err(|source| {
-        crate::attach::tracefs::TracefsError::Io {
-            path: path.clone(),
-            source,
-        }
+/// can trace (modules' as `name [module]`, kept by name); `None` where
+/// tracefs is not mounted or not readable.
+pub(crate) fn traceable_functions() -> Option<std::collections::HashSet<String>> {
+    let text = crate::plan::TRACEFS_ROOTS.iter().find_map(|root| {
+        std::fs::read_to_string(format!("{root}/available_filter_functions")).ok()
     })?;
-    Ok(text
-        .lines()
-        .filter_map(|l| l.split_whitespace().next())
-        .map(str::to_string)
-        .collect())
+    Some(
+        text.lines()
+            .filter_map(|l| l.split_whitespace().next())
+            .map(str::to_string)
+            .collect(),
+    )
 }
 
 #[cfg(test)]
@@ -336,7 +334,7 @@ mod tests {
         );
         let e = expand_globs(&["p:*spin*"], &syms, arch, &opts).unwrap_err();
         assert!(
-            matches!(&e, crate::error::Error::Plan(crate::plan::PlanError::AllExcluded { pattern, matched: 1 }) if pattern == "*spin*"),
+            matches!(&e, crate::kernel::error::KernelError::Plan(crate::plan::PlanError::AllExcluded { pattern, matched: 1 }) if pattern == "*spin*"),
             "{e:?}"
         );
         assert_eq!(e.to_string(), "*spin*: matches no function that can be probed (1 matched, all excluded); list them with the reason each is left out");

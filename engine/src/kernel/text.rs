@@ -8,7 +8,6 @@ use std::sync::Arc;
 use kprobe_perf_symbols::image::{ImageError, KaslrSlide, KernelImage};
 
 use super::{first_existing, Kernel, KernelError, SizesFrom, TextFrom};
-use crate::error::Error;
 use crate::kernel::kcore::{ImageText, Kcore, TextSources};
 
 /// A vmlinux and System.map matched to the running kernel.
@@ -40,7 +39,7 @@ pub struct SkippedImage {
 pub(super) fn match_images(
     kernel: &Kernel,
     skipped: &mut Vec<SkippedImage>,
-) -> Result<KernelImages, Error> {
+) -> Result<KernelImages, KernelError> {
     let options = &kernel.options;
     let symbols = &kernel.symbols;
     let running = kernel.running_build_id();
@@ -53,7 +52,7 @@ pub(super) fn match_images(
     if let Some(path) = map_path {
         match KernelImage::open_system_map(&path) {
             Ok(m) => out.system_map = Some(m),
-            Err(e) if explicit_map => return Err(KernelError::from(e).into()),
+            Err(e) if explicit_map => return Err(KernelError::from(e)),
             Err(_) => {} // Debian's /boot placeholder: nothing to use.
         }
     }
@@ -69,7 +68,7 @@ pub(super) fn match_images(
         });
         match checked {
             Ok(v) => out.vmlinux = Some(Arc::new(v)),
-            Err(e) if explicit => return Err(KernelError::from(e).into()),
+            Err(e) if explicit => return Err(KernelError::from(e)),
             Err(error) => skipped.push(SkippedImage { path, error }),
         }
     }
@@ -82,7 +81,7 @@ pub(super) fn match_images(
     if let Some(img) = with_symbols {
         match img.slide_against(symbols, running) {
             Ok(s) => out.slide = Some(s),
-            Err(e) if explicit || explicit_map => return Err(KernelError::from(e).into()),
+            Err(e) if explicit || explicit_map => return Err(KernelError::from(e)),
             Err(error) => {
                 skipped.push(SkippedImage {
                     path: img.path().to_path_buf(),
@@ -101,8 +100,7 @@ pub(super) fn match_images(
                     system_map: map.path().to_path_buf(),
                     map_slide: own,
                     vmlinux_slide: slide.slide,
-                }
-                .into());
+                });
             }
         }
     }
@@ -127,7 +125,7 @@ fn check_build_id(v: &KernelImage, running: Option<&[u8]>) -> Result<(), ImageEr
 /// bytes, vmlinux sizes). With [`SizesFrom::Vmlinux`] a vmlinux is read
 /// even when kcore is readable; otherwise a found vmlinux is read only
 /// when kcore is not. None when there is no source.
-pub(super) fn open_text(kernel: &Kernel) -> Result<Option<TextSources>, Error> {
+pub(super) fn open_text(kernel: &Kernel) -> Result<Option<TextSources>, KernelError> {
     let options = &kernel.options;
     let live = match options.text_from {
         TextFrom::Vmlinux => None,
@@ -146,15 +144,13 @@ pub(super) fn open_text(kernel: &Kernel) -> Result<Option<TextSources>, Error> {
             (Some(v), None) if options.text_from == TextFrom::Vmlinux => {
                 return Err(KernelError::Unplaced {
                     path: v.path().to_path_buf(),
-                }
-                .into())
+                })
             }
             (None, _) if options.text_from == TextFrom::Vmlinux => {
                 return Err(KernelError::NoVmlinux {
                     release: kernel.release().to_string(),
                     candidates: kernel.vmlinux_candidates(),
-                }
-                .into())
+                })
             }
             _ => {}
         }

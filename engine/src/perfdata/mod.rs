@@ -16,16 +16,16 @@
 //!        the hidden probes' records, if any (see [`FEAT_HIDDEN`])
 //! ```
 
+mod file_sink;
 mod meta;
 mod reader;
 mod replay;
-mod sink;
 mod writer;
 
+pub use file_sink::{note_addresses, FileSink};
 pub use meta::{symbol_subset, Metadata, StoredProbe};
 pub use reader::{FileAttr, FileRecord, Reader};
 pub use replay::Replay;
-pub use sink::{note_addresses, FileSink};
 pub use writer::{tracing_data, ReadBack, Writer};
 
 /// `PERFILE2`, little-endian.

@@ -67,8 +67,9 @@ impl<R: Read + Seek> Replay<R> {
         }
         // Return probes joined to hidden entry probes ([`crate::plan::entry_join`])
         // are joined again, so the replay prints what the run printed.
-        let (reopened, joiner) =
-            crate::decode::join::expand(crate::plan::entry_join::rejoin(&plans, meta.arch));
+        let reopened =
+            crate::plan::entry_join::expand(crate::plan::entry_join::rejoin(&plans, meta.arch));
+        let joiner = crate::decode::joiner::Joiner::new(&reopened);
         let probes = plans
             .into_iter()
             .zip(reader.attrs())
@@ -81,7 +82,7 @@ impl<R: Read + Seek> Replay<R> {
             .collect();
         let mut decoder = RecordDecoder::new(probes, probe_of_id, ThreadNames::RecordsOnly)
             .map_err(|e| bad(e.to_string()))?;
-        if let Some(j) = joiner.filter(|_| reopened.len() == decoder.plans().len()) {
+        if let Some(j) = joiner.filter(|_| reopened.opened.len() == decoder.plans().len()) {
             decoder.join_entries(j);
         }
         Ok(Replay {

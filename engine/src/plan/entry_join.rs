@@ -7,7 +7,8 @@
 //! ones (6.1) cannot, so the planner splits the probe in two
 //! (`plan_joined`): a hidden entry probe fetching the entry values, and
 //! the return probe fetching the rest, each also fetching the stack
-//! pointer. At decode time a `Joiner` (decode) pairs each return with its entry
+//! pointer. The session opens them as [`expand`] lays them out; at decode
+//! time a `Joiner` (decode) pairs each return with its entry
 //! per thread, on a stack (recursion and nesting give each call its own
 //! entry) and by stack frame (a return whose own entry was lost never
 //! takes another call's), and gives the return event the entry's values,
@@ -221,7 +222,75 @@ fn user_view(spec: ProbeSpec, join: EntryJoin) -> ProbePlan {
     }
 }
 
-/// The inverse of [`expand`](crate::decode::join::expand) for the probes of a perf.data file (planned
+/// The probes a session opens for the user's: entry joins expanded (see
+/// [`expand`]).
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct Expanded {
+    /// What is opened: a joined probe's return part in its place, the
+    /// hidden entry probes after the user's.
+    pub(crate) opened: Vec<ProbePlan>,
+    /// The user's probes, as shown (events refer to them).
+    pub(crate) shown: Vec<ProbePlan>,
+    /// One per joined probe, in the order of `shown`.
+    pub(crate) joins: Vec<OpenedJoin>,
+}
+
+/// A joined probe among the opened probes: which two they are, and how
+/// the decoder puts their values together again.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct OpenedJoin {
+    /// Index of the return part (the user's probe's index).
+    pub(crate) ret: usize,
+    /// Index of the hidden entry probe.
+    pub(crate) entry: usize,
+    /// Index of the entry probe's frame argument (its last).
+    pub(crate) entry_frame_arg: usize,
+    /// Index of the return probe's frame argument (its last).
+    pub(crate) ret_frame_arg: usize,
+    /// The return's frame minus the entry's ([`frame_step`]).
+    pub(crate) frame_step: i64,
+    /// The user's arguments, each from the entry or the return.
+    pub(crate) order: Vec<JoinSource>,
+}
+
+/// The probes a session opens for `plans` (the user's): a joined probe's
+/// return part in its place, the hidden entry probes after the user's,
+/// each under the user's event name (which planning may have made unique
+/// since). The plans are complete here: attach opens `opened` as it is,
+/// and decode joins what [`Expanded::joins`] names.
+pub(crate) fn expand(plans: Vec<ProbePlan>) -> Expanded {
+    let mut opened: Vec<ProbePlan> = Vec::with_capacity(plans.len() + 1);
+    let mut hidden = Vec::new();
+    let mut joins = Vec::new();
+    for (i, p) in plans.iter().enumerate() {
+        let Some(j) = &p.entry_join else {
+            opened.push(p.clone());
+            continue;
+        };
+        joins.push(OpenedJoin {
+            ret: i,
+            entry: plans.len() + hidden.len(),
+            entry_frame_arg: j.entry.args.len().saturating_sub(1),
+            ret_frame_arg: j.ret.args.len().saturating_sub(1),
+            frame_step: j.frame_step,
+            order: j.order.clone(),
+        });
+        let mut ret = j.ret.clone();
+        ret.event = p.event.clone();
+        let mut entry = j.entry.clone();
+        entry.event = format!("{}{ENTRY_SUFFIX}", p.event);
+        opened.push(ret);
+        hidden.push(entry);
+    }
+    opened.extend(hidden);
+    Expanded {
+        opened,
+        shown: plans,
+        joins,
+    }
+}
+
+/// The inverse of [`expand`] for the probes of a perf.data file (planned
 /// again from their definitions): the user's probes, a joined one put
 /// together again from its return and hidden entry probes, found by
 /// their names. `expand` of the result gives `opened` back, in order,
@@ -275,7 +344,7 @@ pub(crate) fn rejoin(opened: &[ProbePlan], arch: Arch) -> Vec<ProbePlan> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::decode::join::{expand, Joiner};
+    use crate::decode::joiner::Joiner;
     use crate::decode::{Event, Value};
     use crate::plan::{resolve_with, Backend};
     use kprobe_perf_spec::BaseType;
@@ -299,6 +368,13 @@ mod tests {
             Some(features),
         )
         .unwrap()
+    }
+
+    /// The opened probes of `plans`, and their joiner.
+    fn expand(plans: Vec<ProbePlan>) -> (Vec<ProbePlan>, Option<Joiner>) {
+        let expanded = super::expand(plans);
+        let joiner = Joiner::new(&expanded);
+        (expanded.opened, joiner)
     }
 
     const OPENAT2: &str = "r:do_sys_openat2 path=+0($arg2):ustring ret=$retval:s64";

@@ -17,4 +17,4 @@ pub use probe_plan::{
     return_trampoline, tracefs_reason, ArgPlan, ArgSource, AttachPoint, Backend, BackendChoice,
     PlanError, ProbePlan,
 };
-pub use resolve::{resolve, resolve_with, running_kernel_features};
+pub use resolve::{resolve, resolve_with, running_kernel_features, TRACEFS_ROOTS};

@@ -10,6 +10,9 @@ use kprobe_perf_spec::{ArgType, FetchBase, ProbeKind, ProbeSpec, Target};
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]
 pub enum PlanError {
+    /// The probe definition is malformed.
+    #[error(transparent)]
+    Spec(#[from] kprobe_perf_spec::SpecError),
     /// The symbol is not in the kernel's symbol table.
     #[error("unknown symbol {name}{}: it is not in /proc/kallsyms{}", module_suffix(.module), hint(.suggestion))]
     UnknownSymbol {
@@ -140,6 +143,18 @@ pub enum PlanError {
         /// Its kallsyms type letter.
         kind: char,
     },
+    /// A probe's filter is malformed or tests what the probe lacks (the
+    /// message has the filter and a caret under the token).
+    #[error("the filter of {probe} is refused: {error}")]
+    Filter {
+        /// The probe, as given.
+        probe: String,
+        /// What is wrong, where.
+        error: crate::plan::filter::FilterError,
+    },
+    /// This machine's architecture has no register table.
+    #[error("choosing the register table: kprobe-perf supports x86_64 and aarch64")]
+    UnsupportedArch,
 }
 
 fn module_suffix(m: &Option<String>) -> String {
@@ -297,6 +312,11 @@ impl ProbePlan {
     /// True for a kretprobe.
     pub fn is_return(&self) -> bool {
         matches!(self.spec.kind, ProbeKind::Return { .. })
+    }
+
+    /// True for a probe in a user binary (a uprobe).
+    pub(crate) fn is_user(&self) -> bool {
+        matches!(self.attach, AttachPoint::User { .. })
     }
 
     /// Where the probe fires: at its address, or when its function

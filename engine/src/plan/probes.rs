@@ -8,8 +8,7 @@
 use kprobe_perf_arch::Arch;
 use kprobe_perf_symbols::KernelSymbols;
 
-use crate::error::Error;
-use crate::plan::{resolve, Backend, BackendChoice, ProbePlan};
+use crate::plan::{resolve, Backend, BackendChoice, PlanError, ProbePlan};
 use kprobe_perf_spec::{ProbeSpec, Target};
 
 /// Parses and plans probe definitions for this machine's architecture,
@@ -21,7 +20,7 @@ use kprobe_perf_spec::{ProbeSpec, Target};
 pub fn plan_probes<S: AsRef<str>>(
     specs: &[S],
     symbols: &KernelSymbols,
-) -> Result<Vec<ProbePlan>, Error> {
+) -> Result<Vec<ProbePlan>, PlanError> {
     plan_probes_with(specs, symbols, BackendChoice::Auto)
 }
 
@@ -37,10 +36,10 @@ pub(crate) fn plan_probes_filtered<S: AsRef<str>, F: AsRef<str>>(
     specs: &[(S, Option<F>)],
     symbols: &KernelSymbols,
     choice: BackendChoice,
-) -> Result<Vec<ProbePlan>, Error> {
+) -> Result<Vec<ProbePlan>, PlanError> {
     let texts: Vec<&str> = specs.iter().map(|(s, _)| s.as_ref()).collect();
     let plans = plan_probes_with(&texts, symbols, choice)?;
-    let arch = Arch::host().ok_or(Error::UnsupportedArch)?;
+    let arch = Arch::host().ok_or(PlanError::UnsupportedArch)?;
     plans
         .into_iter()
         .zip(specs)
@@ -48,7 +47,7 @@ pub(crate) fn plan_probes_filtered<S: AsRef<str>, F: AsRef<str>>(
             let Some(filter) = filter else {
                 return Ok(plan);
             };
-            let refused = |error| Error::Filter {
+            let refused = |error| PlanError::Filter {
                 probe: text.as_ref().to_string(),
                 error,
             };
@@ -96,8 +95,8 @@ pub fn plan_probes_with<S: AsRef<str>>(
     specs: &[S],
     symbols: &KernelSymbols,
     choice: BackendChoice,
-) -> Result<Vec<ProbePlan>, Error> {
-    let arch = Arch::host().ok_or(Error::UnsupportedArch)?;
+) -> Result<Vec<ProbePlan>, PlanError> {
+    let arch = Arch::host().ok_or(PlanError::UnsupportedArch)?;
     let parsed = specs
         .iter()
         .map(|s| ProbeSpec::parse(s.as_ref(), arch))
@@ -116,9 +115,9 @@ pub fn plan_probes_with<S: AsRef<str>>(
             } else {
                 choice
             };
-            Ok(resolve(spec, symbols, arch, choice)?)
+            resolve(spec, symbols, arch, choice)
         })
-        .collect::<Result<Vec<ProbePlan>, Error>>()
+        .collect::<Result<Vec<ProbePlan>, PlanError>>()
         .map(|mut plans| {
             let mut seen = std::collections::HashMap::<String, usize>::new();
             for p in &mut plans {

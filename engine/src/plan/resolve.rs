@@ -15,6 +15,10 @@ use crate::plan::probe_plan::{
 use crate::plan::uprobe;
 use kprobe_perf_spec::{ArgType, FetchBase, KernelFeatures, ProbeSpec, Target};
 
+/// Where tracefs is mounted, the first that holds it: its own mount
+/// point, and debugfs's `tracing` directory on older systems.
+pub const TRACEFS_ROOTS: [&str; 2] = ["/sys/kernel/tracing", "/sys/kernel/debug/tracing"];
+
 /// The running kernel's features, from tracefs's `README` (or the
 /// debugfs mount) and its release; `None` when no README can be read.
 /// Read once.
@@ -23,13 +27,10 @@ pub fn running_kernel_features() -> Option<&'static KernelFeatures> {
     FEATURES
         .get_or_init(|| {
             let release = std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default();
-            [
-                "/sys/kernel/tracing/README",
-                "/sys/kernel/debug/tracing/README",
-            ]
-            .iter()
-            .find_map(|p| std::fs::read_to_string(p).ok())
-            .map(|t| KernelFeatures::from_readme(&t).with_release(release.trim()))
+            TRACEFS_ROOTS
+                .iter()
+                .find_map(|root| std::fs::read_to_string(format!("{root}/README")).ok())
+                .map(|t| KernelFeatures::from_readme(&t).with_release(release.trim()))
         })
         .as_ref()
 }

@@ -21,14 +21,20 @@ use std::time::Duration;
 
 use crate::attach::attr::{self, EventSettings, Opener, SideRecords};
 use crate::attach::command::HeldCommand;
+use crate::attach::cpus::online_cpus;
+use crate::attach::definition::define_events;
+use crate::attach::error::AttachError;
+use crate::attach::open::{
+    apply_kernel_filter, inherited, kernel_filter, open_at, pmu_name, reserve_fds,
+};
+use crate::attach::pmu::probe_pmus;
 use crate::attach::process::{self, ProcessWatch};
 use crate::attach::sys;
 use crate::attach::target::{self, Slot};
+use crate::attach::target::{plans_for_target, RecordTarget};
 use crate::attach::tracefs::{self, TracefsProbes};
 use crate::error::Error;
 use crate::plan::ProbePlan;
-use crate::session::attach;
-use crate::session::{online_cpus, RecordTarget};
 
 /// One probe's count on one scope.
 #[derive(Debug)]
@@ -119,7 +125,7 @@ fn counter_attr<'n>(
         Opener::Tracepoint(_) => None,
     };
     if settings.inherit {
-        attach::inherited(event, name, plan)
+        Ok(inherited(event, name, plan)?)
     } else {
         Ok((event, name))
     }
@@ -139,7 +145,7 @@ fn kernel_filters(plans: &[ProbePlan]) -> Result<Vec<Option<std::ffi::CString>>,
             }
         }
     }
-    plans.iter().map(attach::kernel_filter).collect()
+    Ok(plans.iter().map(kernel_filter).collect::<Result<_, _>>()?)
 }
 
 /// The CPU of a slot (`None` for a thread's slot, cpu -1).
@@ -162,8 +168,8 @@ impl CountingSession {
     /// threads and children are counted as they inherit the events.
     pub fn open(plans: Vec<ProbePlan>, target: RecordTarget) -> Result<CountingSession, Error> {
         tracefs::remove_stale_if_mounted();
-        let mut plans = attach::plans_for_target(plans, &target, false)?;
-        let pmus = attach::probe_pmus(&plans)?;
+        let mut plans = plans_for_target(plans, &target, false)?;
+        let pmus = probe_pmus(&plans)?;
         let cpus = online_cpus()?;
         let (threads, watched) = match &target {
             RecordTarget::Processes(pids) => scan(pids)?,
@@ -173,10 +179,10 @@ impl CountingSession {
             RecordTarget::Command { argv, .. } => Some(HeldCommand::spawn(argv)?),
             _ => None,
         };
-        let defined = attach::define_events(&mut plans, pmus)?;
+        let defined = define_events(&mut plans, pmus)?;
         let filters = kernel_filters(&plans)?;
         let scopes = target.scopes(&cpus, &threads, command.as_ref().map(HeldCommand::pid))?;
-        attach::reserve_fds(&plans, &scopes.slots)?;
+        reserve_fds(&plans, &scopes.slots)?;
         let settings = EventSettings {
             mmap_pages: 0,
             write_backward: false,
@@ -184,7 +190,7 @@ impl CountingSession {
             enable_on_exec: target.enables_on_exec(),
             call_graph: None,
         };
-        let names: Vec<_> = plans.iter().map(attach::pmu_name).collect();
+        let names: Vec<_> = plans.iter().map(pmu_name).collect();
         let skip_gone = matches!(target, RecordTarget::Processes(_));
         let mut counters = Vec::with_capacity(scopes.slots.len() * plans.len());
         'slots: for slot in &scopes.slots {
@@ -192,17 +198,15 @@ impl CountingSession {
             for (i, plan) in plans.iter().enumerate() {
                 let opener = defined.openers[i];
                 let (event, name) = counter_attr(opener, plan, names[i].as_deref(), &settings)?;
-                match attach::open_at(&event, name, plan, opener, slot) {
+                match open_at(&event, name, plan, opener, slot) {
                     Ok(fd) => {
                         if let Some(Some(filter)) = filters.get(i) {
                             let fs = defined.tracefs.as_ref();
-                            attach::apply_kernel_filter(&fd, filter, plan, |text| {
-                                match (fs, opener) {
-                                    (Some(t), Opener::Tracepoint(_)) => {
-                                        t.tracefs().explain_filter(t.group(), &plan.event, text)
-                                    }
-                                    _ => None,
+                            apply_kernel_filter(&fd, filter, plan, |text| match (fs, opener) {
+                                (Some(t), Opener::Tracepoint(_)) => {
+                                    t.tracefs().explain_filter(t.group(), &plan.event, text)
                                 }
+                                _ => None,
                             })?;
                         }
                         opened.push(Counter {
@@ -212,12 +216,12 @@ impl CountingSession {
                         })
                     }
                     // The thread exited after the scan: nothing to count.
-                    Err(Error::Open { source, .. })
+                    Err(AttachError::Open { source, .. })
                         if skip_gone && source.raw_os_error() == Some(libc::ESRCH) =>
                     {
                         continue 'slots;
                     }
-                    Err(e) => return Err(e),
+                    Err(e) => return Err(e.into()),
                 }
             }
             counters.extend(opened);
@@ -329,7 +333,7 @@ impl CountingSession {
 fn scan(pids: &[i32]) -> Result<(Vec<(i32, i32)>, Vec<ProcessWatch>), Error> {
     let pids = process::unique_pids(pids);
     if pids.is_empty() {
-        return Err(Error::NoProcesses);
+        return Err(AttachError::NoProcesses.into());
     }
     let watched = pids
         .iter()

@@ -13,99 +13,28 @@ use std::ops::ControlFlow;
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd, RawFd};
 use std::time::Duration;
 
-use mio::unix::SourceFd;
-use mio::{Events, Interest, Poll, Token};
+use mio::{Events, Poll, Token};
 
+use crate::attach;
 use crate::attach::command::HeldCommand;
-use crate::attach::pmu::{ProbePmu, SYSFS_PMUS};
+use crate::attach::open::{CpuStream, StreamRing};
+use crate::attach::options::SessionOptions;
 use crate::attach::process::{self, ProcessWatch};
-use crate::attach::ring::{BackwardRing, RingBuffer};
+use crate::attach::ring::RingBuffer;
 use crate::attach::sys;
-use crate::attach::target;
-use crate::attach::tracefs::{self, TracefsProbes};
+
+use crate::attach::tracefs::TracefsProbes;
+use crate::decode::joiner::Joiner;
 use crate::decode::records::{self, Handover, RecordDecoder, ThreadNames};
 use crate::decode::records::{OpenedProbe, RingRecord};
 use crate::decode::stats::KernelCounts;
 pub use crate::decode::stats::{CallCounts, SessionStats, Throttling};
 use crate::decode::Event;
 use crate::error::Error;
+use crate::plan::entry_join;
 use crate::plan::{AttachPoint, Backend, ProbePlan};
 use crate::session::sink::EventSink;
 use crate::session::summary::{KernelSide, Summary};
-
-/// Default ring size per CPU in data pages (512 KiB with 4 KiB pages).
-pub const DEFAULT_MMAP_PAGES: usize = 128;
-
-use crate::attach::target::RecordTarget;
-
-/// Session settings.
-#[derive(Debug, Clone, PartialEq, Eq)]
-#[non_exhaustive]
-pub struct SessionOptions {
-    /// Whose hits to record.
-    pub target: RecordTarget,
-    /// Data pages per CPU ring (a power of two).
-    pub mmap_pages: usize,
-    /// Flight-recorder mode: rings are written backward and mapped
-    /// read-only, so the kernel keeps the newest records and overwrites
-    /// the oldest; nothing is read until [`Session::dump_overwrite`].
-    pub overwrite: bool,
-    /// The callchains each sample carries (`None`: none).
-    pub call_graph: Option<crate::attach::attr::CallGraph>,
-    /// Leave out this process's own hits, in the kernel: every probe's
-    /// filter also drops the threads this process has when the session
-    /// opens (`common_pid`, the only task field a filter has, is a thread
-    /// id). A profiler of allocations or reads then neither records nor
-    /// loses its own.
-    pub exclude_self: bool,
-}
-
-impl SessionOptions {
-    /// Records callchains with every sample (see
-    /// [`SessionOptions::call_graph`]).
-    pub fn with_call_graph(mut self, graph: Option<crate::attach::attr::CallGraph>) -> Self {
-        self.call_graph = graph;
-        self
-    }
-
-    /// Records `target` (default: every CPU).
-    pub fn with_target(mut self, target: RecordTarget) -> Self {
-        self.target = target;
-        self
-    }
-
-    /// `pages` data pages per ring, a power of two (default:
-    /// [`DEFAULT_MMAP_PAGES`]).
-    pub fn with_mmap_pages(mut self, pages: usize) -> Self {
-        self.mmap_pages = pages;
-        self
-    }
-
-    /// Flight-recorder mode (see [`SessionOptions::overwrite`]).
-    pub fn with_overwrite(mut self, overwrite: bool) -> Self {
-        self.overwrite = overwrite;
-        self
-    }
-
-    /// Leaves out this process's own hits, in the kernel (see
-    /// [`SessionOptions::exclude_self`]).
-    pub fn with_exclude_self(mut self, exclude: bool) -> Self {
-        self.exclude_self = exclude;
-        self
-    }
-}
-
-impl Default for SessionOptions {
-    fn default() -> Self {
-        SessionOptions {
-            target: RecordTarget::AllCpus,
-            mmap_pages: DEFAULT_MMAP_PAGES,
-            overwrite: false,
-            call_graph: None,
-            exclude_self: false,
-        }
-    }
-}
 
 /// What the session knows of the ring bytes a sink took without counting
 /// them, for [`Session::count_taken`]: each event id's stream, and the
@@ -114,25 +43,6 @@ impl Default for SessionOptions {
 struct Taken {
     of_id: HashMap<u64, usize>,
     last: Option<(u64, usize)>,
-}
-
-/// A stream's ring: read as it fills, or kept as a flight recorder.
-enum StreamRing {
-    Forward(RingBuffer),
-    Backward(BackwardRing),
-}
-
-struct CpuStream {
-    ring: StreamRing,
-    /// All fds of this CPU; the first owns the ring.
-    fds: Vec<OwnedFd>,
-    /// The CPU the ring's events were opened on (`None`: per thread).
-    cpu: Option<u32>,
-    /// Samples of the user's probes decoded from this ring: the rest of
-    /// their events' counts were lost (or, in flight-recorder mode, not
-    /// kept). A hidden probe's samples (see the planner's entry joins) are
-    /// not among them, nor its counts among those compared.
-    samples: u64,
 }
 
 /// Armed probes and their ring buffers.
@@ -144,7 +54,7 @@ pub struct Session {
     /// the function's entry: no ring, no samples, read with read(2).
     entry_counters: Vec<(usize, OwnedFd)>,
     /// Per probe: the entry probe whose count gives a PMU kretprobe's
-    /// entries instead of a counter (see `attach::entry_partners`).
+    /// entries instead of a counter (see `attach::open::entry_partners`).
     entry_partners: Vec<Option<usize>>,
     tracefs: Option<TracefsProbes>,
     /// Plans, attrs, ids, thread names and counters.
@@ -160,9 +70,9 @@ pub struct Session {
     poll: Poll,
     events: Events,
     enabled: bool,
-    /// The processes of [`RecordTarget::Processes`], until they exit.
+    /// The processes of [`RecordTarget::Processes`](crate::attach::target::RecordTarget::Processes), until they exit.
     watched: Vec<ProcessWatch>,
-    /// The command of [`RecordTarget::Command`], and its pidfd (whose
+    /// The command of [`RecordTarget::Command`](crate::attach::target::RecordTarget::Command), and its pidfd (whose
     /// readiness ends a poll's wait when it exits).
     command: Option<(HeldCommand, Option<OwnedFd>)>,
     /// The command may have ended since [`Session::command_status`] last
@@ -172,35 +82,6 @@ pub struct Session {
     command_may_have_ended: bool,
 }
 
-use crate::attach::cpus::online_cpus;
-
-pub(crate) mod attach;
-
-/// Checks what a newcomer hits first: a kernel without the kprobe PMU, or
-/// a process without the capability to use it.
-#[cfg_attr(not(feature = "test-util"), allow(dead_code, unreachable_pub))] // in `testing`
-pub fn preflight() -> Result<ProbePmu, Error> {
-    let pmu = ProbePmu::discover("kprobe")?.ok_or_else(|| Error::NoKprobePmu {
-        dir: format!("{SYSFS_PMUS}/kprobe"),
-    })?;
-    check_capabilities()?;
-    Ok(pmu)
-}
-
-/// Fails unless this process has CAP_PERFMON or CAP_SYS_ADMIN.
-#[cfg_attr(not(feature = "test-util"), allow(unreachable_pub))] // in `testing`
-pub fn check_capabilities() -> Result<(), Error> {
-    let caps = sys::effective_capabilities().map_err(|e| Error::io("reading capabilities", e))?;
-    let has = |cap: u32| caps & (1u64 << cap) != 0;
-    if !has(sys::CAP_PERFMON) && !has(sys::CAP_SYS_ADMIN) {
-        let exe = std::env::current_exe()
-            .map(|p| p.display().to_string())
-            .unwrap_or_else(|_| "kprobe-perf".into());
-        return Err(Error::NotPermitted { exe });
-    }
-    Ok(())
-}
-
 impl Session {
     /// Opens every probe on every online CPU (or for the target's tasks),
     /// maps one ring per CPU and leaves the probes disabled until
@@ -208,131 +89,30 @@ impl Session {
     ///
     /// Every open first removes the tracefs definitions of kprobe-perf
     /// processes that are gone (silently nothing without tracefs). When
-    /// the target inherits ([`RecordTarget::inherits`]), uprobes are
+    /// the target inherits ([`RecordTarget::inherits`](crate::attach::target::RecordTarget::inherits)), uprobes are
     /// defined through `uprobe_events`, whose events follow forks.
     pub fn open(plans: Vec<ProbePlan>, opts: SessionOptions) -> Result<Session, Error> {
-        if !opts.mmap_pages.is_power_of_two() {
-            return Err(Error::RingPages {
-                pages: opts.mmap_pages,
-            });
-        }
-        tracefs::remove_stale_if_mounted();
-        if let RecordTarget::Command { argv, .. } = &opts.target {
-            let command = HeldCommand::spawn(argv)?;
-            let mut session = Session::open_tasks(plans, opts, &[], Some(command.pid()))?;
-            session.hold_command(command)?;
-            return Ok(session);
-        }
-        let RecordTarget::Processes(pids) = &opts.target else {
-            return Session::open_tasks(plans, opts, &[], None);
-        };
-        const ATTEMPTS: usize = 5;
-        let pids = process::unique_pids(pids);
-        if pids.is_empty() {
-            return Err(Error::NoProcesses);
-        }
-        // Watched from before the first scan, so an exit is never missed.
-        let watched = pids
-            .iter()
-            .map(|&p| ProcessWatch::new(p))
-            .collect::<Result<Vec<_>, _>>()?;
-        let scan = || target::threads_of_processes(&pids);
-        let mut attempt = 1;
-        loop {
-            let threads = scan()?;
-            let mut session = Session::open_tasks(plans.clone(), opts.clone(), &threads, None)?;
-            // A thread created before its creator's events were open
-            // inherited nothing: attach again, from a new list.
-            let late = scan()?.iter().any(|t| !threads.contains(t));
-            if !late || attempt == ATTEMPTS {
-                for (k, w) in watched.iter().enumerate() {
-                    if let Some(fd) = w.pidfd() {
-                        session
-                            .poll
-                            .registry()
-                            .register(
-                                &mut SourceFd(&fd.as_raw_fd()),
-                                Token(usize::MAX - k),
-                                Interest::READABLE,
-                            )
-                            .map_err(|e| Error::io("registering a pidfd with the poller", e))?;
-                    }
-                }
-                session.watched = watched;
-                // Named now, as perf record names them: a process may
-                // end before its first samples are read, taking its
-                // names in /proc with it.
-                session.thread_comm_records(&mut sink::sink_fn(|_| {}))?;
-                return Ok(session);
-            }
-            attempt += 1;
-        }
-    }
-
-    /// For [`RecordTarget::Processes`]: true once every target process has
-    /// exited (checked with a pidfd, whose readiness also ends the wait of
-    /// [`Session::poll`]; before Linux 5.3, with `/proc/PID/stat`). False
-    /// for every other target.
-    pub fn target_exited(&self) -> bool {
-        !self.watched.is_empty() && self.watched.iter().all(ProcessWatch::exited)
-    }
-
-    /// Opens the probes for `opts.target`; for
-    /// [`RecordTarget::Processes`], on each (pid, tid) of `threads` on
-    /// every CPU, one ring per CPU shared by all threads; for a
-    /// [`RecordTarget::Command`], for the held `command`'s pid.
-    fn open_tasks(
-        plans: Vec<ProbePlan>,
-        opts: SessionOptions,
-        threads: &[(i32, i32)],
-        command: Option<i32>,
-    ) -> Result<Session, Error> {
-        let (plans, joiner) = crate::decode::join::expand(plans);
-        let mut plans = attach::plans_for_target(plans, &opts.target, joiner.is_some())?;
-        let pmus = attach::probe_pmus(&plans)?;
-        let cpus = online_cpus()?;
-        let defined = attach::define_events(&mut plans, pmus)?;
-        let scopes = opts.target.scopes(&cpus, threads, command)?;
-        attach::reserve_fds(&plans, &scopes.slots)?;
-        let attrs = attach::file_attrs(&plans, &defined.openers, &opts);
-        let poll = Poll::new().map_err(|e| Error::io("creating the poller", e))?;
-        let opened = attach::open_events(
-            &plans,
-            &defined.openers,
-            &opts,
-            &scopes.slots,
-            &poll,
-            defined.tracefs.as_ref(),
-        )?;
-        let attach::Opened {
-            streams,
-            probe_of_id,
-            entry_counters,
-            entry_partners,
-        } = opened;
-        let tracefs_guard = defined.tracefs;
-        let field_offsets = defined.field_offsets;
-        let enabled = opts.target.enables_on_exec();
-        // One attr and one offset table per plan, both made from `plans`.
-        let probes = plans
+        let plans = entry_join::expand(plans);
+        let opened = attach::open(&plans, &opts)?;
+        // One attr and one offset table per plan, all made from the plans.
+        let probes = opened
+            .plans
             .into_iter()
-            .zip(attrs)
-            .zip(field_offsets)
+            .zip(opened.attrs)
+            .zip(opened.field_offsets)
             .map(|((plan, attr), field_offsets)| OpenedProbe {
                 plan,
                 attr,
                 field_offsets,
             })
             .collect();
-        let decoder =
-            RecordDecoder::new(probes, probe_of_id, ThreadNames::ReadProc).map_err(|e| {
-                Error::Internal {
-                    what: format!("describing the sample layout: {e}"),
-                }
+        let events = opened.events;
+        let mut decoder = RecordDecoder::new(probes, events.probe_of_id, ThreadNames::ReadProc)
+            .map_err(|e| Error::Internal {
+                what: format!("describing the sample layout: {e}"),
             })?;
-        let mut decoder = decoder;
-        if let Some(j) = joiner {
-            decoder.join_entries(j);
+        if let Some(joiner) = Joiner::new(&plans) {
+            decoder.join_entries(joiner);
         }
         let user_binaries = decoder
             .plans()
@@ -342,27 +122,42 @@ impl Session {
                 _ => None,
             })
             .collect();
-        Ok(Session {
-            streams,
-            entry_counters,
-            entry_partners,
-            tracefs: tracefs_guard,
+        let mut session = Session {
+            streams: events.streams,
+            entry_counters: events.entry_counters,
+            entry_partners: events.entry_partners,
+            tracefs: opened.tracefs,
             decoder,
             dumped: 0,
             taken: None,
             user_binaries,
-            poll,
+            poll: opened.poll,
             events: Events::with_capacity(64),
-            enabled,
-            watched: Vec::new(),
-            command: None,
+            enabled: opened.enabled,
+            watched: opened.watched,
+            command: opened.command,
             command_may_have_ended: true,
-        })
+        };
+        if !session.watched.is_empty() {
+            // Named now, as perf record names them: a process may end
+            // before its first samples are read, taking its names in
+            // /proc with it.
+            session.thread_comm_records(&mut sink::sink_fn(|_| {}))?;
+        }
+        Ok(session)
+    }
+
+    /// For [`RecordTarget::Processes`](crate::attach::target::RecordTarget::Processes): true once every target process has
+    /// exited (checked with a pidfd, whose readiness also ends the wait of
+    /// [`Session::poll`]; before Linux 5.3, with `/proc/PID/stat`). False
+    /// for every other target.
+    pub fn target_exited(&self) -> bool {
+        !self.watched.is_empty() && self.watched.iter().all(ProcessWatch::exited)
     }
 
     /// Arms every probe (the kernel does it at exec for a command's
     /// descendants, `RecordTarget::enables_on_exec`), then releases the
-    /// command of a [`RecordTarget::Command`], reporting exec's failure.
+    /// command of a [`RecordTarget::Command`](crate::attach::target::RecordTarget::Command), reporting exec's failure.
     pub fn enable(&mut self) -> Result<(), Error> {
         if !self.enabled {
             for s in &self.streams {
@@ -383,31 +178,12 @@ impl Session {
         Ok(())
     }
 
-    /// Keeps the held command of a [`RecordTarget::Command`], its pidfd
-    /// registered with the poller so that its exit ends a poll's wait.
-    fn hold_command(&mut self, command: HeldCommand) -> Result<(), Error> {
-        // Before Linux 5.3 (no pidfd), its exit is seen at the next poll.
-        let pidfd = sys::pidfd_open(command.pid()).ok();
-        if let Some(fd) = &pidfd {
-            self.poll
-                .registry()
-                .register(
-                    &mut SourceFd(&fd.as_raw_fd()),
-                    Token(usize::MAX),
-                    Interest::READABLE,
-                )
-                .map_err(|e| Error::io("registering a pidfd with the poller", e))?;
-        }
-        self.command = Some((command, pidfd));
-        Ok(())
-    }
-
-    /// The pid of the command of a [`RecordTarget::Command`].
+    /// The pid of the command of a [`RecordTarget::Command`](crate::attach::target::RecordTarget::Command).
     pub fn command_pid(&self) -> Option<i32> {
         self.command.as_ref().map(|(c, _)| c.pid())
     }
 
-    /// The exit status of the command of a [`RecordTarget::Command`] once
+    /// The exit status of the command of a [`RecordTarget::Command`](crate::attach::target::RecordTarget::Command) once
     /// it has ended (it is then reaped); `None` while it runs, and for
     /// other targets. Does not block.
     pub fn command_status(&mut self) -> Result<Option<std::process::ExitStatus>, Error> {
@@ -737,8 +513,8 @@ impl Session {
     }
 
     /// Waits up to `timeout` (forever with `None`) until a ring has data
-    /// (or a target process of [`RecordTarget::Processes`], or the command
-    /// of a [`RecordTarget::Command`], exits); a
+    /// (or a target process of [`RecordTarget::Processes`](crate::attach::target::RecordTarget::Processes), or the command
+    /// of a [`RecordTarget::Command`](crate::attach::target::RecordTarget::Command), exits); a
     /// signal ends the wait early without error. Returns true when
     /// something was ready. Reads nothing: [`Session::drain`] does.
     ///

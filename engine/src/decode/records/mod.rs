@@ -208,7 +208,7 @@ pub struct RecordDecoder {
     /// See [`RecordDecoder::probe_of_fast`].
     recent_ids: Vec<(u64, usize)>,
     /// Joins hidden entry probes to their returns ([`crate::plan::entry_join`]).
-    join: Option<crate::decode::join::Joiner>,
+    join: Option<crate::decode::joiner::Joiner>,
     /// Per shown probe (the user's, once entries are joined), the filter
     /// run in user space at handover.
     user_filters: Vec<Option<crate::plan::filter::Filter>>,
@@ -383,7 +383,7 @@ impl RecordDecoder {
     /// of hidden probes are no longer handed over nor counted in
     /// [`SessionStats::hits`] (which then has the user's probes only), and
     /// [`RecordDecoder::round`] hands the user's plans.
-    pub fn join_entries(&mut self, joiner: crate::decode::join::Joiner) {
+    pub fn join_entries(&mut self, joiner: crate::decode::joiner::Joiner) {
         let n = joiner.shown().len();
         self.stats.hits.truncate(n);
         self.stats.entry_unknown = vec![0; n];

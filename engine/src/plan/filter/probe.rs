@@ -172,8 +172,8 @@ impl ProbeFilter {
 
 #[cfg(test)]
 mod tests {
-    use crate::error::Error;
     use crate::plan::probes::plan_probes_filtered;
+    use crate::plan::PlanError;
     use crate::plan::{Backend, BackendChoice};
     use kprobe_perf_symbols::KernelSymbols;
 
@@ -260,7 +260,7 @@ mod tests {
             ),
         ];
         let e = plan_probes_filtered(&specs, &symbols(), BackendChoice::Auto).unwrap_err();
-        assert!(matches!(e, Error::Filter { .. }));
+        assert!(matches!(e, PlanError::Filter { .. }));
         assert_eq!(
             e.to_string(),
             "the filter of p:do_sys_openat2 dfd=%di:s32 flags=%dx:x32 is refused: unknown field \
