@@ -33,19 +33,15 @@ pub mod sys;
 #[allow(unreachable_pub)] // public with test-util
 pub(crate) mod sys;
 pub(crate) mod target;
+mod tasks;
 pub mod tracefs;
 
-use std::os::fd::AsRawFd;
+use mio::Poll;
 
-use mio::unix::SourceFd;
-use mio::{Interest, Poll, Token};
-
-use crate::attach::command::HeldCommand;
 use crate::attach::error::AttachError;
 use crate::attach::open::Opened;
 use crate::attach::options::SessionOptions;
-use crate::attach::process::ProcessWatch;
-use crate::attach::target::RecordTarget;
+use crate::attach::tasks::Tasks;
 use crate::plan::entry_join::Expanded;
 
 /// Opens the probes `plans` lays out on every online CPU, or for the
@@ -54,7 +50,7 @@ use crate::plan::entry_join::Expanded;
 ///
 /// Every open first removes the tracefs definitions of kprobe-perf
 /// processes that are gone (silently nothing without tracefs). For
-/// [`RecordTarget::Processes`], a thread created before its creator's
+/// [`RecordTarget::Processes`](target::RecordTarget::Processes), a thread created before its creator's
 /// events were open inherited nothing: the probes are opened again, from
 /// a new list of threads, until no thread is late (five times at most).
 pub(crate) fn open(plans: &Expanded, opts: &SessionOptions) -> Result<Opened, AttachError> {
@@ -78,9 +74,9 @@ pub(crate) fn open(plans: &Expanded, opts: &SessionOptions) -> Result<Opened, At
     }
 }
 
-/// Opens the probes for `opts.target`; for [`RecordTarget::Processes`],
+/// Opens the probes for `opts.target`; for [`RecordTarget::Processes`](target::RecordTarget::Processes),
 /// on each (pid, tid) of `threads` on every CPU, one ring per CPU shared
-/// by all threads; for a [`RecordTarget::Command`], for the held
+/// by all threads; for a [`RecordTarget::Command`](target::RecordTarget::Command), for the held
 /// command's pid `command`.
 fn open_tasks(
     plans: &Expanded,
@@ -116,86 +112,4 @@ fn open_tasks(
         watched: Vec::new(),
         command: None,
     })
-}
-
-/// The tasks a target names, before its probes are opened: the held
-/// command of a [`RecordTarget::Command`], the processes of a
-/// [`RecordTarget::Processes`] (watched from before the first scan of
-/// their threads, so an exit is never missed).
-#[derive(Default)]
-struct Tasks {
-    command: Option<HeldCommand>,
-    pids: Vec<i32>,
-    watched: Vec<ProcessWatch>,
-}
-
-impl Tasks {
-    fn of(target: &RecordTarget) -> Result<Tasks, AttachError> {
-        match target {
-            RecordTarget::Command { argv, .. } => Ok(Tasks {
-                command: Some(HeldCommand::spawn(argv)?),
-                ..Tasks::default()
-            }),
-            RecordTarget::Processes(pids) => {
-                let pids = process::unique_pids(pids);
-                if pids.is_empty() {
-                    return Err(AttachError::NoProcesses);
-                }
-                let watched = pids
-                    .iter()
-                    .map(|&p| ProcessWatch::new(p))
-                    .collect::<Result<Vec<_>, _>>()?;
-                Ok(Tasks {
-                    command: None,
-                    pids,
-                    watched,
-                })
-            }
-            _ => Ok(Tasks::default()),
-        }
-    }
-
-    fn command_pid(&self) -> Option<i32> {
-        self.command.as_ref().map(HeldCommand::pid)
-    }
-
-    /// The (pid, tid) of each thread of the processes, now (none for
-    /// other targets).
-    fn threads(&self) -> Result<Vec<(i32, i32)>, AttachError> {
-        if self.pids.is_empty() {
-            return Ok(Vec::new());
-        }
-        target::threads_of_processes(&self.pids)
-    }
-
-    /// Gives `opened` the tasks, each pidfd registered with its poller
-    /// so that an exit ends a poll's wait: the command's under
-    /// `usize::MAX`, the processes' under the tokens below it.
-    fn hand_over(self, mut opened: Opened) -> Result<Opened, AttachError> {
-        let register = |poll: &Poll, fd: &std::os::fd::OwnedFd, token: usize| {
-            poll.registry()
-                .register(
-                    &mut SourceFd(&fd.as_raw_fd()),
-                    Token(token),
-                    Interest::READABLE,
-                )
-                .map_err(|e| AttachError::io("registering a pidfd with the poller", e))
-        };
-        for (k, w) in self.watched.iter().enumerate() {
-            if let Some(fd) = w.pidfd() {
-                register(&opened.poll, fd, usize::MAX - k)?;
-            }
-        }
-        opened.watched = self.watched;
-        if let Some(command) = self.command {
-            // Before Linux 5.3 (no pidfd), its exit is seen at the next
-            // poll.
-            let pidfd = sys::pidfd_open(command.pid()).ok();
-            if let Some(fd) = &pidfd {
-                register(&opened.poll, fd, usize::MAX)?;
-            }
-            opened.command = Some((command, pidfd));
-        }
-        Ok(opened)
-    }
 }
