@@ -5,7 +5,8 @@
 
 use crate::attach::attr::Opener;
 use crate::attach::error::AttachError;
-use crate::attach::pmu::{ProbePmu, SYSFS_PMUS};
+use crate::attach::pmu::ProbePmu;
+use crate::attach::sys::SYSFS_PMUS;
 use crate::attach::tracefs::{
     filter_fields, parse_format, Field, ProbeKind, Tracefs, TracefsError, TracefsProbes,
 };

@@ -5,11 +5,8 @@ use std::io;
 use std::path::Path;
 
 use crate::attach::error::AttachError;
-use crate::attach::sys;
+use crate::attach::sys::{self, SYSFS_PMUS};
 use crate::plan::{AttachPoint, Backend, ProbePlan};
-
-/// Where the kernel lists its PMUs.
-pub(crate) const SYSFS_PMUS: &str = "/sys/bus/event_source/devices";
 
 /// A dynamic probe PMU: its type number and the config bit for return probes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

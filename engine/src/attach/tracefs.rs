@@ -247,9 +247,7 @@ impl Tracefs {
         Err(match kind {
             ProbeKind::Kernel => TracefsError::NoKprobeEvents {
                 root,
-                kprobe_pmu: Path::new(crate::attach::pmu::SYSFS_PMUS)
-                    .join("kprobe")
-                    .exists(),
+                kprobe_pmu: Path::new(sys::SYSFS_PMUS).join("kprobe").exists(),
             },
             ProbeKind::User => TracefsError::NoUprobeEvents { root },
         })

@@ -31,6 +31,9 @@ mod tests;
 /// `sample_regs_intr`, and every kernel since 4.1 knows it.
 pub const ATTR_SIZE: u32 = PERF_ATTR_SIZE_VER5;
 
+/// Where the kernel lists its PMUs (`kprobe`, `uprobe` ...).
+pub(crate) const SYSFS_PMUS: &str = "/sys/bus/event_source/devices";
+
 /// One system call of the perf layer, with its arguments, as [`syscall`]
 /// takes it. Everything it carries is a borrow the call may use, so making
 /// one is safe; the one call that could hurt memory, munmap, carries an
