@@ -285,7 +285,7 @@ fn fprobe_check(tracefs: Option<&Path>, config: &KernelConfig) -> Check {
 
 fn btf_check(config: &KernelConfig) -> Check {
     let what = "BTF";
-    let path = kprobe_perf_engine::kernel::VMLINUX_BTF;
+    let path = kprobe_perf_engine::cli::kernel::VMLINUX_BTF;
     match std::fs::metadata(path) {
         Ok(md) => Check::ok(
             what,

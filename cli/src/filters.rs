@@ -3,7 +3,7 @@
 
 use anyhow::{bail, Result};
 use clap::ArgMatches;
-use kprobe_perf_engine::{kernel::Kernel, plan::BackendChoice, ProbePlan};
+use kprobe_perf_engine::{BackendChoice, Kernel, ProbePlan};
 
 use crate::inspect;
 

@@ -5,11 +5,11 @@
 use std::error::Error as StdError;
 
 use kprobe_perf_engine::analysis::AnalysisError;
-use kprobe_perf_engine::kernel::select::Excluded;
-use kprobe_perf_engine::kernel::source::DebugInfoError;
-use kprobe_perf_engine::kernel::KernelError;
-use kprobe_perf_engine::plan::PlanError;
-use kprobe_perf_engine::tracefs::TracefsError;
+use kprobe_perf_engine::cli::kernel::select::Excluded;
+use kprobe_perf_engine::cli::kernel::source::DebugInfoError;
+use kprobe_perf_engine::cli::kernel::KernelError;
+use kprobe_perf_engine::cli::plan::PlanError;
+use kprobe_perf_engine::cli::tracefs::TracefsError;
 use kprobe_perf_engine::{AttachError, Error};
 
 /// The error and its causes as anyhow's `{:#}` prints them (joined by

@@ -4,7 +4,7 @@
 use std::path::PathBuf;
 
 use anyhow::{Context, Result};
-use kprobe_perf_engine::kernel::{
+use kprobe_perf_engine::cli::kernel::{
     self, Kernel, KernelError, KernelImage, KernelOptions, SizesFrom,
 };
 use kprobe_perf_engine::Error;
@@ -146,7 +146,7 @@ pub(crate) fn explain(e: impl Into<Error>) -> anyhow::Error {
 /// The kernel's text, with the images it left out said on stderr.
 pub(crate) fn text(
     kernel: &Kernel,
-) -> Result<Option<&dyn kprobe_perf_engine::kernel::preflight::KernelTextSource>> {
+) -> Result<Option<&dyn kprobe_perf_engine::cli::kernel::preflight::KernelTextSource>> {
     let text = kernel.text().map_err(explain);
     report_skipped(kernel);
     text

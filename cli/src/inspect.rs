@@ -6,12 +6,12 @@ use std::io::Write;
 use std::process::ExitCode;
 
 use anyhow::{bail, Context, Result};
-use kprobe_perf_engine::kernel::preflight::{Prediction, Preflight};
-use kprobe_perf_engine::kernel::{
+use kprobe_perf_engine::cli::kernel::preflight::{Prediction, Preflight};
+use kprobe_perf_engine::cli::kernel::{
     self, ExpandedAs, FprobeRoute, GlobOptions, GlobRoute, Kernel, KernelOptions, NotraceBy,
     Selection, SizesFrom,
 };
-use kprobe_perf_engine::plan::BackendChoice;
+use kprobe_perf_engine::cli::plan::BackendChoice;
 use kprobe_perf_engine::spec::{ProbeSpec, Target};
 use kprobe_perf_engine::KernelSymbols;
 
@@ -174,7 +174,7 @@ pub(crate) fn list(
     // A binary's SDT probes need no kernel.
     let (sdt, patterns): (Vec<&String>, Vec<&String>) = patterns
         .iter()
-        .partition(|p| kprobe_perf_engine::plan::sdt::names_sdt(p));
+        .partition(|p| kprobe_perf_engine::cli::plan::sdt::names_sdt(p));
     let sdt_found = list_sdt(&sdt)?;
     if patterns.is_empty() {
         return Ok(if sdt_found {
@@ -251,7 +251,7 @@ pub(crate) fn list(
 /// [`list_sdt`] does), those whose `PROVIDER:NAME` matches one of
 /// `patterns` (every one when none is given).
 pub(crate) fn list_sdt_of_process(pid: u32, patterns: &[String]) -> Result<ExitCode> {
-    let files = kprobe_perf_engine::plan::sdt::mapped_files(pid)?;
+    let files = kprobe_perf_engine::cli::plan::sdt::mapped_files(pid)?;
     let globs: Vec<String> = if patterns.is_empty() {
         vec!["*:*".into()]
     } else {
@@ -265,7 +265,7 @@ pub(crate) fn list_sdt_of_process(pid: u32, patterns: &[String]) -> Result<ExitC
     };
     let mut wanted = Vec::new();
     for file in &files {
-        let probes = kprobe_perf_engine::plan::sdt::listed(&format!("usdt:{file}"));
+        let probes = kprobe_perf_engine::cli::plan::sdt::listed(&format!("usdt:{file}"));
         // Files without SDT notes (most) are passed over.
         if !matches!(probes, Some(Ok(ref p)) if !p.is_empty()) {
             continue;
@@ -291,7 +291,7 @@ pub(crate) fn list_sdt_of_process(pid: u32, patterns: &[String]) -> Result<ExitC
 fn list_sdt_lenient(patterns: &[&String]) -> Result<bool> {
     let mut any = false;
     for p in patterns {
-        if let Some(Ok(found)) = kprobe_perf_engine::plan::sdt::listed(p) {
+        if let Some(Ok(found)) = kprobe_perf_engine::cli::plan::sdt::listed(p) {
             if !found.is_empty() {
                 any |= list_sdt(&[*p])?;
             }
@@ -308,7 +308,7 @@ fn list_sdt(patterns: &[&String]) -> Result<bool> {
     let mut out = std::io::BufWriter::new(stdout.lock());
     let mut any = false;
     for pattern in patterns {
-        let Some(found) = kprobe_perf_engine::plan::sdt::listed(pattern) else {
+        let Some(found) = kprobe_perf_engine::cli::plan::sdt::listed(pattern) else {
             continue;
         };
         let found = found?;
@@ -465,12 +465,12 @@ pub(crate) fn lines(func: &str, image: &ImageArgs, srcline: bool) -> Result<Exit
 /// slide its addresses are moved by.
 fn line_lookup(
     kernel: &Kernel,
-) -> Result<(kprobe_perf_engine::kernel::source::AddressLookup, u64)> {
+) -> Result<(kprobe_perf_engine::cli::kernel::source::AddressLookup, u64)> {
     let (path, slide) = kernel
         .kernel_dwarf()
         .map_err(crate::image_args::explain)
         .context("--srcline needs the running kernel's DWARF (Debian: linux-image-VERSION-dbg; give --vmlinux)")?;
-    let lookup = kprobe_perf_engine::kernel::source::AddressLookup::open(&path)
+    let lookup = kprobe_perf_engine::cli::kernel::source::AddressLookup::open(&path)
         .with_context(|| format!("--srcline: reading {}", path.display()))?;
     Ok((lookup, slide))
 }
@@ -479,7 +479,7 @@ fn line_lookup(
 /// address (innermost first): `file:line`, with the function inlined
 /// there when it is not `function` itself.
 fn source_line(
-    frames: &[kprobe_perf_engine::kernel::source::AddressFrame],
+    frames: &[kprobe_perf_engine::cli::kernel::source::AddressFrame],
     function: &str,
 ) -> String {
     let Some(f) = frames.first() else {
@@ -632,7 +632,7 @@ fn debug_info(out: &mut impl Write, kernel: &Kernel) -> Result<()> {
 /// `info`'s line on modules' DWARF: which loaded modules (and modules
 /// given `--module-debug`) have a debug file, found locally.
 fn module_debug_info(out: &mut impl Write, kernel: &Kernel) -> Result<()> {
-    use kprobe_perf_engine::kernel::module_debug;
+    use kprobe_perf_engine::cli::kernel::module_debug;
     let mut names = module_debug::loaded_modules();
     let loaded = names.len();
     for p in &kernel.options().module_debug {
@@ -667,9 +667,9 @@ fn module_debug_info(out: &mut impl Write, kernel: &Kernel) -> Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use kprobe_perf_engine::kernel::glob_route;
-    use kprobe_perf_engine::kernel::select::SelectOptions;
-    use kprobe_perf_engine::plan::KernelFeatures;
+    use kprobe_perf_engine::cli::kernel::glob_route;
+    use kprobe_perf_engine::cli::kernel::select::SelectOptions;
+    use kprobe_perf_engine::cli::plan::KernelFeatures;
     use kprobe_perf_engine::Arch;
 
     /// A glob's route as the CLI tells it.

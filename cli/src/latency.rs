@@ -14,11 +14,11 @@ use kprobe_perf_engine::analysis::{
     parse_duration, parse_linear, render, Call, FunctionProbes, HistShape, Key, LatencyOptions,
     LatencyPairer, LatencySnapshot, TimeUnit,
 };
-use kprobe_perf_engine::records::RingRecord;
+use kprobe_perf_engine::cli::records::RingRecord;
 
 use crate::run_loop::RunLoop;
 use kprobe_perf_engine::{
-    plan::BackendChoice, records, CommandScope, Event, EventSink, RecordTarget, Session,
+    cli::records, BackendChoice, CommandScope, Event, EventSink, RecordTarget, Session,
     SessionOptions,
 };
 

@@ -51,9 +51,9 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result};
 use clap::{Parser, Subcommand};
-use kprobe_perf_engine::records::RingRecord;
+use kprobe_perf_engine::cli::records::RingRecord;
 use kprobe_perf_engine::{
-    plan::BackendChoice, spec::Definition, tracefs, Arch, CommandScope, Event, EventSink,
+    cli::tracefs, spec::Definition, Arch, BackendChoice, CommandScope, Event, EventSink,
     KernelSymbols, RecordTarget, Session, SessionOptions,
 };
 
@@ -674,7 +674,7 @@ fn record_until_the_end<W: Write>(
 /// under a millisecond, and the reader's wakeup took up to 3 ms in
 /// `--drain-log` timelines.
 fn default_mmap_pages(call_graph: Option<kprobe_perf_engine::stack::CallGraph>) -> usize {
-    use kprobe_perf_engine::os;
+    use kprobe_perf_engine::cli::os;
     let may_lock =
         os::effective_capabilities().is_ok_and(|caps| caps & (1 << os::CAP_IPC_LOCK) != 0);
     match call_graph {
@@ -998,7 +998,7 @@ impl LiveCount {
 
 /// Ring pages for a window of `mib` MiB: the largest power of two that fits.
 fn overwrite_pages(mib: usize) -> Result<usize> {
-    let page = kprobe_perf_engine::os::page_size();
+    let page = kprobe_perf_engine::cli::os::page_size();
     let pages = mib
         .checked_mul(1 << 20)
         .map(|b| b / page)

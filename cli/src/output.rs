@@ -7,8 +7,8 @@ use std::ops::ControlFlow;
 use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result};
+use kprobe_perf_engine::cli::records::RingRecord;
 use kprobe_perf_engine::perfdata::{self, FileSink};
-use kprobe_perf_engine::records::RingRecord;
 use kprobe_perf_engine::AddressSet;
 use kprobe_perf_engine::{Event, EventSink, KernelSymbols, Session};
 

@@ -34,7 +34,7 @@ pub(crate) struct ScriptArgs {
 pub(crate) fn run(args: &ScriptArgs) -> Result<ExitCode> {
     let path = &args.input;
     // A regular file only: a FIFO would block, /dev/zero never end.
-    let (file, _) = kprobe_perf_engine::kernel::open_regular(path)
+    let (file, _) = kprobe_perf_engine::cli::kernel::open_regular(path)
         .with_context(|| format!("cannot read {} (give a perf.data file)", path.display()))?;
     args.stacks.check()?;
     let reader = Reader::from_file(file).with_context(|| format!("reading {}", path.display()))?;

@@ -6,8 +6,8 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use anyhow::{bail, Context as _, Result};
-use kprobe_perf_engine::kernel::source::{self, Instance, SourceExpansion};
-use kprobe_perf_engine::kernel::{Kernel, KernelError, SizesFrom};
+use kprobe_perf_engine::cli::kernel::source::{self, Instance, SourceExpansion};
+use kprobe_perf_engine::cli::kernel::{Kernel, KernelError, SizesFrom};
 use kprobe_perf_engine::{Error, KernelSymbols};
 
 use crate::image_args::ImageArgs;
@@ -48,11 +48,11 @@ impl Target {
                 if !path.is_file() {
                     bail!("-m {m}: no such file (give a module's name, or the path of its .ko with debug info)");
                 }
-                let name = kprobe_perf_engine::kernel::module_debug::module_name_of(&path);
+                let name = kprobe_perf_engine::cli::kernel::module_debug::module_name_of(&path);
                 image.module_debug.insert(0, path);
                 Some(name)
             }
-            Some(m) => Some(kprobe_perf_engine::kernel::module_debug::normalize(m)),
+            Some(m) => Some(kprobe_perf_engine::cli::kernel::module_debug::normalize(m)),
             None => None,
         };
         Ok(Target {

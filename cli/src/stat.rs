@@ -8,8 +8,8 @@ use std::time::Duration;
 
 use crate::run_loop::RunLoop;
 use anyhow::{Context, Result};
-use kprobe_perf_engine::counting::{CountSnapshot, CountingSession};
-use kprobe_perf_engine::{plan::BackendChoice, ProbePlan, RecordTarget};
+use kprobe_perf_engine::cli::counting::{CountSnapshot, CountingSession};
+use kprobe_perf_engine::{BackendChoice, ProbePlan, RecordTarget};
 
 use crate::{image_args, inspect, validate, BackendArg};
 
@@ -335,7 +335,7 @@ impl Table {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use kprobe_perf_engine::counting::ProbeCount;
+    use kprobe_perf_engine::cli::counting::ProbeCount;
 
     fn table(per_cpu: bool, json: bool) -> Table {
         Table {

@@ -1,7 +1,7 @@
 //! What the CLI's unit tests share: a small kallsyms and plans made
 //! against it.
 
-use kprobe_perf_engine::plan::{self, BackendChoice};
+use kprobe_perf_engine::cli::plan::{self, BackendChoice};
 use kprobe_perf_engine::spec::BaseType;
 use kprobe_perf_engine::{Arch, Event, IntEvent, KernelSymbols, ProbePlan, ProbeSpec, Value};
 

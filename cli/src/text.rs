@@ -643,7 +643,7 @@ fn write_rest(
 /// The kernel's default kretprobe maxactive on 6.x:
 /// `max(10, 2 * num_possible_cpus())`.
 fn default_maxactive() -> u64 {
-    let possible = kprobe_perf_engine::cpus::possible_cpus().map_or(1, |c| c.len() as u64);
+    let possible = kprobe_perf_engine::cli::cpus::possible_cpus().map_or(1, |c| c.len() as u64);
     (2 * possible).max(10)
 }
 
@@ -909,7 +909,7 @@ fn loss_and_throttle_lines(s: &Summary) -> Vec<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use kprobe_perf_engine::plan::{self, BackendChoice};
+    use kprobe_perf_engine::cli::plan::{self, BackendChoice};
     use kprobe_perf_engine::{Arch, ProbeSpec};
     use std::sync::Arc;
 

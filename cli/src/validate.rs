@@ -6,7 +6,7 @@
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
-use kprobe_perf_engine::cpus;
+use kprobe_perf_engine::cli::cpus;
 
 /// The longest `-d`: 365 days, in seconds.
 pub(crate) const MAX_DURATION_SECS: f64 = 365.0 * 24.0 * 3600.0;
@@ -37,7 +37,7 @@ pub(crate) fn duration(text: &str) -> Result<f64, String> {
 
 /// The most pages a ring may have (a power of two: 1 GiB with 4 KiB pages).
 fn max_ring_pages() -> usize {
-    let page = kprobe_perf_engine::os::page_size().max(1);
+    let page = kprobe_perf_engine::cli::os::page_size().max(1);
     1usize << (MAX_RING_BYTES / page).max(1).ilog2()
 }
 
@@ -248,7 +248,10 @@ mod tests {
     fn ring_sizes() {
         let max = max_ring_pages();
         assert!(max.is_power_of_two());
-        assert_eq!(max * kprobe_perf_engine::os::page_size(), MAX_RING_BYTES);
+        assert_eq!(
+            max * kprobe_perf_engine::cli::os::page_size(),
+            MAX_RING_BYTES
+        );
         assert_eq!(mmap_pages("1"), Ok(1));
         assert_eq!(mmap_pages("128"), Ok(128));
         assert_eq!(mmap_pages(&max.to_string()), Ok(max));

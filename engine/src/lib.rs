@@ -41,37 +41,20 @@
 //! `examples/tokio_record.rs` for a session in a tokio task.
 #![cfg_attr(not(test), warn(unused_crate_dependencies))]
 #![deny(missing_docs)]
-// Without the `cli` feature the CLI's modules below are private, and what
-// only the CLI reaches in them is `pub` in a private module, or unused:
-// the workspace's build (the CLI turns `cli` on) lints all of it.
-#![cfg_attr(
-    not(feature = "cli"),
-    allow(unreachable_pub, unused_imports, dead_code)
-)]
 
 // One module per stage. Data flows plan -> kernel -> attach -> decode ->
 // session -> analysis, perfdata (error wraps the errors of plan, kernel
 // and attach; stack names the frames decode reads); each stage imports
 // only from the stages before it and from the crates below the engine.
+// The stages are private: an embedder uses the names at the root and the
+// public modules below; the CLI uses `cli` too.
 pub mod analysis;
 mod attach;
+pub mod cli;
 mod decode;
 mod error;
-// The planning and kernel stages are the CLI's to open by name (its
-// listings, globs and preflight); an embedder plans through `Kernel` and
-// `ProbeSpec` at the root. Public only with the `cli` feature (which the
-// CLI and the workspace's tests turn on), and hidden from the
-// documentation then: not part of the embedding API, and free to change.
-#[cfg(feature = "cli")]
-#[doc(hidden)]
-pub mod kernel;
-#[cfg(not(feature = "cli"))]
 mod kernel;
 pub mod perfdata;
-#[cfg(feature = "cli")]
-#[doc(hidden)]
-pub mod plan;
-#[cfg(not(feature = "cli"))]
 mod plan;
 mod session;
 pub mod stack;
@@ -82,21 +65,8 @@ pub mod testing;
 /// The probe language, from its own pure crate (`kprobe-perf-spec`).
 pub use kprobe_perf_spec as spec;
 
-// Modules of private stages the CLI uses by name (the attach stage's
-// system facts and tracefs, the ring's records, counting sessions),
-// public with the `cli` feature only, as `kernel` and `plan` are.
-pub use attach::error::AttachError;
-#[cfg(feature = "cli")]
-#[doc(hidden)]
-pub use attach::{cpus, os, tracefs};
-#[cfg(feature = "cli")]
-#[doc(hidden)]
-pub use decode::records;
-#[cfg(feature = "cli")]
-#[doc(hidden)]
-pub use session::counting;
-
 // What an embedder uses, at the crate root.
+pub use attach::error::AttachError;
 pub use attach::guardian::{Guardian, GuardianError};
 pub use attach::options::{SessionOptions, DEFAULT_MMAP_PAGES};
 pub use attach::target::{CommandScope, RecordTarget};

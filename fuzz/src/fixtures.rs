@@ -7,15 +7,15 @@ use std::collections::HashMap;
 use std::io::Cursor;
 
 use kprobe_perf_arch::Arch;
-use kprobe_perf_engine::perfdata::{
-    symbol_subset, tracing_data, Metadata, Reader, Replay, StoredProbe, Writer, RECORD_LOST,
-};
-use kprobe_perf_engine::plan::{self, BackendChoice};
-use kprobe_perf_engine::records::{
+use kprobe_perf_engine::cli::plan::{self, BackendChoice};
+use kprobe_perf_engine::cli::records::{
     comm_record_body, sample_attr_bytes, sample_record_body, RecordDecoder, RecordSink,
     SampleFields, ThreadNames, RECORD_COMM, RECORD_SAMPLE,
 };
-use kprobe_perf_engine::records::{OpenedProbe, RingRecord};
+use kprobe_perf_engine::cli::records::{OpenedProbe, RingRecord};
+use kprobe_perf_engine::perfdata::{
+    symbol_subset, tracing_data, Metadata, Reader, Replay, StoredProbe, Writer, RECORD_LOST,
+};
 use kprobe_perf_engine::{KernelSymbols, ProbePlan, ProbeSpec};
 
 /// `PERF_RECORD_THROTTLE` and `PERF_RECORD_UNTHROTTLE`.

@@ -5,8 +5,8 @@
 use std::sync::{Arc, OnceLock};
 
 use kprobe_perf_arch::Arch;
+use kprobe_perf_engine::cli::records::{Handover, RingRecord, RECORD_COMM, RECORD_SAMPLE};
 use kprobe_perf_engine::perfdata::RECORD_LOST;
-use kprobe_perf_engine::records::{Handover, RingRecord, RECORD_COMM, RECORD_SAMPLE};
 use kprobe_perf_engine::ProbePlan;
 use kprobe_perf_spec::Definition;
 

@@ -130,8 +130,8 @@ pub fn kprobes_available(test: &str) -> bool {
 /// the test is skipped ([`skip`]).
 pub fn uprobes_available(test: &str) -> bool {
     let pmu = std::path::Path::new("/sys/bus/event_source/devices/uprobe").exists();
-    let admin = kprobe_perf_engine::os::effective_capabilities()
-        .is_ok_and(|c| c & (1u64 << kprobe_perf_engine::os::CAP_SYS_ADMIN) != 0);
+    let admin = kprobe_perf_engine::cli::os::effective_capabilities()
+        .is_ok_and(|c| c & (1u64 << kprobe_perf_engine::cli::os::CAP_SYS_ADMIN) != 0);
     if !(pmu && admin) {
         skip(test, "no uprobe PMU here, or no CAP_SYS_ADMIN");
     }
@@ -141,13 +141,13 @@ pub fn uprobes_available(test: &str) -> bool {
 /// The online CPUs (/sys/devices/system/cpu/online): the VM has as many as
 /// `KPROBE_PERF_VM_SMP` says (2 by default); tests read them, never assume.
 pub fn online_cpus() -> Vec<u32> {
-    kprobe_perf_engine::cpus::online_cpus().expect("reading the online CPUs")
+    kprobe_perf_engine::cli::cpus::online_cpus().expect("reading the online CPUs")
 }
 
 /// The possible CPUs (/sys/devices/system/cpu/possible), which size the
 /// kernel's per-CPU tables (kretprobe instances among them).
 pub fn possible_cpus() -> Vec<u32> {
-    kprobe_perf_engine::cpus::possible_cpus().expect("reading the possible CPUs")
+    kprobe_perf_engine::cli::cpus::possible_cpus().expect("reading the possible CPUs")
 }
 
 /// The `kprobe-perf` binary built next to this test (`target/<profile>/`),

@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 
 use kprobe_perf_arch::boundary::{FunctionLayout, ProbeSite};
 use kprobe_perf_arch::Arch;
-use kprobe_perf_engine::kernel::preflight::{Prediction, Preflight};
+use kprobe_perf_engine::cli::kernel::preflight::{Prediction, Preflight};
 use kprobe_perf_engine::testing::ask_kernel;
 use kprobe_perf_engine::testing::pmu::ProbePmu;
 use kprobe_perf_symbols::{Blacklist, KernelSymbols, Symbol};
@@ -147,7 +147,7 @@ fn preflight_agrees_with_the_kernel() {
         let s = candidates[(xorshift(&mut state) % candidates.len() as u64) as usize];
         let Ok(f) = pre.function(s) else { continue };
         if picked.iter().any(
-            |p: &kprobe_perf_engine::kernel::preflight::KernelFunction| {
+            |p: &kprobe_perf_engine::cli::kernel::preflight::KernelFunction| {
                 p.symbol.address == s.address
             },
         ) {
@@ -162,7 +162,7 @@ fn preflight_agrees_with_the_kernel() {
         names[..names.len().min(8)].join(", "),
         picked.iter().filter(|f| f.symbol.module.is_some()).count()
     );
-    kprobe_perf_engine::os::raise_fd_limit(4096).unwrap();
+    kprobe_perf_engine::cli::os::raise_fd_limit(4096).unwrap();
     let started = Instant::now();
     let (mut open_time, mut close_time) = (Duration::ZERO, Duration::ZERO);
     let mut pending = Vec::new();

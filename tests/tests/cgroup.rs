@@ -50,7 +50,7 @@ fn only_tasks_in_the_cgroup_are_recorded() {
     // A cgroup event on every CPU.
     wait_until_recording(
         rec.id(),
-        kprobe_perf_engine::cpus::online_cpus().map_or(1, |c| c.len()),
+        kprobe_perf_engine::cli::cpus::online_cpus().map_or(1, |c| c.len()),
     );
     // One shell joins the cgroup and opens a file; another, outside,
     // opens a different one.

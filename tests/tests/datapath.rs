@@ -143,7 +143,7 @@ fn events_from_all_cpus_come_out_in_time_order() {
             let cpu = online[t % online.len()];
             let pinned = std::sync::Arc::clone(&pinned);
             std::thread::spawn(move || {
-                let tid = kprobe_perf_engine::os::gettid();
+                let tid = kprobe_perf_engine::cli::os::gettid();
                 let out = Command::new("taskset")
                     .args(["-p", "-c", &cpu.to_string(), &tid.to_string()])
                     .output()
@@ -154,7 +154,7 @@ fn events_from_all_cpus_come_out_in_time_order() {
                 for i in 0..50 {
                     let _ = std::fs::File::open(format!("/nonexistent/kprobe-perf-order-{t}-{i}"));
                 }
-                kprobe_perf_engine::os::gettid()
+                kprobe_perf_engine::cli::os::gettid()
             })
         })
         .collect();

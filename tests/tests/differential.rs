@@ -113,7 +113,7 @@ fn kprobe_perf_and_perf_record_the_same_values() {
                         let name = dir.join(format!("missing-{t}-{}", "x".repeat(i % 7)));
                         assert!(std::fs::File::open(&name).is_err());
                     }
-                    kprobe_perf_engine::os::gettid()
+                    kprobe_perf_engine::cli::os::gettid()
                 })
             })
             .collect();
@@ -210,7 +210,7 @@ fn kprobe_perf_and_perf_record_the_same_values() {
 fn wait_until_armed(ours: u32, dir: &std::path::Path) {
     let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
     let started = std::time::Instant::now();
-    let profile = kprobe_perf_engine::tracefs::Tracefs::find()
+    let profile = kprobe_perf_engine::cli::tracefs::Tracefs::find()
         .unwrap()
         .root()
         .join("kprobe_profile");

@@ -8,7 +8,7 @@
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use kprobe_perf_engine::plan::{running_kernel_features, Backend};
+use kprobe_perf_engine::cli::plan::{running_kernel_features, Backend};
 use kprobe_perf_engine::testing::plan_probes;
 use kprobe_perf_engine::Value;
 use kprobe_perf_engine::{KernelSymbols, Session, SessionOptions};

@@ -6,7 +6,7 @@
 
 use std::time::Duration;
 
-use kprobe_perf_engine::plan::BackendChoice;
+use kprobe_perf_engine::cli::plan::BackendChoice;
 use kprobe_perf_engine::{sink_fn, Kernel, KernelOptions, Session, SessionOptions};
 use kprobe_perf_tests::{libc_path, skip_here, uprobes_available};
 

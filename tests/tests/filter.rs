@@ -244,7 +244,7 @@ fn a_bad_filter_is_refused_with_a_caret() {
 /// EINVAL): written to a private instance, read back from its error_log.
 #[test]
 fn a_kernel_refusal_is_explained_from_error_log() {
-    use kprobe_perf_engine::tracefs::{ProbeKind, Tracefs, TracefsProbes};
+    use kprobe_perf_engine::cli::tracefs::{ProbeKind, Tracefs, TracefsProbes};
     if !kprobes_available("a_kernel_refusal_is_explained_from_error_log") {
         return;
     }

@@ -23,7 +23,7 @@ fn fly(json: bool) -> (String, String) {
     let (tid_tx, tid_rx) = mpsc::channel();
     let (go_tx, go_rx) = mpsc::channel::<()>();
     let worker = std::thread::spawn(move || {
-        tid_tx.send(kprobe_perf_engine::os::gettid()).unwrap();
+        tid_tx.send(kprobe_perf_engine::cli::os::gettid()).unwrap();
         go_rx.recv().unwrap();
         for i in 0..OPENS {
             let _ = std::fs::File::open(name(i));

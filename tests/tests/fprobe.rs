@@ -8,7 +8,7 @@
 use std::io::Read;
 use std::time::{Duration, Instant};
 
-use kprobe_perf_engine::plan::{running_kernel_features, Backend, KernelFeatures};
+use kprobe_perf_engine::cli::plan::{running_kernel_features, Backend, KernelFeatures};
 use kprobe_perf_engine::testing::plan_probes;
 use kprobe_perf_engine::{Event, Value};
 use kprobe_perf_engine::{KernelSymbols, Session, SessionOptions};
@@ -44,7 +44,7 @@ fn read_once(path: &str, buf: usize) -> i32 {
         let mut b = vec![0u8; buf];
         let n = f.read(&mut b).unwrap();
         assert!(n > 0);
-        kprobe_perf_engine::os::gettid()
+        kprobe_perf_engine::cli::os::gettid()
     })
     .join()
     .unwrap()
@@ -263,7 +263,7 @@ fn tracepoint_probe_and_entry_args_at_return() {
     // pointer, non-zero.
     let child = std::process::Command::new("/bin/true").status().unwrap();
     assert!(child.success());
-    let me = kprobe_perf_engine::os::gettid();
+    let me = kprobe_perf_engine::cli::os::gettid();
     let forks = events_of(&mut session, me, 1);
     let forks: Vec<&Event> = forks.iter().filter(|e| e.probe == 0).collect();
     assert_eq!(forks.len(), 1, "{forks:?}");

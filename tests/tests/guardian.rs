@@ -7,7 +7,7 @@ use std::io::Read;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use kprobe_perf_engine::plan::Backend;
+use kprobe_perf_engine::cli::plan::Backend;
 use kprobe_perf_engine::testing::plan_probes;
 use kprobe_perf_engine::{KernelSymbols, Session, SessionOptions};
 use kprobe_perf_tests::{kprobe_perf_bin, kprobes_available, vm_kernel};

@@ -33,7 +33,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use kprobe_perf_engine::tracefs::{ProbeKind, Tracefs};
+use kprobe_perf_engine::cli::tracefs::{ProbeKind, Tracefs};
 use kprobe_perf_tests::{
     kernel_arch, kprobe_perf_bin, kprobes_available, online_cpus, skip, skip_here, vm_kernel,
     wait_until_recording,
@@ -523,7 +523,7 @@ fn fifo(path: &Path) {
 
 /// Per event name of our group: (hits, misses) from kprobe_profile.
 fn kprobe_profile() -> BTreeMap<String, (u64, u64)> {
-    let root = kprobe_perf_engine::tracefs::Tracefs::find()
+    let root = kprobe_perf_engine::cli::tracefs::Tracefs::find()
         .expect("tracefs")
         .root()
         .to_path_buf();

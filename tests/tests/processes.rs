@@ -272,7 +272,7 @@ fn a_thread_or_a_missing_pid_is_refused() {
     let (tx, rx) = mpsc::channel();
     let (done_tx, done_rx) = mpsc::channel::<()>();
     let t = std::thread::spawn(move || {
-        tx.send(kprobe_perf_engine::os::gettid()).unwrap();
+        tx.send(kprobe_perf_engine::cli::os::gettid()).unwrap();
         let _ = done_rx.recv();
     });
     let tid = rx.recv().unwrap();

@@ -27,7 +27,10 @@ fn record_calls(target: impl Fn(i32) -> Vec<String>) -> BTreeMap<u64, u32> {
     let caller = {
         let (stop, tid) = (Arc::clone(&stop), Arc::clone(&tid));
         std::thread::spawn(move || {
-            tid.store(kprobe_perf_engine::os::gettid() as u32, Ordering::SeqCst);
+            tid.store(
+                kprobe_perf_engine::cli::os::gettid() as u32,
+                Ordering::SeqCst,
+            );
             let mut call = 0;
             while !stop.load(Ordering::SeqCst) {
                 call += 1;
@@ -110,7 +113,7 @@ fn a_process_named_twice_is_recorded_once() {
     }
     // -p follows the threads a process starts later: its events are
     // inherited, and inherited uprobes are defined through uprobe_events.
-    if kprobe_perf_engine::tracefs::Tracefs::find().is_err() {
+    if kprobe_perf_engine::cli::tracefs::Tracefs::find().is_err() {
         if let Some(k) = vm_kernel() {
             panic!("tracefs must be mounted inside the VM (kernel {k})");
         }

@@ -72,7 +72,7 @@ fn a_sink_error_or_break_stops_the_drain_and_the_rest_comes_next() {
         SessionOptions::default().with_target(RecordTarget::Cpus(vec![0])),
     )
     .unwrap();
-    let tid = kprobe_perf_engine::os::gettid();
+    let tid = kprobe_perf_engine::cli::os::gettid();
     let pinned = Command::new("taskset")
         .args(["-p", "-c", "0", &tid.to_string()])
         .output()

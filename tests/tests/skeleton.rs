@@ -35,7 +35,7 @@ fn openat_entry_and_return_values_of_a_known_thread() {
     let mut session = Session::open(plans, SessionOptions::default()).expect("opening probes");
     assert_eq!(
         session.fd_count(),
-        2 * kprobe_perf_engine::cpus::online_cpus().unwrap().len(),
+        2 * kprobe_perf_engine::cli::cpus::online_cpus().unwrap().len(),
         "per online CPU: one fd per probe; the entry probe on the same function counts the \
          kretprobe's entries, so it has no counting-only entry event"
     );
@@ -43,7 +43,7 @@ fn openat_entry_and_return_values_of_a_known_thread() {
 
     let existing = std::env::current_exe().unwrap();
     let (tid, fd) = std::thread::spawn(move || {
-        let tid = kprobe_perf_engine::os::gettid();
+        let tid = kprobe_perf_engine::cli::os::gettid();
         let file = std::fs::File::open(&existing).expect("opening our own executable");
         let missing = std::fs::File::open("/nonexistent/kprobe-perf-test").unwrap_err();
         assert_eq!(missing.raw_os_error(), Some(ENOENT as i32));

@@ -9,7 +9,7 @@
 
 use std::process::{Command, Output};
 
-use kprobe_perf_engine::counting::CountingSession;
+use kprobe_perf_engine::cli::counting::CountingSession;
 use kprobe_perf_engine::testing::plan_probes;
 use kprobe_perf_engine::{KernelSymbols, RecordTarget};
 use kprobe_perf_tests::{kprobe_perf_bin, kprobes_available, skip, uprobes_available, vm_kernel};

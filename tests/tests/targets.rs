@@ -4,7 +4,7 @@
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use kprobe_perf_engine::plan::PlanError;
+use kprobe_perf_engine::cli::plan::PlanError;
 use kprobe_perf_engine::testing::plan_probes;
 use kprobe_perf_engine::{Event, KernelSymbols, RecordTarget, Session, SessionOptions};
 use kprobe_perf_tests::{kprobes_available, online_cpus, skip_here};
@@ -58,7 +58,7 @@ fn thread_target_sees_only_that_thread() {
     let (mine, other) = (unique("mine"), unique("other"));
     let m2 = mine.clone();
     let t = std::thread::spawn(move || {
-        tx.send(kprobe_perf_engine::os::gettid()).unwrap();
+        tx.send(kprobe_perf_engine::cli::os::gettid()).unwrap();
         go_rx.recv().unwrap();
         let _ = std::fs::File::open(&m2);
         let _ = std::fs::File::open(&m2);

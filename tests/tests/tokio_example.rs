@@ -70,7 +70,7 @@ fn the_session_fd_is_readable_past_the_watermark_only() {
             .with_mmap_pages(8),
     )
     .unwrap();
-    let tid = kprobe_perf_engine::os::gettid();
+    let tid = kprobe_perf_engine::cli::os::gettid();
     let pinned = Command::new("taskset")
         .args(["-p", "-c", "0", &tid.to_string()])
         .output()

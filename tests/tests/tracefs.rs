@@ -5,7 +5,7 @@ use std::process::{Command, Stdio};
 use std::sync::{Arc, Barrier};
 use std::time::{Duration, Instant};
 
-use kprobe_perf_engine::plan::Backend;
+use kprobe_perf_engine::cli::plan::Backend;
 use kprobe_perf_engine::testing::plan_probes;
 use kprobe_perf_engine::{KernelSymbols, Session, SessionOptions};
 use kprobe_perf_tests::{
@@ -64,7 +64,7 @@ fn kernel_fetched_string_is_exact() {
         .name("probe-me".into())
         .spawn(move || {
             let _ = std::fs::File::open(&p2);
-            kprobe_perf_engine::os::gettid()
+            kprobe_perf_engine::cli::os::gettid()
         })
         .unwrap()
         .join()
@@ -121,7 +121,7 @@ fn maxactive_bounds_concurrent_returns_and_misses_are_counted() {
                 std::thread::spawn(move || {
                     b.wait();
                     std::thread::sleep(Duration::from_millis(800));
-                    kprobe_perf_engine::os::gettid()
+                    kprobe_perf_engine::cli::os::gettid()
                 })
             })
             .collect();
@@ -299,7 +299,7 @@ fn pmu_kretprobe_misses_are_inferred_from_entries() {
     let plans = kprobe_perf_engine::testing::plan_probes_with(
         &["r:hrtimer_nanosleep"],
         &symbols,
-        kprobe_perf_engine::plan::BackendChoice::Pmu,
+        kprobe_perf_engine::cli::plan::BackendChoice::Pmu,
     )
     .unwrap();
     assert_eq!(plans.len(), 1, "the user's probe only");
@@ -313,7 +313,7 @@ fn pmu_kretprobe_misses_are_inferred_from_entries() {
             std::thread::spawn(move || {
                 b.wait();
                 std::thread::sleep(Duration::from_millis(1500));
-                kprobe_perf_engine::os::gettid()
+                kprobe_perf_engine::cli::os::gettid()
             })
         })
         .collect();
@@ -427,7 +427,7 @@ fn pmu_comm_matches_the_kernels_current_comm() {
     let (tid, cpus) = std::thread::Builder::new()
         .name("kpp-start".into())
         .spawn(move || {
-            let tid = kprobe_perf_engine::os::gettid();
+            let tid = kprobe_perf_engine::cli::os::gettid();
             let rename = |name: &str| {
                 std::fs::write(format!("/proc/self/task/{tid}/comm"), name).unwrap();
             };

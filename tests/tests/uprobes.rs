@@ -35,7 +35,7 @@ fn uprobe_and_uretprobe_values_are_exact() {
     s.enable().unwrap();
     let (tid, r) = std::thread::spawn(|| {
         let r = kprobe_perf_uprobe_target(0x1234, 0xff00);
-        (kprobe_perf_engine::os::gettid(), r)
+        (kprobe_perf_engine::cli::os::gettid(), r)
     })
     .join()
     .unwrap();
@@ -95,7 +95,7 @@ fn uretprobe_losses_and_calls_count_only_the_users_probe() {
     let plans = plan_probes(&[spec], &KernelSymbols::default()).unwrap();
     assert_eq!(plans.len(), 1, "the user's probe only");
     let mut s = Session::open(plans, SessionOptions::default().with_mmap_pages(1)).unwrap();
-    let cpus = kprobe_perf_engine::cpus::online_cpus().unwrap().len();
+    let cpus = kprobe_perf_engine::cli::cpus::online_cpus().unwrap().len();
     assert_eq!(
         s.fd_count(),
         2 * cpus,

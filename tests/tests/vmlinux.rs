@@ -11,7 +11,7 @@ use std::process::Command;
 
 use kprobe_perf_arch::boundary::{FunctionLayout, ProbeSite};
 use kprobe_perf_arch::Arch;
-use kprobe_perf_engine::kernel::preflight::{KernelTextSource, Prediction, Preflight};
+use kprobe_perf_engine::cli::kernel::preflight::{KernelTextSource, Prediction, Preflight};
 use kprobe_perf_engine::testing::kcore::{ImageText, Kcore};
 use kprobe_perf_symbols::image::{running_build_id, KernelImage};
 use kprobe_perf_symbols::{Blacklist, KernelSymbols};

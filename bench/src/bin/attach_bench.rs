@@ -18,8 +18,8 @@ use std::collections::HashSet;
 use std::process::{Command, Stdio};
 use std::time::Instant;
 
-use kprobe_perf_engine::kernel::select::FRAGILE_FAMILIES;
-use kprobe_perf_engine::plan::BackendChoice;
+use kprobe_perf_engine::cli::kernel::select::FRAGILE_FAMILIES;
+use kprobe_perf_engine::cli::plan::BackendChoice;
 use kprobe_perf_engine::testing::plan_probes_with;
 use kprobe_perf_engine::{KernelSymbols, Session, SessionOptions};
 
@@ -77,7 +77,7 @@ fn ours(funcs: &[String], choice: BackendChoice) -> (f64, f64, &'static str) {
     let t = Instant::now();
     let plans = plan_probes_with(&specs, &symbols, choice).expect("planning");
     let route = match plans.first().map(|p| p.backend) {
-        Some(kprobe_perf_engine::plan::Backend::Tracefs) => "tracefs",
+        Some(kprobe_perf_engine::cli::plan::Backend::Tracefs) => "tracefs",
         _ => "pmu",
     };
     let mut s = Session::open(plans, SessionOptions::default()).expect("attaching");
@@ -614,7 +614,8 @@ fn main() {
         .skip_while(|a| a != "--fprobe")
         .nth(1)
         .map(|v| v.split(',').filter_map(|x| x.parse().ok()).collect());
-    let has_fprobe = kprobe_perf_engine::plan::running_kernel_features().is_some_and(|f| f.fprobe);
+    let has_fprobe =
+        kprobe_perf_engine::cli::plan::running_kernel_features().is_some_and(|f| f.fprobe);
     match (&fprobe_sizes, has_fprobe) {
         (Some(sizes), true) => {
             fprobe_bench(sizes, seed, skip_peers);

@@ -12,13 +12,13 @@ use std::io::BufWriter;
 use std::time::Instant;
 
 use kprobe_perf_arch::Arch;
-use kprobe_perf_engine::perfdata::{symbol_subset, Metadata, StoredProbe, Writer, MISC_KERNEL};
-use kprobe_perf_engine::plan::{self, BackendChoice};
-use kprobe_perf_engine::records::{
+use kprobe_perf_engine::cli::plan::{self, BackendChoice};
+use kprobe_perf_engine::cli::records::{
     comm_record_body, sample_attr_bytes, sample_record_body, Handover, RecordDecoder, RecordSink,
     SampleFields, ThreadNames, RECORD_COMM, RECORD_SAMPLE,
 };
-use kprobe_perf_engine::records::{OpenedProbe, RingRecord};
+use kprobe_perf_engine::cli::records::{OpenedProbe, RingRecord};
+use kprobe_perf_engine::perfdata::{symbol_subset, Metadata, StoredProbe, Writer, MISC_KERNEL};
 use kprobe_perf_engine::{KernelSymbols, ProbeSpec};
 
 const SPEC: &str = "p:do_sys_openat2 dfd=%di:s32 flags=%dx:x32";

@@ -1,5 +1,5 @@
 use super::*;
-use kprobe_perf_engine::plan::{self, BackendChoice};
+use kprobe_perf_engine::cli::plan::{self, BackendChoice};
 use kprobe_perf_engine::{Arch, ProbeSpec};
 use serde_json::{Map, Value as Json};
 use std::sync::Arc;

@@ -69,11 +69,9 @@ impl fmt::Display for CpuListProblem {
 /// before it expands a range. Returns the CPUs sorted, each once.
 ///
 /// ```
-/// # #[cfg(feature = "cli")] { // public with the `cli` feature only
-/// use kprobe_perf_engine::cpus::parse_cpu_list;
+/// use kprobe_perf_engine::cli::cpus::parse_cpu_list;
 /// assert_eq!(parse_cpu_list("3,0-2,2", 8).unwrap(), vec![0, 1, 2, 3]);
 /// assert!(parse_cpu_list("0-4294967295", 8).is_err());
-/// # }
 /// ```
 pub fn parse_cpu_list(text: &str, limit: u32) -> Result<Vec<u32>, CpuListError> {
     let limit = limit.min(MAX_CPUS);

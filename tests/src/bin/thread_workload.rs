@@ -18,7 +18,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 fn worker(path: &str, opens: usize) {
-    let tid = kprobe_perf_engine::os::gettid();
+    let tid = kprobe_perf_engine::cli::os::gettid();
     println!("tid {tid}");
     let _ = std::io::stdout().flush();
     for _ in 0..opens {

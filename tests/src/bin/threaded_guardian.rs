@@ -8,7 +8,7 @@
 use std::io::Write;
 use std::time::Duration;
 
-use kprobe_perf_engine::plan::BackendChoice;
+use kprobe_perf_engine::cli::plan::BackendChoice;
 use kprobe_perf_engine::{
     CommandScope, Guardian, Kernel, KernelOptions, RecordTarget, Session, SessionOptions,
 };

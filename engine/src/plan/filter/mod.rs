@@ -34,8 +34,7 @@
 //! kernel's generic ones.
 //!
 //! ```
-//! # #[cfg(feature = "cli")] { // public with the `cli` feature only
-//! use kprobe_perf_engine::plan::filter::{FieldDef, FieldType, Filter, Placement};
+//! use kprobe_perf_engine::cli::plan::filter::{FieldDef, FieldType, Filter, Placement};
 //! let fields = [FieldDef::new("size", FieldType::Int { bits: 64, signed: false })];
 //! let f = Filter::compile("size > 0x1000 && comm ~ \"post*\"", &fields).unwrap();
 //! assert_eq!(f.to_string(), "size > 0x1000 && comm ~ \"post*\"");
@@ -49,7 +48,6 @@
 //! );
 //! let err = Filter::compile("sise > 1", &fields).unwrap_err();
 //! assert_eq!(err.to_string(), "unknown field `sise`: this probe's fields are size, comm, pid, tid, cpu\n  sise > 1\n  ^^^^");
-//! # }
 //! ```
 
 use std::fmt;
