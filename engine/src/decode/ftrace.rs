@@ -312,10 +312,11 @@ fn type_of_field(f: &Field) -> BaseType {
     }
 }
 
-/// Why a record could not be read.
+/// Why an ftrace record (an event probe's, read from a tracefs buffer)
+/// could not be read.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]
-pub(crate) enum RecordError {
+pub(crate) enum FtraceRecordError {
     /// The record is shorter than a field it should hold.
     #[error("an ftrace record of {len} bytes ends before its field {field} (offset {offset}, size {size}): the event's format does not describe this record")]
     Short {
@@ -354,15 +355,15 @@ pub(crate) fn record_type(record: &[u8]) -> Option<u16> {
 pub(crate) fn read_record(
     record: &[u8],
     layout: &RecordLayout,
-) -> Result<(i32, Vec<Value>), RecordError> {
-    let short = |f: &Field| RecordError::Short {
+) -> Result<(i32, Vec<Value>), FtraceRecordError> {
+    let short = |f: &Field| FtraceRecordError::Short {
         len: record.len(),
         field: f.name.clone(),
         offset: f.offset,
         size: f.size,
     };
     let (at, size) = layout.pid;
-    let tid = uint_at(record, at, size).ok_or(RecordError::Short {
+    let tid = uint_at(record, at, size).ok_or(FtraceRecordError::Short {
         len: record.len(),
         field: "common_pid".into(),
         offset: at,
