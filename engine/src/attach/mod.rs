@@ -1,5 +1,5 @@
 //! The only stage that makes system calls, and the one that opens:
-//! [`open`] turns a session's plans into its opened probes (fds, rings,
+//! [`open()`] turns a session's plans into its opened probes (fds, rings,
 //! tracefs definitions). Its parts: the syscall layer ([`sys`]), the
 //! per-CPU rings ([`ring`]), the `perf_event_attr`s ([`attr`]), the probe
 //! PMUs, CPUs, processes and the recorded command, and the tracefs

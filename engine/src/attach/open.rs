@@ -1,5 +1,5 @@
 //! Opening a session's events, once its plans are routed and defined
-//! (see [`attach::open`](crate::attach::open)): raise the fd limit, open
+//! (see [`attach::open`](crate::attach::open())): raise the fd limit, open
 //! each event on each scope (perf_event_open's pid × cpu pairs; a refused
 //! `MOD:SYM` is retried by address), give the kernel each probe's filter,
 //! and map or share each scope's ring. What comes out, [`Opened`], is what
@@ -290,7 +290,7 @@ pub(crate) struct CpuStream {
 }
 
 /// Every event of a session, open on its scopes: what
-/// [`attach::open`](crate::attach::open) hands a session.
+/// [`attach::open`](crate::attach::open()) hands a session.
 pub(crate) struct Opened {
     /// The probes as opened (routed for the target, their tracefs
     /// fields named), in the order of event ids' probes.

@@ -19,7 +19,7 @@ pub struct SessionOptions {
     pub mmap_pages: usize,
     /// Flight-recorder mode: rings are written backward and mapped
     /// read-only, so the kernel keeps the newest records and overwrites
-    /// the oldest; nothing is read until [`Session::dump_overwrite`].
+    /// the oldest; nothing is read until [`Session::dump_overwrite`](crate::session::Session::dump_overwrite).
     pub overwrite: bool,
     /// The callchains each sample carries (`None`: none).
     pub call_graph: Option<CallGraph>,

@@ -7,7 +7,7 @@
 //! ones (6.1) cannot, so the planner splits the probe in two
 //! (`plan_joined`): a hidden entry probe fetching the entry values, and
 //! the return probe fetching the rest, each also fetching the stack
-//! pointer. The session opens them as [`expand`] lays them out; at decode
+//! pointer. The session opens them as `expand` lays them out; at decode
 //! time a `Joiner` (decode) pairs each return with its entry
 //! per thread, on a stack (recursion and nesting give each call its own
 //! entry) and by stack frame (a return whose own entry was lost never
