@@ -9,10 +9,9 @@
 
 use std::path::{Path, PathBuf};
 
-use kprobe_perf_debuginfo::locate;
+use kprobe_perf_debuginfo::{locate, DebugFile};
 
 use super::error::KernelError;
-use super::source::DebugFile;
 
 /// The module name a `.ko` file stands for: its file name up to the
 /// first `.`, with `-` read as `_` (as the kernel names modules).
