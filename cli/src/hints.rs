@@ -54,10 +54,6 @@ fn with_flags(e: &(dyn StdError + 'static)) -> Option<String> {
             Error::Plan(p) => plan(p),
             Error::Kernel(k) => kernel(k),
             Error::Attach(a) => attach(a),
-            Error::FilterNeedsUserSpace { probe, filter, why } => Some(format!(
-                "cannot count {probe} with the filter `{filter}`: counting happens in the kernel, which cannot run it ({}); `record -q --filter` runs it in user space and counts what passes",
-                flags_in(why)
-            )),
             _ => None,
         };
     }
@@ -183,6 +179,10 @@ fn attach(e: &AttachError) -> Option<String> {
         AttachError::UprobePmuCannotInherit { probe } => Some(format!(
             "--backend pmu cannot follow forks with the uprobe {probe}: the kernel re-creates an inherited uprobe PMU event at each fork and re-reads its binary's path there, from an address in kprobe-perf's memory, not the forking process's; use --backend auto or tracefs (a uprobe_events probe, which every fork inherits), or record system-wide (-a) with the PMU"
         )),
+        AttachError::FilterNeedsUserSpace { probe, filter, why } => Some(format!(
+            "cannot count {probe} with the filter `{filter}`: counting happens in the kernel, which cannot run it ({}); `record -q --filter` runs it in user space and counts what passes",
+            flags_in(why)
+        )),
         AttachError::Plan(p) => plan(p),
         AttachError::Tracefs(t) => tracefs(t),
         _ => None,
@@ -260,7 +260,7 @@ mod tests {
             render(&e),
             "--backend pmu cannot follow forks with the uprobe p /bin/x:f: the kernel re-creates an inherited uprobe PMU event at each fork and re-reads its binary's path there, from an address in kprobe-perf's memory, not the forking process's; use --backend auto or tracefs (a uprobe_events probe, which every fork inherits), or record system-wide (-a) with the PMU"
         );
-        let e = anyhow::Error::new(Error::FilterNeedsUserSpace {
+        let e = anyhow::Error::new(AttachError::FilterNeedsUserSpace {
             probe: "p vfs_write".into(),
             filter: "count == 100".into(),
             why: "a PMU probe's record carries no argument (`count`); a tracefs-defined one's does (the automatic or tracefs backend)".into(),

@@ -48,16 +48,6 @@ pub enum Error {
         /// The `format` file.
         path: String,
     },
-    /// A counting session was given a filter only user space can run.
-    #[error("cannot count {probe} with the filter `{filter}`: counting happens in the kernel, which cannot run it ({why}); recording with the filter runs it in user space and counts what passes")]
-    FilterNeedsUserSpace {
-        /// The probe, as given.
-        probe: String,
-        /// The filter as written.
-        filter: String,
-        /// Why the kernel cannot run it.
-        why: String,
-    },
     /// The engine broke one of its own rules (a bug: please report it).
     #[error("{what} (a bug: please report it)")]
     Internal {

@@ -166,6 +166,16 @@ pub enum AttachError {
         /// The kernel's `error_log` message (with a caret), or the errno.
         reason: String,
     },
+    /// A counting session was given a filter only user space can run.
+    #[error("cannot count {probe} with the filter `{filter}`: counting happens in the kernel, which cannot run it ({why}); recording with the filter runs it in user space and counts what passes")]
+    FilterNeedsUserSpace {
+        /// The probe, as given.
+        probe: String,
+        /// The filter as written.
+        filter: String,
+        /// Why the kernel cannot run it.
+        why: String,
+    },
     /// A probe cannot be opened as planned (its filter, once the kernel
     /// named its fields).
     #[error(transparent)]

@@ -7,6 +7,7 @@
 
 pub(crate) mod attr;
 pub(crate) mod command;
+pub(crate) mod counters;
 mod cpu_list;
 pub mod cpus;
 pub(crate) mod definition;
