@@ -465,6 +465,12 @@ fn main() -> ExitCode {
         } => inspect::list(&patterns, why, include_fragile, &image),
         Cmd::Info { image } => inspect::info(&image),
     };
+    if let Some(at) = tracefs::mounted_here() {
+        say!(
+            "kprobe-perf: tracefs was not mounted; mounted it at {} for the probes that need it, and left it mounted, as perf does",
+            at.display()
+        );
+    }
     match result {
         Ok(code) => code,
         Err(e) => {
