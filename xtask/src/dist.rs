@@ -470,6 +470,7 @@ fn check_vm_arch(dist: &Dist, kernel: &str, arch: GuestArch) -> Result<()> {
         cwd: workspace_root(),
         env: passthrough_env(),
         timeout: Duration::from_secs(600),
+        silence: Duration::from_secs(600),
         echo: vm::Echo::All,
         label: Some(kernel.to_string()),
         work_dir: vm_cache(),

@@ -477,6 +477,43 @@ fn warn_if_disk_is_short() {
 /// fmt, clippy, native tests, then the VM matrix. Every step is counted,
 /// a failed one too, and the run always ends with the summary, the
 /// failures again and `N passed, N failed, N skipped`.
+/// The peers the tests run, installed before the native step: (Debian
+/// package, a file it installs).
+const NATIVE_PEERS: [(&str, &str); 6] = [
+    ("debuginfod", "/usr/bin/debuginfod"),
+    ("curl", "/usr/bin/curl"),
+    ("libarchive-tools", "/usr/bin/bsdtar"),
+    ("linux-perf", "/usr/bin/perf"),
+    ("bpftrace", "/usr/bin/bpftrace"),
+    ("lintian", "/usr/bin/lintian"),
+];
+
+/// Where a fresh machine has no tracefs mounted and this one has, the
+/// mount goes before the native tests, so that they see what a fresh
+/// machine shows (kprobe-perf mounts tracefs itself when a probe needs
+/// it, as perf does). A mount in use stays, and the line says so.
+fn unmount_tracefs() {
+    const AT: &str = "/sys/kernel/tracing";
+    let mounts = std::fs::read_to_string("/proc/self/mounts").unwrap_or_default();
+    let mounted = mounts
+        .lines()
+        .any(|l| l.split_whitespace().nth(1) == Some(AT));
+    if !mounted {
+        return;
+    }
+    match Command::new("umount").arg(AT).status() {
+        Ok(s) if s.success() => println!(
+            "xtask: unmounted tracefs at {AT}, as a fresh machine has it, for the native tests"
+        ),
+        Ok(s) => println!(
+            "xtask: tracefs at {AT} stays mounted (umount: {s}); the native tests see it mounted"
+        ),
+        Err(e) => println!(
+            "xtask: tracefs at {AT} stays mounted (umount: {e}); the native tests see it mounted"
+        ),
+    }
+}
+
 pub(crate) fn run(kernel_args: &[String], no_lint: bool) -> Result<()> {
     let started = Instant::now();
     let mut tally = Tally::default();
@@ -523,16 +560,17 @@ pub(crate) fn run(kernel_args: &[String], no_lint: bool) -> Result<()> {
         tally.fail("building kprobe-perf", &e);
         return tally.finish(started);
     }
-    // debuginfod, curl, bsdtar: the debuginfod client's test runs
-    // Debian's server on loopback over a dbgsym package
-    // (tests/user_source_lines.rs); the server unpacks it with bsdtar.
-    if let Err(e) = host::ensure_packages(&[
-        ("debuginfod", "/usr/bin/debuginfod"),
-        ("curl", "/usr/bin/curl"),
-        ("libarchive-tools", "/usr/bin/bsdtar"),
-    ]) {
-        tally.fail("installing debuginfod, curl and libarchive-tools", &e);
+    // Every peer a test runs is installed before the first test, so that
+    // a fresh machine runs what a used one runs: debuginfod, curl, bsdtar
+    // for the debuginfod client's test (Debian's server on loopback over
+    // a dbgsym package, tests/user_source_lines.rs); perf and bpftrace
+    // for the differentials, natively and inside the VM (where they must
+    // not skip); lintian for the Debian package's check.
+    let peers = NATIVE_PEERS.map(|(pkg, _)| pkg).join(", ");
+    if let Err(e) = host::ensure_packages(&NATIVE_PEERS) {
+        tally.fail(&format!("installing {peers}"), &e);
     }
+    unmount_tracefs();
     // --show-output: the skip lines of passing tests are printed, and
     // counted.
     match run_echo(cargo().args(["test", "--workspace", "--", "--show-output"])) {
@@ -552,16 +590,6 @@ pub(crate) fn run(kernel_args: &[String], no_lint: bool) -> Result<()> {
         skipped,
     });
 
-    // perf: the differential test (tests/differential.rs) and perf.data
-    // checks (tests/perfdata.rs) run Debian's perf inside the VM;
-    // bpftrace: the bpftrace differentials (tests/bpftrace_diff.rs,
-    // bpftrace_stacks.rs, latency.rs), which must not skip there.
-    if let Err(e) = host::ensure_packages(&[
-        ("linux-perf", "/usr/bin/perf"),
-        ("bpftrace", "/usr/bin/bpftrace"),
-    ]) {
-        tally.fail("installing linux-perf and bpftrace", &e);
-    }
     let exes = match build_vm_tests() {
         Ok(exes) => exes,
         Err(e) => {
@@ -686,9 +714,12 @@ pub(crate) fn run(kernel_args: &[String], no_lint: bool) -> Result<()> {
                                 }
                                 env
                             },
-                            // A hang, not a slow run: the slowest kernel
-                            // takes ~10-14 min, alone or side by side.
-                            timeout: Duration::from_secs(1800),
+                            // A hang is silence: the slowest test prints
+                            // nothing for up to ~5 min on a slow machine;
+                            // a guest that keeps printing results runs on,
+                            // up to CI's own limit.
+                            timeout: Duration::from_secs(5400),
+                            silence: Duration::from_secs(900),
                             echo: vm::Echo::Digest,
                             label: tagged.then(|| k.clone()),
                             work_dir: vm_cache(),
@@ -774,7 +805,7 @@ pub(crate) fn demo(kernel: &str) -> Result<()> {
         bail!("building kprobe-perf failed");
     }
     let bin = workspace_root().join("target/release/kprobe-perf");
-    let kernel = kernels::resolve(kernel, &vm_cache().join("kernels"))?;
+    let kernel = kernels::resolve_image_only(kernel, &vm_cache().join("kernels"))?;
     let command: Vec<String> = [
         bin.to_string_lossy().as_ref(),
         "record",
@@ -809,6 +840,7 @@ pub(crate) fn demo(kernel: &str) -> Result<()> {
         cwd: workspace_root(),
         env: passthrough_env(),
         timeout: Duration::from_secs(300),
+        silence: Duration::from_secs(300),
         echo: vm::Echo::All,
         label: None,
         work_dir: vm_cache(),
