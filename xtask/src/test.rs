@@ -764,6 +764,10 @@ pub(crate) fn run(kernel_args: &[String], no_lint: bool) -> Result<()> {
             }
         }
         report_problems(&outcome);
+        println!(
+            "xtask: kernel {k}: slowest tests: {}",
+            outcome.slowest(8).join(", ")
+        );
         let image = kernel
             .image
             .file_name()
@@ -904,6 +908,7 @@ mod tests {
             boot_secs: Some(3.0),
             problems: Vec::new(),
             console_tail: Vec::new(),
+            test_secs: Vec::new(),
         }
     }
 

@@ -59,6 +59,21 @@ pub struct VmOutcome {
     pub problems: Vec<String>,
     /// The last console lines, for diagnosing a failure.
     pub console_tail: Vec<String>,
+    /// Each libtest test's name and seconds, from when its verdict line
+    /// arrived after the line before it (the VM runs tests serially).
+    pub test_secs: Vec<(String, f64)>,
+}
+
+impl VmOutcome {
+    /// The `n` slowest tests, slowest first, as `NAME SECS s`.
+    pub fn slowest(&self, n: usize) -> Vec<String> {
+        let mut all: Vec<&(String, f64)> = self.test_secs.iter().collect();
+        all.sort_by(|a, b| b.1.total_cmp(&a.1));
+        all.iter()
+            .take(n)
+            .map(|(name, secs)| format!("{name} {secs:.0} s"))
+            .collect()
+    }
 }
 
 impl VmOutcome {
@@ -478,6 +493,8 @@ struct Console<'a> {
     digest: crate::testlog::Digest,
     /// The console's last, still incomplete line.
     partial: Vec<u8>,
+    /// When the last whole line arrived.
+    last_line_at: Instant,
 }
 
 impl<'a> Console<'a> {
@@ -491,8 +508,10 @@ impl<'a> Console<'a> {
                 boot_secs: None,
                 problems: Vec::new(),
                 console_tail: Vec::new(),
+                test_secs: Vec::new(),
             },
             in_command: false,
+            last_line_at: start,
             digest: crate::testlog::Digest::default(),
             partial: Vec::new(),
         }
@@ -534,6 +553,11 @@ impl<'a> Console<'a> {
     /// One whole console line: the markers, kernel problems, and the
     /// command's output.
     fn take_line(&mut self, line: String) {
+        self.take_whole_line(line);
+        self.last_line_at = Instant::now();
+    }
+
+    fn take_whole_line(&mut self, line: String) {
         let outcome = &mut self.outcome;
         outcome.console_tail.push(line.clone());
         if outcome.console_tail.len() > 40 {
@@ -551,6 +575,10 @@ impl<'a> Console<'a> {
             outcome.status = rest.trim().parse().ok();
             self.in_command = false;
         } else if self.in_command {
+            if let Some(name) = finished_test(&line) {
+                let secs = self.last_line_at.elapsed().as_secs_f64();
+                outcome.test_secs.push((name.to_string(), secs));
+            }
             outcome.output.push_str(&line);
             outcome.output.push('\n');
             self.echo(&line);
@@ -578,6 +606,12 @@ fn running_test(partial: &str) -> Option<&str> {
     let rest = partial.trim_start().strip_prefix("test ")?;
     let name = rest.strip_suffix(" ... ")?;
     (!name.is_empty() && !name.contains(' ')).then_some(name)
+}
+
+/// The test a libtest verdict line names (`test NAME ... ok`).
+fn finished_test(line: &str) -> Option<&str> {
+    let (name, verdict) = line.strip_prefix("test ")?.split_once(" ... ")?;
+    matches!(verdict.trim(), "ok" | "FAILED" | "ignored").then_some(name)
 }
 
 /// A minimal writer of the "newc" cpio format the kernel unpacks.
@@ -686,6 +720,9 @@ mod tests {
         assert_eq!(running_test("test a ... ok"), None);
         assert_eq!(running_test("running 3 tests"), None);
         assert_eq!(running_test(""), None);
+        assert_eq!(finished_test("test a::b ... ok"), Some("a::b"));
+        assert_eq!(finished_test("test a ... FAILED"), Some("a"));
+        assert_eq!(finished_test("test result: ok. 3 passed"), None);
     }
 
     #[test]
