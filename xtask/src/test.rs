@@ -710,9 +710,14 @@ fn resolve_kernels(
             continue; // said when the scripts were made
         }
         let cache = vm_cache().join("kernels");
-        let kernel = match k.strip_prefix("arm64-") {
-            Some(series) if *suite == Suite::Arm64 => kernels::resolve_arm64(series, &cache),
-            _ => kernels::resolve(k, &cache),
+        // Only the full suite reads the -dbg package (vmlinux, System.map,
+        // modules' debug files: tests/vmlinux.rs, source_lines.rs,
+        // module_source.rs and the README's examples); the smoke set
+        // boots without its gigabyte.
+        let kernel = match (k.strip_prefix("arm64-"), suite) {
+            (Some(series), Suite::Arm64) => kernels::resolve_arm64(series, &cache),
+            (_, Suite::Full) => kernels::resolve(k, &cache),
+            _ => kernels::resolve_image_only(k, &cache),
         };
         match kernel {
             Ok(kernel) => resolved.push((k.clone(), kernel, *suite)),
