@@ -42,7 +42,8 @@ pub fn mounted_here() -> Option<&'static Path> {
 /// What [`Tracefs::find_or_mount`] would do on this machine now.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum MountPlan {
-    /// tracefs is mounted: nothing to do.
+    /// tracefs is mounted at [`TRACING_MOUNT`], or elsewhere and this
+    /// process may not mount: nothing to do.
     Mounted,
     /// tracefs is absent, and this process may mount it at
     /// [`TRACING_MOUNT`]: it will when a probe needs it.
@@ -271,43 +272,45 @@ impl Tracefs {
         Err(unreadable.unwrap_or(TracefsError::NotMounted))
     }
 
-    /// Finds the tracefs mount, and mounts tracefs at [`TRACING_MOUNT`]
-    /// when it is mounted nowhere, as perf does: for a probe that needs
-    /// it. Where this process may not mount (EPERM, EACCES), the error is
+    /// Finds tracefs at [`TRACING_MOUNT`], and mounts it there when it is
+    /// not, as perf's tracing-path code does (rather than go through
+    /// debugfs's automount), for a probe that needs it. Where this
+    /// process may not mount (EPERM, EACCES), any other mount
+    /// [`Tracefs::find`] sees serves, else the error is
     /// [`TracefsError::NotMounted`], which says how to mount it.
     pub fn find_or_mount() -> Result<Tracefs, TracefsError> {
-        match Tracefs::find() {
-            Err(TracefsError::NotMounted) => Tracefs::mount(),
-            found => found,
+        let root = PathBuf::from(TRACING_MOUNT);
+        if root.join("events").is_dir() {
+            return Ok(Tracefs { root });
         }
-    }
-
-    fn mount() -> Result<Tracefs, TracefsError> {
-        let target = c"/sys/kernel/tracing";
-        match sys::mount_tracefs(target) {
+        match sys::mount_tracefs(c"/sys/kernel/tracing") {
             Ok(()) => {
-                let _ = MOUNTED_HERE.set(PathBuf::from(TRACING_MOUNT));
+                let _ = MOUNTED_HERE.set(root);
                 Tracefs::find()
             }
-            Err(e) if matches!(e.raw_os_error(), Some(libc::EPERM | libc::EACCES)) => {
-                Err(TracefsError::NotMounted)
-            }
-            // Mounted meanwhile by another process.
-            Err(e) if e.raw_os_error() == Some(libc::EBUSY) => Tracefs::find(),
-            Err(source) => Err(TracefsError::MountFailed { source }),
+            Err(e) => Tracefs::find().map_err(|not_found| match not_found {
+                TracefsError::NotMounted
+                    if !matches!(e.raw_os_error(), Some(libc::EPERM | libc::EACCES)) =>
+                {
+                    TracefsError::MountFailed { source: e }
+                }
+                other => other,
+            }),
         }
     }
 
     /// What [`Tracefs::find_or_mount`] would do now, without doing it.
     pub fn mount_plan() -> MountPlan {
         const CAP_SYS_ADMIN: u32 = 21;
-        if Tracefs::find().is_ok() {
+        if Path::new(TRACING_MOUNT).join("events").is_dir() {
             return MountPlan::Mounted;
         }
         let may_mount =
             sys::effective_capabilities().is_ok_and(|caps| caps & (1 << CAP_SYS_ADMIN) != 0);
         if may_mount && Path::new(TRACING_MOUNT).is_dir() {
             MountPlan::WouldMount
+        } else if Tracefs::find().is_ok() {
+            MountPlan::Mounted
         } else {
             MountPlan::CannotMount
         }
