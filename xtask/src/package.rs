@@ -288,6 +288,7 @@ fn embedding_example(readme: &str) -> Option<String> {
 /// Builds the embedder and its example from the packages, offline, and
 /// prints how long that took.
 fn build_project(project: &Path) -> Result<()> {
+    forget_packages_built(project)?;
     let started = Instant::now();
     crate::host::run_status(
         Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()))
@@ -300,6 +301,30 @@ fn build_project(project: &Path) -> Result<()> {
         "xtask: the outside embedder built in {:.1} s",
         started.elapsed().as_secs_f64()
     );
+    Ok(())
+}
+
+/// Makes cargo build the packages again: it takes a registry's package
+/// of a given version to be the same forever, and these are made anew
+/// (under the same version) by every run.
+fn forget_packages_built(project: &Path) -> Result<()> {
+    let fingerprints = project.join("target/debug/.fingerprint");
+    let Ok(entries) = std::fs::read_dir(&fingerprints) else {
+        return Ok(()); // nothing built yet
+    };
+    for entry in entries {
+        let path = entry
+            .with_context(|| format!("reading {}", fingerprints.display()))?
+            .path();
+        let ours = path
+            .file_name()
+            .and_then(|n| n.to_str())
+            .is_some_and(|n| n.starts_with("kprobe-perf-"));
+        if ours {
+            std::fs::remove_dir_all(&path)
+                .with_context(|| format!("removing {}", path.display()))?;
+        }
+    }
     Ok(())
 }
 
