@@ -292,11 +292,11 @@ pub(crate) fn build_for(arch: GuestArch) -> Result<Dist> {
             .with_context(|| format!("moving the {shell} completions"))?;
     }
     std::fs::remove_dir(&staged).with_context(|| format!("removing {}", staged.display()))?;
-    std::fs::copy(
-        workspace_root().join("README.md"),
-        dist.dir.join("README.md"),
-    )
-    .context("copying README.md")?;
+    // The README and both licence texts, beside the binary.
+    for file in ["README.md", "LICENSE-MIT", "LICENSE-APACHE"] {
+        std::fs::copy(workspace_root().join(file), dist.dir.join(file))
+            .with_context(|| format!("copying {file}"))?;
+    }
     let parent = dist.dir.parent().context("dist dir has no parent")?;
     let name = dist
         .dir

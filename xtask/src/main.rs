@@ -9,6 +9,7 @@ mod fuzz;
 mod host;
 mod kernels;
 mod live;
+mod package;
 mod test;
 mod testlog;
 mod vm;
@@ -208,6 +209,11 @@ enum Task {
         #[arg(long)]
         check: bool,
     },
+    /// Package the library crates (target/package/*.crate) into a local
+    /// registry (target/package-registry/), then build and run an outside
+    /// project that depends on the packaged engine by version
+    /// (target/embedder/).
+    Package,
     /// Boot the VM and record a kprobe and a kretprobe on a workload.
     Demo {
         /// The kernel series to boot (as `vm --kernel`).
@@ -263,6 +269,7 @@ fn run(cli: Cli) -> Result<()> {
             kernels::GuestArch::Arm64 => dist::run_arm64(check, &kernel),
         },
         Task::Deb { check } => deb::run(check),
+        Task::Package => package::run(),
         Task::Fuzz { target, secs } => fuzz::run(&target, secs),
         task @ Task::Bench { .. } => bench(task),
         Task::LiveGuest {

@@ -528,6 +528,8 @@ pub(crate) fn run(kernel_args: &[String], no_lint: bool) -> Result<()> {
     install_peers(&mut tally);
     unmount_tracefs();
     native_tests(&mut tally);
+    // The library crates' packages, and a project outside the workspace built from them.
+    tally.check("cargo xtask package", crate::package::run());
     package_checks(kernel_args, &mut tally);
     let exes = match build_vm_tests() {
         Ok(exes) => exes,
