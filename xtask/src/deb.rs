@@ -286,6 +286,50 @@ pub(crate) fn check(deb: &Path) -> Result<()> {
     if !s.is_empty() && !s.starts_with("un") {
         bail!("{PACKAGE} is already installed here ({s}); remove it (dpkg --purge {PACKAGE}) before the check, which installs and removes it");
     }
+    let (files, dirs) = package_paths(deb)?;
+    for f in &files {
+        if f.exists() {
+            bail!(
+                "{} exists before the package is installed; the check would overwrite it",
+                f.display()
+            );
+        }
+    }
+    let dirs_before: BTreeSet<PathBuf> = dirs.iter().filter(|d| d.exists()).cloned().collect();
+    let control = output(Command::new("dpkg-deb").arg("--info").arg(deb))?;
+    for script in ["preinst", "postinst", "prerm", "postrm"] {
+        if control.contains(script) {
+            bail!("the package has a {script} script: it must change nothing on installation");
+        }
+    }
+    lintian(deb)?;
+    let guard = Installed;
+    crate::host::run_status(Command::new("dpkg").arg("-i").arg(deb), "dpkg -i")?;
+    let installed = listed()?;
+    for f in &files {
+        if !installed.contains(f) || !f.is_file() {
+            bail!("{} is in the package but not installed", f.display());
+        }
+    }
+    crate::host::run_status(
+        Command::new("dpkg").args(["--verify", PACKAGE]),
+        "dpkg --verify (installed files against the package's md5sums)",
+    )?;
+    check_version_and_man_pages()?;
+    check_no_privilege()?;
+    remove_and_purge(&installed, &dirs_before)?;
+    drop(guard);
+    println!(
+        "xtask: dpkg -i, --version, man -w, dpkg -r and --purge: {} files installed and all removed; {} directories that existed before were kept",
+        files.len(),
+        dirs_before.len()
+    );
+    Ok(())
+}
+
+/// The package's files and directories, as `dpkg-deb --contents` lists
+/// them.
+fn package_paths(deb: &Path) -> Result<(Vec<PathBuf>, Vec<PathBuf>)> {
     let contents = output(Command::new("dpkg-deb").arg("--contents").arg(deb))?;
     // ./usr/bin/kprobe-perf ... : the last field is the path.
     let mut files = Vec::new();
@@ -304,23 +348,11 @@ pub(crate) fn check(deb: &Path) -> Result<()> {
             files.push(p);
         }
     }
-    for f in &files {
-        if f.exists() {
-            bail!(
-                "{} exists before the package is installed; the check would overwrite it",
-                f.display()
-            );
-        }
-    }
-    let dirs_before: BTreeSet<PathBuf> = dirs.iter().filter(|d| d.exists()).cloned().collect();
-    let control = output(Command::new("dpkg-deb").arg("--info").arg(deb))?;
-    for script in ["preinst", "postinst", "prerm", "postrm"] {
-        if control.contains(script) {
-            bail!("the package has a {script} script: it must change nothing on installation");
-        }
-    }
+    Ok((files, dirs))
+}
 
-    // Debian's own checker, where it is installed (it is not required).
+/// Debian's own checker, where it is installed (it is not required).
+fn lintian(deb: &Path) -> Result<()> {
     match Command::new("lintian")
         .args(["--fail-on", "error,warning"])
         .arg(deb)
@@ -337,18 +369,12 @@ pub(crate) fn check(deb: &Path) -> Result<()> {
         ),
         Err(_) => println!("SKIP lintian: not installed (apt-get install lintian)"),
     }
-    let guard = Installed;
-    crate::host::run_status(Command::new("dpkg").arg("-i").arg(deb), "dpkg -i")?;
-    let installed = listed()?;
-    for f in &files {
-        if !installed.contains(f) || !f.is_file() {
-            bail!("{} is in the package but not installed", f.display());
-        }
-    }
-    crate::host::run_status(
-        Command::new("dpkg").args(["--verify", PACKAGE]),
-        "dpkg --verify (installed files against the package's md5sums)",
-    )?;
+    Ok(())
+}
+
+/// The installed binary's `--version`, and its man pages as `man` finds
+/// and renders them.
+fn check_version_and_man_pages() -> Result<()> {
     let version = output(Command::new("/usr/bin/kprobe-perf").arg("--version"))?;
     println!("xtask: /usr/bin/kprobe-perf --version: {version}");
     if !version.starts_with("kprobe-perf ") {
@@ -372,7 +398,11 @@ pub(crate) fn check(deb: &Path) -> Result<()> {
             head.join("\n")
         );
     }
-    // No capability (and no setuid) on the installed binary.
+    Ok(())
+}
+
+/// No capability and no setuid on the installed binary.
+fn check_no_privilege() -> Result<()> {
     // (The package has no maintainer script that could set one: checked
     // above. getcap, from libcap2-bin, confirms it where installed.)
     match Command::new("getcap").arg("/usr/bin/kprobe-perf").output() {
@@ -395,7 +425,12 @@ pub(crate) fn check(deb: &Path) -> Result<()> {
         bail!("/usr/bin/kprobe-perf has mode {mode:o}, not 755");
     }
     println!("xtask: /usr/bin/kprobe-perf: mode 755, no capability (getcap prints nothing)");
+    Ok(())
+}
 
+/// `dpkg -r` and `--purge`, and nothing of the package left but the
+/// directories that were there before.
+fn remove_and_purge(installed: &[PathBuf], dirs_before: &BTreeSet<PathBuf>) -> Result<()> {
     crate::host::run_status(Command::new("dpkg").args(["-r", PACKAGE]), "dpkg -r")?;
     let left: Vec<&PathBuf> = installed
         .iter()
@@ -417,12 +452,6 @@ pub(crate) fn check(deb: &Path) -> Result<()> {
     if !after.is_empty() && !after.starts_with("un") {
         bail!("dpkg still knows {PACKAGE} after purge: {after}");
     }
-    drop(guard);
-    println!(
-        "xtask: dpkg -i, --version, man -w, dpkg -r and --purge: {} files installed and all removed; {} directories that existed before were kept",
-        files.len(),
-        dirs_before.len()
-    );
     Ok(())
 }
 
