@@ -479,13 +479,16 @@ fn warn_if_disk_is_short() {
 /// failures again and `N passed, N failed, N skipped`.
 /// The peers the tests run, installed before the native step: (Debian
 /// package, a file it installs).
-const NATIVE_PEERS: [(&str, &str); 6] = [
+const NATIVE_PEERS: [(&str, &str); 9] = [
     ("debuginfod", "/usr/bin/debuginfod"),
     ("curl", "/usr/bin/curl"),
     ("libarchive-tools", "/usr/bin/bsdtar"),
     ("linux-perf", "/usr/bin/perf"),
     ("bpftrace", "/usr/bin/bpftrace"),
     ("lintian", "/usr/bin/lintian"),
+    ("libc6-dbg", "/usr/share/doc/libc6-dbg"),
+    ("dwz", "/usr/bin/dwz"),
+    ("clang", "/usr/bin/clang"),
 ];
 
 /// Where a fresh machine has no tracefs mounted and this one has, the
@@ -597,7 +600,10 @@ fn build_cli() -> Result<()> {
 /// the debuginfod client's test (Debian's server on loopback over a
 /// dbgsym package, tests/user_source_lines.rs); perf and bpftrace for the
 /// differentials, natively and inside the VM (where they must not skip);
-/// lintian for the Debian package's check.
+/// lintian for the Debian package's check; libc6-dbg, dwz and clang for
+/// debuginfo's tests on compressed DWARF, dwz files and clang's DWARF,
+/// and its differential against perf probe -x (debuginfo/tests/forms.rs,
+/// libc_differential.rs).
 fn install_peers(tally: &mut Tally) {
     let peers = NATIVE_PEERS.map(|(pkg, _)| pkg).join(", ");
     if let Err(e) = host::ensure_packages(&NATIVE_PEERS) {
