@@ -24,6 +24,7 @@ use kprobe_perf_engine::{
 
 /// The arguments of `latency`.
 #[derive(clap::Args)]
+#[command(after_help = crate::examples::LATENCY)]
 pub(crate) struct LatencyArgs {
     /// The function: a kernel function (`vfs_read`, `MOD:NAME`) or a
     /// user-space one (`BINARY:func`, the binary's path).

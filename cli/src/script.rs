@@ -14,6 +14,7 @@ use crate::{json, text};
 
 /// Arguments of `script`.
 #[derive(clap::Args)]
+#[command(after_help = crate::examples::SCRIPT)]
 pub(crate) struct ScriptArgs {
     /// The perf.data file (from `kprobe-perf record -o FILE`).
     #[arg(

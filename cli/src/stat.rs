@@ -17,6 +17,7 @@ use crate::{image_args, inspect, validate, BackendArg};
 const INTERVAL_MS: (u64, u64) = (10, 3_600_000);
 
 #[derive(clap::Args)]
+#[command(after_help = crate::examples::STAT)]
 pub(crate) struct StatArgs {
     /// A probe definition (repeatable); the table lists the probes in
     /// this order.

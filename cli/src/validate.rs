@@ -190,7 +190,7 @@ pub(crate) fn usage_error(e: clap::Error) -> ExitCode {
 
 /// Clap's rendered error on one line: the message, then its tips; the
 /// usage and "For more information" lines give way to a pointer to --help.
-fn one_line(rendered: &str) -> String {
+pub(crate) fn one_line(rendered: &str) -> String {
     let mut parts: Vec<&str> = Vec::new();
     for line in rendered.lines().map(str::trim) {
         if line.is_empty() {
@@ -300,6 +300,48 @@ mod tests {
     fn paths() {
         assert!(cgroup("no/such/cgroup/kprobe-perf").is_err());
         assert!(cgroup("").is_err());
+    }
+
+    /// A flag no command knows is refused wherever it is: after a probe
+    /// definition, after `probe --vars`'s point (which once swallowed it
+    /// as a SPEC and ignored it), after a function or a pattern.
+    #[test]
+    fn unknown_flags_are_errors_everywhere() {
+        use clap::CommandFactory;
+        let me = std::process::id().to_string();
+        let lines: [&[&str]; 13] = [
+            &["record", "-e", "p:/bin/sh:main"],
+            &["record", "-e", "p:/bin/sh:main", "-p", &me],
+            &["latency", "/bin/sh:main"],
+            &["stat", "-e", "p:/bin/sh:main"],
+            &["cleanup"],
+            &["script", "-i", "perf.data"],
+            &["probe", "--parse", "p:/bin/sh:main"],
+            &["probe", "--parse", "-:myprobe"],
+            &["probe", "--vars", "main", "-x", "/bin/sh"],
+            &["probe", "--definition", "main"],
+            &["probe", "--source", "main"],
+            &["list", "tcp_*"],
+            &["info"],
+        ];
+        for line in lines {
+            for flag in ["--nonsense", "--range", "-Q"] {
+                let argv = std::iter::once("kprobe-perf")
+                    .chain(line.iter().copied())
+                    .chain([flag]);
+                let e = match crate::Cli::command().try_get_matches_from(argv) {
+                    Ok(_) => panic!("{line:?} {flag} was accepted"),
+                    Err(e) => e,
+                };
+                // clap's tips (a similar flag, `-- FLAG`) follow.
+                let said = one_line(&e.render().to_string());
+                assert_eq!(e.kind(), clap::error::ErrorKind::UnknownArgument, "{said}");
+                assert!(
+                    said.starts_with(&format!("unexpected argument '{flag}' found")),
+                    "{line:?}: {said}"
+                );
+            }
+        }
     }
 
     #[test]
