@@ -18,7 +18,7 @@ Examples:
   kprobe-perf record -e 'p:/usr/bin/bash:readline' -p PID
   kprobe-perf latency /usr/bin/python3:PyObject_GetAttr -- python3 -c 'import json'
   kprobe-perf stat -e 'usdt:/usr/bin/python3:python:function__entry' -- python3 -c 'import json'
-  kprobe-perf probe -x ./prog --vars walk";
+  kprobe-perf probe -x ./prog -V walk";
 
 /// `record --help`.
 pub(crate) const RECORD: &str = "\
@@ -58,9 +58,9 @@ Examples:
 pub(crate) const PROBE: &str = "\
 Examples:
   kprobe-perf probe --parse 'p:/opt/app/prog:walk n=$arg1' 'r:do_sys_openat2 ret=$retval'
-  kprobe-perf probe -x ./prog --vars walk
-  kprobe-perf probe -x ./prog --source walk
-  kprobe-perf probe -x ./prog --definition 'walk:4 total i'
+  kprobe-perf probe -x ./prog -V walk
+  kprobe-perf probe -x ./prog -L walk
+  kprobe-perf probe -x ./prog -D 'walk:4 total i'
   kprobe-perf probe --lines do_sys_openat2";
 
 /// `list --help`.

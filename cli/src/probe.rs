@@ -1,12 +1,10 @@
 //! `probe`: check definitions, list where a probe may go, and resolve
 //! source lines and variables from DWARF, touching no probe.
 
-use std::ffi::OsStr;
 use std::io::{self, Write};
 use std::process::ExitCode;
 
 use anyhow::{Context, Result};
-use clap::error::{ContextKind, ContextValue, ErrorKind};
 use kprobe_perf_engine::{spec::Definition, Arch};
 
 use crate::image_args::ImageArgs;
@@ -14,11 +12,16 @@ use crate::{inspect, source};
 
 /// `probe`'s arguments.
 #[derive(clap::Args)]
-#[command(after_help = crate::examples::PROBE)]
+#[command(
+    after_help = crate::examples::PROBE,
+    group(clap::ArgGroup::new("what").args(["parse", "definition", "vars", "source", "lines"])),
+    mut_arg("vmlinux", |a| a.short('k')),
+    mut_arg("source_dir", |a| a.short('s')),
+)]
 pub(crate) struct ProbeArgs {
     /// Print each definition's canonical form, or its error with a caret
     /// under the mistake; exit 0 only if all parse. Touches nothing.
-    #[arg(long, required_unless_present_any = ["lines", "definition", "vars", "source"], requires = "specs")]
+    #[arg(long, requires = "specs")]
     parse: bool,
     /// Print the kprobe_events definition each site of a source-level
     /// probe resolves to, from the kernel's DWARF (perf probe -D),
@@ -32,20 +35,21 @@ pub(crate) struct ProbeArgs {
     /// lists, else /usr/lib/debug/.build-id/NN/REST.debug by the
     /// running kernel's build ID, else the debuginfod servers of
     /// DEBUGINFOD_URLS (docs/probes.md).
-    #[arg(long, conflicts_with_all = ["parse", "lines", "vars"], requires = "specs")]
+    #[arg(short = 'D', long, requires = "specs")]
     definition: bool,
     /// List the variables that have a value at each site of POINT
     /// (`FUNC`, `FUNC:RLINE`, `FILE:LINE`, or `FUNC@+N`), with their C
     /// types, from the kernel's DWARF (perf probe -V). Touches nothing.
-    #[arg(long, value_name = "POINT", conflicts_with_all = ["parse", "lines"])]
+    #[arg(short = 'V', long, value_name = "POINT")]
     vars: Option<String>,
     /// Show the source lines of FUNC (`NAME` or `NAME@FILE`) from the
     /// kernel's DWARF, numbered from its declaration where a probe can
     /// go (`FUNC@+N`, perf's `FUNC:N`), as perf probe -L does: with
     /// the source text when --source-dir holds the tree (or the file is
     /// at the path DWARF gives), else each line's `file:line` and the
-    /// offset of its first instruction. Touches nothing.
-    #[arg(long, value_name = "FUNC", conflicts_with_all = ["parse", "lines", "vars", "definition"])]
+    /// offset of its first instruction. Touches nothing. `-L` and
+    /// `--line` are perf probe's spellings (not --lines, below).
+    #[arg(short = 'L', long, visible_alias = "line", value_name = "FUNC")]
     source: Option<String>,
     /// With --definition or --vars: the function's out-of-line body
     /// only, not its inlined copies (perf's --no-inlines).
@@ -77,7 +81,7 @@ pub(crate) struct ProbeArgs {
     /// label, notrace, blacklist; on arm64 also misaligned, instructions
     /// arm64 kprobes refuse, exclusive sequences). Reads /proc/kcore
     /// (root).
-    #[arg(long, value_name = "FUNC", conflicts_with = "parse")]
+    #[arg(long, value_name = "FUNC")]
     lines: Option<String>,
     /// With --lines: before the instructions of each source line, that
     /// line (`file:line`, and the function inlined there), from the
@@ -85,8 +89,9 @@ pub(crate) struct ProbeArgs {
     /// info (--vmlinux, or where `info` looks).
     #[arg(long, requires = "lines")]
     srcline: bool,
-    /// The definitions (`-:EVENT` deletions included).
-    #[arg(value_name = "SPEC", allow_hyphen_values = true, value_parser = SpecArg)]
+    /// The definitions; a deletion (`-:EVENT`) after `--`, as any
+    /// argument that starts with a hyphen (`--parse -- -:myprobe`).
+    #[arg(value_name = "SPEC", conflicts_with_all = ["vars", "source", "lines"])]
     specs: Vec<String>,
     #[command(flatten)]
     image: ImageArgs,
@@ -104,10 +109,19 @@ pub(crate) fn run(args: &ProbeArgs) -> Result<ExitCode> {
         target().and_then(|t| source::listing(func, &t, args.other_kernel))
     } else if let Some(point) = &args.vars {
         target().and_then(|t| source::variables(point, &t, !args.no_inlines, args.other_kernel))
-    } else {
+    } else if args.parse {
         parse(&args.specs)
+    } else {
+        Err(anyhow::anyhow!("{NOTHING_ASKED}"))
     }
 }
+
+/// What `probe` says when none of its actions is given.
+const NOTHING_ASKED: &str = "probe needs one of: --parse SPEC... (check definitions), \
+-D/--definition SPEC... (their kprobe_events definitions from DWARF), \
+-V/--vars POINT (the variables at a point), -L/--source FUNC (a function's \
+source lines), --lines FUNC (its instructions and where a kprobe may go); \
+with -x BINARY for a user binary, -m MODULE for a kernel module, as perf probe takes them";
 
 /// `--parse`: each definition's canonical form on stdout, or its error
 /// with a caret on stderr.
@@ -137,38 +151,6 @@ fn parse(specs: &[String]) -> Result<ExitCode> {
     })
 }
 
-/// A SPEC: any text, a deletion (`-:EVENT`) among them, but not an
-/// option. A SPEC takes what starts with a hyphen, so that `-:EVENT`
-/// reaches it; an option clap does not know (`--nonsense`, perf's
-/// `--range`) is refused here as clap refuses one anywhere else, instead
-/// of being taken for a definition (or ignored, with --vars).
-#[derive(Clone)]
-struct SpecArg;
-
-impl clap::builder::TypedValueParser for SpecArg {
-    type Value = String;
-
-    fn parse_ref(
-        &self,
-        cmd: &clap::Command,
-        _arg: Option<&clap::Arg>,
-        value: &OsStr,
-    ) -> Result<String, clap::Error> {
-        let Some(text) = value.to_str() else {
-            return Err(clap::Error::new(ErrorKind::InvalidUtf8).with_cmd(cmd));
-        };
-        if text.starts_with('-') && !text.starts_with("-:") {
-            let mut e = clap::Error::new(ErrorKind::UnknownArgument).with_cmd(cmd);
-            e.insert(
-                ContextKind::InvalidArg,
-                ContextValue::String(text.to_string()),
-            );
-            return Err(e);
-        }
-        Ok(text.to_string())
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use clap::CommandFactory;
@@ -177,22 +159,81 @@ mod tests {
         let argv = std::iter::once("kprobe-perf").chain(argv.iter().copied());
         match crate::Cli::command().try_get_matches_from(argv) {
             Ok(_) => String::from("accepted"),
-            Err(e) => crate::validate::one_line(&e.render().to_string()),
+            Err(e) => crate::validate::usage_line(&e),
         }
     }
 
-    /// An option after the point is refused, not taken for a SPEC (and
-    /// ignored); a deletion still is a SPEC.
+    /// An option after the point or a SPEC is refused, not taken for a
+    /// SPEC (and ignored); a deletion is a SPEC after `--`, and options
+    /// may follow a SPEC.
     #[test]
     fn options_are_not_specs() {
         assert_eq!(
             said(&["probe", "--vars", "X", "--nonsense"]),
-            "unexpected argument '--nonsense' found (see --help)"
+            "unexpected argument '--nonsense' found; tip: a similar argument exists: '--no-inlines' (see --help)"
         );
         assert_eq!(
             said(&["probe", "--parse", "p:/bin/sh:main", "--range"]),
-            "unexpected argument '--range' found (see --help)"
+            "unexpected argument '--range' found; tip: to pass '--range' as a value, use '-- --range' (see --help)"
         );
-        assert_eq!(said(&["probe", "--parse", "-:myprobe"]), "accepted");
+        assert_eq!(said(&["probe", "--parse", "--", "-:myprobe"]), "accepted");
+        assert_eq!(said(&["probe", "-D", "walk:4", "-x", "./prog"]), "accepted");
+        assert_eq!(
+            said(&["probe", "--parse", "-:myprobe"]),
+            "unexpected argument '-:': a deletion (-:EVENT) is a SPEC, given after `--` \
+             as any SPEC that starts with a hyphen (probe --parse -- -:myprobe) (see --help)"
+        );
+    }
+
+    fn args(argv: &[&str]) -> super::ProbeArgs {
+        let argv = ["kprobe-perf", "probe"]
+            .into_iter()
+            .chain(argv.iter().copied());
+        let m = crate::Cli::command().get_matches_from(argv);
+        let m = m.subcommand_matches("probe").unwrap();
+        <super::ProbeArgs as clap::FromArgMatches>::from_arg_matches(m).unwrap()
+    }
+
+    /// perf probe's short flags, with perf's meanings: -V the variables,
+    /// -D the definitions, -L (and --line) the source lines, -x a user
+    /// binary, -m a module, -k the vmlinux, -s the source tree.
+    #[test]
+    fn perfs_short_flags() {
+        let a = args(&["-V", "walk:4", "-x", "./prog", "-s", "/src"]);
+        assert_eq!(a.vars.as_deref(), Some("walk:4"));
+        assert_eq!(a.exec.as_deref(), Some(std::path::Path::new("./prog")));
+        assert_eq!(
+            a.image.source_dir.as_deref(),
+            Some(std::path::Path::new("/src"))
+        );
+        let a = args(&["-D", "walk:4 total", "-m", "9p", "-k", "/proc/self/status"]);
+        assert!(a.definition);
+        assert_eq!(a.specs, ["walk:4 total"]);
+        assert_eq!(a.module.as_deref(), Some("9p"));
+        assert_eq!(
+            a.image.vmlinux.as_deref(),
+            Some(std::path::Path::new("/proc/self/status"))
+        );
+        assert_eq!(args(&["-L", "walk"]).source.as_deref(), Some("walk"));
+        assert_eq!(args(&["--line", "walk"]).source.as_deref(), Some("walk"));
+        assert_eq!(
+            said(&["probe", "-V", "x", "-L", "y"]),
+            "the argument '--vars <POINT>' cannot be used with '--source <FUNC>' (see --help)"
+        );
+    }
+
+    /// Nothing asked: the message names every action by the flags that
+    /// give it, perf's short ones among them.
+    #[test]
+    fn nothing_asked_names_the_flags() {
+        let e = super::run(&args(&[])).unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "probe needs one of: --parse SPEC... (check definitions), \
+             -D/--definition SPEC... (their kprobe_events definitions from DWARF), \
+             -V/--vars POINT (the variables at a point), -L/--source FUNC (a function's \
+             source lines), --lines FUNC (its instructions and where a kprobe may go); \
+             with -x BINARY for a user binary, -m MODULE for a kernel module, as perf probe takes them"
+        );
     }
 }

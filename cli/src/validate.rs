@@ -184,13 +184,27 @@ pub(crate) fn usage_error(e: clap::Error) -> ExitCode {
             ExitCode::FAILURE
         };
     }
-    say!("kprobe-perf: {}", one_line(&e.render().to_string()));
+    say!("kprobe-perf: {}", usage_line(&e));
     ExitCode::FAILURE
+}
+
+/// The one line [`usage_error`] prints for `e`.
+pub(crate) fn usage_line(e: &clap::Error) -> String {
+    use clap::error::{ContextKind, ContextValue, ErrorKind};
+    // `-:EVENT` is read as the short options `-:`, `-E`, ...
+    if e.kind() == ErrorKind::UnknownArgument
+        && matches!(e.get(ContextKind::InvalidArg), Some(ContextValue::String(a)) if a == "-:")
+    {
+        return "unexpected argument '-:': a deletion (-:EVENT) is a SPEC, given after `--` \
+                as any SPEC that starts with a hyphen (probe --parse -- -:myprobe) (see --help)"
+            .to_string();
+    }
+    one_line(&e.render().to_string())
 }
 
 /// Clap's rendered error on one line: the message, then its tips; the
 /// usage and "For more information" lines give way to a pointer to --help.
-pub(crate) fn one_line(rendered: &str) -> String {
+fn one_line(rendered: &str) -> String {
     let mut parts: Vec<&str> = Vec::new();
     for line in rendered.lines().map(str::trim) {
         if line.is_empty() {
@@ -317,7 +331,7 @@ mod tests {
             &["cleanup"],
             &["script", "-i", "perf.data"],
             &["probe", "--parse", "p:/bin/sh:main"],
-            &["probe", "--parse", "-:myprobe"],
+            &["probe", "-D", "main", "-x", "/bin/sh"],
             &["probe", "--vars", "main", "-x", "/bin/sh"],
             &["probe", "--definition", "main"],
             &["probe", "--source", "main"],
