@@ -176,7 +176,8 @@ struct RecordArgs {
     #[arg(short = 'a', long)]
     all_cpus: bool,
     /// Ring buffer size per CPU, in pages: a power of two from 1 to 1 GiB
-    /// of pages (262144 with 4 KiB pages). Default: 128 (512 KiB with 4
+    /// of pages (262144 with 4 KiB pages), or as perf takes it, a size
+    /// with a unit, B, K, M or G (`512K`, `1M`), of a power of two of pages. Default: 128 (512 KiB with 4
     /// KiB pages, as perf's); with `--call-graph dwarf` and CAP_IPC_LOCK (root has it), 512 (2
     /// MiB): each sample then carries up to 8 KiB of stack, so 512 KiB
     /// hold about 60 samples, under a millisecond of a busy function,

@@ -25,7 +25,7 @@ pub(crate) struct CallGraphArgs {
     /// kallsyms, modules included), `user` (the user stack, walked by
     /// frame pointer and named from the mapped binaries' symbol tables:
     /// code built without frame pointers gives short or wrong user
-    /// stacks), `both`, or `dwarf[,SIZE]` (the kernel stack, and the user
+    /// stacks), `both` (or perf's `fp`), or `dwarf[,SIZE]` (the kernel stack, and the user
     /// stack unwound in user space from the binaries' DWARF call frame
     /// information, as `perf record --call-graph dwarf`: each sample
     /// carries the user registers and a copy of the top SIZE bytes of the
@@ -48,7 +48,7 @@ pub(crate) enum CallGraphArg {
     Dwarf(u32),
 }
 
-/// `kernel`, `user`, `both`, `dwarf` or `dwarf,SIZE`.
+/// `kernel`, `user`, `both` (`fp`), `dwarf` or `dwarf,SIZE`.
 fn parse_call_graph(s: &str) -> std::result::Result<CallGraphArg, String> {
     let (what, size) = match s.split_once(',') {
         Some((w, n)) => (w, Some(n)),
@@ -57,7 +57,9 @@ fn parse_call_graph(s: &str) -> std::result::Result<CallGraphArg, String> {
     let arg = match (what, size) {
         ("kernel", None) => CallGraphArg::Kernel,
         ("user", None) => CallGraphArg::User,
-        ("both", None) => CallGraphArg::Both,
+        // perf's `fp`: kernel and user chains, the user one by frame
+        // pointer, as `both`.
+        ("both" | "fp", None) => CallGraphArg::Both,
         ("dwarf", None) => CallGraphArg::Dwarf(kprobe_perf_engine::stack::DEFAULT_DWARF_STACK),
         ("dwarf", Some(n)) => {
             let size: u32 = n
@@ -77,7 +79,7 @@ fn parse_call_graph(s: &str) -> std::result::Result<CallGraphArg, String> {
         }
         _ => {
             return Err(format!(
-                "`{s}` is not one of kernel, user, both, dwarf, dwarf,SIZE"
+                "`{s}` is not one of kernel, user, both, fp (as both), dwarf, dwarf,SIZE"
             ))
         }
     };
@@ -503,8 +505,11 @@ mod tests {
         assert!(e.contains("65528"), "{e}");
         let e = parse_call_graph("user,8").unwrap_err();
         assert!(e.contains("only dwarf takes a size"), "{e}");
-        let e = parse_call_graph("fp").unwrap_err();
-        assert!(e.contains("not one of"), "{e}");
+        assert_eq!(parse_call_graph("fp"), Ok(CallGraphArg::Both));
+        assert_eq!(
+            parse_call_graph("lbr").unwrap_err(),
+            "`lbr` is not one of kernel, user, both, fp (as both), dwarf, dwarf,SIZE"
+        );
     }
 
     #[test]

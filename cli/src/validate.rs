@@ -41,17 +41,44 @@ fn max_ring_pages() -> usize {
     1usize << (MAX_RING_BYTES / page).max(1).ilog2()
 }
 
-/// `-m PAGES`: a power of two from 1 to a ring of [`MAX_RING_BYTES`].
+/// `-m PAGES`: a power of two from 1 to a ring of [`MAX_RING_BYTES`],
+/// as a number of pages or, as perf takes it, a size with a unit (`512K`,
+/// `1M`, `2G`, `65536B`) that is a power of two of pages.
 pub(crate) fn mmap_pages(text: &str) -> Result<usize, String> {
     let max = max_ring_pages();
+    let page = kprobe_perf_engine::os::page_size().max(1) as u64;
     let accepted = format!(
-        "give a power of two from 1 to {max} ({} MiB per ring)",
+        "give a power of two from 1 to {max} pages, or a size such as 512K or 1M ({} MiB at most per ring)",
         MAX_RING_BYTES >> 20
     );
-    let pages: u64 = text
-        .trim()
+    let text = text.trim();
+    let unit = match text.chars().last().map(|c| c.to_ascii_uppercase()) {
+        Some('B') => Some(1u64),
+        Some('K') => Some(1 << 10),
+        Some('M') => Some(1 << 20),
+        Some('G') => Some(1 << 30),
+        _ => None,
+    };
+    let number = match unit {
+        Some(_) => &text[..text.len() - 1],
+        None => text,
+    };
+    let n: u64 = number
         .parse()
-        .map_err(|_| format!("not a number of pages; {accepted}"))?;
+        .map_err(|_| format!("not a number of pages or a size; {accepted}"))?;
+    let pages = match unit {
+        None => n,
+        Some(unit) => {
+            let bytes = n.saturating_mul(unit);
+            if bytes % page != 0 {
+                return Err(format!(
+                    "{text} is not a whole number of {} KiB pages; {accepted}",
+                    page >> 10
+                ));
+            }
+            bytes / page
+        }
+    };
     if pages == 0 {
         return Err(format!("a ring needs at least one page; {accepted}"));
     }
@@ -60,10 +87,17 @@ pub(crate) fn mmap_pages(text: &str) -> Result<usize, String> {
     }
     if !pages.is_power_of_two() {
         let below = 1u64 << pages.ilog2();
-        return Err(format!(
-            "not a power of two; {accepted}, such as {below} or {}",
-            below * 2
-        ));
+        return Err(match unit {
+            None => format!(
+                "not a power of two; {accepted}, such as {below} or {}",
+                below * 2
+            ),
+            Some(_) => format!(
+                "{text} is {pages} pages, not a power of two; {accepted}, such as {}K or {}K",
+                (below * page) >> 10,
+                (below * 2 * page) >> 10
+            ),
+        });
     }
     usize::try_from(pages).map_err(|_| accepted)
 }
@@ -273,6 +307,27 @@ mod tests {
         );
         for bad in ["0", "-1", "", "x", "1099511627776", &(2 * max).to_string()] {
             assert!(mmap_pages(bad).is_err(), "{bad}");
+        }
+        // Sizes as perf takes them (4 KiB pages here).
+        if kprobe_perf_engine::os::page_size() == 4096 {
+            assert_eq!(mmap_pages("512K"), Ok(128));
+            assert_eq!(mmap_pages("1M"), Ok(256));
+            assert_eq!(mmap_pages("1m"), Ok(256));
+            assert_eq!(mmap_pages("8192B"), Ok(2));
+            assert_eq!(mmap_pages("1G"), Ok(max));
+            assert_eq!(
+                mmap_pages("3M").unwrap_err(),
+                "3M is 768 pages, not a power of two; give a power of two from 1 to 262144 pages, \
+                 or a size such as 512K or 1M (1024 MiB at most per ring), such as 2048K or 4096K"
+            );
+            assert_eq!(
+                mmap_pages("1000B").unwrap_err(),
+                "1000B is not a whole number of 4 KiB pages; give a power of two from 1 to 262144 \
+                 pages, or a size such as 512K or 1M (1024 MiB at most per ring)"
+            );
+            for bad in ["2G", "0K", "K", "-1M", "18446744073709551615G"] {
+                assert!(mmap_pages(bad).is_err(), "{bad}");
+            }
         }
         assert_eq!(overwrite_mib("1"), Ok(1));
         assert_eq!(overwrite_mib("1024"), Ok(1024));
