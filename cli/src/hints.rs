@@ -55,6 +55,13 @@ fn with_flags(e: &(dyn StdError + 'static)) -> Option<String> {
             Error::Tracefs(t) => tracefs(t),
             Error::Attach(a) => attach(a),
             Error::InheritNeedsAddress { .. } => Some(format!("{e} with -a")),
+            // The engine's text ends with advice for its developers.
+            Error::NoKprobePmu { dir } => Some(format!(
+                "this kernel has no kprobe PMU ({dir} is missing): it was built without \
+                 CONFIG_KPROBE_EVENTS or is older than 4.17, so kernel functions cannot be probed \
+                 here; uprobes and USDT probes can (p:/PATH:FUNC, usdt:/PATH:PROVIDER:NAME), as \
+                 `kprobe-perf info` shows"
+            )),
             Error::UprobePmuCannotInherit { probe } => Some(format!(
                 "--backend pmu cannot follow forks with the uprobe {probe}: the kernel re-creates an inherited uprobe PMU event at each fork and re-reads its binary's path there, from an address in kprobe-perf's memory, not the forking process's; use --backend auto or tracefs (a uprobe_events probe, which every fork inherits), or record system-wide (-a) with the PMU"
             )),

@@ -26,8 +26,9 @@ use kprobe_perf_engine::{
 #[derive(clap::Args)]
 #[command(after_help = crate::examples::LATENCY)]
 pub(crate) struct LatencyArgs {
-    /// The function: a kernel function (`vfs_read`, `MOD:NAME`) or a
-    /// user-space one (`BINARY:func`, the binary's path).
+    /// The function: a user-space one (`BINARY:func`, BINARY a path,
+    /// `./prog` from here as perf's -x takes it, or a name on PATH) or a
+    /// kernel function (`vfs_read`, `MOD:NAME`).
     #[arg(value_name = "FUNC")]
     func: String,
     /// The histogram's unit: ns, us or ms (durations are rounded down).
@@ -76,9 +77,27 @@ pub(crate) struct LatencyArgs {
     duration: Option<f64>,
     #[command(flatten)]
     image: crate::image_args::ImageArgs,
+    #[command(flatten)]
+    verbose: crate::binaries::VerboseArg,
     /// The command to run and measure.
     #[arg(last = true, value_name = "CMD")]
     command: Vec<String>,
+}
+
+/// FUNC's binary (`./prog:walk`, `bash:readline`) and --end's made
+/// absolute, as `record -e` resolves them (see binaries.rs). With
+/// --end, FUNC is a definition of its own.
+pub(crate) fn resolve_binaries(args: &mut LatencyArgs) -> Result<()> {
+    let verbose = args.verbose.verbose;
+    match args.end.as_mut() {
+        Some(end) => {
+            let mut both = [args.func.clone(), end.clone()];
+            crate::binaries::all(&mut both, &args.command, verbose)?;
+            [args.func, *end] = both;
+        }
+        None => args.func = crate::binaries::function(&args.func, verbose)?,
+    }
+    Ok(())
 }
 
 /// The two probe definitions of `func`: its entry (with `nargs`

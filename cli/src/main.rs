@@ -1,4 +1,5 @@
-//! `kprobe-perf`: dynamic kernel probes through perf_event_open.
+//! `kprobe-perf`: dynamic probes (kprobes, uprobes, USDT) through
+//! perf_event_open.
 #![cfg_attr(not(test), warn(unused_crate_dependencies))]
 
 /// `eprintln!` that never panics: stderr may be a pipe whose reader has
@@ -20,6 +21,7 @@ macro_rules! say_more {
 }
 
 mod aggregate;
+mod binaries;
 mod doctor;
 mod drain_log;
 mod eprobe;
@@ -63,7 +65,7 @@ use kprobe_perf_engine::{
 #[command(
     name = "kprobe-perf",
     version = env!("KPROBE_PERF_VERSION"),
-    about = "Dynamic kernel probes (kprobes, kretprobes) through perf_event_open",
+    about = "Dynamic probes of the kernel and of programs (kprobes, uprobes, USDT) through perf_event_open",
     after_help = examples::TOP
 )]
 struct Cli {
@@ -155,7 +157,12 @@ enum Cmd {
 #[derive(clap::Args)]
 #[command(group(clap::ArgGroup::new("files").args(["output", "stacks_folded", "flamegraph", "profile"]).multiple(true)))]
 struct RecordArgs {
-    /// A probe definition (repeatable).
+    /// A probe definition (repeatable): a uprobe `p:BINARY:FUNC [ARGS]`
+    /// (`r:` at its return; BINARY a path, `./prog` from here as perf's
+    /// -x takes it, or a name on PATH; bpftrace's `uprobe:`/`uretprobe:`
+    /// heads too), a USDT probe `usdt:BINARY:PROVIDER:NAME` (`usdt:*:...`
+    /// with -p or `-- CMD`), or a kprobe `p:FUNC[+OFFS] [ARGS]`, in the
+    /// kprobe_events language (docs/probes.md).
     #[arg(short = 'e', long = "event", value_name = "SPEC", required = true)]
     events: Vec<String>,
     /// Keep only the events of the probe given (-e) before it that pass
@@ -295,6 +302,8 @@ struct RecordArgs {
     aggregate: aggregate::AggregateArgs,
     #[command(flatten)]
     stacks: stacks::CallGraphArgs,
+    #[command(flatten)]
+    verbose: binaries::VerboseArg,
     /// The command to run and record.
     #[arg(last = true, value_name = "CMD")]
     command: Vec<String>,
@@ -329,14 +338,18 @@ fn main() -> ExitCode {
         Cmd::Record(mut args) => {
             validate::merge_duplicates(&mut args.pid);
             validate::merge_duplicates(&mut args.tid);
-            match filters::pair(matches.subcommand_matches("record"), &args.events) {
-                Ok(filters) => record(&args, &filters),
-                Err(e) => Err(e),
-            }
+            binaries::all(&mut args.events, &args.command, args.verbose.verbose)
+                .and_then(|()| filters::pair(matches.subcommand_matches("record"), &args.events))
+                .and_then(|filters| record(&args, &filters))
         }
-        Cmd::Latency(args) => latency::run(&args),
+        Cmd::Latency(mut args) => {
+            latency::resolve_binaries(&mut args).and_then(|()| latency::run(&args))
+        }
         Cmd::Stat(mut args) => {
-            match filters::pair(matches.subcommand_matches("stat"), &args.events) {
+            let resolved = binaries::all(&mut args.events, &args.command, args.verbose.verbose);
+            match resolved
+                .and_then(|()| filters::pair(matches.subcommand_matches("stat"), &args.events))
+            {
                 Ok(filters) => stat::run(&mut args, &filters),
                 Err(e) => Err(e),
             }

@@ -19,7 +19,8 @@ const INTERVAL_MS: (u64, u64) = (10, 3_600_000);
 #[derive(clap::Args)]
 #[command(after_help = crate::examples::STAT)]
 pub(crate) struct StatArgs {
-    /// A probe definition (repeatable); the table lists the probes in
+    /// A probe definition (repeatable), as `record -e` takes one
+    /// (`p:BINARY:FUNC`, `usdt:BINARY:PROVIDER:NAME`, `p:FUNC`); the table lists the probes in
     /// this order.
     #[arg(short = 'e', long = "event", value_name = "SPEC", required = true)]
     pub(crate) events: Vec<String>,
@@ -81,9 +82,11 @@ pub(crate) struct StatArgs {
     all_instances: bool,
     #[command(flatten)]
     image: image_args::ImageArgs,
+    #[command(flatten)]
+    pub(crate) verbose: crate::binaries::VerboseArg,
     /// The command to run and count (with its children).
     #[arg(last = true, value_name = "CMD")]
-    command: Vec<String>,
+    pub(crate) command: Vec<String>,
 }
 
 /// `-I`'s milliseconds: a whole number from 10 to 3600000.

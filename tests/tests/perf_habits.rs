@@ -150,3 +150,169 @@ fn perfs_ring_sizes_and_fp_call_graph() {
     assert_eq!(frames[0], ("walk+0x0", &*format!("({bin})")));
     assert!(frames[1].1.contains("/libc.so"), "{text}");
 }
+
+/// A relative path, as perf's -x takes it, and the binary found on PATH,
+/// in `record -e` and `latency`; -v says what each was resolved to.
+/// bpftrace's `uretprobe:` head is `r:`.
+#[test]
+fn relative_paths_and_names_on_path_are_the_binaries() {
+    let Some(b) = build("relative_paths_and_names_on_path_are_the_binaries") else {
+        return;
+    };
+    let bin = b.bin.to_string_lossy();
+    let out = kprobe_perf(
+        &b.dir,
+        &[
+            "record",
+            "-v",
+            "-e",
+            "p:./habits:walk n=$arg1:s32",
+            "--",
+            "./habits",
+            "2",
+        ],
+    );
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert_eq!(args_of(&out), ["n=0", "n=1"]);
+    assert_eq!(
+        stderr(&out).lines().next(),
+        Some(&*format!("kprobe-perf: ./habits is {bin}"))
+    );
+    let path = format!("{}:/usr/bin:/bin", b.dir.display());
+    let out = Command::new(kprobe_perf_bin())
+        .env("PATH", &path)
+        .args([
+            "record",
+            "-v",
+            "-e",
+            "uretprobe:habits:walk r=$retval:s32",
+            "--",
+            "habits",
+            "2",
+        ])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert_eq!(args_of(&out).len(), 2, "{out:?}");
+    assert!(args_of(&out).iter().all(|a| a == "r=-1" || a == "r=1"));
+    let said: Vec<String> = stderr(&out).lines().take(2).map(str::to_string).collect();
+    assert_eq!(
+        said,
+        [
+            "kprobe-perf: uretprobe:habits:walk r=$retval:s32: bpftrace's uretprobe: is r: here"
+                .to_string(),
+            format!("kprobe-perf: habits is {bin}"),
+        ]
+    );
+    let out = kprobe_perf(&b.dir, &["latency", "./habits:walk", "--", "./habits", "3"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(
+        String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .any(|l| l.starts_with(&format!("{bin}:walk: count 3, avg "))),
+        "{out:?}"
+    );
+}
+
+/// What cannot be meant is refused with the form to write: a library's
+/// short name, perf's event names, a relative path to nothing.
+#[test]
+fn names_a_uprobe_cannot_take_say_the_form_to_use() {
+    let Some(b) = build("names_a_uprobe_cannot_take_say_the_form_to_use") else {
+        return;
+    };
+    let out = kprobe_perf(&b.dir, &["record", "-e", "p:./nowhere:walk", "--", "true"]);
+    assert_eq!(
+        stderr(&out),
+        "kprobe-perf: cannot resolve ./nowhere from the current directory (as perf's -x does): \
+         No such file or directory (os error 2)\n  p:./nowhere:walk\n    ^^^^^^^^^\n"
+    );
+    let out = kprobe_perf(&b.dir, &["record", "-e", "probe_habits:walk", "--", "true"]);
+    assert_eq!(
+        stderr(&out),
+        "kprobe-perf: probe_habits:walk is the name perf gives an event `perf probe` defined, \
+         not a probe: kprobe-perf defines its own; write p:PATH:walk, PATH the habits binary's \
+         path\n  probe_habits:walk\n  ^^^^^^^^^^^^^^^^^\n"
+    );
+    let out = kprobe_perf(&b.dir, &["record", "-e", "p:libc:fopen64", "--", "true"]);
+    let said = stderr(&out);
+    assert!(!out.status.success());
+    assert!(
+        said.starts_with(
+            "kprobe-perf: no kernel module libc is loaded, and a uprobe takes the binary's path, \
+             not a library's name: write p:/"
+        ) && said.ends_with("/libc.so.6:fopen64 (the libc the loader maps, from ldconfig -p)\n  p:libc:fopen64\n    ^^^^\n"),
+        "{said}"
+    );
+}
+
+/// `usdt:*` with a command is the command's binary; a script there is
+/// said to be one (no "name the processes": a command was given).
+#[test]
+fn usdt_any_file_with_a_command_is_its_binary() {
+    let Some(b) = build("usdt_any_file_with_a_command_is_its_binary") else {
+        return;
+    };
+    let script = b.dir.join("script.sh");
+    std::fs::write(&script, "#!/bin/sh\n").unwrap();
+    let out = kprobe_perf(
+        &b.dir,
+        &[
+            "record",
+            "-e",
+            "usdt:*:python:function__entry",
+            "--",
+            "./script.sh",
+        ],
+    );
+    assert_eq!(
+        stderr(&out),
+        format!(
+            "kprobe-perf: usdt:* stands for the command's binary, and ./script.sh is {}, not an \
+             ELF binary (a script, or a shim that runs another program): name the binary that \
+             has the probes, as in usdt:/usr/bin/python3.11:PROVIDER:NAME\n",
+            script.display()
+        )
+    );
+    let out = kprobe_perf(
+        &b.dir,
+        &[
+            "record",
+            "-v",
+            "-e",
+            "usdt:*:python:function__entry",
+            "--",
+            "./habits",
+        ],
+    );
+    let bin = b.bin.to_string_lossy();
+    assert_eq!(
+        stderr(&out),
+        format!(
+            "kprobe-perf: usdt:* (the command's binary) is {bin}\nkprobe-perf: \
+             usdt:{bin}:python:function__entry matches no SDT probe of {bin}: it has no SDT \
+             notes (.note.stapsdt)\n"
+        )
+    );
+}
+
+/// Without kprobes, a kernel probe's error says what can be probed here,
+/// not how this project's developers see a kernel that has them.
+#[test]
+fn a_kernel_without_kprobes_says_what_can_be_probed() {
+    let test = "a_kernel_without_kprobes_says_what_can_be_probed";
+    if Path::new("/sys/bus/event_source/devices/kprobe").exists() {
+        return skip_here(test, "this kernel has the kprobe PMU");
+    }
+    let out = kprobe_perf(
+        Path::new("/"),
+        &["record", "-e", "p:do_sys_openat2", "--", "true"],
+    );
+    assert_eq!(
+        stderr(&out),
+        "kprobe-perf: this kernel has no kprobe PMU (/sys/bus/event_source/devices/kprobe is \
+         missing): it was built without CONFIG_KPROBE_EVENTS or is older than 4.17, so kernel \
+         functions cannot be probed here; uprobes and USDT probes can (p:/PATH:FUNC, \
+         usdt:/PATH:PROVIDER:NAME), as `kprobe-perf info` shows\n"
+    );
+}
