@@ -402,7 +402,6 @@ fn record(args: &RecordArgs, filters: &[Option<String>]) -> Result<ExitCode> {
     if let Some(probes) = eprobe::event_probes(args, filters)? {
         return eprobe::record(args, &probes);
     }
-    let call_graph = args.stacks.graph();
     args.stacks.out.check()?;
     // kallsyms may be unreadable or hide addresses; probes then go by name
     // and output shows raw addresses.
@@ -422,6 +421,7 @@ fn record(args: &RecordArgs, filters: &[Option<String>]) -> Result<ExitCode> {
         &args.pid,
     )?;
     inspect::check_plans(&kernel, &plans)?;
+    let call_graph = args.stacks.graph_for(&plans);
     let agg = aggregate::Aggregation::new(&args.aggregate, &plans, args.json)?;
     let kernel_dwarf = stacks::kernel_dwarf(&kernel, &args.image, call_graph.is_some());
     // The symbolizer's table; the kernel's text and images are let go.

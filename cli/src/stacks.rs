@@ -8,6 +8,7 @@ use std::path::PathBuf;
 
 use anyhow::{Context, Result};
 use kprobe_perf_engine::analysis::FoldedStacks;
+use kprobe_perf_engine::plan::AttachPoint;
 use kprobe_perf_engine::stack::{CallGraph, FrameId, NamedFrame, ProcessMaps, StackSymbolizer};
 use kprobe_perf_engine::{Event, KernelSymbols, ProbePlan};
 
@@ -93,7 +94,8 @@ pub(crate) struct StackOutputArgs {
     /// (`comm;outermost;...;innermost COUNT`, one line per stack, the
     /// probed function innermost), for flamegraph.pl, inferno or
     /// speedscope. Needs callchains: in `record`, with no `-g` or
-    /// `--call-graph` it implies `--call-graph kernel`; in `script`, a file
+    /// `--call-graph` it implies `--call-graph kernel` for kernel probes,
+    /// `user` for uprobes (`both` for a mix); in `script`, a file
     /// recorded with them. FILE is created as -o creates its file (an existing FILE renamed to
     /// FILE.old, or removed with `record --force`; mode 0600).
     #[arg(long, value_name = "FILE")]
@@ -101,8 +103,8 @@ pub(crate) struct StackOutputArgs {
     /// Draw the stacks as a flame graph, an SVG file (made with the
     /// inferno crate): one box per function, as wide as the share of
     /// events whose stack passes through it, callers below callees.
-    /// Needs callchains as --stacks-folded does (in `record`, implies
-    /// `--call-graph kernel` when no `-g` or `--call-graph` is given).
+    /// Needs callchains as --stacks-folded does (in `record`, implied
+    /// as there when no `-g` or `--call-graph` is given).
     /// FILE is created as --stacks-folded creates its file.
     #[arg(long, value_name = "FILE.svg")]
     pub flamegraph: Option<PathBuf>,
@@ -111,8 +113,8 @@ pub(crate) struct StackOutputArgs {
     /// sample per event, on its process and thread, at its time, with its
     /// stack named as in the text output and the probe's event name
     /// innermost. Needs callchains as --stacks-folded does (in `record`,
-    /// implies `--call-graph kernel` when no `-g` or `--call-graph` is
-    /// given). FILE is created as --stacks-folded creates its file.
+    /// implied as there when no `-g` or `--call-graph` is given). FILE
+    /// is created as --stacks-folded creates its file.
     #[arg(long, value_name = "FILE.json")]
     pub profile: Option<PathBuf>,
     /// Under each user frame of the text output, its source file and line
@@ -149,10 +151,8 @@ impl StackOutputArgs {
 }
 
 impl CallGraphArgs {
-    /// The callchains asked for. A picture of stacks (`--stacks-folded`,
-    /// `--flamegraph`) without `-g` or `--call-graph` asks for kernel
-    /// callchains: the user asked for stacks, and kernel ones need no
-    /// user-space unwinding.
+    /// The callchains asked for, whether any are (a picture of stacks
+    /// asks for some: see [`CallGraphArgs::graph_for`]).
     pub(crate) fn graph(&self) -> Option<CallGraph> {
         match (self.g, self.call_graph) {
             (_, Some(CallGraphArg::Kernel)) => Some(CallGraph::Kernel),
@@ -162,6 +162,39 @@ impl CallGraphArgs {
             (false, None) if self.out.any() => Some(CallGraph::Kernel),
             (false, None) => None,
         }
+    }
+
+    /// The callchains of [`CallGraphArgs::graph`] for `plans`. A picture
+    /// of stacks (`--stacks-folded`, `--flamegraph`, `--profile`) without
+    /// `-g` or `--call-graph` asks for the stacks where the probes are:
+    /// user ones (by frame pointer) for uprobes, kernel ones for kernel
+    /// probes, both for a mix. A uprobe's kernel stack is empty: its
+    /// picture was one box per command. Said on stderr, since the user
+    /// named no stack.
+    pub(crate) fn graph_for(&self, plans: &[ProbePlan]) -> Option<CallGraph> {
+        let graph = self.graph();
+        if self.g || self.call_graph.is_some() || graph.is_none() {
+            return graph;
+        }
+        let user = plans
+            .iter()
+            .any(|p| matches!(p.attach, AttachPoint::User { .. }));
+        let kernel = plans
+            .iter()
+            .any(|p| !matches!(p.attach, AttachPoint::User { .. }));
+        let (implied, which) = match (user, kernel) {
+            (true, false) => (
+                CallGraph::User,
+                "the uprobes' user stacks, by frame pointer (as --call-graph user)",
+            ),
+            (true, true) => (
+                CallGraph::Both,
+                "kernel and user stacks, for kernel probes and uprobes (as --call-graph both)",
+            ),
+            _ => return graph,
+        };
+        say!("kprobe-perf: no -g or --call-graph given: the stacks drawn are {which}");
+        Some(implied)
     }
 }
 

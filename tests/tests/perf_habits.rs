@@ -316,3 +316,45 @@ fn a_kernel_without_kprobes_says_what_can_be_probed() {
          usdt:/PATH:PROVIDER:NAME), as `kprobe-perf info` shows\n"
     );
 }
+
+/// `--stacks-folded` on a uprobe without -g draws its user stacks (by
+/// frame pointer), and says so; the kernel stack it drew before is empty
+/// for a uprobe (the file was one line, `habits 3`).
+#[test]
+fn a_uprobes_picture_of_stacks_has_its_user_frames() {
+    let Some(b) = build("a_uprobes_picture_of_stacks_has_its_user_frames") else {
+        return;
+    };
+    let folded = b.dir.join("walk.folded");
+    let out = kprobe_perf(
+        &b.dir,
+        &[
+            "record",
+            "-q",
+            "--stacks-folded",
+            "walk.folded",
+            "-e",
+            "p:./habits:walk",
+            "--",
+            "./habits",
+            "3",
+        ],
+    );
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert_eq!(
+        stderr(&out).lines().next(),
+        Some(
+            "kprobe-perf: no -g or --call-graph given: the stacks drawn are the uprobes' user \
+             stacks, by frame pointer (as --call-graph user)"
+        )
+    );
+    let text = std::fs::read_to_string(folded).unwrap();
+    let lines: Vec<&str> = text.lines().collect();
+    assert_eq!(lines.len(), 1, "{text}");
+    // At walk+0 main's frame is the newest: its caller is next, as in
+    // perf's fp chains.
+    assert!(
+        lines[0].starts_with("habits;") && lines[0].ends_with(";walk 3"),
+        "{text}"
+    );
+}
