@@ -43,7 +43,7 @@ pub(crate) struct LatencyArgs {
     #[arg(long, value_name = "KEY")]
     by: Option<String>,
     /// Print (and reset) the histograms every MS milliseconds.
-    #[arg(short = 'I', long = "interval", value_name = "MS", value_parser = clap::value_parser!(u64).range(1..))]
+    #[arg(short = 'I', long = "interval", value_name = "MS", value_parser = crate::validate::interval_ms, allow_negative_numbers = true)]
     interval: Option<u64>,
     /// Instead of histograms, print each call that took at least DURATION
     /// (250ns, 500us, 1.5ms, 2s; 0ns prints every call) with its first

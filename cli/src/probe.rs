@@ -55,7 +55,7 @@ pub(crate) struct ProbeArgs {
     /// only, not its inlined copies (perf's --no-inlines).
     #[arg(long)]
     no_inlines: bool,
-    /// With --definition or --vars: the --vmlinux given is of another
+    /// With --definition, --vars or --source: the --vmlinux given is of another
     /// kernel than the running one; answer for that kernel (the
     /// definitions are for use there) instead of refusing its build ID.
     #[arg(long, requires = "vmlinux")]

@@ -102,6 +102,21 @@ pub(crate) fn mmap_pages(text: &str) -> Result<usize, String> {
     usize::try_from(pages).map_err(|_| accepted)
 }
 
+/// Shortest and longest `-I` interval, in milliseconds.
+const INTERVAL_MS: (u64, u64) = (10, 3_600_000);
+
+/// `-I`'s milliseconds, in `stat`, `record` and `latency` alike: a whole
+/// number from 10 to 3600000.
+pub(crate) fn interval_ms(text: &str) -> Result<u64, String> {
+    let (lo, hi) = INTERVAL_MS;
+    match text.parse::<u64>() {
+        Ok(ms) if (lo..=hi).contains(&ms) => Ok(ms),
+        _ => Err(format!(
+            "{text:?} is not an interval: give whole milliseconds from {lo} to {hi} (e.g. -I 1000 for every second)"
+        )),
+    }
+}
+
 /// `--overwrite-size MIB`: from 1 MiB to [`MAX_RING_BYTES`].
 pub(crate) fn overwrite_mib(text: &str) -> Result<usize, String> {
     let max = MAX_RING_BYTES >> 20;
@@ -333,6 +348,35 @@ mod tests {
         assert_eq!(overwrite_mib("1024"), Ok(1024));
         for bad in ["0", "1025", "-1", "18446744073709551616", "0.5"] {
             assert!(overwrite_mib(bad).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn intervals_are_validated() {
+        assert_eq!(interval_ms("1000"), Ok(1000));
+        assert_eq!(interval_ms("10"), Ok(10));
+        for bad in ["9", "0", "-5", "1.5", "x", "3600001"] {
+            let e = interval_ms(bad).unwrap_err();
+            assert!(e.contains("from 10 to 3600000"), "{bad}: {e}");
+        }
+        // One rule and one message for the -I of every command.
+        use clap::CommandFactory;
+        for line in [
+            ["record", "-e", "p:/bin/sh:main", "-I", "0"],
+            ["stat", "-e", "p:/bin/sh:main", "-I", "0"],
+            ["latency", "/bin/sh:main", "--json", "-I", "0"],
+        ] {
+            let argv = std::iter::once("kprobe-perf").chain(line);
+            let e = crate::Cli::command()
+                .try_get_matches_from(argv)
+                .err()
+                .unwrap();
+            assert_eq!(
+                usage_line(&e),
+                "invalid value '0' for '--interval <MS>': \"0\" is not an interval: give whole \
+                 milliseconds from 10 to 3600000 (e.g. -I 1000 for every second) (see --help)",
+                "{line:?}"
+            );
         }
     }
 
