@@ -401,6 +401,20 @@ struct Output<W: Write> {
     arg_names: [Vec<String>; 2],
 }
 
+/// A return value `$retval:s64` whose upper 32 bits are zero and whose
+/// bit 31 is set, as the negative int it is for C's error returns (-1,
+/// not 4294967295): the rule `--by ret` keys by (the engine's
+/// analysis::latency), so that --min prints what --by ret shows.
+fn int_return(v: &kprobe_perf_engine::Value) -> Option<i32> {
+    match *v {
+        kprobe_perf_engine::Value::Int {
+            raw,
+            ty: kprobe_perf_engine::spec::BaseType::Signed(64),
+        } if raw >> 32 == 0 && raw & (1 << 31) != 0 => Some(raw as u32 as i32),
+        _ => None,
+    }
+}
+
 impl<W: Write> Output<W> {
     /// One slow call (--min).
     fn call(&mut self, c: &Call) -> io::Result<()> {
@@ -413,7 +427,12 @@ impl<W: Write> Output<W> {
                     .collect()
             };
         let args = pairs(&self.arg_names[0], &c.entry_args);
-        let rets = pairs(&self.arg_names[1], &c.return_args);
+        let mut rets = pairs(&self.arg_names[1], &c.return_args);
+        for ((_, text), v) in rets.iter_mut().zip(&c.return_args) {
+            if let Some(int) = int_return(v) {
+                *text = int.to_string();
+            }
+        }
         if self.json {
             let mut m = serde_json::Map::new();
             m.insert("function".into(), self.func.clone().into());

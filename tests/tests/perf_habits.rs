@@ -358,3 +358,30 @@ fn a_uprobes_picture_of_stacks_has_its_user_frames() {
         "{text}"
     );
 }
+
+/// `latency --min` prints an int's -1 as --by ret keys it.
+#[test]
+fn latency_min_prints_an_ints_minus_one() {
+    let Some(b) = build("latency_min_prints_an_ints_minus_one") else {
+        return;
+    };
+    let out = kprobe_perf(
+        &b.dir,
+        &[
+            "latency",
+            "--min",
+            "0ns",
+            "./habits:walk",
+            "--",
+            "./habits",
+            "3",
+        ],
+    );
+    assert!(out.status.success(), "{}", stderr(&out));
+    let rets: Vec<String> = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter_map(|l| l.rsplit_once(' ').map(|(_, r)| r.to_string()))
+        .filter(|r| r.starts_with("ret="))
+        .collect();
+    assert_eq!(rets, ["ret=-1", "ret=1", "ret=2"]);
+}
