@@ -182,6 +182,12 @@ struct RecordArgs {
     /// Record every task on every CPU, even when a command is given.
     #[arg(short = 'a', long)]
     all_cpus: bool,
+    /// Leave out kprobe-perf's own hits (its reads of /proc, its waits,
+    /// its allocations), as perf record's --exclude-perf does: each
+    /// probe's filter in the kernel also drops the threads kprobe-perf
+    /// has when the probes open, so they are neither recorded nor lost.
+    #[arg(long)]
+    exclude_perf: bool,
     /// Ring buffer size per CPU, in pages: a power of two from 1 to 1 GiB
     /// of pages (262144 with 4 KiB pages), or as perf takes it, a size
     /// with a unit, B, K, M or G (`512K`, `1M`), of a power of two of pages. Default: 128 (512 KiB with 4
@@ -446,6 +452,7 @@ fn record(args: &RecordArgs, filters: &[Option<String>]) -> Result<ExitCode> {
             .with_target(record_target(args))
             .with_mmap_pages(mmap_pages)
             .with_overwrite(args.overwrite)
+            .with_exclude_self(args.exclude_perf)
             .with_call_graph(call_graph),
     )?;
     // The file is made (an existing one moved aside, or removed with

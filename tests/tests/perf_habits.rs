@@ -385,3 +385,32 @@ fn latency_min_prints_an_ints_minus_one() {
         .collect();
     assert_eq!(rets, ["ret=-1", "ret=1", "ret=2"]);
 }
+
+/// `record -a --exclude-perf`, perf record's spelling: kprobe-perf's own
+/// waits (epoll_wait in libc, every 100 ms of its loop) are dropped in
+/// the kernel; without it they are recorded.
+#[test]
+fn exclude_perf_drops_kprobe_perfs_own_hits() {
+    let test = "exclude_perf_drops_kprobe_perfs_own_hits";
+    if !uprobes_available(test) {
+        return;
+    }
+    let Some(libc) = kprobe_perf_tests::libc_path() else {
+        return skip_here(test, "no libc mapped here");
+    };
+    let spec = format!("p:{libc}:epoll_wait");
+    let own = |exclude: bool| {
+        let mut args = vec!["record", "-a", "-d", "1", "-e", &spec];
+        if exclude {
+            args.push("--exclude-perf");
+        }
+        let out = kprobe_perf(Path::new("/"), &args);
+        assert!(out.status.success(), "{}", stderr(&out));
+        String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .filter(|l| l.trim_start().starts_with("kprobe-perf-"))
+            .count()
+    };
+    assert!(own(false) >= 5);
+    assert_eq!(own(true), 0);
+}
