@@ -414,3 +414,40 @@ fn exclude_perf_drops_kprobe_perfs_own_hits() {
     assert!(own(false) >= 5);
     assert_eq!(own(true), 0);
 }
+
+/// An `-o` file names its probes' binaries with their build IDs (perf's
+/// HEADER_BUILD_ID): `perf buildid-list -i FILE` lists the binary with
+/// the ID `perf buildid-list -i BINARY` reads from it.
+#[test]
+fn output_files_carry_the_binaries_build_ids() {
+    let test = "output_files_carry_the_binaries_build_ids";
+    let Some(b) = build(test) else {
+        return;
+    };
+    let perf = |args: &[&str]| Command::new("perf").args(args).current_dir(&b.dir).output();
+    let Ok(id) = perf(&["buildid-list", "-i", "habits"]) else {
+        return skip_here(test, "no perf here to compare with");
+    };
+    let id = String::from_utf8_lossy(&id.stdout).trim().to_string();
+    assert_eq!(id.len(), 40, "{id:?}");
+    let out = kprobe_perf(
+        &b.dir,
+        &[
+            "record",
+            "-q",
+            "-o",
+            "walk.data",
+            "-e",
+            "p:./habits:walk",
+            "--",
+            "./habits",
+            "1",
+        ],
+    );
+    assert!(out.status.success(), "{}", stderr(&out));
+    let listed = perf(&["buildid-list", "-i", "walk.data"]).unwrap();
+    assert_eq!(
+        String::from_utf8_lossy(&listed.stdout),
+        format!("{id} {}\n", b.bin.display())
+    );
+}
