@@ -404,11 +404,19 @@ fn exclude_perf_drops_kprobe_perfs_own_hits() {
         if exclude {
             args.push("--exclude-perf");
         }
-        let out = kprobe_perf(Path::new("/"), &args);
+        // Its own pid: other tests' kprobe-perf may run meanwhile.
+        let child = Command::new(kprobe_perf_bin())
+            .args(&args)
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        let me = format!("kprobe-perf-{} ", child.id());
+        let out = child.wait_with_output().unwrap();
         assert!(out.status.success(), "{}", stderr(&out));
         String::from_utf8_lossy(&out.stdout)
             .lines()
-            .filter(|l| l.trim_start().starts_with("kprobe-perf-"))
+            .filter(|l| l.trim_start().starts_with(&me))
             .count()
     };
     assert!(own(false) >= 5);
@@ -449,5 +457,43 @@ fn output_files_carry_the_binaries_build_ids() {
     assert_eq!(
         String::from_utf8_lossy(&listed.stdout),
         format!("{id} {}\n", b.bin.display())
+    );
+}
+
+/// Under -a, a process alive when the recording starts that then execs
+/// has its name of the moment on each event, as perf record -a gives
+/// it: its old name before the exec (it had its new one, read from
+/// /proc after the exec), its new one after (the exec's COMM record).
+#[test]
+fn an_exec_under_a_names_each_event_as_it_was() {
+    let Some(b) = build("an_exec_under_a_names_each_event_as_it_was") else {
+        return;
+    };
+    // The same file under another name: the uprobe fires in both.
+    let renamed = b.dir.join("renamed");
+    std::fs::hard_link(&b.bin, &renamed).unwrap();
+    let mut workload = Command::new(&b.bin)
+        .arg("2")
+        .arg(&renamed)
+        .stdout(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let pid = workload.id();
+    let spec = format!("p:{}:walk", b.bin.display());
+    let out = kprobe_perf(&b.dir, &["record", "-a", "-d", "4", "-e", &spec]);
+    assert!(workload.wait().unwrap().success());
+    assert!(out.status.success(), "{}", stderr(&out));
+    let names: Vec<String> = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter_map(|l| l.split_whitespace().next().map(str::to_string))
+        .collect();
+    assert_eq!(
+        names,
+        [
+            format!("habits-{pid}"),
+            format!("habits-{pid}"),
+            format!("renamed-{pid}"),
+            format!("renamed-{pid}"),
+        ]
     );
 }

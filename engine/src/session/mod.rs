@@ -224,7 +224,12 @@ impl Session {
             return Ok(session);
         }
         let RecordTarget::Processes(pids) = &opts.target else {
-            return Session::open_tasks(plans, opts, &[], None);
+            let mut session = Session::open_tasks(plans, opts, &[], None)?;
+            // Every thread alive now named now, as perf record names
+            // them: a name read from /proc at a thread's first sample is
+            // the one an exec since gave it, on its events from before.
+            session.thread_comm_records(&mut sink::sink_fn(|_| {}))?;
+            return Ok(session);
         };
         const ATTEMPTS: usize = 5;
         let pids = process::unique_pids(pids);
