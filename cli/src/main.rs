@@ -26,6 +26,7 @@ mod doctor;
 mod drain_log;
 mod eprobe;
 mod examples;
+mod fields;
 mod filters;
 mod generate;
 mod hints;

@@ -27,6 +27,18 @@ pub(crate) struct ScriptArgs {
     /// Print JSON Lines, as `record --json` does, instead of text.
     #[arg(long)]
     json: bool,
+    /// Print these fields of each event, as perf script -F prints them:
+    /// a list of comm, pid, tid, cpu, time, event, ip, sym, symoff, dso,
+    /// trace (the probe's place and arguments as kprobe-perf's line
+    /// prints them, ftrace's way: `(0x55d0c0a3e149) n=0` where perf's
+    /// libtraceevent prints `(55d0c0a3e149) n=0`), or changes to perf's
+    /// default list comm,tid,cpu,time,event,trace (`+ip,+sym,-cpu`). A
+    /// uprobe's sym and dso are named from the mapped binary
+    /// (`-F ip,sym,dso`: `55d0c0a3e149 walk (/tmp/prog)`). The event is
+    /// kprobe-perf's name of it (`p_prog_walk_0`, where perf names the
+    /// event perf probe made `probe_prog:walk`).
+    #[arg(short = 'F', long = "fields", value_name = "FIELDS", value_parser = crate::fields::Fields::parse, conflicts_with = "json")]
+    fields: Option<crate::fields::Fields>,
     #[command(flatten)]
     stacks: crate::stacks::StackOutputArgs,
 }
@@ -60,6 +72,7 @@ pub(crate) fn run(args: &ScriptArgs) -> Result<ExitCode> {
         );
     }
     let mut plans_seen = Vec::new();
+    let mut by_field: Option<crate::fields::FieldWriter> = None;
     let replayed = replay.run_handed(|h, plans, symbols, maps| {
         let probe = match h {
             Handed::Ints(i) => i.probe,
@@ -69,6 +82,19 @@ pub(crate) fn run(args: &ScriptArgs) -> Result<ExitCode> {
             return true;
         };
         if result.is_err() {
+            return true;
+        }
+        // -F: every event as itself (never as its integers), its fields
+        // as perf script prints them.
+        if let Some(f) = args.fields {
+            let Handed::Event(e) = h else { return false };
+            let w = by_field.get_or_insert_with(|| crate::fields::FieldWriter::new(f, plans));
+            result = lines.push(
+                &mut out,
+                &mut writers,
+                |_, _| None,
+                |line, _| w.write(line, e, plan, symbols, maps),
+            );
             return true;
         }
         let e = match h {

@@ -497,3 +497,87 @@ fn an_exec_under_a_names_each_event_as_it_was() {
         ]
     );
 }
+
+/// `script -F` with perf's field names prints the fields as perf script
+/// does for perf's own recording of the same uprobe, the addresses
+/// aside (each run maps the program elsewhere): a uprobe's function and
+/// binary named, where the usual line has its address only.
+#[test]
+fn script_fields_print_as_perf_scripts() {
+    let test = "script_fields_print_as_perf_scripts";
+    let Some(b) = build(test) else {
+        return;
+    };
+    let bin = b.bin.to_string_lossy();
+    let perf = |args: &[&str]| Command::new("perf").args(args).current_dir(&b.dir).output();
+    let Ok(added) = perf(&["probe", "-q", "-x", &bin, "walk"]) else {
+        return skip_here(test, "no perf here to compare with");
+    };
+    if !added.status.success() {
+        return skip_here(test, &format!("perf probe failed here: {}", stderr(&added)));
+    }
+    let recorded = perf(&[
+        "record",
+        "-q",
+        "-o",
+        "perf.data",
+        "-e",
+        "probe_habits:walk",
+        "--",
+        &bin,
+        "2",
+    ]);
+    let _ = perf(&["probe", "-q", "-d", "probe_habits:walk"]);
+    assert!(recorded.unwrap().status.success());
+    let out = kprobe_perf(
+        &b.dir,
+        &[
+            "record",
+            "-q",
+            "-o",
+            "ours.data",
+            "-e",
+            "p:./habits:walk",
+            "--",
+            "./habits",
+            "2",
+        ],
+    );
+    assert!(out.status.success(), "{}", stderr(&out));
+    // Addresses (12 or more hex digits) masked.
+    let masked = |text: &[u8]| -> Vec<String> {
+        String::from_utf8_lossy(text)
+            .lines()
+            .map(|l| {
+                l.split(' ')
+                    .map(|w| {
+                        if w.len() >= 12 && w.bytes().all(|c| c.is_ascii_hexdigit()) {
+                            "ADDR"
+                        } else {
+                            w
+                        }
+                    })
+                    .collect::<Vec<_>>()
+                    .join(" ")
+            })
+            .collect()
+    };
+    for fields in ["ip,sym", "ip,sym,symoff,dso", "comm,ip,sym,dso"] {
+        let theirs = perf(&["script", "-i", "perf.data", "-F", fields]).unwrap();
+        let ours = kprobe_perf(&b.dir, &["script", "-i", "ours.data", "-F", fields]);
+        assert!(ours.status.success(), "{}", stderr(&ours));
+        assert_eq!(masked(&ours.stdout), masked(&theirs.stdout), "-F {fields}");
+        assert_eq!(masked(&ours.stdout).len(), 2);
+    }
+    let ours = kprobe_perf(
+        &b.dir,
+        &["script", "-i", "ours.data", "-F", "ip,sym,symoff,dso"],
+    );
+    assert_eq!(
+        masked(&ours.stdout),
+        [
+            format!("     ADDR walk+0x0 ({bin})"),
+            format!("     ADDR walk+0x0 ({bin})")
+        ]
+    );
+}
