@@ -581,3 +581,45 @@ fn script_fields_print_as_perf_scripts() {
         ]
     );
 }
+
+/// A return uprobe prints its entry's arguments, joined from a hidden
+/// entry probe as a kernel return probe's are on kernels that cannot
+/// fetch them at the return; a replay of its -o file joins them again.
+#[test]
+fn a_return_uprobe_prints_its_entry_arguments() {
+    let Some(b) = build("a_return_uprobe_prints_its_entry_arguments") else {
+        return;
+    };
+    let out = kprobe_perf(
+        &b.dir,
+        &[
+            "record",
+            "-o",
+            "ret.data",
+            "-e",
+            "r:./habits:walk n=$arg1:s32 ret=$retval:s32",
+            "--",
+            "./habits",
+            "4",
+        ],
+    );
+    assert!(out.status.success(), "{}", stderr(&out));
+    let want = ["n=0 ret=-1", "n=1 ret=1", "n=2 ret=2", "n=3 ret=-1"];
+    assert_eq!(args_of(&out), want);
+    assert_eq!(
+        stderr(&out).lines().last(),
+        Some("kprobe-perf: 4 events (r_habits_walk_0: 4), 0 lost")
+    );
+    let replay = kprobe_perf(&b.dir, &["script", "-i", "ret.data"]);
+    assert!(replay.status.success(), "{}", stderr(&replay));
+    // The program's own line aside, the same lines.
+    let events = |o: &Output| -> Vec<String> {
+        String::from_utf8_lossy(&o.stdout)
+            .lines()
+            .filter(|l| l.contains(": r_habits_walk_0: "))
+            .map(str::to_string)
+            .collect()
+    };
+    assert_eq!(events(&replay), events(&out));
+    assert_eq!(events(&out).len(), 4);
+}
