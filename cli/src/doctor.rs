@@ -199,9 +199,18 @@ fn unescape_mount(path: &str) -> String {
 fn tracefs_check(tracefs: Option<&Path>) -> Check {
     let what = "tracefs";
     let Some(root) = tracefs else {
+        if kprobe_perf_engine::tracefs::Tracefs::mount_plan()
+            == kprobe_perf_engine::tracefs::MountPlan::WouldMount
+        {
+            return Check::ok(
+                what,
+                format!("not mounted; a probe that needs it mounts it at {} (as perf does) and leaves it mounted", kprobe_perf_engine::tracefs::TRACING_MOUNT),
+            );
+        }
         return Check::missing(
             what,
-            "not mounted (no tracefs line in /proc/self/mounts)".to_string(),
+            "not mounted (no tracefs line in /proc/self/mounts), and this process may not mount it"
+                .to_string(),
             "mount -t tracefs nodev /sys/kernel/tracing (needs CONFIG_FTRACE=y)".to_string(),
         );
     };
@@ -258,7 +267,7 @@ fn fprobe_check(tracefs: Option<&Path>, config: &KernelConfig) -> Check {
         return Check::missing(
             what,
             "unknown: tracefs is not mounted".to_string(),
-            format!("mount tracefs (see above); then, if still missing, {fix}"),
+            format!("mount tracefs (mount -t tracefs nodev /sys/kernel/tracing) to read its README; then, if still missing, {fix}"),
         );
     };
     let readme = root.join("README");

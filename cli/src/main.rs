@@ -378,6 +378,7 @@ fn main() -> ExitCode {
         } => inspect::list(&patterns, why, include_fragile, &image),
         Cmd::Info { image } => inspect::info(&image),
     };
+    say_if_tracefs_was_mounted();
     match result {
         Ok(code) => code,
         // stdout's reader has gone (`probe --vars X | head -2`): the end,
@@ -387,6 +388,16 @@ fn main() -> ExitCode {
             say!("kprobe-perf: {}", hints::render(&e));
             ExitCode::FAILURE
         }
+    }
+}
+
+/// One line when this run mounted tracefs, as perf mounts it.
+fn say_if_tracefs_was_mounted() {
+    if let Some(at) = tracefs::mounted_here() {
+        say!(
+            "kprobe-perf: tracefs was not mounted; mounted it at {} for the probes that need it, and left it mounted, as perf does",
+            at.display()
+        );
     }
 }
 

@@ -39,7 +39,26 @@
 //!
 //! See `examples/record.rs` for a longer embedding, and
 //! `examples/tokio_record.rs` for a session in a tokio task.
+//!
+//! # Features
+//!
+//! None is on by default; the default build pulls no async runtime, no
+//! argument parser, no JSON and no SVG drawing.
+//!
+//! - `tokio`: `AsyncSession`, a session awaited on tokio's reactor,
+//!   with no `unsafe` in the embedder's code.
+//! - `flamegraph`: `analysis::FoldedStacks::flamegraph`, SVG flame
+//!   graphs drawn with inferno.
+//! - `cli`: makes public the modules the `kprobe-perf` command opens by
+//!   name (`kernel`, `plan`, `cpus`, `os`, `tracefs`, `records`,
+//!   `counting`). Hidden from this documentation and unstable: not part
+//!   of the embedding API, and free to change in any release.
+//! - `test-util` (implies `cli`): makes public the syscall layer, the
+//!   ring reader and sample-record builders, for the workspace's tests,
+//!   fuzzers and benchmarks. Hidden and unstable as `cli` is.
 #![cfg_attr(not(test), warn(unused_crate_dependencies))]
+// docs.rs (`--cfg docsrs`): each item gated on a feature says which.
+#![cfg_attr(docsrs, feature(doc_cfg))]
 #![deny(missing_docs)]
 // Without the `cli` feature the CLI's modules below are private, and what
 // only the CLI reaches in them is `pub` in a private module, or unused:
@@ -113,6 +132,7 @@ pub use session::sink::{sink_fn, EventSink, Flow};
 pub use session::summary::Summary;
 /// A session awaited on tokio's reactor (feature `tokio`).
 #[cfg(feature = "tokio")]
+#[cfg_attr(docsrs, doc(cfg(feature = "tokio")))]
 pub use session::tokio::AsyncSession;
 pub use session::{
     CallCounts, Session, SessionOptions, SessionStats, Throttling, DEFAULT_MMAP_PAGES,

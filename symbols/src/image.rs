@@ -184,6 +184,38 @@ pub fn system_map_candidates(release: &str) -> Vec<PathBuf> {
 /// hundred thousand lines, well under 64 MiB).
 pub const MAX_SYSTEM_MAP_BYTES: u64 = 256 << 20;
 
+/// The defined, named symbols of an ELF symbol table (`strings` its
+/// string table); an entry whose name is out of bounds or not UTF-8 is
+/// left out.
+fn named_symbols(entries: &[Sym64<LittleEndian>], strings: &[u8]) -> Vec<ImageSymbol> {
+    let endian = LittleEndian;
+    let mut symbols = Vec::new();
+    for e in entries {
+        let address = e.st_value(endian);
+        if address == 0 || e.st_shndx(endian) == SHN_UNDEF {
+            continue;
+        }
+        let at = usize::try_from(e.st_name(endian)).unwrap_or(usize::MAX);
+        let Some(rest) = strings.get(at..) else {
+            continue;
+        };
+        let end = rest.iter().position(|&b| b == 0).unwrap_or(rest.len());
+        let Ok(name) = std::str::from_utf8(&rest[..end]) else {
+            continue;
+        };
+        if name.is_empty() {
+            continue;
+        }
+        symbols.push(ImageSymbol {
+            name: name.to_string(),
+            address,
+            size: e.st_size(endian),
+            is_function: e.st_type() == STT_FUNC,
+        });
+    }
+    symbols
+}
+
 impl KernelImage {
     /// Reads a vmlinux: its symbol table (if not stripped), its allocated
     /// sections and its build ID. Section bytes are read on demand.
@@ -259,29 +291,7 @@ impl KernelImage {
             let table = read_section(sh)?;
             let entries = object::pod::slice_from_all_bytes::<Sym64<LittleEndian>>(&table)
                 .map_err(|_| parse_error("a symbol table of partial entries".into()))?;
-            for e in entries {
-                let address = e.st_value(endian);
-                if address == 0 || e.st_shndx(endian) == SHN_UNDEF {
-                    continue;
-                }
-                let at = usize::try_from(e.st_name(endian)).unwrap_or(usize::MAX);
-                let Some(rest) = strings.get(at..) else {
-                    continue;
-                };
-                let end = rest.iter().position(|&b| b == 0).unwrap_or(rest.len());
-                let Ok(name) = std::str::from_utf8(&rest[..end]) else {
-                    continue;
-                };
-                if name.is_empty() {
-                    continue;
-                }
-                symbols.push(ImageSymbol {
-                    name: name.to_string(),
-                    address,
-                    size: e.st_size(endian),
-                    is_function: e.st_type() == STT_FUNC,
-                });
-            }
+            symbols = named_symbols(entries, &strings);
         }
         symbols.sort_by(|a, b| {
             a.address

@@ -34,6 +34,7 @@
 
 use std::path::PathBuf;
 
+pub mod perf_control;
 pub mod readme;
 
 /// The kernel label when running inside the xtask VM.

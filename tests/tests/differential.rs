@@ -7,7 +7,9 @@ use std::collections::BTreeMap;
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
-use kprobe_perf_tests::{kernel_arch, kprobe_perf_bin, kprobes_available, skip, skip_here};
+use kprobe_perf_tests::{
+    kernel_arch, kprobe_perf_bin, kprobes_available, perf_control, skip, skip_here,
+};
 
 const THREADS: usize = 4;
 const OPENS: usize = 150;
@@ -83,12 +85,21 @@ fn kprobe_perf_and_perf_record_the_same_values() {
         .status()
         .unwrap();
     assert!(st.success(), "perf probe failed");
-    let perf_rec = Command::new(perf)
-        .args(["record", "-q", "-a", "-e", "probe:kpdiff", "-o"])
+    // perf opens its events disabled and enables them when told, then
+    // acknowledges: it records from the workload's first call.
+    let (ctl, ack) = perf_control::fifos(&dir);
+    let perf_err = dir.join("perf.err");
+    let mut perf_rec = Command::new(perf)
+        .args(["record", "-q", "-D", "-1", "-a", "-e", "probe:kpdiff"])
+        .arg("--control")
+        .arg(perf_control::control_arg(&ctl, &ack))
+        .arg("-o")
         .arg(&data)
         .stdout(Stdio::null())
+        .stderr(std::fs::File::create(&perf_err).unwrap())
         .spawn()
         .unwrap();
+    perf_control::enable(&ctl, &ack, &mut perf_rec, &perf_err);
     let ours = Command::new(kprobe_perf_bin())
         .args([
             "record",
@@ -100,7 +111,7 @@ fn kprobe_perf_and_perf_record_the_same_values() {
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
-    wait_until_armed(ours.id(), &dir);
+    wait_until_armed(ours.id());
 
     // The workload: threads opening missing files with paths of different
     // lengths, so that the pointers vary.
@@ -204,34 +215,17 @@ fn kprobe_perf_and_perf_record_the_same_values() {
     std::fs::remove_dir_all(&dir).unwrap();
 }
 
-/// Waits (up to 120 s) until perf's probe fires (its kprobe_profile hit
-/// count moves when this thread opens a marker file) and kprobe-perf holds
-/// an event per CPU; a fixed sleep was too short under single-threaded TCG.
-fn wait_until_armed(ours: u32, dir: &std::path::Path) {
+/// Waits (up to 120 s) until kprobe-perf holds an event per CPU (perf
+/// was enabled before it started, through its control FIFO); a fixed
+/// sleep was too short under single-threaded TCG.
+fn wait_until_armed(ours: u32) {
     let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
     let started = std::time::Instant::now();
-    let profile = kprobe_perf_engine::tracefs::Tracefs::find()
-        .unwrap()
-        .root()
-        .join("kprobe_profile");
-    let perf_hits = || -> u64 {
-        std::fs::read_to_string(&profile)
-            .unwrap_or_default()
-            .lines()
-            .find(|l| matches!(l.split_whitespace().next(), Some("kpdiff" | "probe/kpdiff")))
-            .and_then(|l| l.split_whitespace().nth(1)?.parse().ok())
-            .unwrap_or(0)
-    };
     let our_events = || kprobe_perf_tests::perf_event_fds(ours);
-    loop {
-        let _ = std::fs::File::open(dir.join("marker"));
-        if perf_hits() > 0 && our_events() >= cpus {
-            break;
-        }
+    while our_events() < cpus {
         assert!(
             started.elapsed() < Duration::from_secs(120),
-            "perf ({} hits) or kprobe-perf ({} events) did not arm within 120 s",
-            perf_hits(),
+            "kprobe-perf ({} events) did not arm within 120 s",
             our_events()
         );
         std::thread::sleep(Duration::from_millis(200));

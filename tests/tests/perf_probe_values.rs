@@ -27,16 +27,14 @@
 //! whatever happens.
 
 use std::collections::BTreeMap;
-use std::io::{Read, Write};
-use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use kprobe_perf_engine::tracefs::{ProbeKind, Tracefs};
 use kprobe_perf_tests::{
-    kernel_arch, kprobe_perf_bin, kprobes_available, online_cpus, skip, skip_here, vm_kernel,
-    wait_until_recording,
+    kernel_arch, kprobe_perf_bin, kprobes_available, online_cpus, perf_control, skip, skip_here,
+    vm_kernel, wait_until_recording,
 };
 
 /// The probes, as `perf probe` writes them: `FUNC:RLINE VAR...`.
@@ -466,61 +464,6 @@ fn wait_stopped(pid: u32) {
     }
 }
 
-/// Sends `enable` to perf record's control FIFO and waits for its `ack`:
-/// perf has opened every event (`-D -1` keeps them disabled till then)
-/// and enabled them all.
-fn enable_perf(ctl: &Path, ack: &Path, perf_rec: &mut Child, err: &Path) {
-    let started = Instant::now();
-    let give_up = |what: &str, perf_rec: &mut Child| {
-        let status = perf_rec.try_wait();
-        assert!(
-            matches!(status, Ok(None)) && started.elapsed() < Duration::from_secs(300),
-            "perf record {what} ({status:?} after {:?}): {}",
-            started.elapsed(),
-            std::fs::read_to_string(err).unwrap_or_default()
-        );
-        std::thread::sleep(Duration::from_millis(100));
-    };
-    // Non-blocking: opening a FIFO for reading needs no writer.
-    let mut acks = std::fs::OpenOptions::new()
-        .read(true)
-        .custom_flags(libc::O_NONBLOCK)
-        .open(ack)
-        .unwrap();
-    // Opening for writing fails (ENXIO) until perf holds the FIFO.
-    let mut control = loop {
-        match std::fs::OpenOptions::new()
-            .write(true)
-            .custom_flags(libc::O_NONBLOCK)
-            .open(ctl)
-        {
-            Ok(f) => break f,
-            Err(_) => give_up("did not open its control FIFO", perf_rec),
-        }
-    };
-    control.write_all(b"enable\n").unwrap();
-    let mut got = Vec::new();
-    loop {
-        let mut buf = [0u8; 16];
-        match acks.read(&mut buf) {
-            Ok(n) => got.extend_from_slice(&buf[..n]),
-            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
-            Err(e) => panic!("reading perf's ack FIFO: {e}"),
-        }
-        if got.starts_with(b"ack") {
-            return;
-        }
-        give_up("did not acknowledge enable", perf_rec);
-    }
-}
-
-fn fifo(path: &Path) {
-    let c = std::ffi::CString::new(path.as_os_str().as_encoded_bytes()).unwrap();
-    // SAFETY: mkfifo with a live NUL-terminated path.
-    let r = unsafe { libc::mkfifo(c.as_ptr(), 0o600) };
-    assert_eq!(r, 0, "mkfifo {}", path.display());
-}
-
 /// Per event name of our group: (hits, misses) from kprobe_profile.
 fn kprobe_profile() -> BTreeMap<String, (u64, u64)> {
     let root = kprobe_perf_engine::tracefs::Tracefs::find()
@@ -762,15 +705,13 @@ fn record_both(
 /// them all when told on its control FIFO, then acknowledges; this
 /// returns after the acknowledgement.
 fn start_perf(perf: &str, pid: u32, dir: &Path, rec: &mut Recording) {
-    let (ctl, ack) = (dir.join("ctl.fifo"), dir.join("ack.fifo"));
-    fifo(&ctl);
-    fifo(&ack);
+    let (ctl, ack) = perf_control::fifos(dir);
     let perf_err = dir.join("perf.err");
     let perf_rec = Command::new(perf)
         .args(["record", "-q", "-D", "-1", "-p", &pid.to_string(), "-e"])
         .arg(format!("{GROUP}:*"))
         .arg("--control")
-        .arg(format!("fifo:{},{}", ctl.display(), ack.display()))
+        .arg(perf_control::control_arg(&ctl, &ack))
         .arg("-o")
         .arg(dir.join("perf.data"))
         .stdout(Stdio::null())
@@ -779,7 +720,7 @@ fn start_perf(perf: &str, pid: u32, dir: &Path, rec: &mut Recording) {
         .unwrap();
     rec.children.push(perf_rec);
     let perf_rec = rec.children.last_mut().expect("perf record");
-    enable_perf(&ctl, &ack, perf_rec, &perf_err);
+    perf_control::enable(&ctl, &ack, perf_rec, &perf_err);
 }
 
 /// Ends the recorders ([kprobe-perf, perf], as started), each on its

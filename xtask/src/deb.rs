@@ -111,29 +111,7 @@ fn stage(dist: &Dist, stage: &Path) -> Result<()> {
         )?;
     }
     let doc = stage.join("usr/share/doc").join(PACKAGE);
-    write(
-        &doc.join("copyright"),
-        &format!(
-            "Format: https://www.debian.org/doc/packaging-manuals/copyright-format/1.0/\n\
-             Upstream-Name: kprobe-perf\n\
-             \n\
-             Files: *\n\
-             Copyright: {} the kprobe-perf developers\n\
-             License: MIT or Apache-2.0\n\
-             \x20On Debian systems, the full text of the Apache License 2.0 is in\n\
-             \x20/usr/share/common-licenses/Apache-2.0. The MIT license:\n\
-             \x20.\n{}",
-            changelog_year(),
-            MIT.lines()
-                .map(|l| if l.is_empty() {
-                    " .\n".to_string()
-                } else {
-                    format!(" {l}\n")
-                })
-                .collect::<String>()
-        ),
-        0o644,
-    )?;
+    write(&doc.join("copyright"), &copyright()?, 0o644)?;
     // A static-pie binary has a dynamic section (for its own relocations)
     // and no DT_NEEDED, which lintian takes for a shared library without
     // its libc: say why that is expected.
@@ -208,25 +186,39 @@ fn stage(dist: &Dist, stage: &Path) -> Result<()> {
     Ok(())
 }
 
-/// The MIT license text of the project (the workspace's `license` is
-/// `MIT OR Apache-2.0`).
-const MIT: &str = "Permission is hereby granted, free of charge, to any person obtaining a copy
-of this software and associated documentation files (the \"Software\"), to deal
-in the Software without restriction, including without limitation the rights
-to use, copy, modify, merge, publish, distribute, sublicense, and/or sell
-copies of the Software, and to permit persons to whom the Software is
-furnished to do so, subject to the following conditions:
-
-The above copyright notice and this permission notice shall be included in all
-copies or substantial portions of the Software.
-
-THE SOFTWARE IS PROVIDED \"AS IS\", WITHOUT WARRANTY OF ANY KIND, EXPRESS OR
-IMPLIED, INCLUDING BUT NOT LIMITED TO THE WARRANTIES OF MERCHANTABILITY,
-FITNESS FOR A PARTICULAR PURPOSE AND NONINFRINGEMENT. IN NO EVENT SHALL THE
-AUTHORS OR COPYRIGHT HOLDERS BE LIABLE FOR ANY CLAIM, DAMAGES OR OTHER
-LIABILITY, WHETHER IN AN ACTION OF CONTRACT, TORT OR OTHERWISE, ARISING FROM,
-OUT OF OR IN CONNECTION WITH THE SOFTWARE OR THE USE OR OTHER DEALINGS IN THE
-SOFTWARE.";
+/// Debian's copyright file (machine-readable format 1.0): the project's
+/// two licences, the MIT text as the repository's LICENSE-MIT says it,
+/// the Apache text (LICENSE-APACHE) by Debian's own copy of it.
+fn copyright() -> Result<String> {
+    let path = crate::workspace_root().join("LICENSE-MIT");
+    let mit = std::fs::read_to_string(&path)
+        .with_context(|| format!("reading {} for the copyright file", path.display()))?;
+    let body: String = mit
+        .lines()
+        .map(|l| {
+            if l.trim().is_empty() {
+                " .\n".to_string()
+            } else {
+                format!(" {l}\n")
+            }
+        })
+        .collect();
+    Ok(format!(
+        "Format: https://www.debian.org/doc/packaging-manuals/copyright-format/1.0/\n\
+         Upstream-Name: kprobe-perf\n\
+         \n\
+         Files: *\n\
+         Copyright: {} The kprobe-perf developers\n\
+         License: Expat or Apache-2.0\n\
+         \n\
+         License: Expat\n{body}\
+         \n\
+         License: Apache-2.0\n\
+         \x20On Debian systems, the full text of the Apache License 2.0 (the\n\
+         \x20repository's LICENSE-APACHE) is in /usr/share/common-licenses/Apache-2.0.\n",
+        changelog_year()
+    ))
+}
 
 /// Builds the .deb from a dist tree; returns its path.
 pub(crate) fn build(dist: &Dist) -> Result<PathBuf> {
@@ -294,6 +286,50 @@ pub(crate) fn check(deb: &Path) -> Result<()> {
     if !s.is_empty() && !s.starts_with("un") {
         bail!("{PACKAGE} is already installed here ({s}); remove it (dpkg --purge {PACKAGE}) before the check, which installs and removes it");
     }
+    let (files, dirs) = package_paths(deb)?;
+    for f in &files {
+        if f.exists() {
+            bail!(
+                "{} exists before the package is installed; the check would overwrite it",
+                f.display()
+            );
+        }
+    }
+    let dirs_before: BTreeSet<PathBuf> = dirs.iter().filter(|d| d.exists()).cloned().collect();
+    let control = output(Command::new("dpkg-deb").arg("--info").arg(deb))?;
+    for script in ["preinst", "postinst", "prerm", "postrm"] {
+        if control.contains(script) {
+            bail!("the package has a {script} script: it must change nothing on installation");
+        }
+    }
+    lintian(deb)?;
+    let guard = Installed;
+    crate::host::run_status(Command::new("dpkg").arg("-i").arg(deb), "dpkg -i")?;
+    let installed = listed()?;
+    for f in &files {
+        if !installed.contains(f) || !f.is_file() {
+            bail!("{} is in the package but not installed", f.display());
+        }
+    }
+    crate::host::run_status(
+        Command::new("dpkg").args(["--verify", PACKAGE]),
+        "dpkg --verify (installed files against the package's md5sums)",
+    )?;
+    check_version_and_man_pages()?;
+    check_no_privilege()?;
+    remove_and_purge(&installed, &dirs_before)?;
+    drop(guard);
+    println!(
+        "xtask: dpkg -i, --version, man -w, dpkg -r and --purge: {} files installed and all removed; {} directories that existed before were kept",
+        files.len(),
+        dirs_before.len()
+    );
+    Ok(())
+}
+
+/// The package's files and directories, as `dpkg-deb --contents` lists
+/// them.
+fn package_paths(deb: &Path) -> Result<(Vec<PathBuf>, Vec<PathBuf>)> {
     let contents = output(Command::new("dpkg-deb").arg("--contents").arg(deb))?;
     // ./usr/bin/kprobe-perf ... : the last field is the path.
     let mut files = Vec::new();
@@ -312,23 +348,11 @@ pub(crate) fn check(deb: &Path) -> Result<()> {
             files.push(p);
         }
     }
-    for f in &files {
-        if f.exists() {
-            bail!(
-                "{} exists before the package is installed; the check would overwrite it",
-                f.display()
-            );
-        }
-    }
-    let dirs_before: BTreeSet<PathBuf> = dirs.iter().filter(|d| d.exists()).cloned().collect();
-    let control = output(Command::new("dpkg-deb").arg("--info").arg(deb))?;
-    for script in ["preinst", "postinst", "prerm", "postrm"] {
-        if control.contains(script) {
-            bail!("the package has a {script} script: it must change nothing on installation");
-        }
-    }
+    Ok((files, dirs))
+}
 
-    // Debian's own checker, where it is installed (it is not required).
+/// Debian's own checker, where it is installed (it is not required).
+fn lintian(deb: &Path) -> Result<()> {
     match Command::new("lintian")
         .args(["--fail-on", "error,warning"])
         .arg(deb)
@@ -345,18 +369,12 @@ pub(crate) fn check(deb: &Path) -> Result<()> {
         ),
         Err(_) => println!("SKIP lintian: not installed (apt-get install lintian)"),
     }
-    let guard = Installed;
-    crate::host::run_status(Command::new("dpkg").arg("-i").arg(deb), "dpkg -i")?;
-    let installed = listed()?;
-    for f in &files {
-        if !installed.contains(f) || !f.is_file() {
-            bail!("{} is in the package but not installed", f.display());
-        }
-    }
-    crate::host::run_status(
-        Command::new("dpkg").args(["--verify", PACKAGE]),
-        "dpkg --verify (installed files against the package's md5sums)",
-    )?;
+    Ok(())
+}
+
+/// The installed binary's `--version`, and its man pages as `man` finds
+/// and renders them.
+fn check_version_and_man_pages() -> Result<()> {
     let version = output(Command::new("/usr/bin/kprobe-perf").arg("--version"))?;
     println!("xtask: /usr/bin/kprobe-perf --version: {version}");
     if !version.starts_with("kprobe-perf ") {
@@ -380,7 +398,11 @@ pub(crate) fn check(deb: &Path) -> Result<()> {
             head.join("\n")
         );
     }
-    // No capability (and no setuid) on the installed binary.
+    Ok(())
+}
+
+/// No capability and no setuid on the installed binary.
+fn check_no_privilege() -> Result<()> {
     // (The package has no maintainer script that could set one: checked
     // above. getcap, from libcap2-bin, confirms it where installed.)
     match Command::new("getcap").arg("/usr/bin/kprobe-perf").output() {
@@ -403,7 +425,12 @@ pub(crate) fn check(deb: &Path) -> Result<()> {
         bail!("/usr/bin/kprobe-perf has mode {mode:o}, not 755");
     }
     println!("xtask: /usr/bin/kprobe-perf: mode 755, no capability (getcap prints nothing)");
+    Ok(())
+}
 
+/// `dpkg -r` and `--purge`, and nothing of the package left but the
+/// directories that were there before.
+fn remove_and_purge(installed: &[PathBuf], dirs_before: &BTreeSet<PathBuf>) -> Result<()> {
     crate::host::run_status(Command::new("dpkg").args(["-r", PACKAGE]), "dpkg -r")?;
     let left: Vec<&PathBuf> = installed
         .iter()
@@ -425,12 +452,6 @@ pub(crate) fn check(deb: &Path) -> Result<()> {
     if !after.is_empty() && !after.starts_with("un") {
         bail!("dpkg still knows {PACKAGE} after purge: {after}");
     }
-    drop(guard);
-    println!(
-        "xtask: dpkg -i, --version, man -w, dpkg -r and --purge: {} files installed and all removed; {} directories that existed before were kept",
-        files.len(),
-        dirs_before.len()
-    );
     Ok(())
 }
 
@@ -523,5 +544,18 @@ mod tests {
             super::plain_text("-\u{8}--\u{8}-e\u{8}e _\u{8}<_\u{8}S"),
             "--e <S"
         );
+    }
+
+    /// Both licences, each in its own paragraph; the MIT text is the
+    /// repository's, every line of it indented (a blank one as ` .`).
+    #[test]
+    fn the_copyright_file_states_both_licences() {
+        let c = super::copyright().unwrap();
+        assert!(c.contains("\nLicense: Expat or Apache-2.0\n\nLicense: Expat\n MIT License\n .\n"));
+        assert!(c.contains("\n\nLicense: Apache-2.0\n"));
+        assert!(c.contains("/usr/share/common-licenses/Apache-2.0"));
+        let expat = c.split("License: Expat\n").nth(1).unwrap();
+        let text: Vec<&str> = expat.lines().take_while(|l| !l.is_empty()).collect();
+        assert!(text.len() > 10 && text.iter().all(|l| l.starts_with(' ')));
     }
 }

@@ -194,15 +194,79 @@ fn native_binary() -> Result<PathBuf> {
 
 /// [`build`] for `arch`.
 pub(crate) fn build_for(arch: GuestArch) -> Result<Dist> {
-    let target = arch.musl_target();
-    let machine = match arch {
-        GuestArch::X86_64 => "x86_64",
-        GuestArch::Arm64 => "aarch64",
+    let built = build_static(arch)?;
+    // What runs here writes the version line, man pages and completions.
+    let runner = match arch {
+        GuestArch::X86_64 => built.clone(),
+        GuestArch::Arm64 => native_binary()?,
     };
+    let version_line = output(Command::new(&runner).arg("--version"))?;
+    let version = version_line
+        .split_whitespace()
+        .nth(1)
+        .context("no version in --version")?
+        .to_string();
+    let machine = arch.machine();
+    let dir = target_dir()
+        .join("dist")
+        .join(format!("kprobe-perf-{version}-{machine}-linux-musl"));
+    if dir.exists() {
+        std::fs::remove_dir_all(&dir).with_context(|| format!("removing {}", dir.display()))?;
+    }
+    std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
+    let binary = dir.join("kprobe-perf");
+    std::fs::copy(&built, &binary).with_context(|| format!("copying to {}", binary.display()))?;
+    let dist = Dist {
+        dir,
+        binary,
+        version,
+        version_line,
+    };
+    let runner = if arch == GuestArch::X86_64 {
+        dist.binary.clone()
+    } else {
+        runner
+    };
+    write_docs(&dist, &runner)?;
+    let tarball = tarball(&dist)?;
+    let size = std::fs::metadata(&dist.binary)?.len();
+    println!(
+        "xtask: {}: {} ({size} bytes, {:.1} MiB), static: no INTERP, no NEEDED",
+        dist.binary.display(),
+        dist.version_line,
+        size as f64 / (1 << 20) as f64
+    );
+    println!(
+        "xtask: man pages in {}, completions in {}",
+        dist.man_dir().display(),
+        dist.completions_dir().display()
+    );
+    println!(
+        "xtask: {} ({} bytes)",
+        tarball.display(),
+        std::fs::metadata(&tarball)?.len()
+    );
+    Ok(dist)
+}
+
+impl GuestArch {
+    /// The architecture's name in a dist directory's name.
+    fn machine(self) -> &'static str {
+        match self {
+            GuestArch::X86_64 => "x86_64",
+            GuestArch::Arm64 => "aarch64",
+        }
+    }
+}
+
+/// Builds the static, stripped binary for `arch` (rust-lld with the
+/// target's own crt objects and libc.a: no musl-gcc or cross toolchain
+/// is needed on the build host), and checks that it is one: the right
+/// ELF machine, no interpreter, no shared library.
+fn build_static(arch: GuestArch) -> Result<PathBuf> {
+    let target = arch.musl_target();
     ensure_target(target)?;
     eprintln!("xtask: building kprobe-perf for {target} (release, linked by rust-lld, stripped)");
-    // rust-lld with the target's own crt objects and libc.a: no musl-gcc
-    // or cross toolchain is needed on the build host.
     let linker_var = format!(
         "CARGO_TARGET_{}_LINKER",
         target.to_uppercase().replace('-', "_")
@@ -227,16 +291,12 @@ pub(crate) fn build_for(arch: GuestArch) -> Result<Dist> {
     let want = if arch == GuestArch::Arm64 { 183 } else { 62 };
     if elf_machine(&bytes) != Some(want) {
         bail!(
-            "{} is not an {machine} ELF (e_machine {:?})",
+            "{} is not an {} ELF (e_machine {:?})",
             built.display(),
+            arch.machine(),
             elf_machine(&bytes)
         );
     }
-    // What runs here writes the version line, man pages and completions.
-    let runner = match arch {
-        GuestArch::X86_64 => built.clone(),
-        GuestArch::Arm64 => native_binary()?,
-    };
     let link = linkage(&bytes).with_context(|| format!("reading {}", built.display()))?;
     if link.interp.is_some() || link.needed > 0 {
         bail!(
@@ -246,37 +306,20 @@ pub(crate) fn build_for(arch: GuestArch) -> Result<Dist> {
             link.needed
         );
     }
-    let version_line = output(Command::new(&runner).arg("--version"))?;
-    let version = version_line
-        .split_whitespace()
-        .nth(1)
-        .context("no version in --version")?
-        .to_string();
-    let dir = target_dir()
-        .join("dist")
-        .join(format!("kprobe-perf-{version}-{machine}-linux-musl"));
-    if dir.exists() {
-        std::fs::remove_dir_all(&dir).with_context(|| format!("removing {}", dir.display()))?;
-    }
-    std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
-    let binary = dir.join("kprobe-perf");
-    std::fs::copy(&built, &binary).with_context(|| format!("copying to {}", binary.display()))?;
-    let dist = Dist {
-        dir,
-        binary,
-        version,
-        version_line,
-    };
-    let man = dist.man_dir();
-    let runner = if arch == GuestArch::X86_64 {
-        dist.binary.clone()
-    } else {
-        runner
-    };
-    output(Command::new(&runner).args(["__generate", "man"]).arg(&man))?;
+    Ok(built)
+}
+
+/// The man pages and completions `runner` writes, the README and both
+/// licence texts, beside the binary.
+fn write_docs(dist: &Dist, runner: &Path) -> Result<()> {
+    output(
+        Command::new(runner)
+            .args(["__generate", "man"])
+            .arg(dist.man_dir()),
+    )?;
     let staged = dist.dir.join("completions.tmp");
     output(
-        Command::new(&runner)
+        Command::new(runner)
             .args(["__generate", "completions"])
             .arg(&staged),
     )?;
@@ -292,11 +335,15 @@ pub(crate) fn build_for(arch: GuestArch) -> Result<Dist> {
             .with_context(|| format!("moving the {shell} completions"))?;
     }
     std::fs::remove_dir(&staged).with_context(|| format!("removing {}", staged.display()))?;
-    std::fs::copy(
-        workspace_root().join("README.md"),
-        dist.dir.join("README.md"),
-    )
-    .context("copying README.md")?;
+    for file in ["README.md", "LICENSE-MIT", "LICENSE-APACHE"] {
+        std::fs::copy(workspace_root().join(file), dist.dir.join(file))
+            .with_context(|| format!("copying {file}"))?;
+    }
+    Ok(())
+}
+
+/// The dist directory as a `.tar.gz` beside it, owned by root.
+fn tarball(dist: &Dist) -> Result<PathBuf> {
     let parent = dist.dir.parent().context("dist dir has no parent")?;
     let name = dist
         .dir
@@ -313,24 +360,7 @@ pub(crate) fn build_for(arch: GuestArch) -> Result<Dist> {
             .arg(&name),
         "tar",
     )?;
-    let size = std::fs::metadata(&dist.binary)?.len();
-    println!(
-        "xtask: {}: {} ({size} bytes, {:.1} MiB), static: no INTERP, no NEEDED",
-        dist.binary.display(),
-        dist.version_line,
-        size as f64 / (1 << 20) as f64
-    );
-    println!(
-        "xtask: man pages in {}, completions in {}",
-        dist.man_dir().display(),
-        dist.completions_dir().display()
-    );
-    println!(
-        "xtask: {} ({} bytes)",
-        tarball.display(),
-        std::fs::metadata(&tarball)?.len()
-    );
-    Ok(dist)
+    Ok(tarball)
 }
 
 /// Runs a command, returning its stdout (trimmed) or failing with stderr.
@@ -470,6 +500,7 @@ fn check_vm_arch(dist: &Dist, kernel: &str, arch: GuestArch) -> Result<()> {
         cwd: workspace_root(),
         env: passthrough_env(),
         timeout: Duration::from_secs(600),
+        silence: Duration::from_secs(600),
         echo: vm::Echo::All,
         label: Some(kernel.to_string()),
         work_dir: vm_cache(),

@@ -122,7 +122,8 @@ struct InstallArgs {
 }
 
 /// The arguments for `apt-get install` that install `missing` without
-/// removing anything, checked by simulation.
+/// removing anything, checked by simulation: the default release, else
+/// each way below in turn, else an error saying what to do.
 fn install_args(missing: &[&str]) -> Result<InstallArgs> {
     let plain: Vec<String> = missing.iter().map(|p| p.to_string()).collect();
     let first = simulate(&InstallArgs {
@@ -135,118 +136,165 @@ fn install_args(missing: &[&str]) -> Result<InstallArgs> {
             packages: plain,
         });
     }
-    // The release an installed sibling (same source package) came from.
+    // The release an installed sibling (same source package) came from,
+    // the packages apt wanted to remove first.
     let mut siblings = installed_siblings(missing);
-    // The packages apt wanted to remove first.
     siblings.sort_by_key(|(name, _, _)| !first.removals.contains(name));
-    for (pkg, version, suite) in siblings
-        .iter()
-        .flat_map(|(p, v, suites)| suites.iter().map(move |s| (p, v, s)))
-    {
-        let mut packages = vec!["-t".to_string(), suite.clone()];
-        packages.extend(plain.iter().cloned());
-        let args = InstallArgs {
-            options: Vec::new(),
-            packages,
-        };
-        let sim = simulate(&args)?;
-        if sim.ok && sim.removals.is_empty() {
-            eprintln!(
-                "xtask: installing {} from {suite}, the release of your {pkg} {version}: the default release's versions would {}",
-                missing.join(" "),
-                what_went_wrong(&first)
-            );
-            return Ok(args);
-        }
-    }
-    // A backports version whose release the host's sources no longer list
-    // (a machine image built with backports, its sources reset since):
-    // that release is added to a private copy of the sources, with its
-    // own package lists, for this install only; the host's sources and
-    // lists are not changed.
-    for (pkg, version, _) in siblings.iter().filter(|(_, _, suites)| suites.is_empty()) {
-        let Some(suite) = backports_suite(version, &os_codename()) else {
-            continue;
-        };
-        let options = private_sources_with(&suite)?;
-        let mut packages = vec!["-t".to_string(), suite.clone()];
-        packages.extend(plain.iter().cloned());
-        let args = InstallArgs { options, packages };
-        let sim = simulate(&args)?;
-        if sim.ok && sim.removals.is_empty() {
-            eprintln!(
-                "xtask: installing {} from {suite}, the release of your {pkg} {version} (not in your apt sources: added for this install only, in a private sources list under {}): the default release's versions would {}",
-                missing.join(" "),
-                host_apt_dir().display(),
-                what_went_wrong(&first)
-            );
-            return Ok(args);
-        }
-    }
-    // An installed backports library holds a dependency back (bookworm's
-    // libdw1 needs bookworm's libelf1; the host has backports' libelf1,
-    // which QEMU from backports may have brought): the packages that say
-    // so come from that backports release too, each named with its
-    // release (`libdw1/bookworm-backports`), while what was asked for
-    // stays at the default release.
-    let codename = os_codename();
-    let mut pinned: Vec<String> = Vec::new();
-    let mut options: Option<Vec<String>> = None;
-    let mut sim = first.clone();
-    for _ in 0..4 {
-        let held = held_by_backports(&sim.problems, &codename);
-        let new: Vec<String> = held
-            .iter()
-            .map(|(pkg, suite)| format!("{pkg}/{suite}"))
-            .filter(|p| !pinned.contains(p))
-            .collect();
-        let Some((_, suite)) = held.first() else {
-            break;
-        };
-        if new.is_empty() {
-            break;
-        }
-        if options.is_none() {
-            options = Some(private_sources_with(suite)?);
-        }
-        pinned.extend(new);
-        let args = InstallArgs {
-            options: options.clone().unwrap_or_default(),
-            packages: plain.iter().chain(&pinned).cloned().collect(),
-        };
-        sim = simulate(&args)?;
-        if sim.ok && sim.removals.is_empty() {
-            eprintln!(
-                "xtask: installing {} with {} (your installed backports packages need them; {suite} added for this install only, in a private sources list under {}): the default release's versions would {}",
-                missing.join(" "),
-                pinned.join(" "),
-                host_apt_dir().display(),
-                what_went_wrong(&first)
-            );
-            return Ok(args);
-        }
-    }
-    let advice = match siblings.first() {
-        Some((pkg, version, suites)) if !suites.is_empty() => format!(
-            "your {pkg} {version} comes from {}: install the same release's packages yourself (sudo apt-get install --no-remove -t {} {}), or make your {pkg} match the default release, then rerun",
-            suites.join(", "),
-            suites[0],
-            missing.join(" ")
-        ),
-        Some((pkg, version, _)) => format!(
-            "your {pkg} {version} comes from no release apt lists (a .deb installed by hand, or a release removed from sources.list): add that release back and install its {} (apt-get install --no-remove -t RELEASE ...), or make your {pkg} match the default release, then rerun",
-            missing.join(" ")
-        ),
-        None => format!(
-            "install them yourself, choosing versions that keep your installed packages (sudo apt-get install --no-remove {}), then rerun",
-            missing.join(" ")
-        ),
+    let attempt = Attempt {
+        missing,
+        plain: &plain,
+        first: &first,
+        siblings: &siblings,
     };
+    if let Some(args) = attempt.via_a_siblings_release()? {
+        return Ok(args);
+    }
+    if let Some(args) = attempt.via_unlisted_backports()? {
+        return Ok(args);
+    }
+    if let Some(args) = attempt.with_backports_dependencies()? {
+        return Ok(args);
+    }
     bail!(
-        "nothing was installed: apt would {} to install {}; {advice}",
+        "nothing was installed: apt would {} to install {}; {}",
         what_went_wrong(&first),
-        missing.join(" ")
+        missing.join(" "),
+        attempt.advice()
     )
+}
+
+/// An installed package of the same source as a missing one: its name,
+/// its version, and the releases apt lists it in.
+type Sibling = (String, String, Vec<String>);
+
+/// What an install that the default release cannot do has to go on.
+struct Attempt<'a> {
+    missing: &'a [&'a str],
+    plain: &'a [String],
+    /// The default release's simulation.
+    first: &'a Simulation,
+    siblings: &'a [Sibling],
+}
+
+impl Attempt<'_> {
+    /// The release an installed sibling came from (`-t RELEASE`).
+    fn via_a_siblings_release(&self) -> Result<Option<InstallArgs>> {
+        for (pkg, version, suite) in self
+            .siblings
+            .iter()
+            .flat_map(|(p, v, suites)| suites.iter().map(move |s| (p, v, s)))
+        {
+            let mut packages = vec!["-t".to_string(), suite.clone()];
+            packages.extend(self.plain.iter().cloned());
+            let args = InstallArgs {
+                options: Vec::new(),
+                packages,
+            };
+            let sim = simulate(&args)?;
+            if sim.ok && sim.removals.is_empty() {
+                eprintln!(
+                    "xtask: installing {} from {suite}, the release of your {pkg} {version}: the default release's versions would {}",
+                    self.missing.join(" "),
+                    what_went_wrong(self.first)
+                );
+                return Ok(Some(args));
+            }
+        }
+        Ok(None)
+    }
+
+    /// A backports version whose release the host's sources no longer
+    /// list (a machine image built with backports, its sources reset
+    /// since): that release is added to a private copy of the sources,
+    /// with its own package lists, for this install only; the host's
+    /// sources and lists are not changed.
+    fn via_unlisted_backports(&self) -> Result<Option<InstallArgs>> {
+        for (pkg, version, _) in self.siblings.iter().filter(|(_, _, s)| s.is_empty()) {
+            let Some(suite) = backports_suite(version, &os_codename()) else {
+                continue;
+            };
+            let options = private_sources_with(&suite)?;
+            let mut packages = vec!["-t".to_string(), suite.clone()];
+            packages.extend(self.plain.iter().cloned());
+            let args = InstallArgs { options, packages };
+            let sim = simulate(&args)?;
+            if sim.ok && sim.removals.is_empty() {
+                eprintln!(
+                    "xtask: installing {} from {suite}, the release of your {pkg} {version} (not in your apt sources: added for this install only, in a private sources list under {}): the default release's versions would {}",
+                    self.missing.join(" "),
+                    host_apt_dir().display(),
+                    what_went_wrong(self.first)
+                );
+                return Ok(Some(args));
+            }
+        }
+        Ok(None)
+    }
+
+    /// An installed backports library holds a dependency back
+    /// (bookworm's libdw1 needs bookworm's libelf1; the host has
+    /// backports' libelf1, which QEMU from backports may have brought):
+    /// the packages that say so come from that backports release too,
+    /// each named with its release (`libdw1/bookworm-backports`), while
+    /// what was asked for stays at the default release.
+    fn with_backports_dependencies(&self) -> Result<Option<InstallArgs>> {
+        let codename = os_codename();
+        let mut pinned: Vec<String> = Vec::new();
+        let mut options: Option<Vec<String>> = None;
+        let mut sim = self.first.clone();
+        for _ in 0..4 {
+            let held = held_by_backports(&sim.problems, &codename);
+            let new: Vec<String> = held
+                .iter()
+                .map(|(pkg, suite)| format!("{pkg}/{suite}"))
+                .filter(|p| !pinned.contains(p))
+                .collect();
+            let Some((_, suite)) = held.first() else {
+                break;
+            };
+            if new.is_empty() {
+                break;
+            }
+            if options.is_none() {
+                options = Some(private_sources_with(suite)?);
+            }
+            pinned.extend(new);
+            let args = InstallArgs {
+                options: options.clone().unwrap_or_default(),
+                packages: self.plain.iter().chain(&pinned).cloned().collect(),
+            };
+            sim = simulate(&args)?;
+            if sim.ok && sim.removals.is_empty() {
+                eprintln!(
+                    "xtask: installing {} with {} (your installed backports packages need them; {suite} added for this install only, in a private sources list under {}): the default release's versions would {}",
+                    self.missing.join(" "),
+                    pinned.join(" "),
+                    host_apt_dir().display(),
+                    what_went_wrong(self.first)
+                );
+                return Ok(Some(args));
+            }
+        }
+        Ok(None)
+    }
+
+    /// What to do when no way worked.
+    fn advice(&self) -> String {
+        let missing = self.missing.join(" ");
+        match self.siblings.first() {
+            Some((pkg, version, suites)) if !suites.is_empty() => format!(
+                "your {pkg} {version} comes from {}: install the same release's packages yourself (sudo apt-get install --no-remove -t {} {missing}), or make your {pkg} match the default release, then rerun",
+                suites.join(", "),
+                suites[0],
+            ),
+            Some((pkg, version, _)) => format!(
+                "your {pkg} {version} comes from no release apt lists (a .deb installed by hand, or a release removed from sources.list): add that release back and install its {missing} (apt-get install --no-remove -t RELEASE ...), or make your {pkg} match the default release, then rerun",
+            ),
+            None => format!(
+                "install them yourself, choosing versions that keep your installed packages (sudo apt-get install --no-remove {missing}), then rerun",
+            ),
+        }
+    }
 }
 
 fn what_went_wrong(sim: &Simulation) -> String {
@@ -260,7 +308,7 @@ fn what_went_wrong(sim: &Simulation) -> String {
 /// Installed packages built from the same source as one of `missing` (and
 /// not among them), with their version and the releases (suites) that
 /// version comes from.
-fn installed_siblings(missing: &[&str]) -> Vec<(String, String, Vec<String>)> {
+fn installed_siblings(missing: &[&str]) -> Vec<Sibling> {
     let query = Command::new("dpkg-query")
         .args([
             "-W",

@@ -207,8 +207,20 @@ pub(crate) fn resolve_arm64(spec: &str, cache: &Path) -> Result<Kernel> {
     Ok(kernel)
 }
 
-/// Resolves `--kernel` (a series name or a path to a kernel image).
+/// Resolves `--kernel` (a series name or a path to a kernel image), with
+/// the series' `-dbg` package (vmlinux, System.map, modules' debug
+/// files), which the tests and benchmarks read.
 pub(crate) fn resolve(spec: &str, cache: &Path) -> Result<Kernel> {
+    resolve_as(spec, cache, true)
+}
+
+/// [`resolve`] without the `-dbg` package (about 1 GB): what the demo
+/// needs, as kprobe-perf reads the guest's own /proc/kallsyms.
+pub(crate) fn resolve_image_only(spec: &str, cache: &Path) -> Result<Kernel> {
+    resolve_as(spec, cache, false)
+}
+
+fn resolve_as(spec: &str, cache: &Path, with_debug: bool) -> Result<Kernel> {
     let path = Path::new(spec);
     if spec.contains('/') || path.exists() {
         let image = path
@@ -241,7 +253,7 @@ pub(crate) fn resolve(spec: &str, cache: &Path) -> Result<Kernel> {
     // The stamp names what is unpacked: a cache unpacked before the
     // modules' debug files were is unpacked again.
     let debug_stamp = dir.join(DEBUG_STAMP);
-    if !debug_stamp.exists() {
+    if with_debug && !debug_stamp.exists() {
         fetch_debug(&apt, &package, &version, &dir)?;
         std::fs::write(&debug_stamp, b"")?;
     }
@@ -249,7 +261,7 @@ pub(crate) fn resolve(spec: &str, cache: &Path) -> Result<Kernel> {
         label: spec.to_string(),
         image,
         modules: Some(release),
-        debug_boot: Some(dir.join("usr/lib/debug/boot")),
+        debug_boot: debug_stamp.exists().then(|| dir.join("usr/lib/debug/boot")),
         arch: GuestArch::X86_64,
         busybox: None,
     })
@@ -508,7 +520,7 @@ fn fetch_debug(apt: &Apt, package: &str, release: &str, dir: &Path) -> Result<()
         package.strip_suffix("-unsigned").unwrap_or(package)
     );
     let parent = dir.parent().context("cache dir has no parent")?;
-    eprintln!("xtask: downloading {dbg} for its vmlinux and System.map");
+    eprintln!("xtask: downloading {dbg} for its vmlinux, System.map and modules' debug files (the image package's System.map is a placeholder): the tests compare symbols, boundaries and source lines with them");
     let dl = parent.join("download-dbg");
     let _ = std::fs::remove_dir_all(&dl);
     std::fs::create_dir_all(&dl)?;

@@ -1025,6 +1025,44 @@ fn measure_in(opts: &LiveOptions, dir: &Path) -> Result<()> {
         file,
     };
     let cpus = online_cpus();
+    print_setup(opts, &tools, cpus);
+    if opts.profile {
+        return profile(&runner);
+    }
+    let mut threads_list = vec![1];
+    if cpus > 1 {
+        threads_list.push(cpus);
+    }
+    for case in cases(&xtask).iter().filter(|c| opts.selects(c)) {
+        let perf_event = match &tools.perf {
+            Some(p) => perf_define(p, case)?,
+            None => String::new(),
+        };
+        print_case(case, &tools, &perf_event);
+        let list = tools_for(case, &tools);
+        for &threads in &threads_list {
+            for &rate in &opts.rates {
+                let series = measure_series(&runner, case, &list, &perf_event, threads, rate);
+                print_rows(&list, &series, threads, rate);
+            }
+        }
+        if let Some(p) = &tools.perf {
+            perf_undefine(p);
+        }
+    }
+    Ok(())
+}
+
+impl LiveOptions {
+    /// Whether the options ask for `case` (its workload and probe kind).
+    fn selects(&self, case: &ProbeCase) -> bool {
+        self.workloads.contains(&case.workload)
+            && (self.probes.is_empty() || self.probes.iter().any(|p| p == case.kind))
+    }
+}
+
+/// The run's kernel, CPUs, calls and tools.
+fn print_setup(opts: &LiveOptions, tools: &Tools, cpus: usize) {
     let kernel = std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default();
     println!(
         "bench live: kernel {}, {cpus} CPUs, {} calls per run, best of {} rounds (each tool once per round, in turn)",
@@ -1046,121 +1084,112 @@ fn measure_in(opts: &LiveOptions, dir: &Path) -> Result<()> {
         }
     );
     println!("uprobe string probes: not measured (kprobe-perf refuses memory fetches in uprobes)");
-    if opts.profile {
-        return profile(&runner);
-    }
-    let mut threads_list = vec![1];
-    if cpus > 1 {
-        threads_list.push(cpus);
-    }
-    for case in cases(&xtask) {
-        if !opts.workloads.contains(&case.workload)
-            || (!opts.probes.is_empty() && !opts.probes.iter().any(|p| p == case.kind))
-        {
-            continue;
-        }
-        let perf_event = match &tools.perf {
-            Some(p) => perf_define(p, &case)?,
-            None => String::new(),
-        };
-        let what = match case.workload {
-            CallKind::Open => "open() of a tmpfs file (kprobe on do_sys_openat2)",
-            CallKind::Call => "calls of kpf_live_target (uprobe)",
-        };
-        println!();
-        println!("## {} probe: {what}", case.kind);
-        println!();
+}
+
+/// A case's heading, each tool's command, and the table's head.
+fn print_case(case: &ProbeCase, tools: &Tools, perf_event: &str) {
+    let what = match case.workload {
+        CallKind::Open => "open() of a tmpfs file (kprobe on do_sys_openat2)",
+        CallKind::Call => "calls of kpf_live_target (uprobe)",
+    };
+    println!();
+    println!("## {} probe: {what}", case.kind);
+    println!();
+    println!(
+        "kprobe-perf: {}-e '{}'",
+        with_space(case.kp_opts()),
+        case.kp
+    );
+    if tools.perf.is_some() {
+        let x = case
+            .perf
+            .0
+            .as_ref()
+            .map_or(String::new(), |x| format!("-x {x} "));
         println!(
-            "kprobe-perf: {}-e '{}'",
-            with_space(case.kp_opts()),
-            case.kp
+            "perf: perf probe {x}-a '{}'; perf record -N {}-e {perf_event} -o FILE -- WORKLOAD",
+            case.perf.1,
+            with_space(case.perf_opts())
         );
-        if tools.perf.is_some() {
-            let x = case
-                .perf
-                .0
-                .as_ref()
-                .map_or(String::new(), |x| format!("-x {x} "));
-            println!(
-                "perf: perf probe {x}-a '{}'; perf record -N {}-e {perf_event} -o FILE -- WORKLOAD",
-                case.perf.1,
-                with_space(case.perf_opts())
-            );
-        }
-        if tools.bpftrace.is_some() && !case.bpftrace.is_empty() {
-            println!(
-                "bpftrace: bpftrace -o FILE -e '{}' -c WORKLOAD",
-                case.bpftrace
-            );
-        }
-        if let Some(chain) = case.stack {
-            println!("{}", chain.describe());
-        }
-        println!();
-        println!("| threads | rate/thread | tool | us/call | added us/call | added CPU us/call | events | lost per round | consumer CPU us/event: calls / to exit | consumer voluntary switches per 1000 events |");
-        println!("|---|---|---|---|---|---|---|---|---|---|");
-        let list = tools_for(&case, &tools);
-        for &threads in &threads_list {
-            for &rate in &opts.rates {
-                let mut series: BTreeMap<usize, Series> = BTreeMap::new();
-                for _ in 0..opts.rounds {
-                    for (i, tool) in list.iter().enumerate() {
-                        // A failed run is reported and left out, not fatal.
-                        match runner.run(tool, &case, &perf_event, threads, rate) {
-                            Ok(r) => series.entry(i).or_default().runs.push(r),
-                            Err(e) => println!("(a run failed: {e:#})"),
-                        }
-                    }
-                }
-                let bare = series
-                    .get(&0)
-                    .and_then(|s| s.best())
-                    .map_or(0.0, |b| b.us_per_call);
-                let bare_cpu = series
-                    .get(&0)
-                    .and_then(|s| s.min(|r| Some(r.cpu_us_per_call)))
-                    .unwrap_or(0.0);
-                for (i, tool) in list.iter().enumerate() {
-                    let Some(s) = series.get(&i) else { continue };
-                    let Some(best) = s.best() else { continue };
-                    let cpu_call = s.min(|r| Some(r.cpu_us_per_call)).unwrap_or(0.0);
-                    let mut row = format!(
-                        "| {threads} | {} | {} | {:.2} |",
-                        rate.label(),
-                        tool.label(),
-                        best.us_per_call
-                    );
-                    if *tool == Tool::Bare {
-                        let _ = write!(row, " | {cpu_call:.2} (CPU us/call) | | | | |");
-                    } else {
-                        let per_event = |r: &RunResult, v: f64| {
-                            r.events.filter(|&e| e > 0).map(|e| v / e as f64)
-                        };
-                        let f = |v: Option<f64>, scale: f64, digits: usize| {
-                            v.map_or("?".into(), |c| format!("{:.*}", digits, c * scale))
-                        };
-                        let calls = f(s.min(|r| per_event(r, r.consumer_cpu_calls)), 1e6, 2);
-                        let to_exit =
-                            f(s.min(|r| per_event(r, r.consumer_cpu_after_start)), 1e6, 2);
-                        let vol = f(s.min(|r| per_event(r, r.consumer_voluntary as f64)), 1e3, 1);
-                        let _ = write!(
-                            row,
-                            " {:+.2} | {:+.2} | {} | {} | {calls} / {to_exit} | {vol} |",
-                            best.us_per_call - bare,
-                            cpu_call - bare_cpu,
-                            best.events.map_or("?".into(), |e| e.to_string()),
-                            fmt_list(s.runs.iter().map(|r| r.lost)),
-                        );
-                    }
-                    println!("{row}");
-                }
+    }
+    if tools.bpftrace.is_some() && !case.bpftrace.is_empty() {
+        println!(
+            "bpftrace: bpftrace -o FILE -e '{}' -c WORKLOAD",
+            case.bpftrace
+        );
+    }
+    if let Some(chain) = case.stack {
+        println!("{}", chain.describe());
+    }
+    println!();
+    println!("| threads | rate/thread | tool | us/call | added us/call | added CPU us/call | events | lost per round | consumer CPU us/event: calls / to exit | consumer voluntary switches per 1000 events |");
+    println!("|---|---|---|---|---|---|---|---|---|---|");
+}
+
+/// Every tool's runs at one thread count and rate, the tools in turn
+/// each round; a failed run is reported and left out, not fatal.
+fn measure_series(
+    runner: &Runner,
+    case: &ProbeCase,
+    list: &[Tool],
+    perf_event: &str,
+    threads: usize,
+    rate: Rate,
+) -> BTreeMap<usize, Series> {
+    let mut series: BTreeMap<usize, Series> = BTreeMap::new();
+    for _ in 0..runner.opts.rounds {
+        for (i, tool) in list.iter().enumerate() {
+            match runner.run(tool, case, perf_event, threads, rate) {
+                Ok(r) => series.entry(i).or_default().runs.push(r),
+                Err(e) => println!("(a run failed: {e:#})"),
             }
         }
-        if let Some(p) = &tools.perf {
-            perf_undefine(p);
-        }
     }
-    Ok(())
+    series
+}
+
+/// One table row per tool, against the bare workload (tool 0).
+fn print_rows(list: &[Tool], series: &BTreeMap<usize, Series>, threads: usize, rate: Rate) {
+    let bare = series
+        .get(&0)
+        .and_then(|s| s.best())
+        .map_or(0.0, |b| b.us_per_call);
+    let bare_cpu = series
+        .get(&0)
+        .and_then(|s| s.min(|r| Some(r.cpu_us_per_call)))
+        .unwrap_or(0.0);
+    for (i, tool) in list.iter().enumerate() {
+        let Some(s) = series.get(&i) else { continue };
+        let Some(best) = s.best() else { continue };
+        let cpu_call = s.min(|r| Some(r.cpu_us_per_call)).unwrap_or(0.0);
+        let mut row = format!(
+            "| {threads} | {} | {} | {:.2} |",
+            rate.label(),
+            tool.label(),
+            best.us_per_call
+        );
+        if *tool == Tool::Bare {
+            let _ = write!(row, " | {cpu_call:.2} (CPU us/call) | | | | |");
+        } else {
+            let per_event =
+                |r: &RunResult, v: f64| r.events.filter(|&e| e > 0).map(|e| v / e as f64);
+            let f = |v: Option<f64>, scale: f64, digits: usize| {
+                v.map_or("?".into(), |c| format!("{:.*}", digits, c * scale))
+            };
+            let calls = f(s.min(|r| per_event(r, r.consumer_cpu_calls)), 1e6, 2);
+            let to_exit = f(s.min(|r| per_event(r, r.consumer_cpu_after_start)), 1e6, 2);
+            let vol = f(s.min(|r| per_event(r, r.consumer_voluntary as f64)), 1e3, 1);
+            let _ = write!(
+                row,
+                " {:+.2} | {:+.2} | {} | {} | {calls} / {to_exit} | {vol} |",
+                best.us_per_call - bare,
+                cpu_call - bare_cpu,
+                best.events.map_or("?".into(), |e| e.to_string()),
+                fmt_list(s.runs.iter().map(|r| r.lost)),
+            );
+        }
+        println!("{row}");
+    }
 }
 
 /// The consumers' own counters (perf stat with --no-inherit: the tool's
@@ -1172,148 +1201,172 @@ fn profile(runner: &Runner) -> Result<()> {
         println!("profile: skipped (no perf)");
         return Ok(());
     };
-    let xtask = runner.xtask.clone();
-    for case in cases(&xtask) {
-        if !runner.opts.workloads.contains(&case.workload)
-            || (!runner.opts.probes.is_empty()
-                && !runner.opts.probes.iter().any(|p| p == case.kind))
-        {
-            continue;
-        }
-        let perf_event = perf_define(&perf, &case)?;
+    for case in cases(&runner.xtask)
+        .iter()
+        .filter(|c| runner.opts.selects(c))
+    {
+        let perf_event = perf_define(&perf, case)?;
         println!();
         println!(
             "## profile: {} {} probe, 1 thread, max rate",
             case.workload.name(),
             case.kind
         );
-        let w = runner.workload_args(case.workload, 1, Rate::Max);
-        let data = runner.dir.join("prof-out.data");
-        let bpf_out = runner.dir.join("prof-bpftrace.out");
-        let mut consumers = vec![
-            Tool::Kp("text", vec![]),
-            Tool::Kp("-q -o FILE", vec!["-q", "-o", "FILE"]),
-            Tool::Perf("", vec![]),
-        ];
-        if case.kind == "return" && case.workload == CallKind::Open {
-            consumers.insert(1, Tool::Kp("--backend pmu text", vec!["--backend", "pmu"]));
-        }
-        let consumers = consumers
-            .into_iter()
-            .map(|t| {
-                let argv = runner.tool_argv(&t, &case, &perf_event, &w, &data, &bpf_out)?;
-                Ok((t, argv))
-            })
-            .collect::<Result<Vec<_>>>()?;
+        let consumers = profiled_consumers(runner, case, &perf_event)?;
         for (tool, argv) in &consumers {
-            let label = tool.label();
-            let _ = std::fs::remove_file(&data);
-            let _ = std::fs::remove_file(runner.dir.join("prof-out.data.old"));
-            let stat = runner.dir.join("stat.csv");
-            let out = Command::new(&perf)
-                .args([
-                    "stat",
-                    "--no-inherit",
-                    "-x",
-                    ",",
-                    "-e",
-                    "task-clock,context-switches,page-faults,raw_syscalls:sys_enter",
-                    "-o",
-                ])
-                .arg(&stat)
-                .arg("--")
-                .args(argv)
-                .current_dir(&runner.dir)
-                .stdin(Stdio::null())
-                .stdout(Stdio::null())
-                .stderr(Stdio::piped())
-                .output()
-                .context("running perf stat")?;
-            let stderr = String::from_utf8_lossy(&out.stderr);
-            let events = match tool {
-                Tool::Perf(..) => perf_samples(&stderr),
-                _ => kp_summary(&stderr).map(|(e, _)| e),
-            };
-            let csv = std::fs::read_to_string(&stat).unwrap_or_default();
-            let mut parts = Vec::new();
-            for l in csv.lines().filter(|l| !l.starts_with('#') && !l.is_empty()) {
-                let f: Vec<&str> = l.split(',').collect();
-                let (Some(v), Some(name)) = (f.first(), f.get(2)) else {
-                    continue;
-                };
-                let Ok(v) = v.parse::<f64>() else { continue };
-                // task-clock is in ms: per event in us; counts per 1000 events.
-                let clock = *name == "task-clock";
-                let per = events.filter(|&e| e > 0).map_or(String::new(), |e| {
-                    if clock {
-                        format!(" ({:.2} us/event)", v * 1e3 / e as f64)
-                    } else {
-                        format!(" ({:.1} per 1000 events)", v * 1e3 / e as f64)
-                    }
-                });
-                let unit = if clock { " ms" } else { "" };
-                parts.push(format!("{name} {v:.0}{unit}{per}"));
-            }
-            println!(
-                "{label}: {} events; consumer only: {}",
-                events.map_or("?".into(), |e| e.to_string()),
-                parts.join(", ")
-            );
+            stat_consumer(runner, &perf, tool, argv)?;
         }
-        // Where kprobe-perf's time goes: a call graph of its process.
-        let prof = runner.dir.join("prof.data");
-        let kp_text = &consumers[0].1;
-        let st = Command::new(&perf)
-            .args([
-                "record",
-                "-q",
-                "--no-inherit",
-                "-g",
-                "-e",
-                "cpu-clock",
-                "-F",
-                "2000",
-                "-o",
-            ])
-            .arg(&prof)
-            .arg("--")
-            .args(kp_text)
-            .current_dir(&runner.dir)
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .status()
-            .context("running perf record -g")?;
-        if st.success() {
-            let rep = Command::new(&perf)
-                .args([
-                    "report",
-                    "--stdio",
-                    "--no-children",
-                    "-g",
-                    "none",
-                    "--percent-limit",
-                    "2",
-                    "--sort",
-                    "dso,sym",
-                    "-i",
-                ])
-                .arg(&prof)
-                .stdin(Stdio::null())
-                .stderr(Stdio::null())
-                .output()
-                .context("running perf report")?;
-            println!("kprobe-perf text, its own process (perf record -g -e cpu-clock --no-inherit), symbols above 2%:");
-            for l in String::from_utf8_lossy(&rep.stdout)
-                .lines()
-                .filter(|l| !l.starts_with('#') && !l.trim().is_empty())
-            {
-                println!("    {l}");
-            }
-        } else {
-            println!("perf record -g of kprobe-perf failed ({st})");
-        }
+        call_graph_of(runner, &perf, &consumers[0].1)?;
         perf_undefine(&perf);
+    }
+    Ok(())
+}
+
+/// The tools profiled on `case`, each with its command line (the text
+/// recorder first).
+fn profiled_consumers(
+    runner: &Runner,
+    case: &ProbeCase,
+    perf_event: &str,
+) -> Result<Vec<(Tool, Vec<std::ffi::OsString>)>> {
+    let w = runner.workload_args(case.workload, 1, Rate::Max);
+    let data = runner.dir.join("prof-out.data");
+    let bpf_out = runner.dir.join("prof-bpftrace.out");
+    let mut consumers = vec![
+        Tool::Kp("text", vec![]),
+        Tool::Kp("-q -o FILE", vec!["-q", "-o", "FILE"]),
+        Tool::Perf("", vec![]),
+    ];
+    if case.kind == "return" && case.workload == CallKind::Open {
+        consumers.insert(1, Tool::Kp("--backend pmu text", vec!["--backend", "pmu"]));
+    }
+    consumers
+        .into_iter()
+        .map(|t| {
+            let argv = runner.tool_argv(&t, case, perf_event, &w, &data, &bpf_out)?;
+            Ok((t, argv))
+        })
+        .collect()
+}
+
+/// One consumer under `perf stat --no-inherit`: its task clock, switches,
+/// faults and system calls, per event.
+fn stat_consumer(
+    runner: &Runner,
+    perf: &Path,
+    tool: &Tool,
+    argv: &[std::ffi::OsString],
+) -> Result<()> {
+    let data = runner.dir.join("prof-out.data");
+    let _ = std::fs::remove_file(&data);
+    let _ = std::fs::remove_file(runner.dir.join("prof-out.data.old"));
+    let stat = runner.dir.join("stat.csv");
+    let out = Command::new(perf)
+        .args([
+            "stat",
+            "--no-inherit",
+            "-x",
+            ",",
+            "-e",
+            "task-clock,context-switches,page-faults,raw_syscalls:sys_enter",
+            "-o",
+        ])
+        .arg(&stat)
+        .arg("--")
+        .args(argv)
+        .current_dir(&runner.dir)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .output()
+        .context("running perf stat")?;
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    let events = match tool {
+        Tool::Perf(..) => perf_samples(&stderr),
+        _ => kp_summary(&stderr).map(|(e, _)| e),
+    };
+    let csv = std::fs::read_to_string(&stat).unwrap_or_default();
+    let mut parts = Vec::new();
+    for l in csv.lines().filter(|l| !l.starts_with('#') && !l.is_empty()) {
+        let f: Vec<&str> = l.split(',').collect();
+        let (Some(v), Some(name)) = (f.first(), f.get(2)) else {
+            continue;
+        };
+        let Ok(v) = v.parse::<f64>() else { continue };
+        // task-clock is in ms: per event in us; counts per 1000 events.
+        let clock = *name == "task-clock";
+        let per = events.filter(|&e| e > 0).map_or(String::new(), |e| {
+            if clock {
+                format!(" ({:.2} us/event)", v * 1e3 / e as f64)
+            } else {
+                format!(" ({:.1} per 1000 events)", v * 1e3 / e as f64)
+            }
+        });
+        let unit = if clock { " ms" } else { "" };
+        parts.push(format!("{name} {v:.0}{unit}{per}"));
+    }
+    println!(
+        "{}: {} events; consumer only: {}",
+        tool.label(),
+        events.map_or("?".into(), |e| e.to_string()),
+        parts.join(", ")
+    );
+    Ok(())
+}
+
+/// Where kprobe-perf's time goes: a call graph of its process
+/// (`perf record -g -e cpu-clock --no-inherit`), symbols above 2%.
+fn call_graph_of(runner: &Runner, perf: &Path, argv: &[std::ffi::OsString]) -> Result<()> {
+    let prof = runner.dir.join("prof.data");
+    let st = Command::new(perf)
+        .args([
+            "record",
+            "-q",
+            "--no-inherit",
+            "-g",
+            "-e",
+            "cpu-clock",
+            "-F",
+            "2000",
+            "-o",
+        ])
+        .arg(&prof)
+        .arg("--")
+        .args(argv)
+        .current_dir(&runner.dir)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .context("running perf record -g")?;
+    if !st.success() {
+        println!("perf record -g of kprobe-perf failed ({st})");
+        return Ok(());
+    }
+    let rep = Command::new(perf)
+        .args([
+            "report",
+            "--stdio",
+            "--no-children",
+            "-g",
+            "none",
+            "--percent-limit",
+            "2",
+            "--sort",
+            "dso,sym",
+            "-i",
+        ])
+        .arg(&prof)
+        .stdin(Stdio::null())
+        .stderr(Stdio::null())
+        .output()
+        .context("running perf report")?;
+    println!("kprobe-perf text, its own process (perf record -g -e cpu-clock --no-inherit), symbols above 2%:");
+    for l in String::from_utf8_lossy(&rep.stdout)
+        .lines()
+        .filter(|l| !l.starts_with('#') && !l.trim().is_empty())
+    {
+        println!("    {l}");
     }
     Ok(())
 }

@@ -9,6 +9,7 @@ mod fuzz;
 mod host;
 mod kernels;
 mod live;
+mod package;
 mod test;
 mod testlog;
 mod vm;
@@ -208,6 +209,11 @@ enum Task {
         #[arg(long)]
         check: bool,
     },
+    /// Package the library crates (target/package/*.crate) into a local
+    /// registry (target/package-registry/), then build and run an outside
+    /// project that depends on the packaged engine by version
+    /// (target/embedder/).
+    Package,
     /// Boot the VM and record a kprobe and a kretprobe on a workload.
     Demo {
         /// The kernel series to boot (as `vm --kernel`).
@@ -251,36 +257,7 @@ fn run(cli: Cli) -> Result<()> {
             arch,
             timeout,
             command,
-        } => {
-            host::ensure_packages(&[])?;
-            let kernel = match kernels::GuestArch::parse(&arch)? {
-                kernels::GuestArch::X86_64 => {
-                    kernels::resolve(&kernel, &vm_cache().join("kernels"))?
-                }
-                kernels::GuestArch::Arm64 => {
-                    host::ensure_packages(&[("qemu-system-arm", "/usr/bin/qemu-system-aarch64")])?;
-                    kernels::resolve_arm64(&kernel, &vm_cache().join("kernels"))?
-                }
-            };
-            let outcome = vm::run(&vm::VmRun {
-                kernel: &kernel,
-                command: &command,
-                cwd: std::env::current_dir().context("current directory")?,
-                env: passthrough_env(),
-                timeout: Duration::from_secs(timeout),
-                echo: vm::Echo::All,
-                label: None,
-                work_dir: vm_cache(),
-            })?;
-            report_problems(&outcome);
-            if let Some(b) = outcome.boot_secs {
-                eprintln!("xtask: {} booted to the command in {b:.1} s", kernel.label);
-            }
-            if !outcome.problems.is_empty() {
-                bail!("the VM run failed");
-            }
-            std::process::exit(outcome.status.unwrap_or(125));
-        }
+        } => vm_command(&kernel, &arch, timeout, &command),
         Task::Test { kernel, no_lint } => test::run(&kernel, no_lint),
         Task::Demo { kernel } => test::demo(&kernel),
         Task::Dist {
@@ -292,7 +269,79 @@ fn run(cli: Cli) -> Result<()> {
             kernels::GuestArch::Arm64 => dist::run_arm64(check, &kernel),
         },
         Task::Deb { check } => deb::run(check),
+        Task::Package => package::run(),
         Task::Fuzz { target, secs } => fuzz::run(&target, secs),
+        task @ Task::Bench { .. } => bench(task),
+        Task::LiveGuest {
+            kprobe_perf,
+            rounds,
+            calls,
+            rates,
+            workloads,
+            probes,
+            profile,
+        } => live::measure(&live_options(
+            kprobe_perf,
+            rounds,
+            calls,
+            &rates,
+            &workloads,
+            &probes,
+            profile,
+        )?),
+        Task::LiveWorkload {
+            kind,
+            path,
+            calls,
+            threads,
+            rate,
+            report,
+        } => live::workload(
+            live::CallKind::parse(&kind)?,
+            &path,
+            calls,
+            threads,
+            live::Rate::parse(&rate)?,
+            &report,
+        ),
+    }
+}
+
+/// `cargo xtask vm`: boots `kernel` and runs `command` there, exiting
+/// with its status.
+fn vm_command(kernel: &str, arch: &str, timeout: u64, command: &[String]) -> Result<()> {
+    host::ensure_packages(&[])?;
+    let kernel = match kernels::GuestArch::parse(arch)? {
+        kernels::GuestArch::X86_64 => kernels::resolve(kernel, &vm_cache().join("kernels"))?,
+        kernels::GuestArch::Arm64 => {
+            host::ensure_packages(&[("qemu-system-arm", "/usr/bin/qemu-system-aarch64")])?;
+            kernels::resolve_arm64(kernel, &vm_cache().join("kernels"))?
+        }
+    };
+    let outcome = vm::run(&vm::VmRun {
+        kernel: &kernel,
+        command,
+        cwd: std::env::current_dir().context("current directory")?,
+        env: passthrough_env(),
+        timeout: Duration::from_secs(timeout),
+        silence: Duration::from_secs(timeout),
+        echo: vm::Echo::All,
+        label: None,
+        work_dir: vm_cache(),
+    })?;
+    report_problems(&outcome);
+    if let Some(b) = outcome.boot_secs {
+        eprintln!("xtask: {} booted to the command in {b:.1} s", kernel.label);
+    }
+    if !outcome.problems.is_empty() {
+        bail!("the VM run failed");
+    }
+    std::process::exit(outcome.status.unwrap_or(125));
+}
+
+/// `cargo xtask bench WHAT`: the benchmark WHAT names.
+fn bench(task: Task) -> Result<()> {
+    match task {
         Task::Bench { what, .. } if what == "spec" => run_harness("spec_bench", &[]),
         Task::Bench {
             what,
@@ -351,38 +400,7 @@ fn run(cli: Cli) -> Result<()> {
         Task::Bench {
             functions, kernel, ..
         } => bench_attach(functions, &kernel),
-        Task::LiveGuest {
-            kprobe_perf,
-            rounds,
-            calls,
-            rates,
-            workloads,
-            probes,
-            profile,
-        } => live::measure(&live_options(
-            kprobe_perf,
-            rounds,
-            calls,
-            &rates,
-            &workloads,
-            &probes,
-            profile,
-        )?),
-        Task::LiveWorkload {
-            kind,
-            path,
-            calls,
-            threads,
-            rate,
-            report,
-        } => live::workload(
-            live::CallKind::parse(&kind)?,
-            &path,
-            calls,
-            threads,
-            live::Rate::parse(&rate)?,
-            &report,
-        ),
+        _ => bail!("bench() was handed a task that is not a benchmark"),
     }
 }
 
@@ -535,6 +553,7 @@ fn bench_attach(functions: usize, kernel: &str) -> Result<()> {
         cwd: workspace_root(),
         env: passthrough_env(),
         timeout: Duration::from_secs(3600),
+        silence: Duration::from_secs(3600),
         echo: vm::Echo::All,
         label: None,
         work_dir: vm_cache(),
@@ -622,6 +641,7 @@ fn bench_in_vm(kernel: &str, command: &[String], timeout: Duration, what: &str) 
         cwd: workspace_root(),
         env: passthrough_env(),
         timeout,
+        silence: timeout,
         echo: vm::Echo::All,
         label: None,
         work_dir: vm_cache(),

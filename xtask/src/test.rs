@@ -477,91 +477,63 @@ fn warn_if_disk_is_short() {
 /// fmt, clippy, native tests, then the VM matrix. Every step is counted,
 /// a failed one too, and the run always ends with the summary, the
 /// failures again and `N passed, N failed, N skipped`.
+/// The peers the tests run, installed before the native step: (Debian
+/// package, a file it installs).
+const NATIVE_PEERS: [(&str, &str); 9] = [
+    ("debuginfod", "/usr/bin/debuginfod"),
+    ("curl", "/usr/bin/curl"),
+    ("libarchive-tools", "/usr/bin/bsdtar"),
+    ("linux-perf", "/usr/bin/perf"),
+    ("bpftrace", "/usr/bin/bpftrace"),
+    ("lintian", "/usr/bin/lintian"),
+    ("libc6-dbg", "/usr/share/doc/libc6-dbg"),
+    ("dwz", "/usr/bin/dwz"),
+    ("clang", "/usr/bin/clang"),
+];
+
+/// Where a fresh machine has no tracefs mounted and this one has, the
+/// mount goes before the native tests, so that they see what a fresh
+/// machine shows (kprobe-perf mounts tracefs itself when a probe needs
+/// it, as perf does). A mount in use stays, and the line says so.
+fn unmount_tracefs() {
+    const AT: &str = "/sys/kernel/tracing";
+    let mounts = std::fs::read_to_string("/proc/self/mounts").unwrap_or_default();
+    let mounted = mounts
+        .lines()
+        .any(|l| l.split_whitespace().nth(1) == Some(AT));
+    if !mounted {
+        return;
+    }
+    match Command::new("umount").arg(AT).status() {
+        Ok(s) if s.success() => println!(
+            "xtask: unmounted tracefs at {AT}, as a fresh machine has it, for the native tests"
+        ),
+        Ok(s) => println!(
+            "xtask: tracefs at {AT} stays mounted (umount: {s}); the native tests see it mounted"
+        ),
+        Err(e) => println!(
+            "xtask: tracefs at {AT} stays mounted (umount: {e}); the native tests see it mounted"
+        ),
+    }
+}
+
 pub(crate) fn run(kernel_args: &[String], no_lint: bool) -> Result<()> {
     let started = Instant::now();
     let mut tally = Tally::default();
     warn_if_disk_is_short();
-
     if !no_lint {
-        for (name, args) in [
-            ("cargo fmt --check", &["fmt", "--all", "--check"][..]),
-            (
-                "cargo clippy",
-                &[
-                    "clippy",
-                    "--workspace",
-                    "--all-targets",
-                    "--",
-                    "-D",
-                    "warnings",
-                ][..],
-            ),
-        ] {
-            let r = run_echo(cargo().args(args)).and_then(|(ok, out)| {
-                testlog::save(name, &out);
-                if ok {
-                    Ok(())
-                } else {
-                    bail!("see the lines above")
-                }
-            });
-            tally.check(name, r);
-        }
+        lint(&mut tally);
     }
-
-    // The tests/ crate runs the kprobe-perf binary, which `cargo test`
-    // does not build by itself.
-    let built =
-        run_echo(cargo().args(["build", "--package", "kprobe-perf"])).and_then(|(ok, _)| {
-            if ok {
-                Ok(())
-            } else {
-                bail!("see the lines above")
-            }
-        });
-    if let Err(e) = built {
+    if let Err(e) = build_cli() {
         tally.fail("building kprobe-perf", &e);
         return tally.finish(started);
     }
-    // debuginfod, curl, bsdtar: the debuginfod client's test runs
-    // Debian's server on loopback over a dbgsym package
-    // (tests/user_source_lines.rs); the server unpacks it with bsdtar.
-    if let Err(e) = host::ensure_packages(&[
-        ("debuginfod", "/usr/bin/debuginfod"),
-        ("curl", "/usr/bin/curl"),
-        ("libarchive-tools", "/usr/bin/bsdtar"),
-    ]) {
-        tally.fail("installing debuginfod, curl and libarchive-tools", &e);
-    }
-    // --show-output: the skip lines of passing tests are printed, and
-    // counted.
-    match run_echo(cargo().args(["test", "--workspace", "--", "--show-output"])) {
-        Ok((ok, out)) => tally.tests("native", ok, &out, ""),
-        Err(e) => tally.fail("native tests", &e),
-    }
-
-    // The static binary and the Debian package (cargo xtask dist/deb --check).
-    let (lines, passed, failed, skipped) = crate::deb::test_step(kernel_args);
-    for l in lines.iter().filter(|l| l.contains("FAILED")) {
-        tally.failures.push(l.clone());
-    }
-    tally.summary.extend(lines);
-    tally.total.add(Counts {
-        passed,
-        failed,
-        skipped,
-    });
-
-    // perf: the differential test (tests/differential.rs) and perf.data
-    // checks (tests/perfdata.rs) run Debian's perf inside the VM;
-    // bpftrace: the bpftrace differentials (tests/bpftrace_diff.rs,
-    // bpftrace_stacks.rs, latency.rs), which must not skip there.
-    if let Err(e) = host::ensure_packages(&[
-        ("linux-perf", "/usr/bin/perf"),
-        ("bpftrace", "/usr/bin/bpftrace"),
-    ]) {
-        tally.fail("installing linux-perf and bpftrace", &e);
-    }
+    install_peers(&mut tally);
+    unmount_tracefs();
+    native_tests(&mut tally);
+    // The library crates' packages, and a project outside the workspace built from them.
+    tally.check("cargo xtask package", crate::package::run());
+    package_checks(kernel_args, &mut tally);
     let exes = match build_vm_tests() {
         Ok(exes) => exes,
         Err(e) => {
@@ -575,12 +547,100 @@ pub(crate) fn run(kernel_args: &[String], no_lint: bool) -> Result<()> {
         &format!("demo (cargo xtask demo, kernel {DEMO_KERNEL})"),
         demo(DEMO_KERNEL),
     );
-    // The full suite on the matrix, the smoke set on the other series;
-    // `--kernel K` runs the full suite on K.
-    // The arm64 set: `arm64-6.1`, `arm64-6.12` (the whole ARM64_MATRIX
-    // by default).
-    let runs: Vec<(String, Suite)> = if kernel_args.is_empty() {
-        MATRIX
+    let runs = kernel_runs(kernel_args);
+    let scripts = Scripts::new(&exes, &runs, &mut tally);
+    let resolved = resolve_kernels(&runs, &scripts, &mut tally);
+    let outcomes = run_vms(&resolved, &scripts);
+    for (run, outcome) in resolved.iter().zip(outcomes) {
+        report_vm(run, outcome, &mut tally);
+    }
+    tally.finish(started)
+}
+
+/// cargo fmt --check and clippy, one check each.
+fn lint(tally: &mut Tally) {
+    for (name, args) in [
+        ("cargo fmt --check", &["fmt", "--all", "--check"][..]),
+        (
+            "cargo clippy",
+            &[
+                "clippy",
+                "--workspace",
+                "--all-targets",
+                "--",
+                "-D",
+                "warnings",
+            ][..],
+        ),
+    ] {
+        let r = run_echo(cargo().args(args)).and_then(|(ok, out)| {
+            testlog::save(name, &out);
+            if ok {
+                Ok(())
+            } else {
+                bail!("see the lines above")
+            }
+        });
+        tally.check(name, r);
+    }
+}
+
+/// The tests/ crate runs the kprobe-perf binary, which `cargo test` does
+/// not build by itself.
+fn build_cli() -> Result<()> {
+    let (ok, _) = run_echo(cargo().args(["build", "--package", "kprobe-perf"]))?;
+    if !ok {
+        bail!("see the lines above");
+    }
+    Ok(())
+}
+
+/// Every peer a test runs is installed before the first test, so that a
+/// fresh machine runs what a used one runs: debuginfod, curl, bsdtar for
+/// the debuginfod client's test (Debian's server on loopback over a
+/// dbgsym package, tests/user_source_lines.rs); perf and bpftrace for the
+/// differentials, natively and inside the VM (where they must not skip);
+/// lintian for the Debian package's check; libc6-dbg, dwz and clang for
+/// debuginfo's tests on compressed DWARF, dwz files and clang's DWARF,
+/// and its differential against perf probe -x (debuginfo/tests/forms.rs,
+/// libc_differential.rs).
+fn install_peers(tally: &mut Tally) {
+    let peers = NATIVE_PEERS.map(|(pkg, _)| pkg).join(", ");
+    if let Err(e) = host::ensure_packages(&NATIVE_PEERS) {
+        tally.fail(&format!("installing {peers}"), &e);
+    }
+}
+
+/// The workspace's tests on this host. `--show-output`: the skip lines
+/// of passing tests are printed, and counted.
+fn native_tests(tally: &mut Tally) {
+    match run_echo(cargo().args(["test", "--workspace", "--", "--show-output"])) {
+        Ok((ok, out)) => tally.tests("native", ok, &out, ""),
+        Err(e) => tally.fail("native tests", &e),
+    }
+}
+
+/// The static binary and the Debian package (cargo xtask dist/deb --check).
+fn package_checks(kernel_args: &[String], tally: &mut Tally) {
+    let (lines, passed, failed, skipped) = crate::deb::test_step(kernel_args);
+    for l in lines.iter().filter(|l| l.contains("FAILED")) {
+        tally.failures.push(l.clone());
+    }
+    tally.summary.extend(lines);
+    tally.total.add(Counts {
+        passed,
+        failed,
+        skipped,
+    });
+}
+
+/// The kernels to boot and what each runs: the full suite on the matrix,
+/// the smoke set on the other series, the arm64 set on `arm64-6.1` and
+/// `arm64-6.12` (the whole ARM64_MATRIX by default); `--kernel K` runs
+/// the full suite on K, or K's own set.
+fn kernel_runs(kernel_args: &[String]) -> Vec<(String, Suite)> {
+    if kernel_args.is_empty() {
+        return MATRIX
             .iter()
             .map(|s| (s.to_string(), Suite::Full))
             .chain(SMOKE_MATRIX.iter().map(|s| (s.to_string(), Suite::Smoke)))
@@ -589,52 +649,101 @@ pub(crate) fn run(kernel_args: &[String], no_lint: bool) -> Result<()> {
                     .iter()
                     .map(|s| (format!("arm64-{s}"), Suite::Arm64)),
             )
-            .collect()
-    } else {
-        kernel_args
-            .iter()
-            .map(|k| {
-                let suite = if SMOKE_MATRIX.contains(&k.as_str()) {
-                    Suite::Smoke
-                } else if k.starts_with("arm64-") {
-                    Suite::Arm64
-                } else {
-                    Suite::Full
-                };
-                (k.clone(), suite)
-            })
-            .collect()
-    };
-    let full_script = vm_script(&exes, Suite::Full);
-    let smoke_script = vm_script(&exes, Suite::Smoke);
-    let mut arm64_script = String::new();
-    if runs.iter().any(|(_, s)| *s == Suite::Arm64) {
-        let built = host::ensure_packages(&[("qemu-system-arm", "/usr/bin/qemu-system-aarch64")])
-            .and_then(|()| build_vm_tests_arm64());
-        match built {
-            Ok(exes) => arm64_script = vm_script(&exes, Suite::Arm64),
-            Err(e) => tally.fail("the arm64 set (QEMU and the aarch64 build)", &e),
+            .collect();
+    }
+    kernel_args
+        .iter()
+        .map(|k| {
+            let suite = if SMOKE_MATRIX.contains(&k.as_str()) {
+                Suite::Smoke
+            } else if k.starts_with("arm64-") {
+                Suite::Arm64
+            } else {
+                Suite::Full
+            };
+            (k.clone(), suite)
+        })
+        .collect()
+}
+
+/// The guest's script of each suite; the arm64 one is empty when its
+/// QEMU or build could not be had (one failure, said here).
+struct Scripts {
+    full: String,
+    smoke: String,
+    arm64: String,
+}
+
+impl Scripts {
+    fn new(exes: &[PathBuf], runs: &[(String, Suite)], tally: &mut Tally) -> Scripts {
+        let mut arm64 = String::new();
+        if runs.iter().any(|(_, s)| *s == Suite::Arm64) {
+            let built =
+                host::ensure_packages(&[("qemu-system-arm", "/usr/bin/qemu-system-aarch64")])
+                    .and_then(|()| build_vm_tests_arm64());
+            match built {
+                Ok(exes) => arm64 = vm_script(&exes, Suite::Arm64),
+                Err(e) => tally.fail("the arm64 set (QEMU and the aarch64 build)", &e),
+            }
+        }
+        Scripts {
+            full: vm_script(exes, Suite::Full),
+            smoke: vm_script(exes, Suite::Smoke),
+            arm64,
         }
     }
-    // Every kernel first (downloads print their own progress), then the
-    // VMs: side by side when the host has a core for each, as each runs
-    // its vCPUs on one host thread (single-threaded TCG). A kernel that
-    // cannot be had is one failure; the others still run.
+
+    fn of(&self, suite: Suite) -> &str {
+        match suite {
+            Suite::Full => &self.full,
+            Suite::Smoke => &self.smoke,
+            Suite::Arm64 => &self.arm64,
+        }
+    }
+}
+
+/// One kernel to boot: its name, the kernel, and its suite.
+type KernelRun = (String, kernels::Kernel, Suite);
+
+/// Every kernel first (downloads print their own progress). A kernel
+/// that cannot be had is one failure; the others still run.
+fn resolve_kernels(
+    runs: &[(String, Suite)],
+    scripts: &Scripts,
+    tally: &mut Tally,
+) -> Vec<KernelRun> {
     let mut resolved = Vec::new();
-    for (k, suite) in &runs {
-        if *suite == Suite::Arm64 && arm64_script.is_empty() {
-            continue; // said above
+    for (k, suite) in runs {
+        if scripts.of(*suite).is_empty() {
+            continue; // said when the scripts were made
         }
         let cache = vm_cache().join("kernels");
-        let kernel = match k.strip_prefix("arm64-") {
-            Some(series) if *suite == Suite::Arm64 => kernels::resolve_arm64(series, &cache),
-            _ => kernels::resolve(k, &cache),
+        // Only the full suite reads the -dbg package (vmlinux, System.map,
+        // modules' debug files: tests/vmlinux.rs, source_lines.rs,
+        // module_source.rs and the README's examples); the smoke set
+        // boots without its gigabyte.
+        let kernel = match (k.strip_prefix("arm64-"), suite) {
+            (Some(series), Suite::Arm64) => kernels::resolve_arm64(series, &cache),
+            (_, Suite::Full) => kernels::resolve(k, &cache),
+            _ => kernels::resolve_image_only(k, &cache),
         };
         match kernel {
             Ok(kernel) => resolved.push((k.clone(), kernel, *suite)),
             Err(e) => tally.fail(&format!("kernel {k}"), &e),
         }
     }
+    resolved
+}
+
+/// A VM's outcome and its seconds; `None` when its thread panicked.
+type VmResult = Option<Result<(vm::VmOutcome, f64)>>;
+
+/// The VMs: side by side when the host has a core for each, as each runs
+/// its vCPUs on one host thread (single-threaded TCG). A queue: each of
+/// the threads takes the next kernel as soon as its VM is done, so a
+/// short smoke run fills the gap a long one leaves. The outcomes are in
+/// `resolved`'s order.
+fn run_vms(resolved: &[KernelRun], scripts: &Scripts) -> Vec<VmResult> {
     let jobs = vm_jobs(resolved.len());
     let tagged = jobs > 1;
     if tagged {
@@ -643,67 +752,24 @@ pub(crate) fn run(kernel_args: &[String], no_lint: bool) -> Result<()> {
             resolved.len()
         );
     }
-    // A queue: each of `jobs` threads takes the next kernel as soon as its
-    // VM is done, so a short smoke run fills the gap a long one leaves.
     let next = std::sync::atomic::AtomicUsize::new(0);
-    let outcomes: Vec<Option<Result<(vm::VmOutcome, f64)>>> = std::thread::scope(|scope| {
+    std::thread::scope(|scope| {
         let handles: Vec<_> = (0..jobs)
             .map(|_| {
-                let (next, resolved) = (&next, &resolved);
-                let (full_script, smoke_script) = (&full_script, &smoke_script);
-                let arm64_script = &arm64_script;
+                let next = &next;
                 scope.spawn(move || {
                     let mut done = Vec::new();
                     loop {
                         let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                        let Some((k, kernel, suite)) = resolved.get(i) else {
+                        let Some(run) = resolved.get(i) else {
                             return done;
                         };
-                        let script = match suite {
-                            Suite::Full => full_script,
-                            Suite::Smoke => smoke_script,
-                            Suite::Arm64 => arm64_script,
-                        };
-                        println!("xtask: running the {} on kernel {k}", suite.describe());
-                        let t0 = Instant::now();
-                        let outcome = vm::run(&VmRun {
-                            kernel,
-                            command: &["sh".to_string(), "-c".to_string(), script.clone()],
-                            cwd: workspace_root(),
-                            env: {
-                                let mut env = passthrough_env();
-                                if let Some(d) = &kernel.debug_boot {
-                                    env.push((
-                                        "KPROBE_PERF_DEBUG_BOOT".to_string(),
-                                        d.display().to_string(),
-                                    ));
-                                }
-                                if matches!(*suite, Suite::Smoke | Suite::Arm64) {
-                                    env.push((
-                                        "KPROBE_PERF_FUNCTIONS".to_string(),
-                                        SMOKE_AGREEMENT_FUNCTIONS.to_string(),
-                                    ));
-                                }
-                                env
-                            },
-                            // A hang, not a slow run: the slowest kernel
-                            // takes ~10-14 min, alone or side by side.
-                            timeout: Duration::from_secs(1800),
-                            echo: vm::Echo::Digest,
-                            label: tagged.then(|| k.clone()),
-                            work_dir: vm_cache(),
-                        })
-                        .map(|o| (o, t0.elapsed().as_secs_f64()));
-                        if let Ok((_, secs)) = &outcome {
-                            println!("xtask: kernel {k} finished in {secs:.0} s");
-                        }
-                        done.push((i, outcome));
+                        done.push((i, run_vm(run, scripts.of(run.2), tagged)));
                     }
                 })
             })
             .collect();
-        let mut all: Vec<Option<Result<(vm::VmOutcome, f64)>>> =
-            (0..resolved.len()).map(|_| None).collect();
+        let mut all: Vec<VmResult> = (0..resolved.len()).map(|_| None).collect();
         for h in handles {
             match h.join() {
                 Ok(done) => {
@@ -715,42 +781,85 @@ pub(crate) fn run(kernel_args: &[String], no_lint: bool) -> Result<()> {
             }
         }
         all
-    });
-    for ((k, kernel, suite), outcome) in resolved.iter().zip(outcomes) {
-        let name = format!("kernel {k}");
-        let (outcome, secs) =
-            match outcome.unwrap_or_else(|| Err(anyhow::anyhow!("a VM thread panicked"))) {
-                Ok(o) => o,
-                Err(e) => {
-                    tally.fail(&name, &e);
-                    continue;
-                }
-            };
-        if !outcome.problems.is_empty() {
-            eprintln!("xtask: kernel {k}:");
-            for p in &outcome.problems {
-                tally.failures.push(format!("{name}: {p}"));
-            }
-        }
-        report_problems(&outcome);
-        let image = kernel
-            .image
-            .file_name()
-            .map(|n| n.to_string_lossy().into_owned())
-            .unwrap_or_default();
-        let extra = format!(
-            " ({image}, {}), boot {:.1} s, {secs:.0} s in all{}",
-            suite.describe(),
-            outcome.boot_secs.unwrap_or(f64::NAN),
-            if outcome.problems.is_empty() {
-                String::new()
-            } else {
-                format!(", problems: {}", outcome.problems.join("; "))
-            }
-        );
-        tally.tests(&name, outcome.success(), &outcome.output, &extra);
+    })
+}
+
+/// Boots one kernel and runs its suite's script.
+fn run_vm(
+    (k, kernel, suite): &KernelRun,
+    script: &str,
+    tagged: bool,
+) -> Result<(vm::VmOutcome, f64)> {
+    println!("xtask: running the {} on kernel {k}", suite.describe());
+    let t0 = Instant::now();
+    let mut env = passthrough_env();
+    if let Some(d) = &kernel.debug_boot {
+        env.push((
+            "KPROBE_PERF_DEBUG_BOOT".to_string(),
+            d.display().to_string(),
+        ));
     }
-    tally.finish(started)
+    if matches!(*suite, Suite::Smoke | Suite::Arm64) {
+        env.push((
+            "KPROBE_PERF_FUNCTIONS".to_string(),
+            SMOKE_AGREEMENT_FUNCTIONS.to_string(),
+        ));
+    }
+    let outcome = vm::run(&VmRun {
+        kernel,
+        command: &["sh".to_string(), "-c".to_string(), script.to_string()],
+        cwd: workspace_root(),
+        env,
+        // A hang is silence: the slowest test prints nothing for up to
+        // ~5 min on a slow machine; a guest that keeps printing results
+        // runs on, up to CI's own limit.
+        timeout: Duration::from_secs(5400),
+        silence: Duration::from_secs(900),
+        echo: vm::Echo::Digest,
+        label: tagged.then(|| k.clone()),
+        work_dir: vm_cache(),
+    })?;
+    let secs = t0.elapsed().as_secs_f64();
+    println!("xtask: kernel {k} finished in {secs:.0} s");
+    Ok((outcome, secs))
+}
+
+/// One kernel's outcome into the tally: its problems, its slowest tests,
+/// and its libtest counts.
+fn report_vm((k, kernel, suite): &KernelRun, outcome: VmResult, tally: &mut Tally) {
+    let name = format!("kernel {k}");
+    let (outcome, secs) =
+        match outcome.unwrap_or_else(|| Err(anyhow::anyhow!("a VM thread panicked"))) {
+            Ok(o) => o,
+            Err(e) => return tally.fail(&name, &e),
+        };
+    if !outcome.problems.is_empty() {
+        eprintln!("xtask: kernel {k}:");
+        for p in &outcome.problems {
+            tally.failures.push(format!("{name}: {p}"));
+        }
+    }
+    report_problems(&outcome);
+    println!(
+        "xtask: kernel {k}: slowest tests: {}",
+        outcome.slowest(8).join(", ")
+    );
+    let image = kernel
+        .image
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    let extra = format!(
+        " ({image}, {}), boot {:.1} s, {secs:.0} s in all{}",
+        suite.describe(),
+        outcome.boot_secs.unwrap_or(f64::NAN),
+        if outcome.problems.is_empty() {
+            String::new()
+        } else {
+            format!(", problems: {}", outcome.problems.join("; "))
+        }
+    );
+    tally.tests(&name, outcome.success(), &outcome.output, &extra);
 }
 
 /// The kernel `cargo xtask demo` boots by default.
@@ -774,7 +883,7 @@ pub(crate) fn demo(kernel: &str) -> Result<()> {
         bail!("building kprobe-perf failed");
     }
     let bin = workspace_root().join("target/release/kprobe-perf");
-    let kernel = kernels::resolve(kernel, &vm_cache().join("kernels"))?;
+    let kernel = kernels::resolve_image_only(kernel, &vm_cache().join("kernels"))?;
     let command: Vec<String> = [
         bin.to_string_lossy().as_ref(),
         "record",
@@ -809,6 +918,7 @@ pub(crate) fn demo(kernel: &str) -> Result<()> {
         cwd: workspace_root(),
         env: passthrough_env(),
         timeout: Duration::from_secs(300),
+        silence: Duration::from_secs(300),
         echo: vm::Echo::All,
         label: None,
         work_dir: vm_cache(),
@@ -872,6 +982,7 @@ mod tests {
             boot_secs: Some(3.0),
             problems: Vec::new(),
             console_tail: Vec::new(),
+            test_secs: Vec::new(),
         }
     }
 

@@ -25,6 +25,10 @@ pub(crate) struct VmRun<'a> {
     pub cwd: PathBuf,
     pub env: Vec<(String, String)>,
     pub timeout: Duration,
+    /// The longest the guest may print nothing before it is taken for
+    /// hung: a slow guest that keeps printing results is alive, however
+    /// long it runs (within `timeout`).
+    pub silence: Duration,
     /// What of the command's output to print as it arrives.
     pub echo: Echo,
     /// With `echo`, put `[label] ` before each line (VMs run side by side).
@@ -55,6 +59,21 @@ pub struct VmOutcome {
     pub problems: Vec<String>,
     /// The last console lines, for diagnosing a failure.
     pub console_tail: Vec<String>,
+    /// Each libtest test's name and seconds, from when its verdict line
+    /// arrived after the line before it (the VM runs tests serially).
+    pub test_secs: Vec<(String, f64)>,
+}
+
+impl VmOutcome {
+    /// The `n` slowest tests, slowest first, as `NAME SECS s`.
+    pub fn slowest(&self, n: usize) -> Vec<String> {
+        let mut all: Vec<&(String, f64)> = self.test_secs.iter().collect();
+        all.sort_by(|a, b| b.1.total_cmp(&a.1));
+        all.iter()
+            .take(n)
+            .map(|(name, secs)| format!("{name} {secs:.0} s"))
+            .collect()
+    }
 }
 
 impl VmOutcome {
@@ -397,91 +416,31 @@ fn boot(opts: &VmRun, initramfs: &Path) -> Result<VmOutcome> {
         .stderr(Stdio::piped())
         .spawn()
         .with_context(|| format!("starting {qemu}"))?;
-    let stdout = child.stdout.take().context("qemu stdout")?;
-    let stderr = child.stderr.take().context("qemu stderr")?;
-    let (tx, rx) = mpsc::channel::<String>();
-    let tx2 = tx.clone();
-    std::thread::spawn(move || {
-        for line in BufReader::new(stdout).split(b'\n').map_while(|l| l.ok()) {
-            let text = String::from_utf8_lossy(&line)
-                .trim_end_matches('\r')
-                .to_string();
-            if tx.send(text).is_err() {
-                break;
-            }
-        }
-    });
-    std::thread::spawn(move || {
-        for line in BufReader::new(stderr).lines().map_while(|l| l.ok()) {
-            if tx2.send(format!("qemu: {line}")).is_err() {
-                break;
-            }
-        }
-    });
-
+    let rx = console_of(&mut child)?;
+    let mut console = Console::new(opts, start);
     let deadline = start + opts.timeout;
-    let mut outcome = VmOutcome {
-        status: None,
-        output: String::new(),
-        boot_secs: None,
-        problems: Vec::new(),
-        console_tail: Vec::new(),
-    };
-    let mut in_command = false;
-    let stdout = std::io::stdout();
-    let mut digest = crate::testlog::Digest::default();
+    let mut last_heard = Instant::now();
     loop {
         let now = Instant::now();
-        if now >= deadline {
-            outcome.problems.push(format!(
-                "timeout: the guest did not finish within {} s",
-                opts.timeout.as_secs()
-            ));
+        if let Some(problem) = console.guard(now, deadline, last_heard) {
+            console.outcome.problems.push(problem);
             break;
         }
-        let line = match rx.recv_timeout(deadline - now) {
-            Ok(l) => l,
-            Err(mpsc::RecvTimeoutError::Timeout) => continue,
-            Err(mpsc::RecvTimeoutError::Disconnected) => break,
-        };
-        outcome.console_tail.push(line.clone());
-        if outcome.console_tail.len() > 40 {
-            outcome.console_tail.remove(0);
-        }
-        if line.contains("Kernel panic") {
-            outcome.problems.push(line.clone());
-        }
-        if let Some(rest) = line.strip_prefix(READY) {
-            outcome.boot_secs = Some(start.elapsed().as_secs_f64());
-            let _ = rest;
-            in_command = true;
-            continue;
-        }
-        if let Some(rest) = line.strip_prefix(DMESG) {
-            outcome.problems.push(format!("kernel log:{rest}"));
-            continue;
-        }
-        if let Some(rest) = line.strip_prefix(EXIT) {
-            outcome.status = rest.trim().parse().ok();
-            in_command = false;
-            continue;
-        }
-        if in_command {
-            outcome.output.push_str(&line);
-            outcome.output.push('\n');
-            let shown = match opts.echo {
-                Echo::All => true,
-                Echo::Digest => digest.show(&line),
-            };
-            if shown {
-                let mut out = stdout.lock();
-                let _ = match &opts.label {
-                    Some(label) => writeln!(out, "[{label}] {line}"),
-                    None => writeln!(out, "{line}"),
-                };
+        let wait = (deadline - now).min(opts.silence.saturating_sub(now - last_heard));
+        match rx.recv_timeout(wait) {
+            Ok(ConsoleOutput::Out(bytes)) => {
+                last_heard = Instant::now();
+                console.take_bytes(&bytes);
             }
+            Ok(ConsoleOutput::Err(line)) => {
+                last_heard = Instant::now();
+                console.take_line(format!("qemu: {line}"));
+            }
+            Err(mpsc::RecvTimeoutError::Timeout) => {}
+            Err(mpsc::RecvTimeoutError::Disconnected) => break,
         }
     }
+    let mut outcome = console.outcome;
     let _ = child.kill();
     let _ = child.wait();
     if outcome.status.is_none() && outcome.problems.is_empty() {
@@ -490,6 +449,169 @@ fn boot(opts: &VmRun, initramfs: &Path) -> Result<VmOutcome> {
             .push("the guest stopped without reporting the command's exit status".into());
     }
     Ok(outcome)
+}
+
+/// What QEMU writes: the guest's console in raw pieces (a line may still
+/// be incomplete, such as libtest's `test NAME ... ` while NAME runs),
+/// and QEMU's own stderr by lines.
+enum ConsoleOutput {
+    Out(Vec<u8>),
+    Err(String),
+}
+
+/// One thread per QEMU stream, both sending to the returned channel.
+fn console_of(child: &mut std::process::Child) -> Result<mpsc::Receiver<ConsoleOutput>> {
+    let mut stdout = child.stdout.take().context("qemu stdout")?;
+    let stderr = child.stderr.take().context("qemu stderr")?;
+    let (tx, rx) = mpsc::channel();
+    let tx2 = tx.clone();
+    std::thread::spawn(move || {
+        let mut buf = vec![0u8; 8192];
+        while let Ok(n @ 1..) = std::io::Read::read(&mut stdout, &mut buf) {
+            if tx.send(ConsoleOutput::Out(buf[..n].to_vec())).is_err() {
+                break;
+            }
+        }
+    });
+    std::thread::spawn(move || {
+        for line in BufReader::new(stderr).lines().map_while(|l| l.ok()) {
+            if tx2.send(ConsoleOutput::Err(line)).is_err() {
+                break;
+            }
+        }
+    });
+    Ok(rx)
+}
+
+/// The guest's console as it is read: lines assembled from the pieces,
+/// the outcome they make, and what is echoed.
+struct Console<'a> {
+    opts: &'a VmRun<'a>,
+    start: Instant,
+    outcome: VmOutcome,
+    in_command: bool,
+    digest: crate::testlog::Digest,
+    /// The console's last, still incomplete line.
+    partial: Vec<u8>,
+    /// When the last whole line arrived.
+    last_line_at: Instant,
+}
+
+impl<'a> Console<'a> {
+    fn new(opts: &'a VmRun<'a>, start: Instant) -> Console<'a> {
+        Console {
+            opts,
+            start,
+            outcome: VmOutcome {
+                status: None,
+                output: String::new(),
+                boot_secs: None,
+                problems: Vec::new(),
+                console_tail: Vec::new(),
+                test_secs: Vec::new(),
+            },
+            in_command: false,
+            last_line_at: start,
+            digest: crate::testlog::Digest::default(),
+            partial: Vec::new(),
+        }
+    }
+
+    /// The guard's verdict: a guest silent for `silence` is hung (named
+    /// by the test it was running, when libtest had named it), and one
+    /// past `deadline` is cut, however lively.
+    fn guard(&self, now: Instant, deadline: Instant, last_heard: Instant) -> Option<String> {
+        let running = running_test(&String::from_utf8_lossy(&self.partial))
+            .map(|t| format!("; the test running was {t}"))
+            .unwrap_or_default();
+        if now >= deadline {
+            return Some(format!(
+                "timeout: the guest did not finish within {} s{running}",
+                self.opts.timeout.as_secs()
+            ));
+        }
+        (now - last_heard >= self.opts.silence).then(|| {
+            format!(
+                "hang: the guest printed nothing for {} s ({:.0} s after it started){running}",
+                self.opts.silence.as_secs(),
+                (now - self.start).as_secs_f64()
+            )
+        })
+    }
+
+    /// Adds a piece of the console and handles each line it completes.
+    fn take_bytes(&mut self, bytes: &[u8]) {
+        self.partial.extend_from_slice(bytes);
+        while let Some(end) = self.partial.iter().position(|&b| b == b'\n') {
+            let line: Vec<u8> = self.partial.drain(..=end).collect();
+            let text = String::from_utf8_lossy(&line[..end]);
+            let text = text.trim_end_matches('\r').to_string();
+            self.take_line(text);
+        }
+    }
+
+    /// One whole console line: the markers, kernel problems, and the
+    /// command's output.
+    fn take_line(&mut self, line: String) {
+        self.take_whole_line(line);
+        self.last_line_at = Instant::now();
+    }
+
+    fn take_whole_line(&mut self, line: String) {
+        let outcome = &mut self.outcome;
+        outcome.console_tail.push(line.clone());
+        if outcome.console_tail.len() > 40 {
+            outcome.console_tail.remove(0);
+        }
+        if line.contains("Kernel panic") {
+            outcome.problems.push(line.clone());
+        }
+        if line.starts_with(READY) {
+            outcome.boot_secs = Some(self.start.elapsed().as_secs_f64());
+            self.in_command = true;
+        } else if let Some(rest) = line.strip_prefix(DMESG) {
+            outcome.problems.push(format!("kernel log:{rest}"));
+        } else if let Some(rest) = line.strip_prefix(EXIT) {
+            outcome.status = rest.trim().parse().ok();
+            self.in_command = false;
+        } else if self.in_command {
+            if let Some(name) = finished_test(&line) {
+                let secs = self.last_line_at.elapsed().as_secs_f64();
+                outcome.test_secs.push((name.to_string(), secs));
+            }
+            outcome.output.push_str(&line);
+            outcome.output.push('\n');
+            self.echo(&line);
+        }
+    }
+
+    fn echo(&mut self, line: &str) {
+        let shown = match self.opts.echo {
+            Echo::All => true,
+            Echo::Digest => self.digest.show(line),
+        };
+        if shown {
+            let mut out = std::io::stdout().lock();
+            let _ = match &self.opts.label {
+                Some(label) => writeln!(out, "[{label}] {line}"),
+                None => writeln!(out, "{line}"),
+            };
+        }
+    }
+}
+
+/// The test libtest is running, from its incomplete `test NAME ... `
+/// line (a serial run prints the name before the test, the verdict after).
+fn running_test(partial: &str) -> Option<&str> {
+    let rest = partial.trim_start().strip_prefix("test ")?;
+    let name = rest.strip_suffix(" ... ")?;
+    (!name.is_empty() && !name.contains(' ')).then_some(name)
+}
+
+/// The test a libtest verdict line names (`test NAME ... ok`).
+fn finished_test(line: &str) -> Option<&str> {
+    let (name, verdict) = line.strip_prefix("test ")?.split_once(" ... ")?;
+    matches!(verdict.trim(), "ok" | "FAILED" | "ignored").then_some(name)
 }
 
 /// A minimal writer of the "newc" cpio format the kernel unpacks.
@@ -587,6 +709,20 @@ mod tests {
             let e = vm_smp(Some(bad)).unwrap_err().to_string();
             assert!(e.contains("KPROBE_PERF_VM_SMP"), "{bad}: {e}");
         }
+    }
+
+    #[test]
+    fn the_running_test_is_named_from_libtests_incomplete_line() {
+        assert_eq!(
+            running_test("test preflight_agrees_with_the_kernel ... "),
+            Some("preflight_agrees_with_the_kernel")
+        );
+        assert_eq!(running_test("test a ... ok"), None);
+        assert_eq!(running_test("running 3 tests"), None);
+        assert_eq!(running_test(""), None);
+        assert_eq!(finished_test("test a::b ... ok"), Some("a::b"));
+        assert_eq!(finished_test("test a ... FAILED"), Some("a"));
+        assert_eq!(finished_test("test result: ok. 3 passed"), None);
     }
 
     #[test]

@@ -264,6 +264,13 @@ impl RefuseReason {
     /// Writes the part of the sentence after `SYM+OFF`.
     fn write_predicate(&self, offset: u64, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
+            RefuseReason::Misaligned
+            | RefuseReason::Arm64Instruction { .. }
+            | RefuseReason::AtomicSequence { .. }
+            | RefuseReason::FtraceCallSite { .. } => self.write_arm64_predicate(f),
+            RefuseReason::UprobeInstruction { .. } | RefuseReason::UprobeUndecodable { .. } => {
+                self.write_uprobe_predicate(offset, f)
+            }
             RefuseReason::InsideFtraceSite { site } => {
                 let what = if site.bytes().first() == Some(&0xe8) {
                     "call"
@@ -335,6 +342,12 @@ impl RefuseReason {
             RefuseReason::NotFunctionEntry { endbr: true } => f.write_str(
                 "is not the function entry; a return probe goes at +0 (moved past ENDBR64 to +4)",
             ),
+        }
+    }
+
+    /// The arm64 kprobe refusals' part of the sentence.
+    fn write_arm64_predicate(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
             RefuseReason::Misaligned => {
                 f.write_str("is not 4-byte aligned (arm64 instructions are 4 bytes)")
             }
@@ -356,6 +369,14 @@ impl RefuseReason {
                 "is the ftrace call site ({}), where arm64 kernels put no kprobe (they have no kprobes-on-ftrace); +0 fires at the same moment",
                 site.text()
             ),
+            // write_predicate routes only the arm64 reasons here.
+            _ => Ok(()),
+        }
+    }
+
+    /// The uprobe refusals' part of the sentence.
+    fn write_uprobe_predicate(&self, offset: u64, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
             RefuseReason::UprobeInstruction { insn, rule } => write!(
                 f,
                 "is {}, which uprobes refuse: {}",
@@ -369,6 +390,8 @@ impl RefuseReason {
                 f,
                 "cannot be checked: the bytes at +{at} do not decode as an x86-64 instruction, so no instruction boundary past them is known"
             ),
+            // write_predicate routes only the uprobe reasons here.
+            _ => Ok(()),
         }
     }
 }

@@ -277,25 +277,14 @@ fn pick_globs(n: usize, seed: u64) -> (Vec<String>, Vec<String>) {
     (globs, funcs)
 }
 
+/// The tracefs the measurements write to, and their group.
+const MEASURE_ROOT: &str = "/sys/kernel/tracing";
+const MEASURE_GROUP: &str = "kpf_measure";
+
 /// Where the time of fprobe definitions goes, kernel side (writes to
 /// `dynamic_events`) and perf side (perf_event_open of the event on each
 /// CPU, enable, close), by glob size and by number of definitions.
 fn measure_fprobe(defs: usize) {
-    use kprobe_perf_engine::testing::sys;
-    use std::io::Write;
-    let root = std::path::Path::new("/sys/kernel/tracing");
-    let group = "kpf_measure";
-    let write = |line: &str| -> Result<f64, String> {
-        let t = Instant::now();
-        let mut f = std::fs::OpenOptions::new()
-            .append(true)
-            .open(root.join("dynamic_events"))
-            .map_err(|e| e.to_string())?;
-        f.write_all(line.as_bytes())
-            .map_err(|e| format!("{line:?}: {e}"))?;
-        Ok(secs(t))
-    };
-    let cpus = std::thread::available_parallelism().map_or(1, |c| c.get());
     let (traceable, safe) = traceable_and_safe();
     let mut keep: Vec<&str> = safe.iter().map(String::as_str).collect();
     keep.sort_unstable();
@@ -313,32 +302,59 @@ fn measure_fprobe(defs: usize) {
     // Show handlers (sysfs, seq files) run only when a file is read:
     // a large glob, fragile-sounding names included, off the probe path.
     globs.push("*_show".into());
+    measure_globs(&globs);
+    measure_definitions(&keep[..keep.len().min(defs)]);
+}
+
+/// Appends `line` to `dynamic_events`; the seconds it took.
+fn write_dynamic(line: &str) -> Result<f64, String> {
+    use std::io::Write;
+    let t = Instant::now();
+    let mut f = std::fs::OpenOptions::new()
+        .append(true)
+        .open(std::path::Path::new(MEASURE_ROOT).join("dynamic_events"))
+        .map_err(|e| e.to_string())?;
+    f.write_all(line.as_bytes())
+        .map_err(|e| format!("{line:?}: {e}"))?;
+    Ok(secs(t))
+}
+
+/// Opens tracepoint `id` on each CPU and enables it: (open seconds,
+/// enable seconds, the descriptors).
+fn open_all(cpus: usize, id: u64) -> (f64, f64, Vec<std::os::fd::OwnedFd>) {
+    use kprobe_perf_engine::testing::sys;
+    let mut attr = sys::perf_event_attr {
+        type_: 2, // PERF_TYPE_TRACEPOINT
+        config: id,
+        ..Default::default()
+    };
+    attr.__bindgen_anon_1.sample_period = 1;
+    attr.sample_type = 1 << 10; // PERF_SAMPLE_RAW
+    attr.set_disabled(1);
+    let t = Instant::now();
+    let fds: Vec<_> = (0..cpus)
+        .filter_map(|c| sys::perf_event_open(&attr, None, -1, c as i32, 0).ok())
+        .collect();
+    let open = secs(t);
+    let t = Instant::now();
+    for fd in &fds {
+        let _ = sys::enable(fd);
+    }
+    (open, secs(t), fds)
+}
+
+/// Per glob: define, open on every CPU, enable, close, remove; a table
+/// row each.
+fn measure_globs(globs: &[String]) {
+    let root = std::path::Path::new(MEASURE_ROOT);
+    let group = MEASURE_GROUP;
+    let cpus = std::thread::available_parallelism().map_or(1, |c| c.get());
     println!("measure: {cpus} CPUs; per glob: define (write to dynamic_events), perf_event_open on each CPU, enable, close, remove");
     println!("| glob | functions armed | define | open (all CPUs) | enable | close | remove |");
     println!("|---|---:|---:|---:|---:|---:|---:|");
-    let open_all = |id: u64| -> (f64, f64, Vec<std::os::fd::OwnedFd>) {
-        let mut attr = sys::perf_event_attr {
-            type_: 2, // PERF_TYPE_TRACEPOINT
-            config: id,
-            ..Default::default()
-        };
-        attr.__bindgen_anon_1.sample_period = 1;
-        attr.sample_type = 1 << 10; // PERF_SAMPLE_RAW
-        attr.set_disabled(1);
-        let t = Instant::now();
-        let fds: Vec<_> = (0..cpus)
-            .filter_map(|c| sys::perf_event_open(&attr, None, -1, c as i32, 0).ok())
-            .collect();
-        let open = secs(t);
-        let t = Instant::now();
-        for fd in &fds {
-            let _ = sys::enable(fd);
-        }
-        (open, secs(t), fds)
-    };
     for (i, g) in globs.iter().enumerate() {
         let ev = format!("g{i}");
-        let define = match write(&format!("f:{group}/{ev} {g}\n")) {
+        let define = match write_dynamic(&format!("f:{group}/{ev} {g}\n")) {
             Ok(t) => t,
             Err(e) => {
                 println!("| {g} | refused: {e} | | | | | |");
@@ -351,12 +367,12 @@ fn measure_fprobe(defs: usize) {
             .ok()
             .and_then(|t| t.trim().parse().ok())
             .unwrap_or(0);
-        let (open, enable, fds) = open_all(id);
+        let (open, enable, fds) = open_all(cpus, id);
         let opened = fds.len();
         let t = Instant::now();
         drop(fds);
         let close = secs(t);
-        let remove = write(&format!("-:{group}/{ev}\n")).unwrap_or(f64::NAN);
+        let remove = write_dynamic(&format!("-:{group}/{ev}\n")).unwrap_or(f64::NAN);
         println!(
             "| `{g}` | {armed} | {:.0} ms | {:.0} ms ({opened} fds) | {:.1} ms | {:.1} ms | {:.0} ms |",
             define * 1e3,
@@ -366,15 +382,19 @@ fn measure_fprobe(defs: usize) {
             remove * 1e3
         );
     }
-    // Many definitions of one function each.
-    let singles: Vec<&str> = keep.iter().copied().take(defs).collect();
+}
+
+/// Many definitions of one function each: one write each, then all in
+/// one write, and the group's removal in one write.
+fn measure_definitions(singles: &[&str]) {
+    let group = MEASURE_GROUP;
     let mut define_each = Vec::new();
     for (i, f) in singles.iter().enumerate() {
-        define_each.push(write(&format!("f:{group}/s{i} {f}\n")).unwrap_or(f64::NAN));
+        define_each.push(write_dynamic(&format!("f:{group}/s{i} {f}\n")).unwrap_or(f64::NAN));
     }
     let mut remove_each = Vec::new();
     for i in 0..singles.len() {
-        remove_each.push(write(&format!("-:{group}/s{i}\n")).unwrap_or(f64::NAN));
+        remove_each.push(write_dynamic(&format!("-:{group}/s{i}\n")).unwrap_or(f64::NAN));
     }
     let ms = |v: &[f64]| {
         v.iter()
@@ -396,8 +416,8 @@ fn measure_fprobe(defs: usize) {
         .enumerate()
         .map(|(i, f)| format!("f:{group}/b{i} {f}\n"))
         .collect();
-    let define_batch = write(&batch).unwrap_or(f64::NAN);
-    let remove_group = write(&format!("-:{group}/\n")).unwrap_or(f64::NAN);
+    let define_batch = write_dynamic(&batch).unwrap_or(f64::NAN);
+    let remove_group = write_dynamic(&format!("-:{group}/\n")).unwrap_or(f64::NAN);
     println!(
         "{} definitions in one write: define {define_batch:.2} s; removal of the whole group in one write ('-:{group}/'): {remove_group:.2} s",
         singles.len()

@@ -26,6 +26,33 @@ use crate::attach::sys;
 /// and the session's number in that process).
 pub(crate) const GROUP_PREFIX: &str = "kprobe_perf_";
 
+/// Where tracefs is mounted when it is mounted here, as perf mounts it.
+pub const TRACING_MOUNT: &str = "/sys/kernel/tracing";
+
+/// Set once this process has mounted tracefs.
+static MOUNTED_HERE: OnceLock<PathBuf> = OnceLock::new();
+
+/// Where this process mounted tracefs, if it did
+/// ([`Tracefs::find_or_mount`]); the mount is left in place, as perf
+/// leaves it.
+pub fn mounted_here() -> Option<&'static Path> {
+    MOUNTED_HERE.get().map(PathBuf::as_path)
+}
+
+/// What [`Tracefs::find_or_mount`] would do on this machine now.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum MountPlan {
+    /// tracefs is mounted at [`TRACING_MOUNT`], or elsewhere and this
+    /// process may not mount: nothing to do.
+    Mounted,
+    /// tracefs is absent, and this process may mount it at
+    /// [`TRACING_MOUNT`]: it will when a probe needs it.
+    WouldMount,
+    /// tracefs is absent, and this process may not mount it (no
+    /// CAP_SYS_ADMIN, or no mount point).
+    CannotMount,
+}
+
 /// Errors of the tracefs path.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
@@ -33,6 +60,13 @@ pub enum TracefsError {
     /// tracefs is mounted nowhere.
     #[error("tracefs is not mounted (neither /sys/kernel/tracing nor /sys/kernel/debug/tracing has its files), and probes defined through kprobe_events or uprobe_events (maxactive rN:, arguments read from memory, uprobes of a recorded command) need it: mount it with: mount -t tracefs nodev /sys/kernel/tracing")]
     NotMounted,
+    /// tracefs is mounted nowhere, and mounting it failed for a reason
+    /// other than a lack of privilege.
+    #[error("tracefs is not mounted, and mounting it at {TRACING_MOUNT} failed ({source}); probes defined through kprobe_events or uprobe_events need it: check that this kernel has CONFIG_TRACING and that {TRACING_MOUNT} exists, then mount it with: mount -t tracefs nodev {TRACING_MOUNT}")]
+    MountFailed {
+        /// The OS error of mount(2).
+        source: io::Error,
+    },
     /// tracefs is there but this process may not read it.
     #[error("{root} cannot be read by this process (tracefs is root-only by default): run as root, or remount it with -o gid=GROUP and give that group access", root = .root.display())]
     NotReadable {
@@ -236,6 +270,50 @@ impl Tracefs {
             }
         }
         Err(unreadable.unwrap_or(TracefsError::NotMounted))
+    }
+
+    /// Finds tracefs at [`TRACING_MOUNT`], and mounts it there when it is
+    /// not, as perf's tracing-path code does (rather than go through
+    /// debugfs's automount), for a probe that needs it. Where this
+    /// process may not mount (EPERM, EACCES), any other mount
+    /// [`Tracefs::find`] sees serves, else the error is
+    /// [`TracefsError::NotMounted`], which says how to mount it.
+    pub fn find_or_mount() -> Result<Tracefs, TracefsError> {
+        let root = PathBuf::from(TRACING_MOUNT);
+        if root.join("events").is_dir() {
+            return Ok(Tracefs { root });
+        }
+        match sys::mount_tracefs(c"/sys/kernel/tracing") {
+            Ok(()) => {
+                let _ = MOUNTED_HERE.set(root);
+                Tracefs::find()
+            }
+            Err(e) => Tracefs::find().map_err(|not_found| match not_found {
+                TracefsError::NotMounted
+                    if !matches!(e.raw_os_error(), Some(libc::EPERM | libc::EACCES)) =>
+                {
+                    TracefsError::MountFailed { source: e }
+                }
+                other => other,
+            }),
+        }
+    }
+
+    /// What [`Tracefs::find_or_mount`] would do now, without doing it.
+    pub fn mount_plan() -> MountPlan {
+        const CAP_SYS_ADMIN: u32 = 21;
+        if Path::new(TRACING_MOUNT).join("events").is_dir() {
+            return MountPlan::Mounted;
+        }
+        let may_mount =
+            sys::effective_capabilities().is_ok_and(|caps| caps & (1 << CAP_SYS_ADMIN) != 0);
+        if may_mount && Path::new(TRACING_MOUNT).is_dir() {
+            MountPlan::WouldMount
+        } else if Tracefs::find().is_ok() {
+            MountPlan::Mounted
+        } else {
+            MountPlan::CannotMount
+        }
     }
 
     /// Fails with the cause when this kernel cannot define `kind` probes.

@@ -911,8 +911,8 @@ mod tests {
         assert_eq!(r.args[0].ty, ArgType::scalar(BaseType::Signed(32)));
     }
 
-    const README_6_1: &str = include_str!("../../../spec/src/fixtures/README-6.1");
-    const README_6_12: &str = include_str!("../../../spec/src/fixtures/README-6.12");
+    const README_6_1: &str = include_str!("../../tests/fixtures/README-6.1");
+    const README_6_12: &str = include_str!("../../tests/fixtures/README-6.12");
 
     #[test]
     fn forms_the_kernel_lacks_are_refused_by_name() {

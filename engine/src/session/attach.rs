@@ -166,7 +166,7 @@ pub(crate) fn define_events(
                 };
                 let guard = match tracefs_guard.as_mut() {
                     Some(guard) => guard,
-                    None => tracefs_guard.insert(TracefsProbes::new(Tracefs::find()?)),
+                    None => tracefs_guard.insert(TracefsProbes::new(Tracefs::find_or_mount()?)),
                 };
                 let group = guard.group().to_string();
                 guard.define(kind, &plan.tracefs_definition(&group), &plan.event)?;

@@ -112,7 +112,7 @@ impl EventProbeSession {
     /// [`EventProbeSession::enable`]) and limits the instance to it and
     /// its descendants. System-wide without a command.
     pub fn open(probes: &[EventProbe], command: Option<&[String]>) -> Result<Self, Error> {
-        let fs = Tracefs::find()?;
+        let fs = Tracefs::find_or_mount()?;
         require_eprobes(&fs)?;
         crate::attach::tracefs::remove_stale(&fs);
         let page_layout = PageLayout::from_fields(&instance::header_page(&fs)?)

@@ -41,25 +41,58 @@ fn main() -> anyhow::Result<()> {
     Ok(())
 }
 
-/// One round: `r` picks the names and some of the numbers.
+/// The paths of one round, all in the test's directory.
+struct Names {
+    dir: CString,
+    file: CString,
+    copy: CString,
+    sub: CString,
+    fifo: CString,
+    link: CString,
+    hard: CString,
+    moved: CString,
+    /// The symbolic link's target, relative to the directory.
+    target: CString,
+}
+
+impl Names {
+    fn of_round(dir: &str, r: u32) -> Names {
+        Names {
+            dir: c(dir),
+            file: c(&format!("{dir}/file{r}")),
+            copy: c(&format!("{dir}/copy{r}")),
+            sub: c(&format!("{dir}/sub{r}")),
+            fifo: c(&format!("{dir}/fifo{r}")),
+            link: c(&format!("{dir}/link{r}")),
+            hard: c(&format!("{dir}/hard{r}")),
+            moved: c(&format!("{dir}/moved{r}")),
+            target: c(&format!("file{r}")),
+        }
+    }
+}
+
+/// One round: `r` picks the names and some of the numbers. The calls
+/// come in a fixed order, the test's.
 fn round(dir: &str, r: u32) -> anyhow::Result<()> {
-    let file = c(&format!("{dir}/file{r}"));
-    let copy = c(&format!("{dir}/copy{r}"));
-    let sub = c(&format!("{dir}/sub{r}"));
-    let fifo = c(&format!("{dir}/fifo{r}"));
-    let link = c(&format!("{dir}/link{r}"));
-    let hard = c(&format!("{dir}/hard{r}"));
-    let moved = c(&format!("{dir}/moved{r}"));
-    let target = c(&format!("file{r}"));
+    let n = Names::of_round(dir, r);
     let data = vec![b'x'; 100 + r as usize];
     let mut buf = [0u8; 256];
-    // SAFETY: every pointer passed below is a live NUL-terminated string
-    // or a buffer at least as long as the length given with it; every
-    // fd is one this function opened.
+    write_and_duplicate(&n, &data, r)?;
+    read_and_copy(&n, &mut buf)?;
+    change_attributes(&n, r)?;
+    make_names(&n, &mut buf)?;
+    remove_all(&n)?;
+    pipe_eventfd_and_memory(&data, &mut buf, r)
+}
+
+/// A file created with mode 0640 (+ r), written, grown; its descriptor
+/// flags changed and duplicated three ways.
+fn write_and_duplicate(n: &Names, data: &[u8], r: u32) -> anyhow::Result<()> {
+    // SAFETY: the path is a live NUL-terminated string, the buffer as
+    // long as the length given with it; every fd is one opened here.
     unsafe {
-        // A file created with mode 0640 (+ r), written, grown, reopened, read.
         let fd = libc::open(
-            file.as_ptr(),
+            n.file.as_ptr(),
             libc::O_CREAT | libc::O_WRONLY | libc::O_TRUNC,
             0o640 + r,
         );
@@ -86,11 +119,19 @@ fn round(dir: &str, r: u32) -> anyhow::Result<()> {
         for f in [fd, dupfd, 20 + r as i32, 30 + r as i32] {
             libc::close(f);
         }
-        let fd = libc::open(file.as_ptr(), libc::O_RDONLY);
+    }
+    Ok(())
+}
+
+/// The file reopened and read; 50 bytes of it sent into a new file.
+fn read_and_copy(n: &Names, buf: &mut [u8; 256]) -> anyhow::Result<()> {
+    // SAFETY: the paths are live NUL-terminated strings, the buffer
+    // longer than the length read; every fd is one opened here.
+    unsafe {
+        let fd = libc::open(n.file.as_ptr(), libc::O_RDONLY);
         check(fd >= 0, "open O_RDONLY")?;
         check(libc::read(fd, buf.as_mut_ptr().cast(), 64) == 64, "read")?;
-        // sendfile of 50 bytes into a new file.
-        let out = libc::open(copy.as_ptr(), libc::O_CREAT | libc::O_WRONLY, 0o600);
+        let out = libc::open(n.copy.as_ptr(), libc::O_CREAT | libc::O_WRONLY, 0o600);
         check(out >= 0, "open the copy")?;
         check(
             libc::sendfile(out, fd, std::ptr::null_mut(), 50) == 50,
@@ -98,36 +139,74 @@ fn round(dir: &str, r: u32) -> anyhow::Result<()> {
         )?;
         libc::close(out);
         libc::close(fd);
-        // stat (newfstatat), chmod to 0600, chown to 1000 + r:2000 + r,
-        // access for writing.
+    }
+    Ok(())
+}
+
+/// stat (newfstatat), chmod to 0600, chown to 1000 + r:2000 + r, access
+/// for writing.
+fn change_attributes(n: &Names, r: u32) -> anyhow::Result<()> {
+    // SAFETY: the path is a live NUL-terminated string; `st` is a
+    // zeroed stat the call fills.
+    unsafe {
         let mut st: libc::stat = std::mem::zeroed();
-        check(libc::stat(file.as_ptr(), &mut st) == 0, "stat")?;
-        check(libc::chmod(file.as_ptr(), 0o600) == 0, "chmod")?;
-        check(libc::chown(file.as_ptr(), 1000 + r, 2000 + r) == 0, "chown")?;
-        check(libc::access(file.as_ptr(), libc::W_OK) == 0, "access")?;
-        // mkdir 0750, a FIFO 0644, a symbolic link and its reading, a hard
-        // link, a rename.
-        check(libc::mkdir(sub.as_ptr(), 0o750) == 0, "mkdir")?;
-        check(libc::mkfifo(fifo.as_ptr(), 0o644) == 0, "mkfifo")?;
+        check(libc::stat(n.file.as_ptr(), &mut st) == 0, "stat")?;
+        check(libc::chmod(n.file.as_ptr(), 0o600) == 0, "chmod")?;
         check(
-            libc::symlink(target.as_ptr(), link.as_ptr()) == 0,
+            libc::chown(n.file.as_ptr(), 1000 + r, 2000 + r) == 0,
+            "chown",
+        )?;
+        check(libc::access(n.file.as_ptr(), libc::W_OK) == 0, "access")?;
+    }
+    Ok(())
+}
+
+/// mkdir 0750, a FIFO 0644, a symbolic link and its reading, a hard
+/// link, a rename; then the directory's entries, read with getdents64.
+fn make_names(n: &Names, buf: &mut [u8; 256]) -> anyhow::Result<()> {
+    // SAFETY: the paths are live NUL-terminated strings, the buffer at
+    // least as long as the lengths given with it; the fd is opened here.
+    unsafe {
+        check(libc::mkdir(n.sub.as_ptr(), 0o750) == 0, "mkdir")?;
+        check(libc::mkfifo(n.fifo.as_ptr(), 0o644) == 0, "mkfifo")?;
+        check(
+            libc::symlink(n.target.as_ptr(), n.link.as_ptr()) == 0,
             "symlink",
         )?;
-        let n = libc::readlink(link.as_ptr(), buf.as_mut_ptr().cast(), 200);
-        check(n == target.as_bytes().len() as isize, "readlink")?;
-        check(libc::link(file.as_ptr(), hard.as_ptr()) == 0, "link")?;
-        check(libc::rename(hard.as_ptr(), moved.as_ptr()) == 0, "rename")?;
-        // The directory's entries, read with getdents64.
-        let d = libc::open(c(dir).as_ptr(), libc::O_RDONLY | libc::O_DIRECTORY);
+        let len = libc::readlink(n.link.as_ptr(), buf.as_mut_ptr().cast(), 200);
+        check(len == n.target.as_bytes().len() as isize, "readlink")?;
+        check(libc::link(n.file.as_ptr(), n.hard.as_ptr()) == 0, "link")?;
+        check(
+            libc::rename(n.hard.as_ptr(), n.moved.as_ptr()) == 0,
+            "rename",
+        )?;
+        let d = libc::open(n.dir.as_ptr(), libc::O_RDONLY | libc::O_DIRECTORY);
         check(d >= 0, "open the directory")?;
         while libc::syscall(libc::SYS_getdents64, d, buf.as_mut_ptr(), buf.len()) > 0 {}
         libc::close(d);
-        // Everything removed again.
-        for p in [&moved, &link, &fifo, &copy, &file] {
+    }
+    Ok(())
+}
+
+/// Everything the round made, removed again.
+fn remove_all(n: &Names) -> anyhow::Result<()> {
+    // SAFETY: the paths are live NUL-terminated strings.
+    unsafe {
+        for p in [&n.moved, &n.link, &n.fifo, &n.copy, &n.file] {
             check(libc::unlink(p.as_ptr()) == 0, "unlink")?;
         }
-        check(libc::rmdir(sub.as_ptr()) == 0, "rmdir")?;
-        // A pipe (O_CLOEXEC), 10 + r bytes through it.
+        check(libc::rmdir(n.sub.as_ptr()) == 0, "rmdir")?;
+    }
+    Ok(())
+}
+
+/// A pipe (O_CLOEXEC) with 10 + r bytes through it, an eventfd with
+/// count 7 + r, and 4 + r pages mapped, 2 of them advised away,
+/// unmapped.
+fn pipe_eventfd_and_memory(data: &[u8], buf: &mut [u8; 256], r: u32) -> anyhow::Result<()> {
+    // SAFETY: the buffers are at least as long as the lengths given with
+    // them; every fd and the mapping are made here.
+    unsafe {
         let mut p = [0i32; 2];
         check(libc::pipe2(p.as_mut_ptr(), libc::O_CLOEXEC) == 0, "pipe2")?;
         let n = 10 + r as usize;
@@ -141,11 +220,9 @@ fn round(dir: &str, r: u32) -> anyhow::Result<()> {
         )?;
         libc::close(p[0]);
         libc::close(p[1]);
-        // An eventfd with count 7 + r.
         let e = libc::eventfd(7 + r, libc::EFD_CLOEXEC);
         check(e >= 0, "eventfd")?;
         libc::close(e);
-        // 4 + r pages mapped, 2 of them advised away, unmapped.
         let len = (4 + r as usize) * 4096;
         let m = libc::mmap(
             std::ptr::null_mut(),

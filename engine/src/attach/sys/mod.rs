@@ -892,6 +892,27 @@ pub fn kill_process(pid: i32) {
     unsafe { libc::kill(pid, libc::SIGKILL) };
 }
 
+/// Mounts tracefs at `target` (`mount -t tracefs nodev TARGET`), as perf
+/// does when it needs the tracing files and finds them absent.
+pub fn mount_tracefs(target: &CStr) -> io::Result<()> {
+    // SAFETY: the three strings are NUL-terminated and live for the call;
+    // tracefs takes no mount data, so `data` is null.
+    let rc = unsafe {
+        libc::mount(
+            c"nodev".as_ptr(),
+            target.as_ptr(),
+            c"tracefs".as_ptr(),
+            0,
+            std::ptr::null(),
+        )
+    };
+    if rc == 0 {
+        Ok(())
+    } else {
+        Err(io::Error::last_os_error())
+    }
+}
+
 /// Effective capabilities of this process (bit mask of `CAP_*`).
 pub fn effective_capabilities() -> io::Result<u64> {
     let status = std::fs::read_to_string("/proc/self/status")?;
