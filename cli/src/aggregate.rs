@@ -39,7 +39,7 @@ pub(crate) struct AggregateArgs {
     pub lhist: Vec<String>,
     /// With --count-by, --hist or --lhist: also print (and reset) the maps
     /// every MS milliseconds.
-    #[arg(short = 'I', long = "interval", value_name = "MS", value_parser = clap::value_parser!(u64).range(1..))]
+    #[arg(short = 'I', long = "interval", value_name = "MS", value_parser = crate::validate::interval_ms, allow_negative_numbers = true)]
     pub interval: Option<u64>,
 }
 

@@ -51,15 +51,82 @@ fn man_pages(cmd: clap::Command, dir: &Path) -> Result<()> {
     let mut pending = vec![cmd];
     while let Some(c) = pending.pop() {
         pending.extend(c.get_subcommands().filter(|s| !s.is_hide_set()).cloned());
-        let page = clap_mangen::Man::new(c)
-            .source(source.clone())
-            .manual("kprobe-perf manual");
-        let path = page
-            .generate_to(dir)
-            .with_context(|| format!("writing a man page in {}", dir.display()))?;
+        let path = dir.join(man_page(c, &source, dir)?);
         println!("{}", path.display());
     }
     Ok(())
+}
+
+/// The page of `cmd` in `dir`, as clap_mangen writes one, but with the
+/// `after_help` text as sections of their own (`EXAMPLES`, `PROBE
+/// DEFINITIONS`) where clap_mangen would put it under `EXTRA`. Returns
+/// the file's name.
+fn man_page(cmd: clap::Command, source: &str, dir: &Path) -> Result<String> {
+    let extra = cmd.get_after_help().map(|t| t.to_string());
+    let version = cmd.get_version().is_some();
+    let page = clap_mangen::Man::new(cmd.clone().after_help(None::<&str>))
+        .source(source)
+        .manual("kprobe-perf manual");
+    let mut roff = Vec::new();
+    page.render_title(&mut roff)?;
+    page.render_name_section(&mut roff)?;
+    page.render_synopsis_section(&mut roff)?;
+    page.render_description_section(&mut roff)?;
+    if cmd.get_arguments().any(|a| !a.is_hide_set()) {
+        page.render_options_section(&mut roff)?;
+    }
+    if cmd.has_subcommands() {
+        page.render_subcommands_section(&mut roff)?;
+    }
+    if let Some(text) = extra {
+        roff.extend_from_slice(roff_sections(&text).as_bytes());
+    }
+    if version {
+        page.render_version_section(&mut roff)?;
+    }
+    let name = page.get_filename();
+    let path = dir.join(&name);
+    std::fs::write(&path, roff).with_context(|| format!("writing {}", path.display()))?;
+    Ok(name)
+}
+
+/// `after_help` text as man sections: each unindented line ending with
+/// `:` (`Examples:`) a section heading, the indented lines under it kept
+/// as they are (no filling).
+fn roff_sections(text: &str) -> String {
+    let mut out = String::new();
+    let mut open = false;
+    for line in text.lines() {
+        if let Some(heading) = line.strip_suffix(':').filter(|_| !line.starts_with(' ')) {
+            if open {
+                out.push_str(".fi\n");
+            }
+            out.push_str(&format!(".SH {}\n.nf\n", heading.to_uppercase()));
+            open = true;
+        } else if !line.is_empty() {
+            out.push_str(&roff_line(line.trim_start()));
+            out.push('\n');
+        }
+    }
+    if open {
+        out.push_str(".fi\n");
+    }
+    out
+}
+
+/// One line of text as roff prints it literally: backslashes escaped,
+/// hyphens as hyphen-minus (so that an example pastes into a shell),
+/// a leading `.` or `'` not taken for a request.
+fn roff_line(line: &str) -> String {
+    let mut out = String::from("\\&");
+    for c in line.chars() {
+        match c {
+            '\\' => out.push_str("\\e"),
+            '-' => out.push_str("\\-"),
+            c => out.push(c),
+        }
+    }
+    out
 }
 
 /// `kprobe-perf.bash`, `_kprobe-perf` (zsh) and `kprobe-perf.fish`.
@@ -70,4 +137,18 @@ fn completions(mut cmd: clap::Command, dir: &Path) -> Result<()> {
         println!("{}", path.display());
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn after_help_becomes_man_sections() {
+        let text = "Probe definitions:\n  'p:a\\b'   x\n\nExamples:\n  kprobe-perf record -e x\n";
+        assert_eq!(
+            roff_sections(text),
+            ".SH PROBE DEFINITIONS\n.nf\n\\&'p:a\\eb'   x\n.fi\n.SH EXAMPLES\n.nf\n\\&kprobe\\-perf record \\-e x\n.fi\n"
+        );
+    }
 }

@@ -176,6 +176,7 @@ fn attach(e: &AttachError) -> Option<String> {
             "{tid} is a thread of process {process}, not a process: record the process with -p {process}, or this thread alone with -t {tid}"
         )),
         AttachError::InheritNeedsAddress { .. } => Some(format!("{e} with -a")),
+        AttachError::NoKprobePmu { .. } => Some(format!("{e}, as `kprobe-perf info` shows")),
         AttachError::UprobePmuCannotInherit { probe } => Some(format!(
             "--backend pmu cannot follow forks with the uprobe {probe}: the kernel re-creates an inherited uprobe PMU event at each fork and re-reads its binary's path there, from an address in kprobe-perf's memory, not the forking process's; use --backend auto or tracefs (a uprobe_events probe, which every fork inherits), or record system-wide (-a) with the PMU"
         )),

@@ -24,9 +24,11 @@ use kprobe_perf_engine::{
 
 /// The arguments of `latency`.
 #[derive(clap::Args)]
+#[command(after_help = crate::examples::LATENCY)]
 pub(crate) struct LatencyArgs {
-    /// The function: a kernel function (`vfs_read`, `MOD:NAME`) or a
-    /// user-space one (`BINARY:func`, the binary's path).
+    /// The function: a user-space one (`BINARY:func`, BINARY a path,
+    /// `./prog` from here as perf's -x takes it, or a name on PATH) or a
+    /// kernel function (`vfs_read`, `MOD:NAME`).
     #[arg(value_name = "FUNC")]
     func: String,
     /// The histogram's unit: ns, us or ms (durations are rounded down).
@@ -41,7 +43,7 @@ pub(crate) struct LatencyArgs {
     #[arg(long, value_name = "KEY")]
     by: Option<String>,
     /// Print (and reset) the histograms every MS milliseconds.
-    #[arg(short = 'I', long = "interval", value_name = "MS", value_parser = clap::value_parser!(u64).range(1..))]
+    #[arg(short = 'I', long = "interval", value_name = "MS", value_parser = crate::validate::interval_ms, allow_negative_numbers = true)]
     interval: Option<u64>,
     /// Instead of histograms, print each call that took at least DURATION
     /// (250ns, 500us, 1.5ms, 2s; 0ns prints every call) with its first
@@ -75,9 +77,27 @@ pub(crate) struct LatencyArgs {
     duration: Option<f64>,
     #[command(flatten)]
     image: crate::image_args::ImageArgs,
+    #[command(flatten)]
+    verbose: crate::binaries::VerboseArg,
     /// The command to run and measure.
     #[arg(last = true, value_name = "CMD")]
     command: Vec<String>,
+}
+
+/// FUNC's binary (`./prog:walk`, `bash:readline`) and --end's made
+/// absolute, as `record -e` resolves them (see binaries.rs). With
+/// --end, FUNC is a definition of its own.
+pub(crate) fn resolve_binaries(args: &mut LatencyArgs) -> Result<()> {
+    let verbose = args.verbose.verbose;
+    match args.end.as_mut() {
+        Some(end) => {
+            let mut both = [args.func.clone(), end.clone()];
+            crate::binaries::all(&mut both, &args.command, verbose)?;
+            [args.func, *end] = both;
+        }
+        None => args.func = crate::binaries::function(&args.func, verbose)?,
+    }
+    Ok(())
 }
 
 /// The two probe definitions of `func`: its entry (with `nargs`
@@ -381,6 +401,20 @@ struct Output<W: Write> {
     arg_names: [Vec<String>; 2],
 }
 
+/// A return value `$retval:s64` whose upper 32 bits are zero and whose
+/// bit 31 is set, as the negative int it is for C's error returns (-1,
+/// not 4294967295): the rule `--by ret` keys by (the engine's
+/// analysis::latency), so that --min prints what --by ret shows.
+fn int_return(v: &kprobe_perf_engine::Value) -> Option<i32> {
+    match *v {
+        kprobe_perf_engine::Value::Int {
+            raw,
+            ty: kprobe_perf_engine::spec::BaseType::Signed(64),
+        } if raw >> 32 == 0 && raw & (1 << 31) != 0 => Some(raw as u32 as i32),
+        _ => None,
+    }
+}
+
 impl<W: Write> Output<W> {
     /// One slow call (--min).
     fn call(&mut self, c: &Call) -> io::Result<()> {
@@ -393,7 +427,12 @@ impl<W: Write> Output<W> {
                     .collect()
             };
         let args = pairs(&self.arg_names[0], &c.entry_args);
-        let rets = pairs(&self.arg_names[1], &c.return_args);
+        let mut rets = pairs(&self.arg_names[1], &c.return_args);
+        for ((_, text), v) in rets.iter_mut().zip(&c.return_args) {
+            if let Some(int) = int_return(v) {
+                *text = int.to_string();
+            }
+        }
         if self.json {
             let mut m = serde_json::Map::new();
             m.insert("function".into(), self.func.clone().into());

@@ -1,4 +1,5 @@
-//! `kprobe-perf`: dynamic kernel probes through perf_event_open.
+//! `kprobe-perf`: dynamic probes (kprobes, uprobes, USDT) through
+//! perf_event_open.
 #![cfg_attr(not(test), warn(unused_crate_dependencies))]
 
 /// `eprintln!` that never panics: stderr may be a pipe whose reader has
@@ -20,9 +21,12 @@ macro_rules! say_more {
 }
 
 mod aggregate;
+mod binaries;
 mod doctor;
 mod drain_log;
 mod eprobe;
+mod examples;
+mod fields;
 mod filters;
 mod generate;
 mod hints;
@@ -31,6 +35,7 @@ mod inspect;
 mod json;
 mod latency;
 mod output;
+mod probe;
 mod profile;
 mod run_loop;
 mod script;
@@ -53,19 +58,16 @@ use anyhow::{Context, Result};
 use clap::{Parser, Subcommand};
 use kprobe_perf_engine::cli::records::RingRecord;
 use kprobe_perf_engine::{
-    cli::tracefs, spec::Definition, Arch, BackendChoice, CommandScope, Event, EventSink,
-    KernelSymbols, RecordTarget, Session, SessionOptions,
+    cli::tracefs, BackendChoice, CommandScope, Event, EventSink, KernelSymbols, RecordTarget,
+    Session, SessionOptions,
 };
 
 #[derive(Parser)]
 #[command(
     name = "kprobe-perf",
     version = env!("KPROBE_PERF_VERSION"),
-    about = "Dynamic kernel probes (kprobes, kretprobes) through perf_event_open",
-    after_help = "Probe definitions use the kprobe_events language, e.g.\n  \
-                  'p:do_sys_openat2 dfd=%di'        entry probe with a register\n  \
-                  'r:do_sys_openat2 ret=$retval'    return probe with the return value\n  \
-                  'p:myprobe do_sys_open+5 %si:u32' named probe at an offset"
+    about = "Dynamic probes of the kernel and of programs (kprobes, uprobes, USDT) through perf_event_open",
+    after_help = examples::TOP
 )]
 struct Cli {
     #[command(subcommand)]
@@ -83,6 +85,7 @@ enum Cmd {
     /// blocked signals. Without it (or with -a) records every CPU until
     /// Ctrl-C or --duration. A summary with per-probe counts and lost
     /// events goes to stderr.
+    #[command(after_help = examples::RECORD)]
     Record(Box<RecordArgs>),
     /// Measure how long each call of a function takes: an entry and a
     /// return probe of FUNC (a kernel function or `BINARY:func`), paired
@@ -103,90 +106,16 @@ enum Cmd {
     /// processes. They are normally removed at exit; when a recording is
     /// killed, its guardian process removes them at once, and any later
     /// start removes those of processes that are gone.
+    #[command(after_help = examples::CLEANUP)]
     Cleanup,
     /// Print the events of a perf.data file written by `record -o`, exactly
     /// as the recording printed them (text, or JSON Lines with --json).
     /// The closing summary of the recording goes to stderr.
     Script(script::ScriptArgs),
     /// Check probe definitions, show where a probe may go in a function,
-    /// or resolve source lines and variables from the kernel's DWARF
-    /// (--definition, --vars), without opening a probe.
-    Probe {
-        /// Print each definition's canonical form, or its error with a caret
-        /// under the mistake; exit 0 only if all parse. Touches nothing.
-        #[arg(long, required_unless_present_any = ["lines", "definition", "vars", "source"], requires = "specs")]
-        parse: bool,
-        /// Print the kprobe_events definition each site of a source-level
-        /// probe resolves to, from the kernel's DWARF (perf probe -D),
-        /// touching nothing. SPEC is perf probe's event syntax
-        /// (`'do_sys_openat2:8 fd dfd how->flags'`, `'fs/open.c:1200 fd'`,
-        /// `'FUNC@FILE:N'`, `'EVENT=FUNC var'`) or kprobe-perf's
-        /// (`'p:do_sys_openat2@+8 fd'`, see docs/probes.md). One line per
-        /// site (each inlined copy and the out-of-line body); sites where
-        /// a variable cannot be fetched are said on stderr, with where it
-        /// lives. Debug info: --vmlinux, else the vmlinux paths `info`
-        /// lists, else /usr/lib/debug/.build-id/NN/REST.debug by the
-        /// running kernel's build ID, else the debuginfod servers of
-        /// DEBUGINFOD_URLS (docs/probes.md).
-        #[arg(long, conflicts_with_all = ["parse", "lines", "vars"], requires = "specs")]
-        definition: bool,
-        /// List the variables that have a value at each site of POINT
-        /// (`FUNC`, `FUNC:RLINE`, `FILE:LINE`, or `FUNC@+N`), with their C
-        /// types, from the kernel's DWARF (perf probe -V). Touches nothing.
-        #[arg(long, value_name = "POINT", conflicts_with_all = ["parse", "lines"])]
-        vars: Option<String>,
-        /// Show the source lines of FUNC (`NAME` or `NAME@FILE`) from the
-        /// kernel's DWARF, numbered from its declaration where a probe can
-        /// go (`FUNC@+N`, perf's `FUNC:N`), as perf probe -L does: with
-        /// the source text when --source-dir holds the tree (or the file is
-        /// at the path DWARF gives), else each line's `file:line` and the
-        /// offset of its first instruction. Touches nothing.
-        #[arg(long, value_name = "FUNC", conflicts_with_all = ["parse", "lines", "vars", "definition"])]
-        source: Option<String>,
-        /// With --definition or --vars: the function's out-of-line body
-        /// only, not its inlined copies (perf's --no-inlines).
-        #[arg(long)]
-        no_inlines: bool,
-        /// With --definition or --vars: the --vmlinux given is of another
-        /// kernel than the running one; answer for that kernel (the
-        /// definitions are for use there) instead of refusing its build ID.
-        #[arg(long, requires = "vmlinux")]
-        other_kernel: bool,
-        /// With --definition, --vars or --source: the points are in this
-        /// user binary (uprobes, perf probe's -x), its DWARF its own or its debug file
-        /// (/usr/lib/debug/.build-id/NN/REST.debug, its .gnu_debuglink,
-        /// or the debuginfod servers of DEBUGINFOD_URLS).
-        #[arg(short = 'x', long = "exec", value_name = "BINARY")]
-        exec: Option<std::path::PathBuf>,
-        /// With --definition, --vars or --source: the points are in this
-        /// kernel module (perf probe's -m): its name (`9p`), its debug
-        /// file found as for --module-debug, or the path of its `.ko` with
-        /// DWARF, used as --module-debug PATH would be. The definitions
-        /// name `MOD:FUNC+OFFS`.
-        #[arg(short = 'm', long = "module", value_name = "MODULE", conflicts_with_all = ["exec"])]
-        module: Option<String>,
-        /// List every instruction of FUNC (`NAME` or `MOD:NAME`) in AT&T
-        /// syntax (x86_64 kernels) or arm64 syntax (arm64 kernels) with the
-        /// kernel's predicted answer at its offset: `p` a kprobe is
-        /// accepted, `r` a kretprobe too, `-` refused with the errno and
-        /// the reason (ftrace site, mid-instruction, INT/UD, BUG site, jump
-        /// label, notrace, blacklist; on arm64 also misaligned, instructions
-        /// arm64 kprobes refuse, exclusive sequences). Reads /proc/kcore
-        /// (root).
-        #[arg(long, value_name = "FUNC", conflicts_with = "parse")]
-        lines: Option<String>,
-        /// With --lines: before the instructions of each source line, that
-        /// line (`file:line`, and the function inlined there), from the
-        /// kernel's DWARF (as crash's `dis -l`); needs a vmlinux with debug
-        /// info (--vmlinux, or where `info` looks).
-        #[arg(long, requires = "lines")]
-        srcline: bool,
-        /// The definitions (`-:EVENT` deletions included).
-        #[arg(value_name = "SPEC", allow_hyphen_values = true)]
-        specs: Vec<String>,
-        #[command(flatten)]
-        image: image_args::ImageArgs,
-    },
+    /// or resolve source lines and variables from DWARF (--definition,
+    /// --vars, --source), without opening a probe.
+    Probe(probe::ProbeArgs),
     /// List the functions that globs select for probing (`tcp_v4_*`,
     /// `ext4:*`, `*:*_open`, `vmlinux:do_sys_open*`), leaving out what the
     /// kernel would refuse (blacklist, entry/noinstr/kprobes text, padding,
@@ -195,6 +124,7 @@ enum Cmd {
     /// `usdt:BINARY[:PROVIDER:NAME]` (or a binary's path) lists its SDT
     /// probes instead; with `-p PID`, those of every file the process
     /// maps, PATTERN then being `PROVIDER:NAME` globs.
+    #[command(after_help = examples::LIST)]
     List {
         /// Shell-style globs; `MOD:GLOB` limits to modules matching MOD.
         #[arg(value_name = "PATTERN", required_unless_present = "pid")]
@@ -218,6 +148,7 @@ enum Cmd {
     /// kernel: its symbols, the vmlinux and System.map matched to it (build
     /// ID, KASLR slide), where kernel text comes from, BTF and the kprobe
     /// blacklist.
+    #[command(after_help = examples::INFO)]
     Info {
         #[command(flatten)]
         image: image_args::ImageArgs,
@@ -227,7 +158,12 @@ enum Cmd {
 #[derive(clap::Args)]
 #[command(group(clap::ArgGroup::new("files").args(["output", "stacks_folded", "flamegraph", "profile"]).multiple(true)))]
 struct RecordArgs {
-    /// A probe definition (repeatable).
+    /// A probe definition (repeatable): a uprobe `p:BINARY:FUNC [ARGS]`
+    /// (`r:` at its return; BINARY a path, `./prog` from here as perf's
+    /// -x takes it, or a name on PATH; bpftrace's `uprobe:`/`uretprobe:`
+    /// heads too), a USDT probe `usdt:BINARY:PROVIDER:NAME` (`usdt:*:...`
+    /// with -p or `-- CMD`), or a kprobe `p:FUNC[+OFFS] [ARGS]`, in the
+    /// kprobe_events language (docs/probes.md).
     #[arg(short = 'e', long = "event", value_name = "SPEC", required = true)]
     events: Vec<String>,
     /// Keep only the events of the probe given (-e) before it that pass
@@ -247,8 +183,15 @@ struct RecordArgs {
     /// Record every task on every CPU, even when a command is given.
     #[arg(short = 'a', long)]
     all_cpus: bool,
+    /// Leave out kprobe-perf's own hits (its reads of /proc, its waits,
+    /// its allocations), as perf record's --exclude-perf does: each
+    /// probe's filter in the kernel also drops the threads kprobe-perf
+    /// has when the probes open, so they are neither recorded nor lost.
+    #[arg(long)]
+    exclude_perf: bool,
     /// Ring buffer size per CPU, in pages: a power of two from 1 to 1 GiB
-    /// of pages (262144 with 4 KiB pages). Default: 128 (512 KiB with 4
+    /// of pages (262144 with 4 KiB pages), or as perf takes it, a size
+    /// with a unit, B, K, M or G (`512K`, `1M`), of a power of two of pages. Default: 128 (512 KiB with 4
     /// KiB pages, as perf's); with `--call-graph dwarf` and CAP_IPC_LOCK (root has it), 512 (2
     /// MiB): each sample then carries up to 8 KiB of stack, so 512 KiB
     /// hold about 60 samples, under a millisecond of a busy function,
@@ -366,6 +309,8 @@ struct RecordArgs {
     aggregate: aggregate::AggregateArgs,
     #[command(flatten)]
     stacks: stacks::CallGraphArgs,
+    #[command(flatten)]
+    verbose: binaries::VerboseArg,
     /// The command to run and record.
     #[arg(last = true, value_name = "CMD")]
     command: Vec<String>,
@@ -400,57 +345,25 @@ fn main() -> ExitCode {
         Cmd::Record(mut args) => {
             validate::merge_duplicates(&mut args.pid);
             validate::merge_duplicates(&mut args.tid);
-            match filters::pair(matches.subcommand_matches("record"), &args.events) {
-                Ok(filters) => record(&args, &filters),
-                Err(e) => Err(e),
-            }
+            binaries::all(&mut args.events, &args.command, args.verbose.verbose)
+                .and_then(|()| filters::pair(matches.subcommand_matches("record"), &args.events))
+                .and_then(|filters| record(&args, &filters))
         }
-        Cmd::Latency(args) => latency::run(&args),
+        Cmd::Latency(mut args) => {
+            latency::resolve_binaries(&mut args).and_then(|()| latency::run(&args))
+        }
         Cmd::Stat(mut args) => {
-            match filters::pair(matches.subcommand_matches("stat"), &args.events) {
+            let resolved = binaries::all(&mut args.events, &args.command, args.verbose.verbose);
+            match resolved
+                .and_then(|()| filters::pair(matches.subcommand_matches("stat"), &args.events))
+            {
                 Ok(filters) => stat::run(&mut args, &filters),
                 Err(e) => Err(e),
             }
         }
         Cmd::Cleanup => cleanup(),
         Cmd::Script(args) => script::run(&args),
-        Cmd::Probe {
-            lines: Some(func),
-            image,
-            srcline,
-            ..
-        } => inspect::lines(&func, &image, srcline),
-        Cmd::Probe {
-            definition: true,
-            specs,
-            image,
-            no_inlines,
-            other_kernel,
-            exec,
-            module,
-            ..
-        } => source::Target::new(exec.as_deref(), module.as_deref(), &image)
-            .and_then(|t| source::definitions(&specs, &t, !no_inlines, other_kernel)),
-        Cmd::Probe {
-            source: Some(func),
-            image,
-            other_kernel,
-            exec,
-            module,
-            ..
-        } => source::Target::new(exec.as_deref(), module.as_deref(), &image)
-            .and_then(|t| source::listing(&func, &t, other_kernel)),
-        Cmd::Probe {
-            vars: Some(point),
-            image,
-            no_inlines,
-            other_kernel,
-            exec,
-            module,
-            ..
-        } => source::Target::new(exec.as_deref(), module.as_deref(), &image)
-            .and_then(|t| source::variables(&point, &t, !no_inlines, other_kernel)),
-        Cmd::Probe { specs, .. } => probe_parse(&specs),
+        Cmd::Probe(args) => probe::run(&args),
         Cmd::List {
             patterns,
             pid: Some(pid),
@@ -468,6 +381,9 @@ fn main() -> ExitCode {
     say_if_tracefs_was_mounted();
     match result {
         Ok(code) => code,
+        // stdout's reader has gone (`probe --vars X | head -2`): the end,
+        // as for perf, grep or ls, not an error.
+        Err(e) if stdout_closed(&e) => ExitCode::SUCCESS,
         Err(e) => {
             say!("kprobe-perf: {}", hints::render(&e));
             ExitCode::FAILURE
@@ -483,27 +399,6 @@ fn say_if_tracefs_was_mounted() {
             at.display()
         );
     }
-}
-
-fn probe_parse(specs: &[String]) -> Result<ExitCode> {
-    let arch = Arch::host().context("kprobe-perf supports x86_64 and aarch64 only")?;
-    let mut ok = true;
-    for s in specs {
-        match Definition::parse(s, arch) {
-            Ok(Definition::Probe(spec)) => println!("{}", spec.qualified()),
-            Ok(Definition::EventProbe(e)) => println!("{}", e.qualified()),
-            Ok(delete) => println!("{delete}"),
-            Err(e) => {
-                ok = false;
-                say!("kprobe-perf: {e}");
-            }
-        }
-    }
-    Ok(if ok {
-        ExitCode::SUCCESS
-    } else {
-        ExitCode::FAILURE
-    })
 }
 
 fn cleanup() -> Result<ExitCode> {
@@ -525,7 +420,6 @@ fn record(args: &RecordArgs, filters: &[Option<String>]) -> Result<ExitCode> {
     if let Some(probes) = eprobe::event_probes(args, filters)? {
         return eprobe::record(args, &probes);
     }
-    let call_graph = args.stacks.graph();
     args.stacks.out.check()?;
     // kallsyms may be unreadable or hide addresses; probes then go by name
     // and output shows raw addresses.
@@ -545,6 +439,7 @@ fn record(args: &RecordArgs, filters: &[Option<String>]) -> Result<ExitCode> {
         &args.pid,
     )?;
     inspect::check_plans(&kernel, &plans)?;
+    let call_graph = args.stacks.graph_for(&plans);
     let agg = aggregate::Aggregation::new(&args.aggregate, &plans, args.json)?;
     let kernel_dwarf = stacks::kernel_dwarf(&kernel, &args.image, call_graph.is_some());
     // The symbolizer's table; the kernel's text and images are let go.
@@ -569,6 +464,7 @@ fn record(args: &RecordArgs, filters: &[Option<String>]) -> Result<ExitCode> {
             .with_target(record_target(args))
             .with_mmap_pages(mmap_pages)
             .with_overwrite(args.overwrite)
+            .with_exclude_self(args.exclude_perf)
             .with_call_graph(call_graph),
     )?;
     // The file is made (an existing one moved aside, or removed with
@@ -1102,6 +998,16 @@ pub(crate) fn written(result: io::Result<()>) -> Result<bool> {
         Err(e) if e.kind() == io::ErrorKind::BrokenPipe => Ok(false),
         Err(e) => Err(e).context("writing events"),
     }
+}
+
+/// Whether `e` is a write that found stdout's reader gone (EPIPE), where
+/// a command writes its output with `?` rather than through [`written`]
+/// (stderr's writes are never errors: see `say!`).
+fn stdout_closed(e: &anyhow::Error) -> bool {
+    e.chain().any(|c| {
+        c.downcast_ref::<io::Error>()
+            .is_some_and(|io| io.kind() == io::ErrorKind::BrokenPipe)
+    })
 }
 
 impl<W: Write> EventSink for LiveOutput<'_, W> {

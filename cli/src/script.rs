@@ -14,6 +14,7 @@ use crate::{json, text};
 
 /// Arguments of `script`.
 #[derive(clap::Args)]
+#[command(after_help = crate::examples::SCRIPT)]
 pub(crate) struct ScriptArgs {
     /// The perf.data file (from `kprobe-perf record -o FILE`).
     #[arg(
@@ -26,6 +27,18 @@ pub(crate) struct ScriptArgs {
     /// Print JSON Lines, as `record --json` does, instead of text.
     #[arg(long)]
     json: bool,
+    /// Print these fields of each event, as perf script -F prints them:
+    /// a list of comm, pid, tid, cpu, time, event, ip, sym, symoff, dso,
+    /// trace (the probe's place and arguments as kprobe-perf's line
+    /// prints them, ftrace's way: `(0x55d0c0a3e149) n=0` where perf's
+    /// libtraceevent prints `(55d0c0a3e149) n=0`), or changes to perf's
+    /// default list comm,tid,cpu,time,event,trace (`+ip,+sym,-cpu`). A
+    /// uprobe's sym and dso are named from the mapped binary
+    /// (`-F ip,sym,dso`: `55d0c0a3e149 walk (/tmp/prog)`). The event is
+    /// kprobe-perf's name of it (`p_prog_walk_0`, where perf names the
+    /// event perf probe made `probe_prog:walk`).
+    #[arg(short = 'F', long = "fields", value_name = "FIELDS", value_parser = crate::fields::Fields::parse, conflicts_with = "json")]
+    fields: Option<crate::fields::Fields>,
     #[command(flatten)]
     stacks: crate::stacks::StackOutputArgs,
 }
@@ -33,32 +46,21 @@ pub(crate) struct ScriptArgs {
 /// Prints every event of the file, then the recording's summary.
 pub(crate) fn run(args: &ScriptArgs) -> Result<ExitCode> {
     let path = &args.input;
-    // A regular file only: a FIFO would block, /dev/zero never end.
-    let (file, _) = kprobe_perf_engine::cli::kernel::open_regular(path)
-        .with_context(|| format!("cannot read {} (give a perf.data file)", path.display()))?;
     args.stacks.check()?;
-    let reader = Reader::from_file(file).with_context(|| format!("reading {}", path.display()))?;
-    let mut replay = Replay::new(reader).with_context(|| format!("reading {}", path.display()))?;
+    let mut replay = open_replay(path)?;
     let stdout = io::stdout();
     let mut out = stdout.lock();
     let mut result = Ok(());
     let json = args.json;
     let mut lines = LineBuffer::new();
     let mut writers = Writers::default();
-    let folded = args.stacks.stacks_folded.is_some()
-        || args.stacks.flamegraph.is_some()
-        || args.stacks.profile.is_some();
     let mut stacks = crate::stacks::Stacks::new(false, &args.stacks);
     // A file recorded with -g prints each event's frames (none for an
     // event whose chain is empty), as the recording did.
     let chain = replay.decoder().has_callchains();
-    if folded && !chain {
-        anyhow::bail!(
-            "{} has no callchains to count: record it with -g (or --call-graph)",
-            path.display()
-        );
-    }
+    let folded = folded_stacks(args, chain)?;
     let mut plans_seen = Vec::new();
+    let mut by_field: Option<crate::fields::FieldWriter> = None;
     let replayed = replay.run_handed(|h, plans, symbols, maps| {
         let probe = match h {
             Handed::Ints(i) => i.probe,
@@ -68,6 +70,14 @@ pub(crate) fn run(args: &ScriptArgs) -> Result<ExitCode> {
             return true;
         };
         if result.is_err() {
+            return true;
+        }
+        // -F: every event as itself (never as its integers), its fields
+        // as perf script prints them.
+        if let Some(f) = args.fields {
+            let Handed::Event(e) = h else { return false };
+            let w = by_field.get_or_insert_with(|| crate::fields::FieldWriter::new(f, plans));
+            result = lines.push_apart(&mut out, |line| w.write(line, e, plan, symbols, maps));
             return true;
         }
         let e = match h {
@@ -132,6 +142,30 @@ pub(crate) fn run(args: &ScriptArgs) -> Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
+/// The perf.data file at `path`, ready to replay: a regular file only
+/// (a FIFO would block, /dev/zero never end).
+fn open_replay(path: &std::path::Path) -> Result<Replay<std::fs::File>> {
+    let (file, _) = kprobe_perf_engine::cli::kernel::open_regular(path)
+        .with_context(|| format!("cannot read {} (give a perf.data file)", path.display()))?;
+    let reader = Reader::from_file(file).with_context(|| format!("reading {}", path.display()))?;
+    Replay::new(reader).with_context(|| format!("reading {}", path.display()))
+}
+
+/// Whether stacks are counted (--stacks-folded, --flamegraph,
+/// --profile): refused for a file without callchains (`chain`).
+fn folded_stacks(args: &ScriptArgs, chain: bool) -> Result<bool> {
+    let folded = args.stacks.stacks_folded.is_some()
+        || args.stacks.flamegraph.is_some()
+        || args.stacks.profile.is_some();
+    if folded && !chain {
+        anyhow::bail!(
+            "{} has no callchains to count: record it with -g (or --call-graph)",
+            args.input.display()
+        );
+    }
+    Ok(folded)
+}
+
 /// The usual text line or JSON object of `e` (of the probe `plan`), added
 /// to `lines` (its write's outcome in `result`): false when `e` is not the
 /// usual one, to be printed from its [`kprobe_perf_engine::Event`].
@@ -189,6 +223,15 @@ impl LineBuffer {
             used: 0,
             line: Vec::with_capacity(256),
         }
+    }
+
+    /// Adds one line, formatted apart by `other` (see [`LineBuffer::push`]).
+    fn push_apart(
+        &mut self,
+        out: &mut impl Write,
+        other: impl FnOnce(&mut Vec<u8>),
+    ) -> io::Result<()> {
+        self.push(out, &mut (), |_, _| None, |line, _| other(line))
     }
 
     /// Adds one line (its newline added here): `usual` formats it into

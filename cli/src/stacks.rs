@@ -8,6 +8,7 @@ use std::path::PathBuf;
 
 use anyhow::{Context, Result};
 use kprobe_perf_engine::analysis::FoldedStacks;
+use kprobe_perf_engine::cli::plan::AttachPoint;
 use kprobe_perf_engine::stack::{CallGraph, FrameId, NamedFrame, ProcessMaps, StackSymbolizer};
 use kprobe_perf_engine::{Event, KernelSymbols, ProbePlan};
 
@@ -25,7 +26,7 @@ pub(crate) struct CallGraphArgs {
     /// kallsyms, modules included), `user` (the user stack, walked by
     /// frame pointer and named from the mapped binaries' symbol tables:
     /// code built without frame pointers gives short or wrong user
-    /// stacks), `both`, or `dwarf[,SIZE]` (the kernel stack, and the user
+    /// stacks), `both` (or perf's `fp`), or `dwarf[,SIZE]` (the kernel stack, and the user
     /// stack unwound in user space from the binaries' DWARF call frame
     /// information, as `perf record --call-graph dwarf`: each sample
     /// carries the user registers and a copy of the top SIZE bytes of the
@@ -48,7 +49,7 @@ pub(crate) enum CallGraphArg {
     Dwarf(u32),
 }
 
-/// `kernel`, `user`, `both`, `dwarf` or `dwarf,SIZE`.
+/// `kernel`, `user`, `both` (`fp`), `dwarf` or `dwarf,SIZE`.
 fn parse_call_graph(s: &str) -> std::result::Result<CallGraphArg, String> {
     let (what, size) = match s.split_once(',') {
         Some((w, n)) => (w, Some(n)),
@@ -57,7 +58,9 @@ fn parse_call_graph(s: &str) -> std::result::Result<CallGraphArg, String> {
     let arg = match (what, size) {
         ("kernel", None) => CallGraphArg::Kernel,
         ("user", None) => CallGraphArg::User,
-        ("both", None) => CallGraphArg::Both,
+        // perf's `fp`: kernel and user chains, the user one by frame
+        // pointer, as `both`.
+        ("both" | "fp", None) => CallGraphArg::Both,
         ("dwarf", None) => CallGraphArg::Dwarf(kprobe_perf_engine::stack::DEFAULT_DWARF_STACK),
         ("dwarf", Some(n)) => {
             let size: u32 = n
@@ -77,7 +80,7 @@ fn parse_call_graph(s: &str) -> std::result::Result<CallGraphArg, String> {
         }
         _ => {
             return Err(format!(
-                "`{s}` is not one of kernel, user, both, dwarf, dwarf,SIZE"
+                "`{s}` is not one of kernel, user, both, fp (as both), dwarf, dwarf,SIZE"
             ))
         }
     };
@@ -91,7 +94,8 @@ pub(crate) struct StackOutputArgs {
     /// (`comm;outermost;...;innermost COUNT`, one line per stack, the
     /// probed function innermost), for flamegraph.pl, inferno or
     /// speedscope. Needs callchains: in `record`, with no `-g` or
-    /// `--call-graph` it implies `--call-graph kernel`; in `script`, a file
+    /// `--call-graph` it implies `--call-graph kernel` for kernel probes,
+    /// `user` for uprobes (`both` for a mix); in `script`, a file
     /// recorded with them. FILE is created as -o creates its file (an existing FILE renamed to
     /// FILE.old, or removed with `record --force`; mode 0600).
     #[arg(long, value_name = "FILE")]
@@ -99,8 +103,8 @@ pub(crate) struct StackOutputArgs {
     /// Draw the stacks as a flame graph, an SVG file (made with the
     /// inferno crate): one box per function, as wide as the share of
     /// events whose stack passes through it, callers below callees.
-    /// Needs callchains as --stacks-folded does (in `record`, implies
-    /// `--call-graph kernel` when no `-g` or `--call-graph` is given).
+    /// Needs callchains as --stacks-folded does (in `record`, implied
+    /// as there when no `-g` or `--call-graph` is given).
     /// FILE is created as --stacks-folded creates its file.
     #[arg(long, value_name = "FILE.svg")]
     pub flamegraph: Option<PathBuf>,
@@ -109,8 +113,8 @@ pub(crate) struct StackOutputArgs {
     /// sample per event, on its process and thread, at its time, with its
     /// stack named as in the text output and the probe's event name
     /// innermost. Needs callchains as --stacks-folded does (in `record`,
-    /// implies `--call-graph kernel` when no `-g` or `--call-graph` is
-    /// given). FILE is created as --stacks-folded creates its file.
+    /// implied as there when no `-g` or `--call-graph` is given). FILE
+    /// is created as --stacks-folded creates its file.
     #[arg(long, value_name = "FILE.json")]
     pub profile: Option<PathBuf>,
     /// Under each user frame of the text output, its source file and line
@@ -147,10 +151,8 @@ impl StackOutputArgs {
 }
 
 impl CallGraphArgs {
-    /// The callchains asked for. A picture of stacks (`--stacks-folded`,
-    /// `--flamegraph`) without `-g` or `--call-graph` asks for kernel
-    /// callchains: the user asked for stacks, and kernel ones need no
-    /// user-space unwinding.
+    /// The callchains asked for, whether any are (a picture of stacks
+    /// asks for some: see [`CallGraphArgs::graph_for`]).
     pub(crate) fn graph(&self) -> Option<CallGraph> {
         match (self.g, self.call_graph) {
             (_, Some(CallGraphArg::Kernel)) => Some(CallGraph::Kernel),
@@ -160,6 +162,39 @@ impl CallGraphArgs {
             (false, None) if self.out.any() => Some(CallGraph::Kernel),
             (false, None) => None,
         }
+    }
+
+    /// The callchains of [`CallGraphArgs::graph`] for `plans`. A picture
+    /// of stacks (`--stacks-folded`, `--flamegraph`, `--profile`) without
+    /// `-g` or `--call-graph` asks for the stacks where the probes are:
+    /// user ones (by frame pointer) for uprobes, kernel ones for kernel
+    /// probes, both for a mix. A uprobe's kernel stack is empty: its
+    /// picture was one box per command. Said on stderr, since the user
+    /// named no stack.
+    pub(crate) fn graph_for(&self, plans: &[ProbePlan]) -> Option<CallGraph> {
+        let graph = self.graph();
+        if self.g || self.call_graph.is_some() || graph.is_none() {
+            return graph;
+        }
+        let user = plans
+            .iter()
+            .any(|p| matches!(p.attach, AttachPoint::User { .. }));
+        let kernel = plans
+            .iter()
+            .any(|p| !matches!(p.attach, AttachPoint::User { .. }));
+        let (implied, which) = match (user, kernel) {
+            (true, false) => (
+                CallGraph::User,
+                "the uprobes' user stacks, by frame pointer (as --call-graph user)",
+            ),
+            (true, true) => (
+                CallGraph::Both,
+                "kernel and user stacks, for kernel probes and uprobes (as --call-graph both)",
+            ),
+            _ => return graph,
+        };
+        say!("kprobe-perf: no -g or --call-graph given: the stacks drawn are {which}");
+        Some(implied)
     }
 }
 
@@ -503,8 +538,11 @@ mod tests {
         assert!(e.contains("65528"), "{e}");
         let e = parse_call_graph("user,8").unwrap_err();
         assert!(e.contains("only dwarf takes a size"), "{e}");
-        let e = parse_call_graph("fp").unwrap_err();
-        assert!(e.contains("not one of"), "{e}");
+        assert_eq!(parse_call_graph("fp"), Ok(CallGraphArg::Both));
+        assert_eq!(
+            parse_call_graph("lbr").unwrap_err(),
+            "`lbr` is not one of kernel, user, both, fp (as both), dwarf, dwarf,SIZE"
+        );
     }
 
     #[test]

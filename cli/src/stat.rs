@@ -13,12 +13,11 @@ use kprobe_perf_engine::{BackendChoice, ProbePlan, RecordTarget};
 
 use crate::{image_args, inspect, validate, BackendArg};
 
-/// Shortest and longest `-I` interval, in milliseconds.
-const INTERVAL_MS: (u64, u64) = (10, 3_600_000);
-
 #[derive(clap::Args)]
+#[command(after_help = crate::examples::STAT)]
 pub(crate) struct StatArgs {
-    /// A probe definition (repeatable); the table lists the probes in
+    /// A probe definition (repeatable), as `record -e` takes one
+    /// (`p:BINARY:FUNC`, `usdt:BINARY:PROVIDER:NAME`, `p:FUNC`); the table lists the probes in
     /// this order.
     #[arg(short = 'e', long = "event", value_name = "SPEC", required = true)]
     pub(crate) events: Vec<String>,
@@ -58,7 +57,7 @@ pub(crate) struct StatArgs {
     /// Print the hits of each interval of MS milliseconds (10 to
     /// 3600000), each row headed by the seconds since counting started;
     /// the last interval is printed when counting stops, however short.
-    #[arg(short = 'I', long = "interval", value_name = "MS", value_parser = interval_ms, allow_negative_numbers = true)]
+    #[arg(short = 'I', long = "interval", value_name = "MS", value_parser = validate::interval_ms, allow_negative_numbers = true)]
     interval: Option<u64>,
     /// Also give each probe's hits per CPU (a column per CPU; `any` for
     /// the events of threads, -t, which follow them on any CPU).
@@ -80,20 +79,11 @@ pub(crate) struct StatArgs {
     all_instances: bool,
     #[command(flatten)]
     image: image_args::ImageArgs,
+    #[command(flatten)]
+    pub(crate) verbose: crate::binaries::VerboseArg,
     /// The command to run and count (with its children).
     #[arg(last = true, value_name = "CMD")]
-    command: Vec<String>,
-}
-
-/// `-I`'s milliseconds: a whole number from 10 to 3600000.
-fn interval_ms(text: &str) -> Result<u64, String> {
-    let (lo, hi) = INTERVAL_MS;
-    match text.parse::<u64>() {
-        Ok(ms) if (lo..=hi).contains(&ms) => Ok(ms),
-        _ => Err(format!(
-            "{text:?} is not an interval: give whole milliseconds from {lo} to {hi} (e.g. -I 1000 for every second)"
-        )),
-    }
+    pub(crate) command: Vec<String>,
 }
 
 /// Runs `stat`: counts until the command exits, -d, Ctrl-C, or every
@@ -418,15 +408,5 @@ mod tests {
         assert!(v.get("time").is_none());
         assert_eq!(v["elapsed"], 2.0);
         assert!(v["probes"][0].get("per_cpu").is_none());
-    }
-
-    #[test]
-    fn intervals_are_validated() {
-        assert_eq!(interval_ms("1000"), Ok(1000));
-        assert_eq!(interval_ms("10"), Ok(10));
-        for bad in ["9", "0", "-5", "1.5", "x", "3600001"] {
-            let e = interval_ms(bad).unwrap_err();
-            assert!(e.contains("from 10 to 3600000"), "{bad}: {e}");
-        }
     }
 }

@@ -631,6 +631,12 @@ fn write_rest(
                 raw,
                 ty: BaseType::Signed(_),
             } => push_signed(s, *raw as i64),
+            // As the kernel's print fmt for `char` ('%c' in quotes): the
+            // byte itself, whatever it is.
+            Value::Int {
+                raw,
+                ty: BaseType::Char,
+            } => s.extend_from_slice(&[b'\'', *raw as u8, b'\'']),
             Value::Int { raw, .. } => push_hex(s, *raw),
             _ => {
                 // Writing to a Vec cannot fail.
@@ -1041,6 +1047,46 @@ mod tests {
         // Not for a non-ASCII or 17-byte name, CPU 1000 or a kretprobe.
         assert_eq!(usual_lines, 8);
         assert_eq!(int_lines, 8);
+    }
+
+    /// `:char` prints as the kernel's print fmt does, `'c'` (it printed
+    /// `0x2f`), and the usual line, which has no char, leaves it to the
+    /// general path.
+    #[test]
+    fn chars_print_quoted_as_the_kernel_prints_them() {
+        let symbols = crate::test_support::open_symbols();
+        let plan = crate::test_support::planned(
+            "p:do_sys_open c=%di:char n=%si:s32",
+            &symbols,
+            BackendChoice::Pmu,
+        );
+        let mut e = Event::default();
+        e.comm = Arc::from("ls");
+        e.tid = 42;
+        e.pid = 42;
+        e.time_ns = 1_000_000_000;
+        e.probe_addr = 0xffff_ffff_8123_4690;
+        e.args = vec![
+            Value::Int {
+                raw: 0x2f,
+                ty: BaseType::Char,
+            },
+            Value::Int {
+                raw: 3,
+                ty: BaseType::Signed(32),
+            },
+        ];
+        let mut s = Vec::new();
+        write_line(&mut s, &e, &plan, &symbols, &mut LineCache::default());
+        assert_eq!(
+            String::from_utf8(s).unwrap(),
+            "              ls-42      [000] 1.000000: p_do_sys_open_0: (0xffffffff81234690) c='/' n=3"
+        );
+        let mut room = vec![0u8; USUAL_LINE_ROOM];
+        assert_eq!(
+            put_usual_line(&mut room, &e, &mut LineCache::default()),
+            None
+        );
     }
 
     #[test]

@@ -41,17 +41,44 @@ fn max_ring_pages() -> usize {
     1usize << (MAX_RING_BYTES / page).max(1).ilog2()
 }
 
-/// `-m PAGES`: a power of two from 1 to a ring of [`MAX_RING_BYTES`].
+/// `-m PAGES`: a power of two from 1 to a ring of [`MAX_RING_BYTES`],
+/// as a number of pages or, as perf takes it, a size with a unit (`512K`,
+/// `1M`, `2G`, `65536B`) that is a power of two of pages.
 pub(crate) fn mmap_pages(text: &str) -> Result<usize, String> {
     let max = max_ring_pages();
+    let page = kprobe_perf_engine::cli::os::page_size().max(1) as u64;
     let accepted = format!(
-        "give a power of two from 1 to {max} ({} MiB per ring)",
+        "give a power of two from 1 to {max} pages, or a size such as 512K or 1M ({} MiB at most per ring)",
         MAX_RING_BYTES >> 20
     );
-    let pages: u64 = text
-        .trim()
+    let text = text.trim();
+    let unit = match text.chars().last().map(|c| c.to_ascii_uppercase()) {
+        Some('B') => Some(1u64),
+        Some('K') => Some(1 << 10),
+        Some('M') => Some(1 << 20),
+        Some('G') => Some(1 << 30),
+        _ => None,
+    };
+    let number = match unit {
+        Some(_) => &text[..text.len() - 1],
+        None => text,
+    };
+    let n: u64 = number
         .parse()
-        .map_err(|_| format!("not a number of pages; {accepted}"))?;
+        .map_err(|_| format!("not a number of pages or a size; {accepted}"))?;
+    let pages = match unit {
+        None => n,
+        Some(unit) => {
+            let bytes = n.saturating_mul(unit);
+            if bytes % page != 0 {
+                return Err(format!(
+                    "{text} is not a whole number of {} KiB pages; {accepted}",
+                    page >> 10
+                ));
+            }
+            bytes / page
+        }
+    };
     if pages == 0 {
         return Err(format!("a ring needs at least one page; {accepted}"));
     }
@@ -60,12 +87,34 @@ pub(crate) fn mmap_pages(text: &str) -> Result<usize, String> {
     }
     if !pages.is_power_of_two() {
         let below = 1u64 << pages.ilog2();
-        return Err(format!(
-            "not a power of two; {accepted}, such as {below} or {}",
-            below * 2
-        ));
+        return Err(match unit {
+            None => format!(
+                "not a power of two; {accepted}, such as {below} or {}",
+                below * 2
+            ),
+            Some(_) => format!(
+                "{text} is {pages} pages, not a power of two; {accepted}, such as {}K or {}K",
+                (below * page) >> 10,
+                (below * 2 * page) >> 10
+            ),
+        });
     }
     usize::try_from(pages).map_err(|_| accepted)
+}
+
+/// Shortest and longest `-I` interval, in milliseconds.
+const INTERVAL_MS: (u64, u64) = (10, 3_600_000);
+
+/// `-I`'s milliseconds, in `stat`, `record` and `latency` alike: a whole
+/// number from 10 to 3600000.
+pub(crate) fn interval_ms(text: &str) -> Result<u64, String> {
+    let (lo, hi) = INTERVAL_MS;
+    match text.parse::<u64>() {
+        Ok(ms) if (lo..=hi).contains(&ms) => Ok(ms),
+        _ => Err(format!(
+            "{text:?} is not an interval: give whole milliseconds from {lo} to {hi} (e.g. -I 1000 for every second)"
+        )),
+    }
 }
 
 /// `--overwrite-size MIB`: from 1 MiB to [`MAX_RING_BYTES`].
@@ -184,8 +233,22 @@ pub(crate) fn usage_error(e: clap::Error) -> ExitCode {
             ExitCode::FAILURE
         };
     }
-    say!("kprobe-perf: {}", one_line(&e.render().to_string()));
+    say!("kprobe-perf: {}", usage_line(&e));
     ExitCode::FAILURE
+}
+
+/// The one line [`usage_error`] prints for `e`.
+pub(crate) fn usage_line(e: &clap::Error) -> String {
+    use clap::error::{ContextKind, ContextValue, ErrorKind};
+    // `-:EVENT` is read as the short options `-:`, `-E`, ...
+    if e.kind() == ErrorKind::UnknownArgument
+        && matches!(e.get(ContextKind::InvalidArg), Some(ContextValue::String(a)) if a == "-:")
+    {
+        return "unexpected argument '-:': a deletion (-:EVENT) is a SPEC, given after `--` \
+                as any SPEC that starts with a hyphen (probe --parse -- -:myprobe) (see --help)"
+            .to_string();
+    }
+    one_line(&e.render().to_string())
 }
 
 /// Clap's rendered error on one line: the message, then its tips; the
@@ -263,10 +326,60 @@ mod tests {
         for bad in ["0", "-1", "", "x", "1099511627776", &(2 * max).to_string()] {
             assert!(mmap_pages(bad).is_err(), "{bad}");
         }
+        // Sizes as perf takes them (4 KiB pages here).
+        if kprobe_perf_engine::cli::os::page_size() == 4096 {
+            assert_eq!(mmap_pages("512K"), Ok(128));
+            assert_eq!(mmap_pages("1M"), Ok(256));
+            assert_eq!(mmap_pages("1m"), Ok(256));
+            assert_eq!(mmap_pages("8192B"), Ok(2));
+            assert_eq!(mmap_pages("1G"), Ok(max));
+            assert_eq!(
+                mmap_pages("3M").unwrap_err(),
+                "3M is 768 pages, not a power of two; give a power of two from 1 to 262144 pages, \
+                 or a size such as 512K or 1M (1024 MiB at most per ring), such as 2048K or 4096K"
+            );
+            assert_eq!(
+                mmap_pages("1000B").unwrap_err(),
+                "1000B is not a whole number of 4 KiB pages; give a power of two from 1 to 262144 \
+                 pages, or a size such as 512K or 1M (1024 MiB at most per ring)"
+            );
+            for bad in ["2G", "0K", "K", "-1M", "18446744073709551615G"] {
+                assert!(mmap_pages(bad).is_err(), "{bad}");
+            }
+        }
         assert_eq!(overwrite_mib("1"), Ok(1));
         assert_eq!(overwrite_mib("1024"), Ok(1024));
         for bad in ["0", "1025", "-1", "18446744073709551616", "0.5"] {
             assert!(overwrite_mib(bad).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn intervals_are_validated() {
+        assert_eq!(interval_ms("1000"), Ok(1000));
+        assert_eq!(interval_ms("10"), Ok(10));
+        for bad in ["9", "0", "-5", "1.5", "x", "3600001"] {
+            let e = interval_ms(bad).unwrap_err();
+            assert!(e.contains("from 10 to 3600000"), "{bad}: {e}");
+        }
+        // One rule and one message for the -I of every command.
+        use clap::CommandFactory;
+        for line in [
+            ["record", "-e", "p:/bin/sh:main", "-I", "0"],
+            ["stat", "-e", "p:/bin/sh:main", "-I", "0"],
+            ["latency", "/bin/sh:main", "--json", "-I", "0"],
+        ] {
+            let argv = std::iter::once("kprobe-perf").chain(line);
+            let e = crate::Cli::command()
+                .try_get_matches_from(argv)
+                .err()
+                .unwrap();
+            assert_eq!(
+                usage_line(&e),
+                "invalid value '0' for '--interval <MS>': \"0\" is not an interval: give whole \
+                 milliseconds from 10 to 3600000 (e.g. -I 1000 for every second) (see --help)",
+                "{line:?}"
+            );
         }
     }
 
@@ -303,6 +416,48 @@ mod tests {
     fn paths() {
         assert!(cgroup("no/such/cgroup/kprobe-perf").is_err());
         assert!(cgroup("").is_err());
+    }
+
+    /// A flag no command knows is refused wherever it is: after a probe
+    /// definition, after `probe --vars`'s point (which once swallowed it
+    /// as a SPEC and ignored it), after a function or a pattern.
+    #[test]
+    fn unknown_flags_are_errors_everywhere() {
+        use clap::CommandFactory;
+        let me = std::process::id().to_string();
+        let lines: [&[&str]; 13] = [
+            &["record", "-e", "p:/bin/sh:main"],
+            &["record", "-e", "p:/bin/sh:main", "-p", &me],
+            &["latency", "/bin/sh:main"],
+            &["stat", "-e", "p:/bin/sh:main"],
+            &["cleanup"],
+            &["script", "-i", "perf.data"],
+            &["probe", "--parse", "p:/bin/sh:main"],
+            &["probe", "-D", "main", "-x", "/bin/sh"],
+            &["probe", "--vars", "main", "-x", "/bin/sh"],
+            &["probe", "--definition", "main"],
+            &["probe", "--source", "main"],
+            &["list", "tcp_*"],
+            &["info"],
+        ];
+        for line in lines {
+            for flag in ["--nonsense", "--range", "-Q"] {
+                let argv = std::iter::once("kprobe-perf")
+                    .chain(line.iter().copied())
+                    .chain([flag]);
+                let e = match crate::Cli::command().try_get_matches_from(argv) {
+                    Ok(_) => panic!("{line:?} {flag} was accepted"),
+                    Err(e) => e,
+                };
+                // clap's tips (a similar flag, `-- FLAG`) follow.
+                let said = one_line(&e.render().to_string());
+                assert_eq!(e.kind(), clap::error::ErrorKind::UnknownArgument, "{said}");
+                assert!(
+                    said.starts_with(&format!("unexpected argument '{flag}' found")),
+                    "{line:?}: {said}"
+                );
+            }
+        }
     }
 
     #[test]

@@ -263,6 +263,7 @@ pub fn file(plans: &[ProbePlan], records: &[(u32, Vec<u8>)]) -> Vec<u8> {
             nr_cpus: (2, 2),
             cmdline: vec!["record_fuzz".into()],
             notes: vec![("summary".into(), "x".into())],
+            build_ids: Vec::new(),
             tracing_data: Some(tracing_data(
                 4096,
                 "\tfield: u64 timestamp;\toffset:0;\tsize:8;\tsigned:0;\n",

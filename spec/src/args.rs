@@ -473,12 +473,11 @@ fn parse_var(
         }
         // A return probe's $argN is saved at the entry by the kernel
         // (6.10+, "kernel return probes support: $retval, $arg<N>" in
-        // tracefs's README); the planner checks the kernel has it.
+        // tracefs's README); the planner checks the kernel has it, and
+        // joins a hidden entry probe to the return where it does not (a
+        // uprobe's return always: the kernel saves nothing for it).
         // Whether the probe is at the function's entry is the kernel's
         // to say (kprobe_on_func_entry).
-        if spec.is_return() && !kernel {
-            return err(format!("$arg{n} is not available at a uprobe's return: the argument registers are overwritten by then"));
-        }
         return Ok(FetchBase::Arg(n as u32));
     }
     err(format!(

@@ -497,7 +497,6 @@ const BAD: &[(&str, &str, usize, usize)] = &[
     ("p:ev 0xZZ", "not a valid address: write it in hex, as in 0xffffffff81234560", 5, 4),
     ("p:ev 9abc", "not a valid address: write it in hex, as in 0xffffffff81234560", 5, 4),
     ("p:ev mod-x:sym", "module names are letters, digits and _ (or a glob: * ? [...])", 5, 5),
-    ("r:ev /bin/true:main $arg1", "$arg1 is not available at a uprobe's return: the argument registers are overwritten by then", 20, 5),
     ("p:ev do_sys_open $arg0", "arguments count from $arg1 to $arg2048", 17, 5),
     ("p:ev do_sys_open $argx", "$arg takes a number from 1, as in $arg1", 17, 5),
     ("p:ev do_sys_open $retval", "$retval is only available at a return probe: use r: instead of p:", 17, 7),

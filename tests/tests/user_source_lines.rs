@@ -683,3 +683,35 @@ fn user_source_listings_equal_perf_probe_x_l() {
         assert_eq!(at(&ours_d), at(&perf_d), "mix:0: {ours_d} / {perf_d}");
     }
 }
+
+/// perf probe's short flags, in perf's order (`-x BIN` first or last):
+/// `-L FUNC` lists the lines byte for byte as perf probe -L does, `-V`
+/// and `-D` print what `--vars` and `--definition` print.
+#[test]
+fn perf_probes_short_flags_work_as_perfs() {
+    let test = "perf_probes_short_flags_work_as_perfs";
+    let Some(b) = built_beside_perf(test) else {
+        return;
+    };
+    let bin = b.bin.to_string_lossy();
+    let perf = Command::new("perf")
+        .args(["probe", "-x", &bin, "-L", "walk"])
+        .output()
+        .unwrap();
+    let ours = kprobe_perf(&["probe", "-x", &bin, "-L", "walk"]);
+    assert!(ours.status.success(), "{ours:?}");
+    assert_eq!(
+        String::from_utf8_lossy(&ours.stdout),
+        String::from_utf8_lossy(&perf.stdout)
+    );
+    for (short, long, what) in [
+        ("-V", "--vars", "walk:4"),
+        ("-D", "--definition", "walk:4 total"),
+    ] {
+        let a = kprobe_perf(&["probe", short, what, "-x", &bin]);
+        let b = kprobe_perf(&["probe", "-x", &bin, long, what]);
+        assert!(a.status.success(), "{a:?}");
+        assert_eq!(a.stdout, b.stdout, "{short}");
+        assert!(!a.stdout.is_empty());
+    }
+}

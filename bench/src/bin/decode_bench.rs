@@ -213,6 +213,7 @@ fn write_perf_data(
         cmdline: std::env::args().collect(),
         notes: Vec::new(),
         tracing_data: None,
+        build_ids: Vec::new(),
     };
     w.finish(&meta)?;
     Ok(())

@@ -81,7 +81,7 @@ pub enum AttachError {
         reason: String,
     },
     /// The running kernel offers no kprobe PMU.
-    #[error("this kernel has no kprobe PMU ({dir} is missing): it was built without CONFIG_KPROBE_EVENTS or is older than 4.17; run `cargo xtask demo` to see kprobe-perf on a kernel that has one")]
+    #[error("this kernel has no kprobe PMU ({dir} is missing): it was built without CONFIG_KPROBE_EVENTS or is older than 4.17, so kernel functions cannot be probed here; uprobes and USDT probes can (p:/PATH:FUNC, usdt:/PATH:PROVIDER:NAME)")]
     NoKprobePmu {
         /// The sysfs directory looked for.
         dir: String,

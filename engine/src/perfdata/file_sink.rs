@@ -70,8 +70,37 @@ impl Metadata {
             cmdline: std::env::args().collect(),
             notes,
             tracing_data,
+            build_ids: build_ids(d.plans()),
         }
     }
+}
+
+/// The build IDs of the probes' files: each uprobe's binary, and the
+/// running kernel when a probe is in it. A file without one (or that
+/// cannot be read any more) is left out, as perf leaves it.
+fn build_ids(plans: &[crate::plan::ProbePlan]) -> Vec<super::FileBuildId> {
+    use crate::plan::AttachPoint;
+    let mut out: Vec<super::FileBuildId> = Vec::new();
+    for p in plans {
+        let (kernel, path) = match &p.attach {
+            AttachPoint::User { path, .. } => (false, path.clone()),
+            _ => (true, "[kernel.kallsyms]".to_string()),
+        };
+        if out.iter().any(|b| b.path == path) {
+            continue;
+        }
+        let id = if kernel {
+            kprobe_perf_symbols::image::running_build_id()
+        } else {
+            kprobe_perf_symbols::elf::UserBinary::open(std::path::Path::new(&path))
+                .ok()
+                .and_then(|b| b.build_id())
+        };
+        if let Some(id) = id {
+            out.push(super::FileBuildId { kernel, id, path });
+        }
+    }
+    out
 }
 
 /// A perf.data file being written from a session (see the module

@@ -113,6 +113,21 @@ pub struct Metadata {
     /// perf's tracing data ([`super::tracing_data`]), needed by perf for
     /// tracefs-defined probes (tracepoint attrs); written only.
     pub tracing_data: Option<Vec<u8>>,
+    /// The build IDs of the files the probes are in (perf's
+    /// `HEADER_BUILD_ID`), so that `perf buildid-list` names them and
+    /// `perf report` elsewhere finds the right binaries; written only.
+    pub build_ids: Vec<FileBuildId>,
+}
+
+/// A file's GNU build ID, as perf's `HEADER_BUILD_ID` lists it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FileBuildId {
+    /// The kernel (`[kernel.kallsyms]`) rather than a user file.
+    pub kernel: bool,
+    /// The ID's bytes (20 for the usual SHA-1 ones, at most 20 kept).
+    pub id: Vec<u8>,
+    /// The file's path, or `[kernel.kallsyms]`.
+    pub path: String,
 }
 
 fn backend_name(b: Backend) -> &'static str {
@@ -282,6 +297,7 @@ impl Default for Metadata {
             cmdline: Vec::new(),
             notes: Vec::new(),
             tracing_data: None,
+            build_ids: Vec::new(),
         }
     }
 }

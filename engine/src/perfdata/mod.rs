@@ -23,7 +23,7 @@ mod replay;
 mod writer;
 
 pub use file_sink::{note_addresses, FileSink};
-pub use meta::{symbol_subset, Metadata, StoredProbe};
+pub use meta::{symbol_subset, FileBuildId, Metadata, StoredProbe};
 pub use reader::{FileAttr, FileRecord, Reader};
 pub use replay::Replay;
 pub use writer::{tracing_data, ReadBack, Writer};
@@ -37,6 +37,8 @@ pub(crate) const FEATURE_BITS: u32 = 256;
 
 /// `HEADER_TRACING_DATA`: event formats of tracepoint attrs.
 pub(crate) const FEAT_TRACING_DATA: u32 = 1;
+/// `HEADER_BUILD_ID`: the build IDs of the files samples are in.
+pub(crate) const FEAT_BUILD_ID: u32 = 2;
 /// `HEADER_HOSTNAME`.
 pub(crate) const FEAT_HOSTNAME: u32 = 3;
 /// `HEADER_OSRELEASE`.

@@ -132,6 +132,7 @@ fn file_written(plans: &[crate::plan::ProbePlan], hidden: usize, as_bytes: bool)
         cmdline: vec!["kprobe-perf".into(), "record".into()],
         notes: vec![("summary".into(), "a\nb".into())],
         tracing_data: None,
+        build_ids: Vec::new(),
     };
     w.finish(&meta).unwrap().into_inner()
 }

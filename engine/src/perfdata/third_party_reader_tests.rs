@@ -95,6 +95,18 @@ fn file() -> Vec<u8> {
         cmdline: vec!["kprobe-perf".into(), "record".into(), "-o".into()],
         notes: vec![],
         tracing_data: None,
+        build_ids: vec![
+            crate::perfdata::FileBuildId {
+                kernel: true,
+                id: (1..=20).collect(),
+                path: "[kernel.kallsyms]".into(),
+            },
+            crate::perfdata::FileBuildId {
+                kernel: false,
+                id: vec![0xab; 20],
+                path: "/usr/lib/x86_64-linux-gnu/libc.so.6".into(),
+            },
+        ],
     };
     w.finish(&meta).unwrap().into_inner()
 }
@@ -136,6 +148,28 @@ fn linux_perf_data_reads_the_attrs_names_ids_and_features() {
     assert_eq!(
         perf_file.perf_version().unwrap(),
         Some(concat!("kprobe-perf ", env!("CARGO_PKG_VERSION")))
+    );
+    // HEADER_BUILD_ID, as perf writes it.
+    let ids = perf_file.build_ids().unwrap();
+    let mut ids: Vec<(String, Vec<u8>)> = ids
+        .values()
+        .map(|d| {
+            (
+                String::from_utf8_lossy(&d.path).into_owned(),
+                d.build_id.clone(),
+            )
+        })
+        .collect();
+    ids.sort();
+    assert_eq!(
+        ids,
+        [
+            (
+                "/usr/lib/x86_64-linux-gnu/libc.so.6".to_string(),
+                vec![0xab; 20]
+            ),
+            ("[kernel.kallsyms]".to_string(), (1..=20).collect()),
+        ]
     );
     let cpus = perf_file.nr_cpus().unwrap().unwrap();
     assert_eq!((cpus.nr_cpus_available, cpus.nr_cpus_online), (4, 2));

@@ -4,10 +4,10 @@ use std::fs::File;
 use std::io::{self, BufWriter, Seek, SeekFrom, Write};
 
 use super::{
-    put_string, Metadata, PerfDataError, Section, FEATURE_BITS, FEAT_ARCH, FEAT_CMDLINE,
-    FEAT_EVENT_DESC, FEAT_HIDDEN, FEAT_HOSTNAME, FEAT_KPROBE_PERF, FEAT_NRCPUS, FEAT_OSRELEASE,
-    FEAT_TRACING_DATA, FEAT_VERSION, HEADER_SIZE, MAGIC, MISC_KERNEL, RECORD_FINISHED_ROUND,
-    RECORD_MMAP,
+    put_string, Metadata, PerfDataError, Section, FEATURE_BITS, FEAT_ARCH, FEAT_BUILD_ID,
+    FEAT_CMDLINE, FEAT_EVENT_DESC, FEAT_HIDDEN, FEAT_HOSTNAME, FEAT_KPROBE_PERF, FEAT_NRCPUS,
+    FEAT_OSRELEASE, FEAT_TRACING_DATA, FEAT_VERSION, HEADER_SIZE, MAGIC, MISC_KERNEL,
+    RECORD_FINISHED_ROUND, RECORD_MMAP,
 };
 use crate::decode::records::RingRecord;
 use crate::decode::records::{RecordSink, RECORD_SAMPLE};
@@ -308,12 +308,47 @@ fn ids_of(meta: &Metadata, i: usize) -> &[u64] {
 /// The header features perf reads, for the first `shown` attrs (the
 /// user's probes): tracing data, host, kernel and tool, CPUs, command
 /// line, event descriptions, and kprobe-perf's own metadata.
+/// perf's `HEADER_BUILD_ID` section: per file, a `build_id_event` as
+/// perf writes it (a header of type 0 whose misc says kernel or user
+/// and that the ID's size is given, pid -1 for the host, the ID in 20
+/// bytes then its size, then the NUL-terminated name padded to 64).
+fn build_id_section(ids: &[super::FileBuildId]) -> Vec<u8> {
+    /// `PERF_RECORD_MISC_BUILD_ID_SIZE`.
+    const MISC_BUILD_ID_SIZE: u16 = 1 << 15;
+    /// `PERF_RECORD_MISC_USER`.
+    const MISC_USER: u16 = 2;
+    /// perf's `NAME_ALIGN`.
+    const NAME_ALIGN: usize = 64;
+    let mut out = Vec::new();
+    for b in ids {
+        let name_len = (b.path.len() + 1).div_ceil(NAME_ALIGN) * NAME_ALIGN;
+        let misc = if b.kernel { MISC_KERNEL } else { MISC_USER } | MISC_BUILD_ID_SIZE;
+        let size = 8 + 4 + 24 + name_len;
+        out.extend_from_slice(&0u32.to_le_bytes());
+        out.extend_from_slice(&misc.to_le_bytes());
+        out.extend_from_slice(&u16::try_from(size).unwrap_or(u16::MAX).to_le_bytes());
+        out.extend_from_slice(&(-1i32).to_le_bytes());
+        let id = &b.id[..b.id.len().min(20)];
+        let mut data = [0u8; 24];
+        data[..id.len()].copy_from_slice(id);
+        data[20] = id.len() as u8;
+        out.extend_from_slice(&data);
+        let start = out.len();
+        out.extend_from_slice(b.path.as_bytes());
+        out.resize(start + name_len, 0);
+    }
+    out
+}
+
 fn shown_features(meta: &Metadata, shown: usize, attr_size: usize) -> Vec<(u32, Vec<u8>)> {
     let sized = |attr: &Vec<u8>| sized(attr, attr_size);
     let ids_of = |i: usize| ids_of(meta, i);
     let mut features: Vec<(u32, Vec<u8>)> = Vec::new();
     if let Some(t) = &meta.tracing_data {
         features.push((FEAT_TRACING_DATA, t.clone()));
+    }
+    if !meta.build_ids.is_empty() {
+        features.push((FEAT_BUILD_ID, build_id_section(&meta.build_ids)));
     }
     let string = |s: &str| {
         let mut b = Vec::new();

@@ -85,13 +85,18 @@ fn entry_value(a: &FetchArg) -> bool {
     )
 }
 
-/// True when `spec` is a kernel return probe with entry values and the
-/// kernel (`features`, when known) cannot fetch them at the return.
+/// True when `spec` is a return probe with entry values and the kernel
+/// cannot fetch them at the return: a kernel probe where `features`
+/// (when known) say so, a uprobe always (the kernel saves no entry
+/// values for a uretprobe, and the argument registers are overwritten
+/// by then).
 pub(crate) fn needs_join(spec: &ProbeSpec, features: Option<&KernelFeatures>) -> bool {
-    features.is_some_and(|f| !f.return_args)
-        && spec.is_return()
-        && matches!(spec.target, Target::Symbol { .. } | Target::Address(_))
-        && spec.args.iter().any(entry_value)
+    let kernel_cannot = match spec.target {
+        Target::Symbol { .. } | Target::Address(_) => features.is_some_and(|f| !f.return_args),
+        Target::User { .. } => true,
+        _ => false,
+    };
+    kernel_cannot && spec.is_return() && spec.args.iter().any(entry_value)
 }
 
 /// The stack pointer as an argument named `name`.
@@ -442,6 +447,11 @@ mod tests {
         let spec = ProbeSpec::parse("r:do_sys_openat2 $retval", Arch::X86_64).unwrap();
         assert!(!needs_join(&spec, Some(&KernelFeatures::default())));
         let spec = ProbeSpec::parse("r:do_sys_openat2 $arg1", Arch::X86_64).unwrap();
+        assert!(!needs_join(&spec, None));
+        // A uprobe's return always: the kernel saves nothing for it.
+        let spec = ProbeSpec::parse("r:/bin/true:main $arg1", Arch::X86_64).unwrap();
+        assert!(needs_join(&spec, None));
+        let spec = ProbeSpec::parse("r:/bin/true:main $retval", Arch::X86_64).unwrap();
         assert!(!needs_join(&spec, None));
     }
 

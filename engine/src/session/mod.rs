@@ -138,10 +138,12 @@ impl Session {
             command: opened.command,
             command_may_have_ended: true,
         };
-        if !session.watched.is_empty() {
-            // Named now, as perf record names them: a process may end
-            // before its first samples are read, taking its names in
-            // /proc with it.
+        if session.command.is_none() {
+            // Every thread alive now named now, as perf record names
+            // them: a process may end before its first samples are read,
+            // taking its names in /proc with it, and a name read from
+            // /proc at a thread's first sample is the one an exec since
+            // gave it, on its events from before.
             session.thread_comm_records(&mut sink::sink_fn(|_| {}))?;
         }
         Ok(session)

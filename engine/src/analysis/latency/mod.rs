@@ -45,6 +45,7 @@ use super::hist::{Hist, HistShape};
 use super::{AnalysisError, KeyPart};
 use crate::decode::pairing::CallStacks;
 use crate::decode::{Event, Value};
+use kprobe_perf_spec::BaseType;
 
 pub use crate::decode::pairing::{FrameMatch, FunctionProbes};
 
@@ -62,6 +63,25 @@ pub enum Key {
     Cpu,
     /// The return value.
     Ret,
+}
+
+/// The key of a return value. An `int` comes back in the low half of
+/// the 64-bit register (x86's eax, arm64's w0), the upper half zeroed: a
+/// 64-bit signed value whose upper 32 bits are zero and whose bit 31 is
+/// set is keyed as the negative int it is for C's error returns (-1, not
+/// 4294967295), as perf prints an int `$retval` typed from DWARF. A
+/// 64-bit return in that range (an unsigned int of 2^31 or more, a size)
+/// is keyed negative too: no type is known here to tell them apart.
+fn ret_key(v: &Value) -> KeyPart {
+    match *v {
+        Value::Int {
+            raw,
+            ty: BaseType::Signed(64),
+        } if raw >> 32 == 0 && raw & (1 << 31) != 0 => {
+            KeyPart::Signed(i64::from(raw as u32 as i32))
+        }
+        _ => KeyPart::of_value(v),
+    }
 }
 
 impl Key {
@@ -368,7 +388,7 @@ impl LatencyPairer {
                 Key::Ret => self.stacks.functions()[f]
                     .ret_value
                     .and_then(|i| e.args.get(i))
-                    .map_or(KeyPart::Missing, KeyPart::of_value),
+                    .map_or(KeyPart::Missing, ret_key),
             };
             let shape = self.options.shape;
             totals

@@ -343,6 +343,32 @@ fn by_ret_unit_and_threshold() {
     );
 }
 
+/// An int's -1 in a 64-bit register (upper half zero) is keyed -1, not
+/// 4294967295; a 64-bit -1 and values below 2^31 are as they are.
+#[test]
+fn by_ret_keys_an_ints_negative_values_as_negative() {
+    let mut p = pairer(LatencyOptions {
+        by: Some(Key::Ret),
+        ..LatencyOptions::default()
+    });
+    for (i, ret) in [0xffff_ffffi64, -1, 0x7fff_ffff, 0xffff_fff2, 0x1_ffff_ffff]
+        .into_iter()
+        .enumerate()
+    {
+        let t = 100_000 * i as u64;
+        p.record(&ev(ENTRY, 1, 1, t, vec![]));
+        p.record(&ev(RET, 1, 1, t + 10, vec![s(ret)]));
+    }
+    let snap = p.take();
+    let keys: Vec<(String, u64)> = snap.functions[0]
+        .by_key
+        .iter()
+        .map(|k| (k.key.to_string(), k.hist.count()))
+        .collect();
+    let want = [("-14", 1), ("-1", 2), ("2147483647", 1), ("8589934591", 1)];
+    assert_eq!(keys, want.map(|(k, n)| (k.to_string(), n)));
+}
+
 #[test]
 fn durations_parse_to_ns() {
     for (text, ns) in [
