@@ -318,7 +318,7 @@ impl<'a> FunctionLayout<'a> {
 
     fn verdict_arm64(&self, offset: u64) -> Verdict {
         use arm64::Class;
-        if offset % 4 != 0 {
+        if !offset.is_multiple_of(4) {
             return self.refuse(offset, RefuseReason::Misaligned);
         }
         let slot = usize::try_from(offset / 4)

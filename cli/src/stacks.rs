@@ -66,7 +66,7 @@ fn parse_call_graph(s: &str) -> std::result::Result<CallGraphArg, String> {
             let size: u32 = n
                 .parse()
                 .map_err(|_| format!("the dwarf stack size `{n}` is not a number of bytes"))?;
-            if size == 0 || size % 8 != 0 || size > 65528 {
+            if size == 0 || !size.is_multiple_of(8) || size > 65528 {
                 return Err(format!(
                     "the dwarf stack size {size} must be a multiple of 8 from 8 to 65528 (the kernel's limit)"
                 ));

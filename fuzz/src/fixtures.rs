@@ -76,7 +76,7 @@ pub fn id_of(probe: usize) -> u64 {
 /// Pads a tracefs raw record as the kernel does (with the u32 size before
 /// it, a multiple of 8).
 pub fn pad(mut raw: Vec<u8>) -> Vec<u8> {
-    while (raw.len() + 4) % 8 != 0 {
+    while !(raw.len() + 4).is_multiple_of(8) {
         raw.push(0);
     }
     raw

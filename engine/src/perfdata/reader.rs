@@ -786,7 +786,7 @@ fn read_attrs<R: Read + Seek>(
             size: u64_at(&a, body + 8),
         };
         check_section(ids_sec, len, &format!("id section of attr #{i}"), at)?;
-        if ids_sec.size % 8 != 0 {
+        if !ids_sec.size.is_multiple_of(8) {
             return Err(header_err(
                 at + body as u64 + 8,
                 format!("id section of attr #{i} has {} bytes", ids_sec.size),

@@ -77,7 +77,7 @@ fn check_offset(path: &str, o: u64, kind: ProbeSite, arch: Arch) -> Result<u64, 
             let label = format!("{label} ({}+{rel})", sym.name);
             check_user_offset(&bin, &sym, rel, kind, arch, &label)?;
         }
-        _ if arch == Arch::Aarch64 && o % 4 != 0 => {
+        _ if arch == Arch::Aarch64 && !o.is_multiple_of(4) => {
             return Err(PlanError::Preflight {
                 probe: label,
                 reason: "is not 4-byte aligned (arm64 instructions are 4 bytes; the kernel would answer EINVAL)".into(),
