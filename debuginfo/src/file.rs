@@ -1,10 +1,10 @@
 //! One ELF file with DWARF, mapped read-only, and the views over it.
 
+use std::collections::HashMap;
 use std::path::{Path, PathBuf};
+use std::sync::OnceLock;
 
 use object::{Object, ObjectSection, ObjectSymbol};
-
-use std::sync::OnceLock;
 
 use crate::error::{Error, Result};
 use crate::reloc::Relocated;
@@ -14,6 +14,9 @@ pub(crate) type R<'a> = gimli::EndianSlice<'a, gimli::RunTimeEndian>;
 
 /// An ELF file mapped into memory. Sections are read in place: nothing is
 /// copied, and pages the queries do not touch are never read from disk.
+/// A section stored compressed (`SHF_COMPRESSED` with zlib or zstd, or
+/// GNU's older `.zdebug_*`) is decompressed once, on first use, into
+/// memory the file keeps.
 #[derive(Debug)]
 pub struct DebugFile {
     path: PathBuf,
@@ -21,6 +24,9 @@ pub struct DebugFile {
     /// For a relocatable file (a kernel module's `.ko`): its sections'
     /// layout and relocated debug sections, made on first use.
     relocated: OnceLock<Option<Relocated>>,
+    /// The compressed sections, by the name asked for (`.debug_info` also
+    /// for a `.zdebug_info`), each decompressed on first use.
+    decompressed: OnceLock<HashMap<String, OnceLock<Vec<u8>>>>,
 }
 
 impl DebugFile {
@@ -41,6 +47,7 @@ impl DebugFile {
             path,
             map,
             relocated: OnceLock::new(),
+            decompressed: OnceLock::new(),
         })
     }
 
@@ -174,6 +181,29 @@ impl<'a> SymbolTable<'a> {
     }
 }
 
+/// The other names of the function symbol `name` of a linked file: the
+/// function symbols at its address, global ones first.
+pub(crate) fn aliases(obj: &object::File<'_>, name: &str) -> Vec<String> {
+    let text = |s: &object::Symbol<'_, '_>| s.kind() == object::SymbolKind::Text;
+    let Some(address) = obj
+        .symbols()
+        .find(|s| text(s) && s.name() == Ok(name))
+        .map(|s| s.address())
+        .filter(|&a| a != 0)
+    else {
+        return Vec::new();
+    };
+    let mut names: Vec<(bool, String)> = obj
+        .symbols()
+        .filter(|s| text(s) && s.address() == address)
+        .filter_map(|s| Some((!s.is_global(), s.name().ok()?.to_string())))
+        .filter(|(_, n)| n != name && !n.is_empty())
+        .collect();
+    names.sort();
+    names.dedup();
+    names.into_iter().map(|(_, n)| n).collect()
+}
+
 /// Formats `address` as SYMBOL+OFFSET (or 0xADDRESS when no symbol holds it).
 pub(crate) fn sym_off(symbols: &SymbolTable<'_>, address: u64) -> String {
     match symbols.symbolize(address) {
@@ -203,22 +233,76 @@ pub(crate) fn load_dwarf<'a>(
     Ok((dwarf, frames))
 }
 
-/// The bytes of section `name` of `file` (empty when there is none).
-fn section_bytes<'a>(file: &'a DebugFile, obj: &object::File<'a>, name: &str) -> Result<&'a [u8]> {
+/// The bytes of section `name` of `file` (empty when there is none):
+/// relocated for a relocatable file, decompressed once when the file
+/// stores it compressed, else in place.
+pub(crate) fn section_bytes<'a>(
+    file: &'a DebugFile,
+    obj: &object::File<'a>,
+    name: &str,
+) -> Result<&'a [u8]> {
     if let Some(data) = file.relocated()?.and_then(|r| r.section(name)) {
         return Ok(data);
     }
     let Some(sec) = obj.section_by_name(name) else {
         return Ok(&[]);
     };
-    if !matches!(sec.compressed_file_range(), Ok(r) if r.format == object::CompressionFormat::None)
-    {
-        return Err(Error::Elf {
-            path: file.path().to_path_buf(),
-            reason: format!("section {name} is compressed, which this reader does not map in place; decompress it with `objcopy --decompress-debug-sections`"),
-        });
+    let range = sec.compressed_file_range().map_err(|e| file.elf_error(e))?;
+    if range.format == object::CompressionFormat::None {
+        return sec.data().map_err(|e| file.elf_error(e));
     }
-    sec.data().map_err(|e| file.elf_error(e))
+    file.decompressed(obj, name, &sec)
+}
+
+impl DebugFile {
+    /// The decompressed bytes of the compressed section `sec` (asked for
+    /// as `name`), made once and kept with the file.
+    fn decompressed<'a>(
+        &'a self,
+        obj: &object::File<'a>,
+        name: &str,
+        sec: &object::Section<'a, '_>,
+    ) -> Result<&'a [u8]> {
+        let slots = self.decompressed.get_or_init(|| compressed_names(obj));
+        let Some(slot) = slots.get(name) else {
+            return Err(self.section_error(name, "it is compressed but was not listed as such"));
+        };
+        if let Some(data) = slot.get() {
+            return Ok(data);
+        }
+        let data = sec
+            .uncompressed_data()
+            .map_err(|e| self.section_error(name, &format!("decompressing it failed: {e}")))?;
+        // Another thread may have made it first: either copy is the same.
+        let _ = slot.set(data.into_owned());
+        Ok(slot.get().map_or(&[], Vec::as_slice))
+    }
+
+    fn section_error(&self, name: &str, why: &str) -> Error {
+        Error::Elf {
+            path: self.path.clone(),
+            reason: format!("section {name}: {why}; the file may be truncated or damaged: reinstall the debug package"),
+        }
+    }
+}
+
+/// The names (as asked for: `.debug_X`, also for `.zdebug_X`) of the
+/// compressed sections of `obj`, with empty slots for their bytes.
+fn compressed_names(obj: &object::File<'_>) -> HashMap<String, OnceLock<Vec<u8>>> {
+    obj.sections()
+        .filter(|s| {
+            s.compressed_file_range()
+                .is_ok_and(|r| r.format != object::CompressionFormat::None)
+        })
+        .filter_map(|s| {
+            let name = s.name().ok()?;
+            let name = match name.strip_prefix(".zdebug_") {
+                Some(rest) => format!(".debug_{rest}"),
+                None => name.to_string(),
+            };
+            Some((name, OnceLock::new()))
+        })
+        .collect()
 }
 
 /// The call frame information of `file`: `.debug_frame`, else `.eh_frame`

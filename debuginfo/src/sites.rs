@@ -6,6 +6,7 @@ use std::rc::Rc;
 use crate::debuginfo::{DebugInfo, Options};
 use crate::dies::{self, Unit};
 use crate::error::{Error, Result};
+use crate::file;
 use crate::point::{FunctionPart, ProbePoint};
 
 /// Which copy of the code a site is in.
@@ -80,6 +81,14 @@ impl<'a> DebugInfo<'a> {
                     self.function_sites(unit, name, file.as_deref(), at, opts, &mut out)?;
                 }
                 if out.is_empty() && !self.defines(name, file.as_deref())? {
+                    if let Some(alias) = self.dwarf_alias(name) {
+                        let point = ProbePoint::Function {
+                            name: alias,
+                            file: file.clone(),
+                            at: at.clone(),
+                        };
+                        return self.sites(&point, opts);
+                    }
                     return Err(Error::NoFunction {
                         name: name.clone(),
                         file: file.clone(),
@@ -141,6 +150,17 @@ impl<'a> DebugInfo<'a> {
             return Err(Error::NoCodeAtLine { place, hint });
         }
         Ok(sites)
+    }
+
+    /// The name DWARF gives the function an ELF symbol `name` points at,
+    /// when DWARF has no function of that name: glibc defines `malloc` as
+    /// an alias of `__libc_malloc`, the only name its DWARF knows (perf
+    /// takes the same way, through the symbol's address).
+    fn dwarf_alias(&self, name: &str) -> Option<String> {
+        let obj = self.file.object().ok()?;
+        file::aliases(&obj, name)
+            .into_iter()
+            .find(|alias| !self.index.lookup(alias.as_bytes()).is_empty())
     }
 
     fn defines(&self, name: &str, file: Option<&str>) -> Result<bool> {
