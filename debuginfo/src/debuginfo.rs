@@ -36,8 +36,8 @@ pub struct DebugInfo<'a> {
     pub(crate) symbols: SymbolTable<'a>,
     pub(crate) index: NameIndex,
     units: RefCell<HashMap<usize, Rc<Unit<'a>>>>,
-    pub(crate) rows_cache: RefCell<HashMap<usize, Rc<Vec<crate::lines::Row>>>>,
-    pub(crate) funcs_cache: RefCell<HashMap<usize, Rc<Vec<crate::sites::FuncDie>>>>,
+    pub(crate) rows_cache: RefCell<HashMap<usize, Rc<Vec<crate::dies::Row>>>>,
+    pub(crate) funcs_cache: RefCell<HashMap<usize, Rc<Vec<crate::dies::FuncDie>>>>,
     /// Where source files are looked for (perf probe's `-s`), for lazy
     /// patterns; `None`: the compilation directory.
     pub(crate) source_dir: Option<std::path::PathBuf>,
@@ -68,7 +68,7 @@ impl std::fmt::Debug for DebugInfo<'_> {
 
 impl<'a> DebugInfo<'a> {
     /// Reads the DWARF of `file`, using (and writing) the index cache in
-    /// [`cache_dir`](crate::cache_dir) when the file has a build ID.
+    /// [`cache_dir`](crate::index::cache_dir) when the file has a build ID.
     pub fn new(file: &'a DebugFile) -> Result<Self> {
         Self::with_cache(file, index::cache_dir().as_deref())
     }
@@ -92,7 +92,7 @@ impl<'a> DebugInfo<'a> {
             .unwrap_or_default();
         let cacheable = !key.is_empty();
         key.extend_from_slice(&size.to_le_bytes());
-        let cache_name = format!("{}.idx", hex(&key));
+        let cache_name = format!("{}.idx", file::hex(&key));
         let cached = cache
             .filter(|_| cacheable)
             .and_then(|d| index::load_cached(d, &key, &cache_name));
@@ -243,9 +243,4 @@ where
     }
     out.sort_unstable_by_key(|f| f.0);
     out
-}
-
-/// Lower-case hex of `bytes`.
-pub(crate) fn hex(bytes: &[u8]) -> String {
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
 }

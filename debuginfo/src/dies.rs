@@ -173,3 +173,24 @@ pub(crate) fn num(v: gimli::AttributeValue<R<'_>>) -> Option<u64> {
         v => v.udata_value(),
     }
 }
+
+/// One row of a unit's line table.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Row {
+    pub(crate) address: u64,
+    pub(crate) file: u64,
+    pub(crate) line: u64,
+    pub(crate) is_stmt: bool,
+    pub(crate) end: bool,
+}
+
+/// A function or inlined copy of a unit, from one walk of the unit.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct FuncDie {
+    pub(crate) off: gimli::UnitOffset,
+    pub(crate) tag: gimli::DwTag,
+    /// DW_AT_abstract_origin, when in the same unit.
+    pub(crate) origin: Option<gimli::UnitOffset>,
+    /// The top-level (out-of-line) function it is in, or itself.
+    pub(crate) top: Option<gimli::UnitOffset>,
+}

@@ -362,3 +362,8 @@ pub(crate) fn endian(obj: &object::File<'_>) -> gimli::RunTimeEndian {
         gimli::RunTimeEndian::Big
     }
 }
+
+/// Lower-case hex of `bytes`.
+pub(crate) fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}

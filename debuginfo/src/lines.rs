@@ -5,7 +5,7 @@ use std::collections::{HashMap, HashSet};
 use std::rc::Rc;
 
 use crate::debuginfo::DebugInfo;
-use crate::dies::{self, Attrs as _, Unit};
+use crate::dies::{self, Attrs as _, Row, Unit};
 use crate::error::{Error, Result};
 use crate::sites::{Frame, Site};
 
@@ -26,16 +26,6 @@ pub struct FunctionLines {
 /// An inlined copy below a function: its ranges, call file, call line and
 /// entry PC.
 type Nested = (Vec<gimli::Range>, Option<String>, Option<u64>, Option<u64>);
-
-/// One row of a unit's line table.
-#[derive(Debug, Clone, Copy)]
-pub(crate) struct Row {
-    pub(crate) address: u64,
-    pub(crate) file: u64,
-    pub(crate) line: u64,
-    pub(crate) is_stmt: bool,
-    pub(crate) end: bool,
-}
 
 /// File paths of a unit's line table, looked up once each.
 #[derive(Debug, Default)]

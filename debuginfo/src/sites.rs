@@ -4,7 +4,7 @@ use crate::dies::Attrs as _;
 use std::rc::Rc;
 
 use crate::debuginfo::{DebugInfo, Options};
-use crate::dies::{self, Unit};
+use crate::dies::{self, FuncDie, Unit};
 use crate::error::{Error, Result};
 use crate::file;
 use crate::point::{FunctionPart, ProbePoint};
@@ -50,17 +50,6 @@ pub struct Site {
     /// Which copy of the function.
     pub instance: Instance,
     pub(crate) scope: Scope,
-}
-
-/// A function or inlined copy of a unit, from one walk of the unit.
-#[derive(Debug, Clone, Copy)]
-pub(crate) struct FuncDie {
-    pub(crate) off: gimli::UnitOffset,
-    pub(crate) tag: gimli::DwTag,
-    /// DW_AT_abstract_origin, when in the same unit.
-    pub(crate) origin: Option<gimli::UnitOffset>,
-    /// The top-level (out-of-line) function it is in, or itself.
-    pub(crate) top: Option<gimli::UnitOffset>,
 }
 
 /// One function-like entry on the way from a unit to an address.
