@@ -1,0 +1,176 @@
+//! The forms distributions ship debug info in: compressed sections (zlib,
+//! zstd, GNU's `.zdebug_*`), made with `objcopy` from a program compiled at
+//! test time, and Debian's libc6-dbg (compressed, found by build ID).
+//! `cargo xtask test` installs gcc's binutils and libc6-dbg; a test run
+//! without them prints why it skipped.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use kprobe_perf_debuginfo::{locate, DebugFile, DebugInfo, Options, ProbeArg, ProbePoint};
+
+const SOURCE: &str = r#"
+struct point { int x; int y; struct point *next; };
+
+__attribute__((noinline)) int walk(struct point *p, int n)
+{
+	int sum = 0;
+	for (int i = 0; i < n; i++) {
+		sum += p->x * p->y;
+		p = p->next;
+	}
+	return sum;
+}
+
+int main(int argc, char **argv)
+{
+	struct point p = { 1, 2, 0 };
+	return walk(&p, argc) + argv[0][0];
+}
+"#;
+
+/// A fresh directory for one test.
+fn scratch(name: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("kpp-forms-{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+/// Runs `cmd`; false (with the reason printed) when it cannot run or fails.
+fn run(cmd: &mut Command) -> bool {
+    match cmd.output() {
+        Ok(o) if o.status.success() => true,
+        Ok(o) => {
+            println!(
+                "SKIP: {cmd:?} failed: {}",
+                String::from_utf8_lossy(&o.stderr).trim()
+            );
+            false
+        }
+        Err(e) => {
+            println!("SKIP: cannot run {cmd:?}: {e}");
+            false
+        }
+    }
+}
+
+/// The fixture compiled with gcc -g -O2 in `dir`.
+fn compile(dir: &Path) -> Option<PathBuf> {
+    let src = dir.join("forms.c");
+    std::fs::write(&src, SOURCE).ok()?;
+    let bin = dir.join("forms");
+    run(Command::new("gcc")
+        .args(["-g", "-O2", "-o"])
+        .arg(&bin)
+        .arg(&src))
+    .then_some(bin)
+}
+
+/// `walk`'s probe with its two parameters and a field, from `path`.
+fn walk_definition(path: &Path) -> String {
+    let file = DebugFile::open(path).unwrap();
+    let di = DebugInfo::with_cache(&file, None).unwrap();
+    let args: Vec<ProbeArg> = ["p", "n", "p->y"]
+        .iter()
+        .map(|a| ProbeArg::parse(a).unwrap())
+        .collect();
+    let point = ProbePoint::parse("walk").unwrap();
+    let r = di.resolve(&point, &args, &Options::default()).unwrap();
+    assert_eq!(r.probes.len(), 1, "{r:?}");
+    r.probes[0].definition("probe", "walk")
+}
+
+/// The names of the sections of `path` (readelf -S).
+fn section_names(path: &Path) -> String {
+    let out = Command::new("readelf")
+        .args(["-SW"])
+        .arg(path)
+        .output()
+        .unwrap();
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+#[test]
+fn compressed_sections_answer_as_plain_ones() {
+    let dir = scratch("compressed");
+    let Some(bin) = compile(&dir) else { return };
+    let want = "p:probe/walk walk+0 p=%di:x64 n=%si:s32 y=+4(%di):s32";
+    assert_eq!(walk_definition(&bin), want);
+    for (how, zdebug) in [("zlib", false), ("zstd", false), ("zlib-gnu", true)] {
+        let out = dir.join(format!("forms.{how}"));
+        if !run(Command::new("objcopy")
+            .arg(format!("--compress-debug-sections={how}"))
+            .arg(&bin)
+            .arg(&out))
+        {
+            panic!("objcopy cannot compress with {how}: binutils is part of gcc's toolchain");
+        }
+        let names = section_names(&out);
+        // The copy is compressed: GNU's form renames the sections, the
+        // ELF form flags them (C).
+        if zdebug {
+            assert!(names.contains(".zdebug_info"), "{how}: {names}");
+        } else {
+            let info = names.lines().find(|l| l.contains(".debug_info")).unwrap();
+            assert!(info.contains(" C "), "{how}: {info}");
+        }
+        assert_eq!(walk_definition(&out), want, "{how}");
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// libc.so.6's debug file from libc6-dbg (compressed sections, found by
+/// build ID), or None with the reason printed.
+fn libc_debug() -> Option<(DebugFile, DebugFile)> {
+    let libc = Path::new("/lib/x86_64-linux-gnu/libc.so.6");
+    if !Path::new("/usr/share/doc/libc6-dbg").exists() || !libc.exists() {
+        println!("SKIP: libc6-dbg is not installed (apt-get install libc6-dbg; cargo xtask test installs it)");
+        return None;
+    }
+    let debug = locate::find_user(libc).unwrap();
+    Some((debug, DebugFile::open(libc).unwrap()))
+}
+
+#[test]
+fn libc6_dbg_answers_malloc_as_perf_does() {
+    let Some((debug, libc)) = libc_debug() else {
+        return;
+    };
+    assert!(
+        debug.path().starts_with("/usr/lib/debug/.build-id"),
+        "{}",
+        debug.path().display()
+    );
+    let di = DebugInfo::with_cache(&debug, None)
+        .unwrap()
+        .with_call_frames_of(&libc)
+        .unwrap();
+    // perf probe -x /lib/x86_64-linux-gnu/libc.so.6 -V malloc
+    let point = ProbePoint::parse("malloc").unwrap();
+    let sites = di.sites(&point, &Options::default()).unwrap();
+    assert_eq!(sites.len(), 1, "{sites:?}");
+    assert_eq!(sites[0].location, "__libc_malloc+0");
+    assert_eq!(sites[0].source, "malloc.c:3281");
+    let mut vars: Vec<String> = di
+        .variables(&sites[0])
+        .unwrap()
+        .iter()
+        .map(|v| format!("{}\t{}", v.type_name, v.name))
+        .collect();
+    // DWARF order is the parameter first; perf lists them sorted.
+    vars.sort();
+    assert_eq!(vars, ["char*\t__PRETTY_FUNCTION__", "size_t\tbytes"]);
+    // perf probe -x ... -D 'malloc bytes'
+    let r = di
+        .resolve(
+            &point,
+            &[ProbeArg::parse("bytes").unwrap()],
+            &Options::default(),
+        )
+        .unwrap();
+    assert_eq!(
+        r.probes[0].definition("probe", "malloc"),
+        "p:probe/malloc __libc_malloc+0 bytes=%di:x64"
+    );
+}
