@@ -52,7 +52,16 @@ impl AddressLookup {
             gimli::RunTimeEndian::Big
         };
         let section = |name: &str| crate::file::section_bytes(file, &obj, name);
-        let dwarf = gimli::Dwarf::load(|id| section(id.name()).map(|d| Reader::new(d, endian)))?;
+        let mut dwarf =
+            gimli::Dwarf::load(|id| section(id.name()).map(|d| Reader::new(d, endian)))?;
+        // A dwz file's units and strings, which this one's point into.
+        if let Some(alt) = file.alt()? {
+            let alt_obj = alt.object()?;
+            let section = |name: &str| crate::file::section_bytes(alt, &alt_obj, name);
+            dwarf.set_sup(gimli::Dwarf::load(|id| {
+                section(id.name()).map(|d| Reader::new(d, endian))
+            })?);
+        }
         let context = addr2line::Context::from_dwarf(dwarf).map_err(|e| Error::Elf {
             path: file.path().to_path_buf(),
             reason: format!("reading its DWARF: {e}"),

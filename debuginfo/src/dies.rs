@@ -106,6 +106,14 @@ fn low_pc(dwarf: &Dwarf<'_>, unit: &Unit<'_>, e: &Entry<'_, '_>) -> gimli::Resul
     })
 }
 
+/// The `.debug_info` offset of the entry at `off` of `unit`.
+pub(crate) fn global(
+    unit: &Unit<'_>,
+    off: gimli::UnitOffset,
+) -> Option<gimli::DebugInfoOffset<usize>> {
+    off.to_debug_info_offset(&unit.header)
+}
+
 /// Whether any of `ranges` holds `pc`.
 pub(crate) fn holds(ranges: &[gimli::Range], pc: u64) -> bool {
     ranges.iter().any(|r| r.begin <= pc && pc < r.end)
@@ -189,8 +197,9 @@ pub(crate) struct Row {
 pub(crate) struct FuncDie {
     pub(crate) off: gimli::UnitOffset,
     pub(crate) tag: gimli::DwTag,
-    /// DW_AT_abstract_origin, when in the same unit.
-    pub(crate) origin: Option<gimli::UnitOffset>,
+    /// DW_AT_abstract_origin, as a `.debug_info` offset: in the same
+    /// unit, or (dwz) in a partial unit of the same file.
+    pub(crate) origin: Option<gimli::DebugInfoOffset<usize>>,
     /// The top-level (out-of-line) function it is in, or itself.
     pub(crate) top: Option<gimli::UnitOffset>,
 }

@@ -55,6 +55,16 @@ pub enum Error {
         /// Why.
         reason: String,
     },
+    /// The supplementary (dwz) file a debug file's DWARF refers to was not found.
+    #[error("{path} keeps part of its DWARF in a supplementary file (dwz's .gnu_debugaltlink or DWARF 5's .debug_sup, build ID {build_id}), which is not at {}; install the package's debug files whole (Debian puts them under /usr/lib/debug/.dwz), or put the file at one of those paths", .tried.iter().map(|p| p.display().to_string()).collect::<Vec<_>>().join(" nor "))]
+    NoAltFile {
+        /// The debug file.
+        path: PathBuf,
+        /// The supplementary file's build ID, as the link gives it.
+        build_id: String,
+        /// The paths tried.
+        tried: Vec<PathBuf>,
+    },
     /// A debug file's build ID differs from the one of the code it should describe.
     #[error("{path} has build ID {found}, but {what} has {expected}: this debug info belongs to another build and would give wrong addresses; find the debug file of that exact build")]
     BuildIdMismatch {

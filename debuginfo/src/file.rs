@@ -27,6 +27,10 @@ pub struct DebugFile {
     /// The compressed sections, by the name asked for (`.debug_info` also
     /// for a `.zdebug_info`), each decompressed on first use.
     decompressed: OnceLock<HashMap<String, OnceLock<Vec<u8>>>>,
+    /// The supplementary file whose units and strings this one's DWARF
+    /// refers to (dwz's `.gnu_debugaltlink`, DWARF 5's `.debug_sup`),
+    /// opened on first use.
+    alt: OnceLock<Option<Box<DebugFile>>>,
 }
 
 impl DebugFile {
@@ -48,6 +52,7 @@ impl DebugFile {
             map,
             relocated: OnceLock::new(),
             decompressed: OnceLock::new(),
+            alt: OnceLock::new(),
         })
     }
 
@@ -226,11 +231,99 @@ pub(crate) fn load_dwarf<'a>(
     file: &'a DebugFile,
     obj: &object::File<'a>,
 ) -> Result<(gimli::Dwarf<R<'a>>, Frames<'a>)> {
+    let dwarf = load_with_sup(file, obj)?;
+    let frames = load_frames(file, obj, endian(obj))?;
+    Ok((dwarf, frames))
+}
+
+/// Loads the DWARF of `file` and, when it has one, of its supplementary
+/// (dwz) file, which the first's `DW_FORM_GNU_ref_alt`/`GNU_strp_alt`
+/// (`ref_sup`/`strp_sup`) forms point into.
+fn load_with_sup<'a>(file: &'a DebugFile, obj: &object::File<'a>) -> Result<gimli::Dwarf<R<'a>>> {
     let endian = endian(obj);
     let section = |name: &str| section_bytes(file, obj, name);
-    let dwarf = gimli::Dwarf::load(|id| section(id.name()).map(|d| R::new(d, endian)))?;
-    let frames = load_frames(file, obj, endian)?;
-    Ok((dwarf, frames))
+    let mut dwarf = gimli::Dwarf::load(|id| section(id.name()).map(|d| R::new(d, endian)))?;
+    if let Some(alt) = file.alt()? {
+        let alt_obj = alt.object()?;
+        let section = |name: &str| section_bytes(alt, &alt_obj, name);
+        let sup = gimli::Dwarf::load(|id| section(id.name()).map(|d| R::new(d, endian)))?;
+        dwarf.set_sup(sup);
+    }
+    Ok(dwarf)
+}
+
+impl DebugFile {
+    /// The supplementary file this file's DWARF refers to, opened once:
+    /// `None` when it names none.
+    pub(crate) fn alt(&self) -> Result<Option<&DebugFile>> {
+        if let Some(a) = self.alt.get() {
+            return Ok(a.as_deref());
+        }
+        let found = match self.alt_link()? {
+            Some((name, id)) => Some(Box::new(self.find_alt(&name, &id)?)),
+            None => None,
+        };
+        let _ = self.alt.set(found);
+        Ok(self.alt.get().and_then(Option::as_deref))
+    }
+
+    /// The supplementary file's name and build ID (or DWARF 5 checksum),
+    /// from `.gnu_debugaltlink` or `.debug_sup`.
+    fn alt_link(&self) -> Result<Option<(PathBuf, Vec<u8>)>> {
+        let obj = self.object()?;
+        if let Some((name, id)) = obj.gnu_debugaltlink().map_err(|e| self.elf_error(e))? {
+            let name = PathBuf::from(String::from_utf8_lossy(name).into_owned());
+            return Ok(Some((name, id.to_vec())));
+        }
+        let sup = section_bytes(self, &obj, ".debug_sup")?;
+        Ok(debug_sup(sup))
+    }
+
+    /// Finds the supplementary file `name` (absolute, or relative to
+    /// this file's directory), else by build ID under /usr/lib/debug.
+    fn find_alt(&self, name: &Path, id: &[u8]) -> Result<DebugFile> {
+        let dir = self.path.parent().unwrap_or(Path::new("/"));
+        let mut tried = vec![dir.join(name)];
+        if let Some((first, rest)) = id.split_first() {
+            tried.push(
+                Path::new("/usr/lib/debug/.build-id")
+                    .join(format!("{first:02x}"))
+                    .join(format!("{}.debug", hex(rest))),
+            );
+        }
+        for path in &tried {
+            if !path.is_file() {
+                continue;
+            }
+            let alt = DebugFile::open(path)?;
+            let matches = alt.build_id()?.is_none_or(|b| id.is_empty() || b == id);
+            if matches {
+                return Ok(alt);
+            }
+        }
+        Err(Error::NoAltFile {
+            path: self.path.clone(),
+            build_id: hex(id),
+            tried,
+        })
+    }
+}
+
+/// The file name and checksum of a DWARF 5 `.debug_sup` section
+/// (version 5, `is_supplementary` 0, a NUL-terminated name, a ULEB128
+/// length and the checksum, in practice the build ID).
+fn debug_sup(bytes: &[u8]) -> Option<(PathBuf, Vec<u8>)> {
+    let rest = bytes.get(2..)?;
+    let (&is_sup, rest) = rest.split_first()?;
+    if is_sup != 0 {
+        return None;
+    }
+    let nul = rest.iter().position(|&b| b == 0)?;
+    let name = PathBuf::from(String::from_utf8_lossy(&rest[..nul]).into_owned());
+    let mut reader = gimli::EndianSlice::new(rest.get(nul + 1..)?, gimli::LittleEndian);
+    let len = gimli::Reader::read_uleb128(&mut reader).ok()?;
+    let sum = reader.slice().get(..usize::try_from(len).ok()?)?;
+    Some((name, sum.to_vec()))
 }
 
 /// The bytes of section `name` of `file` (empty when there is none):

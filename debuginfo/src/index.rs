@@ -11,9 +11,16 @@ use std::path::{Path, PathBuf};
 use crate::error::{Error, Result};
 use crate::file::R;
 
-const MAGIC: &[u8; 8] = b"KPDIDX01";
+const MAGIC: &[u8; 8] = b"KPDIDX02";
 /// Keys of unit names start with this byte, which no C identifier has.
 pub(crate) const FILE_KEY: u8 = b'@';
+
+/// The key listing the units that import the (dwz) partial unit whose
+/// root entry is at `partial` (`DW_TAG_imported_unit`): where the copies of the abstract
+/// functions dwz moved there are.
+pub(crate) fn import_key(partial: gimli::DebugInfoOffset<usize>) -> Vec<u8> {
+    format!("{}\u{1}{:x}", FILE_KEY as char, partial.0).into_bytes()
+}
 
 /// Where the bytes of an index live.
 #[derive(Debug)]
@@ -236,6 +243,12 @@ fn top_level_names(
     let mut children = root.children();
     while let Some(child) = children.next()? {
         let e = child.entry();
+        if let (gimli::DW_TAG_imported_unit, Some(gimli::AttributeValue::DebugInfoRef(o))) =
+            (e.tag(), e.val(gimli::DW_AT_import))
+        {
+            out.push((import_key(o), idx));
+            continue;
+        }
         if e.tag() != gimli::DW_TAG_subprogram || e.has(gimli::DW_AT_declaration) {
             continue;
         }

@@ -413,7 +413,7 @@ impl<'a> DebugInfo<'a> {
             copies.extend(
                 self.func_dies(&unit)?
                     .iter()
-                    .filter(|f| f.origin == Some(def))
+                    .filter(|f| f.origin.is_some() && f.origin == dies::global(&unit, def))
                     .map(|f| (f.off, f.top.unwrap_or(f.off))),
             );
             let decl_fileno = dies::udata_integrated(&unit, &def_e, gimli::DW_AT_decl_file);

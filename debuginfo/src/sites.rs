@@ -7,6 +7,7 @@ use crate::debuginfo::{DebugInfo, Options};
 use crate::dies::{self, FuncDie, Unit};
 use crate::error::{Error, Result};
 use crate::file;
+use crate::index;
 use crate::point::{FunctionPart, ProbePoint};
 
 /// Which copy of the code a site is in.
@@ -50,6 +51,14 @@ pub struct Site {
     /// Which copy of the function.
     pub instance: Instance,
     pub(crate) scope: Scope,
+}
+
+/// Where an abstract function is declared, to find its copies.
+struct Decl {
+    /// The function's entry, as a `.debug_info` offset.
+    at: Option<gimli::DebugInfoOffset<usize>>,
+    line: Option<u64>,
+    file: Option<String>,
 }
 
 /// One function-like entry on the way from a unit to an address.
@@ -249,7 +258,9 @@ impl<'a> DebugInfo<'a> {
         }
     }
 
-    /// Every concrete copy of the abstract function `def` in the unit.
+    /// Every concrete copy of the abstract function `def`: in its unit,
+    /// and, when dwz moved it to a partial unit, in the units importing
+    /// that one.
     fn instances(
         &self,
         unit_off: gimli::DebugInfoOffset<usize>,
@@ -261,22 +272,56 @@ impl<'a> DebugInfo<'a> {
     ) -> Result<()> {
         let err = |e| self.dwarf_error(format!("the copies of {name}"), e);
         let def_e = unit.entry(def).map_err(err)?;
-        let decl_line = def_e
-            .val(gimli::DW_AT_decl_line)
-            .and_then(|v| v.udata_value());
-        let decl_file = def_e.val(gimli::DW_AT_decl_file).and_then(|v| dies::num(v));
+        let decl = Decl {
+            at: dies::global(unit, def),
+            line: def_e
+                .val(gimli::DW_AT_decl_line)
+                .and_then(|v| v.udata_value()),
+            file: def_e
+                .val(gimli::DW_AT_decl_file)
+                .and_then(dies::num)
+                .and_then(|n| dies::file_name(&self.dwarf, unit, n)),
+        };
+        // DW_AT_import names the partial unit's root entry.
+        let root = dies::global(unit, gimli::UnitOffset(unit.header.header_size()));
+        let mut units = vec![unit_off];
+        if let Some(root) = root {
+            units.extend(self.index.lookup(&index::import_key(root)));
+        }
+        for u in units {
+            let u_rc = self.unit(u)?;
+            self.copies_in(u, &u_rc, name, &decl, opts, out)?;
+        }
+        Ok(())
+    }
+
+    /// The copies of the abstract function `decl` in the unit at `unit_off`.
+    fn copies_in(
+        &self,
+        unit_off: gimli::DebugInfoOffset<usize>,
+        unit: &Rc<Unit<'a>>,
+        name: &str,
+        decl: &Decl,
+        opts: &Options,
+        out: &mut Vec<Site>,
+    ) -> Result<()> {
+        let err = |e| self.dwarf_error(format!("the copies of {name}"), e);
         let funcs = self.func_dies(unit)?;
         let start = out.len();
         // The last copy kept: its entry, call site and function.
         let mut last: Option<(u64, Option<String>, gimli::UnitOffset)> = None;
-        for fd in funcs.iter().filter(|f| f.origin == Some(def)) {
+        for fd in funcs
+            .iter()
+            .filter(|f| f.origin.is_some() && f.origin == decl.at)
+        {
             let e = unit.entry(fd.off).map_err(err)?;
             let e = &e;
-            let tag = fd.tag;
-            let func = fd.top.map(|t| (0isize, t));
             let call_line = e.val(gimli::DW_AT_call_line).and_then(|v| v.udata_value());
-            let call_file = e.val(gimli::DW_AT_call_file).and_then(|v| dies::num(v));
-            let inlined = tag == gimli::DW_TAG_inlined_subroutine;
+            let call_file = e
+                .val(gimli::DW_AT_call_file)
+                .and_then(dies::num)
+                .and_then(|n| dies::file_name(&self.dwarf, unit, n));
+            let inlined = fd.tag == gimli::DW_TAG_inlined_subroutine;
             if inlined && !opts.inlines {
                 continue;
             }
@@ -284,15 +329,14 @@ impl<'a> DebugInfo<'a> {
             // copy of the same function at the same address, the outer one
             // with no locations for its variables. It is no probe point of
             // its own, but its variables are the ones that live there.
-            let self_nested = inlined && call_line == decl_line && call_file == decl_file;
+            let self_nested = inlined && call_line == decl.line && call_file == decl.file;
             let ranges = dies::ranges(&self.dwarf, unit, e).map_err(err)?;
             let Some(entry) = dies::entry_pc(&self.dwarf, unit, e, &ranges).map_err(err)? else {
                 continue;
             };
-            if entry == 0 {
+            let Some(f) = fd.top.filter(|_| entry != 0) else {
                 continue;
-            }
-            let Some((_, f)) = func else { continue };
+            };
             if self_nested {
                 if let Some((at, call, outer_f)) = &last {
                     if *at == entry && out.len() > start {
@@ -314,9 +358,7 @@ impl<'a> DebugInfo<'a> {
                 continue;
             }
             let call = inlined.then(|| {
-                let file = call_file
-                    .and_then(|n| dies::file_name(&self.dwarf, unit, n))
-                    .unwrap_or_default();
+                let file = call_file.clone().unwrap_or_default();
                 format!(
                     "{}:{}",
                     self.short_path(unit, &file),
@@ -448,6 +490,9 @@ impl<'a> DebugInfo<'a> {
                 let attr = raw.read_attribute(*spec).map_err(err)?;
                 match (attr.name(), attr.value()) {
                     (gimli::DW_AT_abstract_origin, gimli::AttributeValue::UnitRef(o)) => {
+                        origin = dies::global(unit, o);
+                    }
+                    (gimli::DW_AT_abstract_origin, gimli::AttributeValue::DebugInfoRef(o)) => {
                         origin = Some(o);
                     }
                     (gimli::DW_AT_declaration, _) => declaration = true,

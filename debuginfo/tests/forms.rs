@@ -174,3 +174,133 @@ fn libc6_dbg_answers_malloc_as_perf_does() {
         "p:probe/malloc __libc_malloc+0 bytes=%di:x64"
     );
 }
+
+const DWZ_HEADER: &str = r#"struct point { int x; int y; struct point *next; };
+static inline __attribute__((always_inline)) int add(int a, int b) { return a + b; }
+"#;
+
+const DWZ_A: &str = r#"#include "h.h"
+__attribute__((noinline)) int walk(struct point *p, int n)
+{
+	int s = 0;
+	for (int i = 0; i < n; i++) {
+		s += add(p->x, p->y);
+		p = p->next;
+	}
+	return s;
+}
+"#;
+
+const DWZ_B: &str = r#"#include "h.h"
+__attribute__((noinline)) int walk2(struct point *p, int n) { return add(p->x, n) + p->y; }
+int walk(struct point *p, int n);
+int main(int argc, char **argv)
+{
+	struct point p = { 1, 2, 0 };
+	return walk(&p, argc) + walk2(&p, argc) + argv[0][0];
+}
+"#;
+
+/// Two copies of a two-file program, processed by `dwz -m` into a
+/// shared supplementary file (`alt.debug`), and the plain program: (plain,
+/// dwz'd copy), or None with the reason printed.
+fn dwz_pair(dir: &Path) -> Option<(PathBuf, PathBuf)> {
+    for (name, text) in [("h.h", DWZ_HEADER), ("a.c", DWZ_A), ("b.c", DWZ_B)] {
+        std::fs::write(dir.join(name), text).ok()?;
+    }
+    let plain = dir.join("plain");
+    if !run(Command::new("gcc").current_dir(dir).args([
+        "-g",
+        "-O2",
+        "-Wl,--build-id",
+        "-o",
+        "plain",
+        "a.c",
+        "b.c",
+    ])) {
+        return None;
+    }
+    let (one, two) = (dir.join("one"), dir.join("two"));
+    std::fs::copy(&plain, &one).ok()?;
+    std::fs::copy(&plain, &two).ok()?;
+    let alt = dir.join("alt.debug");
+    if !Path::new("/usr/bin/dwz").exists() {
+        println!("SKIP: dwz is not installed (apt-get install dwz; cargo xtask test installs it)");
+        return None;
+    }
+    let ok = run(Command::new("dwz")
+        .arg("-m")
+        .arg(&alt)
+        .arg("-M")
+        .arg(&alt)
+        .arg(&one)
+        .arg(&two));
+    assert!(ok, "dwz -m failed on the fixture");
+    Some((plain, one))
+}
+
+/// What a file answers about the fixture: walk's probe, its variables,
+/// and the sites of the inlined `add`.
+fn dwz_answers(path: &Path) -> (String, Vec<String>, Vec<String>) {
+    let file = DebugFile::open(path).unwrap();
+    let di = DebugInfo::with_cache(&file, None).unwrap();
+    let args: Vec<ProbeArg> = ["p", "n", "p->y", "p->next->x"]
+        .iter()
+        .map(|a| ProbeArg::parse(a).unwrap())
+        .collect();
+    let walk = ProbePoint::parse("walk").unwrap();
+    let r = di.resolve(&walk, &args, &Options::default()).unwrap();
+    let definition = r.probes[0].definition("probe", "walk");
+    let site = &di.sites(&walk, &Options::default()).unwrap()[0];
+    let mut vars: Vec<String> = di
+        .variables(site)
+        .unwrap()
+        .iter()
+        .map(|v| format!("{}\t{}", v.type_name, v.name))
+        .collect();
+    vars.sort();
+    let add = ProbePoint::parse("add").unwrap();
+    let sites = di
+        .sites(&add, &Options::default())
+        .unwrap()
+        .iter()
+        .map(|s| format!("{} {:?}", s.location, s.instance))
+        .collect();
+    (definition, vars, sites)
+}
+
+#[test]
+fn dwz_supplementary_files_answer_as_the_plain_program() {
+    let dir = scratch("dwz");
+    let Some((plain, dwz)) = dwz_pair(&dir) else {
+        return;
+    };
+    // dwz moved the shared types and strings out, and says where.
+    assert!(section_names(&dwz).contains(".gnu_debugaltlink"));
+    let (definition, vars, sites) = dwz_answers(&dwz);
+    assert_eq!(
+        definition,
+        "p:probe/walk walk+0 p=%di:x64 n=%si:s32 y=+4(%di):s32 x=+0(+8(%di)):s32"
+    );
+    assert_eq!(vars, ["int\ti", "int\tn", "int\ts", "struct point*\tp"]);
+    // The abstract `add` is in a partial unit; its copies in the units
+    // that import it.
+    assert_eq!(
+        sites,
+        [
+            "walk+16 Inlined { into: \"walk\", call: \"a.c:6\" }",
+            "walk2+0 Inlined { into: \"walk2\", call: \"b.c:2\" }"
+        ]
+    );
+    assert_eq!(dwz_answers(&plain), (definition, vars, sites));
+    // Without its supplementary file, the message says which and where.
+    std::fs::rename(dir.join("alt.debug"), dir.join("moved.debug")).unwrap();
+    let file = DebugFile::open(&dwz).unwrap();
+    let e = DebugInfo::with_cache(&file, None).unwrap_err().to_string();
+    assert!(
+        e.contains("keeps part of its DWARF in a supplementary file")
+            && e.contains(&dir.join("alt.debug").display().to_string()),
+        "{e}"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
