@@ -304,3 +304,62 @@ fn dwz_supplementary_files_answer_as_the_plain_program() {
     );
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// `walk`'s probe and the sites of `walk:4`, from the fixture compiled
+/// by `cc` with `-gdwarf-VERSION -O2`; None (with the reason printed)
+/// without that compiler.
+fn answers_of(cc: &str, version: u8, dir: &Path) -> Option<(String, Vec<String>)> {
+    let src = dir.join("forms.c");
+    std::fs::write(&src, SOURCE).ok()?;
+    let bin = dir.join(format!("forms-{cc}-{version}"));
+    if !run(Command::new(cc)
+        .current_dir(dir)
+        .arg(format!("-gdwarf-{version}"))
+        .args(["-O2", "-o"])
+        .arg(&bin)
+        .arg("forms.c"))
+    {
+        return None;
+    }
+    let file = DebugFile::open(&bin).unwrap();
+    let di = DebugInfo::with_cache(&file, None).unwrap();
+    let line = ProbePoint::parse("walk:4").unwrap();
+    let sites = di
+        .sites(&line, &Options::default())
+        .unwrap()
+        .iter()
+        .map(|s| format!("{} {}", s.location, s.source))
+        .collect();
+    Some((walk_definition(&bin), sites))
+}
+
+#[test]
+fn dwarf_4_and_5_from_gcc_and_clang() {
+    let dir = scratch("versions");
+    // As perf probe -x gives them (perf 6.1; it crashes on clang's
+    // DWARF 5 at walk:4).
+    let gcc = (
+        "p:probe/walk walk+0 p=%di:x64 n=%si:s32 y=+4(%di):s32".to_string(),
+        vec!["walk+16 forms.c:8".to_string()],
+    );
+    // clang gives the pointer no fetch type (perf neither), and spreads
+    // the line over five statements of the unrolled loop.
+    let clang = (
+        "p:probe/walk walk+0 p=%di n=%si:s32 y=+4(%di):s32".to_string(),
+        ["walk+32", "walk+44", "walk+56", "walk+66", "walk+96"]
+            .map(|s| format!("{s} forms.c:8"))
+            .to_vec(),
+    );
+    for version in [4, 5] {
+        assert_eq!(
+            answers_of("gcc", version, &dir).as_ref(),
+            Some(&gcc),
+            "gcc -gdwarf-{version}"
+        );
+        match answers_of("clang", version, &dir) {
+            Some(got) => assert_eq!(got, clang, "clang -gdwarf-{version}"),
+            None => println!("SKIP clang -gdwarf-{version}: clang is not installed (apt-get install clang; cargo xtask test installs it)"),
+        }
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -526,8 +526,9 @@ pub(crate) fn run(kernel_args: &[String], no_lint: bool) -> Result<()> {
     // debuginfod, curl, bsdtar: the debuginfod client's test runs
     // Debian's server on loopback over a dbgsym package
     // (tests/user_source_lines.rs); the server unpacks it with bsdtar.
-    // libc6-dbg, dwz and perf: debuginfo's tests on compressed DWARF and
-    // dwz files, and its differential against perf probe -x
+    // libc6-dbg, dwz, clang and perf: debuginfo's tests on compressed
+    // DWARF, dwz files and clang's DWARF, and its differential against
+    // perf probe -x
     // (debuginfo/tests/forms.rs, libc_differential.rs).
     if let Err(e) = host::ensure_packages(&[
         ("debuginfod", "/usr/bin/debuginfod"),
@@ -535,6 +536,7 @@ pub(crate) fn run(kernel_args: &[String], no_lint: bool) -> Result<()> {
         ("libarchive-tools", "/usr/bin/bsdtar"),
         ("libc6-dbg", "/usr/share/doc/libc6-dbg"),
         ("dwz", "/usr/bin/dwz"),
+        ("clang", "/usr/bin/clang"),
         ("linux-perf", "/usr/bin/perf"),
     ]) {
         tally.fail("installing the native tests' packages", &e);
