@@ -10,6 +10,7 @@ use crate::dies::{Dwarf, Unit};
 use crate::error::{Error, Result};
 use crate::file::{self, DebugFile, SymbolTable, R};
 use crate::index::{self, NameIndex};
+use crate::split;
 
 /// Options of a query.
 #[derive(Debug, Clone, Copy)]
@@ -125,7 +126,7 @@ impl<'a> DebugInfo<'a> {
         let index = match cached {
             Some(i) => i,
             None => {
-                let i = index::build(&dwarf, file.path(), &key)?;
+                let i = index::build(file, &dwarf, &key)?;
                 if let Some(d) = cache.filter(|_| cacheable) {
                     // A cache that cannot be written costs time, not answers.
                     let _ = index::store(d, &cache_name, &i);
@@ -192,9 +193,31 @@ impl<'a> DebugInfo<'a> {
             .debug_info
             .header_from_offset(offset)
             .map_err(err)?;
-        let unit = Rc::new(self.dwarf.unit(header).map_err(err)?);
+        let unit = self.dwarf.unit(header).map_err(err)?;
+        // A skeleton (split DWARF) stands for the unit in its .dwo.
+        let unit = match split::split_unit(self.file, &self.dwarf, &unit)? {
+            Some((dwo, split)) => Unit {
+                unit: split,
+                split: Some(dwo),
+            },
+            None => Unit { unit, split: None },
+        };
+        let unit = Rc::new(unit);
         bounded_insert(&self.units, offset.0, unit.clone());
         Ok(unit)
+    }
+
+    /// The DWARF `unit` is read with: the file's, or a split unit's `.dwo`.
+    pub(crate) fn dw<'s>(&'s self, unit: &'s Unit<'a>) -> &'s Dwarf<'a> {
+        unit.split.as_ref().unwrap_or(&self.dwarf)
+    }
+
+    /// The DWARF the entry at `at` is read with.
+    pub(crate) fn dwarf_at<'s>(&'s self, at: &'s At<'a>) -> &'s Dwarf<'a> {
+        if at.sup {
+            return self.dwarf_for(true);
+        }
+        self.dw(&at.unit)
     }
 
     /// The DWARF an entry is read with: this file's, or (`sup`) the
@@ -241,7 +264,7 @@ impl<'a> DebugInfo<'a> {
             let e = at.unit.entry(at.off).ok()?;
             let val = |a| e.attr_value(a).ok().flatten();
             if let Some(v) = val(gimli::DW_AT_name) {
-                let name = self.dwarf_for(at.sup).attr_string(&at.unit, v).ok()?;
+                let name = self.dwarf_at(&at).attr_string(&at.unit, v).ok()?;
                 return Some(name.slice());
             }
             let next =
@@ -295,7 +318,10 @@ impl<'a> DebugInfo<'a> {
             )
         };
         let header = dwarf.debug_info.header_from_offset(offset).map_err(err)?;
-        let unit = Rc::new(dwarf.unit(header).map_err(err)?);
+        let unit = Rc::new(Unit {
+            unit: dwarf.unit(header).map_err(err)?,
+            split: None,
+        });
         bounded_insert(&self.sup_units, offset.0, unit.clone());
         Ok(unit)
     }

@@ -2,7 +2,7 @@
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
-use std::sync::OnceLock;
+use std::sync::{Mutex, OnceLock};
 
 use object::{Object, ObjectSection, ObjectSymbol};
 
@@ -31,6 +31,11 @@ pub struct DebugFile {
     /// refers to (dwz's `.gnu_debugaltlink`, DWARF 5's `.debug_sup`),
     /// opened on first use.
     alt: OnceLock<Option<Box<DebugFile>>>,
+    /// Files read beside this one (split DWARF's `.dwo` files and
+    /// `.dwp`), each opened once and kept: slots made on first use, one
+    /// per possible file, and which path is in which slot.
+    companions: OnceLock<Vec<OnceLock<Option<DebugFile>>>>,
+    companion_slots: Mutex<HashMap<PathBuf, usize>>,
 }
 
 impl DebugFile {
@@ -53,6 +58,8 @@ impl DebugFile {
             relocated: OnceLock::new(),
             decompressed: OnceLock::new(),
             alt: OnceLock::new(),
+            companions: OnceLock::new(),
+            companion_slots: Mutex::new(HashMap::new()),
         })
     }
 
@@ -265,6 +272,32 @@ impl DebugFile {
         };
         let _ = self.alt.set(found);
         Ok(self.alt.get().and_then(Option::as_deref))
+    }
+
+    /// The file at `path` read beside this one (a `.dwo` or `.dwp`),
+    /// opened once and kept; `None` when it is not there or not ELF.
+    /// `most`: how many such files there can be (asked once).
+    pub(crate) fn companion(
+        &self,
+        path: &Path,
+        most: impl FnOnce() -> usize,
+    ) -> Result<Option<&DebugFile>> {
+        let slots = self
+            .companions
+            .get_or_init(|| (0..most()).map(|_| OnceLock::new()).collect());
+        let slot = {
+            let mut index = self.companion_slots.lock().map_err(|_| Error::Elf {
+                path: path.to_path_buf(),
+                reason: "a thread reading it panicked".into(),
+            })?;
+            let next = index.len();
+            *index.entry(path.to_path_buf()).or_insert(next)
+        };
+        let Some(slot) = slots.get(slot) else {
+            return Ok(None);
+        };
+        let file = slot.get_or_init(|| DebugFile::open(path).ok().filter(|f| f.object().is_ok()));
+        Ok(file.as_ref())
     }
 
     /// The supplementary file's name and build ID (or DWARF 5 checksum),

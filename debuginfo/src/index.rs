@@ -9,7 +9,8 @@ use crate::dies::Attrs as _;
 use std::path::{Path, PathBuf};
 
 use crate::error::{Error, Result};
-use crate::file::R;
+use crate::file::{DebugFile, R};
+use crate::split;
 
 const MAGIC: &[u8; 8] = b"KPDIDX02";
 /// Keys of unit names start with this byte, which no C identifier has.
@@ -159,7 +160,12 @@ fn partition(n: usize, mut pred: impl FnMut(usize) -> bool) -> usize {
 type NameAndUnit = (Vec<u8>, u32);
 
 /// Reads the top-level entries of every unit and returns the index.
-pub(crate) fn build(dwarf: &gimli::Dwarf<R<'_>>, path: &Path, key: &[u8]) -> Result<NameIndex> {
+pub(crate) fn build<'a>(
+    file: &'a DebugFile,
+    dwarf: &gimli::Dwarf<R<'a>>,
+    key: &[u8],
+) -> Result<NameIndex> {
+    let path = file.path();
     let dwarf_err = |context: String, reason| Error::Dwarf {
         path: path.to_path_buf(),
         context,
@@ -187,8 +193,14 @@ pub(crate) fn build(dwarf: &gimli::Dwarf<R<'_>>, path: &Path, key: &[u8]) -> Res
                         let unit = dwarf
                             .unit(*h)
                             .map_err(|e| dwarf_err(format!("unit {i}"), e))?;
-                        top_level_names(dwarf, &unit, i as u32, &mut out)
-                            .map_err(|e| dwarf_err(format!("unit {i}"), e))?;
+                        // A skeleton's names are in its split unit.
+                        let named = match split::split_unit(file, dwarf, &unit) {
+                            Ok(Some((dwo, split))) => {
+                                top_level_names(&dwo, &split, i as u32, &mut out)
+                            }
+                            _ => top_level_names(dwarf, &unit, i as u32, &mut out),
+                        };
+                        named.map_err(|e| dwarf_err(format!("unit {i}"), e))?;
                     }
                     Ok(out)
                 })

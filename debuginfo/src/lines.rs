@@ -32,10 +32,10 @@ type Nested = (Vec<gimli::Range>, Option<String>, Option<u64>, Option<u64>);
 pub(crate) struct Paths(HashMap<u64, Option<String>>);
 
 impl Paths {
-    fn get(&mut self, di: &DebugInfo<'_>, unit: &Unit<'_>, n: u64) -> Option<String> {
+    fn get<'a>(&mut self, di: &DebugInfo<'a>, unit: &Unit<'a>, n: u64) -> Option<String> {
         self.0
             .entry(n)
-            .or_insert_with(|| dies::file_name(&di.dwarf, unit, n))
+            .or_insert_with(|| dies::file_name(di.dw(unit), unit, n))
             .clone()
     }
 }
@@ -144,7 +144,7 @@ impl<'a> DebugInfo<'a> {
         let func = chain[0];
         let owner = self.best_scope(unit, chain, file, line).unwrap_or(func);
         let e = unit.entry(owner.die).map_err(err)?;
-        let name = dies::name_of(&self.dwarf, unit, &e)
+        let name = dies::name_of(self.dw(unit), unit, &e)
             .ok()
             .flatten()
             .map(|n| String::from_utf8_lossy(n).into_owned())
@@ -203,8 +203,8 @@ impl<'a> DebugInfo<'a> {
         };
         for fd in self.func_dies(unit)?.iter() {
             let e = unit.entry(fd.off).map_err(err)?;
-            let ranges = dies::ranges(&self.dwarf, unit, &e).map_err(err)?;
-            let Some(entry) = dies::entry_pc(&self.dwarf, unit, &e, &ranges)
+            let ranges = dies::ranges(self.dw(unit), unit, &e).map_err(err)?;
+            let Some(entry) = dies::entry_pc(self.dw(unit), unit, &e, &ranges)
                 .map_err(err)?
                 .filter(|&a| a != 0)
             else {
@@ -301,7 +301,7 @@ impl<'a> DebugInfo<'a> {
         for f in chain {
             let Ok(e) = unit.entry(f.die) else { continue };
             let in_file = dies::udata_integrated(unit, &e, gimli::DW_AT_decl_file)
-                .and_then(|n| dies::file_name(&self.dwarf, unit, n))
+                .and_then(|n| dies::file_name(self.dw(unit), unit, n))
                 .is_some_and(|p| dies::tail_matches(&p, file));
             let Some(decl) = dies::udata_integrated(unit, &e, gimli::DW_AT_decl_line) else {
                 continue;
@@ -330,7 +330,7 @@ impl<'a> DebugInfo<'a> {
                 .iter()
                 .filter(|r| r.address >= from && r.address < to && !r.end)
             {
-                let f = dies::file_name(&self.dwarf, &unit, r.file).unwrap_or_default();
+                let f = dies::file_name(self.dw(&unit), &unit, r.file).unwrap_or_default();
                 out.push((r.address, f, r.line, r.is_stmt));
             }
         }
@@ -352,10 +352,10 @@ impl<'a> DebugInfo<'a> {
                 let f = e
                     .val(gimli::DW_AT_call_file)
                     .and_then(dies::num)
-                    .and_then(|n| dies::file_name(&self.dwarf, unit, n));
+                    .and_then(|n| dies::file_name(self.dw(unit), unit, n));
                 let l = e.val(gimli::DW_AT_call_line).and_then(dies::num);
-                let ranges = dies::ranges(&self.dwarf, unit, e)?;
-                let entry = dies::entry_pc(&self.dwarf, unit, e, &ranges)?;
+                let ranges = dies::ranges(self.dw(unit), unit, e)?;
+                let entry = dies::entry_pc(self.dw(unit), unit, e, &ranges)?;
                 out.push((ranges, f, l, entry));
             }
             self.inlined_below(unit, child, out)?;
@@ -396,7 +396,7 @@ impl<'a> DebugInfo<'a> {
             let err = |e| self.dwarf_error(format!("the lines of {name}"), e);
             let def_e = unit.entry(def).map_err(err)?;
             let decl_file = dies::udata_integrated(&unit, &def_e, gimli::DW_AT_decl_file)
-                .and_then(|f| dies::file_name(&self.dwarf, &unit, f));
+                .and_then(|f| dies::file_name(self.dw(&unit), &unit, f));
             decl = (
                 dies::udata_integrated(&unit, &def_e, gimli::DW_AT_decl_line).unwrap_or(0),
                 self.short_path(&unit, decl_file.as_deref().unwrap_or_default()),
@@ -422,16 +422,16 @@ impl<'a> DebugInfo<'a> {
             let mut paths = Paths::default();
             for (copy, top) in copies {
                 let ce = unit.entry(copy).map_err(err)?;
-                let ranges = dies::ranges(&self.dwarf, &unit, &ce).map_err(err)?;
+                let ranges = dies::ranges(self.dw(&unit), &unit, &ce).map_err(err)?;
                 if ranges.is_empty() {
                     continue;
                 }
                 let te = unit.entry(top).map_err(err)?;
-                let top_ranges = dies::ranges(&self.dwarf, &unit, &te).map_err(err)?;
+                let top_ranges = dies::ranges(self.dw(&unit), &unit, &te).map_err(err)?;
                 let func = Frame {
                     die: top,
                     tag: te.tag(),
-                    entry: dies::entry_pc(&self.dwarf, &unit, &te, &top_ranges)
+                    entry: dies::entry_pc(self.dw(&unit), &unit, &te, &top_ranges)
                         .map_err(err)?
                         .unwrap_or(0),
                 };
@@ -461,7 +461,7 @@ impl<'a> DebugInfo<'a> {
                     }
                     let same = *same_file.entry(r.file).or_insert_with(|| {
                         Some(r.file) == decl_fileno
-                            || dies::file_name(&self.dwarf, &unit, r.file) == decl_file
+                            || dies::file_name(self.dw(&unit), &unit, r.file) == decl_file
                     });
                     if !same {
                         continue;
@@ -530,7 +530,7 @@ impl<'a> DebugInfo<'a> {
         let err = |e| self.dwarf_error(format!("the definition of {name}"), e);
         let def_e = unit.entry(def).map_err(err)?;
         let decl_file = dies::udata_integrated(&unit, &def_e, gimli::DW_AT_decl_file)
-            .and_then(|f| dies::file_name(&self.dwarf, &unit, f))
+            .and_then(|f| dies::file_name(self.dw(&unit), &unit, f))
             .unwrap_or_default();
         let comp_dir = unit
             .comp_dir
@@ -588,7 +588,7 @@ impl<'a> DebugInfo<'a> {
         let unit = self.unit(copy.scope.unit)?;
         let err = |e| self.dwarf_error(format!("the lines of {}", copy.function), e);
         let e = unit.entry(copy.scope.die).map_err(err)?;
-        let ranges = dies::ranges(&self.dwarf, &unit, &e).map_err(err)?;
+        let ranges = dies::ranges(self.dw(&unit), &unit, &e).map_err(err)?;
         let rows = self.rows(&unit)?;
         let mut paths = Paths::default();
         let same_file = |p: &str| dies::tail_matches(p, file) || dies::tail_matches(file, p);
@@ -619,7 +619,7 @@ impl<'a> DebugInfo<'a> {
                 let decl = dies::udata_integrated(&unit, &ie, gimli::DW_AT_decl_line)
                     == Some(r.line)
                     && dies::udata_integrated(&unit, &ie, gimli::DW_AT_decl_file)
-                        .and_then(|n| dies::file_name(&self.dwarf, &unit, n))
+                        .and_then(|n| dies::file_name(self.dw(&unit), &unit, n))
                         .is_some_and(|p| same_file(&p));
                 if !(at(gimli::DW_AT_call_file, gimli::DW_AT_call_line) || decl) {
                     continue;
@@ -638,7 +638,7 @@ impl<'a> DebugInfo<'a> {
         let mut tree = unit.entries_tree(Some(copy.scope.die)).map_err(err)?;
         let root = tree.root().map_err(err)?;
         let mut calls = Vec::new();
-        inlined_calls(&self.dwarf, &unit, root, &mut calls).map_err(err)?;
+        inlined_calls(self.dw(&unit), &unit, root, &mut calls).map_err(err)?;
         for (f, l, entry) in calls {
             if wanted.contains(&l) && paths.get(self, &unit, f).is_some_and(|p| same_file(&p)) {
                 out.push((entry, l));

@@ -192,12 +192,12 @@ impl<'a> DebugInfo<'a> {
             if e.tag() != gimli::DW_TAG_subprogram || e.has(gimli::DW_AT_declaration) {
                 continue;
             }
-            if dies::name_of(&self.dwarf, unit, e).map_err(err)? != Some(name.as_bytes()) {
+            if dies::name_of(self.dw(unit), unit, e).map_err(err)? != Some(name.as_bytes()) {
                 continue;
             }
             if let Some(f) = file {
                 let decl = dies::udata_integrated(unit, e, gimli::DW_AT_decl_file)
-                    .and_then(|n| dies::file_name(&self.dwarf, unit, n));
+                    .and_then(|n| dies::file_name(self.dw(unit), unit, n));
                 if !decl.is_some_and(|d| dies::tail_matches(&d, f)) {
                     continue;
                 }
@@ -231,7 +231,7 @@ impl<'a> DebugInfo<'a> {
                 let decl_line =
                     dies::udata_integrated(&unit, &def_e, gimli::DW_AT_decl_line).unwrap_or(0);
                 let decl_file = dies::udata_integrated(&unit, &def_e, gimli::DW_AT_decl_file)
-                    .and_then(|f| dies::file_name(&self.dwarf, &unit, f))
+                    .and_then(|f| dies::file_name(self.dw(&unit), &unit, f))
                     .unwrap_or_default();
                 self.line_sites(
                     unit_off,
@@ -245,9 +245,10 @@ impl<'a> DebugInfo<'a> {
             FunctionPart::Lazy(pattern) => self.lazy_sites(unit_off, def, name, pattern, opts, out),
             FunctionPart::Entry => {
                 let abstract_ = def_e.has(gimli::DW_AT_inline);
-                let ranges = dies::ranges(&self.dwarf, &unit, &def_e).map_err(err)?;
+                let ranges = dies::ranges(self.dw(&unit), &unit, &def_e).map_err(err)?;
                 if !abstract_ && !ranges.is_empty() {
-                    let entry = dies::entry_pc(&self.dwarf, &unit, &def_e, &ranges).map_err(err)?;
+                    let entry =
+                        dies::entry_pc(self.dw(&unit), &unit, &def_e, &ranges).map_err(err)?;
                     if let Some(entry) = entry.filter(|&e| e != 0) {
                         out.push(self.site(unit_off, &unit, name, entry, def, def, entry, None)?);
                     }
@@ -280,7 +281,7 @@ impl<'a> DebugInfo<'a> {
             file: def_e
                 .val(gimli::DW_AT_decl_file)
                 .and_then(dies::num)
-                .and_then(|n| dies::file_name(&self.dwarf, unit, n)),
+                .and_then(|n| dies::file_name(self.dw(unit), unit, n)),
         };
         // DW_AT_import names the partial unit's root entry.
         let root = dies::global(unit, gimli::UnitOffset(unit.header.header_size()));
@@ -320,7 +321,7 @@ impl<'a> DebugInfo<'a> {
             let call_file = e
                 .val(gimli::DW_AT_call_file)
                 .and_then(dies::num)
-                .and_then(|n| dies::file_name(&self.dwarf, unit, n));
+                .and_then(|n| dies::file_name(self.dw(unit), unit, n));
             let inlined = fd.tag == gimli::DW_TAG_inlined_subroutine;
             if inlined && !opts.inlines {
                 continue;
@@ -330,8 +331,8 @@ impl<'a> DebugInfo<'a> {
             // with no locations for its variables. It is no probe point of
             // its own, but its variables are the ones that live there.
             let self_nested = inlined && call_line == decl.line && call_file == decl.file;
-            let ranges = dies::ranges(&self.dwarf, unit, e).map_err(err)?;
-            let Some(entry) = dies::entry_pc(&self.dwarf, unit, e, &ranges).map_err(err)? else {
+            let ranges = dies::ranges(self.dw(unit), unit, e).map_err(err)?;
+            let Some(entry) = dies::entry_pc(self.dw(unit), unit, e, &ranges).map_err(err)? else {
                 continue;
             };
             let Some(f) = fd.top.filter(|_| entry != 0) else {
@@ -395,7 +396,7 @@ impl<'a> DebugInfo<'a> {
         let rows = self.rows(unit)?;
         let source = match rows.iter().rev().find(|r| r.address <= address && !r.end) {
             Some(r) => {
-                let file = dies::file_name(&self.dwarf, unit, r.file).unwrap_or_default();
+                let file = dies::file_name(self.dw(unit), unit, r.file).unwrap_or_default();
                 format!("{}:{}", self.short_path(unit, &file), r.line)
             }
             None => "?".into(),
@@ -432,13 +433,13 @@ impl<'a> DebugInfo<'a> {
     /// part) the ELF symbol holding the address.
     fn location(&self, unit: &Unit<'a>, func: gimli::UnitOffset, address: u64) -> String {
         let dwarf = unit.entry(func).ok().and_then(|e| {
-            let name = dies::name_of(&self.dwarf, unit, &e).ok().flatten()?;
+            let name = dies::name_of(self.dw(unit), unit, &e).ok().flatten()?;
             let entry = match e
                 .val(gimli::DW_AT_entry_pc)
                 .or_else(|| e.val(gimli::DW_AT_low_pc))?
             {
                 gimli::AttributeValue::Addr(a) => a,
-                gimli::AttributeValue::DebugAddrIndex(i) => self.dwarf.address(unit, i).ok()?,
+                gimli::AttributeValue::DebugAddrIndex(i) => self.dw(unit).address(unit, i).ok()?,
                 _ => return None,
             };
             let off = address.checked_sub(entry)?;
@@ -546,12 +547,12 @@ impl<'a> DebugInfo<'a> {
             ) {
                 continue;
             }
-            let ranges = dies::ranges(&self.dwarf, unit, e)?;
+            let ranges = dies::ranges(self.dw(unit), unit, e)?;
             if !dies::holds(&ranges, pc) {
                 continue;
             }
             if tag != gimli::DW_TAG_lexical_block {
-                let entry = dies::entry_pc(&self.dwarf, unit, e, &ranges)?.unwrap_or(pc);
+                let entry = dies::entry_pc(self.dw(unit), unit, e, &ranges)?.unwrap_or(pc);
                 out.push(Frame {
                     die: e.offset(),
                     tag,

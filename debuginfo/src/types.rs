@@ -29,7 +29,7 @@ pub(crate) fn real_type<'a>(di: &DebugInfo<'a>, mut at: At<'a>) -> Option<At<'a>
 /// The name of the type entry at `at`, if it has one.
 fn name_of<'a>(di: &DebugInfo<'a>, at: &At<'a>, e: &Entry<'a, '_>) -> Option<String> {
     let v = e.val(gimli::DW_AT_name)?;
-    let s = di.dwarf_for(at.sup).attr_string(&at.unit, v).ok()?;
+    let s = di.dwarf_at(at).attr_string(&at.unit, v).ok()?;
     Some(String::from_utf8_lossy(s.slice()).into_owned())
 }
 

@@ -303,7 +303,7 @@ impl<'a> DebugInfo<'a> {
         while let Some(child) = children.next().map_err(err)? {
             let e = child.entry();
             if e.tag() == gimli::DW_TAG_variable
-                && dies::name_of(&self.dwarf, unit, e).ok().flatten() == Some(name.as_bytes())
+                && dies::name_of(self.dw(unit), unit, e).ok().flatten() == Some(name.as_bytes())
             {
                 return Ok(Some(e.offset()));
             }
@@ -587,13 +587,13 @@ impl<'a> DebugInfo<'a> {
 
     fn func_entry(&self, unit: &Unit<'a>, func: gimli::UnitOffset) -> Option<u64> {
         let e = unit.entry(func).ok()?;
-        let r = dies::ranges(&self.dwarf, unit, &e).ok()?;
-        dies::entry_pc(&self.dwarf, unit, &e, &r).ok()?
+        let r = dies::ranges(self.dw(unit), unit, &e).ok()?;
+        dies::entry_pc(self.dw(unit), unit, &e, &r).ok()?
     }
 
     fn func_end(&self, unit: &Unit<'a>, func: gimli::UnitOffset) -> Option<u64> {
         let e = unit.entry(func).ok()?;
-        dies::ranges(&self.dwarf, unit, &e)
+        dies::ranges(self.dw(unit), unit, &e)
             .ok()?
             .iter()
             .map(|r| r.end)
@@ -606,7 +606,7 @@ impl<'a> DebugInfo<'a> {
         loc: gimli::AttributeValue<crate::file::R<'a>>,
     ) -> gimli::Result<Vec<(u64, u64, gimli::Expression<crate::file::R<'a>>)>> {
         let mut out = Vec::new();
-        if let Some(mut it) = self.dwarf.attr_locations(unit, loc)? {
+        if let Some(mut it) = self.dw(unit).attr_locations(unit, loc)? {
             while let Some(entry) = it.next()? {
                 out.push((entry.range.begin, entry.range.end, entry.data));
             }
@@ -865,7 +865,7 @@ fn walk<'a>(
                 out.push(e.offset());
             }
             gimli::DW_TAG_lexical_block | gimli::DW_TAG_inlined_subroutine => {
-                let ranges = dies::ranges(&di.dwarf, unit, e)?;
+                let ranges = dies::ranges(di.dw(unit), unit, e)?;
                 if dies::holds(&ranges, pc) {
                     depth.push(());
                     walk(di, unit, child, pc, out, depth)?;

@@ -305,23 +305,23 @@ fn dwz_supplementary_files_answer_as_the_plain_program() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
-/// `walk`'s probe and the sites of `walk:4`, from the fixture compiled
-/// by `cc` with `-gdwarf-VERSION -O2`; None (with the reason printed)
-/// without that compiler.
-fn answers_of(cc: &str, version: u8, dir: &Path) -> Option<(String, Vec<String>)> {
-    let src = dir.join("forms.c");
-    std::fs::write(&src, SOURCE).ok()?;
-    let bin = dir.join(format!("forms-{cc}-{version}"));
-    if !run(Command::new(cc)
-        .current_dir(dir)
-        .arg(format!("-gdwarf-{version}"))
-        .args(["-O2", "-o"])
-        .arg(&bin)
-        .arg("forms.c"))
-    {
-        return None;
-    }
-    let file = DebugFile::open(&bin).unwrap();
+/// The fixture compiled by `cc` with `-O2` and `flags`, in its own
+/// directory under `dir` (split DWARF's `.dwo` lands beside it); None
+/// (with the reason printed) without that compiler.
+fn build(cc: &str, flags: &[&str], dir: &Path, name: &str) -> Option<PathBuf> {
+    let dir = dir.join(name);
+    std::fs::create_dir_all(&dir).ok()?;
+    std::fs::write(dir.join("forms.c"), SOURCE).ok()?;
+    run(Command::new(cc)
+        .current_dir(&dir)
+        .args(flags)
+        .args(["-O2", "-o", name, "forms.c"]))
+    .then(|| dir.join(name))
+}
+
+/// `walk`'s probe and the sites of `walk:4` in `bin`.
+fn answers(bin: &Path) -> (String, Vec<String>) {
+    let file = DebugFile::open(bin).unwrap();
     let di = DebugInfo::with_cache(&file, None).unwrap();
     let line = ProbePoint::parse("walk:4").unwrap();
     let sites = di
@@ -330,36 +330,87 @@ fn answers_of(cc: &str, version: u8, dir: &Path) -> Option<(String, Vec<String>)
         .iter()
         .map(|s| format!("{} {}", s.location, s.source))
         .collect();
-    Some((walk_definition(&bin), sites))
+    (walk_definition(bin), sites)
 }
 
-#[test]
-fn dwarf_4_and_5_from_gcc_and_clang() {
-    let dir = scratch("versions");
-    // As perf probe -x gives them (perf 6.1; it crashes on clang's
-    // DWARF 5 at walk:4).
-    let gcc = (
+/// gcc's answers, as perf probe -x gives them (perf 6.1).
+fn gcc_answers() -> (String, Vec<String>) {
+    (
         "p:probe/walk walk+0 p=%di:x64 n=%si:s32 y=+4(%di):s32".to_string(),
         vec!["walk+16 forms.c:8".to_string()],
-    );
-    // clang gives the pointer no fetch type (perf neither), and spreads
-    // the line over five statements of the unrolled loop.
-    let clang = (
+    )
+}
+
+/// clang's: the pointer has no fetch type (perf's neither), and the line
+/// is five statements of the unrolled loop.
+fn clang_answers() -> (String, Vec<String>) {
+    (
         "p:probe/walk walk+0 p=%di n=%si:s32 y=+4(%di):s32".to_string(),
         ["walk+32", "walk+44", "walk+56", "walk+66", "walk+96"]
             .map(|s| format!("{s} forms.c:8"))
             .to_vec(),
-    );
+    )
+}
+
+const NO_CLANG: &str =
+    "clang is not installed (apt-get install clang; cargo xtask test installs it)";
+
+#[test]
+fn dwarf_4_and_5_from_gcc_and_clang() {
+    let dir = scratch("versions");
+    // perf 6.1 crashes (SIGSEGV) on -V walk:4 of clang's DWARF 5.
     for version in [4, 5] {
-        assert_eq!(
-            answers_of("gcc", version, &dir).as_ref(),
-            Some(&gcc),
-            "gcc -gdwarf-{version}"
-        );
-        match answers_of("clang", version, &dir) {
-            Some(got) => assert_eq!(got, clang, "clang -gdwarf-{version}"),
-            None => println!("SKIP clang -gdwarf-{version}: clang is not installed (apt-get install clang; cargo xtask test installs it)"),
+        let flag = format!("-gdwarf-{version}");
+        let gcc = build("gcc", &[&flag], &dir, &format!("gcc-{version}")).unwrap();
+        assert_eq!(answers(&gcc), gcc_answers(), "gcc {flag}");
+        match build("clang", &[&flag], &dir, &format!("clang-{version}")) {
+            Some(clang) => assert_eq!(answers(&clang), clang_answers(), "clang {flag}"),
+            None => println!("SKIP clang {flag}: {NO_CLANG}"),
         }
     }
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// An `llvm-dwp` in /usr/bin (clang's LLVM has one, versioned).
+fn llvm_dwp() -> Option<PathBuf> {
+    std::fs::read_dir("/usr/bin")
+        .ok()?
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .find(|p| {
+            p.file_name()
+                .and_then(|n| n.to_str())
+                .is_some_and(|n| n == "llvm-dwp" || n.starts_with("llvm-dwp-"))
+        })
+}
+
+#[test]
+fn split_dwarf_in_dwo_files_and_dwp_packages() {
+    let dir = scratch("split");
+    // gcc -gsplit-dwarf: the units are in gcc-split-forms.dwo (perf
+    // 6.1 answers neither: "Failed to add events").
+    let gcc = build("gcc", &["-g", "-gsplit-dwarf"], &dir, "gcc-split").unwrap();
+    assert!(!section_names(&gcc).contains(".debug_loclists"));
+    assert_eq!(answers(&gcc), gcc_answers());
+    let Some(clang) = build("clang", &["-g", "-gsplit-dwarf"], &dir, "clang-split") else {
+        println!("SKIP clang -gsplit-dwarf: {NO_CLANG}");
+        return;
+    };
+    assert_eq!(answers(&clang), clang_answers());
+    // The .dwo packed into clang-split.dwp beside the binary, and gone.
+    let dwp = llvm_dwp().expect("clang's LLVM has llvm-dwp");
+    let package = clang.with_extension("dwp");
+    assert!(run(Command::new(dwp)
+        .arg("-e")
+        .arg(&clang)
+        .arg("-o")
+        .arg(&package)));
+    std::fs::remove_file(clang.with_file_name("forms.dwo")).unwrap();
+    assert_eq!(answers(&clang), clang_answers());
+    // Without either, the function is unknown, as in a stripped file.
+    std::fs::remove_file(&package).unwrap();
+    let file = DebugFile::open(&clang).unwrap();
+    let di = DebugInfo::with_cache(&file, None).unwrap();
+    let e = di.sites(&ProbePoint::parse("walk").unwrap(), &Options::default());
+    assert!(e.is_err(), "{e:?}");
     let _ = std::fs::remove_dir_all(&dir);
 }
