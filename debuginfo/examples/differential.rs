@@ -445,7 +445,8 @@ fn tracefs_path() -> Option<&'static str> {
         if std::path::Path::new("/sys/kernel/tracing/README").exists() {
             return None;
         }
-        let dir = std::env::temp_dir().join(format!("kpp-differential-tracefs-{}", std::process::id()));
+        // One directory for every run: its files are always the same.
+        let dir = std::env::temp_dir().join("kpp-differential-tracefs");
         std::fs::create_dir_all(&dir).ok()?;
         // The lines perf's probe-file.c looks for: place and fetch-arg
         // syntax, and the x8/16/32/64 types.
