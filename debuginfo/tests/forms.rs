@@ -201,10 +201,10 @@ int main(int argc, char **argv)
 }
 "#;
 
-/// Two copies of a two-file program, processed by `dwz -m` into a
-/// shared supplementary file (`alt.debug`), and the plain program: (plain,
-/// dwz'd copy), or None with the reason printed.
-fn dwz_pair(dir: &Path) -> Option<(PathBuf, PathBuf)> {
+/// Two copies of a two-file program, processed by `dwz -m` (with
+/// `dwz_flags`) into a shared supplementary file (`alt.debug`), and the
+/// plain program: (plain, dwz'd copy), or None with the reason printed.
+fn dwz_pair(dir: &Path, dwz_flags: &[&str]) -> Option<(PathBuf, PathBuf)> {
     for (name, text) in [("h.h", DWZ_HEADER), ("a.c", DWZ_A), ("b.c", DWZ_B)] {
         std::fs::write(dir.join(name), text).ok()?;
     }
@@ -229,6 +229,7 @@ fn dwz_pair(dir: &Path) -> Option<(PathBuf, PathBuf)> {
         return None;
     }
     let ok = run(Command::new("dwz")
+        .args(dwz_flags)
         .arg("-m")
         .arg(&alt)
         .arg("-M")
@@ -272,11 +273,17 @@ fn dwz_answers(path: &Path) -> (String, Vec<String>, Vec<String>) {
 #[test]
 fn dwz_supplementary_files_answer_as_the_plain_program() {
     let dir = scratch("dwz");
-    let Some((plain, dwz)) = dwz_pair(&dir) else {
+    let Some((plain, dwz)) = dwz_pair(&dir, &[]) else {
         return;
     };
     // dwz moved the shared types and strings out, and says where.
     assert!(section_names(&dwz).contains(".gnu_debugaltlink"));
+    let sup_dir = scratch("dwz5");
+    // The DWARF 5 form: .debug_sup, DW_FORM_ref_sup4 and strp_sup.
+    let (_, sup) = dwz_pair(&sup_dir, &["--dwarf-5"]).unwrap();
+    assert!(section_names(&sup).contains(".debug_sup"));
+    assert_eq!(dwz_answers(&sup), dwz_answers(&dwz));
+    let _ = std::fs::remove_dir_all(&sup_dir);
     let (definition, vars, sites) = dwz_answers(&dwz);
     assert_eq!(
         definition,
