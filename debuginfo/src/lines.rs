@@ -7,6 +7,7 @@ use std::rc::Rc;
 use crate::debuginfo::DebugInfo;
 use crate::dies::{self, Attrs as _, Row, Unit};
 use crate::error::{Error, Result};
+use crate::index;
 use crate::sites::{Frame, Site};
 
 /// The lines of a function that carry code.
@@ -26,6 +27,14 @@ pub struct FunctionLines {
 /// An inlined copy below a function: its ranges, call file, call line and
 /// entry PC.
 type Nested = (Vec<gimli::Range>, Option<String>, Option<u64>, Option<u64>);
+
+/// The declaration of a function whose lines are listed: its line, its
+/// file (the path, compared by name across units), and its entry.
+struct DeclOf {
+    line: u64,
+    file: Option<String>,
+    global: Option<gimli::DebugInfoOffset<usize>>,
+}
 
 /// File paths of a unit's line table, looked up once each.
 #[derive(Debug, Default)]
@@ -383,130 +392,153 @@ impl<'a> DebugInfo<'a> {
         file: Option<&str>,
         reversible: bool,
     ) -> Result<FunctionLines> {
-        let mut lines = Vec::new();
-        let mut found = false;
-        let mut decl = (0, String::new());
-        let mut comp_dir = None;
         for unit_off in self.index.lookup(name.as_bytes()) {
             let unit = self.unit(unit_off)?;
             let Some(def) = self.find_definition(&unit, name, file)? else {
                 continue;
             };
-            found = true;
-            let err = |e| self.dwarf_error(format!("the lines of {name}"), e);
-            let def_e = unit.entry(def).map_err(err)?;
-            let decl_file = dies::udata_integrated(&unit, &def_e, gimli::DW_AT_decl_file)
-                .and_then(|f| dies::file_name(self.dw(&unit), &unit, f));
-            decl = (
-                dies::udata_integrated(&unit, &def_e, gimli::DW_AT_decl_line).unwrap_or(0),
-                self.short_path(&unit, decl_file.as_deref().unwrap_or_default()),
-            );
-            comp_dir = unit
-                .comp_dir
-                .map(|d| String::from_utf8_lossy(d.slice()).into_owned());
-            // Each copy of the function in this unit: its ranges, and the
-            // ranges of the copies inlined into it (whose rows are other
-            // functions' lines, except at their call line).
-            // Each with the out-of-line function it is in (itself, or
-            // the function it is inlined into).
-            let mut copies = vec![(def, def)];
-            copies.extend(
-                self.func_dies(&unit)?
-                    .iter()
-                    .filter(|f| f.origin.is_some() && f.origin == dies::global(&unit, def))
-                    .map(|f| (f.off, f.top.unwrap_or(f.off))),
-            );
-            let decl_fileno = dies::udata_integrated(&unit, &def_e, gimli::DW_AT_decl_file);
-            let mut same_file = HashMap::new();
-            let rows = self.rows(&unit)?;
-            let mut paths = Paths::default();
-            for (copy, top) in copies {
-                let ce = unit.entry(copy).map_err(err)?;
-                let ranges = dies::ranges(self.dw(&unit), &unit, &ce).map_err(err)?;
-                if ranges.is_empty() {
-                    continue;
-                }
-                let te = unit.entry(top).map_err(err)?;
-                let top_ranges = dies::ranges(self.dw(&unit), &unit, &te).map_err(err)?;
-                let func = Frame {
-                    die: top,
-                    tag: te.tag(),
-                    entry: dies::entry_pc(self.dw(&unit), &unit, &te, &top_ranges)
-                        .map_err(err)?
-                        .unwrap_or(0),
-                };
-                let mut nested: Vec<Nested> = Vec::new();
-                let mut tree = unit.entries_tree(Some(copy)).map_err(err)?;
-                let root = tree.root().map_err(err)?;
-                self.inlined_below(&unit, root, &mut nested).map_err(err)?;
-                for (_, f, l, entry) in &nested {
-                    let (Some(l), true) = (*l, f.is_some() && *f == decl_file) else {
-                        continue;
-                    };
-                    // perf checks the call line at the copy's entry PC.
-                    let back = match *entry {
-                        Some(a) if reversible => {
-                            self.maps_back(&unit, &rows, func, a, (f.clone(), l), &mut paths)?
-                        }
-                        _ => true,
-                    };
-                    if back {
-                        lines.push(l);
-                    }
-                }
-                lines.push(decl.0);
-                for r in rows.iter() {
-                    if !r.is_stmt || r.end || !dies::holds(&ranges, r.address) {
-                        continue;
-                    }
-                    let same = *same_file.entry(r.file).or_insert_with(|| {
-                        Some(r.file) == decl_fileno
-                            || dies::file_name(self.dw(&unit), &unit, r.file) == decl_file
-                    });
-                    if !same {
-                        continue;
-                    }
-                    let inside = nested
-                        .iter()
-                        .filter(|(rg, _, _, _)| dies::holds(rg, r.address));
-                    let mut holders = inside.peekable();
-                    if holders.peek().is_some()
-                        && !holders.any(|(_, f, l, _)| *f == decl_file && *l == Some(r.line))
-                    {
-                        continue;
-                    }
-                    if reversible {
-                        let path = paths.get(self, &unit, r.file);
-                        if !self.maps_back(
-                            &unit,
-                            &rows,
-                            func,
-                            r.address,
-                            (path, r.line),
-                            &mut paths,
-                        )? {
-                            continue;
-                        }
-                    }
-                    lines.push(r.line);
-                }
-            }
-            break;
+            return self.lines_of_definition(&unit, def, name, reversible);
         }
-        if !found {
-            return Err(Error::NoFunction {
-                name: name.to_string(),
-                file: file.map(str::to_string),
-            });
+        Err(Error::NoFunction {
+            name: name.to_string(),
+            file: file.map(str::to_string),
+        })
+    }
+
+    /// The lines of the function defined at `def` of `unit`, from its
+    /// copies there and, when dwz moved it to a partial unit, in the
+    /// units importing that one.
+    fn lines_of_definition(
+        &self,
+        unit: &Rc<Unit<'a>>,
+        def: gimli::UnitOffset,
+        name: &str,
+        reversible: bool,
+    ) -> Result<FunctionLines> {
+        let err = |e| self.dwarf_error(format!("the lines of {name}"), e);
+        let def_e = unit.entry(def).map_err(err)?;
+        let decl_file = dies::udata_integrated(unit, &def_e, gimli::DW_AT_decl_file)
+            .and_then(|f| dies::file_name(self.dw(unit), unit, f));
+        let decl = DeclOf {
+            line: dies::udata_integrated(unit, &def_e, gimli::DW_AT_decl_line).unwrap_or(0),
+            file: decl_file,
+            global: dies::global(unit, def),
+        };
+        let mut lines = Vec::new();
+        // The body (or abstract entry) itself, with itself as its function.
+        self.copy_lines(unit, (def, def), &decl, reversible, &mut lines)?;
+        let root = dies::global(unit, gimli::UnitOffset(unit.header.header_size()));
+        let mut units = vec![unit.clone()];
+        for u in root
+            .map(|r| self.index.lookup(&index::import_key(r)))
+            .unwrap_or_default()
+        {
+            units.push(self.unit(u)?);
+        }
+        for u in &units {
+            // Each copy: the out-of-line function it is in (itself, or
+            // the function it is inlined into).
+            let copies: Vec<_> = self
+                .func_dies(u)?
+                .iter()
+                .filter(|f| f.origin.is_some() && f.origin == decl.global)
+                .map(|f| (f.off, f.top.unwrap_or(f.off)))
+                .collect();
+            for copy in copies {
+                self.copy_lines(u, copy, &decl, reversible, &mut lines)?;
+            }
         }
         lines.sort_unstable();
         lines.dedup();
         Ok(FunctionLines {
-            decl_line: decl.0,
-            file: decl.1,
-            comp_dir,
+            decl_line: decl.line,
+            file: self.short_path(unit, decl.file.as_deref().unwrap_or_default()),
+            comp_dir: unit
+                .comp_dir
+                .map(|d| String::from_utf8_lossy(d.slice()).into_owned()),
             lines,
         })
+    }
+
+    /// The lines of one copy (`copy`, in the out-of-line function `top`)
+    /// of the function `decl`: its declaration line, the statement rows of
+    /// its file in its ranges (not inside a function inlined there unless
+    /// at that call's line), and the call lines of the functions inlined
+    /// into it.
+    fn copy_lines(
+        &self,
+        unit: &Unit<'a>,
+        (copy, top): (gimli::UnitOffset, gimli::UnitOffset),
+        decl: &DeclOf,
+        reversible: bool,
+        lines: &mut Vec<u64>,
+    ) -> Result<()> {
+        let err = |e| self.dwarf_error("the lines of a function".into(), e);
+        let ce = unit.entry(copy).map_err(err)?;
+        let ranges = dies::ranges(self.dw(unit), unit, &ce).map_err(err)?;
+        if ranges.is_empty() {
+            return Ok(());
+        }
+        let te = unit.entry(top).map_err(err)?;
+        let top_ranges = dies::ranges(self.dw(unit), unit, &te).map_err(err)?;
+        let func = Frame {
+            die: top,
+            tag: te.tag(),
+            entry: dies::entry_pc(self.dw(unit), unit, &te, &top_ranges)
+                .map_err(err)?
+                .unwrap_or(0),
+        };
+        let mut nested: Vec<Nested> = Vec::new();
+        let mut tree = unit.entries_tree(Some(copy)).map_err(err)?;
+        let root = tree.root().map_err(err)?;
+        self.inlined_below(unit, root, &mut nested).map_err(err)?;
+        let rows = self.rows(unit)?;
+        let mut paths = Paths::default();
+        for (_, f, l, entry) in &nested {
+            let (Some(l), true) = (*l, f.is_some() && *f == decl.file) else {
+                continue;
+            };
+            // perf checks the call line at the copy's entry PC.
+            let back = match *entry {
+                Some(a) if reversible => {
+                    self.maps_back(unit, &rows, func, a, (f.clone(), l), &mut paths)?
+                }
+                _ => true,
+            };
+            if back {
+                lines.push(l);
+            }
+        }
+        lines.push(decl.line);
+        let mut same_file = HashMap::new();
+        for r in rows.iter() {
+            if !r.is_stmt || r.end || !dies::holds(&ranges, r.address) {
+                continue;
+            }
+            let same = *same_file
+                .entry(r.file)
+                .or_insert_with(|| paths.get(self, unit, r.file) == decl.file);
+            if !same {
+                continue;
+            }
+            let inside = nested
+                .iter()
+                .filter(|(rg, _, _, _)| dies::holds(rg, r.address));
+            let mut holders = inside.peekable();
+            if holders.peek().is_some()
+                && !holders.any(|(_, f, l, _)| *f == decl.file && *l == Some(r.line))
+            {
+                continue;
+            }
+            if reversible {
+                let path = paths.get(self, unit, r.file);
+                if !self.maps_back(unit, &rows, func, r.address, (path, r.line), &mut paths)? {
+                    continue;
+                }
+            }
+            lines.push(r.line);
+        }
+        Ok(())
     }
 
     /// The sites of `FUNC;PATTERN`, as perf finds them: the lines of the

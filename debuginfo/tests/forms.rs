@@ -241,8 +241,8 @@ fn dwz_pair(dir: &Path, dwz_flags: &[&str]) -> Option<(PathBuf, PathBuf)> {
 }
 
 /// What a file answers about the fixture: walk's probe, its variables,
-/// and the sites of the inlined `add`.
-fn dwz_answers(path: &Path) -> (String, Vec<String>, Vec<String>) {
+/// the sites of the inlined `add`, and the lines of `add` with code.
+fn dwz_answers(path: &Path) -> (String, Vec<String>, Vec<String>, Vec<u64>) {
     let file = DebugFile::open(path).unwrap();
     let di = DebugInfo::with_cache(&file, None).unwrap();
     let args: Vec<ProbeArg> = ["p", "n", "p->y", "p->next->x"]
@@ -267,7 +267,8 @@ fn dwz_answers(path: &Path) -> (String, Vec<String>, Vec<String>) {
         .iter()
         .map(|s| format!("{} {:?}", s.location, s.instance))
         .collect();
-    (definition, vars, sites)
+    let lines = di.lines("add", None).unwrap().lines;
+    (definition, vars, sites, lines)
 }
 
 #[test]
@@ -284,7 +285,7 @@ fn dwz_supplementary_files_answer_as_the_plain_program() {
     assert!(section_names(&sup).contains(".debug_sup"));
     assert_eq!(dwz_answers(&sup), dwz_answers(&dwz));
     let _ = std::fs::remove_dir_all(&sup_dir);
-    let (definition, vars, sites) = dwz_answers(&dwz);
+    let (definition, vars, sites, lines) = dwz_answers(&dwz);
     assert_eq!(
         definition,
         "p:probe/walk walk+0 p=%di:x64 n=%si:s32 y=+4(%di):s32 x=+0(+8(%di)):s32"
@@ -299,7 +300,9 @@ fn dwz_supplementary_files_answer_as_the_plain_program() {
             "walk2+0 Inlined { into: \"walk2\", call: \"b.c:2\" }"
         ]
     );
-    assert_eq!(dwz_answers(&plain), (definition, vars, sites));
+    // Its one line, from the copies in the importing units.
+    assert_eq!(lines, [2]);
+    assert_eq!(dwz_answers(&plain), (definition, vars, sites, lines));
     // Without its supplementary file, the message says which and where.
     std::fs::rename(dir.join("alt.debug"), dir.join("moved.debug")).unwrap();
     let file = DebugFile::open(&dwz).unwrap();
