@@ -4,10 +4,9 @@
 use std::collections::{HashMap, HashSet};
 use std::rc::Rc;
 
-use crate::debuginfo::DebugInfo;
+use crate::debuginfo::{At, DebugInfo};
 use crate::dies::{self, Attrs as _, Row, Unit};
 use crate::error::{Error, Result};
-use crate::index;
 use crate::sites::{Frame, Site};
 
 /// The lines of a function that carry code.
@@ -142,7 +141,7 @@ impl<'a> DebugInfo<'a> {
     fn line_site(
         &self,
         unit_off: gimli::DebugInfoOffset<usize>,
-        unit: &Unit<'a>,
+        unit: &Rc<Unit<'a>>,
         chain: &[Frame],
         address: u64,
         file: &str,
@@ -153,9 +152,8 @@ impl<'a> DebugInfo<'a> {
         let func = chain[0];
         let owner = self.best_scope(unit, chain, file, line).unwrap_or(func);
         let e = unit.entry(owner.die).map_err(err)?;
-        let name = dies::name_of(self.dw(unit), unit, &e)
-            .ok()
-            .flatten()
+        let name = self
+            .name_at(&self.at(unit, owner.die))
             .map(|n| String::from_utf8_lossy(n).into_owned())
             .unwrap_or_default();
         let call = (owner.tag == gimli::DW_TAG_inlined_subroutine).then(|| {
@@ -305,21 +303,46 @@ impl<'a> DebugInfo<'a> {
 
     /// perf's best scope for a line: among the functions and inlined copies
     /// at the address, the one declared in that file closest before the line.
-    fn best_scope(&self, unit: &Unit<'a>, chain: &[Frame], file: &str, line: u64) -> Option<Frame> {
+    fn best_scope(
+        &self,
+        unit: &Rc<Unit<'a>>,
+        chain: &[Frame],
+        file: &str,
+        line: u64,
+    ) -> Option<Frame> {
         let mut best: Option<(u64, Frame)> = None;
         for f in chain {
-            let Ok(e) = unit.entry(f.die) else { continue };
-            let in_file = dies::udata_integrated(unit, &e, gimli::DW_AT_decl_file)
-                .and_then(|n| dies::file_name(self.dw(unit), unit, n))
-                .is_some_and(|p| dies::tail_matches(&p, file));
-            let Some(decl) = dies::udata_integrated(unit, &e, gimli::DW_AT_decl_line) else {
+            let Some((decl_file, decl)) = self.declared_at(&self.at(unit, f.die)) else {
                 continue;
             };
+            let in_file = decl_file.is_some_and(|p| dies::tail_matches(&p, file));
             if in_file && decl < line && best.is_none_or(|(d, _)| line - decl < d) {
                 best = Some((line - decl, *f));
             }
         }
         best.map(|(_, f)| f)
+    }
+
+    /// Where the entry at `at` is declared (file, line), following its
+    /// abstract origin or specification, into other units as dwz leaves
+    /// them; `None` without a declaration line.
+    fn declared_at(&self, at: &At<'a>) -> Option<(Option<String>, u64)> {
+        let mut at = at.clone();
+        for _ in 0..3 {
+            let e = at.unit.entry(at.off).ok()?;
+            if let Some(line) = e.val(gimli::DW_AT_decl_line).and_then(dies::num) {
+                let file = e
+                    .val(gimli::DW_AT_decl_file)
+                    .and_then(dies::num)
+                    .and_then(|n| dies::file_name(self.dwarf_at(&at), &at.unit, n));
+                return Some((file, line));
+            }
+            let next = e
+                .val(gimli::DW_AT_abstract_origin)
+                .or_else(|| e.val(gimli::DW_AT_specification))?;
+            at = self.follow(&at, next)?;
+        }
+        None
     }
 
     /// The line-table rows (address, file, line, is_stmt) at `from..to` in
@@ -427,25 +450,20 @@ impl<'a> DebugInfo<'a> {
         let mut lines = Vec::new();
         // The body (or abstract entry) itself, with itself as its function.
         self.copy_lines(unit, (def, def), &decl, reversible, &mut lines)?;
-        let root = dies::global(unit, gimli::UnitOffset(unit.header.header_size()));
-        let mut units = vec![unit.clone()];
-        for u in root
-            .map(|r| self.index.lookup(&index::import_key(r)))
-            .unwrap_or_default()
-        {
-            units.push(self.unit(u)?);
-        }
-        for u in &units {
+        let unit_off = unit.header.offset().as_debug_info_offset();
+        let importers = unit_off.map(|o| self.with_importers(o, unit));
+        for u in importers.unwrap_or_default() {
+            let u = self.unit(u)?;
             // Each copy: the out-of-line function it is in (itself, or
             // the function it is inlined into).
             let copies: Vec<_> = self
-                .func_dies(u)?
+                .func_dies(&u)?
                 .iter()
                 .filter(|f| f.origin.is_some() && f.origin == decl.global)
                 .map(|f| (f.off, f.top.unwrap_or(f.off)))
                 .collect();
             for copy in copies {
-                self.copy_lines(u, copy, &decl, reversible, &mut lines)?;
+                self.copy_lines(&u, copy, &decl, reversible, &mut lines)?;
             }
         }
         lines.sort_unstable();

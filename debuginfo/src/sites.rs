@@ -233,14 +233,11 @@ impl<'a> DebugInfo<'a> {
                 let decl_file = dies::udata_integrated(&unit, &def_e, gimli::DW_AT_decl_file)
                     .and_then(|f| dies::file_name(self.dw(&unit), &unit, f))
                     .unwrap_or_default();
-                self.line_sites(
-                    unit_off,
-                    &decl_file,
-                    decl_line + n,
-                    Some((name, decl_line)),
-                    true,
-                    out,
-                )
+                for u in self.with_importers(unit_off, &unit) {
+                    let point = Some((name, decl_line));
+                    self.line_sites(u, &decl_file, decl_line + n, point, true, out)?;
+                }
+                Ok(())
             }
             FunctionPart::Lazy(pattern) => self.lazy_sites(unit_off, def, name, pattern, opts, out),
             FunctionPart::Entry => {
@@ -283,17 +280,27 @@ impl<'a> DebugInfo<'a> {
                 .and_then(dies::num)
                 .and_then(|n| dies::file_name(self.dw(unit), unit, n)),
         };
-        // DW_AT_import names the partial unit's root entry.
-        let root = dies::global(unit, gimli::UnitOffset(unit.header.header_size()));
-        let mut units = vec![unit_off];
-        if let Some(root) = root {
-            units.extend(self.index.lookup(&index::import_key(root)));
-        }
-        for u in units {
+        for u in self.with_importers(unit_off, unit) {
             let u_rc = self.unit(u)?;
             self.copies_in(u, &u_rc, name, &decl, opts, out)?;
         }
         Ok(())
+    }
+
+    /// The unit at `unit_off` and, when it is a dwz partial unit, the
+    /// units that import it (where the code of what it declares is).
+    pub(crate) fn with_importers(
+        &self,
+        unit_off: gimli::DebugInfoOffset<usize>,
+        unit: &Unit<'a>,
+    ) -> Vec<gimli::DebugInfoOffset<usize>> {
+        let mut units = vec![unit_off];
+        // DW_AT_import names the partial unit's root entry.
+        let root = dies::global(unit, gimli::UnitOffset(unit.header.header_size()));
+        if let Some(root) = root {
+            units.extend(self.index.lookup(&index::import_key(root)));
+        }
+        units
     }
 
     /// The copies of the abstract function `decl` in the unit at `unit_off`.

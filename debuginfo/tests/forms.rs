@@ -176,7 +176,10 @@ fn libc6_dbg_answers_malloc_as_perf_does() {
 }
 
 const DWZ_HEADER: &str = r#"struct point { int x; int y; struct point *next; };
-static inline __attribute__((always_inline)) int add(int a, int b) { return a + b; }
+static inline __attribute__((always_inline)) int add(int a, int b)
+{
+	return a + b;
+}
 "#;
 
 const DWZ_A: &str = r#"#include "h.h"
@@ -241,7 +244,8 @@ fn dwz_pair(dir: &Path, dwz_flags: &[&str]) -> Option<(PathBuf, PathBuf)> {
 }
 
 /// What a file answers about the fixture: walk's probe, its variables,
-/// the sites of the inlined `add`, and the lines of `add` with code.
+/// the sites of the inlined `add` and of its line 2, and the lines of
+/// `add` with code.
 fn dwz_answers(path: &Path) -> (String, Vec<String>, Vec<String>, Vec<u64>) {
     let file = DebugFile::open(path).unwrap();
     let di = DebugInfo::with_cache(&file, None).unwrap();
@@ -260,13 +264,13 @@ fn dwz_answers(path: &Path) -> (String, Vec<String>, Vec<String>, Vec<u64>) {
         .map(|v| format!("{}\t{}", v.type_name, v.name))
         .collect();
     vars.sort();
-    let add = ProbePoint::parse("add").unwrap();
-    let sites = di
-        .sites(&add, &Options::default())
-        .unwrap()
-        .iter()
-        .map(|s| format!("{} {:?}", s.location, s.instance))
-        .collect();
+    let mut sites = Vec::new();
+    for point in ["add", "add:2"] {
+        let point = ProbePoint::parse(point).unwrap();
+        for s in di.sites(&point, &Options::default()).unwrap() {
+            sites.push(format!("{} {} {:?}", s.location, s.source, s.instance));
+        }
+    }
     let lines = di.lines("add", None).unwrap().lines;
     (definition, vars, sites, lines)
 }
@@ -292,16 +296,15 @@ fn dwz_supplementary_files_answer_as_the_plain_program() {
     );
     assert_eq!(vars, ["int\ti", "int\tn", "int\ts", "struct point*\tp"]);
     // The abstract `add` is in a partial unit; its copies in the units
-    // that import it.
-    assert_eq!(
-        sites,
-        [
-            "walk+16 Inlined { into: \"walk\", call: \"a.c:6\" }",
-            "walk2+0 Inlined { into: \"walk2\", call: \"b.c:2\" }"
-        ]
-    );
-    // Its one line, from the copies in the importing units.
-    assert_eq!(lines, [2]);
+    // that import it, at its entry and at its line 2 (perf finds the
+    // latter, "add_L2" at the same two addresses, and not the former).
+    let copies = [
+        "walk+16 h.h:4 Inlined { into: \"walk\", call: \"a.c:6\" }",
+        "walk2+0 h.h:4 Inlined { into: \"walk2\", call: \"b.c:2\" }",
+    ];
+    assert_eq!(sites, [copies, copies].concat());
+    // Its lines, from the copies in the importing units.
+    assert_eq!(lines, [2, 4]);
     assert_eq!(dwz_answers(&plain), (definition, vars, sites, lines));
     // Without its supplementary file, the message says which and where.
     std::fs::rename(dir.join("alt.debug"), dir.join("moved.debug")).unwrap();
