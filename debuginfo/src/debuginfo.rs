@@ -127,7 +127,9 @@ impl<'a> DebugInfo<'a> {
             Some(i) => i,
             None => {
                 let i = index::build(file, &dwarf, &key)?;
-                if let Some(d) = cache.filter(|_| cacheable) {
+                // An index missing a split unit (its .dwo not found) is
+                // not kept: the next process may find the file.
+                if let Some(d) = cache.filter(|_| cacheable && i.complete()) {
                     // A cache that cannot be written costs time, not answers.
                     let _ = index::store(d, &cache_name, &i);
                 }

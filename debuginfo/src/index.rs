@@ -34,6 +34,9 @@ enum Bytes {
 #[derive(Debug)]
 pub(crate) struct NameIndex {
     bytes: Bytes,
+    /// Whether every unit was read: false when a split unit's `.dwo` was
+    /// not found, so the index must not be kept for later processes.
+    complete: bool,
     units: usize,
     names: usize,
     names_at: usize,
@@ -83,6 +86,7 @@ impl NameIndex {
         }
         Some(NameIndex {
             bytes,
+            complete: true,
             units,
             names,
             names_at,
@@ -137,6 +141,11 @@ impl NameIndex {
         (0..self.names).filter_map(|i| self.entry(i))
     }
 
+    /// Whether every unit was read (see the field): only then is it cached.
+    pub(crate) fn complete(&self) -> bool {
+        self.complete
+    }
+
     /// The number of names in the index.
     pub(crate) fn len(&self) -> usize {
         self.names
@@ -182,11 +191,13 @@ pub(crate) fn build<'a>(
     let threads = std::thread::available_parallelism()
         .map_or(1, |n| n.get())
         .clamp(1, 2);
+    let missing_split = std::sync::atomic::AtomicBool::new(false);
     let parts: Vec<Result<Vec<NameAndUnit>>> = std::thread::scope(|s| {
         let handles: Vec<_> = (0..threads)
             .map(|t| {
                 let headers = &headers;
                 let dwarf_err = &dwarf_err;
+                let missing_split = &missing_split;
                 s.spawn(move || {
                     let mut out = Vec::new();
                     for (i, h) in headers.iter().enumerate().skip(t).step_by(threads) {
@@ -198,7 +209,12 @@ pub(crate) fn build<'a>(
                             Ok(Some((dwo, split))) => {
                                 top_level_names(&dwo, &split, i as u32, &mut out)
                             }
-                            _ => top_level_names(dwarf, &unit, i as u32, &mut out),
+                            _ => {
+                                if unit.dwo_id.is_some() {
+                                    missing_split.store(true, std::sync::atomic::Ordering::Relaxed);
+                                }
+                                top_level_names(dwarf, &unit, i as u32, &mut out)
+                            }
                         };
                         named.map_err(|e| dwarf_err(format!("unit {i}"), e))?;
                     }
@@ -231,11 +247,14 @@ pub(crate) fn build<'a>(
         .map(|h| h.offset().as_debug_info_offset().map_or(0, |o| o.0 as u64))
         .collect();
     let bytes = serialize(key, &offsets, &all);
-    NameIndex::from_bytes(Bytes::Owned(bytes), key).ok_or_else(|| Error::Dwarf {
-        path: path.to_path_buf(),
-        context: "the name index".into(),
-        reason: gimli::Error::OffsetOutOfBounds,
-    })
+    let mut index =
+        NameIndex::from_bytes(Bytes::Owned(bytes), key).ok_or_else(|| Error::Dwarf {
+            path: path.to_path_buf(),
+            context: "the name index".into(),
+            reason: gimli::Error::OffsetOutOfBounds,
+        })?;
+    index.complete = !missing_split.load(std::sync::atomic::Ordering::Relaxed);
+    Ok(index)
 }
 
 fn top_level_names(

@@ -429,11 +429,19 @@ fn split_dwarf_in_dwo_files_and_dwp_packages() {
         .arg(&package)));
     std::fs::remove_file(clang.with_file_name("forms.dwo")).unwrap();
     assert_eq!(answers(&clang), clang_answers());
-    // Without either, the function is unknown, as in a stripped file.
-    std::fs::remove_file(&package).unwrap();
+    // Without either, the function is unknown, as in a stripped file;
+    // and that index is not cached: once the package is back, it is read.
+    let saved = dir.join("saved.dwp");
+    std::fs::rename(&package, &saved).unwrap();
+    let cache = dir.join("cache");
+    let walk = ProbePoint::parse("walk").unwrap();
     let file = DebugFile::open(&clang).unwrap();
-    let di = DebugInfo::with_cache(&file, None).unwrap();
-    let e = di.sites(&ProbePoint::parse("walk").unwrap(), &Options::default());
+    let di = DebugInfo::with_cache(&file, Some(&cache)).unwrap();
+    let e = di.sites(&walk, &Options::default());
     assert!(e.is_err(), "{e:?}");
+    std::fs::rename(&saved, &package).unwrap();
+    let file = DebugFile::open(&clang).unwrap();
+    let di = DebugInfo::with_cache(&file, Some(&cache)).unwrap();
+    assert_eq!(di.sites(&walk, &Options::default()).unwrap().len(), 1);
     let _ = std::fs::remove_dir_all(&dir);
 }
