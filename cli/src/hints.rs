@@ -46,9 +46,21 @@ fn or_debuginfod<T>(asked: &[T]) -> &'static str {
     }
 }
 
+/// The debug-info error `e` is, alone or inside the engine's errors.
+fn debuginfo_error<'e>(e: &'e (dyn StdError + 'static)) -> Option<&'e DebugInfoError> {
+    match (e.downcast_ref::<Error>(), e.downcast_ref::<KernelError>()) {
+        (Some(Error::Kernel(KernelError::DebugInfo(d))), _) => Some(d),
+        (_, Some(KernelError::DebugInfo(d))) => Some(d),
+        _ => e.downcast_ref::<DebugInfoError>(),
+    }
+}
+
 /// This CLI's wording of `e`, when the engine's advice is one of its
 /// flags; `None` when the engine's message says it all.
 fn with_flags(e: &(dyn StdError + 'static)) -> Option<String> {
+    if let Some(d @ DebugInfoError::NoSource { .. }) = debuginfo_error(e) {
+        return Some(format!("{d}, with --source-dir DIR (perf probe's -s)"));
+    }
     if let Some(e) = e.downcast_ref::<Error>() {
         return match e {
             Error::Plan(p) => plan(p),
@@ -211,6 +223,19 @@ pub(crate) fn excluded(x: &Excluded) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_source_tree_is_asked_for_with_our_flag() {
+        let e = anyhow::Error::new(KernelError::DebugInfo(DebugInfoError::NoSource {
+            point: "walk;sum*".into(),
+            file: "fixture.c".into(),
+            tried: vec!["/b/fixture.c".into()],
+        }));
+        assert_eq!(
+            render(&e),
+            "walk;sum* matches its pattern against the lines of fixture.c, which is not at /b/fixture.c; give the directory of the source tree its path is relative to, with --source-dir DIR (perf probe's -s)"
+        );
+    }
 
     #[test]
     fn flags_are_named_where_the_engine_gives_generic_advice() {

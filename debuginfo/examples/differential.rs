@@ -2,7 +2,17 @@
 //!
 //! ```text
 //! cargo run --release -p kprobe-perf-debuginfo --example differential -- VMLINUX [N] [SEED] [REPORT] [SRCDIR]
+//! cargo run --release -p kprobe-perf-debuginfo --example differential -- -x BINARY [N] [SEED] [REPORT]
 //! ```
+//!
+//! With `-x BINARY` (a user binary or library, e.g. libc.so.6 with
+//! libc6-dbg installed), the debug file is found as the CLI finds it
+//! (build ID, debuglink) and perf runs `perf probe -x BINARY`. Its `-D`
+//! names a uprobe by file offset (`PATH:0xOFF`); both answers are then
+//! keyed by link-time address. perf reads the kernel's tracefs README
+//! for the fetch types it may use; where the host's tracefs has none (a
+//! container, a kernel without probe events), perf is pointed
+//! (`TRACEFS_PATH`) at a README that states a 6.1 kernel's uprobe features.
 //!
 //! With SRCDIR (the kernel's source tree), the N questions are lazy lines
 //! instead: `-D 'FUNC;PATTERN'` for random functions whose source file is
@@ -49,9 +59,15 @@ impl Rng {
 type Answer = Result<BTreeMap<String, BTreeSet<String>>, String>;
 
 fn main() {
-    let args: Vec<String> = std::env::args().skip(1).collect();
+    let mut args: Vec<String> = std::env::args().skip(1).collect();
+    if args.first().map(String::as_str) == Some("-x") {
+        args.remove(0);
+        if let Some(b) = args.first() {
+            let _ = USER_BINARY.set(b.clone());
+        }
+    }
     let Some(vmlinux) = args.first() else {
-        eprintln!("usage: differential VMLINUX [N] [SEED] [REPORT]");
+        eprintln!("usage: differential VMLINUX [N] [SEED] [REPORT] [SRCDIR]\n       differential -x BINARY [N] [SEED] [REPORT]");
         std::process::exit(2);
     };
     let n: usize = args.get(1).and_then(|s| s.parse().ok()).unwrap_or(100);
@@ -62,7 +78,7 @@ fn main() {
         .unwrap_or_else(|| "target/debuginfo-differential.txt".into());
     let result = match args.get(4) {
         Some(src) => run_lazy(vmlinux, n, seed, &report, src),
-        None => run(vmlinux, n, seed, &report),
+        None => run(vmlinux, n, seed, &report).map(|_| ()),
     };
     if let Err(e) = result {
         eprintln!("error: {e}");
@@ -70,10 +86,34 @@ fn main() {
     }
 }
 
-fn run(vmlinux: &str, n: usize, seed: u64, report: &str) -> Result<(), Box<dyn std::error::Error>> {
+/// The user binary `perf probe -x` is asked about (`-x BINARY`); unset:
+/// a vmlinux, `perf probe -k`.
+pub(crate) static USER_BINARY: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+
+/// The debug file of `path`: the file itself for a vmlinux; for a user
+/// binary the one found by build ID or debuglink, and the binary (whose
+/// call frame information a separate debug file lacks).
+fn open(path: &str) -> Result<(DebugFile, Option<DebugFile>), Box<dyn std::error::Error>> {
+    if USER_BINARY.get().is_some() {
+        let debug = kprobe_perf_debuginfo::locate::find_user(std::path::Path::new(path))?;
+        return Ok((debug, Some(DebugFile::open(path)?)));
+    }
+    Ok((DebugFile::open(path)?, None))
+}
+
+/// Asks N questions and returns the tally of verdicts.
+pub(crate) fn run(
+    vmlinux: &str,
+    n: usize,
+    seed: u64,
+    report: &str,
+) -> Result<BTreeMap<String, usize>, Box<dyn std::error::Error>> {
     let _ = VMLINUX.set(vmlinux.to_string());
-    let file = DebugFile::open(vmlinux)?;
-    let di = DebugInfo::new(&file)?;
+    let (file, binary) = open(vmlinux)?;
+    let mut di = DebugInfo::new(&file)?;
+    if let Some(b) = &binary {
+        di = di.with_call_frames_of(b)?;
+    }
     let mut rng = Rng(seed);
     let functions: Vec<&str> = di
         .functions()
@@ -194,7 +234,7 @@ fn run(vmlinux: &str, n: usize, seed: u64, report: &str) -> Result<(), Box<dyn s
     }
     std::fs::write(report, lines.join("\n"))?;
     println!("  disagreements written to {report}");
-    Ok(())
+    Ok(tally)
 }
 
 /// The lazy-line questions (see the top of this file).
@@ -375,12 +415,19 @@ fn perf_with(vmlinux: &str, mode: &[&str], q: &str) -> (String, bool) {
 }
 
 fn run_perf(vmlinux: &str, mode: &[&str], q: &str) -> (String, bool) {
-    match Command::new("perf")
-        .args(["probe", "-k", vmlinux])
-        .args(mode)
-        .arg(q)
-        .output()
-    {
+    let mut perf = Command::new("perf");
+    match USER_BINARY.get() {
+        Some(_) => {
+            perf.args(["probe", "-x", vmlinux]);
+            if let Some(dir) = tracefs_path() {
+                perf.env("TRACEFS_PATH", dir);
+            }
+        }
+        None => {
+            perf.args(["probe", "-k", vmlinux]);
+        }
+    }
+    match perf.args(mode).arg(q).output() {
         Ok(o) => (
             String::from_utf8_lossy(&o.stdout).into_owned(),
             o.status.success(),
@@ -389,11 +436,57 @@ fn run_perf(vmlinux: &str, mode: &[&str], q: &str) -> (String, bool) {
     }
 }
 
+/// Where perf finds a tracefs README for `-x` questions: none (the
+/// host's) when the host's tracefs has one, else a directory with one
+/// that states a 6.1 kernel's uprobe features (made once).
+fn tracefs_path() -> Option<&'static str> {
+    static DIR: std::sync::OnceLock<Option<String>> = std::sync::OnceLock::new();
+    DIR.get_or_init(|| {
+        if std::path::Path::new("/sys/kernel/tracing/README").exists() {
+            return None;
+        }
+        // One directory for every run: its files are always the same.
+        let dir = std::env::temp_dir().join("kpp-differential-tracefs");
+        std::fs::create_dir_all(&dir).ok()?;
+        // The lines perf's probe-file.c looks for: place and fetch-arg
+        // syntax, and the x8/16/32/64 types.
+        let readme = "  place (uprobe): <path>:<offset>[%return][(ref_ctr_offset)]\n  fetcharg: %<register>, @<address>, @<symbol>[+|-<offset>],\n\t    \\imm-value, \\\"imm-string\"\n  type: s8/16/32/64, u8/16/32/64, x8/16/32/64, char, string, symbol,\n";
+        std::fs::write(dir.join("README"), readme).ok()?;
+        for f in ["uprobe_events", "kprobe_events"] {
+            std::fs::write(dir.join(f), "").ok()?;
+        }
+        Some(dir.to_string_lossy().into_owned())
+    })
+    .as_deref()
+}
+
+/// perf's `PATH:0xOFF` (a uprobe's file offset) as `0xADDRESS`, the
+/// link-time address the offset is loaded at; other locations as given.
+fn user_location(loc: &str) -> String {
+    let Some((_, off)) = loc.rsplit_once(":0x") else {
+        return loc.to_string();
+    };
+    let (Some(bin), Ok(off)) = (USER_BINARY.get(), u64::from_str_radix(off, 16)) else {
+        return loc.to_string();
+    };
+    let address = std::fs::read(bin).ok().and_then(|bytes| {
+        use object::{Object as _, ObjectSegment as _};
+        let obj = object::File::parse(&*bytes).ok()?;
+        obj.segments().find_map(|s| {
+            let (start, size) = s.file_range();
+            (start <= off && off < start + size).then(|| s.address() + (off - start))
+        })
+    });
+    address.map_or_else(|| loc.to_string(), |a| format!("0x{a:x}"))
+}
+
 fn parse_d(out: &str) -> Answer {
     let mut m = BTreeMap::new();
     for line in out.lines().filter(|l| l.starts_with("p:")) {
         let mut words = line.split_whitespace().skip(1);
-        let Some(loc) = words.next() else { continue };
+        let Some(loc) = words.next().map(user_location) else {
+            continue;
+        };
         let args: Vec<String> = words
             .map(|a| a.split_once('=').map_or(a, |(_, v)| v).to_string())
             .collect();
@@ -485,15 +578,21 @@ fn ask_ours(di: &DebugInfo<'_>, mode: &str, q: &str) -> Answer {
                 s.split_once('=').map_or(s.clone(), |(_, v)| v.to_string())
             })
             .collect();
-        m.insert(p.site.location.clone(), BTreeSet::from([fetched.join(" ")]));
+        m.insert(site_key(&p.site), BTreeSet::from([fetched.join(" ")]));
     }
     for (site, why) in r.refused {
-        m.insert(
-            site.location.clone(),
-            BTreeSet::from([format!("REFUSED: {why}")]),
-        );
+        m.insert(site_key(&site), BTreeSet::from([format!("REFUSED: {why}")]));
     }
     Ok(m)
+}
+
+/// How a `-D` answer names a site: SYMBOL+OFFSET as perf -k does, or
+/// the address for a user binary (perf -x gives a file offset).
+fn site_key(site: &kprobe_perf_debuginfo::Site) -> String {
+    match USER_BINARY.get() {
+        Some(_) => format!("0x{:x}", site.address),
+        None => site.location.clone(),
+    }
 }
 
 /// Spellings that name the same thing: a compiler clone's symbol
@@ -714,6 +813,36 @@ fn first_load_only(ours: &BTreeSet<String>, theirs: &BTreeSet<String>) -> bool {
 
 /// Explains a -V difference by asking, for each variable perf lists and we
 /// do not, why we refuse it.
+/// The key of a `-D` answer for the site `-V` lists as `loc` (they
+/// differ for a user binary: an address, SYMBOL+OFFSET).
+fn d_key(di: &DebugInfo<'_>, q: &str, loc: &str) -> String {
+    if USER_BINARY.get().is_none() {
+        return loc.to_string();
+    }
+    let point = q.split_whitespace().next().map(ProbePoint::parse);
+    let Some(Ok(point)) = point else {
+        return loc.to_string();
+    };
+    let sites = di.sites(&point, &Options::default()).unwrap_or_default();
+    sites
+        .iter()
+        .find(|s| {
+            normalize(&Ok(BTreeMap::from([(s.location.clone(), BTreeSet::new())])))
+                .is_ok_and(|m| m.contains_key(loc))
+        })
+        .map_or_else(|| loc.to_string(), site_key)
+}
+
+/// Whether a fetch reads the stack relative to the CFA (a local whose
+/// frame base is `DW_OP_call_frame_cfa`): `+N(%sp)`, or our refusal of
+/// an aggregate there.
+fn cfa_based(fetched: &str) -> bool {
+    fetched.contains("(%sp)")
+        || fetched.contains("is a struct")
+        || fetched.contains("is an array")
+        || fetched.contains("union")
+}
+
 fn compare_v(
     di: &DebugInfo<'_>,
     q: &str,
@@ -734,13 +863,16 @@ fn compare_v(
             }
             continue;
         }
+        let key = d_key(di, q, loc);
         for extra in on.difference(&tn) {
             let fetched = normalize(&ask_ours(di, "-D", &format!("{q} {extra}")))
                 .ok()
-                .and_then(|m| m.get(loc).map(|v| v.iter().cloned().collect::<String>()))
+                .and_then(|m| m.get(&key).map(|v| v.iter().cloned().collect::<String>()))
                 .unwrap_or_default();
             reasons.insert(if fetched.starts_with('\\') {
                 "we list more: constants (DW_OP_lit/const + stack_value, or DW_AT_const_value), fetched as immediates"
+            } else if USER_BINARY.get().is_some() && cfa_based(&fetched) {
+                "perf wrong: omits a stack variable (frame base DW_OP_call_frame_cfa): it reads call frame information from the separate debug file only, whose .eh_frame has no bytes, and its -D says it does not support the location; we read the binary's"
             } else {
                 "we list more"
             });
@@ -748,7 +880,7 @@ fn compare_v(
         for missing in tn.difference(&on) {
             let why = match normalize(&ask_ours(di, "-D", &format!("{q} {missing}"))) {
                 Ok(m) => m
-                    .get(loc)
+                    .get(&key)
                     .map(|v| v.iter().cloned().collect::<String>())
                     .unwrap_or_default(),
                 Err(e) => e,
@@ -762,6 +894,8 @@ fn compare_v(
                 "perf wrong: lists a variable whose location is a register's value at the function's entry (DW_OP_entry_value), which it reads as the register now"
             } else if why.contains("DW_OP_piece") {
                 "perf wrong: lists a variable split over several places (DW_OP_piece), of which its fetch reads one"
+            } else if why.contains("register with no x86-64 name") {
+                "perf wrong: lists a variable held in a register no fetch can read (a floating-point value in an SSE register), which its -D refuses"
             } else if why.contains("no location") {
                 // perf's -V also lists a variable whose location list does
                 // not cover the address; its -D then fails ("Failed to
@@ -785,6 +919,8 @@ fn compare_v(
         .any(|x| x.starts_with("perf wrong: lists a computed"))
     {
         "perf wrong: lists a computed value (DW_OP_stack_value) that it reads as memory; we refuse it".into()
+    } else if let Some(w) = r.iter().find(|x| x.starts_with("perf wrong: omits")) {
+        (*w).to_string()
     } else if let Some(w) = r.iter().find(|x| x.starts_with("perf wrong")) {
         format!("{w}; we leave it out")
     } else if r.iter().any(|x| x.starts_with("we list more: constants")) {

@@ -51,23 +51,17 @@ impl AddressLookup {
         } else {
             gimli::RunTimeEndian::Big
         };
-        let section = |name: &str| -> Result<&'static [u8]> {
-            let Some(sec) = object::Object::section_by_name(&obj, name) else {
-                return Ok(&[]);
-            };
-            let plain = matches!(
-                object::ObjectSection::compressed_file_range(&sec),
-                Ok(r) if r.format == object::CompressionFormat::None
-            );
-            if !plain {
-                return Err(Error::Elf {
-                    path: file.path().to_path_buf(),
-                    reason: format!("section {name} is compressed, which this reader does not map in place; decompress it with `objcopy --decompress-debug-sections`"),
-                });
-            }
-            object::ObjectSection::data(&sec).map_err(|e| file.elf_error(e))
-        };
-        let dwarf = gimli::Dwarf::load(|id| section(id.name()).map(|d| Reader::new(d, endian)))?;
+        let section = |name: &str| crate::file::section_bytes(file, &obj, name);
+        let mut dwarf =
+            gimli::Dwarf::load(|id| section(id.name()).map(|d| Reader::new(d, endian)))?;
+        // A dwz file's units and strings, which this one's point into.
+        if let Some(alt) = file.alt()? {
+            let alt_obj = alt.object()?;
+            let section = |name: &str| crate::file::section_bytes(alt, &alt_obj, name);
+            dwarf.set_sup(gimli::Dwarf::load(|id| {
+                section(id.name()).map(|d| Reader::new(d, endian))
+            })?);
+        }
         let context = addr2line::Context::from_dwarf(dwarf).map_err(|e| Error::Elf {
             path: file.path().to_path_buf(),
             reason: format!("reading its DWARF: {e}"),

@@ -10,6 +10,7 @@ use crate::dies::{Dwarf, Unit};
 use crate::error::{Error, Result};
 use crate::file::{self, DebugFile, SymbolTable, R};
 use crate::index::{self, NameIndex};
+use crate::split;
 
 /// Options of a query.
 #[derive(Debug, Clone, Copy)]
@@ -36,11 +37,37 @@ pub struct DebugInfo<'a> {
     pub(crate) symbols: SymbolTable<'a>,
     pub(crate) index: NameIndex,
     units: RefCell<HashMap<usize, Rc<Unit<'a>>>>,
-    pub(crate) rows_cache: RefCell<HashMap<usize, Rc<Vec<crate::lines::Row>>>>,
-    pub(crate) funcs_cache: RefCell<HashMap<usize, Rc<Vec<crate::sites::FuncDie>>>>,
+    /// Parsed units of the supplementary (dwz) file, by offset.
+    sup_units: RefCell<HashMap<usize, Rc<Unit<'a>>>>,
+    /// Where each unit starts in `.debug_info`, of this file and of the
+    /// supplementary one: made when a reference crosses units.
+    unit_starts: [OnceCell<Vec<usize>>; 2],
+    pub(crate) rows_cache: RefCell<HashMap<usize, Rc<Vec<crate::dies::Row>>>>,
+    pub(crate) funcs_cache: RefCell<HashMap<usize, Rc<Vec<crate::dies::FuncDie>>>>,
     /// Where source files are looked for (perf probe's `-s`), for lazy
     /// patterns; `None`: the compilation directory.
     pub(crate) source_dir: Option<std::path::PathBuf>,
+}
+
+/// An entry anywhere in the DWARF: its unit (of this file, or of the
+/// supplementary file when `sup`) and its offset there.
+#[derive(Clone)]
+pub(crate) struct At<'a> {
+    pub(crate) unit: Rc<Unit<'a>>,
+    pub(crate) sup: bool,
+    pub(crate) off: gimli::UnitOffset,
+}
+
+impl std::fmt::Debug for At<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "At({:?}, sup {}, {:?})",
+            self.unit.header.offset(),
+            self.sup,
+            self.off
+        )
+    }
 }
 
 /// How many parsed units (and their line tables and function lists) are
@@ -68,7 +95,7 @@ impl std::fmt::Debug for DebugInfo<'_> {
 
 impl<'a> DebugInfo<'a> {
     /// Reads the DWARF of `file`, using (and writing) the index cache in
-    /// [`cache_dir`](crate::cache_dir) when the file has a build ID.
+    /// [`cache_dir`](crate::index::cache_dir) when the file has a build ID.
     pub fn new(file: &'a DebugFile) -> Result<Self> {
         Self::with_cache(file, index::cache_dir().as_deref())
     }
@@ -92,15 +119,17 @@ impl<'a> DebugInfo<'a> {
             .unwrap_or_default();
         let cacheable = !key.is_empty();
         key.extend_from_slice(&size.to_le_bytes());
-        let cache_name = format!("{}.idx", hex(&key));
+        let cache_name = format!("{}.idx", file::hex(&key));
         let cached = cache
             .filter(|_| cacheable)
             .and_then(|d| index::load_cached(d, &key, &cache_name));
         let index = match cached {
             Some(i) => i,
             None => {
-                let i = index::build(&dwarf, file.path(), &key)?;
-                if let Some(d) = cache.filter(|_| cacheable) {
+                let i = index::build(file, &dwarf, &key)?;
+                // An index missing a split unit (its .dwo not found) is
+                // not kept: the next process may find the file.
+                if let Some(d) = cache.filter(|_| cacheable && i.complete()) {
                     // A cache that cannot be written costs time, not answers.
                     let _ = index::store(d, &cache_name, &i);
                 }
@@ -115,6 +144,8 @@ impl<'a> DebugInfo<'a> {
             symbols,
             index,
             units: RefCell::new(HashMap::new()),
+            sup_units: RefCell::new(HashMap::new()),
+            unit_starts: [OnceCell::new(), OnceCell::new()],
             rows_cache: RefCell::new(HashMap::new()),
             funcs_cache: RefCell::new(HashMap::new()),
             source_dir: None,
@@ -164,8 +195,136 @@ impl<'a> DebugInfo<'a> {
             .debug_info
             .header_from_offset(offset)
             .map_err(err)?;
-        let unit = Rc::new(self.dwarf.unit(header).map_err(err)?);
+        let unit = self.dwarf.unit(header).map_err(err)?;
+        // A skeleton (split DWARF) stands for the unit in its .dwo.
+        let unit = match split::split_unit(self.file, &self.dwarf, &unit)? {
+            Some((dwo, split)) => Unit {
+                unit: split,
+                split: Some(dwo),
+            },
+            None => Unit { unit, split: None },
+        };
+        let unit = Rc::new(unit);
         bounded_insert(&self.units, offset.0, unit.clone());
+        Ok(unit)
+    }
+
+    /// The DWARF `unit` is read with: the file's, or a split unit's `.dwo`.
+    pub(crate) fn dw<'s>(&'s self, unit: &'s Unit<'a>) -> &'s Dwarf<'a> {
+        unit.split.as_ref().unwrap_or(&self.dwarf)
+    }
+
+    /// The DWARF the entry at `at` is read with.
+    pub(crate) fn dwarf_at<'s>(&'s self, at: &'s At<'a>) -> &'s Dwarf<'a> {
+        if at.sup {
+            return self.dwarf_for(true);
+        }
+        self.dw(&at.unit)
+    }
+
+    /// The DWARF an entry is read with: this file's, or (`sup`) the
+    /// supplementary file's.
+    pub(crate) fn dwarf_for(&self, sup: bool) -> &Dwarf<'a> {
+        match (sup, self.dwarf.sup()) {
+            (true, Some(s)) => s,
+            _ => &self.dwarf,
+        }
+    }
+
+    /// The entry a reference attribute value points at: in the same unit,
+    /// another unit of the same file (`DW_FORM_ref_addr`, as dwz makes
+    /// to its partial units), or the supplementary file
+    /// (`DW_FORM_GNU_ref_alt`, `DW_FORM_ref_sup4/8`).
+    pub(crate) fn follow(&self, from: &At<'a>, v: gimli::AttributeValue<R<'a>>) -> Option<At<'a>> {
+        match v {
+            gimli::AttributeValue::UnitRef(off) => Some(At {
+                unit: from.unit.clone(),
+                sup: from.sup,
+                off,
+            }),
+            gimli::AttributeValue::DebugInfoRef(o) => self.at_offset(from.sup, o),
+            gimli::AttributeValue::DebugInfoRefSup(o) => self.at_offset(true, o),
+            _ => None,
+        }
+    }
+
+    /// The entry at `off` of `unit`, a unit of this file.
+    pub(crate) fn at(&self, unit: &Rc<Unit<'a>>, off: gimli::UnitOffset) -> At<'a> {
+        At {
+            unit: unit.clone(),
+            sup: false,
+            off,
+        }
+    }
+
+    /// The name of the entry at `at`, following its abstract origin or
+    /// specification (two levels, into other units or the supplementary
+    /// file as dwz leaves them).
+    pub(crate) fn name_at(&self, at: &At<'a>) -> Option<&'a [u8]> {
+        let mut at = at.clone();
+        for _ in 0..3 {
+            let e = at.unit.entry(at.off).ok()?;
+            let val = |a| e.attr_value(a).ok().flatten();
+            if let Some(v) = val(gimli::DW_AT_name) {
+                let name = self.dwarf_at(&at).attr_string(&at.unit, v).ok()?;
+                return Some(name.slice());
+            }
+            let next =
+                val(gimli::DW_AT_abstract_origin).or_else(|| val(gimli::DW_AT_specification))?;
+            at = self.follow(&at, next)?;
+        }
+        None
+    }
+
+    /// The entry at `.debug_info` offset `o` of this file or (`sup`) the
+    /// supplementary one.
+    fn at_offset(&self, sup: bool, o: gimli::DebugInfoOffset<usize>) -> Option<At<'a>> {
+        let starts = self.unit_starts[usize::from(sup)].get_or_init(|| {
+            let mut out = Vec::new();
+            let mut headers = self.dwarf_for(sup).units();
+            while let Ok(Some(h)) = headers.next() {
+                if let Some(o) = h.offset().as_debug_info_offset() {
+                    out.push(o.0);
+                }
+            }
+            out
+        });
+        let i = starts.partition_point(|&s| s <= o.0).checked_sub(1)?;
+        let unit = self
+            .unit_in(sup, gimli::DebugInfoOffset(*starts.get(i)?))
+            .ok()?;
+        let off = o.to_unit_offset(&unit.header)?;
+        Some(At { unit, sup, off })
+    }
+
+    /// The unit at `offset` of this file or (`sup`) the supplementary one.
+    pub(crate) fn unit_in(
+        &self,
+        sup: bool,
+        offset: gimli::DebugInfoOffset<usize>,
+    ) -> Result<Rc<Unit<'a>>> {
+        if !sup {
+            return self.unit(offset);
+        }
+        if let Some(u) = self.sup_units.borrow().get(&offset.0) {
+            return Ok(u.clone());
+        }
+        let dwarf = self.dwarf_for(true);
+        let err = |reason| {
+            self.dwarf_error(
+                format!(
+                    "the supplementary file's unit at .debug_info+0x{:x}",
+                    offset.0
+                ),
+                reason,
+            )
+        };
+        let header = dwarf.debug_info.header_from_offset(offset).map_err(err)?;
+        let unit = Rc::new(Unit {
+            unit: dwarf.unit(header).map_err(err)?,
+            split: None,
+        });
+        bounded_insert(&self.sup_units, offset.0, unit.clone());
         Ok(unit)
     }
 
@@ -243,9 +402,4 @@ where
     }
     out.sort_unstable_by_key(|f| f.0);
     out
-}
-
-/// Lower-case hex of `bytes`.
-pub(crate) fn hex(bytes: &[u8]) -> String {
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
 }

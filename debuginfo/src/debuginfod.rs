@@ -14,8 +14,9 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
-use crate::debuginfo::hex;
+pub use crate::error::Attempt;
 use crate::error::{Error, Result};
+use crate::file::hex;
 
 /// The servers and the cache of a debuginfod client.
 #[derive(Debug, Clone)]
@@ -23,15 +24,6 @@ pub struct Debuginfod {
     urls: Vec<String>,
     cache: PathBuf,
     timeout: Duration,
-}
-
-/// What one server answered when asked for a build ID.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Attempt {
-    /// The server's URL, as `DEBUGINFOD_URLS` gives it.
-    pub url: String,
-    /// Why it gave nothing: "not found", or curl's message.
-    pub reason: String,
 }
 
 impl Debuginfod {

@@ -5,7 +5,23 @@ use crate::file::R;
 
 pub(crate) type Entry<'a, 'u> = gimli::DebuggingInformationEntry<'u, 'u, R<'a>>;
 pub(crate) type Dwarf<'a> = gimli::Dwarf<R<'a>>;
-pub(crate) type Unit<'a> = gimli::Unit<R<'a>>;
+/// A unit as gimli reads it.
+pub(crate) type GUnit<'a> = gimli::Unit<R<'a>>;
+
+/// A unit of the file, with the DWARF it is read with when that is not
+/// the file's own: a split unit's `.dwo` (see `split.rs`).
+pub(crate) struct Unit<'a> {
+    pub(crate) unit: GUnit<'a>,
+    pub(crate) split: Option<Dwarf<'a>>,
+}
+
+impl<'a> std::ops::Deref for Unit<'a> {
+    type Target = GUnit<'a>;
+
+    fn deref(&self) -> &GUnit<'a> {
+        &self.unit
+    }
+}
 
 /// The entry that `attr` (abstract_origin or specification) of `e` points to, in the same unit.
 pub(crate) fn origin_offset(e: &Entry<'_, '_>) -> Option<gimli::UnitOffset> {
@@ -20,7 +36,7 @@ pub(crate) fn origin_offset(e: &Entry<'_, '_>) -> Option<gimli::UnitOffset> {
 /// The name of `e`, following abstract_origin/specification (two levels).
 pub(crate) fn name_of<'a>(
     dwarf: &Dwarf<'a>,
-    unit: &Unit<'a>,
+    unit: &GUnit<'a>,
     e: &Entry<'a, '_>,
 ) -> gimli::Result<Option<&'a [u8]>> {
     if let Some(v) = e.val(gimli::DW_AT_name) {
@@ -44,7 +60,11 @@ pub(crate) fn name_of<'a>(
 }
 
 /// An unsigned integer attribute of `e`, following abstract_origin once.
-pub(crate) fn udata_integrated(unit: &Unit<'_>, e: &Entry<'_, '_>, at: gimli::DwAt) -> Option<u64> {
+pub(crate) fn udata_integrated(
+    unit: &GUnit<'_>,
+    e: &Entry<'_, '_>,
+    at: gimli::DwAt,
+) -> Option<u64> {
     if let Some(v) = e.val(at) {
         return num(v);
     }
@@ -59,7 +79,7 @@ pub(crate) fn udata_integrated(unit: &Unit<'_>, e: &Entry<'_, '_>, at: gimli::Dw
 /// The code ranges of `e` (low/high PC or DW_AT_ranges), in the order listed.
 pub(crate) fn ranges(
     dwarf: &Dwarf<'_>,
-    unit: &Unit<'_>,
+    unit: &GUnit<'_>,
     e: &Entry<'_, '_>,
 ) -> gimli::Result<Vec<gimli::Range>> {
     let mut out = Vec::new();
@@ -76,7 +96,7 @@ pub(crate) fn ranges(
 /// low PC, else the start of the first listed range.
 pub(crate) fn entry_pc(
     dwarf: &Dwarf<'_>,
-    unit: &Unit<'_>,
+    unit: &GUnit<'_>,
     e: &Entry<'_, '_>,
     ranges: &[gimli::Range],
 ) -> gimli::Result<Option<u64>> {
@@ -98,12 +118,20 @@ pub(crate) fn entry_pc(
     Ok(ranges.first().map(|r| r.begin))
 }
 
-fn low_pc(dwarf: &Dwarf<'_>, unit: &Unit<'_>, e: &Entry<'_, '_>) -> gimli::Result<Option<u64>> {
+fn low_pc(dwarf: &Dwarf<'_>, unit: &GUnit<'_>, e: &Entry<'_, '_>) -> gimli::Result<Option<u64>> {
     Ok(match e.val(gimli::DW_AT_low_pc) {
         Some(gimli::AttributeValue::Addr(a)) => Some(a),
         Some(gimli::AttributeValue::DebugAddrIndex(i)) => Some(dwarf.address(unit, i)?),
         _ => None,
     })
+}
+
+/// The `.debug_info` offset of the entry at `off` of `unit`.
+pub(crate) fn global(
+    unit: &GUnit<'_>,
+    off: gimli::UnitOffset,
+) -> Option<gimli::DebugInfoOffset<usize>> {
+    off.to_debug_info_offset(&unit.header)
 }
 
 /// Whether any of `ranges` holds `pc`.
@@ -112,7 +140,7 @@ pub(crate) fn holds(ranges: &[gimli::Range], pc: u64) -> bool {
 }
 
 /// The path of file number `file` of the unit's line table.
-pub(crate) fn file_name(dwarf: &Dwarf<'_>, unit: &Unit<'_>, file: u64) -> Option<String> {
+pub(crate) fn file_name(dwarf: &Dwarf<'_>, unit: &GUnit<'_>, file: u64) -> Option<String> {
     let lp = unit.line_program.as_ref()?;
     let header = lp.header();
     let f = header.file(file)?;
@@ -172,4 +200,26 @@ pub(crate) fn num(v: gimli::AttributeValue<R<'_>>) -> Option<u64> {
         gimli::AttributeValue::FileIndex(n) => Some(n),
         v => v.udata_value(),
     }
+}
+
+/// One row of a unit's line table.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Row {
+    pub(crate) address: u64,
+    pub(crate) file: u64,
+    pub(crate) line: u64,
+    pub(crate) is_stmt: bool,
+    pub(crate) end: bool,
+}
+
+/// A function or inlined copy of a unit, from one walk of the unit.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct FuncDie {
+    pub(crate) off: gimli::UnitOffset,
+    pub(crate) tag: gimli::DwTag,
+    /// DW_AT_abstract_origin, as a `.debug_info` offset: in the same
+    /// unit, or (dwz) in a partial unit of the same file.
+    pub(crate) origin: Option<gimli::DebugInfoOffset<usize>>,
+    /// The top-level (out-of-line) function it is in, or itself.
+    pub(crate) top: Option<gimli::UnitOffset>,
 }

@@ -47,13 +47,23 @@ pub enum Error {
         searched: Vec<PathBuf>,
         /// The debuginfod servers asked (`DEBUGINFOD_URLS`), with their
         /// answers; empty when none is set or the build ID is unknown.
-        asked: Vec<crate::debuginfod::Attempt>,
+        asked: Vec<Attempt>,
     },
     /// The debuginfod client could not run at all.
     #[error("cannot ask the debuginfod servers of DEBUGINFOD_URLS: {reason}")]
     Debuginfod {
         /// Why.
         reason: String,
+    },
+    /// The supplementary (dwz) file a debug file's DWARF refers to was not found.
+    #[error("{path} keeps part of its DWARF in a supplementary file (dwz's .gnu_debugaltlink or DWARF 5's .debug_sup, build ID {build_id}), which is not at {}; install the package's debug files whole (Debian puts them under /usr/lib/debug/.dwz), or put the file at one of those paths", .tried.iter().map(|p| p.display().to_string()).collect::<Vec<_>>().join(" nor "))]
+    NoAltFile {
+        /// The debug file.
+        path: PathBuf,
+        /// The supplementary file's build ID, as the link gives it.
+        build_id: String,
+        /// The paths tried.
+        tried: Vec<PathBuf>,
     },
     /// A debug file's build ID differs from the one of the code it should describe.
     #[error("{path} has build ID {found}, but {what} has {expected}: this debug info belongs to another build and would give wrong addresses; find the debug file of that exact build")]
@@ -110,7 +120,7 @@ pub enum Error {
     },
     /// The source file a lazy pattern (`FUNC;PATTERN`) is matched against
     /// was not found.
-    #[error("{point} matches its pattern against the lines of {file}, which is not at {}; give the source tree with --source-dir DIR (perf probe's -s)", .tried.iter().map(|p| p.display().to_string()).collect::<Vec<_>>().join(" nor "))]
+    #[error("{point} matches its pattern against the lines of {file}, which is not at {}; give the directory of the source tree its path is relative to", .tried.iter().map(|p| p.display().to_string()).collect::<Vec<_>>().join(" nor "))]
     NoSource {
         /// The point (`FUNC;PATTERN`).
         point: String,
@@ -189,11 +199,21 @@ impl Error {
     }
 }
 
+/// What one debuginfod server answered when asked for a build ID (see
+/// [`Error::NotFound`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Attempt {
+    /// The server's URL, as `DEBUGINFOD_URLS` gives it.
+    pub url: String,
+    /// Why it gave nothing: "not found", or curl's message.
+    pub reason: String,
+}
+
 /// Results of this crate.
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
 /// `; and the debuginfod servers URL (answer), ...` for [`Error::NotFound`].
-fn servers_asked(asked: &[crate::debuginfod::Attempt]) -> String {
+fn servers_asked(asked: &[Attempt]) -> String {
     if asked.is_empty() {
         return String::new();
     }

@@ -1,10 +1,10 @@
 //! One ELF file with DWARF, mapped read-only, and the views over it.
 
+use std::collections::HashMap;
 use std::path::{Path, PathBuf};
+use std::sync::{Mutex, OnceLock};
 
 use object::{Object, ObjectSection, ObjectSymbol};
-
-use std::sync::OnceLock;
 
 use crate::error::{Error, Result};
 use crate::reloc::Relocated;
@@ -14,6 +14,9 @@ pub(crate) type R<'a> = gimli::EndianSlice<'a, gimli::RunTimeEndian>;
 
 /// An ELF file mapped into memory. Sections are read in place: nothing is
 /// copied, and pages the queries do not touch are never read from disk.
+/// A section stored compressed (`SHF_COMPRESSED` with zlib or zstd, or
+/// GNU's older `.zdebug_*`) is decompressed once, on first use, into
+/// memory the file keeps.
 #[derive(Debug)]
 pub struct DebugFile {
     path: PathBuf,
@@ -21,6 +24,18 @@ pub struct DebugFile {
     /// For a relocatable file (a kernel module's `.ko`): its sections'
     /// layout and relocated debug sections, made on first use.
     relocated: OnceLock<Option<Relocated>>,
+    /// The compressed sections, by the name asked for (`.debug_info` also
+    /// for a `.zdebug_info`), each decompressed on first use.
+    decompressed: OnceLock<HashMap<String, OnceLock<Vec<u8>>>>,
+    /// The supplementary file whose units and strings this one's DWARF
+    /// refers to (dwz's `.gnu_debugaltlink`, DWARF 5's `.debug_sup`),
+    /// opened on first use.
+    alt: OnceLock<Option<Box<DebugFile>>>,
+    /// Files read beside this one (split DWARF's `.dwo` files and
+    /// `.dwp`), each opened once and kept: slots made on first use, one
+    /// per possible file, and which path is in which slot.
+    companions: OnceLock<Vec<OnceLock<Option<DebugFile>>>>,
+    companion_slots: Mutex<HashMap<PathBuf, usize>>,
 }
 
 impl DebugFile {
@@ -41,6 +56,10 @@ impl DebugFile {
             path,
             map,
             relocated: OnceLock::new(),
+            decompressed: OnceLock::new(),
+            alt: OnceLock::new(),
+            companions: OnceLock::new(),
+            companion_slots: Mutex::new(HashMap::new()),
         })
     }
 
@@ -174,6 +193,29 @@ impl<'a> SymbolTable<'a> {
     }
 }
 
+/// The other names of the function symbol `name` of a linked file: the
+/// function symbols at its address, global ones first.
+pub(crate) fn aliases(obj: &object::File<'_>, name: &str) -> Vec<String> {
+    let text = |s: &object::Symbol<'_, '_>| s.kind() == object::SymbolKind::Text;
+    let Some(address) = obj
+        .symbols()
+        .find(|s| text(s) && s.name() == Ok(name))
+        .map(|s| s.address())
+        .filter(|&a| a != 0)
+    else {
+        return Vec::new();
+    };
+    let mut names: Vec<(bool, String)> = obj
+        .symbols()
+        .filter(|s| text(s) && s.address() == address)
+        .filter_map(|s| Some((!s.is_global(), s.name().ok()?.to_string())))
+        .filter(|(_, n)| n != name && !n.is_empty())
+        .collect();
+    names.sort();
+    names.dedup();
+    names.into_iter().map(|(_, n)| n).collect()
+}
+
 /// Formats `address` as SYMBOL+OFFSET (or 0xADDRESS when no symbol holds it).
 pub(crate) fn sym_off(symbols: &SymbolTable<'_>, address: u64) -> String {
     match symbols.symbolize(address) {
@@ -196,29 +238,197 @@ pub(crate) fn load_dwarf<'a>(
     file: &'a DebugFile,
     obj: &object::File<'a>,
 ) -> Result<(gimli::Dwarf<R<'a>>, Frames<'a>)> {
-    let endian = endian(obj);
-    let section = |name: &str| section_bytes(file, obj, name);
-    let dwarf = gimli::Dwarf::load(|id| section(id.name()).map(|d| R::new(d, endian)))?;
-    let frames = load_frames(file, obj, endian)?;
+    let dwarf = load_with_sup(file, obj)?;
+    let frames = load_frames(file, obj, endian(obj))?;
     Ok((dwarf, frames))
 }
 
-/// The bytes of section `name` of `file` (empty when there is none).
-fn section_bytes<'a>(file: &'a DebugFile, obj: &object::File<'a>, name: &str) -> Result<&'a [u8]> {
+/// Loads the DWARF of `file` and, when it has one, of its supplementary
+/// (dwz) file, which the first's `DW_FORM_GNU_ref_alt`/`GNU_strp_alt`
+/// (`ref_sup`/`strp_sup`) forms point into.
+fn load_with_sup<'a>(file: &'a DebugFile, obj: &object::File<'a>) -> Result<gimli::Dwarf<R<'a>>> {
+    let endian = endian(obj);
+    let section = |name: &str| section_bytes(file, obj, name);
+    let mut dwarf = gimli::Dwarf::load(|id| section(id.name()).map(|d| R::new(d, endian)))?;
+    if let Some(alt) = file.alt()? {
+        let alt_obj = alt.object()?;
+        let section = |name: &str| section_bytes(alt, &alt_obj, name);
+        let sup = gimli::Dwarf::load(|id| section(id.name()).map(|d| R::new(d, endian)))?;
+        dwarf.set_sup(sup);
+    }
+    Ok(dwarf)
+}
+
+impl DebugFile {
+    /// The supplementary file this file's DWARF refers to, opened once:
+    /// `None` when it names none.
+    pub(crate) fn alt(&self) -> Result<Option<&DebugFile>> {
+        if let Some(a) = self.alt.get() {
+            return Ok(a.as_deref());
+        }
+        let found = match self.alt_link()? {
+            Some((name, id)) => Some(Box::new(self.find_alt(&name, &id)?)),
+            None => None,
+        };
+        let _ = self.alt.set(found);
+        Ok(self.alt.get().and_then(Option::as_deref))
+    }
+
+    /// The file at `path` read beside this one (a `.dwo` or `.dwp`),
+    /// opened once and kept; `None` when it is not there or not ELF.
+    /// `most`: how many such files there can be (asked once).
+    pub(crate) fn companion(
+        &self,
+        path: &Path,
+        most: impl FnOnce() -> usize,
+    ) -> Result<Option<&DebugFile>> {
+        let slots = self
+            .companions
+            .get_or_init(|| (0..most()).map(|_| OnceLock::new()).collect());
+        let slot = {
+            let mut index = self.companion_slots.lock().map_err(|_| Error::Elf {
+                path: path.to_path_buf(),
+                reason: "a thread reading it panicked".into(),
+            })?;
+            let next = index.len();
+            *index.entry(path.to_path_buf()).or_insert(next)
+        };
+        let Some(slot) = slots.get(slot) else {
+            return Ok(None);
+        };
+        let file = slot.get_or_init(|| DebugFile::open(path).ok().filter(|f| f.object().is_ok()));
+        Ok(file.as_ref())
+    }
+
+    /// The supplementary file's name and build ID (or DWARF 5 checksum),
+    /// from `.gnu_debugaltlink` or `.debug_sup`.
+    fn alt_link(&self) -> Result<Option<(PathBuf, Vec<u8>)>> {
+        let obj = self.object()?;
+        if let Some((name, id)) = obj.gnu_debugaltlink().map_err(|e| self.elf_error(e))? {
+            let name = PathBuf::from(String::from_utf8_lossy(name).into_owned());
+            return Ok(Some((name, id.to_vec())));
+        }
+        let sup = section_bytes(self, &obj, ".debug_sup")?;
+        Ok(debug_sup(sup))
+    }
+
+    /// Finds the supplementary file `name` (absolute, or relative to
+    /// this file's directory), else by build ID under /usr/lib/debug.
+    fn find_alt(&self, name: &Path, id: &[u8]) -> Result<DebugFile> {
+        let dir = self.path.parent().unwrap_or(Path::new("/"));
+        let mut tried = vec![dir.join(name)];
+        if let Some((first, rest)) = id.split_first() {
+            tried.push(
+                Path::new("/usr/lib/debug/.build-id")
+                    .join(format!("{first:02x}"))
+                    .join(format!("{}.debug", hex(rest))),
+            );
+        }
+        for path in &tried {
+            if !path.is_file() {
+                continue;
+            }
+            let alt = DebugFile::open(path)?;
+            let matches = alt.build_id()?.is_none_or(|b| id.is_empty() || b == id);
+            if matches {
+                return Ok(alt);
+            }
+        }
+        Err(Error::NoAltFile {
+            path: self.path.clone(),
+            build_id: hex(id),
+            tried,
+        })
+    }
+}
+
+/// The file name and checksum of a DWARF 5 `.debug_sup` section
+/// (version 5, `is_supplementary` 0, a NUL-terminated name, a ULEB128
+/// length and the checksum, in practice the build ID).
+fn debug_sup(bytes: &[u8]) -> Option<(PathBuf, Vec<u8>)> {
+    let rest = bytes.get(2..)?;
+    let (&is_sup, rest) = rest.split_first()?;
+    if is_sup != 0 {
+        return None;
+    }
+    let nul = rest.iter().position(|&b| b == 0)?;
+    let name = PathBuf::from(String::from_utf8_lossy(&rest[..nul]).into_owned());
+    let mut reader = gimli::EndianSlice::new(rest.get(nul + 1..)?, gimli::LittleEndian);
+    let len = gimli::Reader::read_uleb128(&mut reader).ok()?;
+    let sum = reader.slice().get(..usize::try_from(len).ok()?)?;
+    Some((name, sum.to_vec()))
+}
+
+/// The bytes of section `name` of `file` (empty when there is none):
+/// relocated for a relocatable file, decompressed once when the file
+/// stores it compressed, else in place.
+pub(crate) fn section_bytes<'a>(
+    file: &'a DebugFile,
+    obj: &object::File<'a>,
+    name: &str,
+) -> Result<&'a [u8]> {
     if let Some(data) = file.relocated()?.and_then(|r| r.section(name)) {
         return Ok(data);
     }
     let Some(sec) = obj.section_by_name(name) else {
         return Ok(&[]);
     };
-    if !matches!(sec.compressed_file_range(), Ok(r) if r.format == object::CompressionFormat::None)
-    {
-        return Err(Error::Elf {
-            path: file.path().to_path_buf(),
-            reason: format!("section {name} is compressed, which this reader does not map in place; decompress it with `objcopy --decompress-debug-sections`"),
-        });
+    let range = sec.compressed_file_range().map_err(|e| file.elf_error(e))?;
+    if range.format == object::CompressionFormat::None {
+        return sec.data().map_err(|e| file.elf_error(e));
     }
-    sec.data().map_err(|e| file.elf_error(e))
+    file.decompressed(obj, name, &sec)
+}
+
+impl DebugFile {
+    /// The decompressed bytes of the compressed section `sec` (asked for
+    /// as `name`), made once and kept with the file.
+    fn decompressed<'a>(
+        &'a self,
+        obj: &object::File<'a>,
+        name: &str,
+        sec: &object::Section<'a, '_>,
+    ) -> Result<&'a [u8]> {
+        let slots = self.decompressed.get_or_init(|| compressed_names(obj));
+        let Some(slot) = slots.get(name) else {
+            return Err(self.section_error(name, "it is compressed but was not listed as such"));
+        };
+        if let Some(data) = slot.get() {
+            return Ok(data);
+        }
+        let data = sec
+            .uncompressed_data()
+            .map_err(|e| self.section_error(name, &format!("decompressing it failed: {e}")))?;
+        // Another thread may have made it first: either copy is the same.
+        let _ = slot.set(data.into_owned());
+        Ok(slot.get().map_or(&[], Vec::as_slice))
+    }
+
+    fn section_error(&self, name: &str, why: &str) -> Error {
+        Error::Elf {
+            path: self.path.clone(),
+            reason: format!("section {name}: {why}; the file may be truncated or damaged: reinstall the debug package"),
+        }
+    }
+}
+
+/// The names (as asked for: `.debug_X`, also for `.zdebug_X`) of the
+/// compressed sections of `obj`, with empty slots for their bytes.
+fn compressed_names(obj: &object::File<'_>) -> HashMap<String, OnceLock<Vec<u8>>> {
+    obj.sections()
+        .filter(|s| {
+            s.compressed_file_range()
+                .is_ok_and(|r| r.format != object::CompressionFormat::None)
+        })
+        .filter_map(|s| {
+            let name = s.name().ok()?;
+            let name = match name.strip_prefix(".zdebug_") {
+                Some(rest) => format!(".debug_{rest}"),
+                None => name.to_string(),
+            };
+            Some((name, OnceLock::new()))
+        })
+        .collect()
 }
 
 /// The call frame information of `file`: `.debug_frame`, else `.eh_frame`
@@ -277,4 +487,9 @@ pub(crate) fn endian(obj: &object::File<'_>) -> gimli::RunTimeEndian {
     } else {
         gimli::RunTimeEndian::Big
     }
+}
+
+/// Lower-case hex of `bytes`.
+pub(crate) fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
 }

@@ -9,11 +9,19 @@ use crate::dies::Attrs as _;
 use std::path::{Path, PathBuf};
 
 use crate::error::{Error, Result};
-use crate::file::R;
+use crate::file::{DebugFile, R};
+use crate::split;
 
-const MAGIC: &[u8; 8] = b"KPDIDX01";
+const MAGIC: &[u8; 8] = b"KPDIDX02";
 /// Keys of unit names start with this byte, which no C identifier has.
 pub(crate) const FILE_KEY: u8 = b'@';
+
+/// The key listing the units that import the (dwz) partial unit whose
+/// root entry is at `partial` (`DW_TAG_imported_unit`): where the copies of the abstract
+/// functions dwz moved there are.
+pub(crate) fn import_key(partial: gimli::DebugInfoOffset<usize>) -> Vec<u8> {
+    format!("{}\u{1}{:x}", FILE_KEY as char, partial.0).into_bytes()
+}
 
 /// Where the bytes of an index live.
 #[derive(Debug)]
@@ -26,6 +34,9 @@ enum Bytes {
 #[derive(Debug)]
 pub(crate) struct NameIndex {
     bytes: Bytes,
+    /// Whether every unit was read: false when a split unit's `.dwo` was
+    /// not found, so the index must not be kept for later processes.
+    complete: bool,
     units: usize,
     names: usize,
     names_at: usize,
@@ -75,6 +86,7 @@ impl NameIndex {
         }
         Some(NameIndex {
             bytes,
+            complete: true,
             units,
             names,
             names_at,
@@ -129,6 +141,11 @@ impl NameIndex {
         (0..self.names).filter_map(|i| self.entry(i))
     }
 
+    /// Whether every unit was read (see the field): only then is it cached.
+    pub(crate) fn complete(&self) -> bool {
+        self.complete
+    }
+
     /// The number of names in the index.
     pub(crate) fn len(&self) -> usize {
         self.names
@@ -152,7 +169,12 @@ fn partition(n: usize, mut pred: impl FnMut(usize) -> bool) -> usize {
 type NameAndUnit = (Vec<u8>, u32);
 
 /// Reads the top-level entries of every unit and returns the index.
-pub(crate) fn build(dwarf: &gimli::Dwarf<R<'_>>, path: &Path, key: &[u8]) -> Result<NameIndex> {
+pub(crate) fn build<'a>(
+    file: &'a DebugFile,
+    dwarf: &gimli::Dwarf<R<'a>>,
+    key: &[u8],
+) -> Result<NameIndex> {
+    let path = file.path();
     let dwarf_err = |context: String, reason| Error::Dwarf {
         path: path.to_path_buf(),
         context,
@@ -169,19 +191,32 @@ pub(crate) fn build(dwarf: &gimli::Dwarf<R<'_>>, path: &Path, key: &[u8]) -> Res
     let threads = std::thread::available_parallelism()
         .map_or(1, |n| n.get())
         .clamp(1, 2);
+    let missing_split = std::sync::atomic::AtomicBool::new(false);
     let parts: Vec<Result<Vec<NameAndUnit>>> = std::thread::scope(|s| {
         let handles: Vec<_> = (0..threads)
             .map(|t| {
                 let headers = &headers;
                 let dwarf_err = &dwarf_err;
+                let missing_split = &missing_split;
                 s.spawn(move || {
                     let mut out = Vec::new();
                     for (i, h) in headers.iter().enumerate().skip(t).step_by(threads) {
                         let unit = dwarf
                             .unit(*h)
                             .map_err(|e| dwarf_err(format!("unit {i}"), e))?;
-                        top_level_names(dwarf, &unit, i as u32, &mut out)
-                            .map_err(|e| dwarf_err(format!("unit {i}"), e))?;
+                        // A skeleton's names are in its split unit.
+                        let named = match split::split_unit(file, dwarf, &unit) {
+                            Ok(Some((dwo, split))) => {
+                                top_level_names(&dwo, &split, i as u32, &mut out)
+                            }
+                            _ => {
+                                if unit.dwo_id.is_some() {
+                                    missing_split.store(true, std::sync::atomic::Ordering::Relaxed);
+                                }
+                                top_level_names(dwarf, &unit, i as u32, &mut out)
+                            }
+                        };
+                        named.map_err(|e| dwarf_err(format!("unit {i}"), e))?;
                     }
                     Ok(out)
                 })
@@ -212,11 +247,14 @@ pub(crate) fn build(dwarf: &gimli::Dwarf<R<'_>>, path: &Path, key: &[u8]) -> Res
         .map(|h| h.offset().as_debug_info_offset().map_or(0, |o| o.0 as u64))
         .collect();
     let bytes = serialize(key, &offsets, &all);
-    NameIndex::from_bytes(Bytes::Owned(bytes), key).ok_or_else(|| Error::Dwarf {
-        path: path.to_path_buf(),
-        context: "the name index".into(),
-        reason: gimli::Error::OffsetOutOfBounds,
-    })
+    let mut index =
+        NameIndex::from_bytes(Bytes::Owned(bytes), key).ok_or_else(|| Error::Dwarf {
+            path: path.to_path_buf(),
+            context: "the name index".into(),
+            reason: gimli::Error::OffsetOutOfBounds,
+        })?;
+    index.complete = !missing_split.load(std::sync::atomic::Ordering::Relaxed);
+    Ok(index)
 }
 
 fn top_level_names(
@@ -236,6 +274,12 @@ fn top_level_names(
     let mut children = root.children();
     while let Some(child) = children.next()? {
         let e = child.entry();
+        if let (gimli::DW_TAG_imported_unit, Some(gimli::AttributeValue::DebugInfoRef(o))) =
+            (e.tag(), e.val(gimli::DW_AT_import))
+        {
+            out.push((import_key(o), idx));
+            continue;
+        }
         if e.tag() != gimli::DW_TAG_subprogram || e.has(gimli::DW_AT_declaration) {
             continue;
         }

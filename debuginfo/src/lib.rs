@@ -47,6 +47,7 @@ pub mod locate;
 mod point;
 mod reloc;
 mod sites;
+mod split;
 mod types;
 mod vars;
 

@@ -4,8 +4,8 @@
 use std::collections::{HashMap, HashSet};
 use std::rc::Rc;
 
-use crate::debuginfo::DebugInfo;
-use crate::dies::{self, Attrs as _, Unit};
+use crate::debuginfo::{At, DebugInfo};
+use crate::dies::{self, Attrs as _, Row, Unit};
 use crate::error::{Error, Result};
 use crate::sites::{Frame, Site};
 
@@ -27,14 +27,12 @@ pub struct FunctionLines {
 /// entry PC.
 type Nested = (Vec<gimli::Range>, Option<String>, Option<u64>, Option<u64>);
 
-/// One row of a unit's line table.
-#[derive(Debug, Clone, Copy)]
-pub(crate) struct Row {
-    pub(crate) address: u64,
-    pub(crate) file: u64,
-    pub(crate) line: u64,
-    pub(crate) is_stmt: bool,
-    pub(crate) end: bool,
+/// The declaration of a function whose lines are listed: its line, its
+/// file (the path, compared by name across units), and its entry.
+struct DeclOf {
+    line: u64,
+    file: Option<String>,
+    global: Option<gimli::DebugInfoOffset<usize>>,
 }
 
 /// File paths of a unit's line table, looked up once each.
@@ -42,10 +40,10 @@ pub(crate) struct Row {
 pub(crate) struct Paths(HashMap<u64, Option<String>>);
 
 impl Paths {
-    fn get(&mut self, di: &DebugInfo<'_>, unit: &Unit<'_>, n: u64) -> Option<String> {
+    fn get<'a>(&mut self, di: &DebugInfo<'a>, unit: &Unit<'a>, n: u64) -> Option<String> {
         self.0
             .entry(n)
-            .or_insert_with(|| dies::file_name(&di.dwarf, unit, n))
+            .or_insert_with(|| dies::file_name(di.dw(unit), unit, n))
             .clone()
     }
 }
@@ -143,7 +141,7 @@ impl<'a> DebugInfo<'a> {
     fn line_site(
         &self,
         unit_off: gimli::DebugInfoOffset<usize>,
-        unit: &Unit<'a>,
+        unit: &Rc<Unit<'a>>,
         chain: &[Frame],
         address: u64,
         file: &str,
@@ -154,9 +152,8 @@ impl<'a> DebugInfo<'a> {
         let func = chain[0];
         let owner = self.best_scope(unit, chain, file, line).unwrap_or(func);
         let e = unit.entry(owner.die).map_err(err)?;
-        let name = dies::name_of(&self.dwarf, unit, &e)
-            .ok()
-            .flatten()
+        let name = self
+            .name_at(&self.at(unit, owner.die))
             .map(|n| String::from_utf8_lossy(n).into_owned())
             .unwrap_or_default();
         let call = (owner.tag == gimli::DW_TAG_inlined_subroutine).then(|| {
@@ -213,8 +210,8 @@ impl<'a> DebugInfo<'a> {
         };
         for fd in self.func_dies(unit)?.iter() {
             let e = unit.entry(fd.off).map_err(err)?;
-            let ranges = dies::ranges(&self.dwarf, unit, &e).map_err(err)?;
-            let Some(entry) = dies::entry_pc(&self.dwarf, unit, &e, &ranges)
+            let ranges = dies::ranges(self.dw(unit), unit, &e).map_err(err)?;
+            let Some(entry) = dies::entry_pc(self.dw(unit), unit, &e, &ranges)
                 .map_err(err)?
                 .filter(|&a| a != 0)
             else {
@@ -306,21 +303,46 @@ impl<'a> DebugInfo<'a> {
 
     /// perf's best scope for a line: among the functions and inlined copies
     /// at the address, the one declared in that file closest before the line.
-    fn best_scope(&self, unit: &Unit<'a>, chain: &[Frame], file: &str, line: u64) -> Option<Frame> {
+    fn best_scope(
+        &self,
+        unit: &Rc<Unit<'a>>,
+        chain: &[Frame],
+        file: &str,
+        line: u64,
+    ) -> Option<Frame> {
         let mut best: Option<(u64, Frame)> = None;
         for f in chain {
-            let Ok(e) = unit.entry(f.die) else { continue };
-            let in_file = dies::udata_integrated(unit, &e, gimli::DW_AT_decl_file)
-                .and_then(|n| dies::file_name(&self.dwarf, unit, n))
-                .is_some_and(|p| dies::tail_matches(&p, file));
-            let Some(decl) = dies::udata_integrated(unit, &e, gimli::DW_AT_decl_line) else {
+            let Some((decl_file, decl)) = self.declared_at(&self.at(unit, f.die)) else {
                 continue;
             };
+            let in_file = decl_file.is_some_and(|p| dies::tail_matches(&p, file));
             if in_file && decl < line && best.is_none_or(|(d, _)| line - decl < d) {
                 best = Some((line - decl, *f));
             }
         }
         best.map(|(_, f)| f)
+    }
+
+    /// Where the entry at `at` is declared (file, line), following its
+    /// abstract origin or specification, into other units as dwz leaves
+    /// them; `None` without a declaration line.
+    fn declared_at(&self, at: &At<'a>) -> Option<(Option<String>, u64)> {
+        let mut at = at.clone();
+        for _ in 0..3 {
+            let e = at.unit.entry(at.off).ok()?;
+            if let Some(line) = e.val(gimli::DW_AT_decl_line).and_then(dies::num) {
+                let file = e
+                    .val(gimli::DW_AT_decl_file)
+                    .and_then(dies::num)
+                    .and_then(|n| dies::file_name(self.dwarf_at(&at), &at.unit, n));
+                return Some((file, line));
+            }
+            let next = e
+                .val(gimli::DW_AT_abstract_origin)
+                .or_else(|| e.val(gimli::DW_AT_specification))?;
+            at = self.follow(&at, next)?;
+        }
+        None
     }
 
     /// The line-table rows (address, file, line, is_stmt) at `from..to` in
@@ -340,7 +362,7 @@ impl<'a> DebugInfo<'a> {
                 .iter()
                 .filter(|r| r.address >= from && r.address < to && !r.end)
             {
-                let f = dies::file_name(&self.dwarf, &unit, r.file).unwrap_or_default();
+                let f = dies::file_name(self.dw(&unit), &unit, r.file).unwrap_or_default();
                 out.push((r.address, f, r.line, r.is_stmt));
             }
         }
@@ -362,10 +384,10 @@ impl<'a> DebugInfo<'a> {
                 let f = e
                     .val(gimli::DW_AT_call_file)
                     .and_then(dies::num)
-                    .and_then(|n| dies::file_name(&self.dwarf, unit, n));
+                    .and_then(|n| dies::file_name(self.dw(unit), unit, n));
                 let l = e.val(gimli::DW_AT_call_line).and_then(dies::num);
-                let ranges = dies::ranges(&self.dwarf, unit, e)?;
-                let entry = dies::entry_pc(&self.dwarf, unit, e, &ranges)?;
+                let ranges = dies::ranges(self.dw(unit), unit, e)?;
+                let entry = dies::entry_pc(self.dw(unit), unit, e, &ranges)?;
                 out.push((ranges, f, l, entry));
             }
             self.inlined_below(unit, child, out)?;
@@ -393,130 +415,148 @@ impl<'a> DebugInfo<'a> {
         file: Option<&str>,
         reversible: bool,
     ) -> Result<FunctionLines> {
-        let mut lines = Vec::new();
-        let mut found = false;
-        let mut decl = (0, String::new());
-        let mut comp_dir = None;
         for unit_off in self.index.lookup(name.as_bytes()) {
             let unit = self.unit(unit_off)?;
             let Some(def) = self.find_definition(&unit, name, file)? else {
                 continue;
             };
-            found = true;
-            let err = |e| self.dwarf_error(format!("the lines of {name}"), e);
-            let def_e = unit.entry(def).map_err(err)?;
-            let decl_file = dies::udata_integrated(&unit, &def_e, gimli::DW_AT_decl_file)
-                .and_then(|f| dies::file_name(&self.dwarf, &unit, f));
-            decl = (
-                dies::udata_integrated(&unit, &def_e, gimli::DW_AT_decl_line).unwrap_or(0),
-                self.short_path(&unit, decl_file.as_deref().unwrap_or_default()),
-            );
-            comp_dir = unit
-                .comp_dir
-                .map(|d| String::from_utf8_lossy(d.slice()).into_owned());
-            // Each copy of the function in this unit: its ranges, and the
-            // ranges of the copies inlined into it (whose rows are other
-            // functions' lines, except at their call line).
-            // Each with the out-of-line function it is in (itself, or
-            // the function it is inlined into).
-            let mut copies = vec![(def, def)];
-            copies.extend(
-                self.func_dies(&unit)?
-                    .iter()
-                    .filter(|f| f.origin == Some(def))
-                    .map(|f| (f.off, f.top.unwrap_or(f.off))),
-            );
-            let decl_fileno = dies::udata_integrated(&unit, &def_e, gimli::DW_AT_decl_file);
-            let mut same_file = HashMap::new();
-            let rows = self.rows(&unit)?;
-            let mut paths = Paths::default();
-            for (copy, top) in copies {
-                let ce = unit.entry(copy).map_err(err)?;
-                let ranges = dies::ranges(&self.dwarf, &unit, &ce).map_err(err)?;
-                if ranges.is_empty() {
-                    continue;
-                }
-                let te = unit.entry(top).map_err(err)?;
-                let top_ranges = dies::ranges(&self.dwarf, &unit, &te).map_err(err)?;
-                let func = Frame {
-                    die: top,
-                    tag: te.tag(),
-                    entry: dies::entry_pc(&self.dwarf, &unit, &te, &top_ranges)
-                        .map_err(err)?
-                        .unwrap_or(0),
-                };
-                let mut nested: Vec<Nested> = Vec::new();
-                let mut tree = unit.entries_tree(Some(copy)).map_err(err)?;
-                let root = tree.root().map_err(err)?;
-                self.inlined_below(&unit, root, &mut nested).map_err(err)?;
-                for (_, f, l, entry) in &nested {
-                    let (Some(l), true) = (*l, f.is_some() && *f == decl_file) else {
-                        continue;
-                    };
-                    // perf checks the call line at the copy's entry PC.
-                    let back = match *entry {
-                        Some(a) if reversible => {
-                            self.maps_back(&unit, &rows, func, a, (f.clone(), l), &mut paths)?
-                        }
-                        _ => true,
-                    };
-                    if back {
-                        lines.push(l);
-                    }
-                }
-                lines.push(decl.0);
-                for r in rows.iter() {
-                    if !r.is_stmt || r.end || !dies::holds(&ranges, r.address) {
-                        continue;
-                    }
-                    let same = *same_file.entry(r.file).or_insert_with(|| {
-                        Some(r.file) == decl_fileno
-                            || dies::file_name(&self.dwarf, &unit, r.file) == decl_file
-                    });
-                    if !same {
-                        continue;
-                    }
-                    let inside = nested
-                        .iter()
-                        .filter(|(rg, _, _, _)| dies::holds(rg, r.address));
-                    let mut holders = inside.peekable();
-                    if holders.peek().is_some()
-                        && !holders.any(|(_, f, l, _)| *f == decl_file && *l == Some(r.line))
-                    {
-                        continue;
-                    }
-                    if reversible {
-                        let path = paths.get(self, &unit, r.file);
-                        if !self.maps_back(
-                            &unit,
-                            &rows,
-                            func,
-                            r.address,
-                            (path, r.line),
-                            &mut paths,
-                        )? {
-                            continue;
-                        }
-                    }
-                    lines.push(r.line);
-                }
-            }
-            break;
+            return self.lines_of_definition(&unit, def, name, reversible);
         }
-        if !found {
-            return Err(Error::NoFunction {
-                name: name.to_string(),
-                file: file.map(str::to_string),
-            });
+        Err(Error::NoFunction {
+            name: name.to_string(),
+            file: file.map(str::to_string),
+        })
+    }
+
+    /// The lines of the function defined at `def` of `unit`, from its
+    /// copies there and, when dwz moved it to a partial unit, in the
+    /// units importing that one.
+    fn lines_of_definition(
+        &self,
+        unit: &Rc<Unit<'a>>,
+        def: gimli::UnitOffset,
+        name: &str,
+        reversible: bool,
+    ) -> Result<FunctionLines> {
+        let err = |e| self.dwarf_error(format!("the lines of {name}"), e);
+        let def_e = unit.entry(def).map_err(err)?;
+        let decl_file = dies::udata_integrated(unit, &def_e, gimli::DW_AT_decl_file)
+            .and_then(|f| dies::file_name(self.dw(unit), unit, f));
+        let decl = DeclOf {
+            line: dies::udata_integrated(unit, &def_e, gimli::DW_AT_decl_line).unwrap_or(0),
+            file: decl_file,
+            global: dies::global(unit, def),
+        };
+        let mut lines = Vec::new();
+        // The body (or abstract entry) itself, with itself as its function.
+        self.copy_lines(unit, (def, def), &decl, reversible, &mut lines)?;
+        let unit_off = unit.header.offset().as_debug_info_offset();
+        let importers = unit_off.map(|o| self.with_importers(o, unit));
+        for u in importers.unwrap_or_default() {
+            let u = self.unit(u)?;
+            // Each copy: the out-of-line function it is in (itself, or
+            // the function it is inlined into).
+            let copies: Vec<_> = self
+                .func_dies(&u)?
+                .iter()
+                .filter(|f| f.origin.is_some() && f.origin == decl.global)
+                .map(|f| (f.off, f.top.unwrap_or(f.off)))
+                .collect();
+            for copy in copies {
+                self.copy_lines(&u, copy, &decl, reversible, &mut lines)?;
+            }
         }
         lines.sort_unstable();
         lines.dedup();
         Ok(FunctionLines {
-            decl_line: decl.0,
-            file: decl.1,
-            comp_dir,
+            decl_line: decl.line,
+            file: self.short_path(unit, decl.file.as_deref().unwrap_or_default()),
+            comp_dir: unit
+                .comp_dir
+                .map(|d| String::from_utf8_lossy(d.slice()).into_owned()),
             lines,
         })
+    }
+
+    /// The lines of one copy (`copy`, in the out-of-line function `top`)
+    /// of the function `decl`: its declaration line, the statement rows of
+    /// its file in its ranges (not inside a function inlined there unless
+    /// at that call's line), and the call lines of the functions inlined
+    /// into it.
+    fn copy_lines(
+        &self,
+        unit: &Unit<'a>,
+        (copy, top): (gimli::UnitOffset, gimli::UnitOffset),
+        decl: &DeclOf,
+        reversible: bool,
+        lines: &mut Vec<u64>,
+    ) -> Result<()> {
+        let err = |e| self.dwarf_error("the lines of a function".into(), e);
+        let ce = unit.entry(copy).map_err(err)?;
+        let ranges = dies::ranges(self.dw(unit), unit, &ce).map_err(err)?;
+        if ranges.is_empty() {
+            return Ok(());
+        }
+        let te = unit.entry(top).map_err(err)?;
+        let top_ranges = dies::ranges(self.dw(unit), unit, &te).map_err(err)?;
+        let func = Frame {
+            die: top,
+            tag: te.tag(),
+            entry: dies::entry_pc(self.dw(unit), unit, &te, &top_ranges)
+                .map_err(err)?
+                .unwrap_or(0),
+        };
+        let mut nested: Vec<Nested> = Vec::new();
+        let mut tree = unit.entries_tree(Some(copy)).map_err(err)?;
+        let root = tree.root().map_err(err)?;
+        self.inlined_below(unit, root, &mut nested).map_err(err)?;
+        let rows = self.rows(unit)?;
+        let mut paths = Paths::default();
+        for (_, f, l, entry) in &nested {
+            let (Some(l), true) = (*l, f.is_some() && *f == decl.file) else {
+                continue;
+            };
+            // perf checks the call line at the copy's entry PC.
+            let back = match *entry {
+                Some(a) if reversible => {
+                    self.maps_back(unit, &rows, func, a, (f.clone(), l), &mut paths)?
+                }
+                _ => true,
+            };
+            if back {
+                lines.push(l);
+            }
+        }
+        lines.push(decl.line);
+        let mut same_file = HashMap::new();
+        for r in rows.iter() {
+            if !r.is_stmt || r.end || !dies::holds(&ranges, r.address) {
+                continue;
+            }
+            let same = *same_file
+                .entry(r.file)
+                .or_insert_with(|| paths.get(self, unit, r.file) == decl.file);
+            if !same {
+                continue;
+            }
+            let inside = nested
+                .iter()
+                .filter(|(rg, _, _, _)| dies::holds(rg, r.address));
+            let mut holders = inside.peekable();
+            if holders.peek().is_some()
+                && !holders.any(|(_, f, l, _)| *f == decl.file && *l == Some(r.line))
+            {
+                continue;
+            }
+            if reversible {
+                let path = paths.get(self, unit, r.file);
+                if !self.maps_back(unit, &rows, func, r.address, (path, r.line), &mut paths)? {
+                    continue;
+                }
+            }
+            lines.push(r.line);
+        }
+        Ok(())
     }
 
     /// The sites of `FUNC;PATTERN`, as perf finds them: the lines of the
@@ -540,7 +580,7 @@ impl<'a> DebugInfo<'a> {
         let err = |e| self.dwarf_error(format!("the definition of {name}"), e);
         let def_e = unit.entry(def).map_err(err)?;
         let decl_file = dies::udata_integrated(&unit, &def_e, gimli::DW_AT_decl_file)
-            .and_then(|f| dies::file_name(&self.dwarf, &unit, f))
+            .and_then(|f| dies::file_name(self.dw(&unit), &unit, f))
             .unwrap_or_default();
         let comp_dir = unit
             .comp_dir
@@ -598,7 +638,7 @@ impl<'a> DebugInfo<'a> {
         let unit = self.unit(copy.scope.unit)?;
         let err = |e| self.dwarf_error(format!("the lines of {}", copy.function), e);
         let e = unit.entry(copy.scope.die).map_err(err)?;
-        let ranges = dies::ranges(&self.dwarf, &unit, &e).map_err(err)?;
+        let ranges = dies::ranges(self.dw(&unit), &unit, &e).map_err(err)?;
         let rows = self.rows(&unit)?;
         let mut paths = Paths::default();
         let same_file = |p: &str| dies::tail_matches(p, file) || dies::tail_matches(file, p);
@@ -629,7 +669,7 @@ impl<'a> DebugInfo<'a> {
                 let decl = dies::udata_integrated(&unit, &ie, gimli::DW_AT_decl_line)
                     == Some(r.line)
                     && dies::udata_integrated(&unit, &ie, gimli::DW_AT_decl_file)
-                        .and_then(|n| dies::file_name(&self.dwarf, &unit, n))
+                        .and_then(|n| dies::file_name(self.dw(&unit), &unit, n))
                         .is_some_and(|p| same_file(&p));
                 if !(at(gimli::DW_AT_call_file, gimli::DW_AT_call_line) || decl) {
                     continue;
@@ -648,7 +688,7 @@ impl<'a> DebugInfo<'a> {
         let mut tree = unit.entries_tree(Some(copy.scope.die)).map_err(err)?;
         let root = tree.root().map_err(err)?;
         let mut calls = Vec::new();
-        inlined_calls(&self.dwarf, &unit, root, &mut calls).map_err(err)?;
+        inlined_calls(self.dw(&unit), &unit, root, &mut calls).map_err(err)?;
         for (f, l, entry) in calls {
             if wanted.contains(&l) && paths.get(self, &unit, f).is_some_and(|p| same_file(&p)) {
                 out.push((entry, l));

@@ -2,10 +2,9 @@
 
 use std::path::{Path, PathBuf};
 
-use crate::debuginfo::hex;
 use crate::debuginfod::Debuginfod;
 use crate::error::{Error, Result};
-use crate::file::DebugFile;
+use crate::file::{hex, DebugFile};
 
 /// Parses the GNU build ID out of ELF notes such as `/sys/kernel/notes`.
 pub fn build_id_from_notes(notes: &[u8]) -> Option<Vec<u8>> {

@@ -94,7 +94,12 @@ fn relocate(
     sec: &object::Section<'_, '_>,
     bases: &[u64],
 ) -> std::result::Result<Vec<u8>, String> {
-    let mut data = sec.data().map_err(|e| e.to_string())?.to_vec();
+    // A compressed section is decompressed here; relocating needs a copy
+    // anyway.
+    let mut data = sec
+        .uncompressed_data()
+        .map_err(|e| e.to_string())?
+        .into_owned();
     let little = obj.is_little_endian();
     for (offset, rel) in sec.relocations() {
         let RelocationTarget::Symbol(index) = rel.target() else {

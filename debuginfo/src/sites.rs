@@ -4,8 +4,10 @@ use crate::dies::Attrs as _;
 use std::rc::Rc;
 
 use crate::debuginfo::{DebugInfo, Options};
-use crate::dies::{self, Unit};
+use crate::dies::{self, FuncDie, Unit};
 use crate::error::{Error, Result};
+use crate::file;
+use crate::index;
 use crate::point::{FunctionPart, ProbePoint};
 
 /// Which copy of the code a site is in.
@@ -51,15 +53,12 @@ pub struct Site {
     pub(crate) scope: Scope,
 }
 
-/// A function or inlined copy of a unit, from one walk of the unit.
-#[derive(Debug, Clone, Copy)]
-pub(crate) struct FuncDie {
-    pub(crate) off: gimli::UnitOffset,
-    pub(crate) tag: gimli::DwTag,
-    /// DW_AT_abstract_origin, when in the same unit.
-    pub(crate) origin: Option<gimli::UnitOffset>,
-    /// The top-level (out-of-line) function it is in, or itself.
-    pub(crate) top: Option<gimli::UnitOffset>,
+/// Where an abstract function is declared, to find its copies.
+struct Decl {
+    /// The function's entry, as a `.debug_info` offset.
+    at: Option<gimli::DebugInfoOffset<usize>>,
+    line: Option<u64>,
+    file: Option<String>,
 }
 
 /// One function-like entry on the way from a unit to an address.
@@ -80,6 +79,14 @@ impl<'a> DebugInfo<'a> {
                     self.function_sites(unit, name, file.as_deref(), at, opts, &mut out)?;
                 }
                 if out.is_empty() && !self.defines(name, file.as_deref())? {
+                    if let Some(alias) = self.dwarf_alias(name) {
+                        let point = ProbePoint::Function {
+                            name: alias,
+                            file: file.clone(),
+                            at: at.clone(),
+                        };
+                        return self.sites(&point, opts);
+                    }
                     return Err(Error::NoFunction {
                         name: name.clone(),
                         file: file.clone(),
@@ -143,6 +150,17 @@ impl<'a> DebugInfo<'a> {
         Ok(sites)
     }
 
+    /// The name DWARF gives the function an ELF symbol `name` points at,
+    /// when DWARF has no function of that name: glibc defines `malloc` as
+    /// an alias of `__libc_malloc`, the only name its DWARF knows (perf
+    /// takes the same way, through the symbol's address).
+    fn dwarf_alias(&self, name: &str) -> Option<String> {
+        let obj = self.file.object().ok()?;
+        file::aliases(&obj, name)
+            .into_iter()
+            .find(|alias| !self.index.lookup(alias.as_bytes()).is_empty())
+    }
+
     fn defines(&self, name: &str, file: Option<&str>) -> Result<bool> {
         for unit in self.index.lookup(name.as_bytes()) {
             let u = self.unit(unit)?;
@@ -174,12 +192,12 @@ impl<'a> DebugInfo<'a> {
             if e.tag() != gimli::DW_TAG_subprogram || e.has(gimli::DW_AT_declaration) {
                 continue;
             }
-            if dies::name_of(&self.dwarf, unit, e).map_err(err)? != Some(name.as_bytes()) {
+            if dies::name_of(self.dw(unit), unit, e).map_err(err)? != Some(name.as_bytes()) {
                 continue;
             }
             if let Some(f) = file {
                 let decl = dies::udata_integrated(unit, e, gimli::DW_AT_decl_file)
-                    .and_then(|n| dies::file_name(&self.dwarf, unit, n));
+                    .and_then(|n| dies::file_name(self.dw(unit), unit, n));
                 if !decl.is_some_and(|d| dies::tail_matches(&d, f)) {
                     continue;
                 }
@@ -213,23 +231,21 @@ impl<'a> DebugInfo<'a> {
                 let decl_line =
                     dies::udata_integrated(&unit, &def_e, gimli::DW_AT_decl_line).unwrap_or(0);
                 let decl_file = dies::udata_integrated(&unit, &def_e, gimli::DW_AT_decl_file)
-                    .and_then(|f| dies::file_name(&self.dwarf, &unit, f))
+                    .and_then(|f| dies::file_name(self.dw(&unit), &unit, f))
                     .unwrap_or_default();
-                self.line_sites(
-                    unit_off,
-                    &decl_file,
-                    decl_line + n,
-                    Some((name, decl_line)),
-                    true,
-                    out,
-                )
+                for u in self.with_importers(unit_off, &unit) {
+                    let point = Some((name, decl_line));
+                    self.line_sites(u, &decl_file, decl_line + n, point, true, out)?;
+                }
+                Ok(())
             }
             FunctionPart::Lazy(pattern) => self.lazy_sites(unit_off, def, name, pattern, opts, out),
             FunctionPart::Entry => {
                 let abstract_ = def_e.has(gimli::DW_AT_inline);
-                let ranges = dies::ranges(&self.dwarf, &unit, &def_e).map_err(err)?;
+                let ranges = dies::ranges(self.dw(&unit), &unit, &def_e).map_err(err)?;
                 if !abstract_ && !ranges.is_empty() {
-                    let entry = dies::entry_pc(&self.dwarf, &unit, &def_e, &ranges).map_err(err)?;
+                    let entry =
+                        dies::entry_pc(self.dw(&unit), &unit, &def_e, &ranges).map_err(err)?;
                     if let Some(entry) = entry.filter(|&e| e != 0) {
                         out.push(self.site(unit_off, &unit, name, entry, def, def, entry, None)?);
                     }
@@ -240,7 +256,9 @@ impl<'a> DebugInfo<'a> {
         }
     }
 
-    /// Every concrete copy of the abstract function `def` in the unit.
+    /// Every concrete copy of the abstract function `def`: in its unit,
+    /// and, when dwz moved it to a partial unit, in the units importing
+    /// that one.
     fn instances(
         &self,
         unit_off: gimli::DebugInfoOffset<usize>,
@@ -252,22 +270,66 @@ impl<'a> DebugInfo<'a> {
     ) -> Result<()> {
         let err = |e| self.dwarf_error(format!("the copies of {name}"), e);
         let def_e = unit.entry(def).map_err(err)?;
-        let decl_line = def_e
-            .val(gimli::DW_AT_decl_line)
-            .and_then(|v| v.udata_value());
-        let decl_file = def_e.val(gimli::DW_AT_decl_file).and_then(|v| dies::num(v));
+        let decl = Decl {
+            at: dies::global(unit, def),
+            line: def_e
+                .val(gimli::DW_AT_decl_line)
+                .and_then(|v| v.udata_value()),
+            file: def_e
+                .val(gimli::DW_AT_decl_file)
+                .and_then(dies::num)
+                .and_then(|n| dies::file_name(self.dw(unit), unit, n)),
+        };
+        for u in self.with_importers(unit_off, unit) {
+            let u_rc = self.unit(u)?;
+            self.copies_in(u, &u_rc, name, &decl, opts, out)?;
+        }
+        Ok(())
+    }
+
+    /// The unit at `unit_off` and, when it is a dwz partial unit, the
+    /// units that import it (where the code of what it declares is).
+    pub(crate) fn with_importers(
+        &self,
+        unit_off: gimli::DebugInfoOffset<usize>,
+        unit: &Unit<'a>,
+    ) -> Vec<gimli::DebugInfoOffset<usize>> {
+        let mut units = vec![unit_off];
+        // DW_AT_import names the partial unit's root entry.
+        let root = dies::global(unit, gimli::UnitOffset(unit.header.header_size()));
+        if let Some(root) = root {
+            units.extend(self.index.lookup(&index::import_key(root)));
+        }
+        units
+    }
+
+    /// The copies of the abstract function `decl` in the unit at `unit_off`.
+    fn copies_in(
+        &self,
+        unit_off: gimli::DebugInfoOffset<usize>,
+        unit: &Rc<Unit<'a>>,
+        name: &str,
+        decl: &Decl,
+        opts: &Options,
+        out: &mut Vec<Site>,
+    ) -> Result<()> {
+        let err = |e| self.dwarf_error(format!("the copies of {name}"), e);
         let funcs = self.func_dies(unit)?;
         let start = out.len();
         // The last copy kept: its entry, call site and function.
         let mut last: Option<(u64, Option<String>, gimli::UnitOffset)> = None;
-        for fd in funcs.iter().filter(|f| f.origin == Some(def)) {
+        for fd in funcs
+            .iter()
+            .filter(|f| f.origin.is_some() && f.origin == decl.at)
+        {
             let e = unit.entry(fd.off).map_err(err)?;
             let e = &e;
-            let tag = fd.tag;
-            let func = fd.top.map(|t| (0isize, t));
             let call_line = e.val(gimli::DW_AT_call_line).and_then(|v| v.udata_value());
-            let call_file = e.val(gimli::DW_AT_call_file).and_then(|v| dies::num(v));
-            let inlined = tag == gimli::DW_TAG_inlined_subroutine;
+            let call_file = e
+                .val(gimli::DW_AT_call_file)
+                .and_then(dies::num)
+                .and_then(|n| dies::file_name(self.dw(unit), unit, n));
+            let inlined = fd.tag == gimli::DW_TAG_inlined_subroutine;
             if inlined && !opts.inlines {
                 continue;
             }
@@ -275,15 +337,14 @@ impl<'a> DebugInfo<'a> {
             // copy of the same function at the same address, the outer one
             // with no locations for its variables. It is no probe point of
             // its own, but its variables are the ones that live there.
-            let self_nested = inlined && call_line == decl_line && call_file == decl_file;
-            let ranges = dies::ranges(&self.dwarf, unit, e).map_err(err)?;
-            let Some(entry) = dies::entry_pc(&self.dwarf, unit, e, &ranges).map_err(err)? else {
+            let self_nested = inlined && call_line == decl.line && call_file == decl.file;
+            let ranges = dies::ranges(self.dw(unit), unit, e).map_err(err)?;
+            let Some(entry) = dies::entry_pc(self.dw(unit), unit, e, &ranges).map_err(err)? else {
                 continue;
             };
-            if entry == 0 {
+            let Some(f) = fd.top.filter(|_| entry != 0) else {
                 continue;
-            }
-            let Some((_, f)) = func else { continue };
+            };
             if self_nested {
                 if let Some((at, call, outer_f)) = &last {
                     if *at == entry && out.len() > start {
@@ -305,9 +366,7 @@ impl<'a> DebugInfo<'a> {
                 continue;
             }
             let call = inlined.then(|| {
-                let file = call_file
-                    .and_then(|n| dies::file_name(&self.dwarf, unit, n))
-                    .unwrap_or_default();
+                let file = call_file.clone().unwrap_or_default();
                 format!(
                     "{}:{}",
                     self.short_path(unit, &file),
@@ -344,7 +403,7 @@ impl<'a> DebugInfo<'a> {
         let rows = self.rows(unit)?;
         let source = match rows.iter().rev().find(|r| r.address <= address && !r.end) {
             Some(r) => {
-                let file = dies::file_name(&self.dwarf, unit, r.file).unwrap_or_default();
+                let file = dies::file_name(self.dw(unit), unit, r.file).unwrap_or_default();
                 format!("{}:{}", self.short_path(unit, &file), r.line)
             }
             None => "?".into(),
@@ -381,13 +440,13 @@ impl<'a> DebugInfo<'a> {
     /// part) the ELF symbol holding the address.
     fn location(&self, unit: &Unit<'a>, func: gimli::UnitOffset, address: u64) -> String {
         let dwarf = unit.entry(func).ok().and_then(|e| {
-            let name = dies::name_of(&self.dwarf, unit, &e).ok().flatten()?;
+            let name = dies::name_of(self.dw(unit), unit, &e).ok().flatten()?;
             let entry = match e
                 .val(gimli::DW_AT_entry_pc)
                 .or_else(|| e.val(gimli::DW_AT_low_pc))?
             {
                 gimli::AttributeValue::Addr(a) => a,
-                gimli::AttributeValue::DebugAddrIndex(i) => self.dwarf.address(unit, i).ok()?,
+                gimli::AttributeValue::DebugAddrIndex(i) => self.dw(unit).address(unit, i).ok()?,
                 _ => return None,
             };
             let off = address.checked_sub(entry)?;
@@ -439,6 +498,9 @@ impl<'a> DebugInfo<'a> {
                 let attr = raw.read_attribute(*spec).map_err(err)?;
                 match (attr.name(), attr.value()) {
                     (gimli::DW_AT_abstract_origin, gimli::AttributeValue::UnitRef(o)) => {
+                        origin = dies::global(unit, o);
+                    }
+                    (gimli::DW_AT_abstract_origin, gimli::AttributeValue::DebugInfoRef(o)) => {
                         origin = Some(o);
                     }
                     (gimli::DW_AT_declaration, _) => declaration = true,
@@ -492,12 +554,12 @@ impl<'a> DebugInfo<'a> {
             ) {
                 continue;
             }
-            let ranges = dies::ranges(&self.dwarf, unit, e)?;
+            let ranges = dies::ranges(self.dw(unit), unit, e)?;
             if !dies::holds(&ranges, pc) {
                 continue;
             }
             if tag != gimli::DW_TAG_lexical_block {
-                let entry = dies::entry_pc(&self.dwarf, unit, e, &ranges)?.unwrap_or(pc);
+                let entry = dies::entry_pc(self.dw(unit), unit, e, &ranges)?.unwrap_or(pc);
                 out.push(Frame {
                     die: e.offset(),
                     tag,

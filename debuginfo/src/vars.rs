@@ -2,7 +2,9 @@
 
 use crate::dies::Attrs as _;
 
-use crate::debuginfo::{DebugInfo, Options};
+use std::rc::Rc;
+
+use crate::debuginfo::{At, DebugInfo, Options};
 use crate::dies::{self, Unit};
 use crate::error::{Error, Result};
 use crate::point::{Access, ProbeArg, ProbePoint};
@@ -113,9 +115,9 @@ impl Fetch {
 }
 
 /// A fetch being walked through fields and indexes, with the type reached.
-struct Walk<'f> {
+struct Walk<'f, 'a> {
     fetch: &'f mut Fetch,
-    ty: Option<gimli::UnitOffset>,
+    ty: Option<At<'a>>,
     bits: Option<(u64, u64)>,
 }
 
@@ -229,13 +231,14 @@ impl<'a> DebugInfo<'a> {
             if e.has(gimli::DW_AT_external) || !has_place(&e) {
                 continue;
             }
-            let Some(name) = dies::name_of(&self.dwarf, &unit, &e).ok().flatten() else {
+            let at = self.at(&unit, off);
+            let Some(name) = self.name_at(&at) else {
                 continue;
             };
-            let ty = self.var_type(&unit, &e);
+            let ty = self.var_type(&at, &e);
             out.push(Variable {
                 name: String::from_utf8_lossy(name).into_owned(),
-                type_name: types::type_name(&self.dwarf, &unit, ty),
+                type_name: types::type_name(self, ty.as_ref()),
                 parameter: e.tag() == gimli::DW_TAG_formal_parameter,
                 die: off,
             });
@@ -258,18 +261,20 @@ impl<'a> DebugInfo<'a> {
         walk(self, unit, root, pc, out, &mut stack).map_err(err)
     }
 
-    fn var_type(&self, unit: &Unit<'a>, e: &dies::Entry<'a, '_>) -> Option<gimli::UnitOffset> {
-        types::type_of(e).or_else(|| {
-            unit.entry(dies::origin_offset(e)?)
-                .ok()
-                .and_then(|o| types::type_of(&o))
+    /// The type of the variable `e` at `at`, from it or its abstract
+    /// origin (which dwz may have moved to another unit).
+    fn var_type(&self, at: &At<'a>, e: &dies::Entry<'a, '_>) -> Option<At<'a>> {
+        types::type_of(self, at, e).or_else(|| {
+            let origin = self.follow(at, e.val(gimli::DW_AT_abstract_origin)?)?;
+            let o = origin.unit.entry(origin.off).ok()?;
+            types::type_of(self, &origin, &o)
         })
     }
 
     /// Finds variable `name` in the scope of `site` (then among the unit's globals).
     fn find_var(
         &self,
-        unit: &Unit<'a>,
+        unit: &Rc<Unit<'a>>,
         site: &Site,
         name: &str,
     ) -> Result<Option<gimli::UnitOffset>> {
@@ -280,7 +285,7 @@ impl<'a> DebugInfo<'a> {
         let mut placeless = None;
         for off in offs {
             let Ok(e) = unit.entry(off) else { continue };
-            if dies::name_of(&self.dwarf, unit, &e).ok().flatten() == Some(name.as_bytes()) {
+            if self.name_at(&self.at(unit, off)) == Some(name.as_bytes()) {
                 if has_place(&e) {
                     return Ok(Some(off));
                 }
@@ -298,7 +303,7 @@ impl<'a> DebugInfo<'a> {
         while let Some(child) = children.next().map_err(err)? {
             let e = child.entry();
             if e.tag() == gimli::DW_TAG_variable
-                && dies::name_of(&self.dwarf, unit, e).ok().flatten() == Some(name.as_bytes())
+                && dies::name_of(self.dw(unit), unit, e).ok().flatten() == Some(name.as_bytes())
             {
                 return Ok(Some(e.offset()));
             }
@@ -338,7 +343,7 @@ impl<'a> DebugInfo<'a> {
     fn fetch_die(
         &self,
         site: &Site,
-        unit: &Unit<'a>,
+        unit: &Rc<Unit<'a>>,
         off: gimli::UnitOffset,
         arg: &ProbeArg,
     ) -> Result<FetchArg> {
@@ -355,7 +360,7 @@ impl<'a> DebugInfo<'a> {
             .entry(off)
             .map_err(|e| self.dwarf_error(format!("variable {var}"), e))?;
         let mut fetch = self.locate(unit, site, &e, var)?;
-        let ty = self.var_type(unit, &e);
+        let ty = self.var_type(&self.at(unit, off), &e);
         let type_err = |reason: String| Error::Type {
             expr: arg.event_name(),
             site: site.location.clone(),
@@ -367,11 +372,12 @@ impl<'a> DebugInfo<'a> {
             bits: None,
         };
         for step in path {
-            self.step(unit, &mut state, step, var).map_err(type_err)?;
+            self.step(&mut state, step, var).map_err(type_err)?;
         }
         let (ty, bits) = (state.ty, state.bits);
+        let ty = ty.as_ref();
         let kind = self
-            .kind(unit, ty, bits, cast.as_deref(), &mut fetch)
+            .kind(ty, bits, cast.as_deref(), &mut fetch)
             .map_err(type_err)?;
         let rendered = fetch.render().ok_or_else(|| Error::Unsupported {
             name: var.clone(),
@@ -388,62 +394,27 @@ impl<'a> DebugInfo<'a> {
     /// Applies one `->field`, `.field` or `[N]` to a fetch, or says why it does not fit.
     fn step(
         &self,
-        unit: &Unit<'a>,
-        st: &mut Walk<'_>,
+        st: &mut Walk<'_, 'a>,
         step: &Access,
         var: &str,
     ) -> std::result::Result<(), Why> {
-        let why = |reason: String| reason;
         let shape = st
             .ty
-            .and_then(|t| types::shape(unit, t))
+            .as_ref()
+            .and_then(|t| types::shape(self, t))
             .ok_or_else(|| format!("{var} has no type information"))?;
         if matches!(st.fetch.base, Base::Immediate(_)) {
             return Err(format!("{var} is a constant, with no memory behind it"));
         }
         match step {
             Access::Arrow(f) | Access::Dot(f) => {
-                let arrow = matches!(step, Access::Arrow(_));
-                let is_ptr = shape.tag == gimli::DW_TAG_pointer_type;
-                if arrow != is_ptr {
-                    return Err(if arrow {
-                        format!("'->{f}' needs a pointer; this is a structure, use '.{f}'")
-                    } else {
-                        format!("'.{f}' needs a structure; this is a pointer, use '->{f}'")
-                    });
-                }
-                let agg = if arrow {
-                    shape.inner.and_then(|t| types::real_type(unit, t))
-                } else {
-                    st.ty.and_then(|t| types::real_type(unit, t))
-                };
-                let agg = agg.ok_or_else(|| format!("the type holding {f} is unknown"))?;
-                let m = types::find_member(&self.dwarf, unit, agg, f.as_bytes(), 0).ok_or_else(
-                    || {
-                        why(format!(
-                            "{} has no member {f}",
-                            types::type_name(&self.dwarf, unit, Some(agg))
-                        ))
-                    },
-                )?;
-                if arrow {
-                    st.fetch.refs.push(m.offset as i64);
-                } else {
-                    let last = st.fetch.refs.last_mut().ok_or_else(|| {
-                        why(format!(
-                            "the structure is in a register; kprobes cannot take its member .{f}"
-                        ))
-                    })?;
-                    *last += m.offset as i64;
-                }
-                st.ty = m.ty;
-                st.bits = m.bits;
+                self.member_step(st, shape, f, matches!(step, Access::Arrow(_)))
             }
             Access::Index(n) => {
                 let elem = shape
                     .inner
                     .ok_or_else(|| "the element type is unknown".to_string())?;
-                let size = types::shape(unit, elem).and_then(|s| s.size).unwrap_or(0) as i64;
+                let size = types::shape(self, &elem).and_then(|s| s.size).unwrap_or(0) as i64;
                 let by = size.saturating_mul(*n as i64);
                 match shape.tag {
                     gimli::DW_TAG_pointer_type => st.fetch.refs.push(by),
@@ -455,21 +426,55 @@ impl<'a> DebugInfo<'a> {
                 }
                 st.ty = Some(elem);
                 st.bits = None;
+                Ok(())
             }
         }
+    }
+
+    /// Applies `->f` (`arrow`) or `.f` to a fetch of a value of `shape`.
+    fn member_step(
+        &self,
+        st: &mut Walk<'_, 'a>,
+        shape: types::Shape<'a>,
+        f: &str,
+        arrow: bool,
+    ) -> std::result::Result<(), Why> {
+        let is_ptr = shape.tag == gimli::DW_TAG_pointer_type;
+        if arrow != is_ptr {
+            return Err(if arrow {
+                format!("'->{f}' needs a pointer; this is a structure, use '.{f}'")
+            } else {
+                format!("'.{f}' needs a structure; this is a pointer, use '->{f}'")
+            });
+        }
+        let agg = if arrow { shape.inner } else { st.ty.clone() };
+        let agg = agg
+            .and_then(|t| types::real_type(self, t))
+            .ok_or_else(|| format!("the type holding {f} is unknown"))?;
+        let m = types::find_member(self, &agg, f.as_bytes(), 0)
+            .ok_or_else(|| format!("{} has no member {f}", types::type_name(self, Some(&agg))))?;
+        if arrow {
+            st.fetch.refs.push(m.offset as i64);
+        } else {
+            let last = st.fetch.refs.last_mut().ok_or_else(|| {
+                format!("the structure is in a register; kprobes cannot take its member .{f}")
+            })?;
+            *last += m.offset as i64;
+        }
+        st.ty = m.ty;
+        st.bits = m.bits;
         Ok(())
     }
 
     /// The kprobe type of the fetched value.
     fn kind(
         &self,
-        unit: &Unit<'a>,
-        ty: Option<gimli::UnitOffset>,
+        ty: Option<&At<'a>>,
         bits: Option<(u64, u64)>,
         cast: Option<&str>,
         fetch: &mut Fetch,
     ) -> std::result::Result<Option<String>, String> {
-        let shape = ty.and_then(|t| types::shape(unit, t));
+        let shape = ty.and_then(|t| types::shape(self, t));
         if let Some(c @ ("string" | "ustring")) = cast {
             let shape = shape.ok_or("no type information to cast into a string")?;
             match shape.tag {
@@ -477,13 +482,13 @@ impl<'a> DebugInfo<'a> {
                 gimli::DW_TAG_array_type if !fetch.refs.is_empty() => {}
                 _ => return Err("only a char pointer or array can be read as a string".into()),
             }
-            if !types::is_char(&self.dwarf, unit, shape.inner) {
+            if !types::is_char(self, shape.inner.as_ref()) {
                 return Err("only (unsigned) char * can be read as a string".into());
             }
             return Ok(Some(c.to_string()));
         }
         if let Some((size, off)) = bits {
-            let container = shape.and_then(|s| s.size).unwrap_or(4) * 8;
+            let container = shape.as_ref().and_then(|s| s.size).unwrap_or(4) * 8;
             return Ok(Some(format!("b{size}@{off}/{container}")));
         }
         let prefix = match cast {
@@ -491,7 +496,7 @@ impl<'a> DebugInfo<'a> {
             Some("s") => 's',
             Some("x") => 'x',
             Some(other) => return Ok(Some(other.to_string())),
-            None if shape.is_some_and(|s| s.signed) => 's',
+            None if shape.as_ref().is_some_and(|s| s.signed) => 's',
             None => 'x',
         };
         Ok(shape
@@ -582,13 +587,13 @@ impl<'a> DebugInfo<'a> {
 
     fn func_entry(&self, unit: &Unit<'a>, func: gimli::UnitOffset) -> Option<u64> {
         let e = unit.entry(func).ok()?;
-        let r = dies::ranges(&self.dwarf, unit, &e).ok()?;
-        dies::entry_pc(&self.dwarf, unit, &e, &r).ok()?
+        let r = dies::ranges(self.dw(unit), unit, &e).ok()?;
+        dies::entry_pc(self.dw(unit), unit, &e, &r).ok()?
     }
 
     fn func_end(&self, unit: &Unit<'a>, func: gimli::UnitOffset) -> Option<u64> {
         let e = unit.entry(func).ok()?;
-        dies::ranges(&self.dwarf, unit, &e)
+        dies::ranges(self.dw(unit), unit, &e)
             .ok()?
             .iter()
             .map(|r| r.end)
@@ -601,7 +606,7 @@ impl<'a> DebugInfo<'a> {
         loc: gimli::AttributeValue<crate::file::R<'a>>,
     ) -> gimli::Result<Vec<(u64, u64, gimli::Expression<crate::file::R<'a>>)>> {
         let mut out = Vec::new();
-        if let Some(mut it) = self.dwarf.attr_locations(unit, loc)? {
+        if let Some(mut it) = self.dw(unit).attr_locations(unit, loc)? {
             while let Some(entry) = it.next()? {
                 out.push((entry.range.begin, entry.range.end, entry.data));
             }
@@ -860,7 +865,7 @@ fn walk<'a>(
                 out.push(e.offset());
             }
             gimli::DW_TAG_lexical_block | gimli::DW_TAG_inlined_subroutine => {
-                let ranges = dies::ranges(&di.dwarf, unit, e)?;
+                let ranges = dies::ranges(di.dw(unit), unit, e)?;
                 if dies::holds(&ranges, pc) {
                     depth.push(());
                     walk(di, unit, child, pc, out, depth)?;

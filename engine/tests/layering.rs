@@ -98,6 +98,7 @@ fn no_function_is_over_100_lines() {
         "../cli/src",
         "../arch/src",
         "../symbols/src",
+        "../debuginfo/src",
         "../unwind/src",
         "../xtask/src",
         "../bench/src",

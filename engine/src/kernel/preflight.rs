@@ -327,7 +327,11 @@ impl<'a> Preflight<'a> {
         // The assembler's alignment padding uses the same NOPs; it ends on
         // a 16-byte boundary (a loop or branch target), which a jump label
         // does only by chance.
-        let padding = f.symbol.address.wrapping_add(insn_offset + insn_len as u64).is_multiple_of(16);
+        let padding = f
+            .symbol
+            .address
+            .wrapping_add(insn_offset + insn_len as u64)
+            .is_multiple_of(16);
         match bytes {
             [0x0f, 0x0b] => einval(
                 "is a ud2 of a BUG()/WARN() site, which the kernel refuses (find_bug)".into(),
