@@ -273,8 +273,9 @@ fn kernel_without_kprobe_pmu_is_explained() {
     assert_eq!(
         String::from_utf8_lossy(&out.stderr),
         "kprobe-perf: this kernel has no kprobe PMU (/sys/bus/event_source/devices/kprobe is missing): \
-         it was built without CONFIG_KPROBE_EVENTS or is older than 4.17; \
-         run `cargo xtask demo` to see kprobe-perf on a kernel that has one\n"
+         it was built without CONFIG_KPROBE_EVENTS or is older than 4.17, so kernel functions \
+         cannot be probed here; uprobes and USDT probes can (p:/PATH:FUNC, \
+         usdt:/PATH:PROVIDER:NAME), as `kprobe-perf info` shows\n"
     );
 }
 
