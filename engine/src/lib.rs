@@ -97,6 +97,9 @@ pub use decode::records;
 pub use session::counting;
 
 // What an embedder uses, at the crate root.
+pub use analysis::calltree::{
+    CallEvent, CallSite, CallTree, CallTreeBuilder, CallTreeOptions, ReturnKind, TracedFunction,
+};
 pub use attach::guardian::{Guardian, GuardianError};
 pub use attach::target::{CommandScope, RecordTarget};
 pub use decode::frames::StackFrame;
