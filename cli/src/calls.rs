@@ -17,8 +17,8 @@ use kprobe_perf_engine::kernel::{GlobOptions, Kernel};
 use kprobe_perf_engine::plan::BackendChoice;
 use kprobe_perf_engine::records::{self, RingRecord};
 use kprobe_perf_engine::{
-    CallTree, CallTreeBuilder, CallTreeOptions, Event, EventSink, KernelSymbols, Session,
-    SessionOptions, TracedFunction,
+    CallTree, CallTreeBuilder, CallTreeOptions, Event, EventSink, KernelSymbols, ReturnKind,
+    Session, SessionOptions, TracedFunction,
 };
 
 use crate::calls_render::{Mode, Renderer};
@@ -151,21 +151,32 @@ fn functions_and_specs(
         .map(BTreeSet::len)
         .sum::<usize>()
         == functions.len();
-    let targets: Vec<String> = if each_once && args.deny.is_empty() {
-        args.roots.iter().chain(&args.allow).cloned().collect()
-    } else {
-        functions.iter().map(|f| f.name.clone()).collect()
-    };
     let entry_args: String = if args.args {
         (1..=ARGS).map(|i| format!(" arg{i}=$arg{i}")).collect()
     } else {
         String::new()
     };
-    let mut specs: Vec<String> = targets
-        .iter()
-        .map(|t| format!("p:{t}{entry_args}"))
-        .collect();
-    specs.extend(targets.iter().map(|t| format!("r:{t} ret=$retval")));
+    // The whole return register (`:x64`: untyped, a kernel with BTF
+    // types it by the function, which a glob's one layout cannot follow);
+    // the engine cuts it to the function's type. A void function has no
+    // return value to fetch (a kernel with BTF refuses $retval there):
+    // the functions are then named one by one.
+    let void = |f: &TracedFunction| f.returns == ReturnKind::Void;
+    let mut specs: Vec<String>;
+    if each_once && args.deny.is_empty() && !functions.iter().any(void) {
+        let globs: Vec<&String> = args.roots.iter().chain(&args.allow).collect();
+        specs = globs.iter().map(|t| format!("p:{t}{entry_args}")).collect();
+        specs.extend(globs.iter().map(|t| format!("r:{t} ret=$retval:x64")));
+    } else {
+        specs = functions
+            .iter()
+            .map(|f| format!("p:{}{entry_args}", f.name))
+            .collect();
+        specs.extend(functions.iter().map(|f| match void(f) {
+            true => format!("r:{}", f.name),
+            false => format!("r:{} ret=$retval:x64", f.name),
+        }));
+    }
     Ok((functions, specs))
 }
 

@@ -47,7 +47,7 @@ fn run() -> Result<(), Box<dyn std::error::Error>> {
     // An entry and a return probe per function; the return's first
     // argument is the return value.
     let mut specs: Vec<String> = names.iter().map(|n| format!("p:{n}")).collect();
-    specs.extend(names.iter().map(|n| format!("r:{n} ret=$retval")));
+    specs.extend(names.iter().map(|n| format!("r:{n} ret=$retval:x64")));
     let kernel = Kernel::discover(KernelOptions::default())?;
     let plans = kernel.plan(&specs, BackendChoice::Auto)?;
     kernel.check(&plans)?;
