@@ -313,3 +313,92 @@ pub(crate) fn json(tree: &CallTree, functions: &[TracedFunction]) -> serde_json:
         "self_times": self_times,
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use kprobe_perf_engine::{CallEvent, CallSite, CallTreeBuilder, CallTreeOptions};
+
+    /// open -> walk -> lookup (-ENOENT), on thread 7 of `cat`.
+    fn tree() -> (CallTree, Vec<TracedFunction>) {
+        let int = ReturnKind::Integer {
+            size: 4,
+            signed: true,
+        };
+        let functions = vec![
+            TracedFunction::new("open", int, true),
+            TracedFunction::new("walk", ReturnKind::Pointer, false),
+            TracedFunction::new("lookup", int, false),
+        ];
+        let mut b = CallTreeBuilder::new(functions.clone(), CallTreeOptions::default());
+        let enoent = Some((-2i64) as u64);
+        for (f, site, t) in [
+            (0, CallSite::Entry, 1_000),
+            (1, CallSite::Entry, 2_000),
+            (2, CallSite::Entry, 3_000),
+            (2, CallSite::Return { retval: enoent }, 4_500),
+            (1, CallSite::Return { retval: enoent }, 5_000),
+            (0, CallSite::Return { retval: enoent }, 9_000),
+        ] {
+            let mut e = CallEvent::new(f, site, 7, 7, t);
+            e.comm = "cat".into();
+            b.record(e);
+        }
+        (b.take_finished().remove(0), functions)
+    }
+
+    fn render(mode: Mode, success: bool, min_ns: Option<u64>) -> String {
+        let (t, functions) = tree();
+        let mut out = Vec::new();
+        Renderer::new(mode, success, min_ns, false)
+            .tree(&mut out, &t, &functions)
+            .unwrap();
+        String::from_utf8(out).unwrap()
+    }
+
+    #[test]
+    fn errors_mode_prints_the_path_to_where_the_error_arose() {
+        assert_eq!(
+            render(Mode::Errors, false, None),
+            "cat-7 [000] 0.000001: open = -ENOENT (8.000us)\n\
+             \x20    8.000us  open() = -ENOENT\n\
+             \x20    3.000us    walk() = ERR_PTR(-ENOENT)\n\
+             \x20    1.500us      lookup() = -ENOENT\n"
+        );
+    }
+
+    #[test]
+    fn graph_mode_nests_and_ends_with_self_times() {
+        assert_eq!(
+            render(Mode::Graph, true, None),
+            "cat-7 [000] 0.000001: open = -ENOENT (8.000us)\n\
+             \x20            | open() {\n\
+             \x20            |   walk() {\n\
+             \x20    1.500us |     lookup() = -ENOENT;\n\
+             \x20    3.000us |   } = ERR_PTR(-ENOENT) /* walk */\n\
+             \x20    8.000us | } = -ENOENT /* open */\n\
+             \x20 self: open 5.000us, walk 1.500us, lookup 1.500us\n"
+        );
+    }
+
+    #[test]
+    fn min_keeps_the_slow_roots_only() {
+        assert!(render(Mode::Graph, true, Some(8_001)).is_empty());
+        assert!(!render(Mode::Graph, true, Some(8_000)).is_empty());
+    }
+
+    #[test]
+    fn json_has_the_path_and_frames() {
+        let (t, functions) = tree();
+        let v = json(&t, &functions);
+        assert_eq!(v["error"], "-ENOENT");
+        assert_eq!(v["complete"], true);
+        assert_eq!(
+            v["error_path"],
+            serde_json::json!(["open", "walk", "lookup"])
+        );
+        assert_eq!(v["frames"][2]["parent"], 1);
+        assert_eq!(v["frames"][2]["ret"], -2);
+        assert_eq!(v["self_times"][0]["function"], "open");
+    }
+}
