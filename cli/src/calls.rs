@@ -22,6 +22,7 @@ use kprobe_perf_engine::{
 };
 
 use crate::calls_render::{Mode, Renderer};
+use crate::calls_timeline::Timeline;
 use crate::run_loop::RunLoop;
 
 /// The arguments of `calls`.
@@ -59,6 +60,12 @@ pub(crate) struct CallsArgs {
     /// Print JSON Lines: one object per tree.
     #[arg(long)]
     json: bool,
+    /// Also write every tree to FILE as a timeline (Chrome trace-event
+    /// JSON, which Perfetto UI and chrome://tracing open): each call a
+    /// slice on its thread, errors marked. FILE is created new (an
+    /// existing one is refused).
+    #[arg(long, value_name = "FILE")]
+    timeline: Option<std::path::PathBuf>,
     /// Keep only the events that pass EXPR (the kernel's ftrace filter
     /// grammar), given to every probe: test `comm`, `pid`, `tid` or
     /// `cpu`, which every probe has.
@@ -222,6 +229,22 @@ pub(crate) fn run(args: &CallsArgs) -> Result<ExitCode> {
         (false, false) => Mode::Errors,
     };
     let renderer = Renderer::new(mode, args.success || args.graph, min_ns, args.args);
+    let timeline = match args.timeline.as_deref() {
+        Some(p) => Some(
+            std::fs::OpenOptions::new()
+                .write(true)
+                .create_new(true)
+                .open(p)
+                .and_then(Timeline::create)
+                .with_context(|| {
+                    format!(
+                        "cannot create the timeline {}: give a new file",
+                        p.display()
+                    )
+                })?,
+        ),
+        None => None,
+    };
     let mut run = RunLoop::new(args.duration, None)?;
     let mut session = Session::open(plans, SessionOptions::default().with_target(target(args)))?;
     session.enable()?;
@@ -236,6 +259,7 @@ pub(crate) fn run(args: &CallsArgs) -> Result<ExitCode> {
         out: io::BufWriter::new(io::stdout().lock()),
         renderer,
         shown: 0,
+        timeline,
     };
     loop {
         t.poll(&mut session, run.timeout(Duration::from_millis(100)))?;
@@ -266,6 +290,8 @@ struct Tracing<'a, W: Write> {
     renderer: Renderer,
     /// Trees printed.
     shown: u64,
+    /// Every tree, as a timeline (--timeline).
+    timeline: Option<Timeline>,
 }
 
 impl<W: Write> Tracing<'_, W> {
@@ -295,6 +321,11 @@ impl<W: Write> Tracing<'_, W> {
 
     fn print(&mut self, trees: &[CallTree]) -> Result<bool> {
         let functions = self.builder.functions();
+        if let Some(t) = self.timeline.as_mut() {
+            for tree in trees {
+                t.tree(tree, functions).context("writing the timeline")?;
+            }
+        }
         for tree in trees {
             let r = self.renderer.tree(&mut self.out, tree, functions);
             match crate::written(r.map(|shown| self.shown += u64::from(shown)))? {
@@ -309,7 +340,11 @@ impl<W: Write> Tracing<'_, W> {
     fn finish(&mut self) -> Result<()> {
         let mut rest = std::mem::take(&mut self.held);
         rest.extend(self.builder.finish());
-        if self.print(&rest)? {
+        let printed = self.print(&rest)?;
+        if let Some(t) = self.timeline.take() {
+            t.finish().context("writing the timeline")?;
+        }
+        if printed {
             say!("kprobe-perf: calls: {} trees printed", self.shown);
         }
         Ok(())

@@ -22,6 +22,7 @@ macro_rules! say_more {
 mod aggregate;
 mod calls;
 mod calls_render;
+mod calls_timeline;
 mod doctor;
 mod drain_log;
 mod eprobe;
