@@ -357,3 +357,61 @@ fn tcp_connect_over_loopback_matches_function_graph() {
         &[env!("CARGO_BIN_EXE_tcp_connect")],
     );
 }
+
+/// A root call already running when the recording starts (a `cat`
+/// blocked reading its stdin) has no return event (a return probe takes
+/// over the return address at the entry, which came before it was
+/// armed): it is not printed, nor are its callees made after the start
+/// shown as a tree; the next call of the same root is whole.
+#[test]
+fn a_call_running_at_the_start_makes_no_wrong_tree() {
+    use std::io::Write;
+    use std::process::Stdio;
+    if !kprobes_available("a_call_running_at_the_start_makes_no_wrong_tree") {
+        return;
+    }
+    let mut cat = Command::new("/bin/cat")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::null())
+        .spawn()
+        .unwrap();
+    // cat is in vfs_read, waiting for its input.
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    let calls = Command::new(kprobe_perf_bin())
+        .args([
+            "calls",
+            "--json",
+            "-e",
+            "vfs_read",
+            "--allow",
+            "rw_verify_area",
+        ])
+        .args(["-p", &cat.id().to_string(), "-d", "60"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    kprobe_perf_tests::wait_until_recording(calls.id(), 2);
+    let mut stdin = cat.stdin.take().unwrap();
+    stdin.write_all(b"x\n").unwrap();
+    drop(stdin);
+    cat.wait().unwrap();
+    let out = calls.wait_with_output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    let trees: Vec<serde_json::Value> = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter_map(|l| serde_json::from_str(l).ok())
+        .collect();
+    // The read that saw the end of the input, whole; nothing else.
+    assert_eq!(trees.len(), 1, "{trees:?}\n{stderr}");
+    let tree = &trees[0];
+    assert_eq!(tree["complete"], true, "{tree}");
+    assert_eq!(tree["ret"], 0, "{tree}");
+    let names: Vec<&str> = tree["frames"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|f| f["function"].as_str().unwrap())
+        .collect();
+    assert_eq!(names, ["vfs_read", "rw_verify_area"], "{tree}");
+}
