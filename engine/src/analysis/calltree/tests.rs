@@ -364,3 +364,49 @@ fn functions_outside_trees_are_ignored() {
     feed(&mut b, &[(1, true, None, 0), (1, false, Some(0), 1)]);
     assert!(b.finish().is_empty());
 }
+
+/// Events per second the builder takes: trees of a root and 3 callees
+/// (8 events), on 4 threads in turn. A figure, not a check.
+#[test]
+#[ignore = "a figure: cargo test --release -p kprobe-perf-engine --lib rebuild_rate -- --ignored --nocapture"]
+fn rebuild_rate() {
+    let mut b = builder();
+    let trees = 250_000u64;
+    let mut events = Vec::with_capacity(trees as usize * 8);
+    for i in 0..trees {
+        let (tid, t) = ((i % 4) as i32 + 1, i * 100);
+        for (f, entry, dt) in [
+            (0, true, 0),
+            (1, true, 10),
+            (2, true, 20),
+            (2, false, 30),
+            (1, false, 40),
+            (3, true, 50),
+            (3, false, 60),
+            (0, false, 70),
+        ] {
+            let site = if entry {
+                CallSite::Entry
+            } else {
+                CallSite::Return { retval: Some(0) }
+            };
+            events.push(CallEvent::new(f, site, tid, tid, t + dt));
+        }
+    }
+    let n = events.len();
+    let start = std::time::Instant::now();
+    let mut taken = 0;
+    for (i, e) in events.into_iter().enumerate() {
+        b.record(e);
+        if i % 4096 == 0 {
+            taken += b.take_finished().len();
+        }
+    }
+    taken += b.finish().len();
+    let s = start.elapsed().as_secs_f64();
+    assert_eq!(taken as u64, trees);
+    println!(
+        "{n} events, {taken} trees in {s:.3} s: {:.1} M events/s",
+        n as f64 / s / 1e6
+    );
+}
