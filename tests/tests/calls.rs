@@ -11,7 +11,11 @@
 //!
 //! Trees are compared as their frames' (depth, function, return value
 //! cut to 32 bits: function_graph prints the whole register, where an
-//! `int`'s upper bits are not part of its value).
+//! `int`'s upper bits are not part of its value). Debian's kernels build
+//! function_graph without return values (CONFIG_FUNCTION_GRAPH_RETVAL is
+//! off in 6.12), so the missing path's open is also compared, entries
+//! and returns with their values, with the kernel's own kprobe and
+//! kretprobe events defined in kprobe_events and read as trace text.
 
 use std::fs;
 use std::process::Command;
@@ -284,6 +288,113 @@ fn open_of_a_missing_path_matches_function_graph() {
     let origin = error_origin(last, errors);
     println!("-ENOENT first appears in {origin} (function_graph), {named} (calls)");
     assert_eq!(named, origin);
+    // Return values: against the kernel's own kprobe and kretprobe events
+    // (tracefs text), the entries and returns of the missing path's open.
+    let ours = calls_last_steps("do_sys_openat2", &inside, &workload);
+    let kernels = kprobe_events_last_steps("do_sys_openat2", &all, &workload);
+    assert_eq!(
+        ours, kernels,
+        "the open's calls and return values differ from kprobe_events'"
+    );
+    assert_eq!(ours.last().and_then(|s| s.1), Some(enoent));
+    println!(
+        "the open's {} entries and returns, values included, as kprobe_events gives them",
+        ours.len()
+    );
+}
+
+/// One entry (`None`) or return (its value's low 32 bits) of a function.
+type Step = (String, Option<u32>);
+
+/// The last tree of `calls --json` over `workload`, as its entries and
+/// returns in time order.
+fn calls_last_steps(root: &str, inside: &[String], workload: &[&str]) -> Vec<Step> {
+    let mut cmd = Command::new(kprobe_perf_bin());
+    cmd.args(["calls", "--json", "-e", root]);
+    for f in inside {
+        cmd.args(["--allow", f]);
+    }
+    let out = cmd.arg("--").args(workload).output().unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    let last = text
+        .lines()
+        .filter_map(|l| serde_json::from_str::<serde_json::Value>(&l[l.find("{\"")?..]).ok())
+        .last()
+        .unwrap();
+    let mut timed: Vec<(u64, u8, Step)> = Vec::new();
+    for f in last["frames"].as_array().unwrap() {
+        let name = f["function"].as_str().unwrap().to_string();
+        timed.push((f["entry_ns"].as_u64().unwrap(), 0, (name.clone(), None)));
+        let ret = f["ret"].as_i64().map(|r| r as u32);
+        timed.push((f["return_ns"].as_u64().unwrap(), 1, (name, ret)));
+    }
+    timed.sort_by_key(|t| (t.0, t.1));
+    timed.into_iter().map(|t| t.2).collect()
+}
+
+/// The kernel's own kprobe and kretprobe events (defined in
+/// kprobe_events, read as trace text) on `all` over `workload`: the
+/// entries and returns of the last call of `root`, in order.
+fn kprobe_events_last_steps(root: &str, all: &[String], workload: &[&str]) -> Vec<Step> {
+    write("tracing_on", "0");
+    write("current_tracer", "nop");
+    write("trace", "");
+    let mut defs = String::new();
+    for (i, f) in all.iter().enumerate() {
+        defs.push_str(&format!(
+            "p:kpfo/e{i} {f}\nr:kpfo/r{i} {f} ret=$retval:x64\n"
+        ));
+    }
+    fs::OpenOptions::new()
+        .append(true)
+        .open(format!("{TRACING}/kprobe_events"))
+        .and_then(|mut k| std::io::Write::write_all(&mut k, defs.as_bytes()))
+        .unwrap();
+    write("events/kpfo/enable", "1");
+    let script =
+        format!("echo $$ > {TRACING}/set_event_pid; echo 1 > {TRACING}/tracing_on; exec \"$@\"");
+    let _ = Command::new("/bin/sh")
+        .args(["-c", &script, "sh"])
+        .args(workload)
+        .status();
+    write("tracing_on", "0");
+    let text = fs::read_to_string(format!("{TRACING}/trace")).unwrap();
+    write("events/kpfo/enable", "0");
+    write("set_event_pid", "");
+    let removal: String = (0..all.len())
+        .map(|i| format!("-:kpfo/e{i}\n-:kpfo/r{i}\n"))
+        .collect();
+    let _ = fs::OpenOptions::new()
+        .append(true)
+        .open(format!("{TRACING}/kprobe_events"))
+        .and_then(|mut k| std::io::Write::write_all(&mut k, removal.as_bytes()));
+    let mut steps: Vec<Step> = Vec::new();
+    for line in text.lines().filter(|l| !l.starts_with('#')) {
+        let parts: Vec<&str> = line.split(": ").collect();
+        let Some(ev) = parts.get(1) else { continue };
+        let (entry, idx) = match ev.split_at(1) {
+            ("e", n) => (true, n.parse::<usize>()),
+            ("r", n) => (false, n.parse::<usize>()),
+            _ => continue,
+        };
+        let Some(name) = idx.ok().and_then(|i| all.get(i)) else {
+            continue;
+        };
+        let ret = (!entry).then(|| {
+            let v = line.rsplit("ret=").next().unwrap_or("").trim();
+            u64::from_str_radix(v.trim_start_matches("0x"), 16).unwrap_or(0) as u32
+        });
+        steps.push((name.clone(), ret));
+    }
+    let start = steps
+        .iter()
+        .rposition(|s| s.0 == root && s.1.is_none())
+        .unwrap_or_else(|| panic!("no entry of {root} in the trace:\n{text}"));
+    let end = steps[start..]
+        .iter()
+        .position(|s| s.0 == root && s.1.is_some())
+        .map_or(steps.len(), |e| start + e + 1);
+    steps[start..end].to_vec()
 }
 
 /// Where function_graph's tree shows the error arose, by the rule of
