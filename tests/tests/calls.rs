@@ -318,8 +318,8 @@ fn calls_last_steps(root: &str, inside: &[String], workload: &[&str]) -> Vec<Ste
     let text = String::from_utf8_lossy(&out.stdout);
     let last = text
         .lines()
-        .filter_map(|l| serde_json::from_str::<serde_json::Value>(&l[l.find("{\"")?..]).ok())
-        .last()
+        .rev()
+        .find_map(|l| serde_json::from_str::<serde_json::Value>(&l[l.find("{\"")?..]).ok())
         .unwrap();
     let mut timed: Vec<(u64, u8, Step)> = Vec::new();
     for f in last["frames"].as_array().unwrap() {
