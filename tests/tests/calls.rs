@@ -11,7 +11,9 @@
 //!
 //! Trees are compared as their frames' (depth, function, return value
 //! cut to 32 bits: function_graph prints the whole register, where an
-//! `int`'s upper bits are not part of its value). Debian's kernels build
+//! `int`'s upper bits are not part of its value; a value outside
+//! -4095..4095, a pointer each run allocates anew, compared only as
+//! such). Debian's kernels build
 //! function_graph without return values (CONFIG_FUNCTION_GRAPH_RETVAL is
 //! off in 6.12), so the missing path's open is also compared, entries
 //! and returns with their values, with the kernel's own kprobe and
@@ -24,8 +26,20 @@ use kprobe_perf_tests::{kprobe_perf_bin, kprobes_available};
 
 const TRACING: &str = "/sys/kernel/tracing";
 
-/// One frame: depth, function, return value's low 32 bits.
+/// One frame: depth, function, return value's class ([`class`]).
 type Frame = (usize, String, Option<u32>);
+
+/// A return value as two runs can compare it: its low 32 bits when they
+/// are an errno, 0 or a small number (-4095..4095); one mark for any
+/// other (a pointer to an object each run allocates anew).
+fn class(v: u64) -> u32 {
+    let low = v as u32;
+    if (-4095..=4095).contains(&(low as i32)) {
+        low
+    } else {
+        0x8000_0000
+    }
+}
 
 /// The functions `kprobe-perf list` keeps of `globs`, in its order.
 fn functions(globs: &[&str]) -> Vec<String> {
@@ -76,7 +90,7 @@ fn calls_trees(root: &str, inside: &[String], workload: &[&str]) -> Vec<Tree> {
                 (
                     f["depth"].as_u64().unwrap() as usize,
                     f["function"].as_str().unwrap().to_string(),
-                    f["ret"].as_i64().map(|r| r as u32),
+                    f["ret"].as_i64().map(|r| class(r as u64)),
                 )
             })
             .collect();
@@ -162,7 +176,7 @@ fn retval_of(comment: &str) -> Option<u32> {
         Some(hex) => u64::from_str_radix(hex, 16).ok()?,
         None => v.parse::<i64>().ok()? as u64,
     };
-    Some(n as u32)
+    Some(class(n))
 }
 
 /// The trees of function_graph's text rooted at `root`.
@@ -325,7 +339,7 @@ fn calls_last_steps(root: &str, inside: &[String], workload: &[&str]) -> Vec<Ste
     for f in last["frames"].as_array().unwrap() {
         let name = f["function"].as_str().unwrap().to_string();
         timed.push((f["entry_ns"].as_u64().unwrap(), 0, (name.clone(), None)));
-        let ret = f["ret"].as_i64().map(|r| r as u32);
+        let ret = f["ret"].as_i64().map(|r| class(r as u64));
         timed.push((f["return_ns"].as_u64().unwrap(), 1, (name, ret)));
     }
     timed.sort_by_key(|t| (t.0, t.1));
@@ -382,7 +396,7 @@ fn kprobe_events_last_steps(root: &str, all: &[String], workload: &[&str]) -> Ve
         };
         let ret = (!entry).then(|| {
             let v = line.rsplit("ret=").next().unwrap_or("").trim();
-            u64::from_str_radix(v.trim_start_matches("0x"), 16).unwrap_or(0) as u32
+            class(u64::from_str_radix(v.trim_start_matches("0x"), 16).unwrap_or(0))
         });
         steps.push((name.clone(), ret));
     }
