@@ -36,6 +36,13 @@ Examples:
   kprobe-perf latency --unit us --by ret /lib/x86_64-linux-gnu/libc.so.6:fopen64 -p PID
   kprobe-perf latency -d 10 vfs_read";
 
+/// `calls --help`.
+pub(crate) const CALLS: &str = "\
+Examples:
+  kprobe-perf calls -e do_sys_openat2 --allow do_filp_open --allow path_openat --allow lookup_fast -- cat /nonexistent
+  kprobe-perf calls --graph --min 1ms -e vfs_read --allow 'ext4_*' -a -d 10
+  kprobe-perf calls --json --timeline open.json -e do_sys_openat2 --allow 'getname*' -p PID";
+
 /// `stat --help`.
 pub(crate) const STAT: &str = "\
 Examples:

@@ -35,7 +35,7 @@ fn preflight(kernel: &Kernel) -> Result<Option<Preflight<'_>>> {
 
 /// The judge of glob candidates, with what the kernel left out said on
 /// stderr.
-fn selection<'k>(kernel: &'k Kernel, opts: &GlobOptions) -> Result<Selection<'k>> {
+pub(crate) fn selection<'k>(kernel: &'k Kernel, opts: &GlobOptions) -> Result<Selection<'k>> {
     image_args::text(kernel)?;
     Ok(kernel.selection(opts)?)
 }

@@ -22,6 +22,9 @@ macro_rules! say_more {
 
 mod aggregate;
 mod binaries;
+mod calls;
+mod calls_render;
+mod calls_timeline;
 mod doctor;
 mod drain_log;
 mod eprobe;
@@ -94,6 +97,18 @@ enum Cmd {
     /// p99.9 and max. Returns whose entry was not seen, entries given up
     /// and calls still running at the end are counted on stderr.
     Latency(latency::LatencyArgs),
+    /// Rebuild the call trees of a set of functions: entry and return
+    /// probes on the roots (-e GLOB) and the functions traced inside them
+    /// (--allow GLOB, less --deny GLOB), paired per thread into the tree
+    /// of each root call. By default, the root calls that returned an
+    /// error, each with its path down to the function where the error
+    /// first arose (-ENOENT, NULL, ERR_PTR); --graph prints every tree,
+    /// indented, with durations, return values and self times; --json one
+    /// object per tree. A tree missing events (lost, a missed return, a
+    /// call begun before the start) is printed as incomplete, with what
+    /// it lacks.
+    #[command(after_help = examples::CALLS)]
+    Calls(Box<calls::CallsArgs>),
     /// Count each probe's hits with counting-only perf events (no ring
     /// buffer, no sample: the kernel adds one per hit, read at the end or
     /// every -I MS) and print a table of counts in the order given (or
@@ -338,7 +353,10 @@ fn main() -> ExitCode {
     // Before any thread: the guardian removes the tracefs definitions of
     // a recording that dies without removing them (SIGKILL). Without it
     // (it could not start), the next start or `cleanup` removes them.
-    if matches!(cli.command, Cmd::Record(_) | Cmd::Latency(_) | Cmd::Stat(_)) {
+    if matches!(
+        cli.command,
+        Cmd::Record(_) | Cmd::Latency(_) | Cmd::Calls(_) | Cmd::Stat(_)
+    ) {
         let _ = kprobe_perf_engine::Guardian::start();
     }
     let result = match cli.command {
@@ -352,6 +370,7 @@ fn main() -> ExitCode {
         Cmd::Latency(mut args) => {
             latency::resolve_binaries(&mut args).and_then(|()| latency::run(&args))
         }
+        Cmd::Calls(args) => calls::run(&args),
         Cmd::Stat(mut args) => {
             let resolved = binaries::all(&mut args.events, &args.command, args.verbose.verbose);
             match resolved

@@ -85,6 +85,9 @@ pub mod testing;
 pub use kprobe_perf_spec as spec;
 
 // What an embedder uses, at the crate root.
+pub use analysis::calltree::{
+    CallEvent, CallSite, CallTree, CallTreeBuilder, CallTreeOptions, ReturnKind, TracedFunction,
+};
 pub use attach::error::AttachError;
 pub use attach::guardian::{Guardian, GuardianError};
 pub use attach::options::{SessionOptions, DEFAULT_MMAP_PAGES};

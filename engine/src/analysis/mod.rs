@@ -12,6 +12,9 @@
 //! - [`aggregate`]: [`Aggregator`] for `--count-by KEY,...`, `--hist ARG`
 //!   and `--lhist ARG:MIN,MAX,STEP`, with the parsers of those specs.
 //! - [`render`]: bpftrace-like text for histograms and count tables.
+//! - [`calltree`]: [`CallTreeBuilder`] rebuilds, per thread, the call
+//!   tree of each call of a root function from entries and returns, with
+//!   durations, self times and the frame where an error first arose.
 //! - [`FoldedStacks`]: stacks counted in the folded format flame graph
 //!   tools read, and drawn as a flame graph with the `flamegraph` feature.
 //!
@@ -48,6 +51,7 @@
 //! ```
 
 pub mod aggregate;
+pub mod calltree;
 mod folded;
 pub mod hist;
 pub mod latency;
@@ -58,6 +62,10 @@ mod key;
 pub use aggregate::{
     parse_count_by, parse_hist, parse_lhist, parse_linear, AggregateSnapshot, Aggregator, ArgField,
     ArgHists, ArgKind, CountBy, CountKey, CountRow, CountTable, HistBy, ProbeFields, ProbeHist,
+};
+pub use calltree::{
+    errno_name, CallError, CallEvent, CallProbes, CallSite, CallTree, CallTreeBuilder,
+    CallTreeOptions, Frame, FunctionTime, Missing, ReturnKind, TracedFunction,
 };
 #[cfg(feature = "flamegraph")]
 pub use folded::FlameGraphError;

@@ -1,0 +1,76 @@
+//! [`CallProbes`]: a session's events of entry and return probes, as the
+//! [`CallEvent`]s a [`CallTreeBuilder`](super::CallTreeBuilder) takes.
+
+use std::collections::HashMap;
+
+use kprobe_perf_symbols::KernelSymbols;
+
+use super::builder::{CallEvent, CallSite, TracedFunction};
+use crate::decode::Event;
+use crate::plan::ProbePlan;
+
+/// Which function an event is of, and whether it is an entry or a
+/// return: from the probe's plan (an entry or a return probe; a return
+/// probe's first argument is the return value) and from the address the
+/// event names (the probed function, found in the kernel's symbols:
+/// one probe may cover many functions, as a glob's fprobe event does).
+#[derive(Debug, Clone)]
+pub struct CallProbes {
+    /// Per probe: `Some(true)` for a return probe, `Some(false)` for an
+    /// entry, `None` for a probe that is neither (ignored).
+    returns: Vec<Option<bool>>,
+    /// The functions by name.
+    by_name: HashMap<String, usize>,
+    /// Addresses already looked up.
+    by_addr: HashMap<u64, Option<usize>>,
+}
+
+impl CallProbes {
+    /// The probes of a session (`plans`, in its order) for `functions`.
+    pub fn new(plans: &[ProbePlan], functions: &[TracedFunction]) -> CallProbes {
+        CallProbes {
+            returns: plans.iter().map(|p| Some(p.is_return())).collect(),
+            by_name: functions
+                .iter()
+                .enumerate()
+                .map(|(i, f)| (f.name.clone(), i))
+                .collect(),
+            by_addr: HashMap::new(),
+        }
+    }
+
+    /// The function probed at `addr` (kprobes on ENDBR kernels and ftrace
+    /// sites sit a few bytes past the start: the holding symbol counts).
+    fn function_at(&mut self, addr: u64, symbols: &KernelSymbols) -> Option<usize> {
+        if let Some(f) = self.by_addr.get(&addr) {
+            return *f;
+        }
+        let f = symbols
+            .symbolize(addr)
+            .and_then(|l| self.by_name.get(&l.symbol.name).copied());
+        self.by_addr.insert(addr, f);
+        f
+    }
+
+    /// `e` as a call event, or `None` when it is of no traced function.
+    pub fn call_event(&mut self, e: &Event, symbols: &KernelSymbols) -> Option<CallEvent> {
+        let is_return = (*self.returns.get(e.probe)?)?;
+        let function = self.function_at(e.probe_addr, symbols)?;
+        let (site, args) = if is_return {
+            let retval = e.args.first().and_then(|v| v.as_u64());
+            (CallSite::Return { retval }, Vec::new())
+        } else {
+            (CallSite::Entry, e.args.clone())
+        };
+        Some(CallEvent {
+            function,
+            site,
+            tid: e.tid,
+            pid: e.pid,
+            comm: e.comm.clone(),
+            cpu: e.cpu,
+            time_ns: e.time_ns,
+            args,
+        })
+    }
+}
