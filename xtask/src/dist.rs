@@ -478,7 +478,7 @@ fn check_vm_arch(dist: &Dist, kernel: &str, arch: GuestArch) -> Result<()> {
     // leaves the upper half of x0 zero: s64 read 4294967294).
     let (resolved, dfd, func, file, want_ret) = match arch {
         GuestArch::X86_64 => (
-            kernels::resolve(kernel, &cache)?,
+            kernels::resolve_image_only(kernel, &cache)?,
             "%di",
             "do_sys_openat2",
             "/kprobe-perf",
