@@ -115,6 +115,9 @@ mod tests_arm64;
 
 use crate::Arch;
 
+/// Longest instruction kept: 15 bytes plus a 5-byte Xen/KVM emulate prefix.
+const MAX_INSN_BYTES: usize = 20;
+
 pub use arm64::Arm64Refusal;
 pub use uprobe::UprobeRule;
 pub use verdict::{DescribedVerdict, Errno, Insn, Nearby, Refusal, RefuseReason, Verdict};

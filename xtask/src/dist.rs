@@ -16,9 +16,6 @@ use crate::kernels::{self, GuestArch, ARM64_MATRIX, MATRIX};
 use crate::vm::{self, VmRun};
 use crate::{passthrough_env, report_problems, vm_cache, workspace_root};
 
-/// The Rust target of the static x86_64 binary.
-pub(crate) const MUSL: &str = "x86_64-unknown-linux-musl";
-
 /// What `cargo xtask dist` made.
 pub(crate) struct Dist {
     /// `target/dist/kprobe-perf-VERSION-x86_64-linux-musl/`.

@@ -53,7 +53,7 @@ impl GuestArch {
     /// The Rust target of static builds that run in this guest.
     pub(crate) fn musl_target(self) -> &'static str {
         match self {
-            GuestArch::X86_64 => crate::dist::MUSL,
+            GuestArch::X86_64 => "x86_64-unknown-linux-musl",
             GuestArch::Arm64 => "aarch64-unknown-linux-musl",
         }
     }

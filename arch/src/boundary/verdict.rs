@@ -4,7 +4,7 @@
 
 use std::fmt;
 
-use super::{arm64, x86, Arm64Refusal, FunctionText, UprobeRule};
+use super::{arm64, x86, Arm64Refusal, FunctionText, UprobeRule, MAX_INSN_BYTES};
 
 /// The error number the kernel answers a refused probe with.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -53,9 +53,6 @@ impl fmt::Display for Errno {
         f.write_str(self.name())
     }
 }
-
-/// Longest instruction kept: 15 bytes plus a 5-byte Xen/KVM emulate prefix.
-pub(super) const MAX_INSN_BYTES: usize = 20;
 
 /// One x86-64 instruction of a function, copied out so a verdict can name
 /// it without borrowing the function's bytes.

@@ -4,8 +4,7 @@
 
 use iced_x86::{Code, Decoder, DecoderOptions, Formatter, GasFormatter, Instruction, Register};
 
-use super::verdict::MAX_INSN_BYTES;
-use super::{FunctionText, Rules};
+use super::{FunctionText, Rules, MAX_INSN_BYTES};
 
 /// `x86_nops[5]` on x86_64: the NOP ftrace leaves at each function entry.
 const FTRACE_NOP: [u8; 5] = [0x0f, 0x1f, 0x44, 0x00, 0x00];
