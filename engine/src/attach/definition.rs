@@ -83,13 +83,39 @@ impl ProbePlan {
             },
             (t, _) => t.clone(),
         };
+        let args = match target {
+            Target::User { .. } => self.spec.args.iter().map(char_as_u8).collect(),
+            _ => self.spec.args.clone(),
+        };
         ProbeSpec {
             group: Some(group.to_string()),
             event: Some(self.event.clone()),
             target,
+            args,
             ..self.spec.clone()
         }
         .to_string()
+    }
+}
+
+/// A register a uprobe's definition reads as `char` is written as `u8`:
+/// the same byte, which this engine prints as the character (the
+/// argument keeps its type here), on a kernel whose uprobe_events knows
+/// no `char` (before 6.7) as on one that does. A planned register-only
+/// uprobe reaches uprobe_events for a command or `--backend tracefs`
+/// without the kernel's README being asked about its types.
+fn char_as_u8(arg: &kprobe_perf_spec::FetchArg) -> kprobe_perf_spec::FetchArg {
+    match arg.ty {
+        Some(ty) if ty.base == kprobe_perf_spec::BaseType::Char && !arg.fetch.reads_memory() => {
+            kprobe_perf_spec::FetchArg {
+                ty: Some(kprobe_perf_spec::ArgType {
+                    base: kprobe_perf_spec::BaseType::Unsigned(8),
+                    ..ty
+                }),
+                ..arg.clone()
+            }
+        }
+        _ => arg.clone(),
     }
 }
 
