@@ -2,8 +2,9 @@
  * for every third step, pick() takes a char. Built with frame pointers
  * and DWARF, as a program under development is.
  *
- * `habits N PROGRAM`: waits 2 s (a recorder starts meanwhile), walks N
- * steps, then execs PROGRAM with the argument N. */
+ * `habits N PROGRAM`: waits for a line on its standard input (a recorder
+ * starts meanwhile, and the test writes the line once it records), walks
+ * N steps, then execs PROGRAM with the argument N. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <unistd.h>
@@ -22,8 +23,8 @@ int main(int argc, char **argv)
 {
 	int n = argc > 1 ? atoi(argv[1]) : 6;
 	long sum = 0;
-	if (argc > 2)
-		sleep(2);
+	if (argc > 2 && getchar() == EOF)
+		return 1;
 	for (int i = 0; i < n; i++) {
 		sum += walk(i);
 		sum += pick('a' + i % 3);

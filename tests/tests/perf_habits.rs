@@ -2,10 +2,13 @@
 //! print, kprobe-perf prints, and perf's spellings work. The workload is
 //! tests/data/habits.c, built with `cc -g -fno-omit-frame-pointer`.
 
+use std::io::Write;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+use std::process::{Command, Output, Stdio};
 
-use kprobe_perf_tests::{kprobe_perf_bin, skip_here, uprobes_available};
+use kprobe_perf_tests::{
+    kprobe_perf_bin, online_cpus, skip_here, uprobes_available, wait_until_recording,
+};
 
 /// The workload, built in a directory of its own, removed after.
 struct Built {
@@ -472,16 +475,32 @@ fn an_exec_under_a_names_each_event_as_it_was() {
     // The same file under another name: the uprobe fires in both.
     let renamed = b.dir.join("renamed");
     std::fs::hard_link(&b.bin, &renamed).unwrap();
+    // Alive before the recording opens, held until it records.
     let mut workload = Command::new(&b.bin)
         .arg("2")
         .arg(&renamed)
-        .stdout(std::process::Stdio::null())
+        .stdin(Stdio::piped())
+        .stdout(Stdio::null())
         .spawn()
         .unwrap();
     let pid = workload.id();
     let spec = format!("p:{}:walk", b.bin.display());
-    let out = kprobe_perf(&b.dir, &["record", "-a", "-d", "4", "-e", &spec]);
+    let rec = Command::new(kprobe_perf_bin())
+        .current_dir(&b.dir)
+        .args(["record", "-a", "-d", "60", "-e", &spec])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    wait_until_recording(rec.id(), online_cpus().len());
+    let mut go = workload.stdin.take().unwrap();
+    go.write_all(b"\n").unwrap();
+    drop(go);
     assert!(workload.wait().unwrap().success());
+    // The recording ends on SIGINT, draining what its rings hold.
+    // SAFETY: kill with the recorder's pid, a child of this process.
+    unsafe { libc::kill(rec.id() as i32, libc::SIGINT) };
+    let out = rec.wait_with_output().unwrap();
     assert!(out.status.success(), "{}", stderr(&out));
     let names: Vec<String> = String::from_utf8_lossy(&out.stdout)
         .lines()
