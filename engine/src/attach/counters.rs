@@ -201,17 +201,10 @@ mod tests {
     };
 
     fn planned(spec: &str) -> ProbePlan {
-        let syms = kprobe_perf_symbols::KernelSymbols::parse(
+        crate::plan::planned_for_pmu(
+            spec,
             "ffffffff81000000 T _text\nffffffff81234570 T do_sys_openat2\n",
         )
-        .unwrap();
-        crate::plan::resolve(
-            kprobe_perf_spec::ProbeSpec::parse(spec, kprobe_perf_arch::Arch::X86_64).unwrap(),
-            &syms,
-            kprobe_perf_arch::Arch::X86_64,
-            crate::plan::BackendChoice::Pmu,
-        )
-        .unwrap()
     }
 
     fn settings(inherit: bool, enable_on_exec: bool) -> EventSettings {

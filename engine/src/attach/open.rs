@@ -654,17 +654,10 @@ mod tests {
     /// A probe at `spec`, planned for the PMU against a kallsyms with
     /// `mod_fn` in module `m` at [`MOD_FN`].
     fn planned(spec: &str) -> ProbePlan {
-        let syms = kprobe_perf_symbols::KernelSymbols::parse(
+        crate::plan::planned_for_pmu(
+            spec,
             "ffffffff81000000 T _text\nffffffff81234570 T do_sys_openat2\nffffffffc0a01230 t mod_fn\t[m]\n",
         )
-        .unwrap();
-        crate::plan::resolve(
-            kprobe_perf_spec::ProbeSpec::parse(spec, kprobe_perf_arch::Arch::X86_64).unwrap(),
-            &syms,
-            kprobe_perf_arch::Arch::X86_64,
-            crate::plan::BackendChoice::Pmu,
-        )
-        .unwrap()
     }
 
     fn attr_of(plan: &ProbePlan) -> sys::perf_event_attr {

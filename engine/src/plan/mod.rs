@@ -18,3 +18,17 @@ pub use probe_plan::{
     PlanError, ProbePlan,
 };
 pub use resolve::{resolve, resolve_with, running_kernel_features, TRACEFS_ROOTS};
+
+/// For the engine's unit tests: `spec` planned for the PMU on x86_64
+/// against `kallsyms` (a /proc/kallsyms text).
+#[cfg(test)]
+pub(crate) fn planned_for_pmu(spec: &str, kallsyms: &str) -> ProbePlan {
+    let syms = kprobe_perf_symbols::KernelSymbols::parse(kallsyms).unwrap();
+    resolve(
+        kprobe_perf_spec::ProbeSpec::parse(spec, kprobe_perf_arch::Arch::X86_64).unwrap(),
+        &syms,
+        kprobe_perf_arch::Arch::X86_64,
+        BackendChoice::Pmu,
+    )
+    .unwrap()
+}
