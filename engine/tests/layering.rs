@@ -4,8 +4,12 @@
 //! holds the line: no import against the stages' order, and no function
 //! over 100 lines.
 
+mod common;
+
 use std::fs;
-use std::path::{Path, PathBuf};
+use std::path::Path;
+
+use common::sources;
 
 /// The stages in the order data flows through them. Each stage owns its
 /// error; `error` is the root error, which wraps those of plan, kernel
@@ -14,21 +18,6 @@ use std::path::{Path, PathBuf};
 const ORDER: [&str; 9] = [
     "plan", "kernel", "attach", "decode", "error", "stack", "session", "analysis", "perfdata",
 ];
-
-fn sources(dir: &Path, out: &mut Vec<PathBuf>) {
-    for entry in fs::read_dir(dir).expect("reading src/").flatten() {
-        let path = entry.path();
-        if path.is_dir() {
-            sources(&path, out);
-        } else if path.extension().is_some_and(|e| e == "rs")
-            && !path
-                .file_name()
-                .is_some_and(|n| n.to_string_lossy().contains("test"))
-        {
-            out.push(path);
-        }
-    }
-}
 
 /// The code of a file: up to its `#[cfg(test)] mod ... {` block, without
 /// `//` comments.

@@ -14,8 +14,12 @@
 //! both files with
 //! `KPROBE_PERF_BLESS=1 cargo test -p kprobe-perf-engine --test public_api`.
 
+mod common;
+
 use std::fs;
-use std::path::{Path, PathBuf};
+use std::path::Path;
+
+use common::sources;
 
 use quote::ToTokens;
 use syn::{Attribute, Fields, ImplItem, Item, TraitItem, Visibility};
@@ -150,22 +154,6 @@ fn the_public_items_are_what_public_items_txt_lists() {
         &(out.join("\n") + "\n"),
         "the engine's public items",
     );
-}
-
-/// The source files of `dir`, test files left out.
-fn sources(dir: &Path, out: &mut Vec<PathBuf>) {
-    for entry in fs::read_dir(dir).expect("reading src/").flatten() {
-        let path = entry.path();
-        if path.is_dir() {
-            sources(&path, out);
-        } else if path.extension().is_some_and(|e| e == "rs")
-            && !path
-                .file_name()
-                .is_some_and(|n| n.to_string_lossy().contains("test"))
-        {
-            out.push(path);
-        }
-    }
 }
 
 /// `attach/open.rs` -> `attach::open`, `decode/mod.rs` -> `decode`,
