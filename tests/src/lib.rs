@@ -345,6 +345,57 @@ pub fn numbered_like_perf_probe(lines: &[String]) -> Vec<String> {
         .collect()
 }
 
+/// A C program of `tests/data`, built for one test in a directory of its
+/// own, removed when dropped.
+pub struct CProgram {
+    /// The directory.
+    pub dir: PathBuf,
+    /// The built executable.
+    pub bin: PathBuf,
+}
+
+impl Drop for CProgram {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// Builds `tests/data/NAME.c` with `cc FLAGS` into a new directory for
+/// `test`, the executable named NAME; `None` (after a SKIP line saying
+/// why) where it cannot be built.
+pub fn build_c(test: &str, name: &str, flags: &[&str]) -> Option<CProgram> {
+    let src = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join(format!("data/{name}.c"));
+    let dir = std::env::temp_dir().join(format!(
+        "kpf-{}-{test}-{}",
+        name.replace('_', "-"),
+        std::process::id()
+    ));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let bin = dir.join(name);
+    let built = std::process::Command::new("cc")
+        .args(flags)
+        .arg("-o")
+        .arg(&bin)
+        .arg(&src)
+        .status();
+    match built {
+        Ok(s) if s.success() => Some(CProgram { dir, bin }),
+        r => {
+            let _ = std::fs::remove_dir_all(&dir);
+            skip_here(
+                test,
+                &format!(
+                    "cannot build {} with `cc {}` here ({r:?})",
+                    src.display(),
+                    flags.join(" ")
+                ),
+            );
+            None
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

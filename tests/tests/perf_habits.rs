@@ -3,52 +3,21 @@
 //! tests/data/habits.c, built with `cc -g -fno-omit-frame-pointer`.
 
 use std::io::Write;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Command, Output, Stdio};
 
 use kprobe_perf_tests::{
-    kprobe_perf_bin, online_cpus, skip_here, uprobes_available, wait_until_recording,
+    build_c, kprobe_perf_bin, online_cpus, skip_here, uprobes_available, wait_until_recording,
+    CProgram,
 };
 
-/// The workload, built in a directory of its own, removed after.
-struct Built {
-    dir: PathBuf,
-    bin: PathBuf,
-}
-
-impl Drop for Built {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.dir);
-    }
-}
-
-/// Builds tests/data/habits.c; `None` (after a SKIP line) without uprobes
-/// or a C compiler.
-fn build(test: &str) -> Option<Built> {
+/// Builds tests/data/habits.c with frame pointers and DWARF; `None`
+/// (after a SKIP line) without uprobes or a C compiler.
+fn build(test: &str) -> Option<CProgram> {
     if !uprobes_available(test) {
         return None;
     }
-    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("data/habits.c");
-    let dir = std::env::temp_dir().join(format!("kpf-habits-{test}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
-    let bin = dir.join("habits");
-    let built = Command::new("cc")
-        .args(["-O1", "-g", "-fno-omit-frame-pointer", "-o"])
-        .arg(&bin)
-        .arg(&src)
-        .status();
-    match built {
-        Ok(s) if s.success() => Some(Built { dir, bin }),
-        r => {
-            let _ = std::fs::remove_dir_all(&dir);
-            skip_here(
-                test,
-                &format!("cannot build {} with cc ({r:?})", src.display()),
-            );
-            None
-        }
-    }
+    build_c(test, "habits", &["-O1", "-g", "-fno-omit-frame-pointer"])
 }
 
 /// kprobe-perf with `args`, run in `dir`.

@@ -14,48 +14,18 @@
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
-use kprobe_perf_tests::{kprobe_perf_bin, skip_here, uprobes_available, vm_kernel};
+use kprobe_perf_tests::{
+    build_c, kprobe_perf_bin, skip_here, uprobes_available, vm_kernel, CProgram,
+};
 
 /// The program, built for one test in a directory of its own, removed
 /// after.
-struct Built {
-    dir: PathBuf,
-    bin: PathBuf,
-}
-
-impl Drop for Built {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.dir);
-    }
-}
+type Built = CProgram;
 
 /// Builds tests/data/user_source.c with `cc -O2 -g`; `None` (after a
 /// SKIP line saying why) where there is no C compiler.
 fn build(test: &str) -> Option<Built> {
-    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("data/user_source.c");
-    let dir = std::env::temp_dir().join(format!("kpf-user-source-{test}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
-    let bin = dir.join("user_source");
-    let built = Command::new("cc")
-        .args(["-O2", "-g", "-o"])
-        .arg(&bin)
-        .arg(&src)
-        .status();
-    match built {
-        Ok(s) if s.success() => Some(Built { dir, bin }),
-        r => {
-            let _ = std::fs::remove_dir_all(&dir);
-            skip_here(
-                test,
-                &format!(
-                    "cannot build {} with `cc -O2 -g` here ({r:?})",
-                    src.display()
-                ),
-            );
-            None
-        }
-    }
+    build_c(test, "user_source", &["-O2", "-g"])
 }
 
 /// True (after a SKIP line) inside the VM: the offline tests involve no
