@@ -328,7 +328,7 @@ pub(crate) fn entry_counter(ret: &perf_event_attr, retprobe_bit: u32) -> perf_ev
 /// A bare disabled PMU probe at `offset` into a named function (the
 /// name goes in config1 when opened), sampling nothing: what preflight
 /// asks the kernel to register.
-#[cfg_attr(not(feature = "test-util"), allow(dead_code))] // for ask_kernel
+#[cfg(feature = "test-util")]
 pub(crate) fn bare_probe(pmu: ProbePmu, offset: u64, site: ProbeSite) -> perf_event_attr {
     let mut attr = empty();
     set_pmu_probe(&mut attr, pmu, site, offset);
@@ -342,8 +342,9 @@ pub(crate) fn bare_probe(pmu: ProbePmu, offset: u64, site: ProbeSite) -> perf_ev
 /// text is patched; closing the fd unregisters it. Used to measure the
 /// predictions against the kernel ([`Preflight`](crate::kernel::preflight::Preflight)
 /// predicts without opening anything).
-#[cfg_attr(not(feature = "test-util"), allow(dead_code, unreachable_pub))] // in `testing`
-pub fn ask_kernel(
+#[cfg(feature = "test-util")]
+#[cfg_attr(feature = "test-util", visibility::make(pub))]
+pub(crate) fn ask_kernel(
     pmu: ProbePmu,
     name: &str,
     offset: u64,

@@ -235,8 +235,8 @@ pub(crate) enum OpenedAs {
 /// What the process may do, as far as perf_event_open's permission checks
 /// go.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-#[cfg_attr(not(feature = "test-util"), allow(unreachable_pub))] // in `testing`
-pub struct Privilege {
+#[cfg_attr(feature = "test-util", visibility::make(pub))]
+pub(crate) struct Privilege {
     /// CAP_PERFMON is in the effective set.
     pub perfmon: bool,
     /// CAP_SYS_ADMIN is in the effective set.
@@ -248,8 +248,8 @@ pub struct Privilege {
 impl Privilege {
     /// This process's effective capabilities and the running kernel's
     /// `perf_event_paranoid` (unknown parts read as absent).
-    #[cfg_attr(not(feature = "test-util"), allow(unreachable_pub))] // in `testing`
-    pub fn current() -> Privilege {
+    #[cfg_attr(feature = "test-util", visibility::make(pub))]
+    pub(crate) fn current() -> Privilege {
         let caps = crate::attach::sys::effective_capabilities().unwrap_or(0);
         let has = |cap: u32| caps & (1u64 << cap) != 0;
         Privilege {

@@ -17,21 +17,9 @@ pub(crate) mod instance;
 pub(crate) mod open;
 pub(crate) mod options;
 pub mod os;
-#[cfg_attr(not(feature = "test-util"), allow(unreachable_pub))] // in `testing`
-pub mod pmu;
+pub(crate) mod pmu;
 pub(crate) mod process;
-/// The per-CPU ring reader (public with the `test-util` feature only).
-#[cfg(feature = "test-util")]
-pub mod ring;
-#[cfg(not(feature = "test-util"))]
-#[allow(unreachable_pub)] // public with test-util
 pub(crate) mod ring;
-/// The one syscall layer (public with the `test-util` feature only:
-/// tests that open perf events by hand).
-#[cfg(feature = "test-util")]
-pub mod sys;
-#[cfg(not(feature = "test-util"))]
-#[allow(unreachable_pub)] // public with test-util
 pub(crate) mod sys;
 pub(crate) mod target;
 mod tasks;

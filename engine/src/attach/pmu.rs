@@ -10,7 +10,8 @@ use crate::plan::{AttachPoint, Backend, ProbePlan};
 
 /// A dynamic probe PMU: its type number and the config bit for return probes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct ProbePmu {
+#[cfg_attr(feature = "test-util", visibility::make(pub))]
+pub(crate) struct ProbePmu {
     /// `perf_event_attr.type`.
     pub type_: u32,
     /// Bit of `config` that makes a return probe (`format/retprobe`).
@@ -24,7 +25,8 @@ pub struct ProbePmu {
 impl ProbePmu {
     /// Reads `kprobe` or `uprobe` from sysfs; `Ok(None)` when the kernel has
     /// no such PMU.
-    pub fn discover(name: &str) -> Result<Option<ProbePmu>, AttachError> {
+    #[cfg_attr(feature = "test-util", visibility::make(pub))]
+    pub(crate) fn discover(name: &str) -> Result<Option<ProbePmu>, AttachError> {
         Self::discover_in(Path::new(SYSFS_PMUS), name)
     }
 
@@ -66,8 +68,8 @@ impl ProbePmu {
 
 /// Checks what a newcomer hits first: a kernel without the kprobe PMU, or
 /// a process without the capability to use it.
-#[cfg_attr(not(feature = "test-util"), allow(dead_code, unreachable_pub))] // in `testing`
-pub fn preflight() -> Result<ProbePmu, AttachError> {
+#[cfg_attr(feature = "test-util", visibility::make(pub))]
+pub(crate) fn preflight() -> Result<ProbePmu, AttachError> {
     let pmu = ProbePmu::discover("kprobe")?.ok_or_else(|| AttachError::NoKprobePmu {
         dir: format!("{SYSFS_PMUS}/kprobe"),
     })?;
@@ -76,8 +78,8 @@ pub fn preflight() -> Result<ProbePmu, AttachError> {
 }
 
 /// Fails unless this process has CAP_PERFMON or CAP_SYS_ADMIN.
-#[cfg_attr(not(feature = "test-util"), allow(unreachable_pub))] // in `testing`
-pub fn check_capabilities() -> Result<(), AttachError> {
+#[cfg_attr(feature = "test-util", visibility::make(pub))]
+pub(crate) fn check_capabilities() -> Result<(), AttachError> {
     let caps =
         sys::effective_capabilities().map_err(|e| AttachError::io("reading capabilities", e))?;
     let has = |cap: u32| caps & (1u64 << cap) != 0;

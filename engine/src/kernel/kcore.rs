@@ -15,7 +15,8 @@ use object::{LittleEndian, ReadCache};
 use crate::kernel::preflight::KernelTextSource;
 
 /// `/proc/kcore`, opened, with its loadable segments.
-pub struct Kcore {
+#[cfg_attr(feature = "test-util", visibility::make(pub))]
+pub(crate) struct Kcore {
     file: File,
     /// (virtual address, size, file offset)
     segments: Vec<(u64, u64, u64)>,
@@ -23,7 +24,8 @@ pub struct Kcore {
 
 impl Kcore {
     /// Opens `/proc/kcore` (root, CONFIG_PROC_KCORE).
-    pub fn open() -> io::Result<Kcore> {
+    #[cfg_attr(feature = "test-util", visibility::make(pub))]
+    pub(crate) fn open() -> io::Result<Kcore> {
         Self::open_path("/proc/kcore")
     }
 
@@ -92,7 +94,8 @@ impl KernelTextSource for Kcore {
 /// Kernel text from a vmlinux on disk, at running addresses (moved by the
 /// KASLR slide). Runtime patching (alternatives, jump labels, static calls,
 /// ftrace) is not visible in it.
-pub struct ImageText {
+#[cfg_attr(feature = "test-util", visibility::make(pub))]
+pub(crate) struct ImageText {
     image: Arc<KernelImage>,
     slide: KaslrSlide,
 }
@@ -100,7 +103,8 @@ pub struct ImageText {
 impl ImageText {
     /// Text of `image`, whose link-time addresses `slide` moves to the
     /// running kernel's.
-    pub fn new(image: impl Into<Arc<KernelImage>>, slide: KaslrSlide) -> ImageText {
+    #[cfg_attr(feature = "test-util", visibility::make(pub))]
+    pub(crate) fn new(image: impl Into<Arc<KernelImage>>, slide: KaslrSlide) -> ImageText {
         ImageText {
             image: image.into(),
             slide,
@@ -108,14 +112,8 @@ impl ImageText {
     }
 
     /// The image.
-    pub fn image(&self) -> &KernelImage {
+    pub(crate) fn image(&self) -> &KernelImage {
         &self.image
-    }
-
-    /// The slide in use.
-    #[cfg_attr(not(feature = "test-util"), allow(dead_code))] // for the tests
-    pub fn slide(&self) -> KaslrSlide {
-        self.slide
     }
 
     /// The ELF size of the function that starts at running `address`.
@@ -147,7 +145,8 @@ impl KernelTextSource for ImageText {
 
 /// The live text when readable, else a vmlinux; function sizes from the
 /// vmlinux's symbol table whenever there is one.
-pub struct TextSources {
+#[cfg_attr(feature = "test-util", visibility::make(pub))]
+pub(crate) struct TextSources {
     /// `/proc/kcore`.
     pub live: Option<Kcore>,
     /// A vmlinux matched to the running kernel.

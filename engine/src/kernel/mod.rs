@@ -30,11 +30,7 @@
 
 pub(crate) mod error;
 mod globs;
-#[cfg(feature = "test-util")]
-pub mod kcore;
-#[cfg(not(feature = "test-util"))]
-#[allow(unreachable_pub)] // public in `testing` with test-util
-pub mod kcore;
+pub(crate) mod kcore;
 pub mod module_debug;
 pub mod preflight;
 pub mod select;

@@ -16,8 +16,9 @@ use kprobe_perf_spec::{ProbeSpec, Target};
 ///
 /// `symbols` may be empty (kallsyms unreadable); names are then left for
 /// the kernel to check.
-#[cfg_attr(not(feature = "test-util"), allow(dead_code, unreachable_pub))] // tests only
-pub fn plan_probes<S: AsRef<str>>(
+#[cfg(feature = "test-util")]
+#[cfg_attr(feature = "test-util", visibility::make(pub))]
+pub(crate) fn plan_probes<S: AsRef<str>>(
     specs: &[S],
     symbols: &KernelSymbols,
 ) -> Result<Vec<ProbePlan>, PlanError> {
@@ -90,8 +91,8 @@ pub(crate) const BULK_THROUGH_TRACEFS: usize = 64;
 /// the calls a PMU kretprobe saw enter but not return are counted by the
 /// [`Session`](crate::session::Session) itself
 /// ([`Session::call_counts`](crate::session::Session::call_counts)).
-#[cfg_attr(not(feature = "test-util"), allow(unreachable_pub))] // in `testing`
-pub fn plan_probes_with<S: AsRef<str>>(
+#[cfg_attr(feature = "test-util", visibility::make(pub))]
+pub(crate) fn plan_probes_with<S: AsRef<str>>(
     specs: &[S],
     symbols: &KernelSymbols,
     choice: BackendChoice,

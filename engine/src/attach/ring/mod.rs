@@ -39,7 +39,7 @@ impl<'a> RingRecord<'a> {
 }
 
 /// A mapped ring buffer of one perf event fd.
-pub struct RingBuffer {
+pub(crate) struct RingBuffer {
     map: Mapping,
     data_offset: usize,
     data_size: usize,
@@ -50,7 +50,7 @@ pub struct RingBuffer {
 
 impl RingBuffer {
     /// Maps `data_pages` (a power of two) data pages of `fd`.
-    pub fn new(fd: &OwnedFd, data_pages: usize) -> io::Result<RingBuffer> {
+    pub(crate) fn new(fd: &OwnedFd, data_pages: usize) -> io::Result<RingBuffer> {
         if !data_pages.is_power_of_two() {
             return Err(io::Error::new(
                 io::ErrorKind::InvalidInput,
@@ -108,7 +108,7 @@ impl RingBuffer {
     }
 
     /// Bytes written by the kernel and not yet consumed.
-    pub fn pending(&self) -> u64 {
+    pub(crate) fn pending(&self) -> u64 {
         let (head, tail) = self.head_tail();
         head.load(Ordering::Acquire)
             .wrapping_sub(tail.load(Ordering::Relaxed))
@@ -118,7 +118,7 @@ impl RingBuffer {
     /// Returns the number of records read. A corrupt header ends the drain
     /// as [`RingBuffer::try_drain`] describes; the records before it are
     /// counted, the bytes from it on are dropped.
-    pub fn drain(&mut self, f: impl FnMut(RingRecord<'_>)) -> usize {
+    pub(crate) fn drain(&mut self, f: impl FnMut(RingRecord<'_>)) -> usize {
         self.try_drain(f).unwrap_or_else(|e| e.delivered)
     }
 
@@ -128,7 +128,7 @@ impl RingBuffer {
     /// writer copies in one write, as perf record does. After a corrupt
     /// header, only the good records before it are given.
     #[inline(always)]
-    pub fn drain_with_bytes(
+    pub(crate) fn drain_with_bytes(
         &mut self,
         f: impl FnMut(RingRecord<'_>),
         bytes: impl FnOnce((&[u8], &[u8])),
@@ -141,7 +141,7 @@ impl RingBuffer {
     /// end), then frees it; returns how many bytes that was. No record is
     /// looked at, as perf record reads a ring: whoever keeps the bytes
     /// parses them later (a corrupt header is then found there).
-    pub fn take_bytes(&mut self, bytes: impl FnOnce((&[u8], &[u8]))) -> usize {
+    pub(crate) fn take_bytes(&mut self, bytes: impl FnOnce((&[u8], &[u8]))) -> usize {
         let (head, tail) = {
             let (head, tail) = self.head_tail();
             (head.load(Ordering::Acquire), tail.load(Ordering::Relaxed))
@@ -183,7 +183,7 @@ impl RingBuffer {
     /// kernel could otherwise stall on a full ring), and returns
     /// [`CorruptRecord`], which says where and how many records came
     /// before. The next drain starts at the kernel's next record.
-    pub fn try_drain(&mut self, f: impl FnMut(RingRecord<'_>)) -> Result<usize, CorruptRecord> {
+    pub(crate) fn try_drain(&mut self, f: impl FnMut(RingRecord<'_>)) -> Result<usize, CorruptRecord> {
         self.drain_then(f, |_| ())
     }
 
@@ -311,7 +311,7 @@ impl RingBuffer {
      type {kind}, size {size}, with {pending} bytes pending; those {pending} bytes were dropped after {delivered} good records. \
      Nothing but the kernel should write to the ring: if nothing else maps it, report this as a bug"
 )]
-pub struct CorruptRecord {
+pub(crate) struct CorruptRecord {
     /// `data_tail` at the bad header (a byte count since the ring began).
     pub position: u64,
     /// Its offset in the data area.
@@ -330,7 +330,7 @@ pub struct CorruptRecord {
 
 /// One record copied out of an overwrite ring: header fields and body.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct OwnedRecord {
+pub(crate) struct OwnedRecord {
     /// `perf_event_header.type`.
     pub kind: u32,
     /// `perf_event_header.misc`.
@@ -344,7 +344,7 @@ pub struct OwnedRecord {
 /// one, moving `data_head` down, and overwrites the oldest records once the
 /// ring is full. It is read only while the kernel's output is paused
 /// (`PERF_EVENT_IOC_PAUSE_OUTPUT`), by copying the data area.
-pub struct BackwardRing {
+pub(crate) struct BackwardRing {
     map: Mapping,
     data_offset: usize,
     data_size: usize,
@@ -355,7 +355,7 @@ pub struct BackwardRing {
 
 impl BackwardRing {
     /// Maps `data_pages` (a power of two) data pages of `fd` read-only.
-    pub fn new(fd: &OwnedFd, data_pages: usize) -> io::Result<BackwardRing> {
+    pub(crate) fn new(fd: &OwnedFd, data_pages: usize) -> io::Result<BackwardRing> {
         if !data_pages.is_power_of_two() {
             return Err(io::Error::new(
                 io::ErrorKind::InvalidInput,
@@ -404,7 +404,7 @@ impl BackwardRing {
 
     /// The records written since the previous call (all of them, the first
     /// time) that are still in the ring, newest first.
-    pub fn take_new(&mut self) -> Vec<OwnedRecord> {
+    pub(crate) fn take_new(&mut self) -> Vec<OwnedRecord> {
         let (head, data) = self.snapshot();
         let limit = self.last_head.map(|prev| prev.wrapping_sub(head));
         self.last_head = Some(head);
@@ -418,7 +418,7 @@ impl BackwardRing {
 /// zero-sized header (never-written space), at a record that would run past
 /// one full lap of the ring (its start was overwritten), at a malformed
 /// header, or after `limit` bytes (the records already taken).
-pub fn backward_records(data: &[u8], head: u64, limit: Option<u64>) -> Vec<OwnedRecord> {
+pub(crate) fn backward_records(data: &[u8], head: u64, limit: Option<u64>) -> Vec<OwnedRecord> {
     let mut out = Vec::new();
     let size = data.len();
     if size < HEADER_SIZE || !size.is_power_of_two() {

@@ -19,7 +19,7 @@ use std::os::unix::process::ExitStatusExt;
 use std::process::ExitStatus;
 use std::time::Duration;
 
-pub use perf_event_open_sys::bindings::perf_event_attr;
+pub(crate) use perf_event_open_sys::bindings::perf_event_attr;
 use perf_event_open_sys::bindings::{PERF_ATTR_SIZE_VER5, PERF_FLAG_FD_CLOEXEC};
 
 #[cfg(test)]
@@ -29,7 +29,8 @@ mod tests;
 
 /// The size we declare in `attr.size`: it covers `config2` and
 /// `sample_regs_intr`, and every kernel since 4.1 knows it.
-pub const ATTR_SIZE: u32 = PERF_ATTR_SIZE_VER5;
+#[cfg_attr(feature = "test-util", visibility::make(pub))]
+pub(crate) const ATTR_SIZE: u32 = PERF_ATTR_SIZE_VER5;
 
 /// Where the kernel lists its PMUs (`kprobe`, `uprobe` ...).
 pub(crate) const SYSFS_PMUS: &str = "/sys/bus/event_source/devices";
@@ -273,7 +274,8 @@ pub(crate) fn syscall(call: Syscall<'_>) -> io::Result<i64> {
 /// `attr.size` must be [`ATTR_SIZE`]; the pointers in `config1` (if any)
 /// must stay valid for the call, which the caller guarantees by keeping the
 /// `CStr` alive: it is passed here for that reason.
-pub fn perf_event_open(
+#[cfg_attr(feature = "test-util", visibility::make(pub))]
+pub(crate) fn perf_event_open(
     attr: &perf_event_attr,
     name: Option<&CStr>,
     pid: i32,
@@ -365,31 +367,32 @@ fn ioctl(fd: &OwnedFd, request: PerfIoctl<'_>) -> io::Result<()> {
 }
 
 /// `PERF_EVENT_IOC_ENABLE`.
-pub fn enable(fd: &OwnedFd) -> io::Result<()> {
+#[cfg_attr(feature = "test-util", visibility::make(pub))]
+pub(crate) fn enable(fd: &OwnedFd) -> io::Result<()> {
     ioctl(fd, PerfIoctl::Enable)
 }
 
 /// `PERF_EVENT_IOC_DISABLE`.
-pub fn disable(fd: &OwnedFd) -> io::Result<()> {
+pub(crate) fn disable(fd: &OwnedFd) -> io::Result<()> {
     ioctl(fd, PerfIoctl::Disable)
 }
 
 /// `PERF_EVENT_IOC_PAUSE_OUTPUT`: stop (`true`) or resume (`false`) the
 /// kernel writing into this event's ring. While paused, records that would
 /// have been written are dropped and counted as lost by the kernel.
-pub fn pause_output(fd: &OwnedFd, pause: bool) -> io::Result<()> {
+pub(crate) fn pause_output(fd: &OwnedFd, pause: bool) -> io::Result<()> {
     ioctl(fd, PerfIoctl::PauseOutput(pause))
 }
 
 /// `PERF_EVENT_IOC_SET_OUTPUT`: send `fd`'s records to `target`'s ring.
-pub fn set_output(fd: &OwnedFd, target: &OwnedFd) -> io::Result<()> {
+pub(crate) fn set_output(fd: &OwnedFd, target: &OwnedFd) -> io::Result<()> {
     ioctl(fd, PerfIoctl::SetOutput(target.as_fd()))
 }
 
 /// The event's count (read(2) with the default read_format). For a probe
 /// with a sample period of 1 it is the number of hits, including the ones
 /// whose samples were lost because the ring was full.
-pub fn read_count(fd: &OwnedFd) -> io::Result<u64> {
+pub(crate) fn read_count(fd: &OwnedFd) -> io::Result<u64> {
     let mut buf = [0u8; 8];
     let n = syscall(Syscall::Read {
         fd: fd.as_fd(),
@@ -409,12 +412,12 @@ pub fn read_count(fd: &OwnedFd) -> io::Result<u64> {
 /// kprobes, uprobes and tracepoints). Once per fd: a second call on the
 /// same fd fails with EEXIST; a filter the kernel cannot parse fails with
 /// EINVAL and writes nothing to tracefs's `error_log`.
-pub fn set_filter(fd: &OwnedFd, filter: &CStr) -> io::Result<()> {
+pub(crate) fn set_filter(fd: &OwnedFd, filter: &CStr) -> io::Result<()> {
     ioctl(fd, PerfIoctl::SetFilter(filter))
 }
 
 /// `PERF_EVENT_IOC_ID`: the id samples of this event carry.
-pub fn event_id(fd: &OwnedFd) -> io::Result<u64> {
+pub(crate) fn event_id(fd: &OwnedFd) -> io::Result<u64> {
     let mut id = 0u64;
     ioctl(fd, PerfIoctl::Id(&mut id))?;
     Ok(id)
@@ -422,7 +425,7 @@ pub fn event_id(fd: &OwnedFd) -> io::Result<u64> {
 
 /// The bytes of an attr as the kernel reads them (its first [`ATTR_SIZE`]
 /// bytes), for parsers that describe records from an attr.
-pub fn attr_bytes(attr: &perf_event_attr) -> Vec<u8> {
+pub(crate) fn attr_bytes(attr: &perf_event_attr) -> Vec<u8> {
     let len = (ATTR_SIZE as usize).min(std::mem::size_of::<perf_event_attr>());
     // SAFETY: perf_event_attr is a plain-old-data C struct without padding
     // holes that could be uninitialised (bindgen pads explicitly), and `len`
@@ -432,7 +435,7 @@ pub fn attr_bytes(attr: &perf_event_attr) -> Vec<u8> {
 }
 
 /// A shared, read-write mapping of a perf ring buffer.
-pub struct Mapping {
+pub(crate) struct Mapping {
     ptr: *mut u8,
     len: usize,
     /// Made by a test's fake mmap: unmapped only through the fake.
@@ -446,7 +449,7 @@ unsafe impl Send for Mapping {}
 
 impl Mapping {
     /// Maps `1 + data_pages` pages of a perf event fd (metadata page first).
-    pub fn new(fd: &OwnedFd, data_pages: usize) -> io::Result<Mapping> {
+    pub(crate) fn new(fd: &OwnedFd, data_pages: usize) -> io::Result<Mapping> {
         Mapping::with_prot(fd, data_pages, libc::PROT_READ | libc::PROT_WRITE)
     }
 
@@ -454,7 +457,7 @@ impl Mapping {
     /// then treats the ring as an overwrite ring (it never waits for a
     /// reader's `data_tail` and overwrites the oldest records), which is the
     /// flight-recorder mode, paired with `write_backward` in the attr.
-    pub fn new_read_only(fd: &OwnedFd, data_pages: usize) -> io::Result<Mapping> {
+    pub(crate) fn new_read_only(fd: &OwnedFd, data_pages: usize) -> io::Result<Mapping> {
         Mapping::with_prot(fd, data_pages, libc::PROT_READ)
     }
 
@@ -477,20 +480,15 @@ impl Mapping {
     }
 
     /// Start of the mapping.
-    pub fn as_ptr(&self) -> *mut u8 {
+    pub(crate) fn as_ptr(&self) -> *mut u8 {
         self.ptr
     }
 
     /// Length in bytes.
-    pub fn len(&self) -> usize {
+    pub(crate) fn len(&self) -> usize {
         self.len
     }
 
-    /// True for an empty mapping (never, once created).
-    #[cfg_attr(not(feature = "test-util"), allow(dead_code))] // tests and fuzzers
-    pub fn is_empty(&self) -> bool {
-        self.len == 0
-    }
 }
 
 impl Drop for Mapping {
@@ -518,7 +516,7 @@ pub fn page_size() -> usize {
 
 /// A read-only map of a whole regular file (a perf.data file being read
 /// back), so that its records are read in place, without a copy.
-pub fn map_file(file: &std::fs::File) -> io::Result<memmap2::Mmap> {
+pub(crate) fn map_file(file: &std::fs::File) -> io::Result<memmap2::Mmap> {
     // SAFETY: the map is read-only and private, and only ever read as
     // bytes. Another process truncating the file while it is mapped would
     // make reads past the new end fault (SIGBUS), as for every reader that
@@ -531,7 +529,7 @@ pub fn map_file(file: &std::fs::File) -> io::Result<memmap2::Mmap> {
 /// mapped file about to be read, so that their cache misses overlap).
 /// Does nothing on other architectures than x86_64.
 #[inline]
-pub fn prefetch(bytes: &[u8]) {
+pub(crate) fn prefetch(bytes: &[u8]) {
     #[cfg(target_arch = "x86_64")]
     for line in bytes.chunks(64) {
         // SAFETY: a prefetch reads nothing and faults on no address; SSE
@@ -555,7 +553,7 @@ pub fn gettid() -> i32 {
 /// A connected pair of Unix stream sockets, both close-on-exec: used as
 /// a pipe whose writer never gets SIGPIPE ([`send_all`]), and whose
 /// reader sees end-of-file once every copy of the other end is closed.
-pub fn socket_pair_cloexec() -> io::Result<(OwnedFd, OwnedFd)> {
+pub(crate) fn socket_pair_cloexec() -> io::Result<(OwnedFd, OwnedFd)> {
     let mut fds = [0 as RawFd; 2];
     // SAFETY: socketpair writes two descriptors into the array we pass.
     check(unsafe {
@@ -572,7 +570,7 @@ pub fn socket_pair_cloexec() -> io::Result<(OwnedFd, OwnedFd)> {
 
 /// Sends all of `bytes` on a stream socket, without raising SIGPIPE when
 /// the peer is gone (EPIPE is returned instead).
-pub fn send_all(fd: &OwnedFd, mut bytes: &[u8]) -> io::Result<()> {
+pub(crate) fn send_all(fd: &OwnedFd, mut bytes: &[u8]) -> io::Result<()> {
     while !bytes.is_empty() {
         // SAFETY: send reads at most `bytes.len()` bytes from a live slice.
         let n = unsafe {
@@ -596,7 +594,7 @@ pub fn send_all(fd: &OwnedFd, mut bytes: &[u8]) -> io::Result<()> {
 }
 
 /// The number of threads of this process (`/proc/self/task`).
-pub fn thread_count() -> io::Result<usize> {
+pub(crate) fn thread_count() -> io::Result<usize> {
     Ok(std::fs::read_dir("/proc/self/task")?.count())
 }
 
@@ -615,7 +613,7 @@ pub fn thread_count() -> io::Result<usize> {
 /// Call only while this process has a single thread: the forked copy then
 /// holds no lock another thread held, so `body` may allocate and use std.
 /// Fails (and forks nothing) when there are more threads.
-pub fn spawn_detached(name: &CStr, keep: OwnedFd, body: fn(OwnedFd)) -> io::Result<()> {
+pub(crate) fn spawn_detached(name: &CStr, keep: OwnedFd, body: fn(OwnedFd)) -> io::Result<()> {
     let threads = thread_count()?;
     if threads != 1 {
         return Err(io::Error::new(
@@ -742,11 +740,11 @@ unsafe fn become_detached(name: &CStr, keep_raw: RawFd) {
 /// The environment variable that tells an exec'd copy of this program
 /// (see [`spawn_detached_exec`]) it is the detached process, guarding
 /// descriptor 3.
-pub const DETACHED_VAR: &str = "KPROBE_PERF_DETACHED_FD";
+pub(crate) const DETACHED_VAR: &str = "KPROBE_PERF_DETACHED_FD";
 
 /// In an exec'd copy made by [`spawn_detached_exec`]: the descriptor it
 /// guards with. `None` in any other process.
-pub fn detached_fd() -> Option<OwnedFd> {
+pub(crate) fn detached_fd() -> Option<OwnedFd> {
     if std::env::var_os(DETACHED_VAR).is_none_or(|v| v != "3") {
         return None;
     }
@@ -775,7 +773,7 @@ pub fn detached_fd() -> Option<OwnedFd> {
 /// descriptor 3. The program must then call the function that checks
 /// [`DETACHED_VAR`] before anything else with effects. Returns the
 /// grandchild's pid.
-pub fn spawn_detached_exec(name: &CStr, keep: OwnedFd) -> io::Result<i32> {
+pub(crate) fn spawn_detached_exec(name: &CStr, keep: OwnedFd) -> io::Result<i32> {
     use std::ffi::CString;
     use std::os::unix::ffi::OsStrExt;
     let cstr = |b: &[u8]| CString::new(b).map_err(|_| io::Error::from(io::ErrorKind::InvalidInput));
@@ -842,7 +840,7 @@ pub fn spawn_detached_exec(name: &CStr, keep: OwnedFd) -> io::Result<i32> {
 /// becomes readable once every thread of the process has exited.
 /// ENOSYS before Linux 5.3; EINVAL when `pid` is a thread that does not
 /// lead its process; ESRCH when there is no such process.
-pub fn pidfd_open(pid: i32) -> io::Result<OwnedFd> {
+pub(crate) fn pidfd_open(pid: i32) -> io::Result<OwnedFd> {
     // SAFETY: pidfd_open takes two integers and returns a new descriptor
     // or -1; no memory is passed.
     let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid, 0) };
@@ -856,12 +854,12 @@ pub fn pidfd_open(pid: i32) -> io::Result<OwnedFd> {
 
 /// True when the process of a pidfd has exited (the pidfd is readable),
 /// without waiting.
-pub fn pidfd_exited(pidfd: &OwnedFd) -> io::Result<bool> {
+pub(crate) fn pidfd_exited(pidfd: &OwnedFd) -> io::Result<bool> {
     readable_within(pidfd, Duration::ZERO)
 }
 
 /// True when `fd` is readable (or at end-of-file) within `timeout`.
-pub fn readable_within(fd: &OwnedFd, timeout: Duration) -> io::Result<bool> {
+pub(crate) fn readable_within(fd: &OwnedFd, timeout: Duration) -> io::Result<bool> {
     let mut p = libc::pollfd {
         fd: fd.as_raw_fd(),
         events: libc::POLLIN,
@@ -883,21 +881,21 @@ pub fn readable_within(fd: &OwnedFd, timeout: Duration) -> io::Result<bool> {
 
 /// Names the calling thread `name` (its comm, up to 15 bytes; the main
 /// thread's is the process's).
-pub fn set_thread_name(name: &CStr) {
+pub(crate) fn set_thread_name(name: &CStr) {
     // SAFETY: PR_SET_NAME reads a NUL-terminated string that lives for
     // the call.
     unsafe { libc::prctl(libc::PR_SET_NAME, name.as_ptr()) };
 }
 
 /// SIGKILL to process `pid` (not a child: nothing to reap).
-pub fn kill_process(pid: i32) {
+pub(crate) fn kill_process(pid: i32) {
     // SAFETY: kill takes two integers.
     unsafe { libc::kill(pid, libc::SIGKILL) };
 }
 
 /// Mounts tracefs at `target` (`mount -t tracefs nodev TARGET`), as perf
 /// does when it needs the tracing files and finds them absent.
-pub fn mount_tracefs(target: &CStr) -> io::Result<()> {
+pub(crate) fn mount_tracefs(target: &CStr) -> io::Result<()> {
     // SAFETY: the three strings are NUL-terminated and live for the call;
     // tracefs takes no mount data, so `data` is null.
     let rc = unsafe {
