@@ -281,6 +281,9 @@ pub(crate) fn workload(
 #[derive(Clone, Debug)]
 pub(crate) struct LiveOptions {
     pub kprobe_perf: PathBuf,
+    /// An earlier kprobe-perf binary whose rows run beside the current
+    /// one's in the same rounds (`--baseline`); native runs only.
+    pub baseline: Option<PathBuf>,
     pub rounds: u32,
     pub calls: u64,
     pub rates: Vec<Rate>,
@@ -459,6 +462,8 @@ enum Tool {
     Bare,
     /// kprobe-perf record with these options before `-e`; label.
     Kp(&'static str, Vec<&'static str>),
+    /// The same, run by the `--baseline` binary (an earlier build).
+    KpBaseline(&'static str, Vec<&'static str>),
     /// perf record with these options before `-e`; label.
     Perf(&'static str, Vec<&'static str>),
     /// perf's live text: `perf record -o - | perf script -i -`, its text
@@ -472,6 +477,7 @@ impl Tool {
         match self {
             Tool::Bare => "bare".into(),
             Tool::Kp(l, _) => format!("kprobe-perf {l}"),
+            Tool::KpBaseline(l, _) => format!("baseline {l}"),
             Tool::Perf(l, _) => format!("perf record{l}"),
             Tool::PerfText => "perf record -o - | perf script".into(),
             Tool::Bpftrace => "bpftrace".into(),
@@ -751,8 +757,12 @@ impl Runner<'_> {
         let mut argv: Vec<OsString> = Vec::new();
         match tool {
             Tool::Bare => {}
-            Tool::Kp(_, extra) => {
-                argv.push(self.opts.kprobe_perf.clone().into());
+            Tool::Kp(_, extra) | Tool::KpBaseline(_, extra) => {
+                let exe = match (tool, &self.opts.baseline) {
+                    (Tool::KpBaseline(..), Some(b)) => b,
+                    _ => &self.opts.kprobe_perf,
+                };
+                argv.push(exe.into());
                 argv.push("record".into());
                 for e in extra {
                     argv.push(if *e == "FILE" { data.into() } else { e.into() });
@@ -864,7 +874,7 @@ impl Runner<'_> {
         let (cpu, vol) = time_figures(&timef)?;
         let (events, lost) = match tool {
             Tool::Bare => (None, None),
-            Tool::Kp(..) => match kp_summary(&stderr) {
+            Tool::Kp(..) | Tool::KpBaseline(..) => match kp_summary(&stderr) {
                 Some((e, l)) => (Some(e), Some(l)),
                 None => bail!("no summary line from kprobe-perf: {stderr}"),
             },
@@ -967,7 +977,7 @@ fn fmt_list(v: impl Iterator<Item = Option<u64>>) -> String {
 }
 
 /// The tools for one case, in the order they run in each round.
-fn tools_for(case: &ProbeCase, tools: &Tools) -> Vec<Tool> {
+fn tools_for(case: &ProbeCase, tools: &Tools, baseline: bool) -> Vec<Tool> {
     let mut v = vec![
         Tool::Bare,
         Tool::Kp("text", vec![]),
@@ -985,6 +995,18 @@ fn tools_for(case: &ProbeCase, tools: &Tools) -> Vec<Tool> {
             vec!["--overwrite", "-q", "--backend", "pmu"],
         ));
         v.push(Tool::Kp("--overwrite -q (auto)", vec!["--overwrite", "-q"]));
+    }
+    if baseline {
+        // Each kprobe-perf row again, run by the earlier build, in the
+        // same rounds: before and after side by side.
+        let twins: Vec<Tool> = v
+            .iter()
+            .filter_map(|t| match t {
+                Tool::Kp(l, extra) => Some(Tool::KpBaseline(l, extra.clone())),
+                _ => None,
+            })
+            .collect();
+        v.extend(twins);
     }
     if tools.perf.is_some() {
         v.push(Tool::Perf("", vec![]));
@@ -1039,7 +1061,7 @@ fn measure_in(opts: &LiveOptions, dir: &Path) -> Result<()> {
             None => String::new(),
         };
         print_case(case, &tools, &perf_event);
-        let list = tools_for(case, &tools);
+        let list = tools_for(case, &tools, opts.baseline.is_some());
         for &threads in &threads_list {
             for &rate in &opts.rates {
                 let series = measure_series(&runner, case, &list, &perf_event, threads, rate);

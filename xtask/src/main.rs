@@ -16,7 +16,7 @@ mod vm;
 
 use anyhow::{bail, Context, Result};
 use clap::{Parser, Subcommand};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 #[derive(Parser)]
@@ -154,6 +154,10 @@ enum Task {
         /// the host kernel has no kprobes).
         #[arg(long)]
         native: bool,
+        /// For decode and live --native: an earlier kprobe-perf binary,
+        /// timed beside this tree's in the same rounds (before/after).
+        #[arg(long, value_name = "KPROBE_PERF")]
+        baseline: Option<PathBuf>,
     },
     /// (internal) `bench live` inside the VM.
     #[command(hide = true)]
@@ -349,7 +353,12 @@ fn bench(task: Task) -> Result<()> {
             kernel,
             ..
         } if what == "debuginfo" => bench_debuginfo::run(functions, &kernel),
-        Task::Bench { what, samples, .. } if what == "decode" => bench_decode(samples),
+        Task::Bench {
+            what,
+            samples,
+            baseline,
+            ..
+        } if what == "decode" => bench_decode(samples, baseline.as_deref()),
         Task::Bench {
             what,
             calls,
@@ -386,6 +395,7 @@ fn bench(task: Task) -> Result<()> {
             probes,
             profile,
             native,
+            baseline,
             ..
         } if what == "live" => bench_live(&LiveArgs {
             rounds,
@@ -396,6 +406,7 @@ fn bench(task: Task) -> Result<()> {
             probes,
             profile,
             native,
+            baseline,
         }),
         Task::Bench {
             functions, kernel, ..
@@ -414,6 +425,7 @@ struct LiveArgs {
     probes: String,
     profile: bool,
     native: bool,
+    baseline: Option<PathBuf>,
 }
 
 fn live_options(
@@ -446,6 +458,7 @@ fn live_options(
     }
     Ok(live::LiveOptions {
         kprobe_perf,
+        baseline: None,
         rounds,
         calls,
         rates: live::parse_rates(rates)?,
@@ -477,7 +490,11 @@ fn bench_live(a: &LiveArgs) -> Result<()> {
             eprintln!("xtask: --native measures uprobes only (the `call` workload): this host has no kprobes");
         }
         opts.workloads = vec![live::CallKind::Call];
+        opts.baseline = a.baseline.clone();
         return live::measure(&opts);
+    }
+    if a.baseline.is_some() {
+        bail!("--baseline is for --native runs (and decode): the VM guest measures one binary");
     }
     // Checked here, where a mistake costs no boot.
     live_options(
@@ -687,77 +704,82 @@ fn bench_filter(calls: u64, kernel: &str) -> Result<()> {
 
 /// Decoding speed: the engine's decode_bench example (binary sink, and a
 /// perf.data file of the same samples), then `kprobe-perf script` and
-/// `perf script` on that file, each to /dev/null, timed here.
-fn bench_decode(samples: usize) -> Result<()> {
+/// `perf script` on that file, each to /dev/null, timed here; with
+/// `baseline`, an earlier kprobe-perf binary is timed in the same rounds.
+fn bench_decode(samples: usize, baseline: Option<&Path>) -> Result<()> {
     host::ensure_packages(&[("linux-perf", "/usr/bin/perf")])?;
-    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
-    let status = std::process::Command::new(&cargo)
-        .current_dir(workspace_root())
-        .args(["build", "--quiet", "--release", "--package", "kprobe-perf"])
-        .status()
-        .context("running cargo")?;
-    if !status.success() {
-        bail!("building kprobe-perf failed");
-    }
-    let dir = vm_cache()
+    cargo_release(
+        &["--package", "kprobe-perf", "--bin", "kprobe-perf"],
+        "kprobe-perf",
+    )?;
+    let target = vm_cache()
         .parent()
         .map(PathBuf::from)
-        .unwrap_or_else(|| workspace_root().join("target"))
-        .join("bench");
+        .unwrap_or_else(|| workspace_root().join("target"));
+    let dir = target.join("bench");
     std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
     let file = dir.join("decode.data");
     run_harness(
         "decode_bench",
         &[samples.to_string(), file.to_string_lossy().into_owned()],
     )?;
-    let target = vm_cache()
-        .parent()
-        .map(PathBuf::from)
-        .unwrap_or_else(|| workspace_root().join("target"));
-    let exe = target.join("release/kprobe-perf");
-    let time = |program: &std::path::Path, args: &[&std::ffi::OsStr]| -> Result<f64> {
-        let devnull = std::fs::File::create("/dev/null").context("opening /dev/null")?;
-        let start = std::time::Instant::now();
-        let status = std::process::Command::new(program)
-            .args(args)
-            .stdout(devnull)
-            .stderr(std::process::Stdio::null())
-            .status()
-            .with_context(|| format!("running {}", program.display()))?;
-        let secs = start.elapsed().as_secs_f64();
-        if !status.success() {
-            bail!("{} failed ({status})", program.display());
-        }
-        Ok(secs)
-    };
-    let script = [
-        std::ffi::OsStr::new("script"),
-        "-i".as_ref(),
-        file.as_os_str(),
+    let mut tools = vec![
+        ("kprobe-perf", target.join("release/kprobe-perf")),
+        ("perf", PathBuf::from("perf")),
     ];
-    // Best of 3 for each, taken in turn, so that a slow moment of the
-    // machine weighs on neither side alone.
-    let (mut ours, mut perf) = (f64::MAX, f64::MAX);
-    for _ in 0..3 {
-        ours = ours.min(time(&exe, &script)?);
-        perf = perf.min(time(std::path::Path::new("perf"), &script)?);
+    if let Some(b) = baseline {
+        tools.push(("baseline kprobe-perf", b.to_path_buf()));
     }
-    let rate = |secs: f64| samples as f64 / secs;
-    println!(
-        "text: kprobe-perf script -i decode.data > /dev/null: {samples} lines in {:.1} ms (best of 3): {:.2} M lines/s",
-        ours * 1e3,
-        rate(ours) / 1e6
-    );
-    println!(
-        "peer: perf script -i decode.data > /dev/null: {samples} samples in {:.1} ms (best of 3): {:.2} M events/s",
-        perf * 1e3,
-        rate(perf) / 1e6
-    );
+    // Best of 3 for each, taken in turn, so that a slow moment of the
+    // machine weighs on no side alone.
+    let mut best = vec![f64::MAX; tools.len()];
+    for _ in 0..3 {
+        for (i, (_, exe)) in tools.iter().enumerate() {
+            best[i] = best[i].min(time_script(exe, &file)?);
+        }
+    }
+    print_decode_figures(samples, &tools, &best);
+    Ok(())
+}
+
+/// Seconds one `PROGRAM script -i FILE > /dev/null` takes.
+fn time_script(program: &Path, file: &Path) -> Result<f64> {
+    let devnull = std::fs::File::create("/dev/null").context("opening /dev/null")?;
+    let start = std::time::Instant::now();
+    let status = std::process::Command::new(program)
+        .args(["script".as_ref(), "-i".as_ref(), file.as_os_str()])
+        .stdout(devnull)
+        .stderr(std::process::Stdio::null())
+        .status()
+        .with_context(|| format!("running {}", program.display()))?;
+    let secs = start.elapsed().as_secs_f64();
+    if !status.success() {
+        bail!("{} failed ({status})", program.display());
+    }
+    Ok(secs)
+}
+
+/// The decode bench's lines: each tool's best time and rate, the ratio to
+/// perf, and the current build against the baseline when there is one.
+fn print_decode_figures(samples: usize, tools: &[(&str, PathBuf)], best: &[f64]) {
+    let rate = |secs: f64| samples as f64 / secs / 1e6;
+    for ((name, _), secs) in tools.iter().zip(best) {
+        println!(
+            "{name} script -i decode.data > /dev/null: {samples} samples in {:.1} ms (best of 3): {:.2} M events/s",
+            secs * 1e3,
+            rate(*secs)
+        );
+    }
     println!(
         "ratio: kprobe-perf script is {:.1}x the event rate of perf script (goal: 15x)",
-        perf / ours
+        best[1] / best[0]
     );
-    Ok(())
+    if let Some(base) = best.get(2) {
+        println!(
+            "ratio: this build takes {:.3}x the baseline's time (1.000: unchanged)",
+            best[0] / base
+        );
+    }
 }
 
 /// Runs a harness of the kprobe-perf-bench crate in release mode.
