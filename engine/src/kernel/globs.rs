@@ -107,35 +107,23 @@ pub fn glob_route(
     traceable: Option<&HashSet<String>>,
     features: Option<&KernelFeatures>,
 ) -> GlobRoute {
-    let kprobes = |why: &str| GlobRoute::Kprobes(why.to_string());
-    if !features.is_some_and(|f| f.fprobe) {
-        return kprobes("this kernel's tracefs README has no fprobe events (f:; CONFIG_FPROBE_EVENTS, Linux 6.5+)");
+    match fprobe_route(spec, symbols, opts, traceable, features) {
+        Ok(route) => GlobRoute::Fprobe(route),
+        Err(why) => GlobRoute::Kprobes(why),
     }
-    let Target::Symbol {
-        module: None,
-        name: pattern,
-        instance: None,
-        offset: 0,
-    } = &spec.target
-    else {
-        return kprobes("an fprobe event takes a function glob with no module and no offset");
-    };
-    let kind = match spec.kind {
-        ProbeKind::Entry => ProbeKind::Entry,
-        ProbeKind::Return { maxactive: None } => ProbeKind::Return { maxactive: None },
-        ProbeKind::Return { .. } => return kprobes("maxactive is kept on kprobes"),
-    };
-    if let Some(a) = spec
-        .args
-        .iter()
-        .find(|a| matches!(a.fetch.base, FetchBase::Register(_)))
-    {
-        return kprobes(&format!(
-            "{a}: fprobe events cannot fetch registers (use $argN)"
-        ));
-    }
+}
+
+/// [`glob_route`]'s fprobe events, or why the glob stays on kprobes.
+fn fprobe_route(
+    spec: &ProbeSpec,
+    symbols: &KernelSymbols,
+    opts: &SelectOptions<'_>,
+    traceable: Option<&HashSet<String>>,
+    features: Option<&KernelFeatures>,
+) -> Result<FprobeRoute, String> {
+    let (pattern, kind) = fprobe_shape(spec, features)?;
     let Some(traceable) = traceable else {
-        return kprobes("available_filter_functions is unreadable, so what the kernel's wildcard arms is unknown");
+        return Err("available_filter_functions is unreadable, so what the kernel's wildcard arms is unknown".into());
     };
     let found = select::candidates(symbols, pattern, opts);
     let kept: HashSet<&str> = found
@@ -144,7 +132,7 @@ pub fn glob_route(
         .map(|c| c.symbol.name.as_str())
         .collect();
     if kept.is_empty() {
-        return kprobes("it keeps no function");
+        return Err("it keeps no function".into());
     }
     // What the kernel's wildcard would arm and the selection leaves out:
     // every traceable name the pattern matches that is not kept.
@@ -154,50 +142,101 @@ pub fn glob_route(
         .filter(|n| !kept.contains(n) && glob_match(pattern, n))
         .collect();
     avoid.sort_unstable();
-    let globs = if avoid.is_empty() {
-        vec![pattern.clone()]
-    } else {
-        match fewest_globs(pattern, &kept, &avoid, traceable) {
-            Some(g) if g.len() <= MAX_FPROBE_SPLIT => g,
-            Some(g) => {
-                return kprobes(&format!(
-                    "leaving out {} functions the kernel's wildcard would arm (e.g. {}) takes {} narrower fprobe events, more than {MAX_FPROBE_SPLIT}",
-                    avoid.len(),
-                    avoid[0],
-                    g.len()
-                ))
-            }
-            None => {
-                return kprobes(&format!(
-                    "the kernel's wildcard would arm {} functions left out (e.g. {}), and {pattern} cannot be split into narrower globs",
-                    avoid.len(),
-                    avoid[0]
-                ))
-            }
-        }
-    };
-    let mut definitions = Vec::with_capacity(globs.len());
-    for g in &globs {
-        let f = ProbeSpec {
-            kind,
-            target: Target::Fprobe { name: g.clone() },
-            ..spec.clone()
-        };
-        // The fprobe grammar is stricter (no BTF names on a glob): what
-        // it refuses stays on kprobes.
-        let text = f.to_string();
-        if let Err(e) = Definition::parse(&text, Arch::host().unwrap_or(Arch::X86_64)) {
-            return GlobRoute::Kprobes(format!("as an fprobe event: {}", e.message));
-        }
-        definitions.push(text);
-    }
-    GlobRoute::Fprobe(FprobeRoute {
+    let globs = covering_globs(pattern, &kept, &avoid, traceable)?;
+    let definitions = fprobe_definitions(spec, kind, &globs)?;
+    Ok(FprobeRoute {
         pattern: pattern.clone(),
         globs,
         definitions,
         kept: kept.len(),
         left_out: avoid.len(),
     })
+}
+
+/// The glob and probe kind an fprobe event would take from `spec`, when
+/// the kernel has fprobe events and the spec has a shape they take.
+fn fprobe_shape<'s>(
+    spec: &'s ProbeSpec,
+    features: Option<&KernelFeatures>,
+) -> Result<(&'s String, ProbeKind), String> {
+    if !features.is_some_and(|f| f.fprobe) {
+        return Err("this kernel's tracefs README has no fprobe events (f:; CONFIG_FPROBE_EVENTS, Linux 6.5+)".into());
+    }
+    let Target::Symbol {
+        module: None,
+        name: pattern,
+        instance: None,
+        offset: 0,
+    } = &spec.target
+    else {
+        return Err("an fprobe event takes a function glob with no module and no offset".into());
+    };
+    let kind = match spec.kind {
+        ProbeKind::Entry => ProbeKind::Entry,
+        ProbeKind::Return { maxactive: None } => ProbeKind::Return { maxactive: None },
+        ProbeKind::Return { .. } => return Err("maxactive is kept on kprobes".into()),
+    };
+    if let Some(a) = spec
+        .args
+        .iter()
+        .find(|a| matches!(a.fetch.base, FetchBase::Register(_)))
+    {
+        return Err(format!(
+            "{a}: fprobe events cannot fetch registers (use $argN)"
+        ));
+    }
+    Ok((pattern, kind))
+}
+
+/// The globs that arm the kept functions and none of `avoid`: `pattern`
+/// itself when nothing is to be avoided, else the fewest narrower ones,
+/// up to [`MAX_FPROBE_SPLIT`].
+fn covering_globs(
+    pattern: &str,
+    kept: &HashSet<&str>,
+    avoid: &[&str],
+    traceable: &HashSet<String>,
+) -> Result<Vec<String>, String> {
+    let Some(first) = avoid.first() else {
+        return Ok(vec![pattern.to_string()]);
+    };
+    match fewest_globs(pattern, kept, avoid, traceable) {
+        Some(g) if g.len() <= MAX_FPROBE_SPLIT => Ok(g),
+        Some(g) => Err(format!(
+            "leaving out {} functions the kernel's wildcard would arm (e.g. {first}) takes {} narrower fprobe events, more than {MAX_FPROBE_SPLIT}",
+            avoid.len(),
+            g.len()
+        )),
+        None => Err(format!(
+            "the kernel's wildcard would arm {} functions left out (e.g. {first}), and {pattern} cannot be split into narrower globs",
+            avoid.len()
+        )),
+    }
+}
+
+/// One fprobe definition per glob, each checked against the fprobe
+/// grammar, which is stricter (no BTF names on a glob): what it refuses
+/// stays on kprobes.
+fn fprobe_definitions(
+    spec: &ProbeSpec,
+    kind: ProbeKind,
+    globs: &[String],
+) -> Result<Vec<String>, String> {
+    globs
+        .iter()
+        .map(|g| {
+            let text = ProbeSpec {
+                kind,
+                target: Target::Fprobe { name: g.clone() },
+                ..spec.clone()
+            }
+            .to_string();
+            match Definition::parse(&text, Arch::host().unwrap_or(Arch::X86_64)) {
+                Ok(_) => Ok(text),
+                Err(e) => Err(format!("as an fprobe event: {}", e.message)),
+            }
+        })
+        .collect()
 }
 
 /// The fewest globs (see [`cover_globs`]) that arm exactly the `kept`

@@ -152,23 +152,17 @@ impl RingBuffer {
             return 0;
         }
         let start = (tail & (self.data_size as u64 - 1)) as usize;
-        let first_len = len.min(self.data_size - start);
         // SAFETY: the data area is `data_size` bytes at `data_offset` in the
         // mapping (checked in `new`); `[tail, tail + len)` lies in
         // `[tail, head)`, which the kernel finished writing before
         // publishing `head` (acquire load above) and does not reuse before
-        // the tail is stored below. Its first part runs from `start` at
-        // most to the area's end, the second from the area's start for the
-        // rest (`len <= data_size`). The slices are dropped when `bytes`
+        // the tail is stored below; `len <= data_size` and `start` is
+        // masked into the area. The slices are dropped when `bytes`
         // returns, before the store.
-        let parts = unsafe {
+        bytes(unsafe {
             let data = self.map.as_ptr().add(self.data_offset);
-            (
-                std::slice::from_raw_parts(data.add(start), first_len),
-                std::slice::from_raw_parts(data, len - first_len),
-            )
-        };
-        bytes(parts);
+            wrapped(data, start, len, self.data_size)
+        });
         self.store_tail(tail.wrapping_add(len as u64));
         len
     }
@@ -183,7 +177,10 @@ impl RingBuffer {
     /// kernel could otherwise stall on a full ring), and returns
     /// [`CorruptRecord`], which says where and how many records came
     /// before. The next drain starts at the kernel's next record.
-    pub(crate) fn try_drain(&mut self, f: impl FnMut(RingRecord<'_>)) -> Result<usize, CorruptRecord> {
+    pub(crate) fn try_drain(
+        &mut self,
+        f: impl FnMut(RingRecord<'_>),
+    ) -> Result<usize, CorruptRecord> {
         self.drain_then(f, |_| ())
     }
 
@@ -212,19 +209,9 @@ impl RingBuffer {
         let first = tail;
         while head.wrapping_sub(tail) >= HEADER_SIZE as u64 {
             let start = (tail & mask as u64) as usize;
-            // The kernel keeps records 8-byte aligned, so a header never
-            // runs past the end; byte by byte if one did.
-            let hdr: [u8; HEADER_SIZE] = if start + HEADER_SIZE <= self.data_size {
-                // SAFETY: the 8 bytes from `start` lie inside the area.
-                unsafe { data.add(start).cast::<[u8; HEADER_SIZE]>().read_unaligned() }
-            } else {
-                let mut hdr = [0u8; HEADER_SIZE];
-                for (i, b) in hdr.iter_mut().enumerate() {
-                    // SAFETY: the index is masked into the area.
-                    *b = unsafe { data.add((start + i) & mask).read() };
-                }
-                hdr
-            };
+            // SAFETY: `data` is the area of `mask + 1` bytes and `start`
+            // is masked into it; `[tail, head)` holds at least a header.
+            let hdr = unsafe { header_at(data, start, mask) };
             let kind = u32::from_ne_bytes([hdr[0], hdr[1], hdr[2], hdr[3]]);
             let misc = u16::from_ne_bytes([hdr[4], hdr[5]]);
             let rec_size = u16::from_ne_bytes([hdr[6], hdr[7]]) as usize;
@@ -245,18 +232,11 @@ impl RingBuffer {
             }
             let body_start = (start + HEADER_SIZE) & mask;
             let body_len = rec_size - HEADER_SIZE;
-            let first_len = body_len.min(self.data_size - body_start);
-            // SAFETY: `rec_size <= data_size`, so the first part runs from
-            // `body_start` at most to the end of the data area and the
-            // second from its start for the rest; both lie inside
-            // `[tail, head)` (`rec_size <= pending`). The slices are dropped
-            // before `tail` is stored.
-            let body = unsafe {
-                (
-                    std::slice::from_raw_parts(data.add(body_start), first_len),
-                    std::slice::from_raw_parts(data, body_len - first_len),
-                )
-            };
+            // SAFETY: `body_len < rec_size <= data_size` and `body_start`
+            // is masked into the area; the body lies inside `[tail, head)`
+            // (`rec_size <= pending`), which the kernel does not reuse
+            // before `tail` is stored, after the slices are dropped.
+            let body = unsafe { wrapped(data, body_start, body_len, self.data_size) };
             f(RingRecord { kind, misc, body });
             tail = tail.wrapping_add(rec_size as u64);
             count += 1;
@@ -268,20 +248,12 @@ impl RingBuffer {
         let len = (good.wrapping_sub(first) as usize).min(self.data_size);
         if len > 0 {
             let start = (first & mask as u64) as usize;
-            let first_len = len.min(self.data_size - start);
             // SAFETY: `[first, good)` is inside `[tail, head)` as read at
             // the start, finished by the kernel and not reused before the
-            // tail is stored below; its first part runs from `start` at
-            // most to the end of the data area, the second from its start
-            // for the rest (`len <= data_size`). The slices are dropped
-            // when `bytes` returns, before the store.
-            let parts = unsafe {
-                (
-                    std::slice::from_raw_parts(data.add(start), first_len),
-                    std::slice::from_raw_parts(data, len - first_len),
-                )
-            };
-            bytes(parts);
+            // tail is stored below; `len <= data_size` and `start` is
+            // masked into the area. The slices are dropped when `bytes`
+            // returns, before the store.
+            bytes(unsafe { wrapped(data, start, len, self.data_size) });
         }
         self.store_tail(tail);
         match corrupt {
@@ -449,6 +421,55 @@ pub(crate) fn backward_records(data: &[u8], head: u64, limit: Option<u64>) -> Ve
 
 #[cfg(test)]
 mod drain_tests;
+
+/// The record header at `start` of the data area. The kernel keeps
+/// records 8-byte aligned, so a header never runs past the area's end; it
+/// is read byte by byte if one did.
+///
+/// # Safety
+///
+/// `data` points to the ring's data area of `mask + 1` readable bytes,
+/// and `start <= mask`.
+#[inline(always)]
+unsafe fn header_at(data: *const u8, start: usize, mask: usize) -> [u8; HEADER_SIZE] {
+    if start + HEADER_SIZE <= mask + 1 {
+        // SAFETY: the 8 bytes from `start` lie inside the area.
+        unsafe { data.add(start).cast::<[u8; HEADER_SIZE]>().read_unaligned() }
+    } else {
+        let mut hdr = [0u8; HEADER_SIZE];
+        for (i, b) in hdr.iter_mut().enumerate() {
+            // SAFETY: the index is masked into the area.
+            *b = unsafe { data.add((start + i) & mask).read() };
+        }
+        hdr
+    }
+}
+
+/// `len` bytes of the data area from `start`, as the two parts a range
+/// has when it wraps around the area's end (the second empty when not).
+///
+/// # Safety
+///
+/// `data` points to the ring's data area of `size` readable bytes,
+/// `start < size`, `len <= size`, and the kernel does not write those
+/// bytes while the slices live.
+#[inline(always)]
+unsafe fn wrapped<'a>(
+    data: *const u8,
+    start: usize,
+    len: usize,
+    size: usize,
+) -> (&'a [u8], &'a [u8]) {
+    let first_len = len.min(size - start);
+    // SAFETY: the first part runs from `start` at most to the area's end,
+    // the second from the area's start for the rest (`len <= size`).
+    unsafe {
+        (
+            std::slice::from_raw_parts(data.add(start), first_len),
+            std::slice::from_raw_parts(data, len - first_len),
+        )
+    }
+}
 
 #[cfg(test)]
 mod tests {

@@ -198,28 +198,7 @@ pub(crate) fn syscall(call: Syscall<'_>) -> io::Result<i64> {
             };
             i64::from(fd)
         }
-        Syscall::PerfIoctl { fd, request } => {
-            let fd = fd.as_raw_fd();
-            // SAFETY: `fd` is a live descriptor (borrowed for the call).
-            // ENABLE, DISABLE and PAUSE_OUTPUT take an integer, SET_OUTPUT
-            // another live descriptor, ID a pointer to a u64 that we
-            // borrow mutably for the call, and SET_FILTER a NUL-terminated
-            // string we borrow for the call (the kernel copies it with
-            // strndup_user and never writes through the pointer, so the
-            // `*mut` cast of a shared borrow is not used to mutate).
-            let rc = unsafe {
-                use perf_event_open_sys::ioctls;
-                match request {
-                    PerfIoctl::Enable => ioctls::ENABLE(fd, 0),
-                    PerfIoctl::Disable => ioctls::DISABLE(fd, 0),
-                    PerfIoctl::PauseOutput(pause) => ioctls::PAUSE_OUTPUT(fd, u32::from(pause)),
-                    PerfIoctl::SetOutput(target) => ioctls::SET_OUTPUT(fd, target.as_raw_fd()),
-                    PerfIoctl::Id(id) => ioctls::ID(fd, id),
-                    PerfIoctl::SetFilter(s) => ioctls::SET_FILTER(fd, s.as_ptr().cast_mut()),
-                }
-            };
-            i64::from(rc)
-        }
+        Syscall::PerfIoctl { fd, request } => i64::from(perf_ioctl(fd.as_raw_fd(), request)),
         Syscall::Read { fd, buf } => {
             // SAFETY: read(2) writes at most `buf.len()` bytes into `buf`,
             // which we borrow mutably for the call.
@@ -264,6 +243,29 @@ pub(crate) fn syscall(call: Syscall<'_>) -> io::Result<i64> {
         Err(io::Error::last_os_error())
     } else {
         Ok(rc)
+    }
+}
+
+/// One perf ioctl on `fd`, a descriptor [`syscall`] borrows for the call;
+/// the kernel's return code.
+fn perf_ioctl(fd: RawFd, request: PerfIoctl<'_>) -> i32 {
+    // SAFETY: `fd` is a live descriptor (borrowed for the call).
+    // ENABLE, DISABLE and PAUSE_OUTPUT take an integer, SET_OUTPUT
+    // another live descriptor, ID a pointer to a u64 that we
+    // borrow mutably for the call, and SET_FILTER a NUL-terminated
+    // string we borrow for the call (the kernel copies it with
+    // strndup_user and never writes through the pointer, so the
+    // `*mut` cast of a shared borrow is not used to mutate).
+    unsafe {
+        use perf_event_open_sys::ioctls;
+        match request {
+            PerfIoctl::Enable => ioctls::ENABLE(fd, 0),
+            PerfIoctl::Disable => ioctls::DISABLE(fd, 0),
+            PerfIoctl::PauseOutput(pause) => ioctls::PAUSE_OUTPUT(fd, u32::from(pause)),
+            PerfIoctl::SetOutput(target) => ioctls::SET_OUTPUT(fd, target.as_raw_fd()),
+            PerfIoctl::Id(id) => ioctls::ID(fd, id),
+            PerfIoctl::SetFilter(s) => ioctls::SET_FILTER(fd, s.as_ptr().cast_mut()),
+        }
     }
 }
 
@@ -488,7 +490,6 @@ impl Mapping {
     pub(crate) fn len(&self) -> usize {
         self.len
     }
-
 }
 
 impl Drop for Mapping {

@@ -616,7 +616,17 @@ impl RecordDecoder {
             }
         }
         let (info, first_id) = (layout.parse_info, layout.first_id);
-        let raw = RawEventRecord::new(kind, misc, data, info);
+        self.apply_record(probe, first_id, RawEventRecord::new(kind, misc, data, info))
+    }
+
+    /// What one identified record of `probe` changes: a sample is
+    /// decoded; names, forks, exits, losses and throttling are noted.
+    fn apply_record(
+        &mut self,
+        probe: usize,
+        first_id: u64,
+        raw: RawEventRecord<'_>,
+    ) -> Result<(), RecordError> {
         let cpu = || raw.common_data().ok().and_then(|c| c.cpu);
         let time = || raw.common_data().ok().and_then(|c| c.timestamp);
         match self.follow_tasks(time().unwrap_or(0), raw.parse()) {
@@ -629,13 +639,12 @@ impl RecordDecoder {
                 Ok(())
             }
             Ok(EventRecord::Fork(f)) => {
-                let id = first_id;
                 self.comms.fork(
                     (f.pid, f.tid),
                     (f.ppid, f.ptid),
                     f.timestamp,
                     cpu().unwrap_or(0),
-                    id,
+                    first_id,
                 );
                 Ok(())
             }
