@@ -6,7 +6,9 @@ use std::io::Write;
 use std::process::ExitCode;
 
 use anyhow::{bail, Context, Result};
-use kprobe_perf_engine::cli::kernel::preflight::{Prediction, Preflight};
+use kprobe_perf_engine::cli::kernel::preflight::{Listing, Prediction, Preflight};
+use kprobe_perf_engine::cli::kernel::source::AddressLookup;
+use kprobe_perf_engine::cli::kernel::Symbol;
 use kprobe_perf_engine::cli::kernel::{
     self, ExpandedAs, FprobeRoute, GlobOptions, GlobRoute, Kernel, KernelOptions, NotraceBy,
     Selection, SizesFrom,
@@ -374,6 +376,28 @@ pub(crate) fn lines(func: &str, image: &ImageArgs, srcline: bool) -> Result<Exit
     let Some(pre) = preflight(&kernel)? else {
         bail!("--lines needs the kernel's text: /proc/kcore is not readable here (run as root on a kernel with CONFIG_PROC_KCORE) and no vmlinux was found (looked in {}; give --vmlinux)", kernel::looked_in(&kernel.vmlinux_candidates()));
     };
+    let sym = function_symbol(symbols, func)?;
+    let name = sym.name.as_str();
+    let f = pre.function(sym).map_err(|e| anyhow::anyhow!("{e}"))?;
+    let listing = pre.listing(&f);
+    let lines_at = if srcline {
+        Some(line_lookup(&kernel)?)
+    } else {
+        None
+    };
+    let stdout = std::io::stdout();
+    let mut out = std::io::BufWriter::new(stdout.lock());
+    print_listing(&mut out, &listing, lines_at.as_ref())?;
+    writeln!(
+        out,
+        "p: a kprobe (p:{name}+OFFSET) is accepted; r: a kretprobe is too; -: refused, with the errno the kernel would answer"
+    )?;
+    out.flush()?;
+    Ok(ExitCode::SUCCESS)
+}
+
+/// The one function `func` (`NAME` or `MOD:NAME`) names in kallsyms.
+fn function_symbol<'k>(symbols: &'k KernelSymbols, func: &str) -> Result<&'k Symbol> {
     let (module, name) = match func.split_once(':') {
         Some((m, n)) => (Some(m), n),
         None => (None, func),
@@ -383,8 +407,8 @@ pub(crate) fn lines(func: &str, image: &ImageArgs, srcline: bool) -> Result<Exit
         .into_iter()
         .filter(|s| s.is_text() && (module.is_none() || s.module.as_deref() == module))
         .collect();
-    let sym = match found.as_slice() {
-        [one] => *one,
+    match found.as_slice() {
+        [one] => Ok(*one),
         [] => bail!("{func} is not a function in /proc/kallsyms"),
         many => bail!(
             "{func} names {} functions ({}); give MOD:{name} for a module's",
@@ -394,17 +418,17 @@ pub(crate) fn lines(func: &str, image: &ImageArgs, srcline: bool) -> Result<Exit
                 .collect::<Vec<_>>()
                 .join(", ")
         ),
-    };
-    let f = pre.function(sym).map_err(|e| anyhow::anyhow!("{e}"))?;
-    let listing = pre.listing(&f);
-    let lines_at = if srcline {
-        Some(line_lookup(&kernel)?)
-    } else {
-        None
-    };
+    }
+}
+
+/// `--lines`' table: a head line, then each instruction with the kernel's
+/// answer for a probe there, under its source line when `lines_at` has one.
+fn print_listing(
+    out: &mut impl Write,
+    listing: &Listing,
+    lines_at: Option<&(AddressLookup, u64)>,
+) -> Result<()> {
     let mut last_line = String::new();
-    let stdout = std::io::stdout();
-    let mut out = std::io::BufWriter::new(stdout.lock());
     let code = match listing.code_size {
         Some(c) if c < listing.size => format!(", code {c} bytes then padding"),
         _ => String::new(),
@@ -434,7 +458,7 @@ pub(crate) fn lines(func: &str, image: &ImageArgs, srcline: bool) -> Result<Exit
             }
             _ => String::new(),
         };
-        if let Some((lookup, slide)) = &lines_at {
+        if let Some((lookup, slide)) = lines_at {
             let at = listing
                 .address
                 .wrapping_add(l.insn.offset)
@@ -453,24 +477,17 @@ pub(crate) fn lines(func: &str, image: &ImageArgs, srcline: bool) -> Result<Exit
             l.insn.text
         )?;
     }
-    writeln!(
-        out,
-        "p: a kprobe (p:{name}+OFFSET) is accepted; r: a kretprobe is too; -: refused, with the errno the kernel would answer"
-    )?;
-    out.flush()?;
-    Ok(ExitCode::SUCCESS)
+    Ok(())
 }
 
 /// `--srcline`'s lookup in the running kernel's DWARF, and the KASLR
 /// slide its addresses are moved by.
-fn line_lookup(
-    kernel: &Kernel,
-) -> Result<(kprobe_perf_engine::cli::kernel::source::AddressLookup, u64)> {
+fn line_lookup(kernel: &Kernel) -> Result<(AddressLookup, u64)> {
     let (path, slide) = kernel
         .kernel_dwarf()
         .map_err(crate::image_args::explain)
         .context("--srcline needs the running kernel's DWARF (Debian: linux-image-VERSION-dbg; give --vmlinux)")?;
-    let lookup = kprobe_perf_engine::cli::kernel::source::AddressLookup::open(&path)
+    let lookup = AddressLookup::open(&path)
         .with_context(|| format!("--srcline: reading {}", path.display()))?;
     Ok((lookup, slide))
 }
@@ -504,6 +521,17 @@ pub(crate) fn info(image: &ImageArgs) -> Result<ExitCode> {
     crate::doctor::print(&mut out, &crate::doctor::checks(&rel))?;
     out.flush()?;
     let kernel = discover(image, SizesFrom::Vmlinux)?;
+    symbols_info(&mut out, &kernel)?;
+    debug_info(&mut out, &kernel)?;
+    module_debug_info(&mut out, &kernel)?;
+    text_info(&mut out, &kernel)?;
+    out.flush()?;
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `info`'s lines on the kernel's symbols: kallsyms, the build ID, and the
+/// vmlinux and System.map matched to the running kernel.
+fn symbols_info(out: &mut impl Write, kernel: &Kernel) -> Result<()> {
     let symbols = kernel.symbols();
     let core = symbols.iter().filter(|s| s.module.is_none()).count();
     writeln!(
@@ -523,7 +551,7 @@ pub(crate) fn info(image: &ImageArgs) -> Result<ExitCode> {
         None => writeln!(out, "build ID: unknown (/sys/kernel/notes has none)")?,
     }
     let m = kernel.images().map_err(explain);
-    report_skipped(&kernel);
+    report_skipped(kernel);
     let m = m?;
     let slide = m.slide.map_or_else(
         || "KASLR slide unknown".to_string(),
@@ -569,9 +597,13 @@ pub(crate) fn info(image: &ImageArgs) -> Result<ExitCode> {
             kernel::looked_in(&kernel.system_map_candidates())
         )?,
     }
-    debug_info(&mut out, &kernel)?;
-    module_debug_info(&mut out, &kernel)?;
-    match image_args::text(&kernel)? {
+    Ok(())
+}
+
+/// `info`'s lines on what probes are checked against: the kernel's text,
+/// BTF and the kprobe blacklist.
+fn text_info(out: &mut impl Write, kernel: &Kernel) -> Result<()> {
+    match image_args::text(kernel)? {
         Some(t) => writeln!(out, "kernel text: {}", t.describe())?,
         None => writeln!(
             out,
@@ -592,8 +624,7 @@ pub(crate) fn info(image: &ImageArgs) -> Result<ExitCode> {
         (None, Some(e)) => writeln!(out, "kprobe blacklist: not readable ({e})")?,
         (None, None) => writeln!(out, "kprobe blacklist: not read")?,
     }
-    out.flush()?;
-    Ok(ExitCode::SUCCESS)
+    Ok(())
 }
 
 /// `info`'s line on the kernel's DWARF: the debug file source points and

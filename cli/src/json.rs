@@ -77,32 +77,15 @@ impl EventWriter {
         plan: &ProbePlan,
         symbols: &KernelSymbols,
     ) {
-        let start = out.len();
-        out.resize(start + USUAL_OBJECT_ROOM, 0);
-        if let Some(n) = out
-            .get_mut(start..)
-            .and_then(|room| self.usual.put(room, e, plan, symbols))
-        {
-            out.truncate(start + n);
+        if self.append_usual(out, e, plan, symbols) {
             return;
         }
-        out.truncate(start);
         if self.arg_order.len() <= e.probe {
             self.arg_order.resize(e.probe + 1, None);
         }
         let order = self.arg_order[e.probe].get_or_insert_with(|| sorted_args(plan));
         out.extend_from_slice(b"{\"args\":{");
-        for (n, &i) in order.iter().enumerate() {
-            let (Some(a), Some(v)) = (plan.args.get(i), e.args.get(i)) else {
-                continue;
-            };
-            if n > 0 {
-                out.push(b',');
-            }
-            put_str(out, &a.name);
-            out.push(b':');
-            put_value(out, v, symbols, &mut self.symbols);
-        }
+        put_args(out, order, plan, e, symbols, &mut self.symbols);
         out.extend_from_slice(b"},\"comm\":");
         put_str(out, &e.comm);
         out.extend_from_slice(b",\"cpu\":");
@@ -110,22 +93,7 @@ impl EventWriter {
         out.extend_from_slice(b",\"event\":");
         put_str(out, &plan.event);
         out.push(b',');
-        let ret = e.ret_addr.is_some();
-        if self.places.len() >= PLACES_KEPT {
-            self.places.clear();
-        }
-        let place = self.places.entry((e.probe_addr, ret)).or_insert_with(|| {
-            let mut m = Vec::new();
-            if ret {
-                m.extend_from_slice(b"\"function\":");
-                put_str(&mut m, &function(symbols, e.probe_addr));
-            } else {
-                m.extend_from_slice(b"\"location\":");
-                put_str(&mut m, &location(symbols, e.probe_addr));
-            }
-            m.into_boxed_slice()
-        });
-        out.extend_from_slice(place);
+        put_place(out, &mut self.places, e, symbols);
         out.extend_from_slice(b",\"pid\":");
         put_int(out, e.pid);
         out.extend_from_slice(b",\"probe_addr\":");
@@ -141,25 +109,101 @@ impl EventWriter {
         out.extend_from_slice(b",\"time_ns\":");
         put_int(out, e.time_ns);
         out.extend_from_slice(b",\"type\":\"event\"");
-        if order
-            .iter()
-            .any(|&i| matches!(e.args.get(i), Some(Value::Unknown)))
-        {
-            out.extend_from_slice(b",\"unknown\":[");
-            let mut first = true;
-            for &i in order.iter() {
-                if let (Some(a), Some(Value::Unknown)) = (plan.args.get(i), e.args.get(i)) {
-                    if !first {
-                        out.push(b',');
-                    }
-                    first = false;
-                    put_str(out, &a.name);
-                }
-            }
-            out.push(b']');
-        }
+        put_unknowns(out, order, plan, e);
         out.push(b'}');
     }
+
+    /// Appends `e` as the usual object when it is one; false (nothing
+    /// appended) when not.
+    fn append_usual(
+        &mut self,
+        out: &mut Vec<u8>,
+        e: &Event,
+        plan: &ProbePlan,
+        symbols: &KernelSymbols,
+    ) -> bool {
+        let start = out.len();
+        out.resize(start + USUAL_OBJECT_ROOM, 0);
+        if let Some(n) = out
+            .get_mut(start..)
+            .and_then(|room| self.usual.put(room, e, plan, symbols))
+        {
+            out.truncate(start + n);
+            return true;
+        }
+        out.truncate(start);
+        false
+    }
+}
+
+/// The `args` object's members, in `order`.
+fn put_args(
+    out: &mut Vec<u8>,
+    order: &[usize],
+    plan: &ProbePlan,
+    e: &Event,
+    symbols: &KernelSymbols,
+    names: &mut HashMap<u64, Box<[u8]>>,
+) {
+    for (n, &i) in order.iter().enumerate() {
+        let (Some(a), Some(v)) = (plan.args.get(i), e.args.get(i)) else {
+            continue;
+        };
+        if n > 0 {
+            out.push(b',');
+        }
+        put_str(out, &a.name);
+        out.push(b':');
+        put_value(out, v, symbols, names);
+    }
+}
+
+/// `"function":NAME` for a return, `"location":SYM+OFF` for an entry,
+/// kept per probed address (at most [`PLACES_KEPT`] of them).
+fn put_place(
+    out: &mut Vec<u8>,
+    places: &mut HashMap<(u64, bool), Box<[u8]>>,
+    e: &Event,
+    symbols: &KernelSymbols,
+) {
+    let ret = e.ret_addr.is_some();
+    if places.len() >= PLACES_KEPT {
+        places.clear();
+    }
+    let place = places.entry((e.probe_addr, ret)).or_insert_with(|| {
+        let mut m = Vec::new();
+        if ret {
+            m.extend_from_slice(b"\"function\":");
+            put_str(&mut m, &function(symbols, e.probe_addr));
+        } else {
+            m.extend_from_slice(b"\"location\":");
+            put_str(&mut m, &location(symbols, e.probe_addr));
+        }
+        m.into_boxed_slice()
+    });
+    out.extend_from_slice(place);
+}
+
+/// `,"unknown":[NAMES]` when some arguments could not be fetched.
+fn put_unknowns(out: &mut Vec<u8>, order: &[usize], plan: &ProbePlan, e: &Event) {
+    let mut unknown = order
+        .iter()
+        .filter_map(|&i| match (plan.args.get(i), e.args.get(i)) {
+            (Some(a), Some(Value::Unknown)) => Some(a),
+            _ => None,
+        })
+        .peekable();
+    if unknown.peek().is_none() {
+        return;
+    }
+    out.extend_from_slice(b",\"unknown\":[");
+    for (n, a) in unknown.enumerate() {
+        if n > 0 {
+            out.push(b',');
+        }
+        put_str(out, &a.name);
+    }
+    out.push(b']');
 }
 
 /// The plan's argument indices in the order a sorted map prints their

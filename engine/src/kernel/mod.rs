@@ -44,7 +44,7 @@ pub use kprobe_perf_symbols::file::open_regular;
 pub use kprobe_perf_symbols::image::{ImageError, ImageSymbol, KaslrSlide, KernelImage};
 pub use kprobe_perf_symbols::prototypes::VMLINUX_BTF;
 pub use kprobe_perf_symbols::{
-    glob_match, is_glob, Blacklist, BlacklistError, SymbolsError, BLACKLIST_PATH,
+    glob_match, is_glob, Blacklist, BlacklistError, Symbol, SymbolsError, BLACKLIST_PATH,
 };
 
 pub use error::{looked_in, KernelError};
