@@ -447,6 +447,7 @@ fn plan_line(runs: &[(String, Suite)]) -> String {
             .filter(|_| pair_of(k).is_some_and(|p| names.contains(&p)))
             .map(|o| match o.tests.len() {
                 0 => o.file.to_string(),
+                1 => format!("{} (1 test)", o.file),
                 n => format!("{} ({n} tests)", o.file),
             })
             .collect();
