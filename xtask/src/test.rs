@@ -1044,8 +1044,14 @@ fn report_vm((k, kernel, suite): &KernelRun, outcome: VmResult, tally: &mut Tall
         }
     }
     report_problems(&outcome);
+    // Every test's seconds, slowest first, kept beside the log: where a
+    // suite's time goes.
+    let times = outcome.slowest(usize::MAX).join("\n") + "\n";
+    let kept = testlog::save(&format!("{name} times"), &times)
+        .map(|p| format!(" (every test: {})", p.display()))
+        .unwrap_or_default();
     println!(
-        "xtask: kernel {k}: slowest tests: {}",
+        "xtask: kernel {k}: slowest tests: {}{kept}",
         outcome.slowest(8).join(", ")
     );
     let image = kernel
