@@ -225,7 +225,10 @@ fn killed_sessions_leave_nothing_after_the_next_start() {
     println!("kill test: seed {seed}, events defined {define_ms} ms after start");
     let mut state = seed | 1;
     let mut killed_with_events = 0;
-    for _ in 0..50 {
+    // 20 kills: about three in four land after the definition (36 and
+    // 38 of 50 on 6.1 and 6.12 under TCG), and each costs the run's start.
+    const KILLS: usize = 20;
+    for _ in 0..KILLS {
         let mut child = record("30").spawn().unwrap();
         std::thread::sleep(Duration::from_millis(
             xorshift(&mut state) % (2 * define_ms + 1),
@@ -237,7 +240,9 @@ fn killed_sessions_leave_nothing_after_the_next_start() {
         child.kill().unwrap();
         child.wait().unwrap();
     }
-    println!("kill test: {killed_with_events} of 50 runs were killed with their events defined");
+    println!(
+        "kill test: {killed_with_events} of {KILLS} runs were killed with their events defined"
+    );
     assert!(
         killed_with_events > 0,
         "no kill landed after the definition; the test proved nothing"

@@ -61,6 +61,11 @@ enum Task {
         /// Skip cargo fmt and clippy.
         #[arg(long)]
         no_lint: bool,
+        /// Only the VM suites: no lint, native tests, package checks or
+        /// demo (to time the VM suites, e.g.
+        /// `cargo xtask test --vm-only --kernel 6.1 --kernel 6.12`).
+        #[arg(long)]
+        vm_only: bool,
     },
     /// Coverage-guided fuzzing with cargo fuzz (libFuzzer; installed
     /// when missing, run on the stable toolchain with RUSTC_BOOTSTRAP=1
@@ -262,7 +267,11 @@ fn run(cli: Cli) -> Result<()> {
             timeout,
             command,
         } => vm_command(&kernel, &arch, timeout, &command),
-        Task::Test { kernel, no_lint } => test::run(&kernel, no_lint),
+        Task::Test {
+            kernel,
+            no_lint,
+            vm_only,
+        } => test::run(&kernel, no_lint, vm_only),
         Task::Demo { kernel } => test::demo(&kernel),
         Task::Dist {
             check,

@@ -319,6 +319,161 @@ const ARM64: &[(&str, &[&str])] = &[
 /// Functions the boundary agreement test takes in the smoke set.
 const SMOKE_AGREEMENT_FUNCTIONS: usize = 30;
 
+/// Functions the boundary agreement test takes in the full suite (its own
+/// default, 150, is for a run of its own): each costs about 1.2 s on 6.1
+/// under TCG, most of it closing the accepted probes, and 60 functions
+/// still ask the kernel about 4,000 offsets per kernel (the seed is fixed,
+/// so each kernel is asked the same functions on every run).
+const FULL_AGREEMENT_FUNCTIONS: usize = 60;
+
+/// Tests the two full suites (6.1 and 6.12, [`MATRIX`]) run once between
+/// them: on the kernel `on`, and on the other only when `on` is not part
+/// of the run (`--kernel 6.12` alone runs everything). Each proves
+/// something of kprobe-perf that is the same on both kernels: user-space
+/// code (uprobes at an address the binary decides, DWARF unwinding of user
+/// stacks, SDT notes), file formats and file handling. A test whose
+/// verdict depends on the kernel (a kprobe, tracefs's grammar, a type the
+/// kernel knows or not, the kernel's own stacks) is never here.
+struct Once {
+    /// The test file (tests/tests/FILE.rs).
+    file: &'static str,
+    /// Its tests run once (empty: the whole file).
+    tests: &'static [&'static str],
+    /// The kernel of [`MATRIX`] that runs them.
+    on: &'static str,
+    /// Why the other kernel would prove nothing more.
+    why: &'static str,
+}
+
+const ONCE_PER_PAIR: &[Once] = &[
+    Once {
+        file: "perf_habits",
+        tests: &[
+            "latency_by_ret_prints_an_ints_minus_one",
+            "perfs_ring_sizes_and_fp_call_graph",
+            "relative_paths_and_names_on_path_are_the_binaries",
+            "names_a_uprobe_cannot_take_say_the_form_to_use",
+            "usdt_any_file_with_a_command_is_its_binary",
+            "a_uprobes_picture_of_stacks_has_its_user_frames",
+            "latency_min_prints_an_ints_minus_one",
+            "output_files_carry_the_binaries_build_ids",
+            "script_fields_print_as_perf_scripts",
+            "a_return_uprobe_prints_its_entry_arguments",
+        ],
+        on: "6.1",
+        why: "uprobes on a test binary: names, paths, build ids, output forms \
+              (the char type, kprobe-less kernels, exclude-perf and exec naming run on both)",
+    },
+    Once {
+        file: "user_source_lines",
+        tests: &[],
+        on: "6.1",
+        why: "a user binary's DWARF (locals, debuglink, debuginfod) against perf probe -x",
+    },
+    Once {
+        file: "latency",
+        tests: &["latency_of_each_level_of_a_recursion"],
+        on: "6.1",
+        why: "a user-space recursion's uprobes and their pairing",
+    },
+    Once {
+        file: "stacks",
+        tests: &["uprobe_stack_has_its_callers"],
+        on: "6.1",
+        why: "a user stack walked by frame pointers",
+    },
+    Once {
+        file: "bpftrace_diff",
+        tests: &["uprobe_filters_count_what_bpftrace_counts"],
+        on: "6.1",
+        why: "a uprobe's filter against bpftrace's (the vfs_write one runs on both)",
+    },
+    Once {
+        file: "output_file",
+        tests: &[],
+        on: "6.1",
+        why: "the -o file's creation (planted links, mode, owner) and what it holds",
+    },
+    Once {
+        file: "usdt",
+        tests: &[],
+        on: "6.12",
+        why: "SDT notes of python3.11 and libstdc++, their semaphores and operands, on uprobes",
+    },
+    Once {
+        file: "dwarf_stacks",
+        tests: &[],
+        on: "6.12",
+        why: "user stacks unwound from DWARF call frame information, and perf.data's samples",
+    },
+    Once {
+        file: "read_sizes_example",
+        tests: &[],
+        on: "6.12",
+        why: "the engine's examples on a uprobe of libc's read, and a perf.data file",
+    },
+];
+
+/// The kernel of the pair other than `kernel`, when `kernel` is one of
+/// [`MATRIX`].
+fn pair_of(kernel: &str) -> Option<&'static str> {
+    if !MATRIX.contains(&kernel) {
+        return None;
+    }
+    MATRIX.iter().copied().find(|k| *k != kernel)
+}
+
+/// What `kernel`'s full suite leaves to the other kernel of the pair, in
+/// a run that boots both: per test file, the tests it skips (empty: the
+/// whole file).
+fn left_to_the_pair(kernel: &str, runs: &[&str]) -> Vec<&'static Once> {
+    match pair_of(kernel) {
+        Some(other) if runs.contains(&other) => {
+            ONCE_PER_PAIR.iter().filter(|o| o.on == other).collect()
+        }
+        _ => Vec::new(),
+    }
+}
+
+/// The plan line: what runs where.
+fn plan_line(runs: &[(String, Suite)]) -> String {
+    let names: Vec<&str> = runs.iter().map(|(k, _)| k.as_str()).collect();
+    let mut parts = Vec::new();
+    for (k, suite) in runs {
+        let mut part = format!("{k}: {}", suite.describe());
+        let once: Vec<String> = ONCE_PER_PAIR
+            .iter()
+            .filter(|o| o.on == k.as_str() && *suite == Suite::Full)
+            .filter(|_| pair_of(k).is_some_and(|p| names.contains(&p)))
+            .map(|o| match o.tests.len() {
+                0 => o.file.to_string(),
+                1 => format!("{} (1 test)", o.file),
+                n => format!("{} ({n} tests)", o.file),
+            })
+            .collect();
+        if !once.is_empty() {
+            part.push_str(&format!(", and alone of the pair: {}", once.join(", ")));
+        }
+        let functions = match suite {
+            Suite::Full => FULL_AGREEMENT_FUNCTIONS,
+            Suite::Smoke | Suite::Arm64 => SMOKE_AGREEMENT_FUNCTIONS,
+        };
+        part.push_str(&format!(", {functions} agreement functions"));
+        parts.push(part);
+    }
+    let mut plan = format!("xtask: plan: {}", parts.join("; "));
+    for o in ONCE_PER_PAIR {
+        if names.contains(&o.on) && pair_of(o.on).is_some_and(|p| names.contains(&p)) {
+            let what = match o.tests {
+                [] => format!("{} (all)", o.file),
+                tests => format!("{}: {}", o.file, tests.join(", ")),
+            };
+            plan.push_str(&format!("\n  on {} alone: {what}: {}", o.on, o.why));
+        }
+    }
+    plan
+}
+
 /// The test file an executable was built from: `skeleton-0123abcd` ->
 /// `skeleton`.
 fn test_file_of(exe: &std::path::Path) -> Option<&str> {
@@ -326,12 +481,32 @@ fn test_file_of(exe: &std::path::Path) -> Option<&str> {
     Some(name.rsplit_once('-').map_or(name, |(stem, _)| stem))
 }
 
-/// The guest's shell script: each test executable with its filters.
-fn vm_script(exes: &[PathBuf], suite: Suite) -> String {
+/// The guest's shell script: each test executable with its filters. A
+/// full suite leaves out what `left` gives to the other kernel of the
+/// pair (`--skip NAME --exact`, or the whole file).
+fn vm_script(exes: &[PathBuf], suite: Suite, left: &[&Once]) -> String {
     let mut runs = Vec::new();
     for exe in exes {
         let filters: Vec<String> = match suite {
-            Suite::Full => Vec::new(),
+            Suite::Full => {
+                let file = test_file_of(exe).unwrap_or_default();
+                let mine: Vec<&&Once> = left.iter().filter(|o| o.file == file).collect();
+                if mine.iter().any(|o| o.tests.is_empty()) {
+                    continue;
+                }
+                let skips: Vec<String> = mine
+                    .iter()
+                    .flat_map(|o| o.tests.iter())
+                    .map(|t| format!(" --skip '{t}'"))
+                    .collect();
+                if skips.is_empty() {
+                    skips
+                } else {
+                    std::iter::once(" --exact".to_string())
+                        .chain(skips)
+                        .collect()
+                }
+            }
             Suite::Smoke | Suite::Arm64 => {
                 let set = if suite == Suite::Smoke { SMOKE } else { ARM64 };
                 let Some(file) = test_file_of(exe) else {
@@ -517,23 +692,15 @@ fn unmount_tracefs() {
     }
 }
 
-pub(crate) fn run(kernel_args: &[String], no_lint: bool) -> Result<()> {
+pub(crate) fn run(kernel_args: &[String], no_lint: bool, vm_only: bool) -> Result<()> {
     let started = Instant::now();
     let mut tally = Tally::default();
     warn_if_disk_is_short();
-    if !no_lint {
-        lint(&mut tally);
-    }
-    if let Err(e) = build_cli() {
-        tally.fail("building kprobe-perf", &e);
+    if vm_only {
+        install_peers(&mut tally);
+    } else if !host_steps(kernel_args, no_lint, &mut tally) {
         return tally.finish(started);
     }
-    install_peers(&mut tally);
-    unmount_tracefs();
-    native_tests(&mut tally);
-    // The library crates' packages, and a project outside the workspace built from them.
-    tally.check("cargo xtask package", crate::package::run());
-    package_checks(kernel_args, &mut tally);
     let exes = match build_vm_tests() {
         Ok(exes) => exes,
         Err(e) => {
@@ -541,13 +708,16 @@ pub(crate) fn run(kernel_args: &[String], no_lint: bool) -> Result<()> {
             return tally.finish(started);
         }
     };
-    // The README's first command, as a newcomer types it.
-    println!("xtask: running `cargo xtask demo` (kernel {DEMO_KERNEL})");
-    tally.check(
-        &format!("demo (cargo xtask demo, kernel {DEMO_KERNEL})"),
-        demo(DEMO_KERNEL),
-    );
+    if !vm_only {
+        // The README's first command, as a newcomer types it.
+        println!("xtask: running `cargo xtask demo` (kernel {DEMO_KERNEL})");
+        tally.check(
+            &format!("demo (cargo xtask demo, kernel {DEMO_KERNEL})"),
+            demo(DEMO_KERNEL),
+        );
+    }
     let runs = kernel_runs(kernel_args);
+    println!("{}", plan_line(&runs));
     let scripts = Scripts::new(&exes, &runs, &mut tally);
     let resolved = resolve_kernels(&runs, &scripts, &mut tally);
     let outcomes = run_vms(&resolved, &scripts);
@@ -555,6 +725,26 @@ pub(crate) fn run(kernel_args: &[String], no_lint: bool) -> Result<()> {
         report_vm(run, outcome, &mut tally);
     }
     tally.finish(started)
+}
+
+/// What runs on the host before the VM tests: lint, the native tests, the
+/// packages. False when kprobe-perf could not be built (nothing after it
+/// can run).
+fn host_steps(kernel_args: &[String], no_lint: bool, tally: &mut Tally) -> bool {
+    if !no_lint {
+        lint(tally);
+    }
+    if let Err(e) = build_cli() {
+        tally.fail("building kprobe-perf", &e);
+        return false;
+    }
+    install_peers(tally);
+    unmount_tracefs();
+    native_tests(tally);
+    // The library crates' packages, and a project outside the workspace built from them.
+    tally.check("cargo xtask package", crate::package::run());
+    package_checks(kernel_args, tally);
+    true
 }
 
 /// cargo fmt --check and clippy, one check each.
@@ -669,7 +859,9 @@ fn kernel_runs(kernel_args: &[String]) -> Vec<(String, Suite)> {
 /// The guest's script of each suite; the arm64 one is empty when its
 /// QEMU or build could not be had (one failure, said here).
 struct Scripts {
-    full: String,
+    /// Per kernel of the full suite: its script (each leaves the pair's
+    /// other kernel its share of [`ONCE_PER_PAIR`]).
+    full: Vec<(String, String)>,
     smoke: String,
     arm64: String,
 }
@@ -682,20 +874,33 @@ impl Scripts {
                 host::ensure_packages(&[("qemu-system-arm", "/usr/bin/qemu-system-aarch64")])
                     .and_then(|()| build_vm_tests_arm64());
             match built {
-                Ok(exes) => arm64 = vm_script(&exes, Suite::Arm64),
+                Ok(exes) => arm64 = vm_script(&exes, Suite::Arm64, &[]),
                 Err(e) => tally.fail("the arm64 set (QEMU and the aarch64 build)", &e),
             }
         }
+        let names: Vec<&str> = runs.iter().map(|(k, _)| k.as_str()).collect();
+        let full = runs
+            .iter()
+            .filter(|(_, s)| *s == Suite::Full)
+            .map(|(k, _)| {
+                let left = left_to_the_pair(k, &names);
+                (k.clone(), vm_script(exes, Suite::Full, &left))
+            })
+            .collect();
         Scripts {
-            full: vm_script(exes, Suite::Full),
-            smoke: vm_script(exes, Suite::Smoke),
+            full,
+            smoke: vm_script(exes, Suite::Smoke, &[]),
             arm64,
         }
     }
 
-    fn of(&self, suite: Suite) -> &str {
+    fn of(&self, kernel: &str, suite: Suite) -> &str {
         match suite {
-            Suite::Full => &self.full,
+            Suite::Full => self
+                .full
+                .iter()
+                .find(|(k, _)| k == kernel)
+                .map_or("", |(_, s)| s.as_str()),
             Suite::Smoke => &self.smoke,
             Suite::Arm64 => &self.arm64,
         }
@@ -714,7 +919,7 @@ fn resolve_kernels(
 ) -> Vec<KernelRun> {
     let mut resolved = Vec::new();
     for (k, suite) in runs {
-        if scripts.of(*suite).is_empty() {
+        if scripts.of(k, *suite).is_empty() {
             continue; // said when the scripts were made
         }
         let cache = vm_cache().join("kernels");
@@ -764,7 +969,7 @@ fn run_vms(resolved: &[KernelRun], scripts: &Scripts) -> Vec<VmResult> {
                         let Some(run) = resolved.get(i) else {
                             return done;
                         };
-                        done.push((i, run_vm(run, scripts.of(run.2), tagged)));
+                        done.push((i, run_vm(run, scripts.of(&run.0, run.2), tagged)));
                     }
                 })
             })
@@ -799,12 +1004,11 @@ fn run_vm(
             d.display().to_string(),
         ));
     }
-    if matches!(*suite, Suite::Smoke | Suite::Arm64) {
-        env.push((
-            "KPROBE_PERF_FUNCTIONS".to_string(),
-            SMOKE_AGREEMENT_FUNCTIONS.to_string(),
-        ));
-    }
+    let functions = match suite {
+        Suite::Full => FULL_AGREEMENT_FUNCTIONS,
+        Suite::Smoke | Suite::Arm64 => SMOKE_AGREEMENT_FUNCTIONS,
+    };
+    env.push(("KPROBE_PERF_FUNCTIONS".to_string(), functions.to_string()));
     let outcome = vm::run(&VmRun {
         kernel,
         command: &["sh".to_string(), "-c".to_string(), script.to_string()],
@@ -840,8 +1044,14 @@ fn report_vm((k, kernel, suite): &KernelRun, outcome: VmResult, tally: &mut Tall
         }
     }
     report_problems(&outcome);
+    // Every test's seconds, slowest first, kept beside the log: where a
+    // suite's time goes.
+    let times = outcome.slowest(usize::MAX).join("\n") + "\n";
+    let kept = testlog::save(&format!("{name} times"), &times)
+        .map(|p| format!(" (every test: {})", p.display()))
+        .unwrap_or_default();
     println!(
-        "xtask: kernel {k}: slowest tests: {}",
+        "xtask: kernel {k}: slowest tests: {}{kept}",
         outcome.slowest(8).join(", ")
     );
     let image = kernel
@@ -1074,16 +1284,81 @@ kprobe-perf: 2 events (p_do_sys_openat2_0: 1; r_do_sys_openat2_0: 2), 0 lost
             PathBuf::from("/t/release/deps/differential-77"),
         ];
         assert_eq!(test_file_of(&exes[0]), Some("skeleton"));
-        let smoke = vm_script(&exes, Suite::Smoke);
+        let smoke = vm_script(&exes, Suite::Smoke, &[]);
         assert_eq!(
             smoke,
             "rc=0; '/t/release/deps/skeleton-0123abcd' --test-threads=1 --color never --show-output \
              'record_a_command_prints_ftrace_lines' 'openat_entry_and_return_values_of_a_known_thread' || rc=1; \
              '/t/release/deps/differential-77' --test-threads=1 --color never --show-output || rc=1; exit $rc"
         );
-        let full = vm_script(&exes, Suite::Full);
+        let full = vm_script(&exes, Suite::Full, &[]);
         assert_eq!(full.matches("|| rc=1").count(), 3);
         assert!(!full.contains("record_a_command"));
+    }
+
+    #[test]
+    fn the_pair_runs_its_once_tests_on_one_kernel() {
+        let exes = [
+            PathBuf::from("/t/release/deps/usdt-01"),
+            PathBuf::from("/t/release/deps/perf_habits-02"),
+            PathBuf::from("/t/release/deps/tracefs-03"),
+        ];
+        let both = ["6.1", "6.12"];
+        let on_61 = vm_script(&exes, Suite::Full, &left_to_the_pair("6.1", &both));
+        assert!(!on_61.contains("usdt-01"), "{on_61}");
+        assert!(on_61.contains("tracefs-03' --test-threads=1 --color never --show-output ||"));
+        assert!(!on_61.contains("--skip"), "{on_61}");
+        let on_612 = vm_script(&exes, Suite::Full, &left_to_the_pair("6.12", &both));
+        assert!(on_612
+            .contains("'/t/release/deps/usdt-01' --test-threads=1 --color never --show-output ||"));
+        assert!(on_612.contains("perf_habits-02' --test-threads=1 --color never --show-output --exact --skip 'latency_by_ret_prints_an_ints_minus_one'"), "{on_612}");
+        assert!(!on_612.contains("a_char_prints"), "{on_612}");
+        // Alone, a kernel of the pair runs everything.
+        assert!(left_to_the_pair("6.12", &["6.12"]).is_empty());
+        assert!(left_to_the_pair("5.10", &["5.10", "6.1"]).is_empty());
+        let plan = plan_line(&kernel_runs(&[]));
+        assert!(
+            plan.starts_with(
+                "xtask: plan: 6.1: full suite, and alone of the pair: perf_habits (10 tests)"
+            ),
+            "{plan}"
+        );
+        assert!(
+            plan.contains("; 6.12: full suite, and alone of the pair: usdt, dwarf_stacks"),
+            "{plan}"
+        );
+        assert!(
+            plan.contains("5.10: smoke set, 30 agreement functions"),
+            "{plan}"
+        );
+    }
+
+    /// Every file and test the selection names exists, and no test is
+    /// given to one kernel twice: a misspelt name would skip nothing, or
+    /// everything, silently.
+    #[test]
+    fn the_selection_names_tests_that_exist() {
+        let dir = workspace_root().join("tests/tests");
+        for o in ONCE_PER_PAIR {
+            assert!(
+                MATRIX.contains(&o.on),
+                "{}: {} is not a kernel of the pair",
+                o.file,
+                o.on
+            );
+            assert!(!o.why.is_empty());
+            let src = std::fs::read_to_string(dir.join(format!("{}.rs", o.file)))
+                .unwrap_or_else(|e| panic!("tests/tests/{}.rs: {e}", o.file));
+            for t in o.tests {
+                assert!(
+                    src.contains(&format!("fn {t}()")),
+                    "{}: no test {t}",
+                    o.file
+                );
+            }
+            let same_file = ONCE_PER_PAIR.iter().filter(|p| p.file == o.file).count();
+            assert_eq!(same_file, 1, "{} is named twice", o.file);
+        }
     }
 
     #[test]
@@ -1094,7 +1369,7 @@ kprobe-perf: 2 events (p_do_sys_openat2_0: 1; r_do_sys_openat2_0: 2), 0 lost
             PathBuf::from("/t/aarch64-unknown-linux-musl/release/deps/btf-03"),
         ];
         assert_eq!(
-            vm_script(&exes, Suite::Arm64),
+            vm_script(&exes, Suite::Arm64, &[]),
             "rc=0; '/t/aarch64-unknown-linux-musl/release/deps/tracefs-01' --test-threads=1 --color never --show-output \
              'maxactive_bounds_concurrent_returns_and_misses_are_counted' 'kernel_fetched_string_is_exact' || rc=1; \
              '/t/aarch64-unknown-linux-musl/release/deps/btf-03' --test-threads=1 --color never --show-output || rc=1; exit $rc"

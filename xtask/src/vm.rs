@@ -403,9 +403,14 @@ fn boot(opts: &VmRun, initramfs: &Path) -> Result<VmOutcome> {
         .arg(&opts.kernel.image)
         .arg("-initrd")
         .arg(initramfs)
+        // watchdog_thresh=60 (the kernel's most): a soft lockup is
+        // reported after 120 s stuck, not 20 s. On a busy host the one
+        // thread that runs the guest's vCPUs is starved for that long
+        // (the demo on a host at load 15 saw "soft lockup - CPU#0 stuck
+        // for 22s! [swapper/0:1]" during boot); a real lockup still shows.
         .args([
             "-append",
-            &format!("console={console} quiet loglevel=3 panic=-1 rdinit=/init"),
+            &format!("console={console} quiet loglevel=3 panic=-1 rdinit=/init watchdog_thresh=60"),
         ])
         .args([
             "-virtfs",
