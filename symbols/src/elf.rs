@@ -280,7 +280,11 @@ impl UserBinary {
             .chain(file.dynamic_symbols())
             .filter(|s| s.address() != 0)
             .filter(|s| {
-                s.kind() == SymbolKind::Text || (s.kind() == SymbolKind::Label && executable(s))
+                // A label (STT_NOTYPE, which `object` calls Unknown) of
+                // an executable section, but not Arm's `$x` mapping symbols.
+                let label = matches!(s.kind(), SymbolKind::Label | SymbolKind::Unknown)
+                    && !s.name().is_ok_and(|n| n.starts_with('$'));
+                s.kind() == SymbolKind::Text || (label && executable(s))
             })
             .filter_map(|s| {
                 let symbol = AddressSymbol {

@@ -497,7 +497,51 @@ fn frames_of_libc_under_python_are_perfs() {
         frame_lines(&perf_text),
         "perf:\n{perf_text}\nours:\n{live}"
     );
+    ld_so_frames_are_perfs(&libc, &dir);
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// The address of `function` in the symbol table of `debug_file`.
+fn symbol_address(debug_file: &Path, function: &str) -> Option<u64> {
+    let out = Command::new("readelf")
+        .arg("-sW")
+        .arg(debug_file)
+        .output()
+        .ok()?;
+    String::from_utf8_lossy(&out.stdout).lines().find_map(|l| {
+        let w: Vec<&str> = l.split_whitespace().collect();
+        (w.len() == 8 && w[7] == function).then(|| u64::from_str_radix(w[1], 16).ok())?
+    })
+}
+
+/// libc's `__init_misc`, which ld.so's `_dl_init` runs from
+/// `_dl_start_user` (a label of ld.so's text, no function): probed at
+/// its offset (a local symbol), every frame line of `/bin/true`'s stack
+/// is perf's, `_dl_start_user+0x…` included.
+fn ld_so_frames_are_perfs(libc: &str, dir: &Path) {
+    let debug = debug_file_of(Path::new(libc)).unwrap();
+    let at = symbol_address(&debug, "__init_misc").expect("__init_misc in libc6-dbg's symbols");
+    let file = dir.join("init.data");
+    let probe = format!("p:{libc}:{at:#x}");
+    let file = file.to_str().unwrap();
+    let live = record(&[
+        "--call-graph",
+        "dwarf",
+        "-o",
+        file,
+        "-e",
+        &probe,
+        "--",
+        "/bin/true",
+    ]);
+    let ours = frame_lines(&live);
+    assert!(
+        ours.last()
+            .is_some_and(|f| f.contains(" _dl_start_user+0x")),
+        "{live}"
+    );
+    let perf = stdout_of(Path::new("perf"), &["script", "-i", file]);
+    assert_eq!(ours, frame_lines(&perf), "perf:\n{perf}\nours:\n{live}");
 }
 
 /// A program built without frame pointers, with two functions inlined
