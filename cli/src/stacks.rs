@@ -448,12 +448,14 @@ fn json_callchain<'f>(line: &mut Vec<u8>, frames: impl Iterator<Item = &'f Named
 }
 
 /// Appends one frame as `perf script` prints it (see
-/// [`Stacks::write_text`]): a newline and a tab, the address
+/// [`Stacks::write_text`]): a newline and a tab, the address (a user
+/// frame's offset in its file, as perf prints it)
 /// right-aligned in 16 columns, `sym+0xOFF`, the object in parentheses,
 /// and with `srcline` its source line on a line of its own.
 fn frame_text(line: &mut Vec<u8>, f: &NamedFrame, srcline: bool) {
     line.extend_from_slice(b"\n\t");
-    put_hex_right(line, f.address, 16);
+    // perf prints a user frame in a file at its offset in the file.
+    put_hex_right(line, f.in_file.unwrap_or(f.address), 16);
     line.push(b' ');
     match &f.symbol {
         Some(s) => {
@@ -556,6 +558,7 @@ mod tests {
                 user: false,
                 inlined: false,
                 source: None,
+                in_file: None,
             },
             NamedFrame {
                 address: 7,
@@ -568,6 +571,7 @@ mod tests {
                     file: "/src/a.c".into(),
                     line: 12,
                 }),
+                in_file: Some(7),
             },
         ];
         let mut line = b"{\"type\":\"event\"}".to_vec();

@@ -43,6 +43,12 @@ pub struct NamedFrame {
     /// address for the innermost frame of an address, the line of the
     /// call for a frame another is inlined in. `None` without DWARF.
     pub source: Option<SourceLine>,
+    /// For a user frame in a mapped file: the address relative to that
+    /// file's mapping (address - mapping start + file offset), which
+    /// `perf script` prints for such frames in place of the address (its
+    /// `sample__fprintf_callchain` prints the binary offset of a user
+    /// address in a DSO, the virtual address otherwise).
+    pub in_file: Option<u64>,
 }
 
 /// A source file and line.
@@ -490,6 +496,7 @@ impl StackSymbolizer {
                 user: false,
                 inlined: false,
                 source: None,
+                in_file: None,
             };
         };
         let object = match &loc.symbol.module {
@@ -514,6 +521,7 @@ impl StackSymbolizer {
             user: false,
             inlined: false,
             source: None,
+            in_file: None,
         }
     }
 
@@ -545,6 +553,7 @@ impl StackSymbolizer {
                 user: true,
                 inlined: false,
                 source: None,
+                in_file: None,
             });
             return;
         };
@@ -574,6 +583,7 @@ impl StackSymbolizer {
             user: true,
             inlined,
             source: None,
+            in_file: Some(file_offset),
         };
         let Some((name, offset)) = found else {
             named.push(frame(None, 0, false));

@@ -256,27 +256,48 @@ impl UserBinary {
             .collect()
     }
 
-    /// Every named function with an address (`.symtab` and `.dynsym`),
-    /// sorted by address, one per address (the largest), each with its
-    /// size (up to the next function when the table says 0): what
-    /// naming a callchain's frames searches. Also works on a separate
-    /// debug file, whose code is not in the file.
+    /// Every named function with an address (`.symtab` and `.dynsym`,
+    /// and the labels of executable sections, as perf keeps them: ld.so's
+    /// `_dl_start_user`), sorted by address, one per address (of aliases,
+    /// the one perf names, see [`perf_prefers`]), each with its size (up
+    /// to the next function when the table says 0): what naming a
+    /// callchain's frames searches. Also works on a separate debug file,
+    /// whose code is not in the file.
     pub fn functions_by_address(&self) -> Result<Vec<AddressSymbol>, ElfError> {
         let file = self.parse()?;
-        let mut out: Vec<AddressSymbol> = file
+        let executable = |s: &object::Symbol<'_, '_>| {
+            s.section_index()
+                .and_then(|i| file.section_by_index(i).ok())
+                .is_some_and(|sec| match sec.flags() {
+                    object::SectionFlags::Elf { sh_flags, .. } => {
+                        sh_flags.contains(object::elf::SHF_EXECINSTR)
+                    }
+                    _ => false,
+                })
+        };
+        let mut out: Vec<(AddressSymbol, Binding)> = file
             .symbols()
             .chain(file.dynamic_symbols())
-            .filter(|s| s.kind() == SymbolKind::Text && s.address() != 0)
+            .filter(|s| s.address() != 0)
+            .filter(|s| {
+                // A label (STT_NOTYPE, which `object` calls Unknown) of
+                // an executable section, but not Arm's `$x` mapping symbols.
+                let label = matches!(s.kind(), SymbolKind::Label | SymbolKind::Unknown)
+                    && !s.name().is_ok_and(|n| n.starts_with('$'));
+                s.kind() == SymbolKind::Text || (label && executable(s))
+            })
             .filter_map(|s| {
-                Some(AddressSymbol {
+                let symbol = AddressSymbol {
                     name: s.name().ok().filter(|n| !n.is_empty())?.to_string(),
                     address: s.address(),
                     size: s.size(),
-                })
+                };
+                Some((symbol, Binding::of(&s)))
             })
             .collect();
-        out.sort_by(|a, b| a.address.cmp(&b.address).then(b.size.cmp(&a.size)));
-        out.dedup_by_key(|s| s.address);
+        out.sort_by(|a, b| a.0.address.cmp(&b.0.address).then(perf_prefers(a, b)));
+        out.dedup_by_key(|s| s.0.address);
+        let mut out: Vec<AddressSymbol> = out.into_iter().map(|(s, _)| s).collect();
         for i in 0..out.len() {
             if out[i].size == 0 {
                 if let Some(next) = out.get(i + 1).map(|n| n.address) {
@@ -320,6 +341,42 @@ impl UserBinary {
     }
 }
 
+/// A symbol's binding, as perf ranks aliases by it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+enum Binding {
+    Global,
+    Local,
+    Weak,
+}
+
+impl Binding {
+    fn of(s: &object::Symbol<'_, '_>) -> Binding {
+        if s.is_weak() {
+            Binding::Weak
+        } else if s.is_global() {
+            Binding::Global
+        } else {
+            Binding::Local
+        }
+    }
+}
+
+/// Of two symbols at one address, the one perf keeps first (its
+/// `choose_best_symbol` in tools/perf/util/symbol.c): one with a size,
+/// then not weak, then global, then the fewest leading underscores,
+/// then the longest name (so libc's `malloc` over `__libc_malloc`, and
+/// `__GI___inet_pton` over the weak `inet_pton` and the local
+/// `__inet_pton`). Ties keep the tables' order.
+fn perf_prefers(a: &(AddressSymbol, Binding), b: &(AddressSymbol, Binding)) -> std::cmp::Ordering {
+    let underscores = |s: &AddressSymbol| s.name.bytes().take_while(|&c| c == b'_').count();
+    (a.0.size == 0)
+        .cmp(&(b.0.size == 0))
+        .then((a.1 == Binding::Weak).cmp(&(b.1 == Binding::Weak)))
+        .then((a.1 != Binding::Global).cmp(&(b.1 != Binding::Global)))
+        .then(underscores(&a.0).cmp(&underscores(&b.0)))
+        .then(b.0.name.len().cmp(&a.0.name.len()))
+}
+
 /// The file offset of virtual address `address`, through the loadable
 /// segment that maps it.
 fn file_offset_of(file: &object::File<'_>, address: u64) -> Option<u64> {
@@ -339,6 +396,43 @@ pub fn find_function(path: &Path, name: &str) -> Result<UserSymbol, ElfError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn aliases_are_ranked_as_perf_ranks_them() {
+        let sym = |name: &str, size, binding| {
+            let s = AddressSymbol {
+                name: name.into(),
+                address: 0x98930,
+                size,
+            };
+            (s, binding)
+        };
+        let best = |mut v: Vec<(AddressSymbol, Binding)>| {
+            v.sort_by(perf_prefers);
+            v[0].0.name.clone()
+        };
+        // libc6-dbg's malloc and inet_pton, in its symbol table's order.
+        let malloc = vec![
+            sym("__GI___libc_malloc", 791, Binding::Local),
+            sym("__malloc", 791, Binding::Local),
+            sym("__libc_malloc", 791, Binding::Global),
+            sym("malloc", 791, Binding::Global),
+        ];
+        assert_eq!(best(malloc), "malloc");
+        let pton = vec![
+            sym("__inet_pton", 107, Binding::Local),
+            sym("__GI_inet_pton", 107, Binding::Local),
+            sym("__GI___inet_pton", 107, Binding::Local),
+            sym("inet_pton", 107, Binding::Weak),
+        ];
+        assert_eq!(best(pton), "__GI___inet_pton");
+        // A sized symbol over a label at the same address.
+        let label = vec![
+            sym("_start", 0, Binding::Global),
+            sym("_x", 4, Binding::Local),
+        ];
+        assert_eq!(best(label), "_x");
+    }
 
     #[test]
     fn finds_a_function_of_this_test_binary() {

@@ -319,6 +319,20 @@ fn inlined_chain(test: &str, dir: &Path) -> Option<std::path::PathBuf> {
 /// on `leaf` (`perf probe -x`), then `perf script` of its file; `None`
 /// (the test skipped) without perf.
 fn perf_recording(test: &str, bin: &Path, dir: &Path) -> Option<String> {
+    let command = [bin.to_str()?, "1000"];
+    perf_uprobe_script(test, (bin, "leaf", "probe_chain"), &command, dir)
+}
+
+/// `perf script` of `perf record --call-graph dwarf` of `command` under
+/// perf's own uprobe (`perf probe -x OBJECT`) on `function` of `object`,
+/// whose event group perf names `group`; `None` (the test skipped)
+/// without perf.
+fn perf_uprobe_script(
+    test: &str,
+    (object, function, group): (&Path, &str, &str),
+    command: &[&str],
+    dir: &Path,
+) -> Option<String> {
     let Some(perf) = ["/usr/bin/perf", "/usr/sbin/perf"]
         .into_iter()
         .find(|p| Path::new(p).exists())
@@ -328,11 +342,11 @@ fn perf_recording(test: &str, bin: &Path, dir: &Path) -> Option<String> {
     };
     // An event name of this process's own, so that a concurrent test's
     // probe never collides with it.
-    let name = format!("kpfchain{}", std::process::id());
+    let name = format!("kpf{function}{}", std::process::id());
     let added = Command::new(perf)
         .args(["probe", "-q", "-f", "-x"])
-        .arg(bin)
-        .args(["-a", &format!("{name}=leaf")])
+        .arg(object)
+        .args(["-a", &format!("{name}={function}")])
         .output()
         .unwrap();
     if !added.status.success() {
@@ -343,7 +357,7 @@ fn perf_recording(test: &str, bin: &Path, dir: &Path) -> Option<String> {
         );
         return None;
     }
-    let event = format!("probe_chain:{name}");
+    let event = format!("{group}:{name}");
     let data = dir.join("perf.data");
     let rec = Command::new(perf)
         .args([
@@ -359,8 +373,7 @@ fn perf_recording(test: &str, bin: &Path, dir: &Path) -> Option<String> {
         ])
         .arg(&data)
         .arg("--")
-        .arg(bin)
-        .arg("1000")
+        .args(command)
         .output()
         .unwrap();
     let _ = Command::new(perf)
@@ -376,6 +389,159 @@ fn perf_recording(test: &str, bin: &Path, dir: &Path) -> Option<String> {
         Path::new(perf),
         &["script", "-i", data.to_str().unwrap()],
     ))
+}
+
+/// The frame lines of `script` output (each trimmed): the address, as
+/// perf prints a user frame (its offset in its file, which does not move
+/// with the address-space layout), `symbol+0xOFFSET`, and the object or
+/// `(inlined)`.
+fn frame_lines(text: &str) -> Vec<String> {
+    text.lines()
+        .filter(|l| l.starts_with('\t'))
+        .map(|l| l.trim().to_string())
+        .collect()
+}
+
+/// The separate debug file of `binary` by build ID, as libc6-dbg
+/// installs libc's, when it is there.
+fn debug_file_of(binary: &Path) -> Option<std::path::PathBuf> {
+    let out = Command::new("readelf")
+        .arg("-n")
+        .arg(binary)
+        .output()
+        .ok()?;
+    let notes = String::from_utf8_lossy(&out.stdout);
+    let id = notes
+        .lines()
+        .find_map(|l| l.trim().strip_prefix("Build ID: "))?
+        .trim()
+        .to_string();
+    let file = Path::new("/usr/lib/debug/.build-id")
+        .join(id.get(..2)?)
+        .join(format!("{}.debug", id.get(2..)?));
+    file.exists().then_some(file)
+}
+
+/// A uprobe on libc's `inet_pton`, called from Python
+/// (`socket.inet_pton`), unwound from DWARF with libc6-dbg installed:
+/// every frame kprobe-perf prints, live and from its file, is the line
+/// `perf script` prints of `perf record --call-graph dwarf` on perf's own
+/// probe: the address (relative to the file), the name perf picks among
+/// the aliases (`__GI___inet_pton`), the offset, the object, and the
+/// `(inlined)` lines.
+#[test]
+fn frames_of_libc_under_python_are_perfs() {
+    let test = "frames_of_libc_under_python_are_perfs";
+    if !uprobes_available(test) {
+        return;
+    }
+    let python = Path::new("/usr/bin/python3");
+    let Some(libc) = libc_path() else {
+        return skip(test, "no libc in this process's mappings");
+    };
+    if !python.exists() {
+        return skip(test, "no /usr/bin/python3 (apt-get install python3)");
+    }
+    if debug_file_of(Path::new(&libc)).is_none() {
+        return skip(
+            test,
+            &format!("no debug file of {libc} by build ID (apt-get install libc6-dbg; readelf of binutils reads the build ID)"),
+        );
+    }
+    let dir = std::env::temp_dir().join(format!("kpf-pton-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let file = dir.join("ours.data");
+    let script = "import socket; socket.inet_pton(socket.AF_INET, '127.0.0.1')";
+    let command = [python.to_str().unwrap(), "-c", script];
+    let probe = format!("p:{libc}:inet_pton");
+    let live = record(
+        &[
+            &["--call-graph", "dwarf", "-o", file.to_str().unwrap()][..],
+            &["-e", &probe, "--"],
+            &command,
+        ]
+        .concat(),
+    );
+    let ours = frame_lines(&live);
+    let replay = stdout_of(
+        &kprobe_perf_bin(),
+        &["script", "-i", file.to_str().unwrap()],
+    );
+    assert_eq!(frame_lines(&replay), ours, "{replay}");
+    let libc_name = Path::new(&libc)
+        .file_name()
+        .unwrap()
+        .to_string_lossy()
+        .into_owned();
+    assert!(
+        ours.first()
+            .is_some_and(|f| f.ends_with(&format!(" __GI___inet_pton+0x0 ({libc})"))),
+        "{live}"
+    );
+    assert!(
+        ours.iter()
+            .any(|f| f.ends_with(" __libc_start_main_impl+0x84 (inlined)")),
+        "{live}"
+    );
+    let group = format!("probe_{}", libc_name.split('.').next().unwrap_or("libc"));
+    let Some(perf_text) = perf_uprobe_script(
+        test,
+        (Path::new(&libc), "inet_pton", &group),
+        &command,
+        &dir,
+    ) else {
+        return;
+    };
+    assert_eq!(
+        ours,
+        frame_lines(&perf_text),
+        "perf:\n{perf_text}\nours:\n{live}"
+    );
+    ld_so_frames_are_perfs(&libc, &dir);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// The address of `function` in the symbol table of `debug_file`.
+fn symbol_address(debug_file: &Path, function: &str) -> Option<u64> {
+    let out = Command::new("readelf")
+        .arg("-sW")
+        .arg(debug_file)
+        .output()
+        .ok()?;
+    String::from_utf8_lossy(&out.stdout).lines().find_map(|l| {
+        let w: Vec<&str> = l.split_whitespace().collect();
+        (w.len() == 8 && w[7] == function).then(|| u64::from_str_radix(w[1], 16).ok())?
+    })
+}
+
+/// libc's `__init_misc`, which ld.so's `_dl_init` runs from
+/// `_dl_start_user` (a label of ld.so's text, no function): probed at
+/// its offset (a local symbol), every frame line of `/bin/true`'s stack
+/// is perf's, `_dl_start_user+0x…` included.
+fn ld_so_frames_are_perfs(libc: &str, dir: &Path) {
+    let debug = debug_file_of(Path::new(libc)).unwrap();
+    let at = symbol_address(&debug, "__init_misc").expect("__init_misc in libc6-dbg's symbols");
+    let file = dir.join("init.data");
+    let probe = format!("p:{libc}:{at:#x}");
+    let file = file.to_str().unwrap();
+    let live = record(&[
+        "--call-graph",
+        "dwarf",
+        "-o",
+        file,
+        "-e",
+        &probe,
+        "--",
+        "/bin/true",
+    ]);
+    let ours = frame_lines(&live);
+    assert!(
+        ours.last()
+            .is_some_and(|f| f.contains(" _dl_start_user+0x")),
+        "{live}"
+    );
+    let perf = stdout_of(Path::new("perf"), &["script", "-i", file]);
+    assert_eq!(ours, frame_lines(&perf), "perf:\n{perf}\nours:\n{live}");
 }
 
 /// A program built without frame pointers, with two functions inlined

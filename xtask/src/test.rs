@@ -654,7 +654,7 @@ fn warn_if_disk_is_short() {
 /// failures again and `N passed, N failed, N skipped`.
 /// The peers the tests run, installed before the native step: (Debian
 /// package, a file it installs).
-const NATIVE_PEERS: [(&str, &str); 9] = [
+const NATIVE_PEERS: [(&str, &str); 10] = [
     ("debuginfod", "/usr/bin/debuginfod"),
     ("curl", "/usr/bin/curl"),
     ("libarchive-tools", "/usr/bin/bsdtar"),
@@ -664,6 +664,7 @@ const NATIVE_PEERS: [(&str, &str); 9] = [
     ("libc6-dbg", "/usr/share/doc/libc6-dbg"),
     ("dwz", "/usr/bin/dwz"),
     ("clang", "/usr/bin/clang"),
+    ("python3", "/usr/bin/python3"),
 ];
 
 /// Where a fresh machine has no tracefs mounted and this one has, the
