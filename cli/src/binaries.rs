@@ -95,6 +95,11 @@ impl Lookup for System<'_> {
         self.pids
             .iter()
             .find_map(|&pid| libraries::mapped_by(pid, name))
+            .or_else(|| {
+                self.pids
+                    .iter()
+                    .find_map(|&pid| libraries::loaders_of(pid, name))
+            })
             .or_else(|| libraries::loaders(name))
     }
 

@@ -2,7 +2,8 @@
 //! takes it, made into the file a uprobe names:
 //!
 //! 1. the library a `-p PID` process maps (its /proc/PID/maps), when one
-//!    of its mappings is that library;
+//!    of its mappings is that library, else the one its loader would map
+//!    from its own LD_LIBRARY_PATH (/proc/PID/environ);
 //! 2. else the one the system's loader would map for a program started
 //!    now (`-- CMD`, or any process later): the first directory of
 //!    LD_LIBRARY_PATH that holds it, then ldconfig's cache
@@ -55,6 +56,18 @@ fn in_maps(maps: &str, name: &str) -> Option<PathBuf> {
 
 fn file_name(path: &str) -> Option<&str> {
     Path::new(path).file_name().and_then(|f| f.to_str())
+}
+
+/// The library the loader would map for `name` in process `pid`: the
+/// directories of its own LD_LIBRARY_PATH (its /proc/PID/environ).
+pub(crate) fn loaders_of(pid: i32, name: &str) -> Option<Library> {
+    let environ = std::fs::read(format!("/proc/{pid}/environ")).ok()?;
+    let dirs = environ
+        .split(|&b| b == 0)
+        .find_map(|v| v.strip_prefix(b"LD_LIBRARY_PATH="))?;
+    let mut lib = in_dirs(&String::from_utf8_lossy(dirs), name)?;
+    lib.found = format!("{} of process {pid}", lib.found);
+    Some(lib)
 }
 
 /// The library the loader would map for `name`: LD_LIBRARY_PATH's
