@@ -7,10 +7,10 @@
 //!   /usr/bin/python3.11 has its SDT notes, the kernel's where the kernel
 //!   has kprobes (the VM);
 //! - the README's examples, run as the README shows them: every `# COMMAND`
-//! of a ```console block whose marker names the kernel this test runs on
-//! (`<!-- example: 6.1 -->`), its output (stdout and stderr together)
-//! compared with the lines under it ([`kprobe_perf_tests::readme`] says
-//! what varies by run and is masked).
+//!   of a ```console block whose marker names the kernel this test runs on
+//!   (`<!-- example: 6.1 -->`), its output (stdout and stderr together)
+//!   compared with the lines under it ([`kprobe_perf_tests::readme`] says
+//!   what varies by run and is masked).
 //!
 //! Each block's commands run in order in one new directory (so that
 //! `# cat vfs_read.folded` reads what the command before it wrote), with
