@@ -11,14 +11,20 @@
 //! - bpftrace's heads (`uprobe:`, `uretprobe:`, `kprobe:`, `kretprobe:`,
 //!   and `u:`, `ur:`, `k:`, `kr:`) are `p:` and `r:`.
 //!
-//! What cannot be meant as a definition is refused with the form to use:
-//! perf's event names (`probe_libc:open64`, `sdt_python:gc__start`), and
-//! a library's short name (`p:libc:fopen64`), with the path the loader
-//! maps for it.
+//! - a library's short name (`p:libc:fopen64`, `p:libssl:SSL_write`) is
+//!   the library a `-p` process maps, else the one the loader would map
+//!   (libraries.rs); a `libNAME` found nowhere is refused with the
+//!   libraries of ldconfig's cache near it;
+//! - perf's event names (`probe_libc:fopen64`, `probe:do_sys_open`) and
+//!   kprobe-perf's own (`kprobes:p_vfs_read_0`) are the probes they name
+//!   (perf_names.rs).
 
 use std::path::PathBuf;
 
 use anyhow::Result;
+
+use crate::libraries::{self, Library};
+use crate::perf_names;
 
 /// `-v`: say what the binaries named were resolved to.
 #[derive(clap::Args, Clone, Copy, Default)]
@@ -45,16 +51,21 @@ pub(crate) trait Lookup {
     fn on_path(&self, name: &str) -> Option<PathBuf>;
     /// Whether a kernel module of this name is loaded.
     fn is_module(&self, name: &str) -> bool;
-    /// The library the loader maps for a short name (`libc`).
-    fn library(&self, name: &str) -> Option<PathBuf>;
+    /// The library a short name (`libc`) names: the one a recorded
+    /// process maps, else the one the loader would map.
+    fn library(&self, name: &str) -> Option<Library>;
+    /// The libraries of the loader's cache whose names are near `name`.
+    fn libraries_near(&self, name: &str) -> Vec<String>;
     /// Whether `path` is an ELF file (not a script).
     fn is_elf(&self, path: &std::path::Path) -> bool;
 }
 
-/// The running system.
-pub(crate) struct System;
+/// The running system, and the processes of `-p`.
+pub(crate) struct System<'a> {
+    pub pids: &'a [i32],
+}
 
-impl Lookup for System {
+impl Lookup for System<'_> {
     fn real_path(&self, path: &str) -> std::io::Result<PathBuf> {
         std::fs::canonicalize(path)
     }
@@ -80,13 +91,20 @@ impl Lookup for System {
             .any(|m| m == wanted)
     }
 
-    fn library(&self, name: &str) -> Option<PathBuf> {
-        let out = std::process::Command::new("ldconfig")
-            .arg("-p")
-            .output()
-            .ok()?;
-        let listing = String::from_utf8_lossy(&out.stdout);
-        library_in(&listing, name, std::env::consts::ARCH)
+    fn library(&self, name: &str) -> Option<Library> {
+        self.pids
+            .iter()
+            .find_map(|&pid| libraries::mapped_by(pid, name))
+            .or_else(|| {
+                self.pids
+                    .iter()
+                    .find_map(|&pid| libraries::loaders_of(pid, name))
+            })
+            .or_else(|| libraries::loaders(name))
+    }
+
+    fn libraries_near(&self, name: &str) -> Vec<String> {
+        libraries::near(&libraries::ldconfig_listing(), name, std::env::consts::ARCH)
     }
 
     fn is_elf(&self, path: &std::path::Path) -> bool {
@@ -96,22 +114,6 @@ impl Lookup for System {
             .and_then(|mut f| f.read_exact(&mut magic))
             .is_ok_and(|()| magic == *b"\x7fELF")
     }
-}
-
-/// From `ldconfig -p`'s listing, the library `NAME.so...` of this
-/// architecture (`x86-64`, `AArch64` in its words).
-fn library_in(listing: &str, name: &str, arch: &str) -> Option<PathBuf> {
-    let arch_word = match arch {
-        "x86_64" => "x86-64",
-        "aarch64" => "AArch64",
-        other => other,
-    };
-    let soname = format!("{name}.so");
-    listing.lines().find_map(|l| {
-        let (left, path) = l.trim().split_once(" => ")?;
-        let (lib, flags) = left.split_once(' ')?;
-        (lib.starts_with(&soname) && flags.contains(arch_word)).then(|| PathBuf::from(path))
-    })
 }
 
 /// bpftrace's probe heads and the kind each is here.
@@ -139,7 +141,10 @@ pub(crate) fn definition(
         text = format!("{ours}{}", &text[bpf.len()..]);
         notes.push(format!("{definition}: bpftrace's {bpf} is {ours} here"));
     }
-    refuse_perf_event_names(&text, look)?;
+    if let Some((meant, note)) = perf_names::definition(&text, command, look)? {
+        notes.push(note);
+        text = meant;
+    }
     let targets = target_spans(&text);
     // From the last, so that the earlier spans stay where they are.
     for (start, sdt) in targets.into_iter().rev() {
@@ -153,17 +158,18 @@ pub(crate) fn definition(
             command_binary(cmd, look)?
         } else {
             match binary_path(binary, look) {
-                Ok(Some(p)) => p,
+                Ok(Some((p, found))) => {
+                    if let Some(found) = found {
+                        notes.push(format!("{binary} is {} ({found})", p.display()));
+                        text.replace_range(start..start + end, &p.to_string_lossy());
+                        continue;
+                    }
+                    p
+                }
                 Ok(None) => continue,
                 Err(Refusal::Unresolved(why)) => return Err(caret(&text, start, end, &why)),
-                Err(Refusal::Library(lib)) => {
-                    let mut meant = text.clone();
-                    meant.replace_range(start..start + end, &lib.to_string_lossy());
-                    let why = format!(
-                        "no kernel module {binary} is loaded, and a uprobe takes the binary's \
-                         path, not a library's name: write {meant} (the {binary} the loader \
-                         maps, from ldconfig -p)"
-                    );
+                Err(Refusal::NoLibrary(near)) => {
+                    let why = no_library(binary, &near, &word[end..]);
                     return Err(caret(&text, start, end, &why));
                 }
             }
@@ -222,35 +228,58 @@ fn is_kind(kind: &str) -> bool {
 enum Refusal {
     /// A path that names no file.
     Unresolved(String),
-    /// A library's short name, and the library the loader maps for it.
-    Library(PathBuf),
+    /// A library's short name that names no library: the names near it.
+    NoLibrary(Vec<String>),
 }
 
-/// The path `binary` names, or `None` when it is to be left as it is
-/// (an absolute path, a kernel module, a glob, a name found nowhere).
-fn binary_path(binary: &str, look: &dyn Lookup) -> Result<Option<PathBuf>, Refusal> {
+/// The path `binary` names, and for a library's short name where it was
+/// found, or `None` when it is to be left as it is (an absolute path, a
+/// kernel module, a glob, a name found nowhere that is no library's).
+fn binary_path(
+    binary: &str,
+    look: &dyn Lookup,
+) -> Result<Option<(PathBuf, Option<String>)>, Refusal> {
     let fetch_arg = binary.starts_with(['%', '$', '@', '+', '-', '\\']) || binary.contains('=');
     if binary.is_empty() || fetch_arg || binary.starts_with('/') || binary.contains(['*', '?', '['])
     {
         return Ok(None);
     }
     if binary.contains('/') {
-        return look.real_path(binary).map(Some).map_err(|e| {
-            Refusal::Unresolved(format!(
-                "cannot resolve {binary} from the current directory (as perf's -x does): {e}"
-            ))
-        });
+        return look
+            .real_path(binary)
+            .map(|p| Some((p, None)))
+            .map_err(|e| {
+                Refusal::Unresolved(format!(
+                    "cannot resolve {binary} from the current directory (as perf's -x does): {e}"
+                ))
+            });
     }
     if binary == "vmlinux" || look.is_module(binary) {
         return Ok(None);
     }
     if let Some(p) = look.on_path(binary) {
-        return Ok(Some(p));
+        return Ok(Some((p, None)));
     }
     match look.library(binary) {
-        Some(lib) => Err(Refusal::Library(lib)),
+        Some(lib) => Ok(Some((lib.path, Some(lib.found)))),
+        // A library's name (libNAME) found nowhere: say so. Any other
+        // name may be a kernel module's, loaded or not.
+        None if binary.starts_with("lib") => Err(Refusal::NoLibrary(look.libraries_near(binary))),
         None => Ok(None),
     }
+}
+
+/// Why a library's short name names nothing, and what to write.
+fn no_library(name: &str, near: &[String], after: &str) -> String {
+    let near = match near {
+        [] => "it has none like it".to_string(),
+        _ => format!("it has {}", near.join(", ")),
+    };
+    format!(
+        "no library {name}: no recorded process maps it, and neither LD_LIBRARY_PATH nor \
+         ldconfig's cache (/etc/ld.so.cache) has {name}.so ({near}); name it by its \
+         path (p:/PATH/{name}.so{after})"
+    )
 }
 
 /// With `-- CMD`: the command's binary, found as the shell finds it.
@@ -274,45 +303,9 @@ fn command_binary(cmd: &str, look: &dyn Lookup) -> Result<PathBuf, String> {
     Ok(path)
 }
 
-/// perf's names of the events `perf probe` defines (`probe:EVENT`,
-/// `probe_BINARY:EVENT`, `sdt_PROVIDER:NAME`) are no probe point: the
-/// form to write instead.
-fn refuse_perf_event_names(text: &str, look: &dyn Lookup) -> Result<(), String> {
-    let head = text.split_ascii_whitespace().next().unwrap_or_default();
-    let Some((group, event)) = head.split_once(':') else {
-        return Ok(());
-    };
-    let simple =
-        |s: &str| !s.is_empty() && s.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_');
-    if !simple(event) {
-        return Ok(());
-    }
-    let form = if let Some(provider) = group.strip_prefix("sdt_").filter(|p| simple(p)) {
-        format!("usdt:BINARY:{provider}:{event} (the binary's path)")
-    } else if group == "probe" {
-        format!("p:{event} (a kernel function)")
-    } else if let Some(binary) = group.strip_prefix("probe_").filter(|b| simple(b)) {
-        match look.on_path(binary).or_else(|| look.library(binary)) {
-            Some(path) => format!("p:{}:{event}", path.display()),
-            None => format!("p:PATH:{event}, PATH the {binary} binary's path"),
-        }
-    } else {
-        return Ok(());
-    };
-    Err(caret(
-        text,
-        0,
-        head.len(),
-        &format!(
-            "{head} is the name perf gives an event `perf probe` defined, not a probe: \
-             kprobe-perf defines its own; write {form}"
-        ),
-    ))
-}
-
 /// `why`, then `text` with carets under `len` bytes from `start`, as the
 /// grammar's errors show a definition.
-fn caret(text: &str, start: usize, len: usize, why: &str) -> String {
+pub(crate) fn caret(text: &str, start: usize, len: usize, why: &str) -> String {
     format!(
         "{why}\n  {text}\n  {}{}",
         " ".repeat(text[..start].chars().count()),
@@ -322,9 +315,14 @@ fn caret(text: &str, start: usize, len: usize, why: &str) -> String {
 
 /// Each of `definitions` resolved in place; with `verbose`, what was
 /// resolved is said on stderr.
-pub(crate) fn all(definitions: &mut [String], command: &[String], verbose: bool) -> Result<()> {
+pub(crate) fn all(
+    definitions: &mut [String],
+    command: &[String],
+    pids: &[i32],
+    verbose: bool,
+) -> Result<()> {
     for d in definitions.iter_mut() {
-        let r = definition(d, command, &System).map_err(|e| anyhow::anyhow!("{e}"))?;
+        let r = definition(d, command, &System { pids }).map_err(|e| anyhow::anyhow!("{e}"))?;
         if verbose {
             for n in &r.notes {
                 say!("kprobe-perf: {n}");
@@ -335,11 +333,35 @@ pub(crate) fn all(definitions: &mut [String], command: &[String], verbose: bool)
     Ok(())
 }
 
+/// `probe -x BINARY`: a path (relative to the current directory), a
+/// program on PATH, or a library's short name (`-x libc`), as perf's -x
+/// takes them; with `verbose`, what it was resolved to is said.
+pub(crate) fn exec(binary: &str, verbose: bool) -> Result<String> {
+    if std::path::Path::new(binary).is_file() {
+        let p = std::fs::canonicalize(binary)?;
+        return Ok(p.to_string_lossy().into_owned());
+    }
+    let mut one = [format!("p:{binary}:x")];
+    all(&mut one, &[], &[], verbose)?;
+    let [p] = one;
+    let path = p
+        .strip_prefix("p:")
+        .and_then(|p| p.strip_suffix(":x"))
+        .unwrap_or(binary);
+    if path.starts_with('/') {
+        return Ok(path.to_string());
+    }
+    anyhow::bail!(
+        "-x {binary}: no such file in the current directory, program on PATH or library \
+         (give the binary's path)"
+    )
+}
+
 /// `latency`'s FUNC (`./prog:walk`, `bash:readline`, a kernel function):
 /// the target of its probes, resolved as a definition's is.
-pub(crate) fn function(func: &str, verbose: bool) -> Result<String> {
+pub(crate) fn function(func: &str, pids: &[i32], verbose: bool) -> Result<String> {
     let mut one = [format!("p:{func}")];
-    all(&mut one, &[], verbose)?;
+    all(&mut one, &[], pids, verbose)?;
     let [p] = one;
     Ok(p.strip_prefix("p:").map(str::to_string).unwrap_or(p))
 }
@@ -366,8 +388,17 @@ mod tests {
         fn is_module(&self, name: &str) -> bool {
             name == "ext4"
         }
-        fn library(&self, name: &str) -> Option<PathBuf> {
-            (name == "libc").then(|| PathBuf::from("/lib/x86_64-linux-gnu/libc.so.6"))
+        fn library(&self, name: &str) -> Option<Library> {
+            (name == "libc").then(|| Library {
+                path: PathBuf::from("/lib/x86_64-linux-gnu/libc.so.6"),
+                found: "libc.so.6 in ldconfig's cache, the loader's".into(),
+            })
+        }
+        fn libraries_near(&self, name: &str) -> Vec<String> {
+            match name {
+                "libss" => vec!["libssl.so.3".into(), "libssl.so.1.1".into()],
+                _ => Vec::new(),
+            }
         }
         fn is_elf(&self, path: &Path) -> bool {
             !path.ends_with("shim")
@@ -423,23 +454,88 @@ mod tests {
     }
 
     #[test]
-    fn what_cannot_be_meant_says_the_form_to_use() {
+    fn a_library_short_name_is_the_library_the_loader_maps() {
+        let r = definition("p:libc:fopen64 path=+0($arg1):ustring", &[], &Fake).unwrap();
         assert_eq!(
-            resolve("p:libc:fopen64").unwrap_err(),
-            "no kernel module libc is loaded, and a uprobe takes the binary's path, not a library's \
-             name: write p:/lib/x86_64-linux-gnu/libc.so.6:fopen64 (the libc the loader maps, from \
-             ldconfig -p)\n  p:libc:fopen64\n    ^^^^"
+            r.definition,
+            "p:/lib/x86_64-linux-gnu/libc.so.6:fopen64 path=+0($arg1):ustring"
         );
+        assert_eq!(
+            r.notes,
+            ["libc is /lib/x86_64-linux-gnu/libc.so.6 (libc.so.6 in ldconfig's cache, the loader's)"]
+        );
+        assert_eq!(
+            resolve("p:libss:SSL_write").unwrap_err(),
+            "no library libss: no recorded process maps it, and neither LD_LIBRARY_PATH nor \
+             ldconfig's cache (/etc/ld.so.cache) has libss.so (it has libssl.so.3, libssl.so.1.1); \
+             name it by its path (p:/PATH/libss.so:SSL_write)\n  p:libss:SSL_write\n    ^^^^^"
+        );
+        assert_eq!(
+            resolve("p:libzz:f").unwrap_err(),
+            "no library libzz: no recorded process maps it, and neither LD_LIBRARY_PATH nor \
+             ldconfig's cache (/etc/ld.so.cache) has libzz.so (it has none like it); \
+             name it by its path (p:/PATH/libzz.so:f)\n  p:libzz:f\n    ^^^^^"
+        );
+        // A name that is no library's may be a module's, loaded later.
+        assert_eq!(
+            resolve("p:9p:v9fs_file_open").as_deref(),
+            Ok("p:9p:v9fs_file_open")
+        );
+    }
+
+    #[test]
+    fn perf_event_names_are_the_probes_perf_defined() {
+        for (given, meant) in [
+            (
+                "probe_libc:fopen64",
+                "p:probe_libc/fopen64 /lib/x86_64-linux-gnu/libc.so.6:fopen64",
+            ),
+            (
+                "probe_libc:fopen64__return ret=$retval",
+                "r:probe_libc/fopen64__return /lib/x86_64-linux-gnu/libc.so.6:fopen64 ret=$retval",
+            ),
+            (
+                "probe_bash:readline",
+                "p:probe_bash/readline /usr/bin/bash:readline",
+            ),
+            (
+                "probe_prog:walk n=$arg1:s32",
+                "p:probe_prog/walk /home/u/prog:walk n=$arg1:s32",
+            ),
+            (
+                "probe:do_sys_open dfd=%di",
+                "p:probe/do_sys_open do_sys_open dfd=%di",
+            ),
+            (
+                "probe:do_sys_open__return",
+                "r:probe/do_sys_open__return do_sys_open",
+            ),
+            ("kprobes:p_do_sys_open_0", "p:do_sys_open"),
+            ("kprobes:r_vfs_read_0 ret=$retval", "r:vfs_read ret=$retval"),
+            ("kprobes:p_do_sys_open_5", "p:do_sys_open+5"),
+            ("fprobes:vfs_read__entry", "f:vfs_read"),
+            ("fprobes:vfs_read__exit", "f:vfs_read%return"),
+            // With a command: its binary.
+            (
+                "sdt_python:gc__start",
+                "usdt:/usr/bin/python3:python:gc__start",
+            ),
+        ] {
+            assert_eq!(resolve(given).as_deref(), Ok(meant), "{given}");
+        }
+        let r = definition("probe_libc:fopen64", &[], &Fake).unwrap();
+        assert_eq!(
+            r.notes,
+            ["probe_libc:fopen64 is p:probe_libc/fopen64 /lib/x86_64-linux-gnu/libc.so.6:fopen64"]
+        );
+    }
+
+    #[test]
+    fn what_cannot_be_meant_says_the_form_to_use() {
         assert_eq!(
             resolve("p:./missing:walk").unwrap_err(),
             "cannot resolve ./missing from the current directory (as perf's -x does): entity not found\n  \
              p:./missing:walk\n    ^^^^^^^^^"
-        );
-        assert_eq!(
-            resolve("probe_libc:open64").unwrap_err(),
-            "probe_libc:open64 is the name perf gives an event `perf probe` defined, not a probe: \
-             kprobe-perf defines its own; write p:/lib/x86_64-linux-gnu/libc.so.6:open64\n  \
-             probe_libc:open64\n  ^^^^^^^^^^^^^^^^^"
         );
         assert_eq!(
             definition("usdt:*:python:gc__start", &["./shim".into()], &Fake).unwrap_err(),
@@ -448,33 +544,22 @@ mod tests {
              the probes, as in usdt:/usr/bin/python3.11:PROVIDER:NAME"
         );
         assert_eq!(
-            resolve("probe_zz:f").unwrap_err(),
-            "probe_zz:f is the name perf gives an event `perf probe` defined, not a probe: \
-             kprobe-perf defines its own; write p:PATH:f, PATH the zz binary's path\n  \
-             probe_zz:f\n  ^^^^^^^^^^"
+            resolve("probe_missing:f").unwrap_err(),
+            "probe_missing:f is perf's name of a uprobe in the binary missing, and no library, \
+             program on PATH or file of the current directory is missing; write p:PATH:f, PATH \
+             the missing binary's path\n  probe_missing:f\n  ^^^^^^^^^^^^^^^"
         );
         assert_eq!(
-            resolve("sdt_python:gc__start").unwrap_err(),
-            "sdt_python:gc__start is the name perf gives an event `perf probe` defined, not a probe: \
-             kprobe-perf defines its own; write usdt:BINARY:python:gc__start (the binary's path)\n  \
-             sdt_python:gc__start\n  ^^^^^^^^^^^^^^^^^^^^"
-        );
-    }
-
-    #[test]
-    fn ldconfig_names_the_library_of_this_architecture() {
-        let listing = "1234 libs found in cache `/etc/ld.so.cache'\n\
-            \tlibc.so.6 (libc6) => /lib/i386-linux-gnu/libc.so.6\n\
-            \tlibc.so.6 (libc6,x86-64) => /lib/x86_64-linux-gnu/libc.so.6\n\
-            \tlibcap.so.2 (libc6,x86-64) => /lib/x86_64-linux-gnu/libcap.so.2\n";
-        assert_eq!(
-            library_in(listing, "libc", "x86_64"),
-            Some(PathBuf::from("/lib/x86_64-linux-gnu/libc.so.6"))
+            definition("sdt_python:gc__start", &[], &Fake).unwrap_err(),
+            "sdt_python:gc__start is the name perf gives an SDT event, which does not say the \
+             binary; write usdt:BINARY:python:gc__start, BINARY the binary's path (or \
+             usdt:*:python:gc__start with -- CMD)\n  sdt_python:gc__start\n  ^^^^^^^^^^^^^^^^^^^^"
         );
         assert_eq!(
-            library_in(listing, "libcap", "x86_64"),
-            Some(PathBuf::from("/lib/x86_64-linux-gnu/libcap.so.2"))
+            resolve("uprobes:p_sh_main_0").unwrap_err(),
+            "uprobes:p_sh_main_0 is a name kprobe-perf gives a uprobe, which says neither the \
+             binary's path nor where the function's name ends; write p:PATH:FUNC (r: for a \
+             return), PATH the binary's path\n  uprobes:p_sh_main_0\n  ^^^^^^^^^^^^^^^^^^^"
         );
-        assert_eq!(library_in(listing, "libz", "x86_64"), None);
     }
 }

@@ -92,10 +92,10 @@ pub(crate) fn resolve_binaries(args: &mut LatencyArgs) -> Result<()> {
     match args.end.as_mut() {
         Some(end) => {
             let mut both = [args.func.clone(), end.clone()];
-            crate::binaries::all(&mut both, &args.command, verbose)?;
+            crate::binaries::all(&mut both, &args.command, &args.pid, verbose)?;
             [args.func, *end] = both;
         }
-        None => args.func = crate::binaries::function(&args.func, verbose)?,
+        None => args.func = crate::binaries::function(&args.func, &args.pid, verbose)?,
     }
     Ok(())
 }

@@ -37,7 +37,9 @@ mod image_args;
 mod inspect;
 mod json;
 mod latency;
+mod libraries;
 mod output;
+mod perf_names;
 mod probe;
 mod profile;
 mod run_loop;
@@ -363,16 +365,26 @@ fn main() -> ExitCode {
         Cmd::Record(mut args) => {
             validate::merge_duplicates(&mut args.pid);
             validate::merge_duplicates(&mut args.tid);
-            binaries::all(&mut args.events, &args.command, args.verbose.verbose)
-                .and_then(|()| filters::pair(matches.subcommand_matches("record"), &args.events))
-                .and_then(|filters| record(&args, &filters))
+            binaries::all(
+                &mut args.events,
+                &args.command,
+                &args.pid,
+                args.verbose.verbose,
+            )
+            .and_then(|()| filters::pair(matches.subcommand_matches("record"), &args.events))
+            .and_then(|filters| record(&args, &filters))
         }
         Cmd::Latency(mut args) => {
             latency::resolve_binaries(&mut args).and_then(|()| latency::run(&args))
         }
         Cmd::Calls(args) => calls::run(&args),
         Cmd::Stat(mut args) => {
-            let resolved = binaries::all(&mut args.events, &args.command, args.verbose.verbose);
+            let resolved = binaries::all(
+                &mut args.events,
+                &args.command,
+                &args.pid,
+                args.verbose.verbose,
+            );
             match resolved
                 .and_then(|()| filters::pair(matches.subcommand_matches("stat"), &args.events))
             {

@@ -95,11 +95,20 @@ pub(crate) struct ProbeArgs {
     specs: Vec<String>,
     #[command(flatten)]
     image: ImageArgs,
+    #[command(flatten)]
+    verbose: crate::binaries::VerboseArg,
 }
 
 /// Runs the one thing `args` ask for.
 pub(crate) fn run(args: &ProbeArgs) -> Result<ExitCode> {
-    let target = || source::Target::new(args.exec.as_deref(), args.module.as_deref(), &args.image);
+    let target = || {
+        source::Target::new(
+            args.exec.as_deref(),
+            args.module.as_deref(),
+            &args.image,
+            args.verbose.verbose,
+        )
+    };
     if let Some(func) = &args.lines {
         inspect::lines(func, &args.image, args.srcline)
     } else if args.definition {

@@ -5,7 +5,7 @@ use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
-use anyhow::{bail, Context as _, Result};
+use anyhow::{bail, Result};
 use kprobe_perf_engine::cli::kernel::source::{self, Instance, SourceExpansion};
 use kprobe_perf_engine::cli::kernel::{Kernel, KernelError, SizesFrom};
 use kprobe_perf_engine::{Error, KernelSymbols};
@@ -39,6 +39,7 @@ impl Target {
         exec: Option<&Path>,
         module: Option<&str>,
         image: &ImageArgs,
+        verbose: bool,
     ) -> Result<Target> {
         let mut image = image.clone();
         let module = match module {
@@ -57,7 +58,9 @@ impl Target {
         };
         Ok(Target {
             image,
-            binary: exec.map(absolute).transpose()?,
+            binary: exec
+                .map(|b| crate::binaries::exec(&b.to_string_lossy(), verbose))
+                .transpose()?,
             module,
         })
     }
@@ -171,13 +174,6 @@ fn on_the_text_given(e: Error, given: &str) -> Error {
         len,
         reason,
     })
-}
-
-/// `-x BINARY` as the absolute path a uprobe names (perf's -x does the same).
-fn absolute(binary: &Path) -> Result<String> {
-    let p = std::fs::canonicalize(binary)
-        .with_context(|| format!("-x {}: cannot find the binary", binary.display()))?;
-    Ok(p.to_string_lossy().into_owned())
 }
 
 /// A definition in kprobe-perf's language (`p:...`, `p ...`) rather than

@@ -41,7 +41,7 @@ pub(crate) struct StatArgs {
     /// threads and child processes they start later; counting ends when
     /// all of them have exited.
     #[arg(short = 'p', long, value_name = "PIDS", value_delimiter = ',', conflicts_with_all = ["tid", "command"], value_parser = validate::pid, allow_negative_numbers = true)]
-    pid: Vec<i32>,
+    pub(crate) pid: Vec<i32>,
     /// Count these threads only (comma-separated tids of running
     /// threads, repeats merged).
     #[arg(short = 't', long, value_name = "TIDS", value_delimiter = ',', conflicts_with = "command", value_parser = validate::tid, allow_negative_numbers = true)]

@@ -1,7 +1,9 @@
 //! The README's examples as tests: every ```console block of README.md is
 //! preceded by `<!-- example: KERNEL [shape] -->`, and each `# COMMAND`
 //! line in it is run on that kernel (tests/tests/readme.rs) and its output
-//! compared with the lines the README shows under it.
+//! compared with the lines the README shows under it. The same runner
+//! runs the commands of docs/from-perf.md's tables ([`table_commands`]),
+//! each of which must succeed.
 //!
 //! The comparison is line by line, with whitespace runs collapsed:
 //! - a line that is exactly `...` stands for any number of lines;
@@ -136,6 +138,51 @@ fn commands_of(body: &[(usize, &str)], kernel: &str, shape: bool, block: usize) 
         while e.expected.last().is_some_and(|l| l.trim().is_empty()) {
             e.expected.pop();
         }
+    }
+    out
+}
+
+/// A command of a table of the docs (docs/from-perf.md): the last cell
+/// of a row, when it is one `code span`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TableCommand {
+    /// Its line in the file (1-based).
+    pub line: usize,
+    /// The `## ` heading the table is under.
+    pub heading: String,
+    /// The row's first cell (the task).
+    pub task: String,
+    /// The command, as given to `sh -c` (`\|` made `|`).
+    pub command: String,
+}
+
+/// The commands of the four-column tables of `doc`: the last column's,
+/// where it is one code span (a `—` cell has none).
+pub fn table_commands(doc: &str) -> Vec<TableCommand> {
+    let mut heading = String::new();
+    let mut out = Vec::new();
+    for (n, line) in doc.lines().enumerate() {
+        if let Some(h) = line.strip_prefix("## ") {
+            heading = h.to_string();
+            continue;
+        }
+        let cells: Vec<&str> = line.split(" | ").collect();
+        let [task, _, _, last] = cells[..] else {
+            continue;
+        };
+        let Some(command) = last
+            .trim_end_matches(" |")
+            .strip_prefix('`')
+            .and_then(|c| c.strip_suffix('`'))
+        else {
+            continue;
+        };
+        out.push(TableCommand {
+            line: n + 1,
+            heading: heading.clone(),
+            task: task.trim_start_matches("| ").to_string(),
+            command: command.replace("\\|", "|"),
+        });
     }
     out
 }
@@ -409,6 +456,31 @@ count probe
             "[N, NK) N |BAR|"
         );
         assert_eq!(normalize("total 1,234,567 x64", true), "total N x64");
+    }
+
+    #[test]
+    fn a_tables_last_cell_is_its_command() {
+        let doc = "# T\n\n## Programs\n\n| Task | perf | bpftrace | kprobe-perf |\n|---|---|---|---|\n\
+            | Count | `perf stat` | — | `kprobe-perf stat -e 'p:./prog:walk' \\| cat` |\n\
+            | Nothing | `perf x` | — | — |\n\n## Kernel\n\n| Trace | a | b | `kprobe-perf record -a` |\n";
+        let t = table_commands(doc);
+        assert_eq!(
+            t,
+            [
+                TableCommand {
+                    line: 7,
+                    heading: "Programs".into(),
+                    task: "Count".into(),
+                    command: "kprobe-perf stat -e 'p:./prog:walk' | cat".into(),
+                },
+                TableCommand {
+                    line: 12,
+                    heading: "Kernel".into(),
+                    task: "Trace".into(),
+                    command: "kprobe-perf record -a".into(),
+                },
+            ]
+        );
     }
 
     #[test]

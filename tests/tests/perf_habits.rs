@@ -186,8 +186,9 @@ fn relative_paths_and_names_on_path_are_the_binaries() {
     );
 }
 
-/// What cannot be meant is refused with the form to write: a library's
-/// short name, perf's event names, a relative path to nothing.
+/// What cannot be meant is refused with the form to write: a relative
+/// path to nothing, a library's short name that names no library (with
+/// the libraries near it), perf's name of a binary found nowhere.
 #[test]
 fn names_a_uprobe_cannot_take_say_the_form_to_use() {
     let Some(b) = build("names_a_uprobe_cannot_take_say_the_form_to_use") else {
@@ -199,23 +200,140 @@ fn names_a_uprobe_cannot_take_say_the_form_to_use() {
         "kprobe-perf: cannot resolve ./nowhere from the current directory (as perf's -x does): \
          No such file or directory (os error 2)\n  p:./nowhere:walk\n    ^^^^^^^^^\n"
     );
-    let out = kprobe_perf(&b.dir, &["record", "-e", "probe_habits:walk", "--", "true"]);
+    let out = kprobe_perf(
+        &b.dir,
+        &["record", "-e", "probe_nowhere:walk", "--", "true"],
+    );
     assert_eq!(
         stderr(&out),
-        "kprobe-perf: probe_habits:walk is the name perf gives an event `perf probe` defined, \
-         not a probe: kprobe-perf defines its own; write p:PATH:walk, PATH the habits binary's \
-         path\n  probe_habits:walk\n  ^^^^^^^^^^^^^^^^^\n"
+        "kprobe-perf: probe_nowhere:walk is perf's name of a uprobe in the binary nowhere, and \
+         no library, program on PATH or file of the current directory is nowhere; write \
+         p:PATH:walk, PATH the nowhere binary's path\n  probe_nowhere:walk\n  \
+         ^^^^^^^^^^^^^^^^^^\n"
     );
-    let out = kprobe_perf(&b.dir, &["record", "-e", "p:libc:fopen64", "--", "true"]);
-    let said = stderr(&out);
+    let out = kprobe_perf(&b.dir, &["record", "-e", "p:libkpfnothing:f", "--", "true"]);
     assert!(!out.status.success());
-    assert!(
-        said.starts_with(
-            "kprobe-perf: no kernel module libc is loaded, and a uprobe takes the binary's path, \
-             not a library's name: write p:/"
-        ) && said.ends_with("/libc.so.6:fopen64 (the libc the loader maps, from ldconfig -p)\n  p:libc:fopen64\n    ^^^^\n"),
-        "{said}"
+    assert_eq!(
+        stderr(&out),
+        "kprobe-perf: no library libkpfnothing: no recorded process maps it, and neither \
+         LD_LIBRARY_PATH nor ldconfig's cache (/etc/ld.so.cache) has libkpfnothing.so (it has \
+         none like it); name it by its path (p:/PATH/libkpfnothing.so:f)\n  \
+         p:libkpfnothing:f\n    ^^^^^^^^^^^^^\n"
     );
+}
+
+/// perf's event names are the probes `perf probe` defines for them:
+/// `probe_habits:walk` (as `perf probe -x ./habits walk` names it) is a
+/// uprobe on ./habits's walk, named as perf names it; `probe_libc:strtol`
+/// and `p:libc:strtol` are libc's strtol, the libc the loader maps
+/// (ldconfig's cache), and `-v` says so.
+#[test]
+fn perf_event_names_are_the_probes_perf_defined() {
+    let Some(b) = build("perf_event_names_are_the_probes_perf_defined") else {
+        return;
+    };
+    let out = kprobe_perf(
+        &b.dir,
+        &[
+            "record",
+            "-v",
+            "-e",
+            "probe_habits:walk n=$arg1:s32",
+            "--",
+            "./habits",
+            "3",
+        ],
+    );
+    assert!(out.status.success(), "{}", stderr(&out));
+    let events: Vec<String> = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter_map(|l| l.split_once("]").map(|(_, rest)| rest.to_string()))
+        .filter_map(|l| l.split_once(": ").map(|(_, ev)| ev.to_string()))
+        .collect();
+    assert_eq!(
+        events,
+        ["walk: (0x0) n=0", "walk: (0x0) n=1", "walk: (0x0) n=2"]
+            .map(|e| e.replace("(0x0)", &format!("({})", addr_of(&out)))),
+        "{out:?}"
+    );
+    let bin = b.bin.display();
+    assert_eq!(
+        stderr(&out),
+        format!(
+            "kprobe-perf: probe_habits:walk is p:probe_habits/walk {bin}:walk\n\
+             kprobe-perf: 3 events (walk: 3), 0 lost\n"
+        )
+    );
+    // habits's atoi is glibc's inline strtol(s, NULL, 10).
+    let out = kprobe_perf(
+        &b.dir,
+        &[
+            "record",
+            "-v",
+            "-e",
+            "probe_libc:strtol s=+0($arg1):ustring base=$arg3:s32",
+            "--",
+            "./habits",
+            "3",
+        ],
+    );
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert_eq!(args_of(&out), ["s=\"3\" base=10"]);
+    let libc = libc_path();
+    assert_eq!(
+        stderr(&out),
+        format!(
+            "kprobe-perf: probe_libc:strtol is p:probe_libc/strtol {libc}:strtol\n\
+             kprobe-perf: 1 events (strtol: 1), 0 lost\n"
+        )
+    );
+    let out = kprobe_perf(
+        &b.dir,
+        &["record", "-v", "-e", "p:libc:strtol", "--", "./habits", "3"],
+    );
+    assert!(out.status.success(), "{}", stderr(&out));
+    let soname = Path::new(&libc)
+        .file_name()
+        .unwrap()
+        .to_string_lossy()
+        .into_owned();
+    assert_eq!(
+        stderr(&out),
+        format!(
+            "kprobe-perf: libc is {libc} ({soname} in ldconfig's cache, the loader's)\n\
+             kprobe-perf: 1 events (p_libc_strtol_0: 1), 0 lost\n"
+        )
+    );
+}
+
+/// The address of the first event line of `out` (`(0x...)`).
+fn addr_of(out: &Output) -> String {
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .find_map(|l| {
+            l.split_once(": (")?
+                .1
+                .split_once(')')
+                .map(|(a, _)| a.to_string())
+        })
+        .unwrap_or_default()
+}
+
+/// libc as ldconfig's cache names it for this architecture.
+fn libc_path() -> String {
+    let out = Command::new("/sbin/ldconfig").arg("-p").output().unwrap();
+    let arch = if cfg!(target_arch = "x86_64") {
+        "x86-64"
+    } else {
+        "AArch64"
+    };
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .find_map(|l| {
+            let (left, path) = l.trim().split_once(" => ")?;
+            (left.starts_with("libc.so.6 ") && left.contains(arch)).then(|| path.to_string())
+        })
+        .unwrap()
 }
 
 /// `usdt:*` with a command is the command's binary; a script there is

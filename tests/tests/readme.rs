@@ -1,8 +1,16 @@
-//! The README's examples, run as the README shows them: every `# COMMAND`
-//! of a ```console block whose marker names the kernel this test runs on
-//! (`<!-- example: 6.1 -->`), its output (stdout and stderr together)
-//! compared with the lines under it ([`kprobe_perf_tests::readme`] says
-//! what varies by run and is masked).
+//! The docs' examples, one runner for both kinds:
+//!
+//! - docs/from-perf.md's tables: each kprobe-perf command (the last
+//!   column) runs in a directory holding `./prog` (tests/data/habits.c,
+//!   built with `cc -g`) and must succeed; the programs' rows wherever
+//!   there is a uprobe PMU (natively too), the USDT rows where
+//!   /usr/bin/python3.11 has its SDT notes, the kernel's where the kernel
+//!   has kprobes (the VM);
+//! - the README's examples, run as the README shows them: every `# COMMAND`
+//!   of a ```console block whose marker names the kernel this test runs on
+//!   (`<!-- example: 6.1 -->`), its output (stdout and stderr together)
+//!   compared with the lines under it ([`kprobe_perf_tests::readme`] says
+//!   what varies by run and is masked).
 //!
 //! Each block's commands run in order in one new directory (so that
 //! `# cat vfs_read.folded` reads what the command before it wrote), with
@@ -14,16 +22,21 @@
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use kprobe_perf_tests::readme::{compare, examples, Example};
-use kprobe_perf_tests::{kprobe_perf_bin, skip, skip_here, vm_kernel};
+use kprobe_perf_tests::readme::{compare, examples, table_commands, Example};
+use kprobe_perf_tests::{build_c, kprobe_perf_bin, skip, skip_here, uprobes_available, vm_kernel};
 
 const OPEN_LOOP: &str = env!("CARGO_BIN_EXE_open_loop");
 
-fn readme_path() -> PathBuf {
+/// A file of the repository, from its root.
+fn doc_path(name: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
         .parent()
-        .map(|p| p.join("README.md"))
+        .map(|p| p.join(name))
         .unwrap_or_default()
+}
+
+fn readme_path() -> PathBuf {
+    doc_path("README.md")
 }
 
 #[test]
@@ -109,4 +122,60 @@ fn readme_examples_print_what_the_readme_shows() {
         mine.len(),
         failures.join("\n\n")
     );
+}
+
+/// Whether the rows under `heading` of docs/from-perf.md can run here.
+fn table_runs_here(heading: &str) -> bool {
+    if heading.starts_with("Kernel") {
+        Path::new("/sys/bus/event_source/devices/kprobe").exists()
+    } else if heading.contains("USDT") {
+        Path::new("/usr/bin/python3.11").exists()
+    } else {
+        true
+    }
+}
+
+#[test]
+fn every_kprobe_perf_command_of_the_from_perf_tables_succeeds() {
+    let test = "every_kprobe_perf_command_of_the_from_perf_tables_succeeds";
+    if !uprobes_available(test) {
+        return;
+    }
+    let doc = std::fs::read_to_string(doc_path("docs/from-perf.md")).unwrap();
+    let rows = table_commands(&doc);
+    assert!(rows.len() >= 30, "{} rows", rows.len());
+    let Some(prog) = build_c(test, "habits", &["-O1", "-g", "-fno-omit-frame-pointer"]) else {
+        return;
+    };
+    std::fs::rename(&prog.bin, prog.dir.join("prog")).unwrap();
+    let mut sleeper = Command::new("sleep").arg("2").spawn().unwrap();
+    let mut ran = 0;
+    let mut failures = Vec::new();
+    for row in &rows {
+        if !table_runs_here(&row.heading) {
+            println!("not here: {}: {}", row.heading, row.task);
+            continue;
+        }
+        let command = row.command.replace("PID", &sleeper.id().to_string());
+        let out = Command::new("sh")
+            .args(["-c", &command])
+            .current_dir(&prog.dir)
+            .env("PATH", search_path())
+            .stdin(std::process::Stdio::null())
+            .output()
+            .unwrap();
+        if !out.status.success() {
+            failures.push(format!(
+                "docs/from-perf.md:{}: {}: {command}\n{}",
+                row.line,
+                row.task,
+                String::from_utf8_lossy(&out.stderr)
+            ));
+        }
+        ran += 1;
+    }
+    let _ = sleeper.wait();
+    println!("{ran} of {} rows ran", rows.len());
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+    assert!(ran >= 25, "{ran}");
 }

@@ -529,12 +529,14 @@ pub fn from_perf_syntax_in(text: &str, binary: Option<&str>) -> String {
     let ours = perf_point_to_ours(point);
     let mut out = match binary {
         Some(b) => {
+            // perf's group: the file's name up to its first character
+            // that is no letter, digit or _ (libc.so.6 -> probe_libc).
             let stem: String = Path::new(b)
                 .file_name()
                 .map(|n| n.to_string_lossy().into_owned())
                 .unwrap_or_default()
                 .chars()
-                .map(|c| if c.is_ascii_alphanumeric() { c } else { '_' })
+                .take_while(|c| c.is_ascii_alphanumeric() || *c == '_')
                 .collect();
             let group = group.map_or_else(|| format!("probe_{stem}"), str::to_string);
             format!("p:{group}/{} {b}:{ours}", event.unwrap_or(""))
