@@ -389,6 +389,12 @@ const ONCE_PER_PAIR: &[Once] = &[
         why: "a uprobe's filter against bpftrace's (the vfs_write one runs on both)",
     },
     Once {
+        file: "dlopen_later",
+        tests: &[],
+        on: "6.1",
+        why: "a library dlopened by a test program, probed by its short name (uprobes on a file)",
+    },
+    Once {
         file: "output_file",
         tests: &[],
         on: "6.1",
