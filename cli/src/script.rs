@@ -155,7 +155,7 @@ fn say_unfinished(path: &std::path::Path, u: Option<kprobe_perf_engine::perfdata
         u.len,
         match u.len - u.whole_to {
             0 => String::new(),
-            n => format!("  (the last {n} bytes are not a whole record)"),
+            n => format!(" (the last {n} bytes are not a whole record)"),
         }
     );
 }
