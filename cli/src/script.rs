@@ -133,6 +133,7 @@ pub(crate) fn run(args: &ScriptArgs) -> Result<ExitCode> {
         return Ok(ExitCode::SUCCESS);
     }
     replayed.with_context(|| format!("reading {}", path.display()))?;
+    say_unfinished(path, replay.unfinished());
     if folded {
         stacks.finish(&args.stacks, false, &crate::stacks::title(&plans_seen))?;
     }
@@ -140,6 +141,23 @@ pub(crate) fn run(args: &ScriptArgs) -> Result<ExitCode> {
         say!("{s}");
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// Says on stderr that the file at `path` was never finished, and where
+/// its whole records end, when `u` says so.
+fn say_unfinished(path: &std::path::Path, u: Option<kprobe_perf_engine::perfdata::Unfinished>) {
+    let Some(u) = u else { return };
+    say!(
+        "kprobe-perf: {} was cut short: its recording never finished it (killed, \
+         power lost or disk full); read its records up to byte {} of {}{}",
+        path.display(),
+        u.whole_to,
+        u.len,
+        match u.len - u.whole_to {
+            0 => String::new(),
+            n => format!(" (the last {n} bytes are not a whole record)"),
+        }
+    );
 }
 
 /// The perf.data file at `path`, ready to replay: a regular file only

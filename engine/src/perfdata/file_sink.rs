@@ -138,7 +138,16 @@ impl<W: Write + Seek> FileSink<W> {
             }
         };
         let tracing_data = tracing_data_of(session).map_err(io("reading the events' formats"))?;
-        let mut writer = Writer::new(out)?;
+        // What a reader needs before the data, should the file never be
+        // finished: the probes, and the symbols of their places.
+        let first = Metadata::of(
+            session,
+            symbols,
+            probe_addresses(session, symbols),
+            Vec::new(),
+            None,
+        );
+        let mut writer = Writer::new_readable(out, &first)?;
         // perf resolves kernel samples through the kernel's MMAP record.
         if !symbols.addresses_hidden() {
             if let Some(text) = symbols.lookup("_text").first() {
@@ -249,6 +258,30 @@ impl<W: ReadBack> FileSink<W> {
         read.map(drop)
             .map_err(|e| crate::error::Error::io("reading the perf.data file's records back", e))
     }
+}
+
+/// The kernel addresses the probes of `session` are at, and the return
+/// trampoline: what a file's output names before any event.
+fn probe_addresses(session: &Session, symbols: &KernelSymbols) -> HashSet<u64> {
+    use crate::plan::AttachPoint;
+    let mut set: HashSet<u64> = crate::plan::return_trampoline(symbols)
+        .into_iter()
+        .collect();
+    for p in session.plans() {
+        match &p.attach {
+            AttachPoint::Symbol { name, offset } => set.extend(
+                symbols
+                    .lookup(name)
+                    .first()
+                    .map(|s| s.address.wrapping_add(*offset)),
+            ),
+            AttachPoint::Address(a) => {
+                set.insert(*a);
+            }
+            AttachPoint::User { .. } => {}
+        }
+    }
+    set
 }
 
 /// A failed write of the records `what`, at the file's start.

@@ -24,7 +24,7 @@ mod writer;
 
 pub use file_sink::{note_addresses, FileSink};
 pub use meta::{symbol_subset, FileBuildId, Metadata, StoredProbe};
-pub use reader::{FileAttr, FileRecord, Reader};
+pub use reader::{FileAttr, FileRecord, Reader, Unfinished};
 pub use replay::Replay;
 pub use writer::{tracing_data, ReadBack, Writer};
 
@@ -32,6 +32,15 @@ pub use writer::{tracing_data, ReadBack, Writer};
 pub(crate) const MAGIC: u64 = 0x3245_4c49_4652_4550;
 /// Size of `struct perf_file_header`.
 pub(crate) const HEADER_SIZE: u64 = 104;
+/// The block right after the header of a file that is not finished yet
+/// ([`Writer::new_readable`]) starts with these 8 bytes; then, each as a
+/// u64 size and bytes padded to 8, kprobe-perf's metadata (as
+/// [`FEAT_KPROBE_PERF`] holds it) and its hidden probes' attrs (as
+/// [`FEAT_HIDDEN`], with an empty region). The attrs and their ids
+/// follow, then the data. Such a file's header has no feature bits and
+/// says how far the data went at the last round's end; a finished file's
+/// header replaces it, the block left unused.
+pub(crate) const UNFINISHED: &[u8; 8] = b"KPUNFIN1";
 /// Bits of the features bitmap.
 pub(crate) const FEATURE_BITS: u32 = 256;
 

@@ -41,6 +41,20 @@ pub struct FileRecord<'a> {
     pub body: &'a [u8],
 }
 
+/// A file whose recording never finished it ([`super::Writer::new_readable`]):
+/// killed, its machine's power lost, its disk full. Its records are read
+/// up to the last whole one.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Unfinished {
+    /// The file's size.
+    pub len: u64,
+    /// Where the data's whole records end, once they have all been read
+    /// (the bytes after it are a record cut short, or nothing); before
+    /// that, where the reader stands.
+    pub whole_to: u64,
+}
+
 /// A perf.data file open for reading.
 pub struct Reader<R> {
     r: R,
@@ -54,6 +68,8 @@ pub struct Reader<R> {
     /// The whole file, mapped ([`Reader::from_file`]): records are sliced
     /// from it in place instead of read into `Stream::buf`.
     map: Option<Mapped>,
+    /// The file was never finished (its length).
+    unfinished: Option<u64>,
 }
 
 /// A mapped file, and the thread that maps its pages ahead of the reader.
@@ -128,6 +144,11 @@ struct Stream {
     buf: Vec<u8>,
     start: usize,
     end: usize,
+    /// The section runs to the end of an unfinished file: a record that
+    /// is not whole there ends it, where an error would.
+    tolerant: bool,
+    /// Where such a record was found.
+    cut: Option<u64>,
 }
 
 /// Bytes of the data section read at a time.
@@ -174,7 +195,8 @@ impl<R: Read + Seek> Reader<R> {
     /// Reads the header, attrs, ids and feature sections, and stands at
     /// the first record.
     pub fn new(mut r: R) -> Result<Self, PerfDataError> {
-        let header = read_header(&mut r)?;
+        let mut header = read_header(&mut r)?;
+        let block = unfinished_block(&mut r, &mut header)?;
         // What the id and feature sections may take in all: the file's
         // size (in a sound file they do not overlap), so that sections
         // pointing at the same bytes cannot multiply the memory taken.
@@ -183,7 +205,11 @@ impl<R: Read + Seek> Reader<R> {
             len: header.len,
         };
         let mut attrs = read_attrs(&mut r, &header, &mut budget)?;
-        let features = read_features(&mut r, &header, &mut budget)?;
+        let mut features = read_features(&mut r, &header, &mut budget)?;
+        let unfinished = block.map(|b| {
+            features.extend(b);
+            header.len
+        });
         let (len, data) = (header.len, header.data);
         let mut hidden = None;
         let mut hidden_attrs = 0;
@@ -203,9 +229,22 @@ impl<R: Read + Seek> Reader<R> {
             attrs,
             hidden_attrs,
             features,
-            data: Stream::new(data),
+            data: Stream {
+                tolerant: unfinished.is_some(),
+                ..Stream::new(data)
+            },
             hidden,
             map: None,
+            unfinished,
+        })
+    }
+
+    /// Whether the file was never finished, and where its whole records
+    /// end (see [`Unfinished`]); `None` for a finished file.
+    pub fn unfinished(&self) -> Option<Unfinished> {
+        self.unfinished.map(|len| Unfinished {
+            len,
+            whole_to: self.data.cut.unwrap_or(self.data.pos),
         })
     }
 
@@ -372,7 +411,21 @@ impl Stream {
             buf: Vec::new(),
             start: 0,
             end: 0,
+            tolerant: false,
+            cut: None,
         }
+    }
+
+    /// In an unfinished file ([`Stream::tolerant`]), ends the section at
+    /// `pos`, where the record is not whole: `Ok(None)`; otherwise `err`.
+    #[cold]
+    fn cut_or<T>(&mut self, err: PerfDataError) -> Result<Option<T>, PerfDataError> {
+        if !self.tolerant {
+            return Err(err);
+        }
+        self.cut = Some(self.pos);
+        self.sec.size = self.pos - self.sec.offset;
+        Ok(None)
     }
 
     /// Makes at least `want` bytes (at most what the section still holds)
@@ -460,11 +513,16 @@ impl Stream {
         what: &str,
     ) -> Result<Option<FileRecord<'_>>, PerfDataError> {
         let end = self.sec.offset + self.sec.size;
-        self.check_room(end, what)?;
+        if let Err(e) = self.check_room(end, what) {
+            return self.cut_or(e);
+        }
         self.fill(r, 8)
             .map_err(|e| self.error(0, format!("reading the header: {e}")))?;
         let h = &self.buf[self.start..self.start + 8];
-        let (kind, misc, size) = self.header(h, end, what)?;
+        let (kind, misc, size) = match self.header(h, end, what) {
+            Ok(h) => h,
+            Err(e) => return self.cut_or(e),
+        };
         self.fill(r, size as usize)
             .map_err(|e| self.error(kind, format!("reading {size} bytes: {e}")))?;
         let at = self.start;
@@ -490,13 +548,18 @@ impl Stream {
         if self.pos >= end {
             return Ok(None);
         }
-        self.check_room(end, what)?;
+        if let Err(e) = self.check_room(end, what) {
+            return self.cut_or(e);
+        }
         let short = |n: u64| format!("the file ends at byte {}, inside {n} bytes", map.len());
         let at = usize::try_from(self.pos).unwrap_or(usize::MAX);
         let h = map
             .get(at..at.saturating_add(8))
             .ok_or_else(|| self.error(0, format!("reading the header: {}", short(8))))?;
-        let (kind, misc, size) = self.header(h, end, what)?;
+        let (kind, misc, size) = match self.header(h, end, what) {
+            Ok(h) => h,
+            Err(e) => return self.cut_or(e),
+        };
         let body = map
             .get(at + 8..at.saturating_add(size as usize))
             .ok_or_else(|| self.error(kind, format!("reading {size} bytes: {}", short(size))))?;
@@ -735,7 +798,11 @@ fn read_header<R: Read + Seek>(r: &mut R) -> Result<Header, PerfDataError> {
         return Err(header_err(16, format!("attr size {attr_size}")));
     }
     check_section(attrs_sec, len, "attr section", 24)?;
-    check_section(data, len, "data section", 40)?;
+    // An unfinished file's data may end before its header says
+    // ([`unfinished_block`] checks it).
+    if h[72..].iter().any(|&b| b != 0) {
+        check_section(data, len, "data section", 40)?;
+    }
     if attrs_sec.size % attr_size != 0 || attrs_sec.size / attr_size > MAX_ATTRS {
         return Err(header_err(
             32,
@@ -752,6 +819,62 @@ fn read_header<R: Read + Seek>(r: &mut R) -> Result<Header, PerfDataError> {
         attrs_sec,
         data,
     })
+}
+
+/// The [`super::UNFINISHED`] block of a file never finished, as the
+/// feature sections it stands for (kprobe-perf's metadata and hidden
+/// probes); its data section then runs to the end of the file. `None`
+/// for a finished file (one with feature bits).
+#[allow(clippy::type_complexity)]
+fn unfinished_block<R: Read + Seek>(
+    r: &mut R,
+    header: &mut Header,
+) -> Result<Option<Vec<(u32, Section, Vec<u8>)>>, PerfDataError> {
+    if header.h[72..].iter().any(|&b| b != 0) {
+        return Ok(None);
+    }
+    let mut magic = [0u8; 8];
+    if header.len >= HEADER_SIZE + 8 {
+        r.seek(SeekFrom::Start(HEADER_SIZE))
+            .and_then(|_| r.read_exact(&mut magic))
+            .map_err(io_at("reading the header", HEADER_SIZE))?;
+    }
+    let data = header.data;
+    if &magic != super::UNFINISHED {
+        check_section(data, header.len, "data section", 40)?;
+        return Ok(None);
+    }
+    check_section(
+        Section {
+            offset: data.offset,
+            size: 0,
+        },
+        header.len,
+        "data section",
+        40,
+    )?;
+    let mut parts = Vec::new();
+    let mut at = HEADER_SIZE + 8;
+    for bit in [FEAT_KPROBE_PERF, FEAT_HIDDEN] {
+        let mut size = [0u8; 8];
+        r.seek(SeekFrom::Start(at))
+            .and_then(|_| r.read_exact(&mut size))
+            .map_err(io_at("reading the unfinished file's metadata", at))?;
+        let s = Section {
+            offset: at + 8,
+            size: u64::from_le_bytes(size),
+        };
+        check_section(s, header.data.offset, "unfinished file's metadata", at)?;
+        let mut b = vec![0u8; s.size as usize];
+        r.read_exact(&mut b)
+            .map_err(io_at("reading the unfinished file's metadata", s.offset))?;
+        at = s.offset + s.size.next_multiple_of(8);
+        if !b.is_empty() {
+            parts.push((bit, s, b));
+        }
+    }
+    header.data.size = header.len - header.data.offset;
+    Ok(Some(parts))
 }
 
 /// Reads the attrs and the ids of each.

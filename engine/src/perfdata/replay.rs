@@ -95,6 +95,12 @@ impl<R: Read + Seek> Replay<R> {
         })
     }
 
+    /// Whether the file was never finished, and where its whole records
+    /// end once the replay has run ([`Reader::unfinished`]).
+    pub fn unfinished(&self) -> Option<super::Unfinished> {
+        self.reader.unfinished()
+    }
+
     /// What the file holds besides records.
     pub fn metadata(&self) -> &Metadata {
         &self.meta

@@ -62,9 +62,47 @@ fn file_hiding(plans: &[crate::plan::ProbePlan], hidden: usize) -> Vec<u8> {
 /// as a ring's bytes, one piece per round split in two parts, as
 /// [`Writer::ring_bytes`] takes them.
 fn file_written(plans: &[crate::plan::ProbePlan], hidden: usize, as_bytes: bool) -> Vec<u8> {
+    file_made(plans, hidden, as_bytes, How::Plain)
+}
+
+/// How [`file_made`] writes its file.
+#[derive(PartialEq)]
+enum How {
+    /// [`Writer::new`], finished.
+    Plain,
+    /// [`Writer::new_readable`], finished.
+    Readable,
+    /// [`Writer::new_readable`], never finished.
+    Unfinished,
+}
+
+/// The file of [`file_written`], written `how`.
+fn file_made(plans: &[crate::plan::ProbePlan], hidden: usize, as_bytes: bool, how: How) -> Vec<u8> {
     let attrs: Vec<Vec<u8>> = plans.iter().map(sample_attr_bytes).collect();
     let ids = vec![vec![100, 101], vec![200, 201]];
-    let mut w = Writer::new(Cursor::new(Vec::new())).unwrap();
+    let syms = KernelSymbols::parse(KALLSYMS).unwrap();
+    let meta = Metadata {
+        arch: Arch::X86_64,
+        probes: plans
+            .iter()
+            .map(|p| StoredProbe::from_plan(p, &[]))
+            .collect(),
+        attrs: attrs.clone(),
+        ids: ids.clone(),
+        hidden,
+        symbols: symbol_subset(&syms, [0xffffffff81234570, 0xffffffff81234661]),
+        hostname: "host".into(),
+        osrelease: "6.1.0".into(),
+        nr_cpus: (2, 2),
+        cmdline: vec!["kprobe-perf".into(), "record".into()],
+        notes: vec![("summary".into(), "a\nb".into())],
+        tracing_data: None,
+        build_ids: Vec::new(),
+    };
+    let mut w = match how {
+        How::Plain => Writer::new(Cursor::new(Vec::new())).unwrap(),
+        _ => Writer::new_readable(Cursor::new(Vec::new()), &meta).unwrap(),
+    };
     if hidden > 0 {
         let hide = ids[ids.len() - hidden..].concat();
         w.hide(hide, tempfile::tempfile().unwrap());
@@ -115,26 +153,10 @@ fn file_written(plans: &[crate::plan::ProbePlan], hidden: usize, as_bytes: bool)
         w.ring_bytes((&ring, &[])).unwrap();
     }
     w.round_end().unwrap();
-    let syms = KernelSymbols::parse(KALLSYMS).unwrap();
-    let meta = Metadata {
-        arch: Arch::X86_64,
-        probes: plans
-            .iter()
-            .map(|p| StoredProbe::from_plan(p, &[]))
-            .collect(),
-        attrs,
-        ids,
-        hidden,
-        symbols: symbol_subset(&syms, [0xffffffff81234570, 0xffffffff81234661]),
-        hostname: "host".into(),
-        osrelease: "6.1.0".into(),
-        nr_cpus: (2, 2),
-        cmdline: vec!["kprobe-perf".into(), "record".into()],
-        notes: vec![("summary".into(), "a\nb".into())],
-        tracing_data: None,
-        build_ids: Vec::new(),
-    };
-    w.finish(&meta).unwrap().into_inner()
+    match how {
+        How::Unfinished => w.round_end().map(|()| w.into_inner()).unwrap().into_inner(),
+        _ => w.finish(&meta).unwrap().into_inner(),
+    }
 }
 
 /// A ring's records written as its bytes make the file that writing
@@ -146,6 +168,59 @@ fn a_rings_bytes_make_the_file_its_records_make() {
     assert_eq!(by_record.len(), by_bytes.len());
     assert!(by_record == by_bytes, "the two files differ");
     assert_eq!(replay_lines(&by_bytes).unwrap(), file().1);
+}
+
+/// A file [`Writer::new_readable`] started reads, never finished, up to
+/// its last whole record, and says so and where; perf's data size in its
+/// header covers every record written at the last round's end. Finished,
+/// it reads as [`Writer::new`]'s.
+#[test]
+fn a_file_never_finished_reads_to_its_last_whole_record() {
+    let finished = file_made(&plans(), 0, false, How::Readable);
+    assert_eq!(replay_lines(&finished).unwrap(), file().1);
+    let r = Reader::new(Cursor::new(&finished[..])).unwrap();
+    assert_eq!(r.unfinished(), None);
+
+    let bytes = file_made(&plans(), 0, false, How::Unfinished);
+    assert_eq!(replay_lines(&bytes).unwrap(), file().1);
+    let (data_at, data_size) = (u64_le(&bytes, 40), u64_le(&bytes, 48));
+    assert_eq!(data_at + data_size, bytes.len() as u64);
+    let whole = |b: &[u8]| {
+        let mut r = Replay::new(Reader::new(Cursor::new(b)).unwrap()).unwrap();
+        let n = r.run(|_, _, _, _| {}).unwrap();
+        let u = r.unfinished().unwrap();
+        (n, u.whole_to, u.len)
+    };
+    let len = bytes.len() as u64;
+    assert_eq!(whole(&bytes), (3, len, len));
+
+    // Cut inside the last sample: the two before it.
+    let cut = &bytes[..bytes.len() - 5];
+    assert_eq!(replay_lines(cut).unwrap(), file().1[1..]);
+    let last = sample_len();
+    assert_eq!(whole(cut), (2, len - last, len - 5));
+
+    // Zeros after the records (a power loss's unwritten blocks).
+    let mut zeroed = bytes.clone();
+    zeroed.resize(bytes.len() + 4096, 0);
+    assert_eq!(whole(&zeroed), (3, len, len + 4096));
+}
+
+fn u64_le(b: &[u8], at: usize) -> u64 {
+    u64::from_le_bytes(b[at..at + 8].try_into().unwrap())
+}
+
+/// The size of the last sample record of [`file_made`]'s files.
+fn sample_len() -> u64 {
+    let bytes = file_made(&plans(), 0, false, How::Readable);
+    let mut r = Reader::new(Cursor::new(&bytes[..])).unwrap();
+    let mut last = 0;
+    while let Some(rec) = r.next_record().unwrap() {
+        if rec.kind == RECORD_SAMPLE {
+            last = rec.body.len() as u64 + 8;
+        }
+    }
+    last
 }
 
 /// A filter the recording ran in user space is stored with its probe

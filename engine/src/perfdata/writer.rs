@@ -36,6 +36,11 @@ pub struct Writer<W: Write + Seek> {
     /// ([`Writer::taken_bytes`]), as (offset in the file, length), one
     /// ring's at a time: what [`Writer::taken_records`] reads back.
     taken: Vec<(u64, u64)>,
+    /// Byte offset of the data section.
+    data_start: u64,
+    /// The header says how far the data goes at each round's end
+    /// ([`Writer::new_readable`]).
+    readable: bool,
 }
 
 /// A writer's output that can be read back (a file, open for reading
@@ -108,6 +113,34 @@ impl<W: Write + Seek> Writer<W> {
             round_pending: false,
             hidden: None,
             taken: Vec::new(),
+            data_start: HEADER_SIZE,
+            readable: false,
+        })
+    }
+
+    /// Starts a file that can be read even if it is never finished (the
+    /// recorder killed, the machine's power lost, the disk full): the
+    /// attrs of `meta` with their ids, and kprobe-perf's metadata (its
+    /// probes; `meta.symbols` for those its output will name first), go
+    /// before the data, in front of it the header, whose data size each
+    /// round's end brings up to date (perf reads the file up to there;
+    /// kprobe-perf up to its last whole record, see [`super::UNFINISHED`]).
+    /// [`Writer::finish`] then ends it as [`Writer::new`]'s.
+    pub fn new_readable(mut out: W, meta: &Metadata) -> Result<Self, PerfDataError> {
+        let (head, data_start) = unfinished_head(meta);
+        out.seek(SeekFrom::Start(0))
+            .and_then(|_| out.write_all(&head))
+            .map_err(io_err("writing the header", 0))?;
+        Ok(Writer {
+            out,
+            data_size: 0,
+            in_round: 0,
+            rounds: 0,
+            round_pending: false,
+            hidden: None,
+            taken: Vec::new(),
+            data_start,
+            readable: true,
         })
     }
 
@@ -196,10 +229,17 @@ impl<W: Write + Seek> Writer<W> {
         Ok(n)
     }
 
+    /// The output, the file left unfinished (as a recorder killed leaves
+    /// it).
+    #[cfg(test)]
+    pub(crate) fn into_inner(self) -> W {
+        self.out
+    }
+
     /// Ends the file: features, ids and attrs after the data, then the
     /// header. Returns the output.
     pub fn finish(mut self, meta: &Metadata) -> Result<W, PerfDataError> {
-        let data_end = HEADER_SIZE + self.data_size;
+        let data_end = self.data_start + self.data_size;
         self.write_pending_round()
             .map_err(io_err("writing the last round's mark", data_end))?;
         // perf sees the user's probes only: the last `meta.hidden` attrs
@@ -283,7 +323,11 @@ impl<W: Write + Seek> Writer<W> {
             copy_hidden(h, region, &mut self.out)?;
         }
 
-        let header = file_header(attrs, self.data_size, attr_size, &bitmap);
+        let data = Section {
+            offset: self.data_start,
+            size: self.data_size,
+        };
+        let header = file_header(attrs, data, attr_size, &bitmap);
         self.out
             .seek(SeekFrom::Start(0))
             .and_then(|_| self.out.write_all(&header))
@@ -436,7 +480,7 @@ fn copy_hidden<W: Write>(h: Hidden, region: Section, out: &mut W) -> Result<(), 
 /// feature bitmap.
 fn file_header(
     attrs: Section,
-    data_size: u64,
+    data: Section,
     attr_size: usize,
     bitmap: &[u64; (FEATURE_BITS / 64) as usize],
 ) -> Vec<u8> {
@@ -444,14 +488,7 @@ fn file_header(
     header.extend_from_slice(&MAGIC.to_le_bytes());
     header.extend_from_slice(&HEADER_SIZE.to_le_bytes());
     header.extend_from_slice(&(attr_size as u64 + 16).to_le_bytes());
-    for s in [
-        attrs,
-        Section {
-            offset: HEADER_SIZE,
-            size: data_size,
-        },
-        Section::default(),
-    ] {
+    for s in [attrs, data, Section::default()] {
         header.extend_from_slice(&s.offset.to_le_bytes());
         header.extend_from_slice(&s.size.to_le_bytes());
     }
@@ -543,7 +580,8 @@ impl<W: Write + Seek> Writer<W> {
         let len = (bytes.0.len() + bytes.1.len()) as u64;
         self.ring_bytes(bytes)?;
         if len > 0 {
-            self.taken.push((HEADER_SIZE + self.data_size - len, len));
+            self.taken
+                .push((self.data_start + self.data_size - len, len));
         }
         Ok(())
     }
@@ -626,6 +664,68 @@ impl<W: Write + Seek> Writer<W> {
     }
 }
 
+impl<W: Write + Seek> Writer<W> {
+    /// Writes what is buffered and the data size written so far into the
+    /// header, where perf reads it ([`Writer::new_readable`]).
+    fn mark_data_size(&mut self) -> io::Result<()> {
+        self.out.seek(SeekFrom::Start(DATA_SIZE_AT))?;
+        self.out.write_all(&self.data_size.to_le_bytes())?;
+        self.out
+            .seek(SeekFrom::Start(self.data_start + self.data_size))
+            .map(drop)
+    }
+}
+
+/// Where the header holds the data section's size.
+const DATA_SIZE_AT: u64 = 48;
+
+/// The start of a file [`Writer::new_readable`] writes, and the offset of
+/// its data: the header (no feature bits, an empty data section), the
+/// [`super::UNFINISHED`] block, the shown attrs, their ids.
+fn unfinished_head(meta: &Metadata) -> (Vec<u8>, u64) {
+    let shown = meta.attrs.len().saturating_sub(meta.hidden);
+    let attr_size = meta.attrs.first().map_or(0, Vec::len);
+    let mut block = super::UNFINISHED.to_vec();
+    let private = meta.encode().into_bytes();
+    let hidden = match meta.hidden {
+        0 => Vec::new(),
+        _ => hidden_section(meta, shown, attr_size, Section::default()),
+    };
+    for part in [&private, &hidden] {
+        block.extend_from_slice(&(part.len() as u64).to_le_bytes());
+        block.extend_from_slice(part);
+        block.resize(block.len().next_multiple_of(8), 0);
+    }
+    let attrs_at = HEADER_SIZE + block.len() as u64;
+    let attrs = Section {
+        offset: attrs_at,
+        size: (shown * (attr_size + 16)) as u64,
+    };
+    let mut ids_at = attrs.offset + attrs.size;
+    let mut tail = Vec::new();
+    let mut id_bytes = Vec::new();
+    for (i, attr) in meta.attrs.iter().enumerate().take(shown) {
+        let ids = ids_of(meta, i);
+        tail.extend_from_slice(&sized(attr, attr_size));
+        tail.extend_from_slice(&ids_at.to_le_bytes());
+        tail.extend_from_slice(&(ids.len() as u64 * 8).to_le_bytes());
+        for id in ids {
+            id_bytes.extend_from_slice(&id.to_le_bytes());
+        }
+        ids_at += ids.len() as u64 * 8;
+    }
+    let data = Section {
+        offset: ids_at,
+        size: 0,
+    };
+    let bitmap = [0u64; (FEATURE_BITS / 64) as usize];
+    let mut head = file_header(attrs, data, attr_size, &bitmap);
+    head.extend_from_slice(&block);
+    head.extend_from_slice(&tail);
+    head.extend_from_slice(&id_bytes);
+    (head, ids_at)
+}
+
 impl<W: Write + Seek> RecordSink for Writer<W> {
     fn record(&mut self, record: RingRecord<'_>) -> io::Result<()> {
         let RingRecord { kind, misc, body } = record;
@@ -658,6 +758,9 @@ impl<W: Write + Seek> RecordSink for Writer<W> {
         }
         // Written with what comes next (see `round_pending`).
         self.write_pending_round()?;
+        if self.readable {
+            self.mark_data_size()?;
+        }
         self.round_pending = true;
         self.data_size += ROUND_MARK.len() as u64;
         if let Some(h) = self.hidden.as_mut().filter(|h| h.in_round > 0) {
