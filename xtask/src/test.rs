@@ -418,6 +418,12 @@ const ONCE_PER_PAIR: &[Once] = &[
         on: "6.12",
         why: "the engine's examples on a uprobe of libc's read, and a perf.data file",
     },
+    Once {
+        file: "crash_safe",
+        tests: &[],
+        on: "6.12",
+        why: "a killed recording's -o file read back: the writer's and reader's file handling (both routes run there)",
+    },
 ];
 
 /// The kernel of the pair other than `kernel`, when `kernel` is one of
