@@ -28,25 +28,38 @@ pub(super) fn check(
     let function = name.rsplit(':').next().unwrap_or(name);
     let ko = module_file(module, release, given)?;
     let bytes = read_module(&ko)?;
-    let size = function_size(&bytes, function).map_err(|why| {
+    let (size, names) = functions(&bytes, function).map_err(|why| {
         PlanError::User(format!(
             "cannot read {} (the .ko of module {module}, which is not loaded): {why}",
             ko.display()
         ))
     })?;
+    let ko = ko.display();
     match size {
-        None => Err(PlanError::UnknownSymbol {
-            name: function.to_string(),
-            module: Some(format!("{module} (its {}; it is not loaded)", ko.display())),
-            suggestion: None,
-        }),
-        Some(code) if *offset >= code && code > 0 => Err(PlanError::PastLastInstruction {
-            function: function.to_string(),
-            offset: *offset,
-            code,
-        }),
+        None => Err(PlanError::User(format!(
+            "unknown symbol {function} in module {module}: its .ko ({ko}; the module is not loaded) has no such function{}",
+            nearest(&names, function)
+                .map(|n| format!("; did you mean {n}?"))
+                .unwrap_or_else(|| format!("; list its functions with: nm {ko}"))
+        ))),
+        Some(code) if *offset >= code && code > 0 => Err(PlanError::User(format!(
+            "{function}+{offset} is past the end of {function} ({code} bytes in {ko}, the .ko of module {module}, which is not loaded): the probe would never fire"
+        ))),
         Some(_) => Ok(()),
     }
+}
+
+/// A function name one or two edits from `name`, if any.
+fn nearest<'a>(names: &[&'a str], name: &str) -> Option<&'a str> {
+    names
+        .iter()
+        .filter(|n| n.len().abs_diff(name.len()) <= 2)
+        .filter_map(|n| {
+            let d = kprobe_perf_arch::edit_distance(n, name);
+            (d <= 2).then_some((d, *n))
+        })
+        .min()
+        .map(|(_, n)| n)
 }
 
 /// The `.ko` of `module`: the one given for it, else the installed one.
@@ -93,11 +106,17 @@ fn read_module(path: &Path) -> Result<Vec<u8>, PlanError> {
 }
 
 /// The size of function `name` in the ELF `bytes` (`None`: no such
-/// function).
-fn function_size(bytes: &[u8], name: &str) -> Result<Option<u64>, object::Error> {
+/// function) and the names of all its functions.
+fn functions<'a>(
+    bytes: &'a [u8],
+    name: &str,
+) -> Result<(Option<u64>, Vec<&'a str>), object::Error> {
     let file = object::File::parse(bytes)?;
-    Ok(file
+    let text: Vec<(&str, u64)> = file
         .symbols()
-        .find(|s| s.kind() == SymbolKind::Text && s.is_definition() && s.name() == Ok(name))
-        .map(|s| s.size()))
+        .filter(|s| s.kind() == SymbolKind::Text && s.is_definition())
+        .filter_map(|s| Some((s.name().ok()?, s.size())))
+        .collect();
+    let size = text.iter().find(|(n, _)| *n == name).map(|(_, z)| *z);
+    Ok((size, text.into_iter().map(|(n, _)| n).collect()))
 }
