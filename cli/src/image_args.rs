@@ -58,7 +58,11 @@ pub(crate) struct ImageArgs {
     /// /usr/lib/debug/lib/modules/$(uname -r)/ and the module's path
     /// from modules.dep, else /usr/lib/debug/.build-id/NN/REST.debug by
     /// the loaded module's build ID. Its build ID is checked against the
-    /// loaded module's; a mismatch is refused.
+    /// loaded module's; a mismatch is refused. Also the `.ko` (may be
+    /// `.ko.xz`, `.ko.zst`, `.ko.gz`) a probe on a module that is not
+    /// loaded is checked against (default: the module's path from
+    /// /lib/modules/$(uname -r)/modules.dep), e.g.
+    /// `record -e 'p:binfmt_misc:bm_status_write count=$arg3' --module-debug ./binfmt_misc.ko.xz -a`.
     #[arg(long, value_name = "PATH", value_parser = regular_file)]
     pub module_debug: Vec<PathBuf>,
 }

@@ -47,7 +47,22 @@ pub(crate) fn selection<'k>(kernel: &'k Kernel, opts: &GlobOptions) -> Result<Se
 /// when the kernel's text is readable; otherwise the kernel decides.
 pub(crate) fn check_plans(kernel: &Kernel, plans: &[kprobe_perf_engine::ProbePlan]) -> Result<()> {
     image_args::text(kernel)?;
-    Ok(kernel.check(plans)?)
+    kernel.check(plans)?;
+    report_pending(plans);
+    Ok(())
+}
+
+/// Says which probes wait for their module to load.
+fn report_pending(plans: &[kprobe_perf_engine::ProbePlan]) {
+    for p in plans {
+        if let Some(m) = &p.pending_module {
+            say!(
+                "kprobe-perf: {}: pending: module {m} is not loaded; kprobe_events keeps the probe ({}) and arms it each time {m} loads",
+                p.event,
+                p.spec
+            );
+        }
+    }
 }
 
 /// Expands globs in the definitions (`p:tcp_v4_*`) into one definition

@@ -32,6 +32,7 @@ pub(crate) mod error;
 mod globs;
 pub(crate) mod kcore;
 pub mod module_debug;
+mod pending;
 pub mod preflight;
 pub mod select;
 pub mod source;
@@ -568,7 +569,16 @@ impl Kernel {
     /// Refuses, before anything is opened, a probe the kernel would refuse
     /// (a mid-instruction offset, a notrace or blacklisted function ...),
     /// when the kernel's text is readable; otherwise the kernel decides.
+    /// A probe on a module that is not loaded
+    /// ([`ProbePlan::pending_module`]) is checked against the module's
+    /// `.ko` (given with [`KernelOptions::module_debug`], else found
+    /// through `/lib/modules/RELEASE/modules.dep`).
     pub fn check(&self, plans: &[ProbePlan]) -> Result<(), KernelError> {
+        for p in plans {
+            if let Some(m) = &p.pending_module {
+                pending::check(p, m, &self.release, &self.options.module_debug)?;
+            }
+        }
         let Some(pre) = self.preflight()? else {
             return Ok(());
         };

@@ -224,6 +224,7 @@ fn user_view(spec: ProbeSpec, join: EntryJoin) -> ProbePlan {
         entry_join: Some(Box::new(join)),
         filter: None,
         auto_backend: false,
+        pending_module: None,
     }
 }
 

@@ -276,6 +276,11 @@ pub struct ProbePlan {
     /// may carry a kernel probe through `kprobe_events` instead where
     /// that costs less.
     pub auto_backend: bool,
+    /// The module of a `MOD:SYM` probe whose module was not loaded when it
+    /// was planned: kprobe_events keeps the definition pending and arms it
+    /// each time the module loads ([`crate::Kernel::check`] checks it
+    /// against the module's installed `.ko` first).
+    pub pending_module: Option<String>,
 }
 
 /// The names the kernel's kretprobe return trampoline has had: 6.0 and

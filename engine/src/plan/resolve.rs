@@ -111,7 +111,10 @@ pub fn resolve_with(
         refuse_lack(lack)?;
     }
     let (attach, resolved_address) = attach_point(&spec, symbols, arch)?;
-    let spec = if matches!(attach, AttachPoint::User { .. }) {
+    let pending_module = pending_module(&spec, symbols);
+    let spec = if let Some(m) = &pending_module {
+        pending_args(spec, m, arch)?
+    } else if matches!(attach, AttachPoint::User { .. }) {
         if tracefs_reason(&spec, arch).is_none() && choice == BackendChoice::Tracefs {
             // Planned for registers, then given to uprobe_events with them.
             return resolve(spec, symbols, arch, BackendChoice::Pmu)
@@ -125,7 +128,12 @@ pub fn resolve_with(
     };
     let spec = resolve_names(spec, arch, KernelBtf::running_kernel)?;
     check_unique_names(&spec)?;
-    let backend = choose_backend(choice, tracefs_reason(&spec, arch))?;
+    let reason = tracefs_reason(&spec, arch).or_else(|| {
+        pending_module.as_ref().map(|m| {
+            format!("a probe on module {m}, which is not loaded (kprobe_events keeps it pending until {m} loads)")
+        })
+    });
+    let backend = choose_backend(choice, reason)?;
     let (args, regs_mask) = arg_plans(&spec, backend, arch)?;
     let return_trampoline = (spec.is_return() && !matches!(spec.target, Target::User { .. }))
         .then(|| return_trampoline(symbols))
@@ -142,7 +150,54 @@ pub fn resolve_with(
         entry_join: None,
         filter: None,
         auto_backend: choice == BackendChoice::Auto,
+        pending_module,
     })
+}
+
+/// The module of a `MOD:SYM` kernel probe when kallsyms (readable) shows
+/// no symbol of that module: it is not loaded.
+fn pending_module(spec: &ProbeSpec, symbols: &KernelSymbols) -> Option<String> {
+    match &spec.target {
+        Target::Symbol {
+            module: Some(m),
+            instance: None,
+            ..
+        } if !symbols.is_empty() && !module_loaded(symbols, m) => Some(m.clone()),
+        _ => None,
+    }
+}
+
+/// True when kallsyms names a symbol of module `module`.
+fn module_loaded(symbols: &KernelSymbols, module: &str) -> bool {
+    symbols.iter().any(|s| s.module.as_deref() == Some(module))
+}
+
+/// A pending module probe's arguments as the kernel can take them before
+/// the module is loaded: it cannot tell that the point is a function's
+/// entry then, so `$argN` becomes its register (as perf probe writes it);
+/// a return probe's entry values and argument names (the module's BTF)
+/// need the loaded module.
+fn pending_args(spec: ProbeSpec, module: &str, arch: Arch) -> Result<ProbeSpec, PlanError> {
+    let by_name = spec
+        .args
+        .iter()
+        .find(|a| matches!(a.fetch.base, FetchBase::Name(_) | FetchBase::AllArgs));
+    let entry_value = spec.is_return()
+        && spec
+            .args
+            .iter()
+            .any(|a| matches!(a.fetch.base, FetchBase::Arg(_)));
+    if let Some(a) = by_name {
+        return Err(PlanError::User(format!(
+            "{spec}: {a} needs the BTF of module {module}, which is not loaded; load it first, or fetch $argN or registers"
+        )));
+    }
+    if entry_value {
+        return Err(PlanError::User(format!(
+            "{spec}: a return probe's entry values need module {module} loaded (the kernel places the entry probe then); load it first, or fetch $retval only"
+        )));
+    }
+    user_args_as_registers(spec, arch)
 }
 
 /// The one site an SDT probe (`usdt:PATH:PROVIDER:NAME`) stands for, as
@@ -234,7 +289,10 @@ fn attach_point(
             offset,
             ..
         } => {
-            if !symbols.is_empty() {
+            // A module not loaded yet is checked against its .ko
+            // (Kernel::check); kprobe_events arms the probe on its load.
+            let loaded = module.as_deref().is_none_or(|m| module_loaded(symbols, m));
+            if !symbols.is_empty() && loaded {
                 resolved_address = check_symbol(symbols, module.as_deref(), name)?;
             }
             let kernel_name = match module {
@@ -738,6 +796,30 @@ mod tests {
 
     fn plan(text: &str) -> Result<ProbePlan, PlanError> {
         plan_with(text, BackendChoice::Auto)
+    }
+
+    #[test]
+    fn a_probe_on_a_module_not_loaded_is_pending_through_kprobe_events() {
+        let p = plan("p:binfmt_misc:bm_status_write count=$arg3:u64").unwrap();
+        assert_eq!(p.pending_module.as_deref(), Some("binfmt_misc"));
+        assert_eq!(p.backend, Backend::Tracefs);
+        assert_eq!(p.resolved_address, None);
+        // The kernel takes $argN only where it knows the function's
+        // entry, which it cannot before the load: the register instead.
+        assert_eq!(
+            p.tracefs_definition("g"),
+            "p:g/p_binfmt_misc_bm_status_write_0 binfmt_misc:bm_status_write count=%dx:u64"
+        );
+        let r = plan("r:binfmt_misc:bm_status_write ret=$retval:s64").unwrap();
+        assert_eq!(r.pending_module.as_deref(), Some("binfmt_misc"));
+        // A loaded module's probe is not pending.
+        assert_eq!(plan("p:ext4:ext4_file_open").unwrap().pending_module, None);
+        let e = plan_with("p:binfmt_misc:bm_status_write", BackendChoice::Pmu).unwrap_err();
+        assert!(
+            e.to_string()
+                .contains("module binfmt_misc, which is not loaded"),
+            "{e}"
+        );
     }
 
     fn reg_name(a: &ArgPlan) -> &'static str {
