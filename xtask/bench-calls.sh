@@ -17,6 +17,7 @@
 #
 # usage: bench-calls.sh KPROBE_PERF OPEN_LOOP [OPENS] [ROUNDS] [FUNCS]
 set -eu
+trap 'echo "bench-calls: failed at line $LINENO" >&2' EXIT
 KP=$1
 LOOP=$2
 N=${3:-100000}
@@ -62,7 +63,7 @@ awk -v n="$n" 'NR==1{a=$1;b=$1;c=$2;d=$2} {if($1<a)a=$1; if($1>b)b=$1; if($2<c)c
 # 2. cost per traced call
 GLOBS="do_sys_openat2 getname_flags* do_filp_open path_openat link_path_walk* walk_component lookup_fast do_open vfs_open do_dentry_open security_file_open fput"
 : >"$W/set"
-for g in $GLOBS; do "$KP" list "$g" 2>/dev/null | grep -v -e '[@:]' -e '^$' >>"$W/set"; done
+for g in $GLOBS; do "$KP" list "$g" 2>/dev/null | grep -v -e '[@:]' -e '^$' >>"$W/set" || true; done
 set --
 while read -r f; do
     [ "$f" = do_sys_openat2 ] || set -- "$@" --allow "$f"
@@ -81,7 +82,7 @@ while [ $i -lt "$R" ]; do
         >/dev/null 2>"$W/json.err" || { cat "$W/json.err" >&2; exit 1; }
     per_open >>"$W/json"
     # function_graph: the same functions, the workload's pid only.
-    cp "$W/set" "$T/set_ftrace_filter"
+    while read -r f; do echo "$f" >>"$T/set_ftrace_filter" 2>/dev/null || echo "function_graph: cannot filter $f" >&2; done <"$W/set"
     echo 1 >"$T/options/funcgraph-proc" 2>/dev/null || true
     echo function_graph >"$T/current_tracer"
     : >"$T/trace"
@@ -133,3 +134,4 @@ while [ $i -lt "$R" ]; do
 done
 s=$(best <"$W/replay")
 echo "$rev $s" | awk '{printf "rebuild: calls --json -i FILE > /dev/null: %d events in %.3f s (best of '"$R"'): %.2f M events/s (goal: >= 10)\n", $1, $2, $1/$2/1e6}'
+trap - EXIT
