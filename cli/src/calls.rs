@@ -32,7 +32,12 @@ pub(crate) struct CallsArgs {
     /// A root function or glob (`do_sys_openat2`, `tcp_v4_*`, `MOD:GLOB`;
     /// repeatable): a tree starts at each of its calls made outside
     /// another tree.
-    #[arg(short = 'e', long = "root", value_name = "GLOB", required = true)]
+    #[arg(
+        short = 'e',
+        long = "root",
+        value_name = "GLOB",
+        required_unless_present = "input"
+    )]
     roots: Vec<String>,
     /// Functions traced inside a root's call (globs, repeatable), as
     /// `list` selects them (fragile families and what the kernel refuses
@@ -67,6 +72,17 @@ pub(crate) struct CallsArgs {
     /// existing one is refused).
     #[arg(long, value_name = "FILE")]
     timeline: Option<std::path::PathBuf>,
+    /// Also write the recording to FILE as perf.data (an existing FILE
+    /// is moved to FILE.old), from which `calls -i FILE` rebuilds the
+    /// same trees: `kprobe-perf calls -o open.data -e do_sys_openat2
+    /// --allow do_filp_open -- cat /nonexistent`.
+    #[arg(short = 'o', long = "output", value_name = "FILE")]
+    output: Option<std::path::PathBuf>,
+    /// Rebuild the trees from FILE, a perf.data file `calls -o` wrote,
+    /// instead of tracing (the same functions and output options):
+    /// `kprobe-perf calls -i open.data --graph`.
+    #[arg(short = 'i', long = "input", value_name = "FILE", conflicts_with_all = ["roots", "allow", "deny", "output", "filter", "pid", "all_cpus", "cpus", "cgroup", "duration", "command"])]
+    input: Option<std::path::PathBuf>,
     /// Keep only the events that pass EXPR (the kernel's ftrace filter
     /// grammar), given to every probe: test `comm`, `pid`, `tid` or
     /// `cpu`, which every probe has.
@@ -123,9 +139,11 @@ fn selected(kernel: &Kernel, globs: &[String]) -> Result<Vec<BTreeSet<String>>> 
 }
 
 /// The traced functions (roots first) and the probe definitions: an
-/// entry and a return probe for each glob when the globs select each
-/// function once and nothing is denied (fprobe events cover a glob),
-/// else for each function by name.
+/// entry and a return probe for each glob that selects only functions
+/// no other glob selects, none denied and none returning `void` (one
+/// fprobe event covers a glob); for the functions of any other glob,
+/// one of each per function by name. A denied function is never
+/// probed.
 fn functions_and_specs(
     kernel: &Kernel,
     args: &CallsArgs,
@@ -151,15 +169,25 @@ fn functions_and_specs(
             .iter()
             .map(|n| TracedFunction::from_kernel_btf(n, false)),
     );
-    // Each function once: two probes on one function would give each
-    // of its calls twice.
-    let each_once = root_sets
+    let globs: Vec<(&String, &BTreeSet<String>)> = args
+        .roots
         .iter()
-        .chain(&allow_sets)
-        .map(BTreeSet::len)
-        .sum::<usize>()
-        == functions.len();
-    let entry_args: String = if args.args {
+        .zip(&root_sets)
+        .chain(args.allow.iter().zip(&allow_sets))
+        .collect();
+    let specs = specs(&functions, &globs, &denied, args.args);
+    Ok((functions, specs))
+}
+
+/// The probe definitions of `functions`, selected by `globs` (each with
+/// its functions): see [`functions_and_specs`].
+fn specs(
+    functions: &[TracedFunction],
+    globs: &[(&String, &BTreeSet<String>)],
+    denied: &BTreeSet<String>,
+    with_args: bool,
+) -> Vec<String> {
+    let entry_args: String = if with_args {
         (1..=ARGS).map(|i| format!(" arg{i}=$arg{i}")).collect()
     } else {
         String::new()
@@ -167,25 +195,48 @@ fn functions_and_specs(
     // The whole return register (`:x64`: untyped, a kernel with BTF
     // types it by the function, which a glob's one layout cannot follow);
     // the engine cuts it to the function's type. A void function has no
-    // return value to fetch (a kernel with BTF refuses $retval there):
-    // the functions are then named one by one.
-    let void = |f: &TracedFunction| f.returns == ReturnKind::Void;
-    let mut specs: Vec<String>;
-    if each_once && args.deny.is_empty() && !functions.iter().any(void) {
-        let globs: Vec<&String> = args.roots.iter().chain(&args.allow).collect();
-        specs = globs.iter().map(|t| format!("p:{t}{entry_args}")).collect();
-        specs.extend(globs.iter().map(|t| format!("r:{t} ret=$retval:x64")));
-    } else {
-        specs = functions
+    // return value to fetch (a kernel with BTF refuses $retval there).
+    let void: BTreeSet<&str> = functions
+        .iter()
+        .filter(|f| f.returns == ReturnKind::Void)
+        .map(|f| f.name.as_str())
+        .collect();
+    let traced: BTreeSet<&str> = functions.iter().map(|f| f.name.as_str()).collect();
+    let mut whole = Vec::new();
+    let mut by_name = BTreeSet::new();
+    for (i, (glob, set)) in globs.iter().enumerate() {
+        // Two probes on one function would give each of its calls twice.
+        let shared = globs
             .iter()
-            .map(|f| format!("p:{}{entry_args}", f.name))
-            .collect();
-        specs.extend(functions.iter().map(|f| match void(f) {
-            true => format!("r:{}", f.name),
-            false => format!("r:{} ret=$retval:x64", f.name),
-        }));
+            .enumerate()
+            .any(|(j, (_, other))| j != i && !other.is_disjoint(set));
+        let mixed = set
+            .iter()
+            .any(|f| denied.contains(f) || void.contains(f.as_str()));
+        match shared || mixed {
+            false => whole.push(glob.as_str()),
+            true => by_name.extend(
+                set.iter()
+                    .map(String::as_str)
+                    .filter(|f| traced.contains(f)),
+            ),
+        }
     }
-    Ok((functions, specs))
+    let mut specs: Vec<String> = whole
+        .iter()
+        .chain(&by_name)
+        .map(|t| format!("p:{t}{entry_args}"))
+        .collect();
+    specs.extend(
+        whole
+            .iter()
+            .chain(&by_name)
+            .map(|t| match void.contains(t) {
+                true => format!("r:{t}"),
+                false => format!("r:{t} ret=$retval:x64"),
+            }),
+    );
+    specs
 }
 
 /// Whose calls are traced (as `record` takes it).
@@ -200,30 +251,9 @@ fn target(args: &CallsArgs) -> kprobe_perf_engine::RecordTarget {
     })
 }
 
-/// Runs `calls`.
-pub(crate) fn run(args: &CallsArgs) -> Result<ExitCode> {
+/// The renderer and timeline `args` ask for.
+fn outputs(args: &CallsArgs) -> Result<(Renderer, Option<Timeline>)> {
     let min_ns = args.min.as_deref().map(parse_duration).transpose()?;
-    let kernel = crate::inspect::record_kernel(&args.image);
-    let (functions, specs) = functions_and_specs(&kernel, args)?;
-    say!(
-        "kprobe-perf: calls: {} root functions, {} traced inside",
-        functions.iter().filter(|f| f.root).count(),
-        functions.iter().filter(|f| !f.root).count()
-    );
-    let filters = vec![args.filter.clone(); specs.len()];
-    let plans = crate::filters::plan(
-        &kernel,
-        &specs,
-        &filters,
-        false,
-        BackendChoice::Auto,
-        true,
-        &args.pid,
-    )
-    .context("cannot probe the entries and returns of the functions")?;
-    crate::inspect::check_plans(&kernel, &plans)?;
-    let symbols = kernel.into_symbols();
-    let probes = CallProbes::new(&plans, &functions);
     let mode = match (args.json, args.graph) {
         (true, _) => Mode::Json,
         (false, true) => Mode::Graph,
@@ -246,48 +276,97 @@ pub(crate) fn run(args: &CallsArgs) -> Result<ExitCode> {
         ),
         None => None,
     };
+    Ok((renderer, timeline))
+}
+
+/// Runs `calls`: traces, or with -i rebuilds the trees of a file.
+pub(crate) fn run(args: &CallsArgs) -> Result<ExitCode> {
+    if let Some(path) = args.input.as_deref() {
+        return crate::calls_file::replay(path, |functions| {
+            let (renderer, timeline) = outputs(args)?;
+            Ok(Tracing::new(functions, renderer, timeline))
+        });
+    }
+    let (renderer, timeline) = outputs(args)?;
+    let kernel = crate::inspect::record_kernel(&args.image);
+    let (functions, specs) = functions_and_specs(&kernel, args)?;
+    say!(
+        "kprobe-perf: calls: {} root functions, {} traced inside",
+        functions.iter().filter(|f| f.root).count(),
+        functions.iter().filter(|f| !f.root).count()
+    );
+    let filters = vec![args.filter.clone(); specs.len()];
+    let plans = crate::filters::plan(
+        &kernel,
+        &specs,
+        &filters,
+        false,
+        BackendChoice::Auto,
+        true,
+        &args.pid,
+    )
+    .context("cannot probe the entries and returns of the functions")?;
+    crate::inspect::check_plans(&kernel, &plans)?;
+    let symbols = kernel.into_symbols();
+    if let Some(p) = args.output.as_deref() {
+        crate::output::check(p)?;
+    }
+    let probes = CallProbes::new(&plans, &functions);
     let mut run = RunLoop::new(args.duration, None)?;
     let mut session = Session::open(plans, SessionOptions::default().with_target(target(args)))?;
+    let file = match args.output.as_deref() {
+        Some(p) => {
+            let f = crate::output::create(p, false)?;
+            Some(crate::output::FileOutput::start(f, &mut session, &symbols)?)
+        }
+        None => None,
+    };
+    let mut feed = Feed {
+        tracing: Tracing::new(functions, renderer, timeline),
+        probes,
+        symbols: &symbols,
+        file,
+        addresses: crate::output::Addresses::new(
+            session
+                .plans()
+                .iter()
+                .filter_map(|p| p.return_trampoline)
+                .collect(),
+        ),
+    };
     session.enable()?;
     run.armed();
     crate::inspect::report_armed(session.plans());
-    let mut t = Tracing {
-        builder: CallTreeBuilder::new(functions, CallTreeOptions::default()),
-        probes,
-        symbols: &symbols,
-        held: Vec::new(),
-        lost_seen: 0,
-        out: io::BufWriter::new(io::stdout().lock()),
-        renderer,
-        shown: 0,
-        timeline,
-    };
     loop {
-        t.poll(&mut session, run.timeout(Duration::from_millis(100)))?;
-        if !t.print_held()? || run.over(&mut session)? {
+        feed.poll(&mut session, run.timeout(Duration::from_millis(100)))?;
+        if !feed.tracing.print_held()? || run.over(&mut session)? {
             break;
         }
     }
     session.disable()?;
-    t.poll(&mut session, Duration::ZERO)?;
-    t.finish()?;
-    for line in crate::text::summary_lines(&session.summary(), session.plans()) {
+    feed.poll(&mut session, Duration::ZERO)?;
+    feed.tracing.finish()?;
+    let lines = crate::text::summary_lines(&session.summary(), session.plans());
+    if let Some(file) = feed.file.take() {
+        let functions = feed.tracing.builder.functions();
+        let notes = crate::calls_file::notes(functions, &lines);
+        file.finish_with_notes(&session, &symbols, feed.addresses.into_set(), notes)?;
+    }
+    for line in lines {
         say!("{line}");
     }
     run.exit(&mut session)
 }
 
 /// One run's trees, from the events to the output.
-struct Tracing<'a, W: Write> {
-    builder: CallTreeBuilder,
-    probes: CallProbes,
-    symbols: &'a KernelSymbols,
+pub(crate) struct Tracing {
+    pub(crate) builder: CallTreeBuilder,
     /// Trees closed by the previous poll: printed after the next one,
     /// which may still tell of a loss during them (the decoder hands
     /// events over up to a round late).
     held: Vec<CallTree>,
     lost_seen: u64,
-    out: W,
+    out: io::BufWriter<io::StdoutLock<'static>>,
     renderer: Renderer,
     /// Trees printed.
     shown: u64,
@@ -295,12 +374,26 @@ struct Tracing<'a, W: Write> {
     timeline: Option<Timeline>,
 }
 
-impl<W: Write> Tracing<'_, W> {
-    /// Drains the rings into the builder; a loss marks the trees it may
-    /// have broken.
-    fn poll(&mut self, session: &mut Session, timeout: Duration) -> Result<()> {
-        session.poll(Some(timeout), &mut Feed(self))?;
-        let lost = session.stats().lost;
+impl Tracing {
+    fn new(
+        functions: Vec<TracedFunction>,
+        renderer: Renderer,
+        timeline: Option<Timeline>,
+    ) -> Tracing {
+        Tracing {
+            builder: CallTreeBuilder::new(functions, CallTreeOptions::default()),
+            held: Vec::new(),
+            lost_seen: 0,
+            out: io::BufWriter::new(io::stdout().lock()),
+            renderer,
+            shown: 0,
+            timeline,
+        }
+    }
+
+    /// A loss counted up to `lost` events: marks the trees it may have
+    /// broken (those open, and those held).
+    pub(crate) fn lost(&mut self, lost: u64) {
         if lost > self.lost_seen {
             self.lost_seen = lost;
             self.builder.events_lost();
@@ -310,12 +403,22 @@ impl<W: Write> Tracing<'_, W> {
                 }
             }
         }
-        Ok(())
+    }
+
+    /// The end of a file's replay, which lost `lost` events where the
+    /// file does not say: every tree is marked, then printed.
+    pub(crate) fn replayed(&mut self, lost: u64) -> Result<()> {
+        self.held = self.builder.take_finished();
+        if lost > 0 {
+            say!("kprobe-perf: calls: the recording lost {lost} events: every tree is marked incomplete");
+            self.lost(lost);
+        }
+        self.finish()
     }
 
     /// Prints the trees held, holds the ones just closed. False when
     /// stdout's reader has gone.
-    fn print_held(&mut self) -> Result<bool> {
+    pub(crate) fn print_held(&mut self) -> Result<bool> {
         let held = std::mem::replace(&mut self.held, self.builder.take_finished());
         self.print(&held)
     }
@@ -338,7 +441,7 @@ impl<W: Write> Tracing<'_, W> {
     }
 
     /// The last trees: those held, then every one still open.
-    fn finish(&mut self) -> Result<()> {
+    pub(crate) fn finish(&mut self) -> Result<()> {
         let mut rest = std::mem::take(&mut self.held);
         rest.extend(self.builder.finish());
         let printed = self.print(&rest)?;
@@ -353,27 +456,99 @@ impl<W: Write> Tracing<'_, W> {
 }
 
 /// The session's sink: each event of a traced function to the builder,
-/// each thread exit in time order.
-struct Feed<'x, 'a, W: Write>(&'x mut Tracing<'a, W>);
+/// each thread exit in time order; with -o every record to the file
+/// (one by one: the exits are read from them).
+struct Feed<'a> {
+    tracing: Tracing,
+    probes: CallProbes,
+    symbols: &'a KernelSymbols,
+    file: Option<crate::output::FileOutput>,
+    /// The addresses the file's symbols must name (each event's probe
+    /// address: its function).
+    addresses: crate::output::Addresses,
+}
 
-impl<W: Write> EventSink for Feed<'_, '_, W> {
-    type Error = kprobe_perf_engine::Error;
+impl Feed<'_> {
+    /// Drains the rings into the builder; a loss marks the trees it may
+    /// have broken.
+    fn poll(&mut self, session: &mut Session, timeout: Duration) -> Result<()> {
+        session.poll(Some(timeout), self)?;
+        self.tracing.lost(session.stats().lost);
+        Ok(())
+    }
+}
 
-    fn event(&mut self, e: &Event) -> std::result::Result<ControlFlow<()>, Self::Error> {
-        let t = &mut *self.0;
-        if let Some(call) = t.probes.call_event(e, t.symbols) {
-            t.builder.record(call);
+impl EventSink for Feed<'_> {
+    type Error = anyhow::Error;
+
+    fn event(&mut self, e: &Event) -> Result<ControlFlow<()>> {
+        if self.file.is_some() {
+            self.addresses.note(e);
+        }
+        if let Some(call) = self.probes.call_event(e, self.symbols) {
+            self.tracing.builder.record(call);
         }
         Ok(ControlFlow::Continue(()))
     }
 
-    fn record(
-        &mut self,
-        record: RingRecord<'_>,
-    ) -> std::result::Result<ControlFlow<()>, Self::Error> {
+    fn record(&mut self, record: RingRecord<'_>) -> Result<ControlFlow<()>> {
         if let Some((tid, time)) = records::thread_exit(record) {
-            self.0.builder.thread_exits(tid, time);
+            self.tracing.builder.thread_exits(tid, time);
         }
-        Ok(ControlFlow::Continue(()))
+        match self.file.as_mut() {
+            Some(f) => f.record(record),
+            None => Ok(ControlFlow::Continue(())),
+        }
+    }
+
+    fn round_end(&mut self) -> Result<ControlFlow<()>> {
+        match self.file.as_mut() {
+            Some(f) => f.round_end(),
+            None => Ok(ControlFlow::Continue(())),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_glob_with_a_denied_function_is_probed_by_name_and_the_others_whole() {
+        let int = ReturnKind::Integer {
+            size: 4,
+            signed: true,
+        };
+        let functions = vec![
+            TracedFunction::new("do_sys_openat2", int, true),
+            TracedFunction::new("getname", ReturnKind::Pointer, false),
+            TracedFunction::new("vfs_open", int, false),
+            TracedFunction::new("vfs_read", int, false),
+        ];
+        let set =
+            |names: &[&str]| -> BTreeSet<String> { names.iter().map(|n| n.to_string()).collect() };
+        let (root, getname, vfs) = (
+            set(&["do_sys_openat2"]),
+            set(&["getname", "getname_flags"]),
+            set(&["vfs_open", "vfs_read"]),
+        );
+        let globs = [
+            "do_sys_openat2".to_string(),
+            "getname*".into(),
+            "vfs_*".into(),
+        ];
+        let given = [(&globs[0], &root), (&globs[1], &getname), (&globs[2], &vfs)];
+        let specs = specs(&functions, &given, &set(&["getname_flags"]), false);
+        assert_eq!(
+            specs,
+            [
+                "p:do_sys_openat2",
+                "p:vfs_*",
+                "p:getname",
+                "r:do_sys_openat2 ret=$retval:x64",
+                "r:vfs_* ret=$retval:x64",
+                "r:getname ret=$retval:x64",
+            ]
+        );
     }
 }

@@ -23,6 +23,7 @@ macro_rules! say_more {
 mod aggregate;
 mod binaries;
 mod calls;
+mod calls_file;
 mod calls_render;
 mod calls_timeline;
 mod doctor;

@@ -222,18 +222,30 @@ impl FileOutput {
     /// Writes the probes, the symbols of `addresses`, the summaries and
     /// the host description, and closes the file.
     pub(crate) fn finish(
-        mut self,
+        self,
         session: &Session,
         symbols: &KernelSymbols,
         addresses: HashSet<u64>,
         json_summary: &str,
         summary: &[String],
     ) -> Result<()> {
-        self.sink.add_addresses(addresses);
         let notes = vec![
             (NOTE_JSON_SUMMARY.into(), json_summary.into()),
             (NOTE_SUMMARY.into(), summary.join("\n")),
         ];
+        self.finish_with_notes(session, symbols, addresses, notes)
+    }
+
+    /// As [`FileOutput::finish`], with the notes given (a command's own
+    /// keys beside the summaries).
+    pub(crate) fn finish_with_notes(
+        mut self,
+        session: &Session,
+        symbols: &KernelSymbols,
+        addresses: HashSet<u64>,
+        notes: Vec<(String, String)>,
+    ) -> Result<()> {
+        self.sink.add_addresses(addresses);
         self.sink
             .finish(session, symbols, notes)
             .map_err(|e| write_error(&self.path, &e, io_source(&e)))?;

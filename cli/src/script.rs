@@ -162,7 +162,7 @@ fn say_unfinished(path: &std::path::Path, u: Option<kprobe_perf_engine::perfdata
 
 /// The perf.data file at `path`, ready to replay: a regular file only
 /// (a FIFO would block, /dev/zero never end).
-fn open_replay(path: &std::path::Path) -> Result<Replay<std::fs::File>> {
+pub(crate) fn open_replay(path: &std::path::Path) -> Result<Replay<std::fs::File>> {
     let (file, _) = kprobe_perf_engine::cli::kernel::open_regular(path)
         .with_context(|| format!("cannot read {} (give a perf.data file)", path.display()))?;
     let reader = Reader::from_file(file).with_context(|| format!("reading {}", path.display()))?;

@@ -540,3 +540,106 @@ fn a_call_running_at_the_start_makes_no_wrong_tree() {
         .collect();
     assert_eq!(names, ["vfs_read", "rw_verify_area"], "{tree}");
 }
+
+/// `calls -o FILE` writes perf.data beside its output, and `calls -i
+/// FILE` prints the same trees from it, byte for byte (JSON Lines with
+/// arguments, and the graph of the same file).
+#[test]
+fn a_recorded_file_gives_the_same_trees_again() {
+    if !kprobes_available("a_recorded_file_gives_the_same_trees_again") {
+        return;
+    }
+    let file = "/tmp/kpf-calls-replay.data";
+    let _ = fs::remove_file(file);
+    let workload = [
+        "/bin/sh",
+        "-c",
+        "cat /etc/hostname > /dev/null; cat /tmp/kpf-calls-missing 2>/dev/null; true",
+    ];
+    let traced = [
+        "-e",
+        "do_sys_openat2",
+        "--allow",
+        "getname_flags*",
+        "--allow",
+        "do_filp_open",
+        "--allow",
+        "path_openat",
+        "--allow",
+        "lookup_fast",
+    ];
+    let run = |args: &[&str]| {
+        let out = Command::new(kprobe_perf_bin())
+            .arg("calls")
+            .args(args)
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+        assert!(out.status.success(), "calls {args:?}: {stderr}");
+        (String::from_utf8_lossy(&out.stdout).into_owned(), stderr)
+    };
+    let mut live_args = vec!["--json", "--args", "-o", file];
+    live_args.extend(traced);
+    live_args.push("--");
+    live_args.extend(workload);
+    let (live, stderr) = run(&live_args);
+    assert!(stderr.contains(", 0 lost"), "{stderr}");
+    let trees = live.lines().count();
+    assert!(trees >= 2, "{live}\n{stderr}");
+    assert!(live.contains("\"error\":\"-ENOENT\""), "{live}");
+    let (replayed, stderr) = run(&["--json", "--args", "-i", file]);
+    assert_eq!(replayed, live, "the replay of {file} differs: {stderr}");
+    let (graph, _) = run(&["--graph", "-i", file]);
+    assert_eq!(
+        graph.matches("| do_sys_openat2() {").count(),
+        trees,
+        "{graph}"
+    );
+    println!("{trees} trees, the same from {file}");
+    let _ = fs::remove_file(file);
+}
+
+/// `--deny GLOB` leaves the functions it selects out of the attach set:
+/// while the workload runs, ftrace's enabled_functions lists the
+/// allowed functions and none of the denied ones.
+#[test]
+fn denied_functions_get_no_probe() {
+    if !kprobes_available("denied_functions_get_no_probe") {
+        return;
+    }
+    let denied = functions(&["getname_flags*"]);
+    assert!(!denied.is_empty(), "no getname_flags* function to deny");
+    let seen = "/tmp/kpf-calls-enabled";
+    let _ = fs::remove_file(seen);
+    let out = Command::new(kprobe_perf_bin())
+        .args(["calls", "-e", "do_sys_openat2", "--allow", "getname*"])
+        .args(["--deny", "getname_flags*", "--", "/bin/sh", "-c"])
+        .arg(format!("cat {TRACING}/enabled_functions > {seen}"))
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    let enabled: Vec<String> = fs::read_to_string(seen)
+        .unwrap()
+        .lines()
+        .filter_map(|l| l.split_whitespace().next())
+        .map(str::to_string)
+        .collect();
+    for f in ["do_sys_openat2", "getname"] {
+        assert!(
+            enabled.iter().any(|e| e == f),
+            "{f} not probed: {enabled:?}"
+        );
+    }
+    for f in &denied {
+        assert!(
+            !enabled.iter().any(|e| e == f),
+            "{f} is denied but probed: {enabled:?}"
+        );
+    }
+    println!(
+        "denied {denied:?}: not in enabled_functions ({} probed)",
+        enabled.len()
+    );
+    let _ = fs::remove_file(seen);
+}

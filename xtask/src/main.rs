@@ -112,10 +112,14 @@ enum Task {
     /// `--call-graph dwarf` file of /usr/bin/python3.11 under a libc free
     /// uprobe, --calls byte strings of 1,000 bytes it makes: `kprobe-perf script -i` against
     /// `perf script -i` on the same file, least of --rounds; on this
-    /// host).
+    /// host) or `calls` (`kprobe-perf calls` in the VM, best of
+    /// --rounds: --functions functions attached, in seconds; the added
+    /// cost per traced call of --opens tmpfs opens against ftrace's
+    /// function_graph on the same functions; trees rebuilt from a file,
+    /// events per second; xtask/bench-calls.sh).
     Bench {
         /// What to measure.
-        #[arg(value_parser = ["spec", "attach", "opens", "decode", "live", "analysis", "filter", "unwind", "debuginfo"], default_value = "spec")]
+        #[arg(value_parser = ["spec", "attach", "opens", "decode", "live", "analysis", "filter", "unwind", "debuginfo", "calls"], default_value = "spec")]
         what: String,
         /// For decode: how many samples.
         #[arg(long, default_value_t = 2_000_000)]
@@ -396,6 +400,14 @@ fn bench(task: Task) -> Result<()> {
         } if what == "filter" => bench_filter(calls, &kernel),
         Task::Bench {
             what,
+            opens,
+            rounds,
+            functions,
+            kernel,
+            ..
+        } if what == "calls" => bench_calls(opens, rounds, functions, &kernel),
+        Task::Bench {
+            what,
             rounds,
             kernel,
             calls,
@@ -626,6 +638,43 @@ fn bench_opens(script: &str, opens: u64, rounds: u32, kernel: &str) -> Result<()
         ],
         Duration::from_secs(3600),
         &format!("the benchmark {script}"),
+    )
+}
+
+/// Boots the VM and runs `xtask/bench-calls.sh` there: `kprobe-perf
+/// calls`' attach time, its cost per traced call against function_graph
+/// and its rebuild rate from a file.
+fn bench_calls(opens: u64, rounds: u32, functions: usize, kernel: &str) -> Result<()> {
+    cargo_release(
+        &[
+            "--package",
+            "kprobe-perf",
+            "--package",
+            "kprobe-perf-tests",
+            "--bin",
+            "kprobe-perf",
+            "--bin",
+            "open_loop",
+        ],
+        "kprobe-perf and open_loop",
+    )?;
+    bench_in_vm(
+        kernel,
+        &[
+            "sh".into(),
+            workspace_root()
+                .join("xtask")
+                .join("bench-calls.sh")
+                .to_string_lossy()
+                .into_owned(),
+            release_path("kprobe-perf"),
+            release_path("open_loop"),
+            opens.to_string(),
+            rounds.to_string(),
+            functions.to_string(),
+        ],
+        Duration::from_secs(3600),
+        "the calls benchmark",
     )
 }
 

@@ -257,6 +257,9 @@ impl Suite {
 ///   where it does not;
 /// - eprobe: an eprobe's fields and string through ftrace's buffer, and
 ///   nothing left after exit, SIGINT and SIGKILL (skipped without eprobes).
+/// - calls: a call tree of vfs_read rebuilt whole, and a call running at
+///   the start left out (kprobes and kretprobes before 6.12, fprobes
+///   from it).
 const SMOKE: &[(&str, &[&str])] = &[
     (
         "skeleton",
@@ -281,6 +284,10 @@ const SMOKE: &[(&str, &[&str])] = &[
     ("uprobes", &[]),
     ("fprobe", &[]),
     ("eprobe", &[]),
+    (
+        "calls",
+        &["a_call_running_at_the_start_makes_no_wrong_tree"],
+    ),
 ];
 
 /// The arm64 set, run on [`ARM64_MATRIX`] in the arm64 VM (TCG emulating
