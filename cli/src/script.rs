@@ -120,15 +120,7 @@ pub(crate) fn run(args: &ScriptArgs) -> Result<ExitCode> {
         );
         true
     });
-    let finished = result.and_then(|()| {
-        lines.finish(&mut out)?;
-        if json {
-            if let Some(s) = replay.metadata().note(NOTE_JSON_SUMMARY) {
-                writeln!(out, "{s}")?;
-            }
-        }
-        out.flush()
-    });
+    let finished = result.and_then(|()| finish_output(&mut lines, &mut out, json, &replay));
     if !crate::written(finished)? {
         return Ok(ExitCode::SUCCESS);
     }
@@ -141,6 +133,23 @@ pub(crate) fn run(args: &ScriptArgs) -> Result<ExitCode> {
         say!("{s}");
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// Ends the standard output: the lines still buffered, and with --json
+/// the recording's summary object.
+fn finish_output(
+    lines: &mut LineBuffer,
+    out: &mut impl Write,
+    json: bool,
+    replay: &Replay<std::fs::File>,
+) -> io::Result<()> {
+    lines.finish(out)?;
+    if json {
+        if let Some(s) = replay.metadata().note(NOTE_JSON_SUMMARY) {
+            writeln!(out, "{s}")?;
+        }
+    }
+    out.flush()
 }
 
 /// Says on stderr that the file at `path` was never finished, and where

@@ -247,7 +247,6 @@ impl<W: Write + Seek> Writer<W> {
         let shown = meta.attrs.len().saturating_sub(meta.hidden);
         let attr_size = meta.attrs.first().map_or(0, Vec::len);
         let ids_of = |i: usize| ids_of(meta, i);
-        let sized = |attr: &Vec<u8>| sized(attr, attr_size);
         let mut features = shown_features(meta, shown, attr_size);
         // The hidden section's own size is known before the offset of the
         // region it points at: the region follows the attrs.
@@ -285,37 +284,8 @@ impl<W: Write + Seek> Writer<W> {
             debug_assert_eq!(b.len(), size);
             features.push((FEAT_HIDDEN, b));
         }
-        let mut tail = Vec::new();
-        let mut at = data_end + table_size;
-        let mut bitmap = [0u64; (FEATURE_BITS / 64) as usize];
-        for (bit, bytes) in &features {
-            tail.extend_from_slice(&at.to_le_bytes());
-            tail.extend_from_slice(&(bytes.len() as u64).to_le_bytes());
-            at += bytes.len() as u64;
-            bitmap[(bit / 64) as usize] |= 1u64 << (bit % 64);
-        }
-        for (_, bytes) in &features {
-            tail.extend_from_slice(bytes);
-        }
-        // Ids of each attr, then the attrs with their id sections.
-        let mut id_sections = Vec::new();
-        for i in 0..shown {
-            let ids = ids_of(i);
-            id_sections.push(Section {
-                offset: at,
-                size: ids.len() as u64 * 8,
-            });
-            for id in ids {
-                tail.extend_from_slice(&id.to_le_bytes());
-                at += 8;
-            }
-        }
-        debug_assert_eq!(at, attrs.offset);
-        for (attr, ids) in meta.attrs.iter().zip(&id_sections) {
-            tail.extend_from_slice(&sized(attr));
-            tail.extend_from_slice(&ids.offset.to_le_bytes());
-            tail.extend_from_slice(&ids.size.to_le_bytes());
-        }
+        let (tail, bitmap) = tail_bytes(&features, meta, shown, data_end);
+        debug_assert_eq!(tail.len() as u64, attrs.offset + attrs.size - data_end);
         self.out
             .write_all(&tail)
             .map_err(io_err("writing the features and attrs", data_end))?;
@@ -335,6 +305,49 @@ impl<W: Write + Seek> Writer<W> {
             .map_err(io_err("writing the header", 0))?;
         Ok(self.out)
     }
+}
+
+/// What follows the data, from `table_at`: the feature table and the
+/// features, each shown attr's ids, then the shown attrs with their id
+/// sections; and the header's bitmap of the features.
+fn tail_bytes(
+    features: &[(u32, Vec<u8>)],
+    meta: &Metadata,
+    shown: usize,
+    table_at: u64,
+) -> (Vec<u8>, [u64; (FEATURE_BITS / 64) as usize]) {
+    let attr_size = meta.attrs.first().map_or(0, Vec::len);
+    let mut tail = Vec::new();
+    let mut at = table_at + features.len() as u64 * 16;
+    let mut bitmap = [0u64; (FEATURE_BITS / 64) as usize];
+    for (bit, bytes) in features {
+        tail.extend_from_slice(&at.to_le_bytes());
+        tail.extend_from_slice(&(bytes.len() as u64).to_le_bytes());
+        at += bytes.len() as u64;
+        bitmap[(bit / 64) as usize] |= 1u64 << (bit % 64);
+    }
+    for (_, bytes) in features {
+        tail.extend_from_slice(bytes);
+    }
+    // Ids of each attr, then the attrs with their id sections.
+    let mut id_sections = Vec::new();
+    for i in 0..shown {
+        let ids = ids_of(meta, i);
+        id_sections.push(Section {
+            offset: at,
+            size: ids.len() as u64 * 8,
+        });
+        for id in ids {
+            tail.extend_from_slice(&id.to_le_bytes());
+            at += 8;
+        }
+    }
+    for (attr, ids) in meta.attrs.iter().zip(&id_sections) {
+        tail.extend_from_slice(&sized(attr, attr_size));
+        tail.extend_from_slice(&ids.offset.to_le_bytes());
+        tail.extend_from_slice(&ids.size.to_le_bytes());
+    }
+    (tail, bitmap)
 }
 
 /// The sized copy of an attr (every attr of a file has one size).
