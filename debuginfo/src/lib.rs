@@ -42,6 +42,7 @@ mod error;
 mod file;
 mod glob;
 mod index;
+mod lazy;
 mod lines;
 pub mod locate;
 mod point;
