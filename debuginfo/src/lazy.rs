@@ -157,3 +157,90 @@ impl<'a> Finder<'a> {
         Ok(out)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::Finder;
+    use crate::{DebugFile, DebugInfo};
+    use std::path::{Path, PathBuf};
+
+    /// Every `step`th key of the index, looked up without it, gives the
+    /// index's units (or asks for the index: a unit's name, or a name in
+    /// too many places).
+    fn same_units_as_the_index(path: &Path, step: usize) -> usize {
+        let file = DebugFile::open(path).expect("open");
+        let di = DebugInfo::with_cache(&file, None).expect("dwarf");
+        let finder = Finder::new(&file, &di.dwarf).expect("a file the finder reads");
+        let index = di.names().expect("index");
+        let mut found = 0;
+        for (key, units) in index.entries().step_by(step) {
+            if let Some(lazy) = finder.lookup(&di.dwarf, key) {
+                let lazy = lazy.expect("lookup");
+                assert_eq!(lazy, units, "{}", String::from_utf8_lossy(key));
+                found += 1;
+            }
+        }
+        found
+    }
+
+    const MAIN: &str = "#include \"h.h\"\nint other(int);\nint do_open(int a) { return twice(a) + 1; }\n\
+        int open(int a) { return do_open(a) * 3; }\nint main(int c, char **v) { return open(c) + other(c) + v[0][0]; }\n";
+    const OTHER: &str = "#include \"h.h\"\nstatic int __attribute__((noinline)) do_open(int a) { return twice(a) - a; }\n\
+        int other(int a) { return do_open(a) + twice(a); }\n";
+    const HEADER: &str = "static inline int twice(int a) { return a * 2; }\n";
+
+    /// Two units built by gcc, sharing an inline function and a static
+    /// name, with names that are tails of others; None without gcc.
+    fn compile() -> Option<PathBuf> {
+        let dir = std::env::temp_dir().join(format!("kprobe-perf-lazy-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).ok()?;
+        for (name, text) in [("main.c", MAIN), ("other.c", OTHER), ("h.h", HEADER)] {
+            std::fs::write(dir.join(name), text).ok()?;
+        }
+        let bin = dir.join("prog");
+        let ok = std::process::Command::new("gcc")
+            .args(["-g", "-O2", "-o"])
+            .arg(&bin)
+            .arg(dir.join("main.c"))
+            .arg(dir.join("other.c"))
+            .status()
+            .is_ok_and(|s| s.success());
+        ok.then_some(bin)
+    }
+
+    #[test]
+    fn units_found_without_the_index_are_the_index_units() {
+        let Some(bin) = compile() else {
+            println!("SKIP: gcc did not build the two-unit program");
+            return;
+        };
+        assert!(same_units_as_the_index(&bin, 1) >= 4);
+        let _ = std::fs::remove_dir_all(bin.parent().unwrap_or(&bin));
+    }
+
+    /// The same over every 40th key of libc6-dbg's debug file, when it is
+    /// installed (the package the issue names).
+    #[test]
+    fn libc_debug_file_units_found_without_the_index() {
+        let Some(path) = std::fs::read_dir("/usr/lib/debug/.build-id")
+            .ok()
+            .and_then(|_| libc_debug())
+        else {
+            println!("SKIP: libc6-dbg is not installed");
+            return;
+        };
+        assert!(same_units_as_the_index(&path, 40) > 50);
+    }
+
+    fn libc_debug() -> Option<PathBuf> {
+        let libc = DebugFile::open("/lib/x86_64-linux-gnu/libc.so.6").ok()?;
+        let id = libc.build_id().ok()??;
+        let hex = crate::file::hex(&id);
+        let path = PathBuf::from(format!(
+            "/usr/lib/debug/.build-id/{}/{}.debug",
+            hex.get(..2)?,
+            hex.get(2..)?
+        ));
+        path.exists().then_some(path)
+    }
+}
