@@ -37,7 +37,13 @@ fn main() {
         }
     };
     let open = t0.elapsed();
-    let functions: Vec<&str> = di.functions().collect();
+    let functions: Vec<&str> = match di.functions() {
+        Ok(f) => f.collect(),
+        Err(e) => {
+            eprintln!("error: {e}");
+            std::process::exit(1);
+        }
+    };
     let mut next = || {
         seed ^= seed << 13;
         seed ^= seed >> 7;

@@ -116,7 +116,7 @@ pub(crate) fn run(
     }
     let mut rng = Rng(seed);
     let functions: Vec<&str> = di
-        .functions()
+        .functions()?
         .filter(|f| f.chars().all(|c| c.is_ascii_alphanumeric() || c == '_'))
         .collect();
     // The points: FUNC for kinds 0 and 1, FUNC:RLINE for kind 2.
@@ -249,7 +249,7 @@ fn run_lazy(
     let di = DebugInfo::new(&file)?.with_source_dir(Some(std::path::Path::new(src)));
     let mut rng = Rng(seed);
     let functions: Vec<&str> = di
-        .functions()
+        .functions()?
         .filter(|f| f.chars().all(|c| c.is_ascii_alphanumeric() || c == '_'))
         .collect();
     let mut questions = Vec::with_capacity(n);

@@ -10,6 +10,7 @@ use crate::dies::{Dwarf, Unit};
 use crate::error::{Error, Result};
 use crate::file::{self, DebugFile, SymbolTable, R};
 use crate::index::{self, NameIndex};
+use crate::lazy::Finder;
 use crate::split;
 
 /// Options of a query.
@@ -35,7 +36,17 @@ pub struct DebugInfo<'a> {
     frame: file::Frames<'a>,
     fdes: OnceCell<Vec<(u64, u64, usize)>>,
     pub(crate) symbols: SymbolTable<'a>,
-    pub(crate) index: NameIndex,
+    /// The name index, from the cache or built when a question needs
+    /// every unit's names (a source file's lines, a listing).
+    index: OnceCell<NameIndex>,
+    /// Finds the units defining one name without the index, while it is
+    /// not there (see lazy.rs); None when the file needs the index.
+    finder: Option<Finder<'a>>,
+    /// The units found for each key without the index.
+    found: RefCell<HashMap<Vec<u8>, Vec<gimli::DebugInfoOffset<usize>>>>,
+    /// Where a built index is kept: the cache directory and file name,
+    /// with the key it is checked against.
+    cache: Option<(std::path::PathBuf, String, Vec<u8>)>,
     units: RefCell<HashMap<usize, Rc<Unit<'a>>>>,
     /// Parsed units of the supplementary (dwz) file, by offset.
     sup_units: RefCell<HashMap<usize, Rc<Unit<'a>>>>,
@@ -88,7 +99,7 @@ impl std::fmt::Debug for DebugInfo<'_> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("DebugInfo")
             .field("path", &self.file.path())
-            .field("names", &self.index.len())
+            .field("names", &self.index.get().map(NameIndex::len))
             .finish_non_exhaustive()
     }
 }
@@ -123,19 +134,20 @@ impl<'a> DebugInfo<'a> {
         let cached = cache
             .filter(|_| cacheable)
             .and_then(|d| index::load_cached(d, &key, &cache_name));
-        let index = match cached {
-            Some(i) => i,
-            None => {
-                let i = index::build(file, &dwarf, &key)?;
-                // An index missing a split unit (its .dwo not found) is
-                // not kept: the next process may find the file.
-                if let Some(d) = cache.filter(|_| cacheable && i.complete()) {
-                    // A cache that cannot be written costs time, not answers.
-                    let _ = index::store(d, &cache_name, &i);
-                }
-                i
-            }
+        // Without a cached index, questions about one function read only
+        // the units that can define it; the index is built (and cached)
+        // when a question needs every unit's names.
+        let finder = match cached {
+            Some(_) => None,
+            None => Finder::new(file, &dwarf),
         };
+        let index = OnceCell::new();
+        if let Some(i) = cached {
+            let _ = index.set(i);
+        }
+        let cache = cache
+            .filter(|_| cacheable)
+            .map(|d| (d.to_path_buf(), cache_name, key));
         Ok(DebugInfo {
             file,
             dwarf,
@@ -143,6 +155,9 @@ impl<'a> DebugInfo<'a> {
             fdes: OnceCell::new(),
             symbols,
             index,
+            finder,
+            found: RefCell::new(HashMap::new()),
+            cache,
             units: RefCell::new(HashMap::new()),
             sup_units: RefCell::new(HashMap::new()),
             unit_starts: [OnceCell::new(), OnceCell::new()],
@@ -176,11 +191,54 @@ impl<'a> DebugInfo<'a> {
 
     /// The names of the functions with a definition (out-of-line or
     /// inlinable) in the debug info, in byte order.
-    pub fn functions(&self) -> impl Iterator<Item = &str> + '_ {
-        self.index
+    pub fn functions(&self) -> Result<impl Iterator<Item = &str> + '_> {
+        Ok(self
+            .names()?
             .entries()
             .filter(|(k, _)| k.first() != Some(&index::FILE_KEY))
-            .filter_map(|(k, _)| std::str::from_utf8(k).ok())
+            .filter_map(|(k, _)| std::str::from_utf8(k).ok()))
+    }
+
+    /// The name index, built (and cached, when the file has a build ID)
+    /// the first time a question needs it.
+    pub(crate) fn names(&self) -> Result<&NameIndex> {
+        if let Some(i) = self.index.get() {
+            return Ok(i);
+        }
+        let key = self.cache.as_ref().map_or(&[][..], |c| &c.2[..]);
+        let built = index::build(self.file, &self.dwarf, key)?;
+        // An index missing a split unit (its .dwo not found) is not
+        // kept: the next process may find the file.
+        if let Some((dir, name, _)) = self.cache.as_ref().filter(|_| built.complete()) {
+            // A cache that cannot be written costs time, not answers.
+            let _ = index::store(dir, name, &built);
+        }
+        Ok(self.index.get_or_init(|| built))
+    }
+
+    /// The units the index lists for `key` (a function's name, or a
+    /// `@` key): from the index when it is there, else found without it
+    /// when the file allows.
+    pub(crate) fn lookup(&self, key: &[u8]) -> Result<Vec<gimli::DebugInfoOffset<usize>>> {
+        if let Some(i) = self.index.get() {
+            return Ok(i.lookup(key));
+        }
+        if let Some(units) = self.found.borrow().get(key) {
+            return Ok(units.clone());
+        }
+        let found = self
+            .finder
+            .as_ref()
+            .and_then(|f| f.lookup(&self.dwarf, key));
+        match found {
+            Some(units) => {
+                let units =
+                    units.map_err(|e| self.dwarf_error("the units naming a function".into(), e))?;
+                self.found.borrow_mut().insert(key.to_vec(), units.clone());
+                Ok(units)
+            }
+            None => Ok(self.names()?.lookup(key)),
+        }
     }
 
     /// The unit at `offset`, parsed once and kept.

@@ -165,8 +165,80 @@ fn partition(n: usize, mut pred: impl FnMut(usize) -> bool) -> usize {
     lo
 }
 
-/// A function (or `@file`) name and the number of a unit defining it.
-type NameAndUnit = (Vec<u8>, u32);
+/// A key of the index as read, borrowed from the file where it can be:
+/// a function's name, a unit's name (stored behind [`FILE_KEY`]), or a
+/// made key (a dwz import).
+#[derive(Debug, Clone)]
+enum Key<'a> {
+    Name(&'a [u8]),
+    File(&'a [u8]),
+    Made(Vec<u8>),
+}
+
+impl Key<'_> {
+    /// The bytes after the first, and the first, of a key.
+    fn split(&self) -> (Option<u8>, &[u8]) {
+        match self {
+            Key::Name(n) => (n.first().copied(), n.get(1..).unwrap_or_default()),
+            Key::File(n) => (Some(FILE_KEY), n),
+            Key::Made(n) => (n.first().copied(), n.get(1..).unwrap_or_default()),
+        }
+    }
+
+    fn write(&self, out: &mut Vec<u8>) {
+        if let Key::File(_) = self {
+            out.push(FILE_KEY);
+        }
+        match self {
+            Key::Name(n) | Key::File(n) => out.extend_from_slice(n),
+            Key::Made(n) => out.extend_from_slice(n),
+        }
+    }
+
+    /// Whether the key's bytes are `bytes`.
+    fn is(&self, bytes: &[u8]) -> bool {
+        match self {
+            Key::Name(n) => *n == bytes,
+            Key::Made(n) => n[..] == *bytes,
+            Key::File(n) => bytes.first() == Some(&FILE_KEY) && bytes.get(1..) == Some(*n),
+        }
+    }
+
+    fn len(&self) -> usize {
+        match self {
+            Key::Name(n) => n.len(),
+            Key::File(n) => n.len() + 1,
+            Key::Made(n) => n.len(),
+        }
+    }
+}
+
+impl Ord for Key<'_> {
+    /// The order of the keys' bytes, as the table is sorted.
+    fn cmp(&self, other: &Self) -> std::cmp::Ordering {
+        match (self, other) {
+            (Key::Name(a), Key::Name(b)) | (Key::File(a), Key::File(b)) => a.cmp(b),
+            _ => self.split().cmp(&other.split()),
+        }
+    }
+}
+
+impl PartialEq for Key<'_> {
+    fn eq(&self, other: &Self) -> bool {
+        self.cmp(other).is_eq()
+    }
+}
+
+impl Eq for Key<'_> {}
+
+impl PartialOrd for Key<'_> {
+    fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(other))
+    }
+}
+
+/// A key and the number of a unit it names.
+type KeyAndUnit<'a> = (Key<'a>, u32);
 
 /// Reads the top-level entries of every unit and returns the index.
 pub(crate) fn build<'a>(
@@ -192,7 +264,7 @@ pub(crate) fn build<'a>(
         .map_or(1, |n| n.get())
         .clamp(1, 2);
     let missing_split = std::sync::atomic::AtomicBool::new(false);
-    let parts: Vec<Result<Vec<NameAndUnit>>> = std::thread::scope(|s| {
+    let parts: Vec<Result<Vec<KeyAndUnit<'a>>>> = std::thread::scope(|s| {
         let handles: Vec<_> = (0..threads)
             .map(|t| {
                 let headers = &headers;
@@ -257,44 +329,90 @@ pub(crate) fn build<'a>(
     Ok(index)
 }
 
-fn top_level_names(
-    dwarf: &gimli::Dwarf<R<'_>>,
-    unit: &gimli::Unit<R<'_>>,
+fn top_level_names<'a>(
+    dwarf: &gimli::Dwarf<R<'a>>,
+    unit: &gimli::Unit<R<'a>>,
     idx: u32,
-    out: &mut Vec<(Vec<u8>, u32)>,
+    out: &mut Vec<KeyAndUnit<'a>>,
 ) -> gimli::Result<()> {
     let mut tree = unit.entries_tree(None)?;
     let root = tree.root()?;
     if let Some(name) = root.entry().val(gimli::DW_AT_name) {
         let name = dwarf.attr_string(unit, name)?;
-        let mut key = vec![FILE_KEY];
-        key.extend_from_slice(name.slice());
-        out.push((key, idx));
+        out.push((Key::File(name.slice()), idx));
     }
     let mut children = root.children();
     while let Some(child) = children.next()? {
         let e = child.entry();
-        if let (gimli::DW_TAG_imported_unit, Some(gimli::AttributeValue::DebugInfoRef(o))) =
-            (e.tag(), e.val(gimli::DW_AT_import))
-        {
-            out.push((import_key(o), idx));
-            continue;
-        }
-        if e.tag() != gimli::DW_TAG_subprogram || e.has(gimli::DW_AT_declaration) {
-            continue;
-        }
-        if let Some(name) = crate::dies::name_of(dwarf, unit, e)? {
-            out.push((name.to_vec(), idx));
+        // The tag first: most top-level entries are types and variables,
+        // whose attributes need not be read.
+        match e.tag() {
+            gimli::DW_TAG_imported_unit => {
+                if let Some(gimli::AttributeValue::DebugInfoRef(o)) = e.val(gimli::DW_AT_import) {
+                    out.push((Key::Made(import_key(o)), idx));
+                }
+            }
+            gimli::DW_TAG_subprogram => {
+                if let Some(name) = definition_name(dwarf, unit, e)? {
+                    out.push((Key::Name(name), idx));
+                }
+            }
+            _ => {}
         }
     }
     Ok(())
 }
 
-fn serialize(key: &[u8], offsets: &[u64], all: &[(Vec<u8>, u32)]) -> Vec<u8> {
-    let mut groups: Vec<(&[u8], Vec<u32>)> = Vec::new();
+/// Whether the top-level entries of `unit` give it `key` in the index.
+pub(crate) fn names_key<'a>(
+    dwarf: &gimli::Dwarf<R<'a>>,
+    unit: &gimli::Unit<R<'a>>,
+    key: &[u8],
+) -> gimli::Result<bool> {
+    let mut out = Vec::new();
+    top_level_names(dwarf, unit, 0, &mut out)?;
+    Ok(out.iter().any(|(k, _)| k.is(key)))
+}
+
+/// The name of subprogram `e` when it is a definition (not a declaration),
+/// from one pass over its attributes (a name of its own, else through its
+/// abstract origin or specification, as `dies::name_of`).
+fn definition_name<'a>(
+    dwarf: &gimli::Dwarf<R<'a>>,
+    unit: &gimli::Unit<R<'a>>,
+    e: &crate::dies::Entry<'a, '_>,
+) -> gimli::Result<Option<&'a [u8]>> {
+    let mut name = None;
+    let mut attrs = e.attrs();
+    loop {
+        match attrs.next() {
+            Ok(Some(a)) if a.name() == gimli::DW_AT_declaration => return Ok(None),
+            Ok(Some(a)) if a.name() == gimli::DW_AT_name && name.is_none() => {
+                name = Some(a.value());
+            }
+            Ok(Some(_)) => {}
+            Ok(None) => break,
+            // An attribute that does not parse: the readers that look
+            // attributes up one by one decide, as the queries do.
+            Err(_) => {
+                if e.has(gimli::DW_AT_declaration) {
+                    return Ok(None);
+                }
+                return crate::dies::name_of(dwarf, unit, e);
+            }
+        }
+    }
+    match name {
+        Some(v) => Ok(Some(dwarf.attr_string(unit, v)?.slice())),
+        None => crate::dies::name_of(dwarf, unit, e),
+    }
+}
+
+fn serialize(key: &[u8], offsets: &[u64], all: &[KeyAndUnit<'_>]) -> Vec<u8> {
+    let mut groups: Vec<(&Key<'_>, Vec<u32>)> = Vec::new();
     for (name, unit) in all {
         match groups.last_mut() {
-            Some((n, units)) if *n == &name[..] => units.push(*unit),
+            Some((n, units)) if *n == name => units.push(*unit),
             _ => groups.push((name, vec![*unit])),
         }
     }
@@ -313,7 +431,7 @@ fn serialize(key: &[u8], offsets: &[u64], all: &[(Vec<u8>, u32)]) -> Vec<u8> {
         let at = b.len() as u32;
         b[table_at + i * 4..table_at + i * 4 + 4].copy_from_slice(&at.to_le_bytes());
         b.extend_from_slice(&(name.len() as u32).to_le_bytes());
-        b.extend_from_slice(name);
+        name.write(&mut b);
         b.extend_from_slice(&(units.len() as u32).to_le_bytes());
         for u in units {
             b.extend_from_slice(&u.to_le_bytes());

@@ -355,7 +355,7 @@ impl<'a> DebugInfo<'a> {
         to: u64,
     ) -> Result<Vec<(u64, String, u64, bool)>> {
         let mut out = Vec::new();
-        for unit_off in self.index.lookup(function.as_bytes()) {
+        for unit_off in self.lookup(function.as_bytes())? {
             let unit = self.unit(unit_off)?;
             for r in self
                 .rows(&unit)?
@@ -415,7 +415,7 @@ impl<'a> DebugInfo<'a> {
         file: Option<&str>,
         reversible: bool,
     ) -> Result<FunctionLines> {
-        for unit_off in self.index.lookup(name.as_bytes()) {
+        for unit_off in self.lookup(name.as_bytes())? {
             let unit = self.unit(unit_off)?;
             let Some(def) = self.find_definition(&unit, name, file)? else {
                 continue;
@@ -451,8 +451,11 @@ impl<'a> DebugInfo<'a> {
         // The body (or abstract entry) itself, with itself as its function.
         self.copy_lines(unit, (def, def), &decl, reversible, &mut lines)?;
         let unit_off = unit.header.offset().as_debug_info_offset();
-        let importers = unit_off.map(|o| self.with_importers(o, unit));
-        for u in importers.unwrap_or_default() {
+        let importers = match unit_off {
+            Some(o) => self.with_importers(o, unit)?,
+            None => Vec::new(),
+        };
+        for u in importers {
             let u = self.unit(u)?;
             // Each copy: the out-of-line function it is in (itself, or
             // the function it is inlined into).

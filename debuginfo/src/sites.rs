@@ -75,7 +75,7 @@ impl<'a> DebugInfo<'a> {
         let mut sites = match point {
             ProbePoint::Function { name, file, at } => {
                 let mut out = Vec::new();
-                for unit in self.index.lookup(name.as_bytes()) {
+                for unit in self.lookup(name.as_bytes())? {
                     self.function_sites(unit, name, file.as_deref(), at, opts, &mut out)?;
                 }
                 if out.is_empty() && !self.defines(name, file.as_deref())? {
@@ -97,7 +97,7 @@ impl<'a> DebugInfo<'a> {
             ProbePoint::Line { file, line } => {
                 let mut out = Vec::new();
                 let units: Vec<_> = self
-                    .index
+                    .names()?
                     .entries()
                     .filter(|(k, _)| {
                         k.first() == Some(&crate::index::FILE_KEY)
@@ -158,11 +158,11 @@ impl<'a> DebugInfo<'a> {
         let obj = self.file.object().ok()?;
         file::aliases(&obj, name)
             .into_iter()
-            .find(|alias| !self.index.lookup(alias.as_bytes()).is_empty())
+            .find(|alias| self.lookup(alias.as_bytes()).is_ok_and(|u| !u.is_empty()))
     }
 
     fn defines(&self, name: &str, file: Option<&str>) -> Result<bool> {
-        for unit in self.index.lookup(name.as_bytes()) {
+        for unit in self.lookup(name.as_bytes())? {
             let u = self.unit(unit)?;
             if self.find_definition(&u, name, file)?.is_some() {
                 return Ok(true);
@@ -233,7 +233,7 @@ impl<'a> DebugInfo<'a> {
                 let decl_file = dies::udata_integrated(&unit, &def_e, gimli::DW_AT_decl_file)
                     .and_then(|f| dies::file_name(self.dw(&unit), &unit, f))
                     .unwrap_or_default();
-                for u in self.with_importers(unit_off, &unit) {
+                for u in self.with_importers(unit_off, &unit)? {
                     let point = Some((name, decl_line));
                     self.line_sites(u, &decl_file, decl_line + n, point, true, out)?;
                 }
@@ -280,7 +280,7 @@ impl<'a> DebugInfo<'a> {
                 .and_then(dies::num)
                 .and_then(|n| dies::file_name(self.dw(unit), unit, n)),
         };
-        for u in self.with_importers(unit_off, unit) {
+        for u in self.with_importers(unit_off, unit)? {
             let u_rc = self.unit(u)?;
             self.copies_in(u, &u_rc, name, &decl, opts, out)?;
         }
@@ -293,14 +293,14 @@ impl<'a> DebugInfo<'a> {
         &self,
         unit_off: gimli::DebugInfoOffset<usize>,
         unit: &Unit<'a>,
-    ) -> Vec<gimli::DebugInfoOffset<usize>> {
+    ) -> Result<Vec<gimli::DebugInfoOffset<usize>>> {
         let mut units = vec![unit_off];
         // DW_AT_import names the partial unit's root entry.
         let root = dies::global(unit, gimli::UnitOffset(unit.header.header_size()));
         if let Some(root) = root {
-            units.extend(self.index.lookup(&index::import_key(root)));
+            units.extend(self.lookup(&index::import_key(root))?);
         }
-        units
+        Ok(units)
     }
 
     /// The copies of the abstract function `decl` in the unit at `unit_off`.

@@ -363,9 +363,10 @@ fn bench(task: Task) -> Result<()> {
         Task::Bench {
             what,
             functions,
+            rounds,
             kernel,
             ..
-        } if what == "debuginfo" => bench_debuginfo::run(functions, &kernel),
+        } if what == "debuginfo" => bench_debuginfo::run(functions, rounds, &kernel),
         Task::Bench {
             what,
             samples,
