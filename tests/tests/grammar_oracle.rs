@@ -654,12 +654,21 @@ fn documented(out: &mut Vec<Entry>) -> usize {
 
 /// `def` in the kernel's syntax, or `None` for kprobe-perf's own forms
 /// that have none (globs on p:/r:, `PATH:SYMBOL`, `SYM@0xADDR`,
-/// prototypes, paths the VM lacks).
+/// prototypes, paths the VM lacks, and `MOD:SYM` where MOD is not a
+/// loaded module: a pending module's probe, whose `$argN` kprobe-perf
+/// writes as registers, or a library's short name, which is a uprobe).
 fn kernel_form(def: &str) -> Option<String> {
     let spec = ProbeSpec::parse(def, Arch::X86_64).ok()?;
     let own = match &spec.target {
-        Target::Symbol { name, instance, .. } => {
-            instance.is_some() || name.contains(['*', '?', '['])
+        Target::Symbol {
+            name,
+            instance,
+            module,
+            ..
+        } => {
+            instance.is_some()
+                || name.contains(['*', '?', '['])
+                || module.as_deref().is_some_and(|m| !module_loaded(m))
         }
         Target::User { path, location } => {
             matches!(location, UserLocation::Symbol { .. }) || !std::path::Path::new(path).exists()
@@ -670,6 +679,14 @@ fn kernel_form(def: &str) -> Option<String> {
         return None;
     }
     Some(spec.qualified().to_string())
+}
+
+/// Whether /proc/modules lists `module` (a loaded kernel module).
+fn module_loaded(module: &str) -> bool {
+    std::fs::read_to_string("/proc/modules").is_ok_and(|m| {
+        m.lines()
+            .any(|l| l.split(' ').next() == Some(module.replace('-', "_").as_str()))
+    })
 }
 
 /// The whole corpus, and how many documented definitions were left out.
