@@ -654,10 +654,19 @@ fn documented(out: &mut Vec<Entry>) -> usize {
 
 /// `def` in the kernel's syntax, or `None` for kprobe-perf's own forms
 /// that have none (globs on p:/r:, `PATH:SYMBOL`, `SYM@0xADDR`,
-/// prototypes, paths the VM lacks, and `MOD:SYM` where MOD is not a
-/// loaded module: a pending module's probe, whose `$argN` kprobe-perf
-/// writes as registers, or a library's short name, which is a uprobe).
+/// prototypes, paths the VM lacks, perf's and bpftrace's event names,
+/// and `MOD:SYM` where MOD is not a loaded module: a pending module's
+/// probe, whose `$argN` kprobe-perf writes as registers, or a library's
+/// short name, which is a uprobe).
 fn kernel_form(def: &str) -> Option<String> {
+    // perf's and bpftrace's names (`probe_prog:walk`, `fprobes:F__exit`),
+    // which the CLI turns into probes before the grammar sees them: the
+    // kernel's head is one letter, with maxactive after `r`.
+    let head = def.split([':', ' ']).next().unwrap_or("");
+    let mut chars = head.chars();
+    if !(chars.next().is_some_and(|c| "prfte".contains(c)) && chars.all(|c| c.is_ascii_digit())) {
+        return None;
+    }
     let spec = ProbeSpec::parse(def, Arch::X86_64).ok()?;
     let own = match &spec.target {
         Target::Symbol {
