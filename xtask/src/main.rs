@@ -604,12 +604,9 @@ fn bench_attach(functions: usize, kernel: &str) -> Result<()> {
     Ok(())
 }
 
-/// Boots the VM and runs `xtask/SCRIPT` there: the cost per call on
-/// do_sys_openat2 of kprobe-perf's probes against perf's (bench-opens.sh),
-/// or of stat, latency and count-by against perf and bpftrace
-/// (bench-analysis.sh).
-fn bench_opens(script: &str, opens: u64, rounds: u32, kernel: &str) -> Result<()> {
-    host::ensure_packages(&[("linux-perf", "/usr/bin/perf")])?;
+/// Builds, in release, kprobe-perf and the tests' `open_loop` workload
+/// the VM benchmarks run.
+fn build_kprobe_perf_and_open_loop() -> Result<()> {
     cargo_release(
         &[
             "--package",
@@ -623,6 +620,16 @@ fn bench_opens(script: &str, opens: u64, rounds: u32, kernel: &str) -> Result<()
         ],
         "kprobe-perf and open_loop",
     )?;
+    Ok(())
+}
+
+/// Boots the VM and runs `xtask/SCRIPT` there: the cost per call on
+/// do_sys_openat2 of kprobe-perf's probes against perf's (bench-opens.sh),
+/// or of stat, latency and count-by against perf and bpftrace
+/// (bench-analysis.sh).
+fn bench_opens(script: &str, opens: u64, rounds: u32, kernel: &str) -> Result<()> {
+    host::ensure_packages(&[("linux-perf", "/usr/bin/perf")])?;
+    build_kprobe_perf_and_open_loop()?;
     bench_in_vm(
         kernel,
         &[
@@ -646,19 +653,7 @@ fn bench_opens(script: &str, opens: u64, rounds: u32, kernel: &str) -> Result<()
 /// calls`' attach time, its cost per traced call against function_graph
 /// and its rebuild rate from a file.
 fn bench_calls(opens: u64, rounds: u32, functions: usize, kernel: &str) -> Result<()> {
-    cargo_release(
-        &[
-            "--package",
-            "kprobe-perf",
-            "--package",
-            "kprobe-perf-tests",
-            "--bin",
-            "kprobe-perf",
-            "--bin",
-            "open_loop",
-        ],
-        "kprobe-perf and open_loop",
-    )?;
+    build_kprobe_perf_and_open_loop()?;
     bench_in_vm(
         kernel,
         &[

@@ -101,21 +101,8 @@ fn io_err(what: &str, offset: u64) -> impl FnOnce(io::Error) -> PerfDataError + 
 
 impl<W: Write + Seek> Writer<W> {
     /// Starts a file: a placeholder header, then the data section.
-    pub fn new(mut out: W) -> Result<Self, PerfDataError> {
-        out.seek(SeekFrom::Start(0))
-            .and_then(|_| out.write_all(&[0u8; HEADER_SIZE as usize]))
-            .map_err(io_err("writing the header", 0))?;
-        Ok(Writer {
-            out,
-            data_size: 0,
-            in_round: 0,
-            rounds: 0,
-            round_pending: false,
-            hidden: None,
-            taken: Vec::new(),
-            data_start: HEADER_SIZE,
-            readable: false,
-        })
+    pub fn new(out: W) -> Result<Self, PerfDataError> {
+        Self::start(out, &[0u8; HEADER_SIZE as usize], false)
     }
 
     /// Starts a file that can be read even if it is never finished (the
@@ -126,10 +113,17 @@ impl<W: Write + Seek> Writer<W> {
     /// round's end brings up to date (perf reads the file up to there;
     /// kprobe-perf up to its last whole record, see [`super::UNFINISHED`]).
     /// [`Writer::finish`] then ends it as [`Writer::new`]'s.
-    pub fn new_readable(mut out: W, meta: &Metadata) -> Result<Self, PerfDataError> {
+    pub fn new_readable(out: W, meta: &Metadata) -> Result<Self, PerfDataError> {
         let (head, data_start) = unfinished_head(meta);
+        debug_assert_eq!(head.len() as u64, data_start);
+        Self::start(out, &head, true)
+    }
+
+    /// A writer whose data section starts after `head`, written at the
+    /// file's start.
+    fn start(mut out: W, head: &[u8], readable: bool) -> Result<Self, PerfDataError> {
         out.seek(SeekFrom::Start(0))
-            .and_then(|_| out.write_all(&head))
+            .and_then(|_| out.write_all(head))
             .map_err(io_err("writing the header", 0))?;
         Ok(Writer {
             out,
@@ -139,8 +133,8 @@ impl<W: Write + Seek> Writer<W> {
             round_pending: false,
             hidden: None,
             taken: Vec::new(),
-            data_start,
-            readable: true,
+            data_start: head.len() as u64,
+            readable,
         })
     }
 
