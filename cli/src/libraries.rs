@@ -38,18 +38,17 @@ pub(crate) fn names(name: &str, file: &str) -> bool {
 
 /// The library `name` names among the files `pid` maps.
 pub(crate) fn mapped_by(pid: i32, name: &str) -> Option<Library> {
-    let maps = std::fs::read_to_string(format!("/proc/{pid}/maps")).ok()?;
-    in_maps(&maps, name).map(|path| Library {
+    let files = kprobe_perf_engine::cli::plan::sdt::mapped_files(u32::try_from(pid).ok()?).ok()?;
+    in_mapped(&files, name).map(|path| Library {
         path,
         found: format!("mapped by process {pid}"),
     })
 }
 
-/// From a /proc/PID/maps text, the mapped file `name` names.
-fn in_maps(maps: &str, name: &str) -> Option<PathBuf> {
-    maps.lines()
-        .filter_map(|l| l.split_ascii_whitespace().nth(5))
-        .filter(|p| p.starts_with('/'))
+/// Of the files a process maps executable, the one `name` names.
+fn in_mapped(files: &[String], name: &str) -> Option<PathBuf> {
+    files
+        .iter()
         .find(|p| file_name(p).is_some_and(|f| names(name, f)))
         .map(PathBuf::from)
 }
@@ -209,13 +208,15 @@ mod tests {
 
     #[test]
     fn a_process_maps_its_own_copy() {
-        let maps = "7f00-7f10 r-xp 00000000 08:01 12 /opt/app/lib/libssl.so.3\n\
-            7f20-7f30 r-xp 00000000 08:01 13 /usr/lib/x86_64-linux-gnu/libc.so.6\n\
-            7ffd-7ffe rw-p 00000000 00:00 0 [stack]\n";
+        // What plan::sdt::mapped_files reads from /proc/PID/maps.
+        let files = [
+            "/opt/app/lib/libssl.so.3".to_string(),
+            "/usr/lib/x86_64-linux-gnu/libc.so.6".to_string(),
+        ];
         assert_eq!(
-            in_maps(maps, "libssl"),
+            in_mapped(&files, "libssl"),
             Some(PathBuf::from("/opt/app/lib/libssl.so.3"))
         );
-        assert_eq!(in_maps(maps, "libcrypto"), None);
+        assert_eq!(in_mapped(&files, "libcrypto"), None);
     }
 }
