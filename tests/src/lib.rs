@@ -58,6 +58,17 @@ pub fn skip(test: &str, reason: &str) {
     println!("{}", skip_line(test, reason));
 }
 
+/// The line kprobe-perf prints when it mounted tracefs itself (a fresh
+/// machine, where no earlier test or user mounted it).
+pub const TRACEFS_MOUNTED_NOTE: &str = "kprobe-perf: tracefs was not mounted; mounted it at /sys/kernel/tracing for the probes that need it, and left it mounted, as perf does\n";
+
+/// A command's stderr without the one line that says kprobe-perf mounted
+/// tracefs, which a recording prints only when it is the first to need
+/// it: the rest is the same on a fresh machine and a used one.
+pub fn without_mount_note(stderr: &str) -> String {
+    stderr.replacen(TRACEFS_MOUNTED_NOTE, "", 1)
+}
+
 /// Skips `test` because the machine is not the shape it tests (a kernel
 /// that has the feature whose absence is tested, a single CPU): prints
 /// `SKIP <test>: <reason>`, inside the VM too.

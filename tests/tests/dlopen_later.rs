@@ -69,7 +69,7 @@ fn a_library_dlopened_by_the_command_is_probed_by_its_short_name() {
         .args(["--", "./dlopen_later", "4"])
         .output()
         .unwrap();
-    let stderr = String::from_utf8_lossy(&out.stderr);
+    let stderr = kprobe_perf_tests::without_mount_note(&String::from_utf8_lossy(&out.stderr));
     assert!(out.status.success(), "{stderr}");
     assert_eq!(events(&out), expected(), "{out:?}");
     let stdout = String::from_utf8_lossy(&out.stdout);
@@ -129,7 +129,7 @@ fn a_library_a_running_process_dlopens_later_is_probed_by_its_short_name() {
         "mapped before dlopen: 0\nsum 66\n"
     );
     let out = recorder.wait_with_output().unwrap();
-    let stderr = String::from_utf8_lossy(&out.stderr);
+    let stderr = kprobe_perf_tests::without_mount_note(&String::from_utf8_lossy(&out.stderr));
     assert!(out.status.success(), "{stderr}");
     assert_eq!(events(&out), expected(), "{out:?}");
     let lib = b.dir.join("libkpfplug.so");

@@ -44,8 +44,9 @@ fn a_probe_that_needs_tracefs_mounts_it_as_perf_does() {
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(0), "record: {stderr}");
     assert!(
-        stderr.lines().any(|l| l
-            == "kprobe-perf: tracefs was not mounted; mounted it at /sys/kernel/tracing for the probes that need it, and left it mounted, as perf does"),
+        stderr
+            .lines()
+            .any(|l| l == kprobe_perf_tests::TRACEFS_MOUNTED_NOTE.trim_end()),
         "{stderr}"
     );
     assert!(mounted(), "the mount is left in place");
