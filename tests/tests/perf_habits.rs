@@ -37,8 +37,10 @@ fn args_of(out: &Output) -> Vec<String> {
         .collect()
 }
 
+/// `out`'s stderr, without the note of a tracefs mount only a fresh
+/// machine prints.
 fn stderr(out: &Output) -> String {
-    String::from_utf8_lossy(&out.stderr).into_owned()
+    kprobe_perf_tests::without_mount_note(&String::from_utf8_lossy(&out.stderr))
 }
 
 /// `:char` prints `'a'`, as the kernel's print fmt (`c='%c'`) prints it
