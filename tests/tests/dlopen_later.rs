@@ -4,8 +4,9 @@
 //! `p:libkpfplug:plug_add` is the file the loader will map, and the
 //! kernel's uprobe, which belongs to that file, fires from the moment the
 //! process maps it. Every call made after the dlopen is recorded, with
-//! its arguments and return value. Natively (a uprobe PMU is enough) and
-//! in the VM.
+//! its arguments and return value. A system-wide `-a` uprobe on the
+//! library's path fires in a process started after the recording began.
+//! Natively (a uprobe PMU is enough) and in the VM.
 
 use std::io::Write;
 use std::process::{Command, Output, Stdio};
@@ -139,6 +140,56 @@ fn a_library_a_running_process_dlopens_later_is_probed_by_its_short_name() {
         b.dir.display()
     );
     assert!(stderr.starts_with(&format!("{note}{note}")), "{stderr}");
+    assert!(
+        stderr.ends_with(
+            "kprobe-perf: 8 events (p_libkpfplug_plug_add_0: 4; r_libkpfplug_plug_add_0: 4), 0 lost\n"
+        ),
+        "{stderr}"
+    );
+}
+
+/// A system-wide (`-a`) uprobe on a library's path fires in a process
+/// started after the recording began, which maps the library only then
+/// (dlopen): a uprobe belongs to the file, not to the processes mapping
+/// it when it is opened.
+#[test]
+fn a_system_wide_uprobe_on_a_library_fires_in_a_process_started_later() {
+    let test = "a_system_wide_uprobe_on_a_library_fires_in_a_process_started_later";
+    let Some(b) = build(test) else {
+        return;
+    };
+    let lib = b.dir.join("libkpfplug.so");
+    let lib = lib.display();
+    let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let recorder = Command::new(kprobe_perf_bin())
+        .arg("record")
+        .arg("-a")
+        .args(["-e", &format!("p:{lib}:plug_add a=$arg1:s32 b=$arg2:s32")])
+        .args(["-e", &format!("r:{lib}:plug_add ret=$retval:s32")])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    kprobe_perf_tests::wait_until_recording(recorder.id(), 2 * cpus);
+    let done = Command::new(b.dir.join("dlopen_later"))
+        .current_dir(&b.dir)
+        .env("LD_LIBRARY_PATH", &b.dir)
+        .arg("4")
+        .output()
+        .unwrap();
+    assert_eq!(
+        String::from_utf8_lossy(&done.stdout),
+        "mapped before dlopen: 0\nsum 66\n"
+    );
+    let interrupted = Command::new("kill")
+        .args(["-INT", &recorder.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(interrupted.success());
+    let out = recorder.wait_with_output().unwrap();
+    let stderr = kprobe_perf_tests::without_mount_note(&String::from_utf8_lossy(&out.stderr));
+    assert!(out.status.success(), "{stderr}");
+    assert_eq!(events(&out), expected(), "{out:?}");
     assert!(
         stderr.ends_with(
             "kprobe-perf: 8 events (p_libkpfplug_plug_add_0: 4; r_libkpfplug_plug_add_0: 4), 0 lost\n"
