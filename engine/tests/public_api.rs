@@ -22,7 +22,7 @@ use std::path::Path;
 use common::sources;
 
 use quote::ToTokens;
-use syn::{Attribute, Fields, ImplItem, Item, TraitItem, Visibility};
+use syn::{Attribute, Fields, FnArg, ImplItem, Item, Pat, Signature, TraitItem, Visibility};
 
 /// `pub mod NAME` and each name a `pub use` brings in, one a line, as
 /// `mod NAME` or `use NAME`, with ` (test-util, hidden)` or
@@ -218,13 +218,32 @@ fn tokens(t: &impl ToTokens) -> String {
     s
 }
 
+/// A function's signature as its callers see it: a `mut` binding of a
+/// parameter (`mut out: W`, `mut self`) is the body's business, not the
+/// API's, and is left out.
+fn signature(sig: &Signature) -> String {
+    let mut sig = sig.clone();
+    for input in &mut sig.inputs {
+        match input {
+            FnArg::Typed(t) => {
+                if let Pat::Ident(p) = t.pat.as_mut() {
+                    p.mutability = None;
+                }
+            }
+            FnArg::Receiver(r) if r.reference.is_none() => r.mutability = None,
+            FnArg::Receiver(_) => {}
+        }
+    }
+    tokens(&sig)
+}
+
 /// One line per public item of `items` (in module `module`), and one per
 /// public field, variant, method and trait impl.
 fn items(module: &str, list: &[Item], out: &mut Vec<String>) {
     for item in list {
         match item {
             Item::Fn(f) if is_pub(&f.vis) && !is_test(&f.attrs) => {
-                out.push(format!("{module}: {}{}", tokens(&f.sig), feature(&f.attrs)));
+                out.push(format!("{module}: {}{}", signature(&f.sig), feature(&f.attrs)));
             }
             Item::Struct(s) if is_pub(&s.vis) && !is_test(&s.attrs) => {
                 let name = format!("{module}::{}", s.ident);
@@ -259,7 +278,7 @@ fn items(module: &str, list: &[Item], out: &mut Vec<String>) {
                 for ti in &t.items {
                     match ti {
                         TraitItem::Fn(f) => {
-                            out.push(format!("{module}::{}: {}", t.ident, tokens(&f.sig)))
+                            out.push(format!("{module}::{}: {}", t.ident, signature(&f.sig)))
                         }
                         TraitItem::Type(ty) => {
                             out.push(format!("{module}::{}: type {}", t.ident, ty.ident))
@@ -340,7 +359,7 @@ fn impl_items(module: &str, i: &syn::ItemImpl, out: &mut Vec<String>) {
         match ii {
             ImplItem::Fn(f) if is_pub(&f.vis) && !is_test(&f.attrs) => out.push(format!(
                 "{module}::{ty}: {}{}",
-                tokens(&f.sig),
+                signature(&f.sig),
                 feature(&f.attrs)
             )),
             ImplItem::Const(c) if is_pub(&c.vis) => out.push(format!(
