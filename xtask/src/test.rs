@@ -143,51 +143,59 @@ fn build_tests_for(target: Option<&str>) -> Result<Vec<PathBuf>> {
     }
     // The engine's examples that VM tests run (tests/tokio_example.rs,
     // tests/read_sizes_example.rs (read_sizes, perfdata_answers),
-    // tests/exclude_self.rs, tests/perfdata_sink.rs).
-    let (ok, _) = run_echo(
-        cargo_for()
-            .args(["build", "--release"])
-            .args(&target_args)
-            .args([
-                "--package",
-                "kprobe-perf-engine",
-                "--features",
-                "tokio",
-                "--example",
-                "tokio_record",
-                "--example",
-                "read_sizes",
-                "--example",
-                "malloc_profiler",
-                "--example",
-                "record_perfdata",
-                "--example",
-                "perfdata_answers",
-            ]),
-    )?;
-    if !ok {
-        bail!("building the engine's examples (release) for {what} failed");
-    }
-    let out = cargo_for()
-        .args(["test", "--release"])
+    // tests/exclude_self.rs, tests/perfdata_sink.rs) and the tests, in
+    // one cargo run: features are unified within a run, so the engine
+    // (and all that depends on it) is built once for both, where two runs
+    // built it twice (`tokio`, then `test-util` and `tokio`).
+    let mut build = cargo_for();
+    build
+        .args(["build", "--release", "--message-format=json"])
         .args(&target_args)
         .args([
             "--package",
+            "kprobe-perf-engine",
+            "--package",
             "kprobe-perf-tests",
-            "--no-run",
-            "--message-format=json",
         ])
+        .args(["--features", "kprobe-perf-engine/tokio"]);
+    for example in VM_EXAMPLES {
+        build.args(["--example", example]);
+    }
+    for test in vm_test_names()? {
+        build.args(["--test", &test]);
+    }
+    let out = build
+        .arg("--bins") // the tests' workloads
         .stderr(Stdio::inherit())
         .output()
-        .context("running cargo test --no-run")?;
+        .context("running cargo build of the VM tests")?;
     if !out.status.success() {
-        bail!("building the VM tests for {what} failed");
+        bail!("building the VM tests and the engine's examples for {what} failed");
     }
     let exes = test_executables(&String::from_utf8_lossy(&out.stdout));
     if exes.is_empty() {
         bail!("cargo reported no test executables for kprobe-perf-tests ({what})");
     }
     Ok(exes)
+}
+
+/// The integration tests of kprobe-perf-tests (tests/tests/NAME.rs), by
+/// name: `--test '*'` would build the engine's own integration tests too.
+fn vm_test_names() -> Result<Vec<String>> {
+    let dir = crate::workspace_root().join("tests/tests");
+    let mut names = Vec::new();
+    for entry in std::fs::read_dir(&dir).with_context(|| format!("reading {}", dir.display()))? {
+        let path = entry
+            .with_context(|| format!("reading {}", dir.display()))?
+            .path();
+        if path.extension().is_some_and(|e| e == "rs") {
+            if let Some(stem) = path.file_stem().and_then(|s| s.to_str()) {
+                names.push(stem.to_string());
+            }
+        }
+    }
+    names.sort();
+    Ok(names)
 }
 
 /// The x86_64 VM's tests: the host's own build.
@@ -202,11 +210,23 @@ fn build_vm_tests_arm64() -> Result<Vec<PathBuf>> {
     build_tests_for(Some(target))
 }
 
-/// The test executables cargo's JSON messages name.
+/// The engine's examples the VM tests run.
+const VM_EXAMPLES: [&str; 5] = [
+    "tokio_record",
+    "read_sizes",
+    "malloc_profiler",
+    "record_perfdata",
+    "perfdata_answers",
+];
+
+/// The test executables of kprobe-perf-tests cargo's JSON messages name.
 fn test_executables(json: &str) -> Vec<PathBuf> {
     let mut exes = Vec::new();
     for line in json.lines() {
-        if !line.contains("\"reason\":\"compiler-artifact\"") || !line.contains("\"test\":true") {
+        if !line.contains("\"reason\":\"compiler-artifact\"")
+            || !line.contains("\"test\":true")
+            || !line.contains("#kprobe-perf-tests@")
+        {
             continue;
         }
         if let Some(rest) = line.split("\"executable\":\"").nth(1) {
@@ -424,6 +444,12 @@ const ONCE_PER_PAIR: &[Once] = &[
         tests: &[],
         on: "6.12",
         why: "the engine's examples on a uprobe of libc's read, and a perf.data file",
+    },
+    Once {
+        file: "readme",
+        tests: &["every_kprobe_perf_command_of_the_from_perf_tables_succeeds"],
+        on: "6.1",
+        why: "docs/from-perf.md's program tables: uprobes and USDT on test binaries (the kernel table runs on both)",
     },
     Once {
         file: "crash_safe",
