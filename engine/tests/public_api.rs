@@ -243,7 +243,11 @@ fn items(module: &str, list: &[Item], out: &mut Vec<String>) {
     for item in list {
         match item {
             Item::Fn(f) if is_pub(&f.vis) && !is_test(&f.attrs) => {
-                out.push(format!("{module}: {}{}", signature(&f.sig), feature(&f.attrs)));
+                out.push(format!(
+                    "{module}: {}{}",
+                    signature(&f.sig),
+                    feature(&f.attrs)
+                ));
             }
             Item::Struct(s) if is_pub(&s.vis) && !is_test(&s.attrs) => {
                 let name = format!("{module}::{}", s.ident);
