@@ -301,7 +301,10 @@ const SMOKE: &[(&str, &[&str])] = &[
 ///   executable itself);
 /// - differential: prints its SKIP reason (no arm64 perf in the VM);
 /// - boundaries: predicted verdicts against perf_event_open on
-///   [`SMOKE_AGREEMENT_FUNCTIONS`] functions, arm64 rules.
+///   [`SMOKE_AGREEMENT_FUNCTIONS`] functions, arm64 rules;
+/// - calls: a call tree of vfs_read rebuilt whole and a call running at
+///   the start left out, and a denied function given no probe while the
+///   others are (fprobe events on arm64-6.12, kprobes on arm64-6.1).
 const ARM64: &[(&str, &[&str])] = &[
     (
         "skeleton",
@@ -321,6 +324,13 @@ const ARM64: &[(&str, &[&str])] = &[
     ("uprobes", &[]),
     ("differential", &[]),
     ("boundaries", &[]),
+    (
+        "calls",
+        &[
+            "a_call_running_at_the_start_makes_no_wrong_tree",
+            "denied_functions_get_no_probe",
+        ],
+    ),
 ];
 
 /// Functions the boundary agreement test takes in the smoke set.
