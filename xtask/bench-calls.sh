@@ -4,7 +4,8 @@
 # 1. attach: the seconds from the start of `calls` to its command's
 #    start, with FUNCS functions traced (do_sys_openat2 the root, the
 #    first FUNCS-1 that `kprobe-perf list` keeps of some busy families
-#    inside), ROUNDS rounds;
+#    inside, each given by name: `calls` covers them with globs), ROUNDS
+#    rounds;
 # 2. cost per traced call: a workload opens a tmpfs file OPENS times,
 #    bare, under `calls` (errors mode: nothing printed; --json to
 #    /dev/null: every tree rendered) and under ftrace's function_graph
@@ -38,7 +39,7 @@ best() { sort -n | head -1; }
 echo "kernel $(uname -r), $(nproc) CPUs, $N opens of a tmpfs file, $R rounds"
 
 # 1. attach
-"$KP" list 'vfs_*' 'ext4_*' 'security_*' 'kmem_cache_*' 'tcp_*' 'filemap_*' 2>/dev/null \
+"$KP" list 'vfs_*' 'ext4_*' 'security_*' 'kmem_cache_*' 'tcp_*' 'filemap_*' 'sock_*' 'inet_*' 'udp_*' 'ip_*' 2>/dev/null \
     | grep -v -e '[@:]' -e '^$' -e '^do_sys_openat2$' | head -n $((FUNCS - 1)) >"$W/funcs"
 n=$(($(wc -l <"$W/funcs") + 1))
 set -- 

@@ -5,7 +5,7 @@
 //! This module plans, runs the session and renders; the trees are the
 //! engine's.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeSet, HashSet};
 use std::io::{self, Write};
 use std::ops::ControlFlow;
 use std::process::ExitCode;
@@ -13,14 +13,16 @@ use std::time::Duration;
 
 use anyhow::{Context, Result};
 use kprobe_perf_engine::analysis::{parse_duration, CallProbes, Missing};
-use kprobe_perf_engine::cli::kernel::GlobOptions;
+use kprobe_perf_engine::cli::kernel::{GlobOptions, Selection};
+use kprobe_perf_engine::cli::plan::running_kernel_features;
 use kprobe_perf_engine::cli::records::{self, RingRecord};
 use kprobe_perf_engine::BackendChoice;
 use kprobe_perf_engine::Kernel;
 use kprobe_perf_engine::{
-    CallTree, CallTreeBuilder, CallTreeOptions, Event, EventSink, KernelSymbols, ReturnKind,
-    Session, SessionOptions, TracedFunction,
+    CallEvent, CallSite, CallTree, CallTreeBuilder, CallTreeOptions, Event, EventSink,
+    KernelSymbols, ReturnKind, Session, SessionOptions, TracedFunction,
 };
+use kprobe_perf_symbols::{cover_globs, glob_match, is_glob};
 
 use crate::calls_render::{Mode, Renderer};
 use crate::calls_timeline::Timeline;
@@ -115,11 +117,7 @@ pub(crate) struct CallsArgs {
 const ARGS: usize = 4;
 
 /// The functions each of `globs` selects, as `list` keeps them.
-fn selected(kernel: &Kernel, globs: &[String]) -> Result<Vec<BTreeSet<String>>> {
-    if globs.is_empty() {
-        return Ok(Vec::new());
-    }
-    let selection = crate::inspect::selection(kernel, &GlobOptions::default())?;
+fn selected(selection: &Selection<'_>, globs: &[String]) -> Result<Vec<BTreeSet<String>>> {
     let mut out = Vec::new();
     for g in globs {
         let kept: BTreeSet<String> = selection
@@ -138,19 +136,16 @@ fn selected(kernel: &Kernel, globs: &[String]) -> Result<Vec<BTreeSet<String>>> 
     Ok(out)
 }
 
-/// The traced functions (roots first) and the probe definitions: an
-/// entry and a return probe for each glob that selects only functions
-/// no other glob selects, none denied and none returning `void` (one
-/// fprobe event covers a glob); for the functions of any other glob,
-/// one of each per function by name. A denied function is never
-/// probed.
+/// The traced functions (roots first) and the probe definitions (see
+/// [`specs`]). A denied function is never probed.
 fn functions_and_specs(
     kernel: &Kernel,
     args: &CallsArgs,
 ) -> Result<(Vec<TracedFunction>, Vec<String>)> {
-    let root_sets = selected(kernel, &args.roots)?;
-    let allow_sets = selected(kernel, &args.allow)?;
-    let denied: BTreeSet<String> = selected(kernel, &args.deny)?
+    let selection = crate::inspect::selection(kernel, &GlobOptions::default())?;
+    let root_sets = selected(&selection, &args.roots)?;
+    let allow_sets = selected(&selection, &args.allow)?;
+    let denied: BTreeSet<String> = selected(&selection, &args.deny)?
         .into_iter()
         .flatten()
         .collect();
@@ -169,22 +164,37 @@ fn functions_and_specs(
             .iter()
             .map(|n| TracedFunction::from_kernel_btf(n, false)),
     );
-    let globs: Vec<(&String, &BTreeSet<String>)> = args
-        .roots
-        .iter()
-        .zip(&root_sets)
-        .chain(args.allow.iter().zip(&allow_sets))
-        .collect();
-    let specs = specs(&functions, &globs, &denied, args.args);
+    let fprobe = running_kernel_features().is_some_and(|f| f.fprobe);
+    let traceable = selection.traceable().filter(|_| fprobe);
+    let specs = specs(&functions, traceable, args.args);
     Ok((functions, specs))
 }
 
-/// The probe definitions of `functions`, selected by `globs` (each with
-/// its functions): see [`functions_and_specs`].
+/// A glob of the cover that keeps fewer functions than this is probed
+/// function by function instead: in the 6.12 VM (TCG) the kernel took
+/// 0.33 s to define one fprobe event (each registers an ftrace_ops of
+/// its own, whatever the glob) and about 0.03 s per kprobe by name, so
+/// an entry and a return event pay for themselves from about a dozen
+/// functions.
+const MIN_GLOB_FUNCTIONS: usize = 12;
+
+/// The probe definitions of `functions`: an entry and a return probe
+/// for each glob of the fewest that select exactly the traced functions
+/// among every function the kernel can trace (`traceable`, given on a
+/// kernel with fprobe events: one fprobe event per glob, so a glob
+/// never arms a denied function, a name several functions share, or
+/// any other function not traced), and one of each by name for the
+/// functions no glob of [`MIN_GLOB_FUNCTIONS`] or more covers.
+///
+/// The return probes of globs fetch `$retval` (the whole register,
+/// `:x64`: a glob's one layout cannot follow each function's type; the
+/// engine cuts it to the function's type, and a `void` function's value
+/// is dropped): the kernel checks `$retval` against BTF only for a
+/// single function (6.12 refuses it on a `void` one), so a glob may
+/// hold `void` functions.
 fn specs(
     functions: &[TracedFunction],
-    globs: &[(&String, &BTreeSet<String>)],
-    denied: &BTreeSet<String>,
+    traceable: Option<&HashSet<String>>,
     with_args: bool,
 ) -> Vec<String> {
     let entry_args: String = if with_args {
@@ -192,51 +202,56 @@ fn specs(
     } else {
         String::new()
     };
-    // The whole return register (`:x64`: untyped, a kernel with BTF
-    // types it by the function, which a glob's one layout cannot follow);
-    // the engine cuts it to the function's type. A void function has no
-    // return value to fetch (a kernel with BTF refuses $retval there).
-    let void: BTreeSet<&str> = functions
+    let (globs, by_name) = probe_groups(functions, traceable);
+    let mut specs: Vec<String> = globs
         .iter()
-        .filter(|f| f.returns == ReturnKind::Void)
-        .map(|f| f.name.as_str())
-        .collect();
-    let traced: BTreeSet<&str> = functions.iter().map(|f| f.name.as_str()).collect();
-    let mut whole = Vec::new();
-    let mut by_name = BTreeSet::new();
-    for (i, (glob, set)) in globs.iter().enumerate() {
-        // Two probes on one function would give each of its calls twice.
-        let shared = globs
-            .iter()
-            .enumerate()
-            .any(|(j, (_, other))| j != i && !other.is_disjoint(set));
-        let mixed = set
-            .iter()
-            .any(|f| denied.contains(f) || void.contains(f.as_str()));
-        match shared || mixed {
-            false => whole.push(glob.as_str()),
-            true => by_name.extend(
-                set.iter()
-                    .map(String::as_str)
-                    .filter(|f| traced.contains(f)),
-            ),
-        }
-    }
-    let mut specs: Vec<String> = whole
-        .iter()
-        .chain(&by_name)
+        .map(String::as_str)
+        .chain(by_name.iter().map(|f| f.name.as_str()))
         .map(|t| format!("p:{t}{entry_args}"))
         .collect();
-    specs.extend(
-        whole
-            .iter()
-            .chain(&by_name)
-            .map(|t| match void.contains(t) {
-                true => format!("r:{t}"),
-                false => format!("r:{t} ret=$retval:x64"),
-            }),
-    );
+    specs.extend(globs.iter().map(|g| format!("r:{g} ret=$retval:x64")));
+    specs.extend(by_name.iter().map(|f| match f.returns {
+        // A kernel with BTF refuses $retval on a void function.
+        ReturnKind::Void => format!("r:{}", f.name),
+        _ => format!("r:{} ret=$retval:x64", f.name),
+    }));
     specs
+}
+
+/// The globs that cover the traced functions with nothing else among
+/// `traceable`, and the functions probed by name (see [`specs`]).
+fn probe_groups<'f>(
+    functions: &'f [TracedFunction],
+    traceable: Option<&HashSet<String>>,
+) -> (Vec<String>, Vec<&'f TracedFunction>) {
+    let all: Vec<&TracedFunction> = functions.iter().collect();
+    let Some(traceable) = traceable else {
+        return (Vec::new(), all);
+    };
+    let traced: HashSet<&str> = functions.iter().map(|f| f.name.as_str()).collect();
+    let keep: Vec<&str> = traced
+        .iter()
+        .copied()
+        .filter(|n| traceable.contains(*n))
+        .collect();
+    let avoid: Vec<&str> = traceable
+        .iter()
+        .map(String::as_str)
+        .filter(|n| !traced.contains(n))
+        .collect();
+    let Some(cover) = cover_globs("*", &keep, &avoid) else {
+        return (Vec::new(), all);
+    };
+    let globs: Vec<String> = cover
+        .into_iter()
+        .filter(|g| g.kept >= MIN_GLOB_FUNCTIONS)
+        .map(|g| g.pattern)
+        .collect();
+    let by_name = all
+        .into_iter()
+        .filter(|f| !traceable.contains(&f.name) || !globs.iter().any(|g| glob_match(g, &f.name)))
+        .collect();
+    (globs, by_name)
 }
 
 /// Whose calls are traced (as `record` takes it).
@@ -290,10 +305,16 @@ pub(crate) fn run(args: &CallsArgs) -> Result<ExitCode> {
     let (renderer, timeline) = outputs(args)?;
     let kernel = crate::inspect::record_kernel(&args.image);
     let (functions, specs) = functions_and_specs(&kernel, args)?;
+    let entries: Vec<&str> = specs
+        .iter()
+        .filter_map(|s| s.strip_prefix("p:")?.split_whitespace().next())
+        .collect();
+    let globs = entries.iter().filter(|t| is_glob(t)).count();
     say!(
-        "kprobe-perf: calls: {} root functions, {} traced inside",
+        "kprobe-perf: calls: {} root functions, {} traced inside (an entry and a return probe on {globs} globs and {} functions by name)",
         functions.iter().filter(|f| f.root).count(),
-        functions.iter().filter(|f| !f.root).count()
+        functions.iter().filter(|f| !f.root).count(),
+        entries.len() - globs
     );
     let filters = vec![args.filter.clone(); specs.len()];
     let plans = crate::filters::plan(
@@ -391,6 +412,21 @@ impl Tracing {
         }
     }
 
+    /// One event of a traced function to the builder; a `void`
+    /// function's return keeps no value (a glob's return probe fetches
+    /// the register all the same).
+    pub(crate) fn record(&mut self, mut call: CallEvent) {
+        let void = self
+            .builder
+            .functions()
+            .get(call.function)
+            .is_some_and(|f| f.returns == ReturnKind::Void);
+        if let (true, CallSite::Return { retval }) = (void, &mut call.site) {
+            *retval = None;
+        }
+        self.builder.record(call);
+    }
+
     /// A loss counted up to `lost` events: marks the trees it may have
     /// broken (those open, and those held).
     pub(crate) fn lost(&mut self, lost: u64) {
@@ -486,7 +522,7 @@ impl EventSink for Feed<'_> {
             self.addresses.note(e);
         }
         if let Some(call) = self.probes.call_event(e, self.symbols) {
-            self.tracing.builder.record(call);
+            self.tracing.record(call);
         }
         Ok(ControlFlow::Continue(()))
     }
@@ -513,41 +549,54 @@ impl EventSink for Feed<'_> {
 mod tests {
     use super::*;
 
-    #[test]
-    fn a_glob_with_a_denied_function_is_probed_by_name_and_the_others_whole() {
-        let int = ReturnKind::Integer {
+    fn int() -> ReturnKind {
+        ReturnKind::Integer {
             size: 4,
             signed: true,
-        };
-        let functions = vec![
-            TracedFunction::new("do_sys_openat2", int, true),
-            TracedFunction::new("getname", ReturnKind::Pointer, false),
-            TracedFunction::new("vfs_open", int, false),
-            TracedFunction::new("vfs_read", int, false),
-        ];
-        let set =
-            |names: &[&str]| -> BTreeSet<String> { names.iter().map(|n| n.to_string()).collect() };
-        let (root, getname, vfs) = (
-            set(&["do_sys_openat2"]),
-            set(&["getname", "getname_flags"]),
-            set(&["vfs_open", "vfs_read"]),
-        );
-        let globs = [
-            "do_sys_openat2".to_string(),
-            "getname*".into(),
-            "vfs_*".into(),
-        ];
-        let given = [(&globs[0], &root), (&globs[1], &getname), (&globs[2], &vfs)];
-        let specs = specs(&functions, &given, &set(&["getname_flags"]), false);
+        }
+    }
+
+    #[test]
+    fn the_traced_functions_are_covered_by_globs_that_arm_nothing_else() {
+        // vfs_a .. vfs_o traced (vfs_c void), vfs_p denied (not traced),
+        // getname/getname_flags traced, and 13 others the kernel traces.
+        let mut functions = vec![TracedFunction::new("do_sys_openat2", int(), true)];
+        let vfs: Vec<String> = ('a'..='o').map(|c| format!("vfs_{c}")).collect();
+        for n in &vfs {
+            let returns = if n == "vfs_c" {
+                ReturnKind::Void
+            } else {
+                int()
+            };
+            functions.push(TracedFunction::new(n, returns, false));
+        }
+        functions.push(TracedFunction::new("getname", ReturnKind::Pointer, false));
+        functions.push(TracedFunction::new("fput", ReturnKind::Void, false));
+        let mut traceable: HashSet<String> = functions.iter().map(|f| f.name.clone()).collect();
+        traceable.extend(["vfs_p", "getname_flags", "do_sys_open", "kfree"].map(String::from));
+        let specs = specs(&functions, Some(&traceable), false);
         assert_eq!(
             specs,
             [
+                "p:vfs_[a-o]*",
                 "p:do_sys_openat2",
-                "p:vfs_*",
                 "p:getname",
+                "p:fput",
+                "r:vfs_[a-o]* ret=$retval:x64",
                 "r:do_sys_openat2 ret=$retval:x64",
-                "r:vfs_* ret=$retval:x64",
                 "r:getname ret=$retval:x64",
+                "r:fput",
+            ]
+        );
+        // Without fprobe events (or the kernel's list): every function by name.
+        let by_name = super::specs(&functions[..2], None, true);
+        assert_eq!(
+            by_name,
+            [
+                "p:do_sys_openat2 arg1=$arg1 arg2=$arg2 arg3=$arg3 arg4=$arg4",
+                "p:vfs_a arg1=$arg1 arg2=$arg2 arg3=$arg3 arg4=$arg4",
+                "r:do_sys_openat2 ret=$retval:x64",
+                "r:vfs_a ret=$retval:x64",
             ]
         );
     }

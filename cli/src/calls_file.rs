@@ -110,7 +110,7 @@ pub(crate) fn replay(
     replay
         .run(|e, _, symbols, _| {
             if let Some(call) = probes.call_event(e, symbols) {
-                tracing.builder.record(call);
+                tracing.record(call);
             }
         })
         .with_context(|| format!("reading {}", path.display()))?;
