@@ -40,14 +40,18 @@ fn map_forever(path: &Path) -> Option<&'static [u8]> {
 }
 
 /// Where the decompressed sections of the file of build ID `id` are
-/// kept: `$XDG_CACHE_HOME/kprobe-perf/sections/ID`, else under
-/// `~/.cache`, beside the debug info index's cache.
+/// kept, beside the debug info index's cache: `sections/ID` under
+/// `$KPROBE_PERF_CACHE_DIR`, else `$XDG_CACHE_HOME/kprobe-perf`, else
+/// `~/.cache/kprobe-perf`.
 fn cache_dir(id: &[u8]) -> Option<PathBuf> {
+    let hex: String = id.iter().map(|b| format!("{b:02x}")).collect();
+    if let Some(d) = std::env::var_os("KPROBE_PERF_CACHE_DIR").filter(|d| !d.is_empty()) {
+        return Some(PathBuf::from(d).join("sections").join(hex));
+    }
     let base = std::env::var_os("XDG_CACHE_HOME")
         .filter(|d| !d.is_empty())
         .map(PathBuf::from)
         .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache")))?;
-    let hex: String = id.iter().map(|b| format!("{b:02x}")).collect();
     Some(base.join("kprobe-perf").join("sections").join(hex))
 }
 
@@ -188,4 +192,52 @@ fn package(path: &Path) -> Option<gimli::DwarfPackage<R>> {
         R::new(&[], e),
     )
     .ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_compressed_section_is_inflated_once_then_mapped_from_the_cache() {
+        let dir = std::env::temp_dir().join(format!("kprobe-perf-unwind-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let exe = std::env::current_exe().unwrap();
+        let z = dir.join("compressed");
+        let ok = std::process::Command::new("objcopy")
+            .arg("--compress-debug-sections=zlib")
+            .arg(&exe)
+            .arg(&z)
+            .status()
+            .unwrap();
+        assert!(ok.success(), "objcopy --compress-debug-sections failed");
+        let plain = std::fs::read(&exe).unwrap();
+        let plain = object::File::parse(&plain[..]).unwrap();
+        let want = plain
+            .section_by_name(".debug_line")
+            .unwrap()
+            .data()
+            .unwrap();
+        let obj = object::File::parse(map_forever(&z).unwrap()).unwrap();
+        let sec = obj.section_by_name(".debug_line").unwrap();
+        assert_ne!(
+            sec.compressed_data().unwrap().format,
+            object::CompressionFormat::None
+        );
+        let cache = dir.join("cache");
+        assert_eq!(section(&obj, ".debug_line", Some(&cache)), want);
+        let kept = cache.join("debug_line");
+        assert_eq!(std::fs::read(&kept).unwrap(), want);
+        // The next open reads the cache, not the file: a cache of the
+        // right size is taken as it is.
+        std::fs::write(&kept, vec![7u8; want.len()]).unwrap();
+        assert_eq!(
+            section(&obj, ".debug_line", Some(&cache)),
+            vec![7u8; want.len()]
+        );
+        // One of another size is not: the section is inflated again.
+        std::fs::write(&kept, b"short").unwrap();
+        assert_eq!(section(&obj, ".debug_line", Some(&cache)), want);
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
 }
