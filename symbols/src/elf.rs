@@ -77,7 +77,7 @@ const MAX_BINARY_BYTES: u64 = 1 << 31;
 /// checking uprobe offsets.
 pub struct UserBinary {
     path: PathBuf,
-    data: Vec<u8>,
+    data: crate::file::FileBytes,
 }
 
 /// A text symbol with the file range its code occupies.
@@ -98,7 +98,7 @@ impl UserBinary {
     pub fn open(path: &Path) -> Result<UserBinary, ElfError> {
         // Opened non-blocking and checked to be a regular file first, so a
         // FIFO or device never blocks or streams without end.
-        let data = crate::file::read_regular(path, MAX_BINARY_BYTES).map_err(|source| {
+        let data = crate::file::map_regular(path, MAX_BINARY_BYTES).map_err(|source| {
             if source.kind() == std::io::ErrorKind::InvalidInput
                 && source
                     .get_ref()

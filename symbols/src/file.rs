@@ -131,6 +131,49 @@ pub fn read_regular(path: &Path, max: u64) -> io::Result<Vec<u8>> {
     Ok(data)
 }
 
+/// The bytes of a regular file: mapped, or read when it cannot be mapped
+/// (an empty file).
+pub enum FileBytes {
+    /// Mapped read-only: only the pages used are read.
+    Mapped(memmap2::Mmap),
+    /// Read whole.
+    Read(Vec<u8>),
+}
+
+impl std::ops::Deref for FileBytes {
+    type Target = [u8];
+    fn deref(&self) -> &[u8] {
+        match self {
+            FileBytes::Mapped(m) => m,
+            FileBytes::Read(v) => v,
+        }
+    }
+}
+
+/// As [`read_regular`], the file mapped rather than copied into memory:
+/// a binary of which a few tables are used (its symbols, its segments)
+/// is not read whole, and the page cache's copy is shared.
+pub fn map_regular(path: &Path, max: u64) -> io::Result<FileBytes> {
+    let (file, size) = open_regular(path)?;
+    if size > max {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            TooLarge { size, max },
+        ));
+    }
+    if size == 0 {
+        return Ok(FileBytes::Read(Vec::new()));
+    }
+    // SAFETY: the map is read-only and private, of a regular file (checked
+    // on the open file), and only read as bytes. Another process
+    // truncating the file while it is mapped would make reads past its
+    // new end fault (SIGBUS); binaries are replaced by rename when a
+    // package is upgraded, not rewritten in place, which is the accepted
+    // risk of every debugger and profiler that maps them (perf does).
+    let map = unsafe { memmap2::MmapOptions::new().len(size as usize).map(&file) }?;
+    Ok(FileBytes::Mapped(map))
+}
+
 /// As [`read_regular`], for a text file.
 pub fn read_regular_text(path: &Path, max: u64) -> io::Result<String> {
     String::from_utf8(read_regular(path, max)?)

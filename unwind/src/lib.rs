@@ -39,6 +39,7 @@
 #![cfg_attr(not(test), warn(unused_crate_dependencies))]
 #![deny(missing_docs)]
 
+mod dwarf;
 mod object;
 mod source;
 

@@ -11,19 +11,37 @@ use object::{Object as _, ObjectSection as _, ObjectSegment as _};
 
 use crate::Error;
 
-/// A section's bytes inside a file read once: cheap to clone, what
+/// A section's bytes inside a file mapped once: cheap to clone, what
 /// framehop's modules hold.
 #[derive(Clone, Default)]
 pub(crate) struct Bytes {
-    file: Arc<Vec<u8>>,
+    file: Option<Arc<memmap2::Mmap>>,
     range: Range<usize>,
 }
 
 impl Deref for Bytes {
     type Target = [u8];
     fn deref(&self) -> &[u8] {
-        self.file.get(self.range.clone()).unwrap_or_default()
+        self.file
+            .as_deref()
+            .and_then(|f| f.get(self.range.clone()))
+            .unwrap_or_default()
     }
+}
+
+/// Maps the file at `path` read-only: only the pages the unwinder reads
+/// (the unwind tables, the code around a sampled address) are ever
+/// read, where reading the file whole copied every byte of a library
+/// into memory at each run.
+fn map(path: &Path) -> std::io::Result<memmap2::Mmap> {
+    let file = std::fs::File::open(path)?;
+    // SAFETY: the map is read-only and private, and only read as bytes.
+    // Another process truncating the file while it is mapped would make
+    // reads past the new end fault (SIGBUS); binaries and libraries are
+    // replaced by rename when a package is upgraded, not rewritten in
+    // place, which is the accepted risk of every debugger and profiler
+    // that maps them (perf maps them too).
+    unsafe { memmap2::Mmap::map(&file) }
 }
 
 /// A section: its address range as the file states it, and its bytes.
@@ -57,9 +75,9 @@ pub(crate) struct ElfFile {
 }
 
 impl ElfFile {
-    /// Reads `path` (whole, once) and notes its sections and segments.
+    /// Maps `path` (once) and notes its sections and segments.
     pub(crate) fn read(path: &Path) -> Result<ElfFile, Error> {
-        let bytes = std::fs::read(path).map_err(|e| Error::Read {
+        let bytes = map(path).map_err(|e| Error::Read {
             path: path.to_path_buf(),
             error: e,
         })?;
@@ -76,7 +94,7 @@ impl ElfFile {
             (end <= file.len()).then(|| Section {
                 svma: s.address()..s.address().saturating_add(s.size()),
                 bytes: Bytes {
-                    file: Arc::clone(&file),
+                    file: Some(Arc::clone(&file)),
                     range: start..end,
                 },
             })

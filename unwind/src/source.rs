@@ -4,6 +4,7 @@
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
+use crate::dwarf::DebugDwarf;
 use crate::object::ElfFile;
 
 /// One source-level frame at an address: a function, possibly inlined
@@ -21,17 +22,17 @@ pub struct SourceFrame {
     pub inlined: bool,
 }
 
-/// One `addr2line` loader per debug file, opened on first use.
+/// The DWARF of each debug file, opened on first use.
 #[derive(Default)]
 pub(crate) struct SourceCache {
-    loaders: HashMap<PathBuf, Option<addr2line::Loader>>,
+    loaders: HashMap<PathBuf, Option<DebugDwarf>>,
 }
 
 impl SourceCache {
-    fn loader(&mut self, path: PathBuf) -> Option<&addr2line::Loader> {
+    fn loader(&mut self, path: PathBuf) -> Option<&DebugDwarf> {
         self.loaders
             .entry(path)
-            .or_insert_with_key(|p| addr2line::Loader::new(p).ok())
+            .or_insert_with_key(|p| DebugDwarf::open(p))
             .as_ref()
     }
 
@@ -49,8 +50,8 @@ impl SourceCache {
             paths.insert(0, debug);
         }
         for p in paths {
-            if let Some(sym) = self.loader(p).and_then(|l| l.find_symbol_info(svma)) {
-                return Some((sym.name().to_string(), svma.wrapping_sub(sym.address())));
+            if let Some((name, address)) = self.loader(p).and_then(|l| l.symbol(svma)) {
+                return Some((name.to_string(), svma.wrapping_sub(address)));
             }
         }
         None
@@ -69,7 +70,7 @@ impl SourceCache {
         let Some(loader) = self.loader(debug) else {
             return Vec::new();
         };
-        let Ok(mut iter) = loader.find_frames(svma) else {
+        let Some(mut iter) = loader.frames(svma) else {
             return Vec::new();
         };
         let mut out = Vec::new();
