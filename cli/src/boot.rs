@@ -5,9 +5,10 @@ use std::io::{self, Write};
 use std::process::ExitCode;
 
 use anyhow::{bail, Context, Result};
+use kprobe_perf_engine::perfdata::write_boot_recording;
 use kprobe_perf_engine::spec::boot::{kprobe_event_param, COMMAND_LINE_SIZE, KPROBE_EVENT};
 use kprobe_perf_engine::spec::{Definition, ProbeSpec, Span, SpecError};
-use kprobe_perf_engine::{read_boot_probes, Arch, BootRecording};
+use kprobe_perf_engine::{read_boot_probes, Arch, BootRecording, KernelSymbols};
 
 use crate::eprobe;
 
@@ -30,8 +31,13 @@ pub(crate) struct BootArgs {
     #[arg(long, conflicts_with_all = ["specs", "buffer_kb"])]
     collect: bool,
     /// With --collect: one JSON object per event, then a summary object.
-    #[arg(long, requires = "collect")]
+    #[arg(long, requires = "collect", conflicts_with = "output")]
     json: bool,
+    /// With --collect: write the events to a perf.data file (as record -o
+    /// does; read it with script -i, or perf script) instead of printing
+    /// them. An existing FILE is renamed to FILE.old first.
+    #[arg(short = 'o', long, value_name = "FILE", requires = "collect")]
+    output: Option<std::path::PathBuf>,
     /// The tracing buffer the boot keeps, per CPU, in KiB
     /// (trace_buf_size=; the kernel's default is 1408).
     #[arg(long, value_name = "KIB", default_value_t = DEFAULT_BUFFER_KB,
@@ -127,6 +133,13 @@ fn collect(args: &BootArgs, arch: Arch) -> Result<ExitCode> {
         say!("kprobe-perf: warning: the kernel did not define '{d}' at boot (dmesg says why: 'Failed to add event'); its events are not read");
     }
     let names: Vec<String> = rec.probes.iter().map(ProbeSpec::event_name).collect();
+    if let Some(path) = &args.output {
+        write_file(&rec, arch, path)?;
+        for line in eprobe::summary_lines(&rec.summary, &names) {
+            say!("{line}");
+        }
+        return check_some(&rec);
+    }
     let mut out = io::BufWriter::new(io::stdout().lock());
     for e in &rec.events {
         let line = if args.json {
@@ -152,6 +165,29 @@ fn collect(args: &BootArgs, arch: Arch) -> Result<ExitCode> {
         say!("{line}");
     }
     check_some(&rec)
+}
+
+/// `--collect -o FILE`: the events as a perf.data file.
+fn write_file(rec: &BootRecording, arch: Arch, path: &std::path::Path) -> Result<()> {
+    let file = crate::output::create(path, false)?;
+    let symbols = KernelSymbols::load().unwrap_or_default();
+    let Some(f) = file.into_file() else {
+        bail!("{} could not be opened", path.display());
+    };
+    let out = io::BufWriter::new(f);
+    let out = write_boot_recording(rec, arch, &symbols, out)
+        .with_context(|| format!("writing {}", path.display()))?;
+    out.into_inner()
+        .map_err(|e| e.into_error())
+        .and_then(|f| f.sync_all())
+        .with_context(|| format!("writing {}", path.display()))?;
+    say!(
+        "kprobe-perf: wrote {} boot-time events to {} (read it with: kprobe-perf script -i {})",
+        rec.events.len(),
+        path.display(),
+        path.display()
+    );
+    Ok(())
 }
 
 /// Exit 0 when the probes were read (events or not).

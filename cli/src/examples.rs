@@ -74,7 +74,8 @@ Examples:
 pub(crate) const BOOT: &str = "\
 Examples:
   kprobe-perf boot 'p:kpboot/execve kernel_execve file=+0($arg1):string'
-  kprobe-perf boot --collect --json";
+  kprobe-perf boot --collect --json
+  kprobe-perf boot --collect -o boot.data && kprobe-perf script -i boot.data";
 
 /// `list --help`.
 pub(crate) const LIST: &str = "\

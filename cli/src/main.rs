@@ -140,7 +140,7 @@ enum Cmd {
     /// their events: ftrace=nop trace_buf_size=), after checking them as
     /// probe --parse does and as the command line can carry them; after
     /// that boot, --collect reads and prints what they recorded, as
-    /// record prints events (text, or --json).
+    /// record prints events (text, --json, or -o FILE, a perf.data file).
     Boot(boot::BootArgs),
     /// List the functions that globs select for probing (`tcp_v4_*`,
     /// `ext4:*`, `*:*_open`, `vmlinux:do_sys_open*`), leaving out what the

@@ -116,4 +116,70 @@ fn boot_time_events_are_read_back_with_exact_values() {
         )),
         "{stderr}"
     );
+    to_a_file_after_the_boot();
+}
+
+/// The probes stay armed after the boot: a module the kernel asks for
+/// (a file system type it does not know: `request_module("fs-NAME")`
+/// runs `/sbin/modprobe` through kernel_execve) is one more event, which
+/// `--collect -o` writes to a perf.data file that `script -i` and perf
+/// read back with the same values.
+fn to_a_file_after_the_boot() {
+    let dir = std::env::temp_dir().join(format!("boot_probes-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let refused = Command::new("mount")
+        .args(["-t", "kpfnosuchfs", "none"])
+        .arg(&dir)
+        .output()
+        .unwrap();
+    assert!(!refused.status.success(), "{refused:?}");
+    let file = dir.join("boot.data");
+    let out = Command::new(kprobe_perf_bin())
+        .args(["boot", "--collect", "-o"])
+        .arg(&file)
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    let script = Command::new(kprobe_perf_bin())
+        .args(["script", "--json", "-i"])
+        .arg(&file)
+        .output()
+        .unwrap();
+    assert!(script.status.success(), "{script:?}");
+    let events: Vec<serde_json::Value> = String::from_utf8_lossy(&script.stdout)
+        .lines()
+        .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap())
+        .filter(|v| v["type"] == "event")
+        .collect();
+    println!("{stderr}{}", String::from_utf8_lossy(&script.stdout));
+    assert!(!events.is_empty(), "{stderr}");
+    assert!(
+        stderr.contains(&format!("wrote {} boot-time events", events.len())),
+        "{stderr}"
+    );
+    for e in &events {
+        assert_eq!(
+            e["args"],
+            serde_json::json!({"file": "/sbin/modprobe", "argv0": "/sbin/modprobe", "env0": "HOME=/"}),
+            "{e}"
+        );
+        let at = e["location"].as_str().unwrap_or_default();
+        assert!(at.starts_with("kernel_execve+0x"), "{e}");
+    }
+    let perf = Command::new("perf")
+        .args(["script", "-i"])
+        .arg(&file)
+        .output()
+        .unwrap();
+    let perf_text = String::from_utf8_lossy(&perf.stdout);
+    println!("{perf_text}");
+    let values = r#"execve: (ffffffff"#;
+    let args = r#") file="/sbin/modprobe" argv0="/sbin/modprobe" env0="HOME=/""#;
+    let agreeing = perf_text
+        .lines()
+        .filter(|l| l.contains(values) && l.ends_with(args))
+        .count();
+    assert_eq!(agreeing, events.len(), "{perf_text}");
+    std::fs::remove_dir_all(&dir).unwrap();
 }

@@ -35,6 +35,17 @@ pub struct BootRecording {
     pub events: Vec<FtraceEvent>,
     /// Events per probe and what was lost, as for event probes.
     pub summary: EventProbeSummary,
+    /// Each event's record, as the kernel wrote it (`events`' order).
+    pub(crate) records: Vec<Vec<u8>>,
+    /// Each probe's record layout (event id, fields).
+    pub(crate) layouts: Vec<RecordLayout>,
+    /// Each probe's `format` file, as tracefs gives it.
+    pub(crate) formats: Vec<String>,
+    /// Where each probe's records hold the address perf's samples carry
+    /// as their ip (`__probe_ip`, or a return probe's `__probe_ret_ip`).
+    pub(crate) ip_fields: Vec<Option<usize>>,
+    /// tracefs's `events/header_page` and `events/header_event`.
+    pub(crate) headers: (String, String),
 }
 
 /// Reads the records of the probes `cmdline`'s `kprobe_event=` defined
@@ -48,9 +59,11 @@ pub fn read_boot_probes(cmdline: &str, arch: Arch) -> Result<BootRecording, Erro
     for text in kprobe_event_definitions(&value) {
         let spec = ProbeSpec::parse(&text, arch)?.qualified();
         match layout_of(&fs, &spec) {
-            Some(layout) => {
+            Some((layout, format, ip)) => {
                 out.arg_names.push(layout.arg_names());
                 layouts.push(layout);
+                out.formats.push(format);
+                out.ip_fields.push(ip);
                 out.probes.push(spec);
             }
             None => out.not_defined.push(text),
@@ -62,6 +75,8 @@ pub fn read_boot_probes(cmdline: &str, arch: Arch) -> Result<BootRecording, Erro
         });
     }
     out.summary.events = vec![0; out.probes.len()];
+    let header = |f: &str| std::fs::read_to_string(fs.root().join(f)).unwrap_or_default();
+    out.headers = (header("events/header_page"), header("events/header_event"));
     let page_layout =
         PageLayout::from_fields(&instance::header_page(&fs)?).unwrap_or(PageLayout::SIXTY_FOUR_BIT);
     let mut page = vec![0; crate::attach::sys::page_size()];
@@ -77,16 +92,31 @@ pub fn read_boot_probes(cmdline: &str, arch: Arch) -> Result<BootRecording, Erro
         out.summary.overrun += overrun;
         out.summary.dropped += dropped;
     }
-    out.events.sort_by_key(|e| e.time_ns);
+    let mut order: Vec<usize> = (0..out.events.len()).collect();
+    order.sort_by_key(|&i| out.events[i].time_ns);
+    out.events = order.iter().map(|&i| out.events[i].clone()).collect();
+    out.records = order
+        .iter()
+        .map(|&i| std::mem::take(&mut out.records[i]))
+        .collect();
+    out.layouts = layouts;
     Ok(out)
 }
 
-/// The record layout of a probe the kernel defined; `None` when it has
+/// The record layout of a probe the kernel defined, its `format` file,
+/// and where its records hold the probe's address; `None` when it has
 /// no such event. Its arguments take the definition's types when the
 /// kernel made one field per argument (it may make more: `$arg*`).
-fn layout_of(fs: &Tracefs, spec: &ProbeSpec) -> Option<RecordLayout> {
+fn layout_of(fs: &Tracefs, spec: &ProbeSpec) -> Option<(RecordLayout, String, Option<usize>)> {
     let (group, event) = (spec.group_name(), spec.event_name());
-    let fields = fs.format(group, &event).ok()?;
+    let format = std::fs::read_to_string(fs.format_path(group, &event)).ok()?;
+    let fields = crate::attach::tracefs::parse_format(&format);
+    let ip_name = if spec.is_return() {
+        "__probe_ret_ip"
+    } else {
+        "__probe_ip"
+    };
+    let ip = fields.iter().find(|f| f.name == ip_name).map(|f| f.offset);
     let id = u16::try_from(fs.event_id(group, &event).ok()?).ok()?;
     let own = fields
         .iter()
@@ -97,7 +127,7 @@ fn layout_of(fs: &Tracefs, spec: &ProbeSpec) -> Option<RecordLayout> {
     } else {
         vec![None; own]
     };
-    RecordLayout::new(id, &fields, &types)
+    Some((RecordLayout::new(id, &fields, &types)?, format, ip))
 }
 
 /// Decodes one page into `out`, counting what cannot be decoded.
@@ -125,6 +155,7 @@ fn read_page(
         match ftrace::read_record(e.record, &layouts[probe]) {
             Ok((tid, args)) => {
                 out.summary.events[probe] += 1;
+                out.records.push(e.record.to_vec());
                 out.events.push(FtraceEvent {
                     probe,
                     cpu,
