@@ -112,7 +112,7 @@ pub(crate) fn record(args: &RecordArgs, probes: &[EventProbe]) -> Result<ExitCod
 
 /// `<...>-TID [CPU] SECONDS.MICROS: EVENT: NAME=VALUE ...`, as ftrace
 /// prints a thread whose name the record does not hold.
-fn text_line(e: &FtraceEvent, names: &[String], arg_names: &[Vec<String>]) -> String {
+pub(crate) fn text_line(e: &FtraceEvent, names: &[String], arg_names: &[Vec<String>]) -> String {
     let mut s = format!(
         "{:>16}-{:<7} [{:03}] {}.{:06}: {}:",
         "<...>",
@@ -142,7 +142,7 @@ fn json_value(v: &Value) -> serde_json::Value {
     }
 }
 
-fn json_line(e: &FtraceEvent, names: &[String], arg_names: &[Vec<String>]) -> String {
+pub(crate) fn json_line(e: &FtraceEvent, names: &[String], arg_names: &[Vec<String>]) -> String {
     let args: serde_json::Map<String, serde_json::Value> = arg_names
         .get(e.probe)
         .map_or(&[][..], Vec::as_slice)
@@ -161,7 +161,7 @@ fn json_line(e: &FtraceEvent, names: &[String], arg_names: &[Vec<String>]) -> St
     .to_string()
 }
 
-fn json_summary(s: &EventProbeSummary, names: &[String]) -> String {
+pub(crate) fn json_summary(s: &EventProbeSummary, names: &[String]) -> String {
     let probes: Vec<_> = names
         .iter()
         .zip(&s.events)
@@ -181,7 +181,7 @@ fn json_summary(s: &EventProbeSummary, names: &[String]) -> String {
 }
 
 /// The summary: events per probe, then each kind of loss, none silent.
-fn summary_lines(s: &EventProbeSummary, names: &[String]) -> Vec<String> {
+pub(crate) fn summary_lines(s: &EventProbeSummary, names: &[String]) -> Vec<String> {
     let per: Vec<String> = names
         .iter()
         .zip(&s.events)

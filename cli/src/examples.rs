@@ -70,6 +70,13 @@ Examples:
   kprobe-perf probe -x ./prog -D 'walk:4 total i'
   kprobe-perf probe --lines do_sys_openat2";
 
+/// `boot --help`.
+pub(crate) const BOOT: &str = "\
+Examples:
+  kprobe-perf boot 'p:kpboot/execve kernel_execve file=+0($arg1):string'
+  kprobe-perf boot --collect --json
+  kprobe-perf boot --collect -o boot.data && kprobe-perf script -i boot.data";
+
 /// `list --help`.
 pub(crate) const LIST: &str = "\
 Examples:

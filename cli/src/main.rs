@@ -22,6 +22,7 @@ macro_rules! say_more {
 
 mod aggregate;
 mod binaries;
+mod boot;
 mod calls;
 mod calls_file;
 mod calls_render;
@@ -134,6 +135,13 @@ enum Cmd {
     /// or resolve source lines and variables from DWARF (--definition,
     /// --vars, --source), without opening a probe.
     Probe(probe::ProbeArgs),
+    /// Print the kernel command-line parameters that define kprobes and
+    /// kretprobes at boot (kprobe_event=, and a tracing buffer to keep
+    /// their events: ftrace=nop trace_buf_size=), after checking them as
+    /// probe --parse does and as the command line can carry them; after
+    /// that boot, --collect reads and prints what they recorded, as
+    /// record prints events (text, --json, or -o FILE, a perf.data file).
+    Boot(boot::BootArgs),
     /// List the functions that globs select for probing (`tcp_v4_*`,
     /// `ext4:*`, `*:*_open`, `vmlinux:do_sys_open*`), leaving out what the
     /// kernel would refuse (blacklist, entry/noinstr/kprobes text, padding,
@@ -396,6 +404,7 @@ fn main() -> ExitCode {
         Cmd::Cleanup => cleanup(),
         Cmd::Script(args) => script::run(&args),
         Cmd::Probe(args) => probe::run(&args),
+        Cmd::Boot(args) => boot::run(&args),
         Cmd::List {
             patterns,
             pid: Some(pid),

@@ -40,6 +40,15 @@ pub enum Error {
         /// The README read.
         readme: String,
     },
+    /// The kernel was booted without boot-time kprobe events.
+    #[error("the kernel's command line (/proc/cmdline) has no kprobe_event= parameter, so no probe was defined at boot: boot with a kprobe_event= parameter defining them first")]
+    NoBootProbes,
+    /// None of the command line's boot-time probes is a kernel event.
+    #[error("the kernel did not define the probes of its command line's kprobe_event= ({definitions}): it said why at boot (dmesg: 'Failed to add event'); check them against this kernel and boot again")]
+    BootProbesNotDefined {
+        /// The definitions, as the command line gives them.
+        definitions: String,
+    },
     /// An event probe's `format` file does not describe its arguments.
     #[error("{probe}: its format file {path} lacks common_pid or a field per argument, so its records cannot be read; report this with the file's contents")]
     EventProbeFormat {

@@ -101,6 +101,7 @@ pub use kprobe_perf_arch::Arch;
 pub use kprobe_perf_symbols::KernelSymbols;
 pub use plan::filter::FilterRuns;
 pub use plan::{BackendChoice, PlanError, ProbePlan};
+pub use session::boot::{read_boot_probes, BootRecording};
 pub use session::counting::CountingSession;
 pub use session::eprobe::{EventProbeSession, EventProbeSummary, FtraceEvent};
 pub use session::sink::{sink_fn, EventSink, Flow};

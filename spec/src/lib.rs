@@ -52,6 +52,7 @@
 use std::fmt;
 
 mod args;
+pub mod boot;
 mod features;
 mod parse;
 pub mod proto;

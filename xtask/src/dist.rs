@@ -501,6 +501,7 @@ fn check_vm_arch(dist: &Dist, kernel: &str, arch: GuestArch) -> Result<()> {
         echo: vm::Echo::All,
         label: Some(kernel.to_string()),
         work_dir: vm_cache(),
+        append: "",
     })?;
     report_problems(&outcome);
     if !outcome.problems.is_empty() || outcome.status.is_none() {

@@ -48,6 +48,11 @@ enum Task {
         /// Give up after this many seconds (boot included).
         #[arg(long, default_value_t = 600)]
         timeout: u64,
+        /// More kernel command-line parameters, after the harness's own
+        /// (console, rdinit, ...), e.g. the boot-time probes `kprobe-perf
+        /// boot` prints: `--append "$(kprobe-perf boot 'p:ev FUNC ...')"`.
+        #[arg(long, default_value = "", allow_hyphen_values = true)]
+        append: String,
         /// The command and its arguments.
         #[arg(last = true, required = true)]
         command: Vec<String>,
@@ -269,8 +274,9 @@ fn run(cli: Cli) -> Result<()> {
             kernel,
             arch,
             timeout,
+            append,
             command,
-        } => vm_command(&kernel, &arch, timeout, &command),
+        } => vm_command(&kernel, &arch, timeout, &append, &command),
         Task::Test {
             kernel,
             no_lint,
@@ -326,7 +332,13 @@ fn run(cli: Cli) -> Result<()> {
 
 /// `cargo xtask vm`: boots `kernel` and runs `command` there, exiting
 /// with its status.
-fn vm_command(kernel: &str, arch: &str, timeout: u64, command: &[String]) -> Result<()> {
+fn vm_command(
+    kernel: &str,
+    arch: &str,
+    timeout: u64,
+    append: &str,
+    command: &[String],
+) -> Result<()> {
     host::ensure_packages(&[])?;
     let kernel = match kernels::GuestArch::parse(arch)? {
         kernels::GuestArch::X86_64 => kernels::resolve(kernel, &vm_cache().join("kernels"))?,
@@ -345,6 +357,7 @@ fn vm_command(kernel: &str, arch: &str, timeout: u64, command: &[String]) -> Res
         echo: vm::Echo::All,
         label: None,
         work_dir: vm_cache(),
+        append,
     })?;
     report_problems(&outcome);
     if let Some(b) = outcome.boot_secs {
@@ -596,6 +609,7 @@ fn bench_attach(functions: usize, kernel: &str) -> Result<()> {
         echo: vm::Echo::All,
         label: None,
         work_dir: vm_cache(),
+        append: "",
     })?;
     report_problems(&outcome);
     if !outcome.success() {
@@ -716,6 +730,7 @@ fn bench_in_vm(kernel: &str, command: &[String], timeout: Duration, what: &str) 
         echo: vm::Echo::All,
         label: None,
         work_dir: vm_cache(),
+        append: "",
     })?;
     report_problems(&outcome);
     if !outcome.success() {

@@ -516,6 +516,14 @@ fn plan_line(runs: &[(String, Suite)]) -> String {
         parts.push(part);
     }
     let mut plan = format!("xtask: plan: {}", parts.join("; "));
+    if runs
+        .iter()
+        .any(|(k, s)| k == BOOT_KERNEL && *s == Suite::Full)
+    {
+        plan.push_str(&format!(
+            "\n  {BOOT_KERNEL} booted again with the boot-time probes of tests/data/boot_probes.txt: {BOOT_FILE}"
+        ));
+    }
     for o in ONCE_PER_PAIR {
         if names.contains(&o.on) && pair_of(o.on).is_some_and(|p| names.contains(&p)) {
             let what = match o.tests {
@@ -541,6 +549,9 @@ fn test_file_of(exe: &std::path::Path) -> Option<&str> {
 fn vm_script(exes: &[PathBuf], suite: Suite, left: &[&Once]) -> String {
     let mut runs = Vec::new();
     for exe in exes {
+        if test_file_of(exe) == Some(BOOT_FILE) {
+            continue; // run in a boot of its own: boot_probes_run
+        }
         let filters: Vec<String> = match suite {
             Suite::Full => {
                 let file = test_file_of(exe).unwrap_or_default();
@@ -779,7 +790,89 @@ pub(crate) fn run(kernel_args: &[String], no_lint: bool, vm_only: bool) -> Resul
     for (run, outcome) in resolved.iter().zip(outcomes) {
         report_vm(run, outcome, &mut tally);
     }
+    boot_probes_run(&exes, &resolved, &mut tally);
     tally.finish(started)
+}
+
+/// The test file that runs in a boot of its own: the kernel booted with
+/// the parameters `kprobe-perf boot` prints for its probes.
+const BOOT_FILE: &str = "boot_probes";
+/// The kernel booted for it, when the run has that kernel's full suite.
+const BOOT_KERNEL: &str = "6.12";
+
+/// Boots [`BOOT_KERNEL`] with the boot-time probes of
+/// tests/data/boot_probes.txt (as `kprobe-perf boot` prints them) and
+/// runs [`BOOT_FILE`] there, which reads their events back.
+fn boot_probes_run(exes: &[PathBuf], resolved: &[KernelRun], tally: &mut Tally) {
+    let Some((_, kernel, _)) = resolved
+        .iter()
+        .find(|(k, _, s)| k == BOOT_KERNEL && *s == Suite::Full)
+    else {
+        return;
+    };
+    let name = format!("kernel {BOOT_KERNEL} booted with boot-time probes ({BOOT_FILE})");
+    let Some(exe) = exes.iter().find(|e| test_file_of(e) == Some(BOOT_FILE)) else {
+        return tally.fail(
+            &name,
+            &anyhow::anyhow!("no {BOOT_FILE} test executable was built"),
+        );
+    };
+    println!("xtask: running {BOOT_FILE} on kernel {BOOT_KERNEL}, booted with its probes");
+    let run = boot_parameters().and_then(|append| {
+        println!("xtask: kernel parameters: {append}");
+        vm::run(&VmRun {
+            kernel,
+            command: &[
+                exe.display().to_string(),
+                "--test-threads=1".into(),
+                "--color".into(),
+                "never".into(),
+                "--show-output".into(),
+            ],
+            cwd: workspace_root(),
+            env: passthrough_env(),
+            timeout: Duration::from_secs(900),
+            silence: Duration::from_secs(600),
+            echo: vm::Echo::Digest,
+            label: None,
+            work_dir: vm_cache(),
+            append: &append,
+        })
+    });
+    match run {
+        Ok(outcome) => {
+            report_problems(&outcome);
+            for p in &outcome.problems {
+                tally.failures.push(format!("{name}: {p}"));
+            }
+            let extra = format!(", boot {:.1} s", outcome.boot_secs.unwrap_or(f64::NAN));
+            tally.tests(&name, outcome.success(), &outcome.output, &extra);
+        }
+        Err(e) => tally.fail(&name, &e),
+    }
+}
+
+/// What the release `kprobe-perf boot` prints for the probes of
+/// tests/data/boot_probes.txt.
+fn boot_parameters() -> Result<String> {
+    let root = workspace_root();
+    let list = root.join("tests/data/boot_probes.txt");
+    let text =
+        std::fs::read_to_string(&list).with_context(|| format!("reading {}", list.display()))?;
+    let specs: Vec<&str> = text.lines().filter(|l| !l.trim().is_empty()).collect();
+    let out = Command::new(root.join("target/release/kprobe-perf"))
+        .arg("boot")
+        .args(&specs)
+        .output()
+        .context("running kprobe-perf boot")?;
+    if !out.status.success() {
+        bail!(
+            "kprobe-perf boot refused {}: {}",
+            list.display(),
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    Ok(String::from_utf8_lossy(&out.stdout).trim().to_string())
 }
 
 /// What runs on the host before the VM tests: lint, the native tests, the
@@ -1077,6 +1170,7 @@ fn run_vm(
         echo: vm::Echo::Digest,
         label: tagged.then(|| k.clone()),
         work_dir: vm_cache(),
+        append: "",
     })?;
     let secs = t0.elapsed().as_secs_f64();
     println!("xtask: kernel {k} finished in {secs:.0} s");
@@ -1187,6 +1281,7 @@ pub(crate) fn demo(kernel: &str) -> Result<()> {
         echo: vm::Echo::All,
         label: None,
         work_dir: vm_cache(),
+        append: "",
     })?;
     report_problems(&outcome);
     demo_verdict(&kernel.label, &outcome)?;
@@ -1349,6 +1444,22 @@ kprobe-perf: 2 events (p_do_sys_openat2_0: 1; r_do_sys_openat2_0: 2), 0 lost
         let full = vm_script(&exes, Suite::Full, &[]);
         assert_eq!(full.matches("|| rc=1").count(), 3);
         assert!(!full.contains("record_a_command"));
+    }
+
+    #[test]
+    fn the_boot_probes_file_runs_only_in_its_own_boot() {
+        let exes = [
+            PathBuf::from("/t/release/deps/boot_probes-01"),
+            PathBuf::from("/t/release/deps/tracefs-03"),
+        ];
+        for suite in [Suite::Full, Suite::Smoke, Suite::Arm64] {
+            let script = vm_script(&exes, suite, &[]);
+            assert!(!script.contains("boot_probes"), "{script}");
+        }
+        let list = workspace_root().join("tests/data/boot_probes.txt");
+        assert!(std::fs::read_to_string(list)
+            .unwrap()
+            .contains("kernel_execve"));
     }
 
     #[test]

@@ -34,6 +34,9 @@ pub(crate) struct VmRun<'a> {
     /// With `echo`, put `[label] ` before each line (VMs run side by side).
     pub label: Option<String>,
     pub work_dir: PathBuf,
+    /// More kernel command-line parameters, after the harness's own
+    /// (e.g. the `kprobe_event=` ... that `kprobe-perf boot` prints).
+    pub append: &'a str,
 }
 
 /// What a VM run prints of its command's output as it arrives.
@@ -96,6 +99,17 @@ pub(crate) fn run(opts: &VmRun) -> Result<VmOutcome> {
     let result = boot(opts, &initramfs);
     let _ = std::fs::remove_file(&initramfs);
     result
+}
+
+/// The guest's kernel command line: the harness's parameters, then
+/// `append`'s.
+fn kernel_command_line(console: &str, append: &str) -> String {
+    let own =
+        format!("console={console} quiet loglevel=3 panic=-1 rdinit=/init watchdog_thresh=60");
+    match append.trim() {
+        "" => own,
+        more => format!("{own} {more}"),
+    }
 }
 
 fn shell_quote(s: &str) -> String {
@@ -408,10 +422,7 @@ fn boot(opts: &VmRun, initramfs: &Path) -> Result<VmOutcome> {
         // thread that runs the guest's vCPUs is starved for that long
         // (the demo on a host at load 15 saw "soft lockup - CPU#0 stuck
         // for 22s! [swapper/0:1]" during boot); a real lockup still shows.
-        .args([
-            "-append",
-            &format!("console={console} quiet loglevel=3 panic=-1 rdinit=/init watchdog_thresh=60"),
-        ])
+        .args(["-append", &kernel_command_line(console, opts.append)])
         .args([
             "-virtfs",
             "local,path=/,mount_tag=hostroot,security_model=none,readonly=on,multidevs=remap",

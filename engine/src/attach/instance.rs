@@ -124,25 +124,38 @@ impl Instance {
 
     /// Opens `per_cpu/cpuN/trace_pipe_raw` of each of `cpus`, non-blocking.
     pub(crate) fn open_buffers(&self, cpus: &[u32]) -> Result<Vec<CpuBuffer>, TracefsError> {
-        cpus.iter()
-            .map(|&cpu| {
-                let path = self.dir.join(format!("per_cpu/cpu{cpu}/trace_pipe_raw"));
-                let file = OpenOptions::new()
-                    .read(true)
-                    .custom_flags(libc::O_NONBLOCK)
-                    .open(&path)
-                    .map_err(io_err(&path))?;
-                Ok(CpuBuffer { cpu, file })
-            })
-            .collect()
+        open_buffers_in(&self.dir, cpus)
     }
 
     /// The losses of `cpu`'s buffer so far.
     pub(crate) fn loss(&self, cpu: u32) -> Result<BufferLoss, TracefsError> {
-        let path = self.dir.join(format!("per_cpu/cpu{cpu}/stats"));
-        let text = std::fs::read_to_string(&path).map_err(io_err(&path))?;
-        Ok(parse_stats(&text))
+        loss_in(&self.dir, cpu)
     }
+}
+
+/// Opens `DIR/per_cpu/cpuN/trace_pipe_raw` of each of `cpus`,
+/// non-blocking: an instance's, or with tracefs's root as `dir`, the
+/// top-level buffers (where the kernel records boot-time events).
+pub(crate) fn open_buffers_in(dir: &Path, cpus: &[u32]) -> Result<Vec<CpuBuffer>, TracefsError> {
+    cpus.iter()
+        .map(|&cpu| {
+            let path = dir.join(format!("per_cpu/cpu{cpu}/trace_pipe_raw"));
+            let file = OpenOptions::new()
+                .read(true)
+                .custom_flags(libc::O_NONBLOCK)
+                .open(&path)
+                .map_err(io_err(&path))?;
+            Ok(CpuBuffer { cpu, file })
+        })
+        .collect()
+}
+
+/// The losses so far of `cpu`'s buffer of `dir` (an instance, or
+/// tracefs's root).
+pub(crate) fn loss_in(dir: &Path, cpu: u32) -> Result<BufferLoss, TracefsError> {
+    let path = dir.join(format!("per_cpu/cpu{cpu}/stats"));
+    let text = std::fs::read_to_string(&path).map_err(io_err(&path))?;
+    Ok(parse_stats(&text))
 }
 
 /// Reads the next page of `buffer` into `page` (a page's size or more):

@@ -16,12 +16,14 @@
 //!        the hidden probes' records, if any (see [`FEAT_HIDDEN`])
 //! ```
 
+mod boot;
 mod file_sink;
 mod meta;
 mod reader;
 mod replay;
 mod writer;
 
+pub use boot::write_boot_recording;
 pub use file_sink::{note_addresses, FileSink};
 pub use meta::{symbol_subset, FileBuildId, Metadata, StoredProbe};
 pub use reader::{FileAttr, FileRecord, Reader, Unfinished};

@@ -1,6 +1,7 @@
 //! A recording session: armed probes, one ring buffer per CPU polled with
 //! mio, and decoded events handed to the caller in time order.
 
+pub(crate) mod boot;
 pub mod counting;
 pub(crate) mod eprobe;
 pub(crate) mod sink;
