@@ -429,7 +429,10 @@ fn boot(opts: &VmRun, initramfs: &Path) -> Result<VmOutcome> {
         // thread that runs the guest's vCPUs is starved for that long
         // (the demo on a host at load 15 saw "soft lockup - CPU#0 stuck
         // for 22s! [swapper/0:1]" during boot); a real lockup still shows.
-        .args(["-append", &kernel_command_line(opts.kernel.arch, console, opts.append)])
+        .args([
+            "-append",
+            &kernel_command_line(opts.kernel.arch, console, opts.append),
+        ])
         .args([
             "-virtfs",
             "local,path=/,mount_tag=hostroot,security_model=none,readonly=on,multidevs=remap",
