@@ -1540,7 +1540,8 @@ kprobe-perf: 2 events (p_do_sys_openat2_0: 1; r_do_sys_openat2_0: 2), 0 lost
              'maxactive_bounds_concurrent_returns_and_misses_are_counted' 'kernel_fetched_string_is_exact' || rc=1; \
              '/t/aarch64-unknown-linux-musl/release/deps/btf-03' --test-threads=1 --color never --show-output || rc=1; exit $rc"
         );
-        let json = r#"{"reason":"compiler-artifact","profile":{"test":true},"executable":"/t/a/deps/btf-03","fresh":true}"#;
+        let json = r#"{"reason":"compiler-artifact","package_id":"path+file:///w/tests#kprobe-perf-tests@0.1.0","profile":{"test":true},"executable":"/t/a/deps/btf-03","fresh":true}
+{"reason":"compiler-artifact","package_id":"path+file:///w/engine#kprobe-perf-engine@0.1.0","profile":{"test":true},"executable":"/t/a/deps/layering-04","fresh":true}"#;
         assert_eq!(
             test_executables(json),
             vec![PathBuf::from("/t/a/deps/btf-03")]
