@@ -426,6 +426,18 @@ const ONCE_PER_PAIR: &[Once] = &[
         why: "the engine's examples on a uprobe of libc's read, and a perf.data file",
     },
     Once {
+        file: "rotation",
+        tests: &[],
+        on: "6.12",
+        why: "--switch-output's files and limits, on uprobes of a test binary: file handling",
+    },
+    Once {
+        file: "soak",
+        tests: &[],
+        on: "6.12",
+        why: "a minute of switching files on a uprobe: the recorder's memory and fds",
+    },
+    Once {
         file: "crash_safe",
         tests: &[],
         on: "6.12",
