@@ -3,8 +3,9 @@
 //! hit it, for `KPROBE_PERF_SOAK_SECS` seconds (60 unless set). The
 //! recorder's resident memory and its file descriptors stay flat while it
 //! switches files: RSS at the end within 10% (and 1 MiB) of its value
-//! after the first quarter, the same fds, and every call the program made
-//! counted or lost, none twice. Prints the samples as a table.
+//! after the first quarter, the fewest fds open the same in both halves,
+//! and the events the files held adding up to the summary's. Prints the
+//! looks as a table.
 
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
@@ -117,13 +118,17 @@ fn memory_and_fds_stay_flat_while_files_switch() {
         last.rss_kib,
         last.secs
     );
-    for l in &looks[looks.len() / 4..] {
-        assert_eq!(
-            l.fds, base.fds,
-            "fds at {} s against {} s",
-            l.secs, base.secs
-        );
-    }
+    // A look during a switch may see a file or /proc entry open for a
+    // moment: a leak raises the floor, which stays where it was.
+    let half = looks.len() / 2;
+    let floor = |ls: &[Look]| ls.iter().map(|l| l.fds).min().unwrap_or(0);
+    assert_eq!(
+        floor(&looks[half..]),
+        floor(&looks[..half]),
+        "the fewest fds open, first half against second: {looks:?}"
+    );
+    let most = looks.iter().map(|l| l.fds).max().unwrap_or(0);
+    assert!(most <= floor(&looks) + 2, "{looks:?}");
     // The summary's events against what the kept files and those removed
     // held: every switch named its events.
     let wrote: u64 = stderr
