@@ -177,7 +177,13 @@ fn switched_files_hold_every_call_once_and_each_reads_alone() {
             assert_eq!(p, n, "{}: perf script against script -i", f.display());
         }
         perf = perf.zip(theirs).map(|(a, b)| a + b);
+        let name = f.file_name().unwrap_or_default().to_string_lossy();
+        println!("{name}: script -i {n}, perf script {theirs:?}");
     }
+    println!(
+        "{} files; {events} events, {lost} lost, {calls} calls",
+        files.len()
+    );
     assert_eq!(
         ours as u64, events,
         "the files' events against the recording's"
