@@ -44,6 +44,7 @@ mod output;
 mod perf_names;
 mod probe;
 mod profile;
+mod rotate;
 mod run_loop;
 mod script;
 mod source;
@@ -330,6 +331,8 @@ struct RecordArgs {
     #[arg(long, value_name = "MIB", requires = "overwrite", value_parser = validate::overwrite_mib)]
     overwrite_size: Option<usize>,
     #[command(flatten)]
+    rotation: rotate::RotationArgs,
+    #[command(flatten)]
     image: image_args::ImageArgs,
     #[command(flatten)]
     aggregate: aggregate::AggregateArgs,
@@ -521,6 +524,7 @@ fn record(args: &RecordArgs, filters: &[Option<String>]) -> Result<ExitCode> {
     // Everything the loop needs is made before the probes are enabled
     // and the command released: its first records wait in the rings
     // until the first drain, which a late start lets overflow.
+    let rotation = rotate::Rotation::new(args.output.as_deref(), &args.rotation, &symbols)?;
     let mut printer = Printer::new(args, &session, &symbols, agg, file.is_some());
     if let (Some(s), Some((path, slide))) = (printer.stacks.as_mut(), kernel_dwarf) {
         s.name_kernel_frames_from(path, slide);
@@ -533,6 +537,7 @@ fn record(args: &RecordArgs, filters: &[Option<String>]) -> Result<ExitCode> {
         // 8 KiB took a system call per 40 events).
         out: io::BufWriter::with_capacity(LIVE_OUT_BUFFER, stdout.lock()),
         file,
+        rotation,
         reader_gone: false,
     };
     session.enable()?;
@@ -590,6 +595,9 @@ fn record_until_the_end<W: Write>(
         if let Some(a) = live.printer.agg.as_mut() {
             a.tick(&mut live.out).context("writing the maps")?;
         }
+        if !rotate_if_due(session, live)? {
+            break;
+        }
         // -p: every process has exited (a pidfd's readiness ends the
         // wait above at once).
         if run.over(session)? {
@@ -612,6 +620,36 @@ fn record_until_the_end<W: Write>(
         live.flush()?;
     }
     Ok(())
+}
+
+/// After a drain: switches `live`'s file when --switch-output says it is
+/// due. False when the recording is to end (--max-size reached).
+fn rotate_if_due<W: Write>(session: &mut Session, live: &mut LiveOutput<'_, W>) -> Result<bool> {
+    let (Some(r), Some(_)) = (live.rotation.as_mut(), live.file.as_ref()) else {
+        return Ok(true);
+    };
+    match r.due() {
+        rotate::Due::Nothing => Ok(true),
+        rotate::Due::Stop => {
+            r.say_stopping();
+            Ok(false)
+        }
+        rotate::Due::Switch => {
+            let addresses = live
+                .printer
+                .addresses
+                .as_ref()
+                .map(output::Addresses::to_set)
+                .unwrap_or_default()
+                .into_iter()
+                .chain(session.counted_addresses().iter().copied())
+                .collect();
+            if let Some(file) = live.file.take() {
+                live.file = Some(r.switch(file, session, addresses)?);
+            }
+            Ok(true)
+        }
+    }
 }
 
 /// The rings' size when `-m` is not given: perf's 512 KiB, or 2 MiB for
@@ -722,7 +760,11 @@ fn finish_record<W: Write>(
             .into_iter()
             .chain(session.counted_addresses().iter().copied())
             .collect();
-        file.finish(session, symbols, addresses, &json_summary, &lines)?;
+        match live.rotation.as_mut() {
+            // The file holds the counts of its own span.
+            Some(r) => r.finish(file, session, addresses)?,
+            None => file.finish(session, symbols, addresses, &json_summary, &lines)?,
+        }
     }
     for line in &lines {
         say!("{line}");
@@ -961,6 +1003,8 @@ struct LiveOutput<'a, W: Write> {
     printer: Printer<'a>,
     out: W,
     file: Option<output::FileOutput>,
+    /// The switching of the file (--switch-output, --max-size).
+    rotation: Option<rotate::Rotation<'a>>,
     /// stdout's reader has gone away (a closed pipe): nothing more is
     /// printed, and the recording ends quietly. The round goes on, so
     /// that the file has all of its records.

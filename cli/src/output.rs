@@ -121,6 +121,11 @@ impl Addresses {
         perfdata::note_addresses(&mut self.0, e);
     }
 
+    /// Every address noted so far (for a file switched from).
+    pub(crate) fn to_set(&self) -> HashSet<u64> {
+        self.0.clone().into_set()
+    }
+
     /// Every address noted.
     pub(crate) fn into_set(self) -> HashSet<u64> {
         self.0.into_set()

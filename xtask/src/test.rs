@@ -461,6 +461,18 @@ const ONCE_PER_PAIR: &[Once] = &[
         why: "docs/from-perf.md's program tables: uprobes and USDT on test binaries (the kernel table runs on both)",
     },
     Once {
+        file: "rotation",
+        tests: &[],
+        on: "6.12",
+        why: "--switch-output's files and limits, on uprobes of a test binary: file handling",
+    },
+    Once {
+        file: "soak",
+        tests: &[],
+        on: "6.1",
+        why: "a minute of switching files on a uprobe: the recorder's memory and fds",
+    },
+    Once {
         file: "crash_safe",
         tests: &[],
         on: "6.12",

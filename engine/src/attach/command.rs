@@ -61,6 +61,11 @@ impl HeldCommand {
         self.pid
     }
 
+    /// True once [`HeldCommand::release`] has let the child exec.
+    pub(crate) fn released(&self) -> bool {
+        self.gate.is_none()
+    }
+
     /// Lets the child exec, and reports exec's failure.
     pub(crate) fn release(&mut self) -> Result<(), AttachError> {
         let cannot_run = |e| AttachError::io(format!("cannot run {}", self.program), e);

@@ -33,9 +33,14 @@ pub struct Writer<W: Write + Seek> {
     /// The samples perf must not see ([`Writer::hide`]).
     hidden: Option<Hidden>,
     /// Where the ring bytes no drain counted went
-    /// ([`Writer::taken_bytes`]), as (offset in the file, length), one
-    /// ring's at a time: what [`Writer::taken_records`] reads back.
+    /// ([`Writer::taken_bytes`]), as (offset in the file, length): what
+    /// [`Writer::taken_records`] reads back. Pieces with nothing but
+    /// round marks between them are one range, so that its size stays
+    /// the same however long the recording runs.
     taken: Vec<(u64, u64)>,
+    /// The last range of `taken` ends where the data ends, but for round
+    /// marks: the next piece extends it.
+    taken_open: bool,
     /// Byte offset of the data section.
     data_start: u64,
     /// The header says how far the data goes at each round's end
@@ -133,6 +138,7 @@ impl<W: Write + Seek> Writer<W> {
             round_pending: false,
             hidden: None,
             taken: Vec::new(),
+            taken_open: false,
             data_start: head.len() as u64,
             readable,
         })
@@ -221,6 +227,12 @@ impl<W: Write + Seek> Writer<W> {
             n += 1;
         }
         Ok(n)
+    }
+
+    /// How many ranges of taken ring bytes wait to be read back.
+    #[cfg(test)]
+    pub(crate) fn taken_ranges(&self) -> usize {
+        self.taken.len()
     }
 
     /// The output, the file left unfinished (as a recorder killed leaves
@@ -561,6 +573,12 @@ impl<W: Write + Seek> Writer<W> {
     /// A ring's records as the kernel wrote them (whole records, headers
     /// included, in one or two parts), written as they are.
     pub(crate) fn ring_bytes(&mut self, bytes: (&[u8], &[u8])) -> io::Result<()> {
+        self.taken_open = false;
+        self.write_ring_bytes(bytes)
+    }
+
+    /// Writes a ring's bytes, after the round mark waiting.
+    fn write_ring_bytes(&mut self, bytes: (&[u8], &[u8])) -> io::Result<()> {
         debug_assert!(self.takes_ring_bytes());
         let len = bytes.0.len() + bytes.1.len();
         if len == 0 {
@@ -585,11 +603,18 @@ impl<W: Write + Seek> Writer<W> {
     /// is kept for [`Writer::taken_records`].
     pub(crate) fn taken_bytes(&mut self, bytes: (&[u8], &[u8])) -> io::Result<()> {
         let len = (bytes.0.len() + bytes.1.len()) as u64;
-        self.ring_bytes(bytes)?;
-        if len > 0 {
-            self.taken
-                .push((self.data_start + self.data_size - len, len));
+        self.write_ring_bytes(bytes)?;
+        if len == 0 {
+            return Ok(());
         }
+        let end = self.data_start + self.data_size;
+        match self.taken.last_mut() {
+            // Only round marks came between: one range, read back with
+            // the marks in it (which the reading passes over).
+            Some((start, n)) if self.taken_open => *n = end - *start,
+            _ => self.taken.push((end - len, len)),
+        }
+        self.taken_open = true;
         Ok(())
     }
 }
@@ -605,6 +630,7 @@ impl<W: ReadBack> Writer<W> {
     /// header whose size cannot be right (the rest of that piece is not
     /// read: nothing after it can be found).
     pub(crate) fn taken_records(&mut self, mut f: impl FnMut(RingRecord<'_>)) -> io::Result<u64> {
+        self.taken_open = false;
         let mut buf = vec![0u8; READ_BACK];
         let mut corrupt = 0;
         for (start, len) in std::mem::take(&mut self.taken) {
@@ -627,7 +653,11 @@ impl<W: ReadBack> Writer<W> {
                     };
                     let kind = u32::from_ne_bytes([h[0], h[1], h[2], h[3]]);
                     let misc = u16::from_ne_bytes([h[4], h[5]]);
-                    f(RingRecord::new(kind, misc, (body, &[])));
+                    // The kernel writes no round mark: those between
+                    // the pieces of a range are the writer's.
+                    if kind != RECORD_FINISHED_ROUND {
+                        f(RingRecord::new(kind, misc, (body, &[])));
+                    }
                     at += size;
                 }
                 pos += at as u64;
@@ -753,6 +783,7 @@ impl<W: Write + Seek> RecordSink for Writer<W> {
             }
         }
         self.write_pending_round()?;
+        self.taken_open = false;
         self.data_size += write_record(&mut self.out, kind, misc, body)?;
         self.in_round += 1;
         Ok(())

@@ -5,6 +5,7 @@ pub(crate) mod boot;
 pub mod counting;
 pub(crate) mod eprobe;
 pub(crate) mod sink;
+mod span;
 pub(crate) mod summary;
 #[cfg(feature = "tokio")]
 pub(crate) mod tokio;
@@ -263,9 +264,10 @@ impl Session {
     /// Hands `sink` (its [`EventSink::record`]) MMAP records of the
     /// uprobes' binaries in every running process, as `perf record`
     /// synthesizes them; the kernel's own MMAP records follow in the
-    /// rings. Call it once, before the first drain, for a sink that
-    /// writes a perf.data file. Nothing without uprobes, nor for a
-    /// recorded command (the kernel describes its mappings).
+    /// rings. Call it before the first drain, for a sink that writes a
+    /// perf.data file, and again for each file a recording switches to.
+    /// Nothing without uprobes, nor for a recorded command not yet
+    /// released (the kernel describes its mappings as it execs).
     pub(crate) fn user_mmap_records<S: EventSink + ?Sized>(
         &self,
         sink: &mut S,
@@ -274,7 +276,8 @@ impl Session {
         // exec: before it, its pid is this process's fork, whose mappings
         // would stand for the command's in a reader that does not drop
         // them at exec.
-        if self.user_binaries.is_empty() || self.command.is_some() {
+        let held = self.command.as_ref().is_some_and(|(c, _)| !c.released());
+        if self.user_binaries.is_empty() || held {
             return Ok(());
         }
         for pid in proc_pids() {
@@ -296,8 +299,9 @@ impl Session {
 
     /// COMM records, dated 0, of the threads alive now whose samples the
     /// session may take: those of the `-p` processes, none for a command
-    /// (the kernel names it at its exec, and its children by FORK
-    /// records), every thread for any other target. perf record writes the
+    /// not yet released (the kernel names it at its exec, and its children
+    /// by FORK records; a file switched to later names them so), every
+    /// thread for any other target. perf record writes the
     /// same at its start: a file whose samples are counted only at the
     /// end ([`EventSink::counts_later`]) could otherwise name a thread
     /// from /proc only if it still runs then, and only at the file's end
@@ -308,7 +312,8 @@ impl Session {
         sink: &mut S,
     ) -> Result<(), S::Error> {
         let id = self.decoder.ids().into_iter().flatten().next();
-        let (None, Some(id)) = (&self.command, id) else {
+        let held = self.command.as_ref().is_some_and(|(c, _)| !c.released());
+        let (false, Some(id)) = (held, id) else {
             return Ok(());
         };
         let pids: Vec<i32> = if self.watched.is_empty() {

@@ -515,6 +515,32 @@ pub fn page_size() -> usize {
     usize::try_from(v).unwrap_or(4096)
 }
 
+/// The local date and time of `unix_secs` (seconds since the epoch) as
+/// (year, month 1-12, day 1-31, hour, minute, second), in the time zone
+/// the C library reads from TZ and /etc/localtime, as perf names its
+/// rotated files; `None` when the C library cannot convert it.
+pub fn local_date_time(unix_secs: i64) -> Option<(i32, u32, u32, u32, u32, u32)> {
+    let t: libc::time_t = unix_secs;
+    // SAFETY: an all-zero `tm` is a valid value of the plain C struct,
+    // which localtime_r fills.
+    let mut tm: libc::tm = unsafe { std::mem::zeroed() };
+    // SAFETY: both pointers are to live locals of the right types;
+    // localtime_r is the reentrant form and keeps neither pointer.
+    let r = unsafe { libc::localtime_r(&t, &mut tm) };
+    if r.is_null() {
+        return None;
+    }
+    let u = |v: libc::c_int| u32::try_from(v).ok();
+    Some((
+        tm.tm_year.checked_add(1900)?,
+        u(tm.tm_mon)? + 1,
+        u(tm.tm_mday)?,
+        u(tm.tm_hour)?,
+        u(tm.tm_min)?,
+        u(tm.tm_sec)?,
+    ))
+}
+
 /// A read-only map of a whole regular file (a perf.data file being read
 /// back), so that its records are read in place, without a copy.
 pub(crate) fn map_file(file: &std::fs::File) -> io::Result<memmap2::Mmap> {
