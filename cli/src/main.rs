@@ -297,6 +297,23 @@ struct RecordArgs {
     /// its target untouched), then create FILE new as without --force.
     #[arg(long, requires = "files")]
     force: bool,
+    /// With -o: write the records zstd-compressed, as `perf record -z`
+    /// does (PERF_RECORD_COMPRESSED records, which `perf script` and
+    /// `kprobe-perf script -i` read), at level N from 1 (the default, the
+    /// fastest, as perf's) to 22 (the smallest); `-z` alone, `-z5` or
+    /// `--compression-level 5`. Samples are counted as each drain reads
+    /// them, not from the file at the end. E.g. `kprobe-perf record -q -z
+    /// -o run.data -e 'p:/bin/bash:readline'`.
+    #[arg(
+        short = 'z',
+        long = "compression-level",
+        value_name = "N",
+        num_args = 0..=1,
+        default_missing_value = "1",
+        requires = "output",
+        value_parser = validate::compression_level
+    )]
+    compression_level: Option<u32>,
     /// Debugging: write a line per drain of the rings to FILE (when the
     /// wait began and ended, the bytes pending per ring, the bytes read,
     /// the drain's time and the file's share of it, the losses so far).
@@ -505,7 +522,12 @@ fn record(args: &RecordArgs, filters: &[Option<String>]) -> Result<ExitCode> {
     let file = match args.output.as_deref() {
         Some(p) => {
             let f = output::create(p, args.force)?;
-            Some(output::FileOutput::start(f, &mut session, &symbols)?)
+            Some(output::FileOutput::start(
+                f,
+                &mut session,
+                &symbols,
+                args.compression_level,
+            )?)
         }
         None => None,
     };
