@@ -89,8 +89,10 @@ enum Cmd {
     /// then exits with CMD's status (128+N for signal N; 1 for an error of
     /// the recording). CMD starts with default signal actions and no
     /// blocked signals. Without it (or with -a) records every CPU until
-    /// Ctrl-C or --duration. A summary with per-probe counts and lost
-    /// events goes to stderr.
+    /// Ctrl-C or --duration. SIGTERM, SIGINT and SIGHUP each end it as
+    /// Ctrl-C does (an -o file finished, the summary printed, exit 0), as a
+    /// service manager stops it (docs/record.md has a systemd unit). A
+    /// summary with per-probe counts and lost events goes to stderr.
     #[command(after_help = examples::RECORD)]
     Record(Box<RecordArgs>),
     /// Measure how long each call of a function takes: an entry and a
