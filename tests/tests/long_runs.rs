@@ -100,7 +100,9 @@ fn z_files_read_as_the_same_recording_uncompressed() {
         ("z.data", Some("-z")),
         ("z9.data", Some("-z9")),
     ] {
-        let mut args = vec!["record", "-q", "-o", file, "-e", spec];
+        // Rings that hold every call (20,000 of 72 bytes): the VM's
+        // slow recorder loses none.
+        let mut args = vec!["record", "-q", "-m", "4M", "-o", file, "-e", spec];
         args.extend(z);
         args.extend(["--", "./habits", &calls]);
         let out = run(&b.dir, &kp, &args);
@@ -125,10 +127,10 @@ fn z_files_read_as_the_same_recording_uncompressed() {
         size("plain.data")
     );
     assert!(
-        size("z9.data") <= size("z.data"),
+        size("z9.data") * 5 < size("plain.data"),
         "{} {}",
         size("z9.data"),
-        size("z.data")
+        size("plain.data")
     );
     let want: Vec<String> = (0..CALLS).map(|i| format!("n={i}")).collect();
     for f in ["plain.data", "z.data", "z9.data"] {
@@ -198,7 +200,7 @@ fn perfs_own_z_files_read_as_its_plain_ones() {
     );
     let calls = CALLS.to_string();
     for (file, z) in [("perf-plain.data", None), ("perf-z.data", Some("-z"))] {
-        let mut args = vec!["record", "-q", "-o", file, "-e", &event];
+        let mut args = vec!["record", "-q", "-m", "4M", "-o", file, "-e", &event];
         args.extend(z);
         args.extend(["--", "./habits", &calls]);
         let out = perf(&args);
