@@ -338,7 +338,12 @@ pub(crate) fn run(args: &CallsArgs) -> Result<ExitCode> {
     let file = match args.output.as_deref() {
         Some(p) => {
             let f = crate::output::create(p, false)?;
-            Some(crate::output::FileOutput::start(f, &mut session, &symbols)?)
+            Some(crate::output::FileOutput::start(
+                f,
+                &mut session,
+                &symbols,
+                None,
+            )?)
         }
         None => None,
     };

@@ -27,7 +27,8 @@ Examples:
   kprobe-perf record -e 'r:./prog:walk ret=$retval' -e 'p:./prog:walk n=$arg1' -- ./prog
   kprobe-perf record -e 'usdt:/usr/bin/python3:python:function__entry file=+0($arg1):ustring' -p PID
   kprobe-perf record -g -o perf.data -e 'p:/lib/x86_64-linux-gnu/libc.so.6:malloc size=$arg1' -- ls
-  kprobe-perf record -a -d 5 -e 'p:do_sys_openat2 path=+0(%si):string'";
+  kprobe-perf record -a -d 5 -e 'p:do_sys_openat2 path=+0(%si):string'
+  kprobe-perf record -a -q -z -o run.data -e 'p:/usr/bin/bash:readline'";
 
 /// `latency --help`.
 pub(crate) const LATENCY: &str = "\

@@ -91,8 +91,10 @@ enum Cmd {
     /// then exits with CMD's status (128+N for signal N; 1 for an error of
     /// the recording). CMD starts with default signal actions and no
     /// blocked signals. Without it (or with -a) records every CPU until
-    /// Ctrl-C or --duration. A summary with per-probe counts and lost
-    /// events goes to stderr.
+    /// Ctrl-C or --duration. SIGTERM, SIGINT and SIGHUP each end it as
+    /// Ctrl-C does (an -o file finished, the summary printed, exit 0), as a
+    /// service manager stops it (docs/record.md has a systemd unit). A
+    /// summary with per-probe counts and lost events goes to stderr.
     #[command(after_help = examples::RECORD)]
     Record(Box<RecordArgs>),
     /// Measure how long each call of a function takes: an entry and a
@@ -306,6 +308,23 @@ struct RecordArgs {
     /// its target untouched), then create FILE new as without --force.
     #[arg(long, requires = "files")]
     force: bool,
+    /// With -o: write the records zstd-compressed, as `perf record -z`
+    /// does (PERF_RECORD_COMPRESSED records, which `perf script` and
+    /// `kprobe-perf script -i` read), at level N from 1 (the default, the
+    /// fastest, as perf's) to 22 (the smallest); `-z` alone, `-z5` or
+    /// `--compression-level 5`. Samples are counted as each drain reads
+    /// them, not from the file at the end. E.g. `kprobe-perf record -q -z
+    /// -o run.data -e 'p:/bin/bash:readline'`.
+    #[arg(
+        short = 'z',
+        long = "compression-level",
+        value_name = "N",
+        num_args = 0..=1,
+        default_missing_value = "1",
+        requires = "output",
+        value_parser = validate::compression_level
+    )]
+    compression_level: Option<u32>,
     /// Debugging: write a line per drain of the rings to FILE (when the
     /// wait began and ended, the bytes pending per ring, the bytes read,
     /// the drain's time and the file's share of it, the losses so far).
@@ -517,14 +536,24 @@ fn record(args: &RecordArgs, filters: &[Option<String>]) -> Result<ExitCode> {
     let file = match args.output.as_deref() {
         Some(p) => {
             let f = output::create(p, args.force)?;
-            Some(output::FileOutput::start(f, &mut session, &symbols)?)
+            Some(output::FileOutput::start(
+                f,
+                &mut session,
+                &symbols,
+                args.compression_level,
+            )?)
         }
         None => None,
     };
     // Everything the loop needs is made before the probes are enabled
     // and the command released: its first records wait in the rings
     // until the first drain, which a late start lets overflow.
-    let rotation = rotate::Rotation::new(args.output.as_deref(), &args.rotation, &symbols)?;
+    let rotation = rotate::Rotation::new(
+        args.output.as_deref(),
+        &args.rotation,
+        &symbols,
+        args.compression_level,
+    )?;
     let mut printer = Printer::new(args, &session, &symbols, agg, file.is_some());
     if let (Some(s), Some((path, slide))) = (printer.stacks.as_mut(), kernel_dwarf) {
         s.name_kernel_frames_from(path, slide);

@@ -135,11 +135,14 @@ impl Addresses {
 impl FileOutput {
     /// Starts writing `file` (made by [`create`]) for `session`, whose
     /// records each drain then gives it (as an [`EventSink`], or through
-    /// another sink that forwards them).
+    /// another sink that forwards them). With `compression`, a zstd
+    /// level, the records go out compressed as `perf record -z` writes
+    /// them.
     pub(crate) fn start(
         file: NewFile,
         session: &mut Session,
         symbols: &KernelSymbols,
+        compression: Option<u32>,
     ) -> Result<FileOutput> {
         let path = file.path().to_path_buf();
         let Some(file) = file.into_file() else {
@@ -159,9 +162,14 @@ impl FileOutput {
             symbols,
             Some(dir),
         )
+        .and_then(|mut s| match compression {
+            Some(level) => s.compress(level).map(|()| s),
+            None => Ok(s),
+        })
         // With nothing printed, the rings' bytes go to the file as they
         // are and their samples are counted when it is read back at the
-        // end, as perf record does.
+        // end, as perf record does (not when compressed: the drains
+        // count them).
         .and_then(|s| s.counting_later(session))
         .map_err(|e| write_error(&path, &e, io_source(&e)))?;
         Ok(FileOutput {

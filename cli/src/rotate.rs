@@ -166,6 +166,8 @@ pub(crate) struct Rotation<'a> {
     path: PathBuf,
     args: RotationArgs,
     symbols: &'a KernelSymbols,
+    /// `-z`'s level, for every file switched to.
+    compression: Option<u32>,
     /// Set by SIGUSR2 (`--switch-output` on a signal).
     signal: Arc<AtomicBool>,
     /// When the file being written was started.
@@ -180,10 +182,12 @@ pub(crate) struct Rotation<'a> {
 impl<'a> Rotation<'a> {
     /// The switching of `path` as `args` ask; `None` when they ask
     /// nothing. Installs the SIGUSR2 handler of `--switch-output=signal`.
+    /// Files switched to are compressed as the first (`compression`).
     pub(crate) fn new(
         path: Option<&Path>,
         args: &RotationArgs,
         symbols: &'a KernelSymbols,
+        compression: Option<u32>,
     ) -> Result<Option<Rotation<'a>>> {
         let Some(path) = path else { return Ok(None) };
         if args.switch_output.is_none() && args.max_size.is_none() {
@@ -198,6 +202,7 @@ impl<'a> Rotation<'a> {
             path: path.to_path_buf(),
             args: args.clone(),
             symbols,
+            compression,
             signal,
             started: Instant::now(),
             kept: VecDeque::new(),
@@ -245,7 +250,7 @@ impl<'a> Rotation<'a> {
     ) -> Result<FileOutput> {
         self.finish(file, session, addresses)?;
         let new = output::create(&self.path, false)?;
-        let file = FileOutput::start(new, session, self.symbols)?;
+        let file = FileOutput::start(new, session, self.symbols, self.compression)?;
         self.started = Instant::now();
         Ok(file)
     }

@@ -275,6 +275,19 @@ fn one_line(rendered: &str) -> String {
     text
 }
 
+/// `-zN` / `--compression-level N`: a zstd level from 1 to 22, as perf
+/// record takes it (0, as perf, is its default level, 1).
+pub(crate) fn compression_level(text: &str) -> Result<u32, String> {
+    let max = kprobe_perf_engine::perfdata::MAX_COMPRESSION_LEVEL;
+    match text.trim().parse::<u32>() {
+        Ok(0) => Ok(kprobe_perf_engine::perfdata::DEFAULT_COMPRESSION_LEVEL),
+        Ok(n) if n <= max => Ok(n),
+        _ => Err(format!(
+            "`{text}` is not a compression level: give a number from 1 (fastest, the default) to {max} (smallest), e.g. -z3"
+        )),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -478,6 +478,12 @@ const ONCE_PER_PAIR: &[Once] = &[
         on: "6.12",
         why: "a killed recording's -o file read back: the writer's and reader's file handling (both routes run there)",
     },
+    Once {
+        file: "long_runs",
+        tests: &[],
+        on: "6.12",
+        why: "uprobes of a test binary: -z files against perf's, and a recording stopped by signals (file handling, not the kernel's)",
+    },
 ];
 
 /// The kernel of the pair other than `kernel`, when `kernel` is one of

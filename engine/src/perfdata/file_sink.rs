@@ -180,6 +180,20 @@ impl<W: Write + Seek> FileSink<W> {
         Ok(sink)
     }
 
+    /// From now on, the records go out zstd-compressed at `level` (1 to
+    /// 22) as `perf record -z` writes them ([`Writer::compress`]); the
+    /// drains then count the samples as they go (see
+    /// [`FileSink::counting_later`]).
+    pub fn compress(&mut self, level: u32) -> Result<(), PerfDataError> {
+        self.writer
+            .compress(level)
+            .map_err(|source| PerfDataError::Io {
+                what: format!("starting zstd compression at level {level}"),
+                offset: 0,
+                source,
+            })
+    }
+
     /// Adds kernel addresses whose symbols the file is to store (those of
     /// events a sink of yours printed without handing them to this one).
     pub fn add_addresses(&mut self, addresses: impl IntoIterator<Item = u64>) {
@@ -352,9 +366,11 @@ impl<W: Write + Seek> EventSink for FileSink<W> {
         Ok(ControlFlow::Continue(()))
     }
 
-    /// See [`FileSink::counting_later`].
+    /// See [`FileSink::counting_later`]; not when the records are
+    /// compressed ([`FileSink::compress`]): the file's bytes are then not
+    /// the records to read back, and each drain counts its own.
     fn counts_later(&self) -> bool {
-        self.later && self.takes_ring_bytes()
+        self.later && self.takes_ring_bytes() && !self.writer.compresses()
     }
 
     fn taken_bytes(&mut self, bytes: (&[u8], &[u8])) -> Result<ControlFlow<()>, Self::Error> {

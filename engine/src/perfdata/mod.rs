@@ -17,6 +17,7 @@
 //! ```
 
 mod boot;
+mod compress;
 mod file_sink;
 mod meta;
 mod reader;
@@ -24,6 +25,9 @@ mod replay;
 mod writer;
 
 pub use boot::write_boot_recording;
+pub use compress::{
+    DEFAULT_LEVEL as DEFAULT_COMPRESSION_LEVEL, MAX_LEVEL as MAX_COMPRESSION_LEVEL,
+};
 pub use file_sink::{note_addresses, FileSink};
 pub use meta::{symbol_subset, FileBuildId, Metadata, StoredProbe};
 pub use reader::{FileAttr, FileRecord, Reader, Unfinished};
@@ -64,6 +68,9 @@ pub(crate) const FEAT_NRCPUS: u32 = 7;
 pub(crate) const FEAT_CMDLINE: u32 = 11;
 /// `HEADER_EVENT_DESC`: each attr with its name and ids.
 pub(crate) const FEAT_EVENT_DESC: u32 = 12;
+/// `HEADER_COMPRESSED`: how the records are compressed (see
+/// `compress`).
+pub(crate) const FEAT_COMPRESSED: u32 = 27;
 /// kprobe-perf's own section ([`Metadata`]); perf skips bits it does not
 /// know.
 pub(crate) const FEAT_KPROBE_PERF: u32 = 200;

@@ -5,6 +5,7 @@
 
 use std::io::{self, Read, Seek, SeekFrom};
 
+use super::compress::{Decompressor, RECORD_COMPRESSED, RECORD_COMPRESSED2};
 use super::{
     Metadata, PerfDataError, Section, FEATURE_BITS, FEAT_CMDLINE, FEAT_HIDDEN, FEAT_HOSTNAME,
     FEAT_KPROBE_PERF, FEAT_NRCPUS, FEAT_OSRELEASE, HEADER_SIZE, MAGIC,
@@ -70,6 +71,9 @@ pub struct Reader<R> {
     map: Option<Mapped>,
     /// The file was never finished (its length).
     unfinished: Option<u64>,
+    /// The records of the `PERF_RECORD_COMPRESSED` records read so far
+    /// (`perf record -z`, `record -z`), once there has been one.
+    unpacked: Option<Decompressor>,
 }
 
 /// A mapped file, and the thread that maps its pages ahead of the reader.
@@ -236,6 +240,7 @@ impl<R: Read + Seek> Reader<R> {
             hidden,
             map: None,
             unfinished,
+            unpacked: None,
         })
     }
 
@@ -268,10 +273,23 @@ impl<R: Read + Seek> Reader<R> {
         self.hidden_attrs
     }
 
-    /// The next record, or `None` at the end of the data section.
+    /// The next record, or `None` at the end of the data section. The
+    /// records a `PERF_RECORD_COMPRESSED` holds come in its place, one
+    /// by one, with its index and offset.
     #[inline]
     pub fn next_record(&mut self) -> Result<Option<FileRecord<'_>>, PerfDataError> {
         const WHAT: &str = "data section";
+        if self.unpacked.is_some() || self.next_is_compressed() {
+            loop {
+                if self.unpacked.as_ref().is_some_and(Decompressor::has_record) {
+                    return Ok(self.next_unpacked());
+                }
+                if !self.next_is_compressed() {
+                    break;
+                }
+                self.unpack_next()?;
+            }
+        }
         match &mut self.map {
             Some(m) => {
                 m.reading(self.data.pos);
@@ -279,6 +297,63 @@ impl<R: Read + Seek> Reader<R> {
             }
             None => self.data.next(&mut self.r, WHAT),
         }
+    }
+
+    /// True when the next record of the data section is a compressed one.
+    fn next_is_compressed(&mut self) -> bool {
+        let kind = match &self.map {
+            Some(m) => self.data.peek_kind_mapped(&m.map),
+            None => self.data.peek_kind(&mut self.r),
+        };
+        matches!(kind, Some(RECORD_COMPRESSED | RECORD_COMPRESSED2))
+    }
+
+    /// Reads the compressed record that comes next and decompresses it.
+    #[cold]
+    fn unpack_next(&mut self) -> Result<(), PerfDataError> {
+        const WHAT: &str = "data section";
+        let unpacked = match &mut self.unpacked {
+            Some(d) => d,
+            None => {
+                self.unpacked
+                    .insert(Decompressor::new().map_err(|e| PerfDataError::Record {
+                        index: self.data.index,
+                        kind: RECORD_COMPRESSED,
+                        offset: self.data.pos,
+                        reason: e.to_string(),
+                    })?)
+            }
+        };
+        let rec = match &mut self.map {
+            Some(m) => self.data.next_mapped(&m.map, WHAT)?,
+            None => self.data.next(&mut self.r, WHAT)?,
+        };
+        let Some(rec) = rec else {
+            return Ok(());
+        };
+        unpacked
+            .feed(rec.kind, rec.body, rec.offset)
+            .map_err(|reason| PerfDataError::Record {
+                index: rec.index,
+                kind: rec.kind,
+                offset: rec.offset,
+                reason: format!("decompressing its records: {reason}"),
+            })
+    }
+
+    /// The next record a compressed record held.
+    fn next_unpacked(&mut self) -> Option<FileRecord<'_>> {
+        let index = self.data.index.saturating_sub(1);
+        let d = self.unpacked.as_mut()?;
+        let offset = d.offset;
+        let (kind, misc, body) = d.next()?;
+        Some(FileRecord {
+            index,
+            offset,
+            kind,
+            misc,
+            body,
+        })
     }
 
     /// The next record of the hidden probes' region (`FEAT_HIDDEN`),
@@ -414,6 +489,27 @@ impl Stream {
             tolerant: false,
             cut: None,
         }
+    }
+
+    /// The type of the record at `pos`, if its header can be read.
+    fn peek_kind(&mut self, r: &mut (impl Read + Seek)) -> Option<u32> {
+        let end = self.sec.offset + self.sec.size;
+        if end.saturating_sub(self.pos) < 8 || self.fill(r, 8).is_err() {
+            return None;
+        }
+        let h = self.buf.get(self.start..self.start + 4)?;
+        Some(u32::from_ne_bytes([h[0], h[1], h[2], h[3]]))
+    }
+
+    /// [`Stream::peek_kind`] in a mapped file.
+    fn peek_kind_mapped(&self, map: &[u8]) -> Option<u32> {
+        let end = self.sec.offset + self.sec.size;
+        if end.saturating_sub(self.pos) < 8 {
+            return None;
+        }
+        let at = usize::try_from(self.pos).ok()?;
+        let h = map.get(at..at.checked_add(4)?)?;
+        Some(u32::from_ne_bytes([h[0], h[1], h[2], h[3]]))
     }
 
     /// In an unfinished file ([`Stream::tolerant`]), ends the section at

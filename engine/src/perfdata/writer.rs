@@ -3,6 +3,7 @@
 use std::fs::File;
 use std::io::{self, BufWriter, Seek, SeekFrom, Write};
 
+use super::compress::Compressor;
 use super::{
     put_string, Metadata, PerfDataError, Section, FEATURE_BITS, FEAT_ARCH, FEAT_BUILD_ID,
     FEAT_CMDLINE, FEAT_EVENT_DESC, FEAT_HIDDEN, FEAT_HOSTNAME, FEAT_KPROBE_PERF, FEAT_NRCPUS,
@@ -46,6 +47,8 @@ pub struct Writer<W: Write + Seek> {
     /// The header says how far the data goes at each round's end
     /// ([`Writer::new_readable`]).
     readable: bool,
+    /// The records go out compressed ([`Writer::compress`]).
+    compress: Option<Compressor>,
 }
 
 /// A writer's output that can be read back (a file, open for reading
@@ -141,6 +144,7 @@ impl<W: Write + Seek> Writer<W> {
             taken_open: false,
             data_start: head.len() as u64,
             readable,
+            compress: None,
         })
     }
 
@@ -159,6 +163,22 @@ impl<W: Write + Seek> Writer<W> {
             size: 0,
             in_round: 0,
         });
+    }
+
+    /// From now on, the records go out zstd-compressed at `level` (1 to
+    /// 22), as `perf record -z` writes them: in `PERF_RECORD_COMPRESSED`
+    /// records, each round's flushed before its `FINISHED_ROUND`, with
+    /// perf's `HEADER_COMPRESSED` feature at the end. Records written
+    /// before stay as they are (perf record compresses only what its
+    /// rings held); the hidden probes' samples too.
+    pub fn compress(&mut self, level: u32) -> io::Result<()> {
+        self.compress = Some(Compressor::new(level)?);
+        Ok(())
+    }
+
+    /// True when the records go out compressed ([`Writer::compress`]).
+    pub(crate) fn compresses(&self) -> bool {
+        self.compress.is_some()
     }
 
     /// Writes the `PERF_RECORD_MMAP` perf record synthesizes for the
@@ -245,6 +265,10 @@ impl<W: Write + Seek> Writer<W> {
     /// Ends the file: features, ids and attrs after the data, then the
     /// header. Returns the output.
     pub fn finish(mut self, meta: &Metadata) -> Result<W, PerfDataError> {
+        self.write_compressed().map_err(io_err(
+            "writing the last compressed records",
+            self.data_size,
+        ))?;
         let data_end = self.data_start + self.data_size;
         self.write_pending_round()
             .map_err(io_err("writing the last round's mark", data_end))?;
@@ -254,6 +278,11 @@ impl<W: Write + Seek> Writer<W> {
         let attr_size = meta.attrs.first().map_or(0, Vec::len);
         let ids_of = |i: usize| ids_of(meta, i);
         let mut features = shown_features(meta, shown, attr_size);
+        if let Some(c) = &self.compress {
+            features.push((super::FEAT_COMPRESSED, c.feature()));
+            // perf reads the sections in the order of their bits.
+            features.sort_by_key(|(bit, _)| *bit);
+        }
         // The hidden section's own size is known before the offset of the
         // region it points at: the region follows the attrs.
         let hidden_attrs = &meta.attrs[shown.min(meta.attrs.len())..];
@@ -584,6 +613,10 @@ impl<W: Write + Seek> Writer<W> {
         if len == 0 {
             return Ok(());
         }
+        if self.compress.is_some() {
+            self.in_round += 1;
+            return self.push_compressed(&[bytes.0, bytes.1]);
+        }
         // The round mark waiting to be written, and the ring's one or
         // two parts, in one write.
         let round = if std::mem::take(&mut self.round_pending) {
@@ -602,6 +635,8 @@ impl<W: Write + Seek> Writer<W> {
     /// [`Writer::ring_bytes`] of bytes no drain counted: where they went
     /// is kept for [`Writer::taken_records`].
     pub(crate) fn taken_bytes(&mut self, bytes: (&[u8], &[u8])) -> io::Result<()> {
+        // What is read back must be the records as they are.
+        debug_assert!(self.compress.is_none());
         let len = (bytes.0.len() + bytes.1.len()) as u64;
         self.write_ring_bytes(bytes)?;
         if len == 0 {
@@ -692,6 +727,53 @@ fn write_all_vectored<const N: usize>(out: &mut impl Write, parts: [&[u8]; N]) -
 }
 
 impl<W: Write + Seek> Writer<W> {
+    /// Gives the compressor `parts` (whole records); writes what it
+    /// gives back.
+    fn push_compressed(&mut self, parts: &[&[u8]]) -> io::Result<()> {
+        let Some(c) = self.compress.as_mut() else {
+            return Ok(());
+        };
+        if let Some(out) = c.push(parts)? {
+            Self::write_after_round(&mut self.out, &mut self.round_pending, out)?;
+            self.data_size += out.len() as u64;
+        }
+        Ok(())
+    }
+
+    /// [`Writer::push_compressed`] of one record.
+    fn push_record(&mut self, kind: u32, misc: u16, body: (&[u8], &[u8])) -> io::Result<()> {
+        let size = u16::try_from(8 + body.0.len() + body.1.len())
+            .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "record over 64 KiB"))?;
+        let mut hdr = [0u8; 8];
+        hdr[..4].copy_from_slice(&kind.to_ne_bytes());
+        hdr[4..6].copy_from_slice(&misc.to_ne_bytes());
+        hdr[6..].copy_from_slice(&size.to_ne_bytes());
+        self.push_compressed(&[&hdr, body.0, body.1])
+    }
+
+    /// Compresses the records waiting and writes them.
+    fn write_compressed(&mut self) -> io::Result<()> {
+        let Some(c) = self.compress.as_mut() else {
+            return Ok(());
+        };
+        let out = c.flush()?;
+        if !out.is_empty() {
+            Self::write_after_round(&mut self.out, &mut self.round_pending, out)?;
+            self.data_size += out.len() as u64;
+        }
+        Ok(())
+    }
+
+    /// Writes `bytes` after the round mark left waiting, if any.
+    fn write_after_round(out: &mut W, round_pending: &mut bool, bytes: &[u8]) -> io::Result<()> {
+        let round = if std::mem::take(round_pending) {
+            &ROUND_MARK[..]
+        } else {
+            &[]
+        };
+        write_all_vectored(out, [round, bytes])
+    }
+
     /// Writes the FINISHED_ROUND [`RecordSink::round_end`] left waiting.
     fn write_pending_round(&mut self) -> io::Result<()> {
         if std::mem::take(&mut self.round_pending) {
@@ -782,6 +864,10 @@ impl<W: Write + Seek> RecordSink for Writer<W> {
                 }
             }
         }
+        if self.compress.is_some() {
+            self.in_round += 1;
+            return self.push_record(kind, misc, body);
+        }
         self.write_pending_round()?;
         self.taken_open = false;
         self.data_size += write_record(&mut self.out, kind, misc, body)?;
@@ -794,6 +880,8 @@ impl<W: Write + Seek> RecordSink for Writer<W> {
         if self.in_round == 0 && hidden == 0 {
             return Ok(());
         }
+        // The round's records go out before its mark.
+        self.write_compressed()?;
         // Written with what comes next (see `round_pending`).
         self.write_pending_round()?;
         if self.readable {
