@@ -24,6 +24,7 @@ mod aggregate;
 mod binaries;
 mod calls;
 mod calls_file;
+mod calls_json;
 mod calls_render;
 mod calls_timeline;
 mod doctor;
