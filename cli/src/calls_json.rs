@@ -34,16 +34,8 @@ impl JsonNames {
                         .enumerate()
                         .map(|(i, p)| (quoted(p), i))
                         .collect();
-                    // Stable: of two parameters of one name the later wins,
-                    // as it does in a map.
+                    // Stable: parameters of one name stay in order.
                     p.sort_by(|a, b| a.0.cmp(&b.0));
-                    p.dedup_by(|later, earlier| {
-                        let same = later.0 == earlier.0;
-                        if same {
-                            earlier.1 = later.1;
-                        }
-                        same
-                    });
                     p
                 })
                 .collect(),
@@ -183,8 +175,17 @@ fn frame(out: &mut String, f: &Frame, names: &JsonNames) {
     if !f.args.is_empty() {
         let params = names.params.get(f.function).map_or(&[][..], |p| &p[..]);
         let mut first = true;
-        for (p, i) in params {
+        for (k, (p, i)) in params.iter().enumerate() {
             let Some(v) = f.args.get(*i) else { continue };
+            // Of parameters of one name, the last with a value wins, as
+            // in a map.
+            let later = params[k + 1..]
+                .iter()
+                .take_while(|(q, _)| q == p)
+                .any(|(_, j)| *j < f.args.len());
+            if later {
+                continue;
+            }
             if !first {
                 out.push(',');
             }
