@@ -375,7 +375,7 @@ pub(crate) fn run(args: &CallsArgs) -> Result<ExitCode> {
     let lines = crate::text::summary_lines(&session.summary(), session.plans());
     if let Some(file) = feed.file.take() {
         let functions = feed.tracing.builder.functions();
-        let notes = crate::calls_file::notes(functions, &lines);
+        let notes = crate::calls_file::notes(functions, session.stats().lost, &lines);
         file.finish_with_notes(&session, &symbols, feed.addresses.into_set(), notes)?;
     }
     for line in lines {
@@ -457,6 +457,13 @@ impl Tracing {
         self.finish()
     }
 
+    /// Prints the trees closed since the last call (a replay of a file
+    /// that lost nothing). False when stdout's reader has gone.
+    pub(crate) fn print_finished(&mut self) -> Result<bool> {
+        let trees = self.builder.take_finished();
+        self.print(&trees)
+    }
+
     /// Prints the trees held, holds the ones just closed. False when
     /// stdout's reader has gone.
     pub(crate) fn print_held(&mut self) -> Result<bool> {
@@ -478,7 +485,10 @@ impl Tracing {
                 false => return Ok(false),
             }
         }
-        crate::written(self.out.flush())
+        match crate::written(self.renderer.flush(&mut self.out))? {
+            true => crate::written(self.out.flush()),
+            false => Ok(false),
+        }
     }
 
     /// The last trees: those held, then every one still open.

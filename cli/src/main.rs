@@ -25,6 +25,7 @@ mod binaries;
 mod boot;
 mod calls;
 mod calls_file;
+mod calls_json;
 mod calls_render;
 mod calls_timeline;
 mod doctor;

@@ -668,6 +668,7 @@ fn bench_opens(script: &str, opens: u64, rounds: u32, kernel: &str) -> Result<()
 /// and its rebuild rate from a file.
 fn bench_calls(opens: u64, rounds: u32, functions: usize, kernel: &str) -> Result<()> {
     build_kprobe_perf_and_open_loop()?;
+    bench_calls_rebuild()?;
     bench_in_vm(
         kernel,
         &[
@@ -686,6 +687,59 @@ fn bench_calls(opens: u64, rounds: u32, functions: usize, kernel: &str) -> Resul
         Duration::from_secs(3600),
         "the calls benchmark",
     )
+}
+
+/// The rebuild from a file, natively (no kprobe is needed to read one):
+/// the bench harness calls_bench writes a made-up `calls -o` file of
+/// 2,000,000 events and one of 8 (the start-up), and `kprobe-perf calls
+/// [--json] -i FILE > /dev/null` is timed on each, best of 3.
+fn bench_calls_rebuild() -> Result<()> {
+    let dir = workspace_root().join("target").join("bench");
+    std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
+    let (big, small) = (dir.join("calls-big.data"), dir.join("calls-small.data"));
+    for (n, f) in [(2_000_000u64, &big), (8, &small)] {
+        run_harness(
+            "calls_bench",
+            &[n.to_string(), f.to_string_lossy().into_owned()],
+        )?;
+    }
+    let kp = PathBuf::from(release_path("kprobe-perf"));
+    println!("| calls -i FILE > /dev/null (natively) | seconds (best of 3, wall) | M events/s |");
+    println!("|---|---|---|");
+    for (what, file, events, json) in [
+        ("start-up (8 events, --json)", &small, 8u64, true),
+        ("2,000,000 events, errors mode", &big, 2_000_000, false),
+        ("2,000,000 events, --json", &big, 2_000_000, true),
+    ] {
+        let mut best = f64::MAX;
+        for _ in 0..3 {
+            let devnull = std::fs::File::create("/dev/null").context("opening /dev/null")?;
+            let mut cmd = std::process::Command::new(&kp);
+            cmd.arg("calls");
+            if json {
+                cmd.arg("--json");
+            }
+            let start = std::time::Instant::now();
+            let status = cmd
+                .arg("-i")
+                .arg(file)
+                .stdout(devnull)
+                .stderr(std::process::Stdio::null())
+                .status()
+                .context("running kprobe-perf calls -i")?;
+            best = best.min(start.elapsed().as_secs_f64());
+            if !status.success() {
+                bail!("kprobe-perf calls -i {} failed ({status})", file.display());
+            }
+        }
+        let rate = if events > 8 {
+            format!("{:.2}", events as f64 / best / 1e6)
+        } else {
+            String::new()
+        };
+        println!("| {what} | {best:.4} | {rate} |");
+    }
+    Ok(())
 }
 
 /// `cargo build --quiet --release ARGS` in the workspace; `what` names

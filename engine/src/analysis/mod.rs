@@ -64,8 +64,9 @@ pub use aggregate::{
     ArgHists, ArgKind, CountBy, CountKey, CountRow, CountTable, HistBy, ProbeFields, ProbeHist,
 };
 pub use calltree::{
-    errno_name, CallError, CallEvent, CallProbes, CallSite, CallTree, CallTreeBuilder,
-    CallTreeOptions, Frame, FunctionTime, Missing, ReturnKind, TracedFunction,
+    errno_name, functions_from_note, functions_note, CallError, CallEvent, CallProbes, CallSite,
+    CallTree, CallTreeBuilder, CallTreeOptions, Frame, FunctionTime, Missing, ReturnKind,
+    TracedFunction, FUNCTIONS_NOTE, LOST_NOTE,
 };
 #[cfg(feature = "flamegraph")]
 pub use folded::FlameGraphError;

@@ -97,6 +97,14 @@ pub(crate) fn render_hist(h: &Hist) -> String {
 /// nanoseconds for `ns`), or with `None` in the largest of ns, us, ms, s
 /// that keeps it at least 1: `850ns`, `12.345us`, `1.500ms`, `2.000s`.
 pub fn format_duration(ns: u64, unit: Option<TimeUnit>) -> String {
+    let mut s = String::new();
+    write_duration(&mut s, ns, unit);
+    s
+}
+
+/// [`format_duration`] added to `out` (no allocation of its own: for
+/// renderers of many durations).
+pub fn write_duration(out: &mut String, ns: u64, unit: Option<TimeUnit>) {
     let per = match unit {
         Some(TimeUnit::Ns) => 1,
         Some(u) => u.ns(),
@@ -106,12 +114,15 @@ pub fn format_duration(ns: u64, unit: Option<TimeUnit>) -> String {
         None => 1_000_000_000,
     };
     let suffix = match per {
-        1 => return format!("{ns}ns"),
+        1 => {
+            let _ = write!(out, "{ns}ns");
+            return;
+        }
         1_000 => "us",
         1_000_000 => "ms",
         _ => "s",
     };
-    format!("{}.{:03}{suffix}", ns / per, ns % per / (per / 1000))
+    let _ = write!(out, "{}.{:03}{suffix}", ns / per, ns % per / (per / 1000));
 }
 
 /// One line of figures: `count 12, avg 3.5us, min 1us, p50 3us, p90 5us,

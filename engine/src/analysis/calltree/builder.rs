@@ -1,9 +1,11 @@
 //! [`CallTreeBuilder`]: entries and returns, in time order, into trees.
 
 use std::collections::HashMap;
+use std::hash::BuildHasherDefault;
 use std::sync::Arc;
 
 use super::tree::{CallTree, Frame, Missing, ReturnKind};
+use crate::decode::records::IntHasher;
 use crate::decode::Value;
 
 /// A function whose calls the builder follows.
@@ -121,6 +123,11 @@ struct Thread {
     building: Option<Building>,
     /// Calls of traced functions open outside any tree (innermost last).
     outside: Vec<usize>,
+    /// The open-call list of the last tree closed, kept for the next
+    /// (no allocation per tree).
+    spare_open: Vec<usize>,
+    /// Frames of the last tree closed: the next one's room.
+    last_frames: usize,
 }
 
 /// Rebuilds call trees from entries and returns (see the
@@ -129,7 +136,10 @@ pub struct CallTreeBuilder {
     functions: Vec<TracedFunction>,
     options: CallTreeOptions,
     /// Keyed by tid, or by `-1 - cpu` for tid 0 (each CPU's idle task).
-    threads: HashMap<i64, Thread>,
+    threads: HashMap<i64, Thread, BuildHasherDefault<IntHasher>>,
+    /// The thread of the last event, out of `threads` while its events
+    /// follow one another (they need no lookup then).
+    hot: Option<(i64, Thread)>,
     finished: Vec<CallTree>,
     /// Thread exits not yet applied: (tid, time).
     exits: Vec<(i32, u64)>,
@@ -141,7 +151,8 @@ impl CallTreeBuilder {
         CallTreeBuilder {
             functions,
             options,
-            threads: HashMap::new(),
+            threads: HashMap::default(),
+            hot: None,
             finished: Vec::new(),
             exits: Vec::new(),
         }
@@ -168,7 +179,7 @@ impl CallTreeBuilder {
         } else {
             i64::from(e.tid)
         };
-        let thread = self.threads.entry(key).or_default();
+        let thread = hot_thread(&mut self.hot, &mut self.threads, key);
         let done = match e.site {
             CallSite::Entry => {
                 entry(thread, e, root, &self.options);
@@ -178,6 +189,13 @@ impl CallTreeBuilder {
         };
         if let Some(tree) = done {
             self.finished.push(tree);
+        }
+    }
+
+    /// Puts the hot thread back with the others.
+    fn park(&mut self) {
+        if let Some((k, t)) = self.hot.take() {
+            self.threads.insert(k, t);
         }
     }
 
@@ -192,6 +210,7 @@ impl CallTreeBuilder {
                 t.missing.push(Missing::EventsLost);
             }
         }
+        self.park();
         for (_, mut thread) in self.threads.drain() {
             if let Some(b) = thread.building.take() {
                 self.finished.push(close(b, Some(Missing::EventsLost)));
@@ -210,6 +229,7 @@ impl CallTreeBuilder {
 
     /// Applies the exits up to `time_ns`.
     fn apply_exits_before(&mut self, time_ns: u64) {
+        self.park();
         let mut i = 0;
         while i < self.exits.len() {
             let (tid, at) = self.exits[i];
@@ -248,6 +268,24 @@ impl CallTreeBuilder {
     }
 }
 
+/// The thread of `key`, made the hot one (the one before it put back
+/// with the others).
+#[inline]
+fn hot_thread<'a>(
+    hot: &'a mut Option<(i64, Thread)>,
+    threads: &mut HashMap<i64, Thread, BuildHasherDefault<IntHasher>>,
+    key: i64,
+) -> &'a mut Thread {
+    if !matches!(hot, Some((k, _)) if *k == key) {
+        let t = threads.remove(&key).unwrap_or_default();
+        if let Some((k, cold)) = hot.replace((key, t)) {
+            threads.insert(k, cold);
+        }
+    }
+    let (_, t) = hot.get_or_insert_with(|| (key, Thread::default()));
+    t
+}
+
 fn new_frame(e: &CallEvent, depth: u32, parent: Option<usize>, args: Vec<Value>) -> Frame {
     Frame {
         function: e.function,
@@ -282,18 +320,25 @@ fn entry(thread: &mut Thread, e: CallEvent, root: bool, options: &CallTreeOption
         b.open.push(b.tree.frames.len() - 1);
     } else if root {
         let frame = new_frame(&e, 0, None, Vec::new());
+        // Room for as many frames as the thread's last tree had: a
+        // thread's calls of a root tend to look alike.
+        let mut frames = Vec::with_capacity(thread.last_frames.clamp(4, 64));
+        frames.push(Frame {
+            args: e.args,
+            ..frame
+        });
+        let mut open = std::mem::take(&mut thread.spare_open);
+        open.clear();
+        open.push(0);
         thread.building = Some(Building {
             tree: CallTree {
                 tid: e.tid,
                 pid: e.pid,
                 comm: e.comm,
-                frames: vec![Frame {
-                    args: e.args,
-                    ..frame
-                }],
+                frames,
                 missing: Vec::new(),
             },
-            open: vec![0],
+            open,
             dropped: 0,
         });
     } else {
@@ -332,7 +377,9 @@ fn ret(
                 frame.retval = retval.map(|r| returns.value(r));
                 frame.error = retval.and_then(|r| returns.error(r));
                 if b.open.is_empty() {
-                    let b = thread.building.take()?;
+                    let mut b = thread.building.take()?;
+                    thread.last_frames = b.tree.frames.len();
+                    thread.spare_open = std::mem::take(&mut b.open);
                     return Some(close(b, None));
                 }
                 return None;

@@ -74,11 +74,13 @@
 mod btf;
 mod builder;
 mod errno;
+mod note;
 mod probes;
 mod tree;
 
 pub use builder::{CallEvent, CallSite, CallTreeBuilder, CallTreeOptions, TracedFunction};
 pub use errno::errno_name;
+pub use note::{functions_from_note, functions_note, FUNCTIONS_NOTE, LOST_NOTE};
 pub use probes::CallProbes;
 pub use tree::{CallError, CallTree, Frame, FunctionTime, Missing, ReturnKind};
 

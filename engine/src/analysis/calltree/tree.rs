@@ -90,14 +90,18 @@ impl fmt::Display for CallError {
     /// `-ENOENT`, `NULL`, `ERR_PTR(-ENOENT)` (`-600` for a number with no
     /// name).
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let named = |n: i32| match errno_name(n) {
-            Some(name) => format!("-{name}"),
-            None => format!("-{n}"),
+        let named = |f: &mut fmt::Formatter<'_>, n: i32| match errno_name(n) {
+            Some(name) => write!(f, "-{name}"),
+            None => write!(f, "-{n}"),
         };
         match self {
-            CallError::Errno(n) => f.write_str(&named(*n)),
+            CallError::Errno(n) => named(f, *n),
             CallError::Null => f.write_str("NULL"),
-            CallError::ErrPtr(n) => write!(f, "ERR_PTR({})", named(*n)),
+            CallError::ErrPtr(n) => {
+                f.write_str("ERR_PTR(")?;
+                named(f, *n)?;
+                f.write_str(")")
+            }
         }
     }
 }
@@ -303,17 +307,21 @@ impl CallTree {
     }
 
     /// Fills each frame's self time from the durations (once the tree is
-    /// closed).
+    /// closed): its duration less its callees' (unknown when any of
+    /// them is), each callee taken off its caller from the last frame
+    /// back (a callee comes after its caller).
     pub(super) fn compute_self_times(&mut self) {
-        let mut callees: Vec<Option<u64>> = vec![Some(0); self.frames.len()];
-        for i in (0..self.frames.len()).rev() {
-            let own = self.frames[i]
-                .duration_ns()
-                .and_then(|d| callees[i].map(|c| d.saturating_sub(c)));
-            self.frames[i].self_ns = own;
-            if let Some(p) = self.frames[i].parent {
-                callees[p] = match (callees[p], self.frames[i].duration_ns()) {
-                    (Some(sum), Some(d)) => Some(sum + d),
+        for f in &mut self.frames {
+            f.self_ns = f.duration_ns();
+        }
+        for i in (1..self.frames.len()).rev() {
+            let f = &self.frames[i];
+            let (Some(p), d) = (f.parent, f.duration_ns()) else {
+                continue;
+            };
+            if let Some(caller) = self.frames.get_mut(p) {
+                caller.self_ns = match (caller.self_ns, d) {
+                    (Some(own), Some(d)) => Some(own.saturating_sub(d)),
                     _ => None,
                 };
             }

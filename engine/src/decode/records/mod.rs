@@ -170,6 +170,10 @@ impl Hasher for IntHasher {
     fn write_i32(&mut self, i: i32) {
         self.write_u64(u64::from(i as u32));
     }
+
+    fn write_i64(&mut self, i: i64) {
+        self.write_u64(i as u64);
+    }
 }
 
 type IntMap<K, V> = HashMap<K, V, BuildHasherDefault<IntHasher>>;
