@@ -278,6 +278,14 @@ fn one_line(rendered: &str) -> String {
 /// `-zN` / `--compression-level N`: a zstd level from 1 to 22, as perf
 /// record takes it (0, as perf, is its default level, 1).
 pub(crate) fn compression_level(text: &str) -> Result<u32, String> {
+    if !cfg!(feature = "zstd") {
+        return Err(
+            "this kprobe-perf was built without zstd (libzstd is C, and the static \
+             musl binary leaves it out): record without -z, or use a build that has it \
+             (`cargo install --path cli`)"
+                .into(),
+        );
+    }
     let max = kprobe_perf_engine::perfdata::MAX_COMPRESSION_LEVEL;
     match text.trim().parse::<u32>() {
         Ok(0) => Ok(kprobe_perf_engine::perfdata::DEFAULT_COMPRESSION_LEVEL),

@@ -280,6 +280,9 @@ fn build_static(arch: GuestArch) -> Result<PathBuf> {
                 target,
                 "--package",
                 "kprobe-perf",
+                // No `zstd` (record -z): libzstd is C, and no C compiler
+                // for musl targets is at hand.
+                "--no-default-features",
             ]),
         &format!("cargo build --target {target}"),
     )?;

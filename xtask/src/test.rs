@@ -131,7 +131,11 @@ fn build_tests_for(target: Option<&str>) -> Result<Vec<PathBuf>> {
         }
         c
     };
-    let target_args: Vec<&str> = target.map(|t| vec!["--target", t]).unwrap_or_default();
+    // A musl target builds without `zstd` (libzstd is C; no C compiler
+    // for musl is at hand), as the static binary does.
+    let target_args: Vec<&str> = target
+        .map(|t| vec!["--target", t, "--no-default-features"])
+        .unwrap_or_default();
     let (ok, _) = run_echo(
         cargo_for()
             .args(["build", "--release"])
